@@ -1,0 +1,59 @@
+//! Domain errors. They say what went wrong in the terms of the task model and
+//! the queue; the API alone decides which HTTP status each one becomes.
+
+/// Input that breaks the task model's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ValidationError {
+    pub message: String,
+    /// The JSON path of the offending field, like `sandbox.resolution`.
+    pub field: Option<String>,
+}
+
+impl ValidationError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), field: None }
+    }
+
+    pub fn at(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { message: message.into(), field: Some(field.into()) }
+    }
+
+    /// Places this error under a parent field: `resolution` becomes `sandbox.resolution`.
+    pub fn under(mut self, parent: &str) -> Self {
+        self.field = Some(match self.field {
+            Some(child) if child.starts_with('[') => format!("{parent}{child}"),
+            Some(child) => format!("{parent}.{child}"),
+            None => parent.to_owned(),
+        });
+        self
+    }
+}
+
+/// What the queue can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis is unreachable: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis pool: {0}")]
+    Pool(String),
+    #[error("task not found")]
+    NotFound,
+    #[error("idempotency key was used with a different request body")]
+    IdempotencyConflict,
+    #[error("task is {0}; this needs another status")]
+    WrongStatus(String),
+    #[error("this attempt no longer owns the task")]
+    Fenced,
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl From<deadpool_redis::PoolError> for QueueError {
+    fn from(e: deadpool_redis::PoolError) -> Self {
+        match e {
+            deadpool_redis::PoolError::Backend(inner) => QueueError::Redis(inner),
+            other => QueueError::Pool(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Progress events: the one JSON shape every subscriber sees, whether it reads
+//! a task's stored history, a Redis pub/sub channel or the SSE stream.
+//!
+//! A producer builds an [`EventDraft`]; the fenced Redis script that stores it
+//! assigns `seq` (and, for `started`, the attempt number), so numbering and
+//! ownership are decided in the same atomic step.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::action::Action;
+use crate::clock;
+use crate::ids::{BatchId, TaskId, TenantId};
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    Queued {
+        attempt: u32,
+        worker: Option<String>,
+    },
+    Started {
+        /// Zero in a draft: the start script fills in the attempt it grants.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        attempt: u32,
+        worker: String,
+    },
+    SandboxReady {
+        sandbox_id: String,
+        stream_url: Option<String>,
+        warm: bool,
+        ms: u64,
+    },
+    Plan {
+        steps: Vec<String>,
+    },
+    StepStarted {
+        index: u32,
+        text: String,
+    },
+    Reasoning {
+        text: String,
+    },
+    Action {
+        action: Action,
+    },
+    ActionCompleted {
+        action: Action,
+        ms: u64,
+    },
+    Screenshot {
+        hash: String,
+        key: String,
+        bytes: u64,
+        dedup: bool,
+    },
+    Block {
+        #[schema(value_type = Object)]
+        block: serde_json::Value,
+    },
+    Waiting {
+        code: String,
+        message: String,
+    },
+    Retrying {
+        attempt: u32,
+        delay_ms: u64,
+        error: String,
+    },
+    Succeeded {
+        code: String,
+        #[schema(value_type = Object)]
+        result: serde_json::Value,
+    },
+    Failed {
+        code: String,
+        error: String,
+    },
+    Cancelled {
+        code: String,
+    },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl EventKind {
+    /// The `type` field as it appears on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Queued { .. } => "queued",
+            EventKind::Started { .. } => "started",
+            EventKind::SandboxReady { .. } => "sandbox_ready",
+            EventKind::Plan { .. } => "plan",
+            EventKind::StepStarted { .. } => "step_started",
+            EventKind::Reasoning { .. } => "reasoning",
+            EventKind::Action { .. } => "action",
+            EventKind::ActionCompleted { .. } => "action_completed",
+            EventKind::Screenshot { .. } => "screenshot",
+            EventKind::Block { .. } => "block",
+            EventKind::Waiting { .. } => "waiting",
+            EventKind::Retrying { .. } => "retrying",
+            EventKind::Succeeded { .. } => "succeeded",
+            EventKind::Failed { .. } => "failed",
+            EventKind::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    /// Terminal events end a task's stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, EventKind::Succeeded { .. } | EventKind::Failed { .. } | EventKind::Cancelled { .. })
+    }
+}
+
+/// Whether the wire `type` of an event ends the task.
+pub fn is_terminal_type(kind: &str) -> bool {
+    matches!(kind, "succeeded" | "failed" | "cancelled")
+}
+
+/// An event as stored and delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    pub seq: u64,
+    pub task_id: TaskId,
+    pub batch_id: Option<BatchId>,
+    pub tenant: TenantId,
+    /// RFC 3339 time the producer saw it happen.
+    pub ts: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// An event before the store numbers it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventDraft<'a> {
+    pub task_id: &'a TaskId,
+    pub batch_id: Option<&'a BatchId>,
+    pub tenant: &'a TenantId,
+    pub ts: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Whose task an event belongs to: what every event on one task repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOrigin {
+    pub task_id: TaskId,
+    pub batch_id: Option<BatchId>,
+    pub tenant: TenantId,
+}
+
+impl EventOrigin {
+    /// The JSON of a new event, timestamped now, without `seq`.
+    pub fn draft(&self, kind: EventKind) -> String {
+        let draft = EventDraft {
+            task_id: &self.task_id,
+            batch_id: self.batch_id.as_ref(),
+            tenant: &self.tenant,
+            ts: clock::rfc3339(clock::now_ms()),
+            kind,
+        };
+        serde_json::to_string(&draft).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_numbered_draft_reads_back_as_an_event() {
+        let origin = EventOrigin { task_id: TaskId::generate(), batch_id: None, tenant: TenantId::parse("acme").expect("tenant") };
+        let draft = origin.draft(EventKind::Started { attempt: 0, worker: "w1".into() });
+        assert!(!draft.contains("\"attempt\""), "the script fills the attempt in");
+        let stored = format!("{{\"seq\":2,\"attempt\":1,{}", &draft[1..]);
+        let event: Event = serde_json::from_str(&stored).expect("parses");
+        assert_eq!(event.seq, 2);
+        assert_eq!(event.kind, EventKind::Started { attempt: 1, worker: "w1".into() });
+        assert_eq!(event.batch_id, None);
+    }
+
+    #[test]
+    fn terminal_events_say_so() {
+        assert!(EventKind::Cancelled { code: "cancelled".into() }.is_terminal());
+        assert!(!EventKind::Reasoning { text: "hm".into() }.is_terminal());
+        assert!(is_terminal_type("failed"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Validated identifiers. An id that reaches Redis has been parsed here, so a
+//! key can never be built from arbitrary user text.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::error::ValidationError;
+
+/// Defines an id made of a fixed prefix and a lowercase ULID, which sorts by
+/// creation time.
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A fresh id.
+            pub fn generate() -> Self {
+                Self(format!("{}{}", $prefix, ulid::Ulid::new().to_string().to_lowercase()))
+            }
+
+            /// Parses an id as users send it.
+            pub fn parse(text: &str) -> Result<Self, ValidationError> {
+                let valid = text
+                    .strip_prefix($prefix)
+                    .is_some_and(|rest| rest.len() == 26 && ulid::Ulid::from_string(rest).is_ok() && rest == rest.to_lowercase());
+                if valid {
+                    Ok(Self(text.to_owned()))
+                } else {
+                    Err(ValidationError::new(concat!("not a valid id: expected ", $prefix, " followed by 26 lowercase characters")))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                Self::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+prefixed_id!(
+    /// A task: `tsk_` and a ULID.
+    TaskId,
+    "tsk_"
+);
+prefixed_id!(
+    /// A batch of tasks: `bat_` and a ULID.
+    BatchId,
+    "bat_"
+);
+prefixed_id!(
+    /// A schedule: `sch_` and a ULID.
+    ScheduleId,
+    "sch_"
+);
+
+/// A tenant: 1–64 of `a-z 0-9 - _`. Every task belongs to exactly one.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+pub struct TenantId(String);
+
+impl TenantId {
+    pub fn parse(text: &str) -> Result<Self, ValidationError> {
+        let valid = !text.is_empty()
+            && text.len() <= 64
+            && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if valid {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(ValidationError::new("a tenant must be 1-64 of a-z 0-9 - _"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_parse_back() {
+        let id = TaskId::generate();
+        assert!(id.as_str().starts_with("tsk_"));
+        assert_eq!(TaskId::parse(id.as_str()).expect("parses"), id);
+    }
+
+    #[test]
+    fn ids_of_another_kind_or_shape_are_refused() {
+        let batch = BatchId::generate();
+        assert!(TaskId::parse(batch.as_str()).is_err());
+        assert!(TaskId::parse("tsk_").is_err());
+        assert!(TaskId::parse("tsk_../../etc/passwd0000000000").is_err());
+        assert!(TaskId::parse(&TaskId::generate().as_str().to_uppercase()).is_err());
+        assert!(TaskId::parse("tsk_{evil}").is_err());
+    }
+
+    #[test]
+    fn tenants_are_plain_names() {
+        assert!(TenantId::parse("acme-1").is_ok());
+        assert!(TenantId::parse("").is_err());
+        assert!(TenantId::parse("Acme").is_err());
+        assert!(TenantId::parse("a:b").is_err());
+    }
+}

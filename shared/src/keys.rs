@@ -1,0 +1,113 @@
+//! Every Redis key and pub/sub channel Flotilla uses, in one place.
+//!
+//! All keys start with the configured prefix, so tests (and several fleets)
+//! share one Redis without colliding. Hash tags keep what one script touches
+//! in one cluster slot: a task's hash and its event list share `{task id}`;
+//! all lanes, due sets and queue counters share `{q}`; a tenant's index,
+//! dead letters and idempotency records share `{tenant}`.
+
+use crate::ids::{BatchId, TaskId, TenantId};
+use crate::task::Priority;
+
+/// The consumer group every worker reads the lanes with.
+pub const GROUP: &str = "workers";
+
+/// Names of keys and channels under one prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Hash: a task's spec and state (`status`, `attempt`, `owner`, `seq`, …).
+    pub fn task(&self, id: &TaskId) -> String {
+        format!("{}:task:{{{id}}}", self.prefix)
+    }
+
+    /// List: a task's events in order; the event with `seq` n is at index n-1.
+    pub fn events(&self, id: &TaskId) -> String {
+        format!("{}:task:{{{id}}}:events", self.prefix)
+    }
+
+    /// Stream: the lane of one priority; entries carry only a task id (`t`).
+    pub fn lane(&self, priority: Priority) -> String {
+        format!("{}:{{q}}:lane:{}", self.prefix, priority.as_str())
+    }
+
+    /// Sorted set: task ids of one lane by the epoch ms they become due
+    /// (retries after backoff, and `not_before`).
+    pub fn due(&self, priority: Priority) -> String {
+        format!("{}:{{q}}:due:{}", self.prefix, priority.as_str())
+    }
+
+    /// Hash: fleet-wide counters of finished tasks by outcome.
+    pub fn outcomes(&self) -> String {
+        format!("{}:{{q}}:outcomes", self.prefix)
+    }
+
+    /// Set: every tenant that ever submitted a task, for housekeeping.
+    pub fn tenants(&self) -> String {
+        format!("{}:{{q}}:tenants", self.prefix)
+    }
+
+    /// Sorted set (all scores 0): a tenant's task ids, which sort by time.
+    pub fn tenant_tasks(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:tasks", self.prefix)
+    }
+
+    /// Sorted set: a tenant's dead-lettered task ids by the epoch ms they died.
+    pub fn dead(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:dead", self.prefix)
+    }
+
+    /// String with a 24 h TTL: `task id` and body hash behind an idempotency key.
+    pub fn idempotency(&self, tenant: &TenantId, key_digest: &str) -> String {
+        format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)
+    }
+
+    /// Channel: every event of one task.
+    pub fn task_channel(&self, id: &TaskId) -> String {
+        format!("{}:events:task:{id}", self.prefix)
+    }
+
+    /// Channel: every event of the tasks of one batch.
+    pub fn batch_channel(&self, id: &BatchId) -> String {
+        format!("{}:events:batch:{id}", self.prefix)
+    }
+
+    /// Channel: every event of one tenant's tasks.
+    pub fn tenant_channel(&self, tenant: &TenantId) -> String {
+        format!("{}:events:tenant:{tenant}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_follow_the_contract_under_the_default_prefix() {
+        let keys = Keys::new("flotilla");
+        let id = TaskId::parse("tsk_01jc0000000000000000000000").expect("id");
+        assert_eq!(keys.task_channel(&id), "flotilla:events:task:tsk_01jc0000000000000000000000");
+        let tenant = TenantId::parse("acme").expect("tenant");
+        assert_eq!(keys.tenant_channel(&tenant), "flotilla:events:tenant:acme");
+    }
+
+    #[test]
+    fn a_task_and_its_events_share_a_slot() {
+        let keys = Keys::new("p");
+        let id = TaskId::generate();
+        let tag = |k: &str| k[k.find('{').expect("tag")..=k.find('}').expect("tag")].to_owned();
+        assert_eq!(tag(&keys.task(&id)), tag(&keys.events(&id)));
+        assert_eq!(tag(&keys.lane(Priority::High)), tag(&keys.due(Priority::Low)));
+    }
+}

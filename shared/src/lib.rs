@@ -1,0 +1,21 @@
+//! The crate the Flotilla API and workers share: the task model with its
+//! validated ids, progress events, the Redis Streams queue, and the one typed
+//! configuration both processes read at start.
+//!
+//! Nothing here knows about HTTP: errors are plain enums that the API maps to
+//! status codes in one place.
+
+pub mod action;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod keys;
+pub mod queue;
+pub mod redis_conn;
+pub mod task;
+
+pub use config::Config;
+pub use error::{QueueError, ValidationError};
+pub use ids::{BatchId, TaskId, TenantId};

@@ -1,0 +1,130 @@
+//! The task queue on Redis Streams.
+//!
+//! Layout (see [`crate::keys`]): one stream per priority lane, read by the
+//! consumer group `workers`; a stream entry carries only a task id, and the
+//! task's spec and state live in its own hash beside a list of its events.
+//! A lane's due set holds tasks waiting for a time (retry backoff,
+//! `not_before`) until the promoter moves them into the stream.
+//!
+//! Delivery: workers read lanes high → normal → low with `XREADGROUP`. A
+//! running attempt renews its lease every heartbeat; an entry idle in the
+//! pending list for longer than the lease belongs to a worker presumed dead
+//! and is taken over with `XAUTOCLAIM`. Taking over starts a new attempt, and
+//! every write of the old one is refused by the fenced scripts of
+//! [`scripts`]. An entry is acknowledged and deleted only after the task's
+//! terminal state (or its hand-back for retry) is written, so a crash at any
+//! point leaves the entry pending and some worker finishes the task.
+//!
+//! Retention: a finished task's hash and events expire after the configured
+//! retention; the tenant index forgets ids whose hash is gone.
+
+mod attempt;
+mod claim;
+mod record;
+pub mod scripts;
+mod stats;
+mod submit;
+
+use std::time::Duration;
+
+pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome};
+pub use claim::Delivery;
+pub use record::TaskRecord;
+pub use stats::{LaneStats, QueueStats};
+pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted};
+
+use crate::config::Config;
+use crate::event::EventOrigin;
+use crate::ids::{BatchId, TaskId, TenantId};
+use crate::keys::Keys;
+use crate::redis_conn::Redis;
+
+/// Timing rules of the queue.
+#[derive(Debug, Clone)]
+pub struct QueueSettings {
+    pub lease: Duration,
+    pub retention: Duration,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+}
+
+impl QueueSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self { lease: config.lease, retention: config.retention, retry_base: config.retry_base, retry_max: config.retry_max }
+    }
+}
+
+/// The queue: every read and write of tasks goes through here.
+#[derive(Clone)]
+pub struct Queue {
+    redis: Redis,
+    keys: Keys,
+    settings: QueueSettings,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("prefix", &self.keys.prefix()).finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    pub fn new(redis: Redis, keys: Keys, settings: QueueSettings) -> Self {
+        Self { redis, keys, settings }
+    }
+
+    /// Connects to Redis as configured and makes sure the lanes exist.
+    pub async fn connect(config: &Config) -> Result<Self, crate::QueueError> {
+        let redis = Redis::connect(&config.redis).await?;
+        let queue = Self::new(redis, Keys::new(config.key_prefix.clone()), QueueSettings::from_config(config));
+        queue.ensure_groups().await?;
+        Ok(queue)
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    pub fn settings(&self) -> &QueueSettings {
+        &self.settings
+    }
+
+    fn retention_ms(&self) -> u64 {
+        self.settings.retention.as_millis() as u64
+    }
+
+    /// The three channel arguments every task script takes.
+    fn channels(&self, origin: &EventOrigin) -> [String; 3] {
+        [
+            self.keys.task_channel(&origin.task_id),
+            origin.batch_id.as_ref().map(|b| self.keys.batch_channel(b)).unwrap_or_default(),
+            self.keys.tenant_channel(&origin.tenant),
+        ]
+    }
+
+    /// A task script invocation with the shared leading keys and arguments.
+    fn task_invocation<'a>(
+        &self,
+        script: &'a redis::Script,
+        origin: &EventOrigin,
+        draft: &str,
+        now_ms: i64,
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(self.keys.task(&origin.task_id)).key(self.keys.events(&origin.task_id));
+        for channel in self.channels(origin) {
+            inv.arg(channel);
+        }
+        inv.arg(draft).arg(now_ms);
+        inv
+    }
+}
+
+/// The origin of events on a task whose batch and tenant are known.
+pub fn origin(task_id: &TaskId, batch_id: Option<&BatchId>, tenant: &TenantId) -> EventOrigin {
+    EventOrigin { task_id: task_id.clone(), batch_id: batch_id.cloned(), tenant: tenant.clone() }
+}

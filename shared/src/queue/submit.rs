@@ -1,0 +1,303 @@
+//! The API's side of the queue: accepting tasks (with idempotency), reading
+//! them back, cancelling them and reviving dead letters.
+
+use std::collections::HashMap;
+
+use redis::AsyncCommands;
+use sha2::{Digest, Sha256};
+
+use super::{origin, scripts, Queue, TaskRecord};
+use crate::clock;
+use crate::error::QueueError;
+use crate::event::EventKind;
+use crate::ids::{BatchId, TaskId, TenantId};
+use crate::task::{TaskSpec, TaskStatus};
+
+/// How long an idempotency key holds (24 h, as the contract says).
+const IDEMPOTENCY_TTL_S: u64 = 24 * 3600;
+/// The most tasks one list call returns.
+pub const MAX_LIST_LIMIT: usize = 500;
+
+/// A task about to be created.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: TaskId,
+    pub tenant: TenantId,
+    pub batch: Option<BatchId>,
+    pub spec: TaskSpec,
+}
+
+/// What accepting a task gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: TaskId,
+    pub created_at_ms: i64,
+    /// True when an idempotency key matched an earlier identical request.
+    pub replayed: bool,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// It was queued; it is now cancelled.
+    Cancelled,
+    /// A worker holds it; it stops within a heartbeat.
+    Cancelling,
+    /// It had already ended with this status.
+    AlreadyEnded(TaskStatus),
+}
+
+/// Which of a tenant's tasks to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub status: Option<TaskStatus>,
+    pub batch: Option<BatchId>,
+    pub limit: usize,
+    /// Only tasks older than this one (ids sort by creation time).
+    pub cursor: Option<TaskId>,
+}
+
+impl Queue {
+    /// Accepts one task, honouring its idempotency key.
+    pub async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, QueueError> {
+        let id = TaskId::generate();
+        if let Some(key) = spec.idempotency_key.as_deref() {
+            if let Some(earlier) = self.claim_idempotency_key(tenant, key, &spec, &id).await? {
+                return Ok(earlier);
+            }
+        }
+        let created = self.create_tasks(vec![NewTask { id: id.clone(), tenant: tenant.clone(), batch: None, spec }]).await?;
+        Ok(Submitted { id, created_at_ms: created, replayed: false })
+    }
+
+    /// Records `key` for this request, or returns the task an identical
+    /// earlier request made; a different earlier body is a conflict.
+    async fn claim_idempotency_key(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        spec: &TaskSpec,
+        id: &TaskId,
+    ) -> Result<Option<Submitted>, QueueError> {
+        let redis_key = self.keys.idempotency(tenant, &hex_digest(key.as_bytes()));
+        let body = hex_digest(serde_json::to_string(spec).unwrap_or_default().as_bytes());
+        let mut conn = self.redis.shared();
+        let value = format!("{id} {body}");
+        let opts = redis::SetOptions::default()
+            .conditional_set(redis::ExistenceCheck::NX)
+            .with_expiration(redis::SetExpiry::EX(IDEMPOTENCY_TTL_S));
+        let fresh: Option<String> = conn.set_options(&redis_key, &value, opts).await?;
+        if fresh.is_some() {
+            return Ok(None);
+        }
+        let stored: Option<String> = conn.get(&redis_key).await?;
+        let Some((earlier_id, earlier_body)) = stored.as_deref().and_then(|s| s.split_once(' ')) else {
+            return Err(QueueError::Corrupt("idempotency record".into()));
+        };
+        if earlier_body != body {
+            return Err(QueueError::IdempotencyConflict);
+        }
+        let earlier_id = TaskId::parse(earlier_id).map_err(|_| QueueError::Corrupt("idempotency record".into()))?;
+        let created_at_ms: Option<i64> = conn.hget(self.keys.task(&earlier_id), "created_at").await?;
+        Ok(Some(Submitted { id: earlier_id, created_at_ms: created_at_ms.unwrap_or_else(clock::now_ms), replayed: true }))
+    }
+
+    /// Creates tasks and queues them, in two pipelined round trips: first
+    /// every task's hash, event and index entry, then the lane entries, so no
+    /// worker can be handed a task whose hash is not written yet.
+    /// Returns the creation time given to them.
+    pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
+        let now = clock::now_ms();
+        let mut conn = self.redis.shared();
+        let mut records = redis::pipe();
+        records.load_script(&scripts::CREATE).ignore();
+        let mut lanes = redis::pipe();
+        let mut tenants_seen: Vec<&TenantId> = Vec::new();
+        for task in &tasks {
+            let origin = origin(&task.id, task.batch.as_ref(), &task.tenant);
+            let draft = origin.draft(EventKind::Queued { attempt: 0, worker: None });
+            let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+            let mut inv = self.task_invocation(&scripts::CREATE, &origin, &draft, now);
+            inv.arg("spec").arg(spec_json);
+            inv.arg("tenant").arg(task.tenant.as_str());
+            inv.arg("batch").arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""));
+            inv.arg("status").arg("queued");
+            inv.arg("attempt").arg(0);
+            inv.arg("max_attempts").arg(task.spec.max_attempts());
+            inv.arg("created_at").arg(now);
+            records.invoke_script(&inv).ignore();
+            records.zadd(self.keys.tenant_tasks(&task.tenant), task.id.as_str(), 0).ignore();
+            if !tenants_seen.contains(&&task.tenant) {
+                tenants_seen.push(&task.tenant);
+            }
+            let priority = task.spec.priority();
+            match task.spec.not_before_ms().filter(|t| *t > now) {
+                Some(due) => lanes.zadd(self.keys.due(priority), task.id.as_str(), due).ignore(),
+                None => lanes.xadd(self.keys.lane(priority), "*", &[("t", task.id.as_str())]).ignore(),
+            };
+        }
+        for tenant in tenants_seen {
+            lanes.sadd(self.keys.tenants(), tenant.as_str()).ignore();
+        }
+        let () = records.query_async(&mut conn).await?;
+        let () = lanes.query_async(&mut conn).await?;
+        Ok(now)
+    }
+
+    /// A tenant's task, or `None` if it does not exist or is another tenant's.
+    pub async fn get(&self, tenant: &TenantId, id: &TaskId) -> Result<Option<TaskRecord>, QueueError> {
+        let mut conn = self.redis.shared();
+        let hash: HashMap<String, String> = conn.hgetall(self.keys.task(id)).await?;
+        Ok(TaskRecord::from_hash(id, hash)?.filter(|t| &t.tenant == tenant))
+    }
+
+    /// A tenant's tasks, newest first, and the cursor of the next page.
+    pub async fn list(&self, tenant: &TenantId, filter: &ListFilter) -> Result<(Vec<TaskRecord>, Option<TaskId>), QueueError> {
+        let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
+        let index = self.keys.tenant_tasks(tenant);
+        let mut conn = self.redis.shared();
+        let mut found = Vec::new();
+        let mut cursor = filter.cursor.clone();
+        let mut gone = Vec::new();
+        // A filter may skip many ids: scan a bounded number of pages.
+        for _ in 0..20 {
+            let max = cursor.as_ref().map_or_else(|| "+".to_owned(), |c| format!("({c}"));
+            let ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&index)
+                .arg(&max)
+                .arg("-")
+                .arg("BYLEX")
+                .arg("REV")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .query_async(&mut conn)
+                .await?;
+            let page_full = ids.len() == limit;
+            let mut pipe = redis::pipe();
+            let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
+            for id in &ids {
+                pipe.hgetall(self.keys.task(id));
+            }
+            let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+            for (id, hash) in ids.iter().zip(hashes) {
+                cursor = Some(id.clone());
+                let Some(record) = TaskRecord::from_hash(id, hash)? else {
+                    gone.push(id.as_str().to_owned());
+                    continue;
+                };
+                let wanted = filter.status.is_none_or(|s| s == record.status)
+                    && filter.batch.as_ref().is_none_or(|b| record.batch_id.as_ref() == Some(b));
+                if wanted {
+                    found.push(record);
+                    if found.len() == limit {
+                        break;
+                    }
+                }
+            }
+            if found.len() == limit || !page_full {
+                let next = if found.len() == limit { found.last().map(|t| t.id.clone()) } else { None };
+                self.forget(&index, gone).await?;
+                return Ok((found, next));
+            }
+        }
+        self.forget(&index, gone).await?;
+        Ok((found, cursor))
+    }
+
+    /// Drops ids whose task has expired from an index.
+    async fn forget(&self, index: &str, gone: Vec<String>) -> Result<(), QueueError> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.redis.shared();
+        let _: i64 = conn.zrem(index, gone).await?;
+        Ok(())
+    }
+
+    /// A task's stored events with `seq` above `after`, as JSON text.
+    pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
+        let mut conn = self.redis.shared();
+        let events: Vec<String> = conn.lrange(self.keys.events(id), after as isize, -1).await?;
+        Ok(events)
+    }
+
+    /// Cancels a tenant's task.
+    pub async fn cancel(&self, tenant: &TenantId, id: &TaskId) -> Result<CancelOutcome, QueueError> {
+        let mut conn = self.redis.shared();
+        let batch: Option<String> = conn.hget(self.keys.task(id), "batch").await?;
+        let batch = batch.and_then(|b| BatchId::parse(&b).ok());
+        let origin = origin(id, batch.as_ref(), tenant);
+        let draft = origin.draft(EventKind::Cancelled { code: "cancelled".into() });
+        let mut inv = self.task_invocation(&scripts::CANCEL, &origin, &draft, clock::now_ms());
+        inv.arg(tenant.as_str()).arg(self.retention_ms());
+        let outcome: String = inv.invoke_async(&mut conn).await?;
+        match outcome.as_str() {
+            "missing" => Err(QueueError::NotFound),
+            "cancelled" => {
+                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                Ok(CancelOutcome::Cancelled)
+            }
+            "cancelling" => Ok(CancelOutcome::Cancelling),
+            other => TaskStatus::parse(other)
+                .map(CancelOutcome::AlreadyEnded)
+                .ok_or_else(|| QueueError::Corrupt(format!("cancel answered {other}"))),
+        }
+    }
+
+    /// A tenant's dead-lettered tasks, newest first.
+    pub async fn dead(&self, tenant: &TenantId, limit: usize) -> Result<Vec<TaskRecord>, QueueError> {
+        let mut conn = self.redis.shared();
+        let index = self.keys.dead(tenant);
+        let ids: Vec<String> = conn.zrevrange(&index, 0, limit.clamp(1, MAX_LIST_LIMIT) as isize - 1).await?;
+        let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(self.keys.task(id));
+        }
+        let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+        let mut records = Vec::new();
+        let mut gone = Vec::new();
+        for (id, hash) in ids.iter().zip(hashes) {
+            match TaskRecord::from_hash(id, hash)? {
+                Some(record) => records.push(record),
+                None => gone.push(id.as_str().to_owned()),
+            }
+        }
+        self.forget(&index, gone).await?;
+        Ok(records)
+    }
+
+    /// Puts a dead-lettered task back in its lane with fresh attempts.
+    pub async fn revive(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let dead_index = self.keys.dead(tenant);
+        let listed: Option<f64> = conn.zscore(&dead_index, id.as_str()).await?;
+        if listed.is_none() {
+            return Err(QueueError::NotFound);
+        }
+        let Some(record) = self.get(tenant, id).await? else {
+            return Err(QueueError::NotFound);
+        };
+        let origin = origin(id, record.batch_id.as_ref(), tenant);
+        let draft = origin.draft(EventKind::Queued { attempt: 0, worker: None });
+        let mut inv = self.task_invocation(&scripts::REVIVE, &origin, &draft, clock::now_ms());
+        inv.arg(tenant.as_str());
+        let outcome: String = inv.invoke_async(&mut conn).await?;
+        match outcome.as_str() {
+            "requeued" => {
+                let mut pipe = redis::pipe();
+                pipe.zrem(&dead_index, id.as_str()).ignore();
+                pipe.xadd(self.keys.lane(record.priority), "*", &[("t", id.as_str())]).ignore();
+                let () = pipe.query_async(&mut conn).await?;
+                Ok(())
+            }
+            "missing" => Err(QueueError::NotFound),
+            other => Err(QueueError::WrongStatus(other.to_owned())),
+        }
+    }
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
