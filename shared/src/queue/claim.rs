@@ -144,6 +144,24 @@ impl Queue {
         Ok(())
     }
 
+    /// Hands an entry this worker gives up on back at once: it is marked as
+    /// idle for a whole lease, so the next reclaim by any worker takes it.
+    pub async fn release(&self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(self.keys.lane(delivery.lane))
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(0)
+            .arg(&delivery.entry_id)
+            .arg("IDLE")
+            .arg(self.settings.lease.as_millis() as u64)
+            .arg("JUSTID")
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
     /// Acknowledges and deletes finished entries, counting outcomes
     /// (`succeeded`, `failed`, …) in the same round trip.
     pub async fn ack(&self, done: &[(Delivery, Option<&'static str>)]) -> Result<(), QueueError> {

@@ -301,3 +301,41 @@ impl Queue {
 fn hex_digest(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// How many index entries one prune pass checks per tenant.
+const PRUNE_BATCH: usize = 1_000;
+
+impl Queue {
+    /// Drops the oldest ids whose task has expired from every tenant's task
+    /// and dead-letter indexes. Checks a bounded number per pass.
+    pub async fn prune_indexes(&self) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let tenants: Vec<String> = conn.smembers(self.keys.tenants()).await?;
+        for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
+            let index = self.keys.tenant_tasks(&tenant);
+            let oldest: Vec<String> = conn.zrange(&index, 0, PRUNE_BATCH as isize - 1).await?;
+            self.forget_expired(&index, oldest).await?;
+            let dead_index = self.keys.dead(&tenant);
+            let oldest_dead: Vec<String> = conn.zrange(&dead_index, 0, PRUNE_BATCH as isize - 1).await?;
+            self.forget_expired(&dead_index, oldest_dead).await?;
+        }
+        Ok(())
+    }
+
+    async fn forget_expired(&self, index: &str, ids: Vec<String>) -> Result<(), QueueError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.redis.shared();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            match TaskId::parse(id) {
+                Ok(task) => pipe.exists(self.keys.task(&task)),
+                Err(_) => pipe.exists(format!("{}:invalid", self.keys.prefix())),
+            };
+        }
+        let alive: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let gone: Vec<String> = ids.into_iter().zip(alive).filter(|(_, alive)| !alive).map(|(id, _)| id).collect();
+        self.forget(index, gone).await
+    }
+}

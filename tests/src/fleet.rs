@@ -1,0 +1,137 @@
+//! The fleet under test: configuration for a test, the API served in process
+//! on a loopback port, and workers as real child processes that can be killed,
+//! stopped and resumed.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use flotilla_shared::Config;
+use tokio_util::sync::CancellationToken;
+
+use crate::redis_server::RedisServer;
+
+/// The API key every test uses, for tenant `acme`.
+pub fn api_key() -> &'static str {
+    "test-key-acme"
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix() -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("t{}-{n}-{}", std::process::id(), &ulid::Ulid::new().to_string()[18..].to_lowercase())
+}
+
+/// The environment of a test fleet on `redis` under `prefix`, plus `extra`.
+pub fn test_env(redis: &RedisServer, prefix: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("FLOTILLA_REDIS_URL".to_owned(), redis.url()),
+        ("FLOTILLA_KEY_PREFIX".to_owned(), prefix.to_owned()),
+        ("FLOTILLA_API_KEYS".to_owned(), format!("{}=acme,test-key-globex=globex", api_key())),
+        ("FLOTILLA_RETRY_BASE_MS".to_owned(), "50".to_owned()),
+        ("FLOTILLA_RETRY_MAX_MS".to_owned(), "500".to_owned()),
+    ];
+    for (k, v) in extra {
+        env.retain(|(name, _)| name != k);
+        env.push(((*k).to_owned(), (*v).to_owned()));
+    }
+    env
+}
+
+/// The configuration of a test fleet.
+pub fn test_config(redis: &RedisServer, prefix: &str, extra: &[(&str, &str)]) -> Config {
+    Config::from_env(test_env(redis, prefix, extra)).expect("test config is valid")
+}
+
+/// The API, served in this process on a free loopback port.
+pub struct ApiServer {
+    pub base_url: String,
+    shutdown: CancellationToken,
+}
+
+impl ApiServer {
+    /// `GET`/`POST` helper with the test key.
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::new()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Starts the API for `config` on 127.0.0.1:0.
+pub async fn spawn_api(config: Config) -> ApiServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+    let base_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = flotilla_api::run(config, listener, token).await {
+            eprintln!("api stopped: {e:#}");
+        }
+    });
+    ApiServer { base_url, shutdown }
+}
+
+/// A `flotilla-worker` child process.
+pub struct WorkerProcess {
+    pub child: Child,
+    pub id: String,
+}
+
+impl WorkerProcess {
+    /// Starts the worker binary with this environment.
+    pub fn spawn(env: &[(String, String)], id: &str) -> Self {
+        let child = Command::new(binary("flotilla-worker"))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", std::env::var("FLOTILLA_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("FLOTILLA_WORKER_ID", id)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn flotilla-worker (built by `cargo build --bins`)");
+        Self { child, id: id.to_owned() }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} worker {}", self.id);
+    }
+
+    /// Waits for the process to exit, up to `secs`; returns whether it did.
+    pub fn wait_exit(&mut self, secs: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// The path of one of the workspace's binaries, built beside the tests.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --bins` first", path.display());
+    path
+}

@@ -1,0 +1,9 @@
+//! Test harness: real `redis-server` processes on free loopback ports, the
+//! fleet's own binaries as child processes, and in-process API servers, each
+//! with a key prefix of its own so tests run in parallel without colliding.
+
+pub mod fleet;
+pub mod redis_server;
+
+pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
+pub use redis_server::RedisServer;

@@ -1,0 +1,110 @@
+//! A real `redis-server` on a free loopback port, in a directory of its own,
+//! stopped when dropped. It can be restarted on the same port and data
+//! directory, with AOF on, to test what survives a restart.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running redis-server owned by one test.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    aof: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence.
+    pub fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// Starts a server that appends every write to an AOF (`appendfsync always`).
+    pub fn start_with_aof() -> Self {
+        Self::launch(true)
+    }
+
+    fn launch(aof: bool) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("flotilla-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("redis data dir");
+        let mut server = Self { port, dir, aof, child: None };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--save")
+            .arg("")
+            .arg("--maxmemory-policy")
+            .arg("noeviction");
+        if self.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server is installed (scripts/setup.sh)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(client) = redis::Client::open(self.url()) {
+                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                    let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut conn);
+                    if pong.is_ok() {
+                        return;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not become ready", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A plain connection for assertions.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url()).and_then(|c| c.get_connection()).expect("connect to test redis")
+    }
+
+    /// Kills the server (SIGKILL: nothing is flushed beyond what AOF holds).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}

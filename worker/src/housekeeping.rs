@@ -1,0 +1,38 @@
+//! Background duties every worker shares, with no leader: promoting due
+//! tasks (retries after their backoff, `not_before`) into their lanes, and
+//! dropping expired tasks from the tenant indexes. Any number of workers may
+//! run them at once; each step is an atomic script or idempotent.
+
+use std::time::Duration;
+
+use flotilla_shared::queue::Queue;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// How often due tasks are promoted.
+const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+/// How often the tenant indexes are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Runs until `shutdown` is cancelled.
+pub async fn run(queue: Queue, shutdown: CancellationToken) {
+    let mut promote = tokio::time::interval(PROMOTE_EVERY);
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    promote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = promote.tick() => {
+                if let Err(e) = queue.promote_due().await {
+                    warn!(error = %e, "promoting due tasks failed");
+                }
+            }
+            _ = prune.tick() => {
+                if let Err(e) = queue.prune_indexes().await {
+                    warn!(error = %e, "pruning task indexes failed");
+                }
+            }
+        }
+    }
+}

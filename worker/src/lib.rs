@@ -1,0 +1,14 @@
+//! The Flotilla worker: claims tasks from the Redis Streams lanes, runs each
+//! through its pipeline with a heartbeat that keeps its lease and hears
+//! cancels, writes the outcome through fenced scripts, and acknowledges the
+//! entry only after that. Beside the claim loop run the promoter of due
+//! tasks and the janitor of expired index entries.
+
+pub mod acker;
+pub mod execute;
+pub mod housekeeping;
+pub mod pipeline;
+pub mod worker;
+
+pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+pub use worker::{run, run_with};

@@ -1,0 +1,44 @@
+//! `flotilla-worker`: reads the configuration, starts tracing, runs the
+//! worker until SIGTERM or Ctrl-C, and exits non-zero on a fatal error.
+
+use std::process::ExitCode;
+
+use flotilla_shared::Config;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_process_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    match flotilla_worker::run(config, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    shutdown.cancel();
+}

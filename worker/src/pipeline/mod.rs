@@ -1,0 +1,85 @@
+//! Pipelines: what runs a task once a worker holds it. One trait, a registry
+//! from the task's `pipeline` field to an implementation, and the outcomes a
+//! pipeline can end with.
+
+mod scripted;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use flotilla_shared::queue::Attempt;
+use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
+use flotilla_shared::QueueError;
+use tokio_util::sync::CancellationToken;
+
+pub use scripted::Scripted;
+
+/// What a pipeline is given: the attempt (spec, fenced event writes) and a
+/// token that is cancelled when the task must stop.
+pub struct TaskRun {
+    pub attempt: Arc<Attempt>,
+    pub cancel: CancellationToken,
+}
+
+/// How a pipeline ended well.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The task is done; this is its result.
+    Succeeded(serde_json::Value),
+}
+
+/// How a pipeline ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A fault that another attempt may not hit (a model 5xx, Redis blip).
+    #[error("{0}")]
+    Retryable(String),
+    /// The task cannot succeed as asked; retrying would not help.
+    #[error("{message}")]
+    Fatal { code: StopCode, message: String },
+    /// The run noticed its cancel token.
+    #[error("cancelled")]
+    Cancelled,
+    /// Another attempt owns the task now.
+    #[error("this attempt no longer owns the task")]
+    Fenced,
+}
+
+impl From<QueueError> for PipelineError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::Fenced => PipelineError::Fenced,
+            other => PipelineError::Retryable(other.to_string()),
+        }
+    }
+}
+
+/// Runs tasks of one pipeline kind.
+pub trait Pipeline: Send + Sync + 'static {
+    fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>>;
+}
+
+/// Pipeline implementations by the name tasks use.
+#[derive(Clone, Default)]
+pub struct Registry {
+    pipelines: HashMap<PipelineKind, Arc<dyn Pipeline>>,
+}
+
+impl Registry {
+    /// The pipelines this build ships.
+    pub fn standard() -> Self {
+        let mut registry = Self::default();
+        registry.register(PipelineKind::Scripted, Arc::new(Scripted));
+        registry
+    }
+
+    /// Adds or replaces the implementation of one pipeline kind.
+    pub fn register(&mut self, kind: PipelineKind, pipeline: Arc<dyn Pipeline>) {
+        self.pipelines.insert(kind, pipeline);
+    }
+
+    pub fn get(&self, kind: PipelineKind) -> Option<Arc<dyn Pipeline>> {
+        self.pipelines.get(&kind).cloned()
+    }
+}

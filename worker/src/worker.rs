@@ -1,0 +1,196 @@
+//! The claim loop and the worker's life: it claims entries while it has free
+//! slots (up to `FLOTILLA_WORKER_CONCURRENCY`), takes over the entries of
+//! workers presumed dead, and on shutdown stops claiming, lets running tasks
+//! finish within the drain deadline and hands the rest back.
+//!
+//! Redis going away is not fatal: every loop logs, backs off and tries again,
+//! and the shared connection reconnects by itself.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flotilla_shared::ids::TaskId;
+use flotilla_shared::queue::{Delivery, Queue};
+use flotilla_shared::{Config, QueueError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::acker::Acker;
+use crate::execute::Executor;
+use crate::housekeeping;
+use crate::pipeline::Registry;
+
+/// How long one blocking read waits before the loop looks around again.
+const BLOCK_FOR: Duration = Duration::from_millis(250);
+/// With fewer free slots than lanes, the loop polls at this pace instead of
+/// blocking (a blocking read may hand over one entry per lane).
+const NEARLY_FULL_POLL: Duration = Duration::from_millis(5);
+
+/// Runs a worker with the standard pipelines until `shutdown` is cancelled.
+pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    run_with(config, Registry::standard(), shutdown).await
+}
+
+/// Runs a worker with these pipelines until `shutdown` is cancelled.
+pub async fn run_with(config: Config, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = connect_patiently(&config, &shutdown).await?;
+    let (acker, acker_task) = Acker::spawn(queue.clone());
+    let executor = Executor {
+        queue: queue.clone(),
+        registry,
+        acker,
+        worker_id: config.worker_id.clone(),
+        heartbeat: config.heartbeat,
+        default_pipeline: config.default_pipeline,
+    };
+    let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
+    let slots = Arc::new(Semaphore::new(config.worker_concurrency));
+    let tracker = TaskTracker::new();
+    let abandon = CancellationToken::new();
+    info!(worker = %config.worker_id, concurrency = config.worker_concurrency, "worker started");
+
+    let claimer = Claimer { queue, executor, slots, tracker: tracker.clone(), abandon: abandon.clone(), running: Arc::default(), lease: config.lease };
+    claimer.claim_until(&shutdown).await;
+
+    info!(running = tracker.len(), deadline_s = config.drain_deadline.as_secs(), "stopping: draining running tasks");
+    tracker.close();
+    if tokio::time::timeout(config.drain_deadline, tracker.wait()).await.is_err() {
+        warn!(running = tracker.len(), "drain deadline passed; handing running tasks back");
+        abandon.cancel();
+        tracker.wait().await;
+    }
+    drop(claimer);
+    housekeeping.await.ok();
+    acker_task.await.ok();
+    info!("worker stopped");
+    Ok(())
+}
+
+/// Connects, retrying while Redis is not there yet, until shutdown.
+async fn connect_patiently(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<Queue> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match Queue::connect(config).await {
+            Ok(queue) => return Ok(queue),
+            Err(e) => warn!(error = %e, "cannot reach redis yet; retrying"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => anyhow::bail!("stopped before redis was reachable"),
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Claims entries and hands each to an executor under a slot.
+struct Claimer {
+    queue: Queue,
+    executor: Executor,
+    slots: Arc<Semaphore>,
+    tracker: TaskTracker,
+    abandon: CancellationToken,
+    /// Tasks this worker runs now, so a second delivery of one is not started twice here.
+    running: Arc<Mutex<HashSet<TaskId>>>,
+    lease: Duration,
+}
+
+impl Claimer {
+    async fn claim_until(&self, shutdown: &CancellationToken) {
+        let mut last_reclaim = Instant::now() - self.lease;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let first = tokio::select! {
+                () = shutdown.cancelled() => return,
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
+            let free = 1 + self.slots.available_permits();
+            let claimed = if last_reclaim.elapsed() >= self.lease / 4 {
+                last_reclaim = Instant::now();
+                self.reclaim_then_claim(free).await
+            } else {
+                self.claim(free, shutdown).await
+            };
+            match claimed {
+                Ok(deliveries) => {
+                    backoff = Duration::from_millis(50);
+                    self.dispatch(first, deliveries);
+                }
+                Err(e) => {
+                    drop(first);
+                    warn!(error = %e, "claiming failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    async fn reclaim_then_claim(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
+        let mut got = self.queue.reclaim(&self.executor.worker_id, free).await?;
+        if got.len() < free {
+            got.extend(self.queue.claim_now(&self.executor.worker_id, free - got.len()).await?);
+        }
+        Ok(got)
+    }
+
+    async fn claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Vec<Delivery>, QueueError> {
+        let got = self.queue.claim_now(&self.executor.worker_id, free).await?;
+        if !got.is_empty() {
+            return Ok(got);
+        }
+        if free < 3 {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(NEARLY_FULL_POLL) => {}
+            }
+            return Ok(Vec::new());
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => Ok(Vec::new()),
+            got = self.queue.claim_blocking(&self.executor.worker_id, BLOCK_FOR) => got,
+        }
+    }
+
+    fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) {
+        let mut first = Some(first);
+        for delivery in deliveries {
+            let permit = match first.take() {
+                Some(p) => p,
+                None => match self.slots.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Cannot happen: only this loop takes slots. Leave it pending.
+                        warn!(entry = %delivery.entry_id, "no free slot for a claimed entry; it will be reclaimed");
+                        continue;
+                    }
+                },
+            };
+            if let Some(task_id) = &delivery.task_id {
+                let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+                if !running.insert(task_id.clone()) {
+                    continue;
+                }
+            }
+            let executor = self.executor.clone();
+            let abandon = self.abandon.clone();
+            let running = self.running.clone();
+            self.tracker.spawn(async move {
+                let task_id = delivery.task_id.clone();
+                executor.execute(delivery, abandon).await;
+                if let Some(id) = task_id {
+                    running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                }
+                drop(permit);
+            });
+        }
+    }
+}
