@@ -1,0 +1,291 @@
+//! Command-line arguments: the options every command shares and one enum
+//! variant per command, so a new command is one variant, one args struct and
+//! one module under `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::client::ApiKey;
+
+/// Where the API listens unless `--api` or `FLOTILLA_API_URL` says otherwise.
+pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8080";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "flotilla",
+    version,
+    about = "Command-line client of the Flotilla API"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted before or after any command.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct Global {
+    /// Base URL of the Flotilla API
+    #[arg(
+        long,
+        global = true,
+        env = "FLOTILLA_API_URL",
+        default_value = DEFAULT_API_URL,
+        value_name = "URL"
+    )]
+    pub api: String,
+    /// API key, sent as a bearer token on every /v1 call
+    #[arg(
+        long,
+        global = true,
+        env = "FLOTILLA_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY",
+        value_parser = ApiKey::parse
+    )]
+    pub key: Option<ApiKey>,
+    /// Print the JSON the API returned (one object per line for event streams)
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Submit a task and print its id
+    Submit(SubmitArgs),
+    /// Follow tasks' progress events until they finish
+    Watch(WatchArgs),
+    /// List tasks
+    Tasks(TasksArgs),
+    /// Show one task
+    Task(TaskArgs),
+    /// Cancel a queued or running task
+    Cancel(TaskArgs),
+}
+
+#[derive(Debug, Default, Args)]
+pub struct SubmitArgs {
+    /// What to do (overrides the prompt of --spec)
+    pub prompt: Option<String>,
+    /// Agent pipeline to run the task with
+    #[arg(long, value_enum)]
+    pub pipeline: Option<Pipeline>,
+    /// Model name for the pipeline
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Queue lane
+    #[arg(long, value_enum)]
+    pub priority: Option<Priority>,
+    /// A scripted action as a JSON object, e.g. '{"type":"wait","ms":200}' (repeatable)
+    #[arg(long = "action", value_name = "JSON", value_parser = parse_action)]
+    pub action: Vec<Value>,
+    /// Add a wait action of N milliseconds (repeatable, in order with --action)
+    #[arg(long = "wait-ms", value_name = "N")]
+    pub wait_ms: Vec<u64>,
+    /// How many times the task may be attempted
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// Same key and same body within 24 h gives back the same task
+    #[arg(long, value_name = "K")]
+    pub idempotency_key: Option<String>,
+    /// Free JSON object returned with the task
+    #[arg(long, value_name = "JSON", value_parser = parse_object)]
+    pub metadata: Option<Value>,
+    /// Do not start the task before this RFC 3339 time
+    #[arg(long, value_name = "RFC3339")]
+    pub not_before: Option<String>,
+    /// A whole task spec as a JSON file ("-" reads stdin); other options override its fields
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// After submitting, follow the task like `flotilla watch`
+    #[arg(long)]
+    pub watch: bool,
+    /// `--action` and `--wait-ms` merged in the order they were given.
+    #[arg(skip)]
+    pub actions: Vec<Value>,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Task ids to follow
+    #[arg(required = true, value_name = "ID")]
+    pub ids: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TasksArgs {
+    /// Only tasks in this status
+    #[arg(long, value_parser = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"])]
+    pub status: Option<String>,
+    /// Only tasks of this batch
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
+    /// At most this many tasks
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Continue a listing from the cursor the previous page gave
+    #[arg(long, value_name = "C")]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// Task id
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pipeline {
+    OpenaiCua,
+    ClaudeComputerUse,
+    ClaudeCode,
+    Scripted,
+}
+
+impl Pipeline {
+    /// The name the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pipeline::OpenaiCua => "openai-cua",
+            Pipeline::ClaudeComputerUse => "claude-computer-use",
+            Pipeline::ClaudeCode => "claude-code",
+            Pipeline::Scripted => "scripted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Priority {
+    High,
+    Normal,
+    Low,
+}
+
+impl Priority {
+    /// The name the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Normal => "normal",
+            Priority::Low => "low",
+        }
+    }
+}
+
+/// Parses the process arguments, exiting with clap's message on bad usage.
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os()).unwrap_or_else(|err| err.exit())
+}
+
+/// Parses arguments as given; tests call this with their own.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Command::Submit(submit), Some(("submit", sub))) =
+        (&mut cli.command, matches.subcommand())
+    {
+        submit.actions = ordered_actions(submit, sub);
+    }
+    Ok(cli)
+}
+
+/// Interleaves `--action` and `--wait-ms` by their position on the command line.
+fn ordered_actions(submit: &SubmitArgs, matches: &ArgMatches) -> Vec<Value> {
+    let mut indexed: Vec<(usize, Value)> = Vec::new();
+    if let Some(indices) = matches.indices_of("action") {
+        indexed.extend(indices.zip(submit.action.iter().cloned()));
+    }
+    if let Some(indices) = matches.indices_of("wait_ms") {
+        indexed.extend(
+            indices.zip(
+                submit
+                    .wait_ms
+                    .iter()
+                    .map(|ms| json!({"type": "wait", "ms": ms})),
+            ),
+        );
+    }
+    indexed.sort_by_key(|(index, _)| *index);
+    indexed.into_iter().map(|(_, action)| action).collect()
+}
+
+fn parse_object(text: &str) -> Result<Value, String> {
+    let value: Value = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))?;
+    if !value.is_object() {
+        return Err("expected a JSON object".to_owned());
+    }
+    Ok(value)
+}
+
+fn parse_action(text: &str) -> Result<Value, String> {
+    let value = parse_object(text)?;
+    if !value.get("type").is_some_and(Value::is_string) {
+        return Err("an action needs a \"type\", e.g. {\"type\":\"wait\",\"ms\":200}".to_owned());
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submit(args: &[&str]) -> SubmitArgs {
+        let cli = parse_from(["flotilla", "submit"].iter().chain(args)).expect("parses");
+        match cli.command {
+            Command::Submit(submit) => submit,
+            other => panic!("not submit: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn actions_keep_their_command_line_order() {
+        let args = submit(&[
+            "--wait-ms",
+            "100",
+            "--action",
+            r#"{"type":"screenshot"}"#,
+            "--wait-ms",
+            "5",
+        ]);
+        assert_eq!(
+            args.actions,
+            vec![
+                json!({"type": "wait", "ms": 100}),
+                json!({"type": "screenshot"}),
+                json!({"type": "wait", "ms": 5})
+            ]
+        );
+    }
+
+    #[test]
+    fn an_action_without_a_type_is_refused() {
+        assert!(parse_from(["flotilla", "submit", "x", "--action", r#"{"ms":1}"#]).is_err());
+        assert!(parse_from(["flotilla", "submit", "x", "--metadata", "[1]"]).is_err());
+    }
+
+    #[test]
+    fn global_options_go_after_the_command_too() {
+        let cli = parse_from([
+            "flotilla",
+            "tasks",
+            "--json",
+            "--api",
+            "http://h:1",
+            "--key",
+            "k",
+        ])
+        .expect("parses");
+        assert!(cli.global.json);
+        assert_eq!(cli.global.api, "http://h:1");
+        assert!(cli.global.key.is_some());
+    }
+}

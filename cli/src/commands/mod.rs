@@ -1,0 +1,43 @@
+//! One module per command; [`run`] picks the one the arguments name and
+//! every command returns how the process should end.
+
+mod submit;
+mod tasks;
+mod watch;
+
+use crate::args::{Cli, Command};
+use crate::client::Client;
+
+/// How a command that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// It ran, but not everything it waited for succeeded (exit code 1).
+    Unsuccessful,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Lines and tables for a person.
+    Human,
+    /// The API's JSON as returned, one object per line for streams.
+    Json,
+}
+
+/// Runs the command the arguments name.
+pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    let client = Client::new(&cli.global.api, cli.global.key.clone())?;
+    let format = if cli.global.json {
+        Format::Json
+    } else {
+        Format::Human
+    };
+    match cli.command {
+        Command::Submit(args) => submit::run(&client, &args, format).await,
+        Command::Watch(args) => watch::run(&client, &args.ids, format).await,
+        Command::Tasks(args) => tasks::list(&client, &args, format).await,
+        Command::Task(args) => tasks::show(&client, &args.id, format).await,
+        Command::Cancel(args) => tasks::cancel(&client, &args.id, format).await,
+    }
+}

@@ -1,0 +1,61 @@
+//! The task resource commands: `tasks` (list), `task` (show one) and `cancel`.
+
+use serde_json::Value;
+
+use super::{Format, Outcome};
+use crate::args::TasksArgs;
+use crate::client::Client;
+use crate::display::{out, task_table, warn};
+
+/// `GET /v1/tasks`: a table, and how to get the next page.
+pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::Result<Outcome> {
+    let query = [
+        ("status", args.status.clone()),
+        ("batch", args.batch.clone()),
+        ("limit", args.limit.map(|n| n.to_string())),
+        ("cursor", args.cursor.clone()),
+    ];
+    let response = client.get(&["v1", "tasks"], &query).await?;
+    if format == Format::Json {
+        out(&response.raw)?;
+        return Ok(Outcome::Success);
+    }
+    let tasks = response
+        .value
+        .get("tasks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if tasks.is_empty() {
+        warn("no tasks");
+    } else {
+        for line in task_table(&tasks) {
+            out(&line)?;
+        }
+    }
+    if let Some(cursor) = response.value.get("next_cursor").and_then(Value::as_str) {
+        warn(&format!("more: flotilla tasks --cursor {cursor}"));
+    }
+    Ok(Outcome::Success)
+}
+
+/// `GET /v1/tasks/{id}`, pretty-printed.
+pub async fn show(client: &Client, id: &str, format: Format) -> anyhow::Result<Outcome> {
+    let response = client.get(&["v1", "tasks", id], &[]).await?;
+    match format {
+        Format::Json => out(&response.raw)?,
+        Format::Human => out(&serde_json::to_string_pretty(&response.value)?)?,
+    }
+    Ok(Outcome::Success)
+}
+
+/// `POST /v1/tasks/{id}/cancel`.
+pub async fn cancel(client: &Client, id: &str, format: Format) -> anyhow::Result<Outcome> {
+    let response = client.post(&["v1", "tasks", id, "cancel"], None).await?;
+    match (format, response.value.get("status").and_then(Value::as_str)) {
+        (Format::Json, _) => out(&response.raw)?,
+        (Format::Human, Some(status)) => out(&format!("{id} {status}"))?,
+        (Format::Human, None) => out(&format!("{id} cancel requested"))?,
+    }
+    Ok(Outcome::Success)
+}

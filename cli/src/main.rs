@@ -1,0 +1,32 @@
+//! `flotilla`: the command-line client of the Flotilla API.
+//!
+//! This file only parses arguments, runs the command and maps the result to
+//! an exit code: 0 when everything succeeded, 1 when a watched task did not
+//! succeed, 2 on any error (printed as one line on stderr).
+
+mod args;
+mod client;
+mod commands;
+mod display;
+mod feed;
+mod progress;
+mod spec;
+mod sse;
+
+use std::process::ExitCode;
+
+use commands::Outcome;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = args::parse();
+    match commands::run(cli).await {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Unsuccessful) => ExitCode::from(1),
+        Err(err) if display::is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            display::warn(&display::error_line(&err));
+            ExitCode::from(2)
+        }
+    }
+}
