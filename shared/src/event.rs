@@ -132,19 +132,22 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// An event before the store numbers it.
+/// The fields of an event its producer knows: its time and kind. The store
+/// adds `seq` and the task's header fields.
 #[derive(Debug, Clone, Serialize)]
-pub struct EventDraft<'a> {
-    pub task_id: &'a TaskId,
-    pub batch_id: Option<&'a BatchId>,
-    pub tenant: &'a TenantId,
-    pub ts: String,
+struct DraftBody {
+    ts: String,
     #[serde(flatten)]
-    pub kind: EventKind,
+    kind: EventKind,
+}
+
+/// The JSON of a new event, timestamped now, without `seq` or header.
+pub fn draft(kind: EventKind) -> String {
+    serde_json::to_string(&DraftBody { ts: clock::rfc3339(clock::now_ms()), kind }).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// Whose task an event belongs to: what every event on one task repeats.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventOrigin {
     pub task_id: TaskId,
     pub batch_id: Option<BatchId>,
@@ -152,16 +155,11 @@ pub struct EventOrigin {
 }
 
 impl EventOrigin {
-    /// The JSON of a new event, timestamped now, without `seq`.
-    pub fn draft(&self, kind: EventKind) -> String {
-        let draft = EventDraft {
-            task_id: &self.task_id,
-            batch_id: self.batch_id.as_ref(),
-            tenant: &self.tenant,
-            ts: clock::rfc3339(clock::now_ms()),
-            kind,
-        };
-        serde_json::to_string(&draft).unwrap_or_else(|_| "{}".to_owned())
+    /// The origin's fields as a JSON fragment (no braces), stored once per
+    /// task and spliced into each of its events.
+    pub fn header(&self) -> String {
+        let json = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
+        json[1..json.len() - 1].to_owned()
     }
 }
 
@@ -172,9 +170,9 @@ mod tests {
     #[test]
     fn a_numbered_draft_reads_back_as_an_event() {
         let origin = EventOrigin { task_id: TaskId::generate(), batch_id: None, tenant: TenantId::parse("acme").expect("tenant") };
-        let draft = origin.draft(EventKind::Started { attempt: 0, worker: "w1".into() });
+        let draft = draft(EventKind::Started { attempt: 0, worker: "w1".into() });
         assert!(!draft.contains("\"attempt\""), "the script fills the attempt in");
-        let stored = format!("{{\"seq\":2,\"attempt\":1,{}", &draft[1..]);
+        let stored = format!("{{\"seq\":2,\"attempt\":1,{},{}", origin.header(), &draft[1..]);
         let event: Event = serde_json::from_str(&stored).expect("parses");
         assert_eq!(event.seq, 2);
         assert_eq!(event.kind, EventKind::Started { attempt: 1, worker: "w1".into() });

@@ -73,6 +73,11 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)
     }
 
+    /// What every event channel name starts with.
+    pub fn channel_prefix(&self) -> String {
+        format!("{}:events:", self.prefix)
+    }
+
     /// Channel: every event of one task.
     pub fn task_channel(&self, id: &TaskId) -> String {
         format!("{}:events:task:{id}", self.prefix)

@@ -1,26 +1,36 @@
-//! Acknowledges finished stream entries in batches: one pipelined round trip
-//! acknowledges, deletes and counts every entry that finished since the last
-//! one, which keeps Redis work per task low under load.
+//! Ends tasks and acknowledges their stream entries in batches: one
+//! pipelined round trip writes the terminal state of every attempt that
+//! finished since the last flush (through the fenced script), and a second
+//! acknowledges, deletes and counts their entries. Entries whose write was
+//! refused (another attempt owns the task) are left alone. Batching keeps
+//! Redis work per task low under load.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::{Delivery, Queue};
+use flotilla_shared::queue::{Attempt, Delivery, Queue, Terminal};
+use flotilla_shared::QueueError;
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{info, warn};
 
-/// The most entries one round trip acknowledges.
+/// The most items one flush handles.
 const MAX_BATCH: usize = 512;
-/// How long a failing acknowledgement is retried before the entries are left
-/// pending; a later reclaim sees the task finished and acknowledges it then.
+/// How long a failing flush is retried before its entries are left pending;
+/// a later reclaim sees each task's state and finishes the job then.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
-/// A finished entry and the outcome to count (`None`: count nothing).
-pub type Done = (Delivery, Option<&'static str>);
+/// Work for the acknowledger.
+enum Work {
+    /// Write this terminal state, then acknowledge the entry.
+    Finish(Arc<Attempt>, Terminal),
+    /// Only acknowledge the entry, counting this outcome if any.
+    Ack(Delivery, Option<&'static str>),
+}
 
-/// Where finished entries are sent.
+/// Where finished work is sent.
 #[derive(Clone)]
 pub struct Acker {
-    tx: mpsc::UnboundedSender<Done>,
+    tx: mpsc::UnboundedSender<Work>,
 }
 
 impl Acker {
@@ -32,36 +42,70 @@ impl Acker {
         (Self { tx }, handle)
     }
 
-    pub fn done(&self, delivery: Delivery, outcome: Option<&'static str>) {
-        if self.tx.send((delivery, outcome)).is_err() {
+    /// Ends the attempt's task and then acknowledges its entry.
+    pub fn finish(&self, attempt: Arc<Attempt>, terminal: Terminal) {
+        self.send(Work::Finish(attempt, terminal));
+    }
+
+    /// Acknowledges an entry whose task needs nothing more.
+    pub fn ack(&self, delivery: Delivery, outcome: Option<&'static str>) {
+        self.send(Work::Ack(delivery, outcome));
+    }
+
+    fn send(&self, work: Work) {
+        if self.tx.send(work).is_err() {
             warn!("acknowledger stopped; entry left to be reclaimed");
         }
     }
 }
 
-async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Done>) {
+async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        flush(&queue, &batch).await;
+        let started = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(20);
+        loop {
+            match flush(&queue, &batch).await {
+                Ok(()) => break,
+                Err(e) if started.elapsed() < GIVE_UP_AFTER => {
+                    warn!(error = %e, items = batch.len(), "ending tasks failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    warn!(error = %e, items = batch.len(), "ending tasks failed; entries left to be reclaimed");
+                    break;
+                }
+            }
+        }
         batch.clear();
     }
 }
 
-async fn flush(queue: &Queue, batch: &[Done]) {
-    let started = tokio::time::Instant::now();
-    let mut delay = Duration::from_millis(20);
-    loop {
-        match queue.ack(batch).await {
-            Ok(()) => return,
-            Err(e) if started.elapsed() < GIVE_UP_AFTER => {
-                warn!(error = %e, entries = batch.len(), "acknowledging failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => {
-                warn!(error = %e, entries = batch.len(), "acknowledging failed; entries left to be reclaimed");
-                return;
-            }
+/// Writes the batch's terminal states, then acknowledges what may be.
+/// Repeating a flush is safe: a terminal write that already happened is
+/// refused the second time, and its entry is then left for a reclaim, which
+/// finds the task ended and acknowledges it.
+async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
+    let ends: Vec<(&Attempt, Terminal)> = batch
+        .iter()
+        .filter_map(|w| match w {
+            Work::Finish(attempt, terminal) => Some((attempt.as_ref(), terminal.clone())),
+            Work::Ack(..) => None,
+        })
+        .collect();
+    let written = queue.finish_many(&ends).await?;
+    let mut acks: Vec<(Delivery, Option<&'static str>)> = Vec::with_capacity(batch.len());
+    for ((attempt, terminal), result) in ends.iter().zip(written) {
+        match result {
+            Ok(_) => acks.push((attempt.delivery.clone(), Some(terminal.outcome()))),
+            Err(_) => info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written"),
         }
     }
+    for work in batch {
+        if let Work::Ack(delivery, outcome) = work {
+            acks.push((delivery.clone(), *outcome));
+        }
+    }
+    queue.ack(&acks).await
 }

@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_shared::ids::TaskId;
-use flotilla_shared::queue::{Delivery, Queue};
+use flotilla_shared::queue::{Delivery, Queue, StartOutcome};
 use flotilla_shared::{Config, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::acker::Acker;
 use crate::execute::Executor;
@@ -116,13 +116,14 @@ impl Claimer {
             } else {
                 self.claim(free, shutdown).await
             };
-            match claimed {
-                Ok(deliveries) => {
-                    backoff = Duration::from_millis(50);
-                    self.dispatch(first, deliveries);
-                }
+            let dispatched = match claimed {
+                Ok(deliveries) if deliveries.is_empty() => Ok(()),
+                Ok(deliveries) => self.dispatch(first, deliveries).await,
+                Err(e) => Err(e),
+            };
+            match dispatched {
+                Ok(()) => backoff = Duration::from_millis(50),
                 Err(e) => {
-                    drop(first);
                     warn!(error = %e, "claiming failed; retrying");
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -160,37 +161,65 @@ impl Claimer {
         }
     }
 
-    fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) {
-        let mut first = Some(first);
+    /// Starts the claimed entries' attempts in one round trip and runs each
+    /// under a slot of its own.
+    async fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) -> Result<(), QueueError> {
+        let mut permits = vec![first];
+        let mut fresh = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
-            let permit = match first.take() {
-                Some(p) => p,
-                None => match self.slots.clone().try_acquire_owned() {
-                    Ok(p) => p,
-                    Err(_) => {
-                        // Cannot happen: only this loop takes slots. Leave it pending.
-                        warn!(entry = %delivery.entry_id, "no free slot for a claimed entry; it will be reclaimed");
-                        continue;
-                    }
-                },
-            };
             if let Some(task_id) = &delivery.task_id {
                 let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
                 if !running.insert(task_id.clone()) {
-                    continue;
+                    continue; // already running here; its heartbeat keeps the entry
                 }
             }
-            let executor = self.executor.clone();
-            let abandon = self.abandon.clone();
-            let running = self.running.clone();
-            self.tracker.spawn(async move {
-                let task_id = delivery.task_id.clone();
-                executor.execute(delivery, abandon).await;
-                if let Some(id) = task_id {
-                    running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            fresh.push(delivery);
+        }
+        while permits.len() < fresh.len() {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        // Only this loop takes slots, so there is one for each claimed entry.
+        let started = match self.queue.start_many(&fresh, &self.executor.worker_id).await {
+            Ok(started) => started,
+            Err(e) => {
+                self.forget_running(&fresh);
+                return Err(e);
+            }
+        };
+        for ((delivery, outcome), permit) in fresh.iter().zip(started).zip(permits) {
+            match outcome {
+                Ok(StartOutcome::Started(attempt)) => {
+                    let executor = self.executor.clone();
+                    let abandon = self.abandon.clone();
+                    let running = self.running.clone();
+                    self.tracker.spawn(async move {
+                        let task_id = attempt.task_id().clone();
+                        executor.execute(*attempt, abandon).await;
+                        running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                        drop(permit);
+                    });
                 }
-                drop(permit);
-            });
+                Ok(StartOutcome::Nothing(reason)) => {
+                    debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");
+                    self.forget_running(std::slice::from_ref(delivery));
+                    self.executor.acker.ack(delivery.clone(), None);
+                }
+                Err(e) => {
+                    warn!(error = %e, entry = %delivery.entry_id, "could not start task; it will be reclaimed");
+                    self.forget_running(std::slice::from_ref(delivery));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn forget_running(&self, deliveries: &[Delivery]) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        for id in deliveries.iter().filter_map(|d| d.task_id.as_ref()) {
+            running.remove(id);
         }
     }
 }

@@ -11,9 +11,12 @@ use redis::AsyncCommands;
 use super::{origin, scripts, Delivery, Queue};
 use crate::clock;
 use crate::error::QueueError;
-use crate::event::{EventKind, EventOrigin};
+use crate::event::{draft, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::{StopCode, TaskSpec};
+
+/// The error a task gets when the worker of its last attempt vanished.
+const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
 
 /// What a delivery turned into.
 #[derive(Debug)]
@@ -35,6 +38,51 @@ pub enum HeartbeatOutcome {
     Fenced,
 }
 
+/// How an attempt ends its task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Terminal {
+    Succeeded(serde_json::Value),
+    Failed(StopCode, String),
+    Cancelled,
+}
+
+impl Terminal {
+    /// The outcome name counted in the queue's figures.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Terminal::Succeeded(_) => "succeeded",
+            Terminal::Failed(..) => "failed",
+            Terminal::Cancelled => "cancelled",
+        }
+    }
+
+    fn event_and_fields(&self) -> (EventKind, Vec<(&'static str, String)>) {
+        match self {
+            Terminal::Succeeded(result) => {
+                let code = StopCode::Done.as_str();
+                let fields = vec![("status", "succeeded".into()), ("code", code.into()), ("result", result.to_string())];
+                (EventKind::Succeeded { code: code.into(), result: result.clone() }, fields)
+            }
+            Terminal::Failed(code, error) => {
+                let fields = vec![("status", "failed".into()), ("code", code.as_str().into()), ("error", error.clone())];
+                (EventKind::Failed { code: code.as_str().into(), error: error.clone() }, fields)
+            }
+            Terminal::Cancelled => {
+                let code = StopCode::Cancelled.as_str();
+                (EventKind::Cancelled { code: code.into() }, vec![("status", "cancelled".into()), ("code", code.into())])
+            }
+        }
+    }
+}
+
+/// A task that ended when a worker tried to start it.
+enum Unstarted {
+    /// Its attempts were spent: it goes to the tenant's dead letters.
+    Dead(TenantId, TaskId),
+    /// A cancel was waiting for it.
+    Cancelled,
+}
+
 /// A running attempt.
 #[derive(Debug, Clone)]
 pub struct Attempt {
@@ -49,66 +97,98 @@ pub struct Attempt {
 impl Queue {
     /// Starts the next attempt of the delivered task for worker `owner`.
     pub async fn start(&self, delivery: &Delivery, owner: &str) -> Result<StartOutcome, QueueError> {
-        let Some(task_id) = delivery.task_id.clone() else {
-            return Ok(StartOutcome::Nothing("malformed"));
-        };
-        let mut conn = self.redis.shared();
-        let (tenant, batch) = self.owner_of(&task_id).await?;
-        let Some(tenant) = tenant else { return Ok(StartOutcome::Nothing("gone")) };
-        let origin = origin(&task_id, batch.as_ref(), &tenant);
+        self.start_many(std::slice::from_ref(delivery), owner).await?.pop().unwrap_or(Ok(StartOutcome::Nothing("gone")))
+    }
+
+    /// Starts the next attempt of each delivered task, in one round trip.
+    pub async fn start_many(&self, deliveries: &[Delivery], owner: &str) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
         let now = clock::now_ms();
-        let started = origin.draft(EventKind::Started { attempt: 0, worker: owner.to_owned() });
-        let mut inv = self.task_invocation(&scripts::START, &origin, &started, now);
-        inv.arg(owner)
-            .arg(now + self.settings.lease.as_millis() as i64)
-            .arg(origin.draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() }))
-            .arg(origin.draft(EventKind::Failed {
-                code: StopCode::Problem.as_str().into(),
-                error: "attempts exhausted: the worker running the last attempt stopped responding".into(),
-            }))
-            .arg(self.retention_ms());
-        let reply: Vec<String> = inv.invoke_async(&mut conn).await?;
+        let started = draft(EventKind::Started { attempt: 0, worker: owner.to_owned() });
+        let cancelled = draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() });
+        let failed = draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() });
+        let lease_until = now + self.settings.lease.as_millis() as i64;
+        let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
+        let invocations: Vec<_> = with_task
+            .iter()
+            .map(|(_, task_id)| {
+                let mut inv = self.task_invocation(&scripts::START, task_id, &started, now);
+                inv.arg(owner).arg(lease_until).arg(&cancelled).arg(&failed).arg(self.retention_ms());
+                inv
+            })
+            .collect();
+        let replies: Vec<Vec<String>> = self.invoke_many(&invocations, &[&scripts::START]).await?;
+        let mut replies = with_task.iter().zip(replies);
+        let mut outcomes = Vec::with_capacity(deliveries.len());
+        let mut counted = Vec::new();
+        for delivery in deliveries {
+            let Some(task_id) = &delivery.task_id else {
+                outcomes.push(Ok(StartOutcome::Nothing("malformed")));
+                continue;
+            };
+            let Some((_, reply)) = replies.next() else { break };
+            let outcome = self.read_start_reply(delivery, task_id, owner, &reply, &mut counted);
+            outcomes.push(outcome);
+        }
+        self.count_unstarted(counted).await?;
+        Ok(outcomes)
+    }
+
+    fn read_start_reply(
+        &self,
+        delivery: &Delivery,
+        task_id: &TaskId,
+        owner: &str,
+        reply: &[String],
+        counted: &mut Vec<Unstarted>,
+    ) -> Result<StartOutcome, QueueError> {
+        let corrupt = || QueueError::Corrupt(format!("task {task_id}: start answered {reply:?}"));
         match reply.first().map(String::as_str) {
             Some("started") => {
-                let number = reply.get(1).and_then(|n| n.parse().ok()).unwrap_or(0);
-                let spec = reply.get(2).and_then(|s| serde_json::from_str(s).ok());
-                let Some(spec) = spec else {
-                    return Err(QueueError::Corrupt(format!("task {task_id}: spec")));
-                };
-                Ok(StartOutcome::Started(Box::new(Attempt {
-                    queue: self.clone(),
-                    origin,
-                    owner: owner.to_owned(),
-                    number,
-                    spec,
-                    delivery: delivery.clone(),
-                })))
+                let number = reply.get(1).and_then(|n| n.parse().ok()).ok_or_else(corrupt)?;
+                let spec: TaskSpec = reply.get(2).and_then(|s| serde_json::from_str(s).ok()).ok_or_else(corrupt)?;
+                let tenant = reply.get(3).and_then(|t| TenantId::parse(t).ok()).ok_or_else(corrupt)?;
+                let batch = reply.get(4).filter(|b| !b.is_empty()).and_then(|b| BatchId::parse(b).ok());
+                let origin = origin(task_id, batch.as_ref(), &tenant);
+                let attempt = Attempt { queue: self.clone(), origin, owner: owner.to_owned(), number, spec, delivery: delivery.clone() };
+                Ok(StartOutcome::Started(Box::new(attempt)))
             }
             Some("dead") => {
-                self.dead_letter(&tenant, &task_id).await?;
+                let tenant = reply.get(2).and_then(|t| TenantId::parse(t).ok()).ok_or_else(corrupt)?;
+                counted.push(Unstarted::Dead(tenant, task_id.clone()));
                 Ok(StartOutcome::Nothing("dead"))
             }
             Some("cancelled") => {
-                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                counted.push(Unstarted::Cancelled);
                 Ok(StartOutcome::Nothing("cancelled"))
             }
             Some("gone") => Ok(StartOutcome::Nothing("gone")),
             Some("terminal") => Ok(StartOutcome::Nothing("terminal")),
             Some("waiting") => Ok(StartOutcome::Nothing("waiting")),
-            _ => Err(QueueError::Corrupt(format!("start answered {reply:?}"))),
+            _ => Err(corrupt()),
         }
     }
 
-    /// The tenant and batch of a task, read before its first fenced write so
-    /// its events carry them.
-    async fn owner_of(&self, id: &TaskId) -> Result<(Option<TenantId>, Option<BatchId>), QueueError> {
+    /// Records tasks that ended at start: dead letters and late cancels.
+    async fn count_unstarted(&self, counted: Vec<Unstarted>) -> Result<(), QueueError> {
+        if counted.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for ended in &counted {
+            match ended {
+                Unstarted::Dead(tenant, id) => {
+                    pipe.zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()).ignore();
+                    pipe.hincr(self.keys.outcomes(), "failed", 1).ignore();
+                    pipe.hincr(self.keys.outcomes(), "dead", 1).ignore();
+                }
+                Unstarted::Cancelled => {
+                    pipe.hincr(self.keys.outcomes(), "cancelled", 1).ignore();
+                }
+            }
+        }
         let mut conn = self.redis.shared();
-        let (tenant, batch): (Option<String>, Option<String>) =
-            redis::cmd("HMGET").arg(self.keys.task(id)).arg("tenant").arg("batch").query_async(&mut conn).await?;
-        Ok((
-            tenant.and_then(|t| TenantId::parse(&t).ok()),
-            batch.filter(|b| !b.is_empty()).and_then(|b| BatchId::parse(&b).ok()),
-        ))
+        let () = pipe.query_async(&mut conn).await?;
+        Ok(())
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
@@ -118,6 +198,14 @@ impl Queue {
         pipe.hincr(self.keys.outcomes(), "dead", 1).ignore();
         let () = pipe.query_async(&mut conn).await?;
         Ok(())
+    }
+
+    /// Ends many attempts in one round trip. Each result is the terminal
+    /// event's seq, or [`QueueError::Fenced`].
+    pub async fn finish_many(&self, ends: &[(&Attempt, Terminal)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+        let invocations: Vec<_> = ends.iter().map(|(attempt, terminal)| attempt.finish_invocation(terminal)).collect();
+        let seqs: Vec<i64> = self.invoke_many(&invocations, &[&scripts::FINISH]).await?;
+        Ok(seqs.into_iter().map(|seq| u64::try_from(seq).map_err(|_| QueueError::Fenced)).collect())
     }
 
     /// The delay before retry number `attempt + 1`: exponential with jitter.
@@ -182,33 +270,34 @@ impl Attempt {
         self.run_fenced(inv).await
     }
 
+    /// Ends the task.
+    pub async fn finish(&self, terminal: Terminal) -> Result<u64, QueueError> {
+        self.run_fenced(self.finish_invocation(&terminal)).await
+    }
+
     /// Ends the task as succeeded.
     pub async fn succeed(&self, result: serde_json::Value) -> Result<u64, QueueError> {
-        let code = StopCode::Done.as_str();
-        let kind = EventKind::Succeeded { code: code.into(), result: result.clone() };
-        self.finish(kind, &[("status", "succeeded".into()), ("code", code.into()), ("result", result.to_string())]).await
+        self.finish(Terminal::Succeeded(result)).await
     }
 
     /// Ends the task as failed, without retry.
     pub async fn fail(&self, code: StopCode, error: &str) -> Result<u64, QueueError> {
-        let kind = EventKind::Failed { code: code.as_str().into(), error: error.into() };
-        self.finish(kind, &[("status", "failed".into()), ("code", code.as_str().into()), ("error", error.into())]).await
+        self.finish(Terminal::Failed(code, error.to_owned())).await
     }
 
     /// Ends the task as cancelled.
     pub async fn cancelled(&self) -> Result<u64, QueueError> {
-        let code = StopCode::Cancelled.as_str();
-        let kind = EventKind::Cancelled { code: code.into() };
-        self.finish(kind, &[("status", "cancelled".into()), ("code", code.into())]).await
+        self.finish(Terminal::Cancelled).await
     }
 
-    async fn finish(&self, kind: EventKind, fields: &[(&str, String)]) -> Result<u64, QueueError> {
+    fn finish_invocation(&self, terminal: &Terminal) -> redis::ScriptInvocation<'static> {
+        let (kind, fields) = terminal.event_and_fields();
         let mut inv = self.fenced(&scripts::FINISH, kind);
         inv.arg(self.queue.retention_ms());
         for (field, value) in fields {
-            inv.arg(*field).arg(value);
+            inv.arg(field).arg(value);
         }
-        self.run_fenced(inv).await
+        inv
     }
 
     /// A retryable failure: schedules the next attempt after a backoff, or,
@@ -232,8 +321,7 @@ impl Attempt {
     }
 
     fn fenced(&self, script: &'static redis::Script, kind: EventKind) -> redis::ScriptInvocation<'static> {
-        let draft = self.origin.draft(kind);
-        let mut inv = self.queue.task_invocation(script, &self.origin, &draft, clock::now_ms());
+        let mut inv = self.queue.task_invocation(script, self.task_id(), &draft(kind), clock::now_ms());
         inv.arg(self.number).arg(&self.owner);
         inv
     }

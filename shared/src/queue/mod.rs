@@ -27,7 +27,7 @@ mod submit;
 
 use std::time::Duration;
 
-pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome};
+pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome, Terminal};
 pub use claim::Delivery;
 pub use record::TaskRecord;
 pub use stats::{LaneStats, QueueStats};
@@ -35,6 +35,7 @@ pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted};
 
 use crate::config::Config;
 use crate::event::EventOrigin;
+use crate::error::QueueError;
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
@@ -74,7 +75,7 @@ impl Queue {
     }
 
     /// Connects to Redis as configured and makes sure the lanes exist.
-    pub async fn connect(config: &Config) -> Result<Self, crate::QueueError> {
+    pub async fn connect(config: &Config) -> Result<Self, QueueError> {
         let redis = Redis::connect(&config.redis).await?;
         let queue = Self::new(redis, Keys::new(config.key_prefix.clone()), QueueSettings::from_config(config));
         queue.ensure_groups().await?;
@@ -97,30 +98,41 @@ impl Queue {
         self.settings.retention.as_millis() as u64
     }
 
-    /// The three channel arguments every task script takes.
-    fn channels(&self, origin: &EventOrigin) -> [String; 3] {
-        [
-            self.keys.task_channel(&origin.task_id),
-            origin.batch_id.as_ref().map(|b| self.keys.batch_channel(b)).unwrap_or_default(),
-            self.keys.tenant_channel(&origin.tenant),
-        ]
+    /// A task script invocation with the shared leading keys and arguments.
+    fn task_invocation<'a>(&self, script: &'a redis::Script, task_id: &TaskId, draft: &str, now_ms: i64) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(self.keys.task(task_id)).key(self.keys.events(task_id));
+        inv.arg(self.keys.channel_prefix()).arg(task_id.as_str()).arg(draft).arg(now_ms);
+        inv
     }
 
-    /// A task script invocation with the shared leading keys and arguments.
-    fn task_invocation<'a>(
+    /// Runs many script invocations in one round trip, loading the scripts
+    /// first if Redis lost them (after a restart). Each reply is returned in
+    /// order.
+    pub(crate) async fn invoke_many<T: redis::FromRedisValue>(
         &self,
-        script: &'a redis::Script,
-        origin: &EventOrigin,
-        draft: &str,
-        now_ms: i64,
-    ) -> redis::ScriptInvocation<'a> {
-        let mut inv = script.prepare_invoke();
-        inv.key(self.keys.task(&origin.task_id)).key(self.keys.events(&origin.task_id));
-        for channel in self.channels(origin) {
-            inv.arg(channel);
+        invocations: &[redis::ScriptInvocation<'_>],
+        scripts_used: &[&redis::Script],
+    ) -> Result<Vec<T>, QueueError> {
+        if invocations.is_empty() {
+            return Ok(Vec::new());
         }
-        inv.arg(draft).arg(now_ms);
-        inv
+        let mut conn = self.redis.shared();
+        let mut pipe = redis::pipe();
+        for inv in invocations {
+            pipe.invoke_script(inv);
+        }
+        match pipe.query_async::<Vec<T>>(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut load = redis::pipe();
+                for script in scripts_used {
+                    load.load_script(script).ignore();
+                }
+                let () = load.query_async(&mut conn).await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
     }
 }
 

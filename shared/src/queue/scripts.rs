@@ -3,10 +3,12 @@
 //! or only keys of the queue (`{q}`).
 //!
 //! Task scripts share one argument layout so they share one prelude:
-//! `KEYS[1]` the task hash, `KEYS[2]` its event list; `ARGV[1..3]` the task,
-//! batch and tenant channels (`""` for none), `ARGV[4]` the event draft (the
-//! event's JSON without `seq`), `ARGV[5]` now in epoch ms; what follows is the
-//! script's own.
+//! `KEYS[1]` the task hash, `KEYS[2]` its event list; `ARGV[1]` the channel
+//! prefix (`<prefix>:events:`), `ARGV[2]` the task id, `ARGV[3]` the event
+//! draft (`{"ts": …, "type": …, …}`), `ARGV[4]` now in epoch ms; what follows
+//! is the script's own. The task hash keeps `hdr`, the JSON fields every
+//! event of the task repeats (`task_id`, `batch_id`, `tenant`), so a worker
+//! can write an event without reading the task first.
 //!
 //! Fencing: a worker's write carries its attempt number and worker id; the
 //! script refuses it unless the task's current `attempt` and `owner` are
@@ -19,20 +21,22 @@ use redis::Script;
 
 /// Shared helpers of the task scripts.
 const PRELUDE: &str = r#"
-local function emit(draft, extra)
+local function emit(meta, draft, extra)
   local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  local event = '{"seq":' .. seq .. ',' .. extra .. string.sub(draft, 2)
+  local event = '{"seq":' .. seq .. ',' .. extra .. meta[1] .. ',' .. string.sub(draft, 2)
   redis.call('RPUSH', KEYS[2], event)
-  for i = 1, 3 do
-    if ARGV[i] ~= '' then redis.call('PUBLISH', ARGV[i], event) end
-  end
+  redis.call('PUBLISH', ARGV[1] .. 'task:' .. ARGV[2], event)
+  if meta[3] and meta[3] ~= '' then redis.call('PUBLISH', ARGV[1] .. 'batch:' .. meta[3], event) end
+  redis.call('PUBLISH', ARGV[1] .. 'tenant:' .. meta[2], event)
   return seq
+end
+local function meta_of()
+  return redis.call('HMGET', KEYS[1], 'hdr', 'tenant', 'batch')
 end
 local function is_terminal(status)
   return status == 'succeeded' or status == 'failed' or status == 'cancelled'
 end
-local function owns(attempt, owner)
-  local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status')
+local function owns(cur, attempt, owner)
   return cur[1] == attempt and cur[2] == owner and (cur[3] == 'running' or cur[3] == 'waiting')
 end
 local function expire_after(retention_ms)
@@ -48,51 +52,55 @@ fn task_script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
 }
 
-/// Creates a task and its `queued` event. `ARGV[6..]`: field/value pairs.
+/// Creates a task and its `queued` event. `ARGV[5..]`: field/value pairs,
+/// which must include `hdr`, `tenant` and `batch`.
 /// Returns 1, or 0 if the id is taken.
 pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-set_pairs(6)
-emit(ARGV[4], '')
+set_pairs(5)
+emit(meta_of(), ARGV[3], '')
 return 1
 "#,
     )
 });
 
 /// Starts the next attempt of a delivered task.
-/// `ARGV[6]` worker id, `ARGV[7]` lease deadline, `ARGV[8]` draft of the
-/// `cancelled` event, `ARGV[9]` draft of the `failed` event for spent
-/// attempts, `ARGV[10]` retention ms.
+/// `ARGV[5]` worker id, `ARGV[6]` lease deadline, `ARGV[7]` draft of the
+/// `cancelled` event, `ARGV[8]` draft of the `failed` event for spent
+/// attempts, `ARGV[9]` retention ms.
 /// Returns `{'started', attempt, spec, tenant, batch}`, or `{'gone'}`,
-/// `{'terminal'}`, `{'waiting'}`, `{'cancelled'}`, `{'dead', attempt}`.
+/// `{'terminal'}`, `{'waiting'}`, `{'cancelled'}`, `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'max_attempts', 'cancel')
+local st = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec')
 if not st[1] then return {'gone'} end
 if is_terminal(st[1]) then return {'terminal'} end
 if st[1] == 'waiting' then return {'waiting'} end
+local meta = {st[5], st[6], st[7]}
 if st[4] == '1' then
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[5], 'owner', '')
-  emit(ARGV[8], '')
-  expire_after(ARGV[10])
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4], 'owner', '')
+  emit(meta, ARGV[7], '')
+  expire_after(ARGV[9])
   return {'cancelled'}
 end
 local attempt = tonumber(st[2]) + 1
 if attempt > tonumber(st[3]) then
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[5], 'owner', '',
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[4], 'owner', '',
     'error', 'attempts exhausted: the worker running the last attempt stopped responding')
-  emit(ARGV[9], '')
-  expire_after(ARGV[10])
-  return {'dead', tostring(attempt - 1)}
+  emit(meta, ARGV[8], '')
+  expire_after(ARGV[9])
+  return {'dead', tostring(attempt - 1), st[6]}
 end
-redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[6], 'lease_until', ARGV[7])
-redis.call('HSETNX', KEYS[1], 'started_at', ARGV[5])
-emit(ARGV[4], '"attempt":' .. attempt .. ',')
-local f = redis.call('HMGET', KEYS[1], 'spec', 'tenant', 'batch')
-return {'started', tostring(attempt), f[1], f[2], f[3] or ''}
+if st[2] == '0' then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[5], 'lease_until', ARGV[6], 'started_at', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[5], 'lease_until', ARGV[6])
+end
+emit(meta, ARGV[3], '"attempt":' .. attempt .. ',')
+return {'started', tostring(attempt), st[8], st[6], st[7] or ''}
 "#,
     )
 });
@@ -113,64 +121,67 @@ return 'ok'
     )
 });
 
-/// Appends a progress event of the owning attempt. `ARGV[6]` attempt,
-/// `ARGV[7]` worker id, `ARGV[8..]` field/value pairs to set.
+/// Appends a progress event of the owning attempt. `ARGV[5]` attempt,
+/// `ARGV[6]` worker id, `ARGV[7..]` field/value pairs to set.
 /// Returns the event's seq, or -1 when fenced.
 pub static EMIT: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-if not owns(ARGV[6], ARGV[7]) then return -1 end
-set_pairs(8)
-return emit(ARGV[4], '')
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch')
+if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
+set_pairs(7)
+return emit({cur[4], cur[5], cur[6]}, ARGV[3], '')
 "#,
     )
 });
 
-/// Ends the owning attempt and the task. `ARGV[6]` attempt, `ARGV[7]` worker
-/// id, `ARGV[8]` retention ms, `ARGV[9..]` field/value pairs (status, code,
+/// Ends the owning attempt and the task. `ARGV[5]` attempt, `ARGV[6]` worker
+/// id, `ARGV[7]` retention ms, `ARGV[8..]` field/value pairs (status, code,
 /// result or error). Returns the terminal event's seq, or -1 when fenced.
 pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-if not owns(ARGV[6], ARGV[7]) then return -1 end
-set_pairs(9)
-redis.call('HSET', KEYS[1], 'finished_at', ARGV[5], 'owner', '')
-redis.call('HDEL', KEYS[1], 'cancel')
-local seq = emit(ARGV[4], '')
-expire_after(ARGV[8])
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'cancel')
+if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
+set_pairs(8)
+redis.call('HSET', KEYS[1], 'finished_at', ARGV[4], 'owner', '')
+if cur[7] then redis.call('HDEL', KEYS[1], 'cancel') end
+local seq = emit({cur[4], cur[5], cur[6]}, ARGV[3], '')
+expire_after(ARGV[7])
 return seq
 "#,
     )
 });
 
-/// Hands the owning attempt's task back to be retried later. `ARGV[6]`
-/// attempt, `ARGV[7]` worker id, `ARGV[8..]` field/value pairs.
+/// Hands the owning attempt's task back to be retried later. `ARGV[5]`
+/// attempt, `ARGV[6]` worker id, `ARGV[7..]` field/value pairs.
 /// Returns the `retrying` event's seq, or -1 when fenced.
 pub static RETRY: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-if not owns(ARGV[6], ARGV[7]) then return -1 end
-set_pairs(8)
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch')
+if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
+set_pairs(7)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'owner', '')
-return emit(ARGV[4], '')
+return emit({cur[4], cur[5], cur[6]}, ARGV[3], '')
 "#,
     )
 });
 
-/// A user's cancel. `ARGV[6]` the caller's tenant, `ARGV[7]` retention ms.
+/// A user's cancel. `ARGV[5]` the caller's tenant, `ARGV[6]` retention ms.
 /// Returns `missing`, `cancelled` (it was queued and now is cancelled),
 /// `cancelling` (a worker holds it and will stop it), or the terminal status
 /// it already had.
 pub static CANCEL: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant')
-if not cur[1] or cur[2] ~= ARGV[6] then return 'missing' end
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch')
+if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if is_terminal(cur[1]) then return cur[1] end
 if cur[1] == 'queued' then
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[5])
-  emit(ARGV[4], '')
-  expire_after(ARGV[7])
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4])
+  emit({cur[3], cur[2], cur[4]}, ARGV[3], '')
+  expire_after(ARGV[6])
   return 'cancelled'
 end
 redis.call('HSET', KEYS[1], 'cancel', '1')
@@ -179,19 +190,19 @@ return 'cancelling'
     )
 });
 
-/// Puts a dead-lettered task back in the queue with fresh attempts. `ARGV[6]`
+/// Puts a dead-lettered task back in the queue with fresh attempts. `ARGV[5]`
 /// the caller's tenant. Returns `requeued`, `missing`, or the status it had.
 pub static REVIVE: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant')
-if not cur[1] or cur[2] ~= ARGV[6] then return 'missing' end
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch')
+if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'failed' then return cur[1] end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'attempt', 0, 'owner', '')
 redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])
-emit(ARGV[4], '')
+emit({cur[3], cur[2], cur[4]}, ARGV[3], '')
 return 'requeued'
 "#,
     )

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::{origin, scripts, Queue, TaskRecord};
 use crate::clock;
 use crate::error::QueueError;
-use crate::event::EventKind;
+use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::{TaskSpec, TaskStatus};
 
@@ -113,11 +113,12 @@ impl Queue {
         records.load_script(&scripts::CREATE).ignore();
         let mut lanes = redis::pipe();
         let mut tenants_seen: Vec<&TenantId> = Vec::new();
+        let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
         for task in &tasks {
             let origin = origin(&task.id, task.batch.as_ref(), &task.tenant);
-            let draft = origin.draft(EventKind::Queued { attempt: 0, worker: None });
             let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-            let mut inv = self.task_invocation(&scripts::CREATE, &origin, &draft, now);
+            let mut inv = self.task_invocation(&scripts::CREATE, &task.id, &queued_draft, now);
+            inv.arg("hdr").arg(origin.header());
             inv.arg("spec").arg(spec_json);
             inv.arg("tenant").arg(task.tenant.as_str());
             inv.arg("batch").arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""));
@@ -225,11 +226,8 @@ impl Queue {
     /// Cancels a tenant's task.
     pub async fn cancel(&self, tenant: &TenantId, id: &TaskId) -> Result<CancelOutcome, QueueError> {
         let mut conn = self.redis.shared();
-        let batch: Option<String> = conn.hget(self.keys.task(id), "batch").await?;
-        let batch = batch.and_then(|b| BatchId::parse(&b).ok());
-        let origin = origin(id, batch.as_ref(), tenant);
-        let draft = origin.draft(EventKind::Cancelled { code: "cancelled".into() });
-        let mut inv = self.task_invocation(&scripts::CANCEL, &origin, &draft, clock::now_ms());
+        let draft = draft(EventKind::Cancelled { code: "cancelled".into() });
+        let mut inv = self.task_invocation(&scripts::CANCEL, id, &draft, clock::now_ms());
         inv.arg(tenant.as_str()).arg(self.retention_ms());
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
@@ -279,9 +277,8 @@ impl Queue {
         let Some(record) = self.get(tenant, id).await? else {
             return Err(QueueError::NotFound);
         };
-        let origin = origin(id, record.batch_id.as_ref(), tenant);
-        let draft = origin.draft(EventKind::Queued { attempt: 0, worker: None });
-        let mut inv = self.task_invocation(&scripts::REVIVE, &origin, &draft, clock::now_ms());
+        let draft = draft(EventKind::Queued { attempt: 0, worker: None });
+        let mut inv = self.task_invocation(&scripts::REVIVE, id, &draft, clock::now_ms());
         inv.arg(tenant.as_str());
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {

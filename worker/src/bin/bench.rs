@@ -1,1 +1,297 @@
-fn main(){}
+//! `flotilla-bench`: measures the real queue code with a no-op pipeline and
+//! prints the figures as JSON, beside BullMQ's from the same Redis when the
+//! baseline script is given.
+//!
+//! It starts its own `redis-server` on a free loopback port (no persistence),
+//! or uses `--redis-url`. Measured: enqueue and drain throughput at several
+//! backlog sizes (the cost per task must stay flat as the backlog grows),
+//! enqueue-to-start latency at a steady arrival rate, and Redis memory per
+//! finished task.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use flotilla_shared::ids::{TaskId, TenantId};
+use flotilla_shared::queue::{NewTask, Queue};
+use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
+use flotilla_shared::Config;
+use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// A pipeline that does nothing but note when it started.
+struct NoOp {
+    started: Arc<Mutex<HashMap<TaskId, Instant>>>,
+}
+
+impl Pipeline for NoOp {
+    fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        let now = Instant::now();
+        if let Ok(mut started) = self.started.lock() {
+            started.insert(run.attempt.task_id().clone(), now);
+        }
+        async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
+    }
+}
+
+struct Args {
+    redis_url: Option<String>,
+    backlogs: Vec<usize>,
+    concurrency: usize,
+    latency_n: usize,
+    rate: u64,
+    bullmq_script: Option<String>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args { redis_url: None, backlogs: vec![2_000, 20_000, 100_000], concurrency: 50, latency_n: 2_000, rate: 500, bullmq_script: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--redis-url" => args.redis_url = Some(value()?),
+            "--backlogs" => {
+                args.backlogs = value()?.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>().context("--backlogs takes numbers like 2000,20000")?
+            }
+            "--concurrency" => args.concurrency = value()?.parse().context("--concurrency takes a number")?,
+            "--latency-n" => args.latency_n = value()?.parse().context("--latency-n takes a number")?,
+            "--rate" => args.rate = value()?.parse().context("--rate takes a number")?,
+            "--bullmq-script" => args.bullmq_script = Some(value()?),
+            "--help" | "-h" => {
+                println!("flotilla-bench [--redis-url URL] [--backlogs 2000,20000,100000] [--concurrency 50] [--latency-n 2000] [--rate 500] [--bullmq-script scripts/bullmq-baseline.sh]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?} (see --help)"),
+        }
+    }
+    if args.backlogs.is_empty() || args.backlogs.contains(&0) || args.concurrency == 0 || args.rate == 0 {
+        bail!("backlogs, concurrency and rate must be positive");
+    }
+    Ok(args)
+}
+
+/// A redis-server this benchmark started, stopped on drop.
+struct OwnRedis(Child);
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+fn start_redis() -> anyhow::Result<(OwnRedis, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("redis-server is not installed (scripts/setup.sh installs it)")?;
+    let own = OwnRedis(child);
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok((own, port));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("redis-server did not start")
+}
+
+fn config(url: &str, prefix: &str, concurrency: usize) -> anyhow::Result<Config> {
+    Ok(Config::from_env([
+        ("FLOTILLA_REDIS_URL", url.to_owned()),
+        ("FLOTILLA_KEY_PREFIX", prefix.to_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", concurrency.to_string()),
+        ("FLOTILLA_WORKER_ID", format!("bench-{prefix}")),
+    ])?)
+}
+
+fn noop_spec() -> TaskSpec {
+    TaskSpec { prompt: "no-op".into(), pipeline: Some(PipelineKind::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() }
+}
+
+fn new_task(tenant: &TenantId, spec: &TaskSpec) -> NewTask {
+    NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() }
+}
+
+async fn used_memory(queue: &Queue) -> anyhow::Result<i64> {
+    let mut conn = queue.redis().shared();
+    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("INFO memory has no used_memory")
+}
+
+/// Seconds of CPU Redis has used, user and system.
+async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
+    let mut conn = queue.redis().shared();
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
+    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+}
+
+async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
+    let mut conn = queue.redis().shared();
+    let n: Option<u64> = conn.hget(queue.keys().outcomes(), "succeeded").await?;
+    Ok(n.unwrap_or(0))
+}
+
+fn start_worker(config: Config, started: Arc<Mutex<HashMap<TaskId, Instant>>>) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    let mut registry = Registry::default();
+    registry.register(PipelineKind::Scripted, Arc::new(NoOp { started }));
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
+    (shutdown, handle)
+}
+
+/// Enqueue `n` no-op tasks in batches of 1000, then drain them with one worker.
+async fn throughput(url: &str, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+    let prefix = format!("bench-tp-{n}-{}", std::process::id());
+    let config = config(url, &prefix, concurrency)?;
+    let queue = Queue::connect(&config).await?;
+    let tenant = TenantId::parse("bench")?;
+    let spec = noop_spec();
+    let memory_before = used_memory(&queue).await?;
+    let enqueue_started = Instant::now();
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(1_000);
+        queue.create_tasks((0..batch).map(|_| new_task(&tenant, &spec)).collect()).await?;
+        left -= batch;
+    }
+    let enqueue_s = enqueue_started.elapsed().as_secs_f64();
+
+    let (shutdown, handle) = start_worker(config, Arc::default());
+    let cpu_before = redis_cpu_s(&queue).await?;
+    let drain_started = Instant::now();
+    while succeeded(&queue).await? < n as u64 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    let redis_cpu_us = (redis_cpu_s(&queue).await? - cpu_before) * 1e6 / n as f64;
+    shutdown.cancel();
+    handle.await??;
+    let memory_after = used_memory(&queue).await?;
+    Ok(json!({
+        "backlog": n,
+        "enqueue_per_s": (n as f64 / enqueue_s).round(),
+        "drain_per_s": (n as f64 / drain_s).round(),
+        "drain_us_per_task": (drain_s * 1e6 / n as f64 * 10.0).round() / 10.0,
+        "redis_cpu_us_per_task": (redis_cpu_us * 10.0).round() / 10.0,
+        "redis_bytes_per_finished_task": (memory_after - memory_before) / n as i64,
+    }))
+}
+
+/// Submit tasks one at a time at `rate` per second to an idle worker and
+/// measure enqueue-to-start.
+async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::Result<Value> {
+    let prefix = format!("bench-lat-{}", std::process::id());
+    let config = config(url, &prefix, concurrency)?;
+    let queue = Queue::connect(&config).await?;
+    let tenant = TenantId::parse("bench")?;
+    let spec = noop_spec();
+    let started = Arc::new(Mutex::new(HashMap::new()));
+    let (shutdown, handle) = start_worker(config, started.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut submitted = Vec::with_capacity(n);
+    let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+    for _ in 0..n {
+        ticker.tick().await;
+        let task = new_task(&tenant, &spec);
+        let id = task.id.clone();
+        let at = Instant::now();
+        queue.create_tasks(vec![task]).await?;
+        submitted.push((id, at));
+    }
+    while succeeded(&queue).await? < n as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    handle.await??;
+    let started = started.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let mut ms: Vec<f64> = submitted
+        .iter()
+        .filter_map(|(id, at)| started.get(id).map(|s| s.saturating_duration_since(*at).as_secs_f64() * 1e3))
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms.get(((ms.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
+    let round = |v: f64| (v * 1000.0).round() / 1000.0;
+    Ok(json!({ "n": n, "rate_per_s": rate, "p50_ms": round(pct(0.50)), "p90_ms": round(pct(0.90)), "p99_ms": round(pct(0.99)), "max_ms": round(pct(1.0)) }))
+}
+
+/// Runs the BullMQ baseline script against the same Redis; returns its two
+/// JSON lines (throughput, latency).
+fn bullmq(script: &str, port: u16) -> anyhow::Result<Vec<Value>> {
+    let out = Command::new("bash").arg(script).arg(port.to_string()).stderr(Stdio::inherit()).output().context("running the BullMQ baseline")?;
+    if !out.status.success() {
+        bail!("the BullMQ baseline failed");
+    }
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.trim_start().starts_with('{')).map(|l| Ok(serde_json::from_str(l)?)).collect()
+}
+
+fn number(v: &Value, keys: &[&str]) -> Option<f64> {
+    keys.iter().find_map(|k| v.get(*k).and_then(Value::as_f64))
+}
+
+async fn run(args: Args) -> anyhow::Result<Value> {
+    let (own, url, port) = match &args.redis_url {
+        Some(url) => (None, url.clone(), url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(6379)),
+        None => {
+            let (own, port) = start_redis()?;
+            (Some(own), format!("redis://127.0.0.1:{port}"), port)
+        }
+    };
+    let mut runs = Vec::new();
+    for n in &args.backlogs {
+        runs.push(throughput(&url, *n, args.concurrency).await?);
+    }
+    let latency = latency(&url, args.latency_n, args.rate, args.concurrency).await?;
+    let mut report = json!({ "flotilla": { "throughput": runs, "latency": latency } });
+    if let Some(script) = &args.bullmq_script {
+        let lines = bullmq(script, port)?;
+        let ours = report["flotilla"]["throughput"].as_array().and_then(|r| r.iter().find(|r| r["backlog"] == 20_000).or(r.first())).cloned().unwrap_or_default();
+        let theirs_tp = lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("throughput")).cloned().unwrap_or_default();
+        let theirs_lat = lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("latency")).cloned().unwrap_or_default();
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => json!((a / b * 100.0).round() / 100.0),
+            _ => Value::Null,
+        };
+        report["bullmq"] = json!({ "throughput": theirs_tp, "latency": theirs_lat });
+        report["ratio"] = json!({
+            "drain_vs_bullmq": ratio(number(&ours, &["drain_per_s"]), number(&theirs_tp, &["process_jobs_per_s"])),
+            "enqueue_vs_bullmq": ratio(number(&ours, &["enqueue_per_s"]), number(&theirs_tp, &["enqueue_jobs_per_s"])),
+            "p50_bullmq_over_ours": ratio(theirs_lat["lat_ms_hires"]["p50"].as_f64(), number(&latency, &["p50_ms"])),
+            "p99_bullmq_over_ours": ratio(theirs_lat["lat_ms_hires"]["p99"].as_f64(), number(&latency, &["p99_ms"])),
+        });
+    }
+    drop(own);
+    Ok(report)
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(report) => {
+            println!("{report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
