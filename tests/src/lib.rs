@@ -7,3 +7,4 @@ pub mod redis_server;
 
 pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
 pub use redis_server::RedisServer;
+pub mod tasks;

@@ -175,12 +175,8 @@ impl Queue {
                 .query_async(&mut conn)
                 .await?;
             let page_full = ids.len() == limit;
-            let mut pipe = redis::pipe();
             let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
-            for id in &ids {
-                pipe.hgetall(self.keys.task(id));
-            }
-            let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+            let hashes = self.task_hashes(&ids).await?;
             for (id, hash) in ids.iter().zip(hashes) {
                 cursor = Some(id.clone());
                 let Some(record) = TaskRecord::from_hash(id, hash)? else {
@@ -204,6 +200,19 @@ impl Queue {
         }
         self.forget(&index, gone).await?;
         Ok((found, cursor))
+    }
+
+    /// The hashes of these tasks, in one round trip (empty for a gone task).
+    async fn task_hashes(&self, ids: &[TaskId]) -> Result<Vec<HashMap<String, String>>, QueueError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hgetall(self.keys.task(id));
+        }
+        let mut conn = self.redis.shared();
+        Ok(pipe.query_async(&mut conn).await?)
     }
 
     /// Drops ids whose task has expired from an index.
@@ -249,11 +258,7 @@ impl Queue {
         let index = self.keys.dead(tenant);
         let ids: Vec<String> = conn.zrevrange(&index, 0, limit.clamp(1, MAX_LIST_LIMIT) as isize - 1).await?;
         let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.hgetall(self.keys.task(id));
-        }
-        let hashes: Vec<HashMap<String, String>> = pipe.query_async(&mut conn).await?;
+        let hashes = self.task_hashes(&ids).await?;
         let mut records = Vec::new();
         let mut gone = Vec::new();
         for (id, hash) in ids.iter().zip(hashes) {

@@ -1,0 +1,311 @@
+//! `GET /v1/tasks/{id}/events` over TCP against a real redis-server: the
+//! stored history first (after `Last-Event-ID`), then live events, each seq
+//! exactly once and in order, with the stored JSON as the data, and the
+//! stream closed right after the terminal event, also across a gap on the
+//! channel and a Redis restart.
+//!
+//! Events past `queued` are written here the way the queue's scripts write
+//! them (bump the task's seq, append to its list, publish on its channel), so
+//! no worker is needed and the test decides what reaches the channel.
+
+use std::time::Duration;
+
+use flotilla_shared::keys::Keys;
+use flotilla_shared::{clock, TaskId};
+use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use redis::aio::MultiplexedConnection;
+use serde_json::{json, Value};
+
+/// How long any one step may take before the test fails instead of hanging.
+const STEP: Duration = Duration::from_secs(15);
+
+/// One dispatched Server-Sent Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Frame {
+    id: Option<String>,
+    event: Option<String>,
+    data: String,
+}
+
+/// Reads frames from an SSE response body.
+struct SseReader {
+    body: BoxStream<'static, reqwest::Result<Vec<u8>>>,
+    buffer: String,
+}
+
+impl SseReader {
+    fn new(response: reqwest::Response) -> Self {
+        Self { body: response.bytes_stream().map(|chunk| chunk.map(|b| b.to_vec())).boxed(), buffer: String::new() }
+    }
+
+    /// The next event, or `None` once the server has closed the stream.
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                if let Some(frame) = parse_block(&block) {
+                    return Some(frame);
+                }
+            }
+            let chunk = tokio::time::timeout(STEP, self.body.next()).await.expect("the stream stalled")?;
+            self.buffer.push_str(std::str::from_utf8(&chunk.expect("body chunk")).expect("utf-8 body"));
+        }
+    }
+
+    /// Every remaining event, checking that the server closes the stream.
+    async fn rest(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(frame) = self.next().await {
+            frames.push(frame);
+        }
+        frames
+    }
+}
+
+/// One block of lines; `None` for comment-only blocks (keep-alives).
+fn parse_block(block: &str) -> Option<Frame> {
+    let mut frame = Frame { id: None, event: None, data: String::new() };
+    let mut has_data = false;
+    for line in block.lines() {
+        let (field, value) = line.split_once(": ").unwrap_or((line, ""));
+        match field {
+            "id" => frame.id = Some(value.to_owned()),
+            "event" => frame.event = Some(value.to_owned()),
+            "data" => {
+                if has_data {
+                    frame.data.push('\n');
+                }
+                frame.data.push_str(value);
+                has_data = true;
+            }
+            _ => {}
+        }
+    }
+    has_data.then_some(frame)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().build().expect("http client")
+}
+
+/// Opens the event stream of `id`, resuming after `last_event_id` if given.
+async fn open(api: &ApiServer, id: &str, last_event_id: Option<u64>) -> SseReader {
+    let mut request = client()
+        .get(api.url(&format!("/v1/tasks/{id}/events")))
+        .header("authorization", format!("Bearer {}", api_key()));
+    if let Some(seq) = last_event_id {
+        request = request.header("last-event-id", seq.to_string());
+    }
+    let response = request.send().await.expect("open events");
+    assert_eq!(response.status().as_u16(), 200, "events answer 200");
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+    SseReader::new(response)
+}
+
+async fn submit(api: &ApiServer) -> String {
+    let response = client()
+        .post(api.url("/v1/tasks"))
+        .header("authorization", format!("Bearer {}", api_key()))
+        .json(&json!({"prompt": "file the expense report", "pipeline": "openai-cua"}))
+        .send()
+        .await
+        .expect("submit");
+    assert_eq!(response.status().as_u16(), 202);
+    let body: Value = response.json().await.expect("submit body");
+    body["id"].as_str().expect("id").to_owned()
+}
+
+async fn cancel(api: &ApiServer, id: &str) -> u16 {
+    let response = client()
+        .post(api.url(&format!("/v1/tasks/{id}/cancel")))
+        .header("authorization", format!("Bearer {}", api_key()))
+        .send()
+        .await
+        .expect("cancel");
+    response.status().as_u16()
+}
+
+async fn connect(redis: &RedisServer) -> MultiplexedConnection {
+    let client = redis::Client::open(redis.url()).expect("redis client");
+    client.get_multiplexed_async_connection().await.expect("redis connection")
+}
+
+/// The stored events of a task, as stored.
+async fn stored(conn: &mut MultiplexedConnection, keys: &Keys, id: &str) -> Vec<String> {
+    let id = TaskId::parse(id).expect("task id");
+    redis::cmd("LRANGE").arg(keys.events(&id)).arg(0).arg(-1).query_async(conn).await.expect("LRANGE")
+}
+
+/// Stores event `seq` of task `id` the way the queue does, and publishes it
+/// on the task's channel when `publish` is set. Returns its JSON.
+async fn append(
+    conn: &mut MultiplexedConnection,
+    keys: &Keys,
+    id: &str,
+    seq: u64,
+    kind: Value,
+    publish: bool,
+) -> String {
+    let task = TaskId::parse(id).expect("task id");
+    let mut event =
+        json!({"seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms())});
+    for (k, v) in kind.as_object().expect("event fields") {
+        event[k] = v.clone();
+    }
+    let event = event.to_string();
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("HINCRBY").arg(keys.task(&task)).arg("seq").arg(1).ignore();
+    pipe.cmd("RPUSH").arg(keys.events(&task)).arg(&event).ignore();
+    if publish {
+        pipe.cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore();
+    }
+    let () = pipe.query_async(conn).await.expect("append event");
+    event
+}
+
+/// Publishes an event again without storing it, as a duplicate delivery would.
+async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, event: &str) {
+    let task = TaskId::parse(id).expect("task id");
+    let _: i64 =
+        redis::cmd("PUBLISH").arg(keys.task_channel(&task)).arg(event).query_async(conn).await.expect("PUBLISH");
+}
+
+fn ids(frames: &[Frame]) -> Vec<&str> {
+    frames.iter().map(|f| f.id.as_deref().unwrap_or("-")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_task_replays_its_history_and_closes() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let keys = Keys::new(prefix.clone());
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+    assert_eq!(cancel(&api, &id).await, 202);
+
+    let frames = open(&api, &id, None).await.rest().await;
+    let mut conn = connect(&redis).await;
+    let history = stored(&mut conn, &keys, &id).await;
+    assert_eq!(ids(&frames), ["1", "2"]);
+    let kinds: Vec<&str> = frames.iter().map(|f| f.event.as_deref().unwrap_or("-")).collect();
+    assert_eq!(kinds, ["queued", "cancelled"]);
+    let data: Vec<&str> = frames.iter().map(|f| f.data.as_str()).collect();
+    assert_eq!(data, history.iter().map(String::as_str).collect::<Vec<_>>(), "data is the stored JSON");
+
+    let resumed = open(&api, &id, Some(1)).await.rest().await;
+    assert_eq!(ids(&resumed), ["2"], "Last-Event-ID 1 resumes after it");
+    let at_end = open(&api, &id, Some(2)).await.rest().await;
+    assert!(at_end.is_empty(), "a client that has the terminal event gets an empty, closed stream");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_follower_gets_each_event_once_in_order_and_the_stream_closes() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let keys = Keys::new(prefix.clone());
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+    let mut conn = connect(&redis).await;
+
+    let mut stream = open(&api, &id, None).await;
+    let first = stream.next().await.expect("queued event");
+    assert_eq!((first.id.as_deref(), first.event.as_deref()), (Some("1"), Some("queued")));
+
+    let reasoning =
+        append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "the form is on page 2"}), true).await;
+    let second = stream.next().await.expect("live event");
+    assert_eq!((second.id.as_deref(), second.data.as_str()), (Some("2"), reasoning.as_str()));
+
+    // Seq 3 is stored but never published; seq 4 shows the gap.
+    append(&mut conn, &keys, &id, 3, json!({"type": "reasoning", "text": "scrolling"}), false).await;
+    let fourth = append(&mut conn, &keys, &id, 4, json!({"type": "reasoning", "text": "found it"}), true).await;
+    // A duplicate delivery of old events is dropped.
+    republish(&mut conn, &keys, &id, &reasoning).await;
+    republish(&mut conn, &keys, &id, &fourth).await;
+    assert_eq!(cancel(&api, &id).await, 202, "the task is still queued, so cancel ends it");
+
+    let rest = stream.rest().await;
+    assert_eq!(ids(&rest), ["3", "4", "5"], "the gap is filled from history, duplicates dropped");
+    assert_eq!(rest[2].event.as_deref(), Some("cancelled"), "the stream closed after the terminal event");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stream_survives_a_redis_restart() {
+    let mut redis = RedisServer::start_with_aof();
+    let prefix = unique_prefix();
+    let keys = Keys::new(prefix.clone());
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+
+    let mut stream = open(&api, &id, None).await;
+    assert_eq!(stream.next().await.expect("queued").id.as_deref(), Some("1"));
+
+    redis.restart();
+    let mut conn = connect(&redis).await;
+    append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "written while the feed was away"}), true)
+        .await;
+    let rest = tokio::time::timeout(STEP, async {
+        let second = stream.next().await.expect("event written across the restart");
+        assert_eq!(second.id.as_deref(), Some("2"));
+        append(&mut conn, &keys, &id, 3, json!({"type": "failed", "code": "problem", "error": "gave up"}), true).await;
+        stream.rest().await
+    })
+    .await
+    .expect("the feed came back after the restart");
+    assert_eq!(ids(&rest), ["3"]);
+    assert_eq!(rest[0].event.as_deref(), Some("failed"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_leaves_releases_its_subscription() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let keys = Keys::new(prefix.clone());
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+    let task = TaskId::parse(&id).expect("task id");
+    let mut conn = connect(&redis).await;
+    let subscribers = |conn: &mut MultiplexedConnection| {
+        let channel = keys.task_channel(&task);
+        let mut conn = conn.clone();
+        async move {
+            let counts: Vec<(String, u64)> =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut conn).await.expect("NUMSUB");
+            counts.first().map_or(0, |(_, n)| *n)
+        }
+    };
+
+    let mut stream = open(&api, &id, None).await;
+    assert!(stream.next().await.is_some());
+    assert_eq!(subscribers(&mut conn).await, 1);
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + STEP;
+    while subscribers(&mut conn).await != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the subscription outlived its client");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutting_the_api_down_ends_open_streams() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+    let mut stream = open(&api, &id, None).await;
+    assert!(stream.next().await.is_some());
+    drop(api);
+    let rest = tokio::time::timeout(STEP, async {
+        let mut frames = Vec::new();
+        while let Some(Ok(chunk)) = stream.body.next().await {
+            frames.push(chunk);
+        }
+        frames
+    })
+    .await
+    .expect("the stream ended when the api shut down");
+    assert!(rest.iter().all(|chunk| !String::from_utf8_lossy(chunk).contains("data:")), "no event after shutdown");
+}

@@ -1,0 +1,290 @@
+//! The queue's promises, driven through the real worker loop in process
+//! against a real redis-server: order, retries, dead letters, fencing,
+//! cancellation, delays, idempotency, retention and draining.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_shared::event::EventKind;
+use flotilla_shared::queue::StartOutcome;
+use flotilla_shared::task::{Pipeline as PipelineKind, TaskStatus};
+use flotilla_shared::{clock, Config, QueueError};
+use flotilla_tests::tasks::{assert_history_whole, events, queue, record, submit_many, tenant, wait_all_ended, wait_spec};
+use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+/// A worker running in this process until the guard drops.
+struct InProcessWorker {
+    shutdown: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl InProcessWorker {
+    fn start(config: Config, registry: Registry) -> Self {
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
+        Self { shutdown, handle: Some(handle) }
+    }
+
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(h) = self.handle.take() {
+            h.await.expect("worker task").expect("worker ran");
+        }
+    }
+}
+
+impl Drop for InProcessWorker {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A pipeline that fails retryably every time, counting its runs.
+struct AlwaysFlaky(Arc<AtomicU32>);
+
+impl Pipeline for AlwaysFlaky {
+    fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        async { Err(PipelineError::Retryable("model answered 503".into())) }.boxed()
+    }
+}
+
+fn fleet(extra: &[(&str, &str)]) -> (RedisServer, Config) {
+    let redis = RedisServer::start();
+    let config = test_config(&redis, &unique_prefix(), extra);
+    (redis, config)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scripted_task_runs_to_success_with_a_whole_history() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(50)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    assert_eq!(records[0].status, TaskStatus::Succeeded);
+    assert_eq!(records[0].attempts, 1);
+    assert_eq!(records[0].steps_taken, 1);
+    let history = events(&q, &id).await;
+    assert_history_whole(&id, &history);
+    let types: Vec<&str> = history.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(types, ["queued", "started", "action", "action_completed", "succeeded"]);
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn higher_lanes_are_read_first() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut low = wait_spec(1);
+    low.priority = Some(flotilla_shared::task::Priority::Low);
+    let mut high = wait_spec(1);
+    high.priority = Some(flotilla_shared::task::Priority::High);
+    let low_id = q.submit(&tenant(), low).await.expect("submit").id;
+    let normal_id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let high_id = q.submit(&tenant(), high).await.expect("submit").id;
+    let order: Vec<_> = q.claim_now("reader", 3).await.expect("claim").into_iter().filter_map(|d| d.task_id).collect();
+    assert_eq!(order, [high_id, normal_id, low_id]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retryable_failure_retries_with_backoff_then_dead_letters_and_can_be_revived() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut registry = Registry::standard();
+    registry.register(PipelineKind::Scripted, Arc::new(AlwaysFlaky(runs.clone())));
+    let mut spec = wait_spec(1);
+    spec.retry = Some(flotilla_shared::task::RetryPolicy { max_attempts: 3 });
+    let id = q.submit(&tenant(), spec).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, registry);
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(15)).await;
+    assert_eq!(records[0].status, TaskStatus::Failed);
+    assert_eq!(records[0].attempts, 3);
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "exactly max_attempts runs");
+    let history = events(&q, &id).await;
+    assert_history_whole(&id, &history);
+    let retries: Vec<(u32, u64)> = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Retrying { attempt, delay_ms, .. } => Some((*attempt, *delay_ms)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3]);
+    assert!(retries.iter().all(|(_, d)| *d <= 500), "delays stay under the configured maximum: {retries:?}");
+    let dead = q.dead(&tenant(), 10).await.expect("dead");
+    assert_eq!(dead.iter().map(|t| &t.id).collect::<Vec<_>>(), [&id]);
+
+    let runs_before = runs.load(Ordering::SeqCst);
+    q.revive(&tenant(), &id).await.expect("revive");
+    assert!(q.dead(&tenant(), 10).await.expect("dead").is_empty(), "revived tasks leave the dead-letter list");
+    wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(15)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), runs_before + 3, "a revived task gets fresh attempts");
+    let history = events(&q, &id).await;
+    let second_life = history.iter().rposition(|e| e.kind.name() == "queued").expect("queued again");
+    assert_history_whole(&id, &history[..second_life]);
+    assert_eq!(history.iter().filter(|e| e.kind.is_terminal()).count(), 2, "one end per life");
+    assert!(history.last().is_some_and(|e| e.kind.is_terminal()));
+    for (i, e) in history.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "no gap across the revival");
+    }
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_attempt_cannot_write_after_another_took_over() {
+    let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let delivery = q.claim_now("old-worker", 1).await.expect("claim").remove(0);
+    let StartOutcome::Started(stale) = q.start(&delivery, "old-worker").await.expect("start") else {
+        panic!("first delivery starts")
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = q.reclaim("new-worker", 10).await.expect("reclaim");
+    assert_eq!(taken.len(), 1, "an entry idle past its lease is reclaimed");
+    let StartOutcome::Started(fresh) = q.start(&taken[0], "new-worker").await.expect("start") else {
+        panic!("reclaimed delivery starts a new attempt")
+    };
+    assert_eq!((stale.number, fresh.number), (1, 2));
+
+    assert!(matches!(stale.emit(EventKind::Reasoning { text: "late".into() }, &[]).await, Err(QueueError::Fenced)));
+    assert!(matches!(stale.succeed(serde_json::json!({"text": "stale"})).await, Err(QueueError::Fenced)));
+    assert!(matches!(stale.fail(flotilla_shared::task::StopCode::Problem, "stale").await, Err(QueueError::Fenced)));
+    assert!(matches!(stale.retry_or_dead_letter("stale").await, Err(QueueError::Fenced)));
+    assert_eq!(stale.heartbeat().await.expect("heartbeat"), flotilla_shared::queue::HeartbeatOutcome::Fenced);
+
+    fresh.succeed(serde_json::json!({"text": "fresh"})).await.expect("owner writes");
+    let task = record(&q, &id).await;
+    assert_eq!(task.status, TaskStatus::Succeeded);
+    assert_eq!(task.result, Some(serde_json::json!({"text": "fresh"})));
+    assert!(matches!(stale.succeed(serde_json::json!({"text": "stale"})).await, Err(QueueError::Fenced)), "still refused after the end");
+    assert_history_whole(&id, &events(&q, &id).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_queued_task_ends_it_and_no_worker_runs_it() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let outcome = q.cancel(&tenant(), &id).await.expect("cancel");
+    assert_eq!(outcome, flotilla_shared::queue::CancelOutcome::Cancelled);
+    let worker = InProcessWorker::start(config, Registry::standard());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let history = events(&q, &id).await;
+    assert_history_whole(&id, &history);
+    assert!(history.iter().all(|e| e.kind.name() != "started"), "a cancelled task never starts");
+    let stats = q.stats(Some(&tenant())).await.expect("stats");
+    assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "its entry was acknowledged: {stats:?}");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_running_task_stops_it_within_five_seconds() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(60_000)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while record(&q, &id).await.status != TaskStatus::Running {
+        assert!(Instant::now() < deadline, "task never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    assert_eq!(q.cancel(&tenant(), &id).await.expect("cancel"), flotilla_shared::queue::CancelOutcome::Cancelling);
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    assert_eq!(records[0].status, TaskStatus::Cancelled);
+    assert_history_whole(&id, &events(&q, &id).await);
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_does_not_start_before_not_before() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut spec = wait_spec(1);
+    let start_at = clock::now_ms() + 1_500;
+    spec.not_before = Some(clock::rfc3339(start_at));
+    let id = q.submit(&tenant(), spec).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    let started = events(&q, &id).await.into_iter().find(|e| e.kind.name() == "started").expect("started");
+    let started_ms = clock::parse_rfc3339(&started.ts).expect("ts");
+    assert!(started_ms >= start_at, "started {} ms early", start_at - started_ms);
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_key_returns_the_same_task_or_a_conflict() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut spec = wait_spec(1);
+    spec.idempotency_key = Some("order-42".into());
+    let first = q.submit(&tenant(), spec.clone()).await.expect("submit");
+    let again = q.submit(&tenant(), spec.clone()).await.expect("replay");
+    assert_eq!(again.id, first.id);
+    assert!(again.replayed && !first.replayed);
+    let mut changed = spec;
+    changed.prompt = "something else".into();
+    assert!(matches!(q.submit(&tenant(), changed).await, Err(QueueError::IdempotencyConflict)));
+    let (listed, _) = q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+    assert_eq!(listed.len(), 1, "a replay creates nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_tasks_expire_after_the_retention_and_leave_the_index() {
+    let (_redis, config) = fleet(&[("FLOTILLA_RETENTION_S", "1")]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert!(q.get(&tenant(), &id).await.expect("get").is_none(), "the task expired");
+    assert!(events(&q, &id).await.is_empty(), "its events expired");
+    q.prune_indexes().await.expect("prune");
+    let (listed, _) = q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+    assert!(listed.is_empty());
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_worker_lets_running_tasks_finish() {
+    let (_redis, config) = fleet(&[("FLOTILLA_DRAIN_DEADLINE_S", "10")]);
+    let q = queue(&config).await;
+    let ids = submit_many(&q, &wait_spec(800), 2).await;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while record(&q, &ids[1]).await.status != TaskStatus::Running {
+        assert!(Instant::now() < deadline, "tasks never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    worker.stop().await;
+    for id in &ids {
+        assert_eq!(record(&q, id).await.status, TaskStatus::Succeeded, "drained, not abandoned");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_runs_at_most_its_concurrency() {
+    let (_redis, config) = fleet(&[("FLOTILLA_WORKER_CONCURRENCY", "2")]);
+    let q = queue(&config).await;
+    let ids = submit_many(&q, &wait_spec(200), 6).await;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    wait_all_ended(&q, &ids, Duration::from_secs(15)).await;
+    let mut spans = Vec::new();
+    for id in &ids {
+        let history = events(&q, id).await;
+        let at = |name: &str| history.iter().find(|e| e.kind.name() == name).and_then(|e| clock::parse_rfc3339(&e.ts)).expect("ts");
+        spans.push((at("started"), at("succeeded")));
+    }
+    let most = spans.iter().map(|(s, _)| spans.iter().filter(|(s2, e2)| s2 <= s && s < e2).count()).max().unwrap_or(0);
+    assert!(most <= 2, "{most} tasks ran at once");
+    worker.stop().await;
+}
