@@ -31,7 +31,7 @@ pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome, Terminal};
 pub use claim::Delivery;
 pub use record::TaskRecord;
 pub use stats::{LaneStats, QueueStats};
-pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted};
+pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted, MAX_LIST_LIMIT};
 
 use crate::config::Config;
 use crate::event::EventOrigin;

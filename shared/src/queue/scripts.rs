@@ -169,7 +169,7 @@ return emit({cur[4], cur[5], cur[6]}, ARGV[3], '')
 });
 
 /// A user's cancel. `ARGV[5]` the caller's tenant, `ARGV[6]` retention ms.
-/// Returns `missing`, `cancelled` (it was queued and now is cancelled),
+/// Returns `missing`, `now-cancelled` (it was queued and now is cancelled),
 /// `cancelling` (a worker holds it and will stop it), or the terminal status
 /// it already had.
 pub static CANCEL: LazyLock<Script> = LazyLock::new(|| {
@@ -182,7 +182,7 @@ if cur[1] == 'queued' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4])
   emit({cur[3], cur[2], cur[4]}, ARGV[3], '')
   expire_after(ARGV[6])
-  return 'cancelled'
+  return 'now-cancelled'
 end
 redis.call('HSET', KEYS[1], 'cancel', '1')
 return 'cancelling'

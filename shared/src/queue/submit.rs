@@ -66,8 +66,18 @@ impl Queue {
                 return Ok(earlier);
             }
         }
-        let created = self.create_tasks(vec![NewTask { id: id.clone(), tenant: tenant.clone(), batch: None, spec }]).await?;
-        Ok(Submitted { id, created_at_ms: created, replayed: false })
+        let key = spec.idempotency_key.clone();
+        let created = self.create_tasks(vec![NewTask { id: id.clone(), tenant: tenant.clone(), batch: None, spec }]).await;
+        match (created, key) {
+            (Ok(at), _) => Ok(Submitted { id, created_at_ms: at, replayed: false }),
+            (Err(e), Some(key)) => {
+                // The key must not point at a task that was never made.
+                let mut conn = self.redis.shared();
+                let _: Result<i64, _> = conn.del(self.keys.idempotency(tenant, &hex_digest(key.as_bytes()))).await;
+                Err(e)
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Records `key` for this request, or returns the task an identical
@@ -241,7 +251,7 @@ impl Queue {
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
             "missing" => Err(QueueError::NotFound),
-            "cancelled" => {
+            "now-cancelled" => {
                 let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
                 Ok(CancelOutcome::Cancelled)
             }

@@ -1,0 +1,274 @@
+//! The one place where errors become HTTP responses.
+//!
+//! The domain errors (`ValidationError`, `QueueError`) know nothing of HTTP,
+//! and the problems the API finds by itself (a missing key, a body that is not
+//! JSON, an unknown route) join them in [`ApiError`]. [`ApiError::reply`]
+//! gives each one its status, stable code and message in a single `match`, so
+//! a new domain error cannot reach a client without a decision here.
+//!
+//! Every error body has one shape, `{"error": {"code", "message", "field"}}`.
+//! A 5xx other than 503 is a bug: its body says nothing and its cause is
+//! logged once, here.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use flotilla_shared::task::TaskStatus;
+use flotilla_shared::{QueueError, ValidationError};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("missing or unknown API key")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(&'static str),
+    #[error("task already {0}")]
+    AlreadyFinished(TaskStatus),
+    #[error("request body is over the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("content-type must be application/json")]
+    UnsupportedMediaType,
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    #[error("redis is unreachable")]
+    Unavailable,
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for programs (`code`, `field`) and people (`message`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable: `invalid_request`, `unauthorized`, `not_found`,
+    /// `idempotency_conflict`, `already_finished`, `conflict`,
+    /// `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
+    /// `unavailable` or `internal`.
+    pub code: &'static str,
+    pub message: String,
+    /// The JSON path of the offending field, like `sandbox.resolution`.
+    pub field: Option<String>,
+}
+
+/// An error's place in HTTP.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl Reply {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), field: None }
+    }
+}
+
+const INTERNAL_MESSAGE: &str = "internal error";
+const UNAVAILABLE_MESSAGE: &str = "redis is unreachable; retry shortly";
+
+impl ApiError {
+    /// A rejection of one of axum's own extractors, by its status and text.
+    pub fn from_rejection(status: StatusCode, text: String) -> Self {
+        match status {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType,
+            s if s.is_client_error() => ApiError::Invalid(ValidationError::new(text)),
+            _ => ApiError::Internal(text),
+        }
+    }
+
+    /// Status, code, message and field of this error.
+    pub fn reply(&self) -> Reply {
+        match self {
+            ApiError::Invalid(e) => {
+                Reply { field: e.field.clone(), ..Reply::new(StatusCode::BAD_REQUEST, "invalid_request", &e.message) }
+            }
+            ApiError::Queue(QueueError::NotFound) => Reply::new(StatusCode::NOT_FOUND, "not_found", "no such task"),
+            ApiError::NotFound(what) => Reply::new(StatusCode::NOT_FOUND, "not_found", *what),
+            ApiError::Unauthorized => Reply::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send Authorization: Bearer <API key> with a known key",
+            ),
+            ApiError::Queue(e @ QueueError::IdempotencyConflict) => {
+                Reply::new(StatusCode::CONFLICT, "idempotency_conflict", e.to_string())
+            }
+            ApiError::AlreadyFinished(_) => Reply::new(StatusCode::CONFLICT, "already_finished", self.to_string()),
+            ApiError::Queue(QueueError::WrongStatus(status)) => {
+                Reply::new(StatusCode::CONFLICT, "conflict", format!("task is {status}; this needs another status"))
+            }
+            ApiError::PayloadTooLarge(_) => {
+                Reply::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", self.to_string())
+            }
+            ApiError::UnsupportedMediaType => {
+                Reply::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", self.to_string())
+            }
+            ApiError::MethodNotAllowed => {
+                Reply::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", self.to_string())
+            }
+            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) => {
+                Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
+            }
+            ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {
+                Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
+            }
+            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_))
+            | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),
+        }
+    }
+}
+
+/// Whether a Redis error means Redis cannot serve now (as opposed to a bug
+/// in what was asked of it).
+fn redis_unavailable(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_cluster_error()
+    {
+        return true;
+    }
+    matches!(
+        e.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::AuthenticationFailed
+            | ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::TryAgain
+            )
+    ) || e.is_unrecoverable_error()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let reply = self.reply();
+        if reply.status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(error = %self, "redis unavailable");
+        } else if reply.status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        let body = ErrorBody { error: ErrorDetail { code: reply.code, message: reply.message, field: reply.field } };
+        let mut response = (reply.status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        match reply.status {
+            StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_json(response: Response) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).expect("json body")
+    }
+
+    fn io_error() -> redis::RedisError {
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into()
+    }
+
+    #[test]
+    fn every_error_has_its_status_and_code() {
+        let cases: Vec<(ApiError, u16, &str)> = vec![
+            (ValidationError::at("prompt", "too long").into(), 400, "invalid_request"),
+            (ApiError::Unauthorized, 401, "unauthorized"),
+            (QueueError::NotFound.into(), 404, "not_found"),
+            (ApiError::NotFound("no such route"), 404, "not_found"),
+            (QueueError::IdempotencyConflict.into(), 409, "idempotency_conflict"),
+            (ApiError::AlreadyFinished(TaskStatus::Succeeded), 409, "already_finished"),
+            (QueueError::WrongStatus("queued".into()).into(), 409, "conflict"),
+            (ApiError::PayloadTooLarge(10), 413, "payload_too_large"),
+            (ApiError::UnsupportedMediaType, 415, "unsupported_media_type"),
+            (ApiError::MethodNotAllowed, 405, "method_not_allowed"),
+            (QueueError::Redis(io_error()).into(), 503, "unavailable"),
+            (QueueError::Pool("timed out".into()).into(), 503, "unavailable"),
+            (ApiError::Unavailable, 503, "unavailable"),
+            (QueueError::Corrupt("bad hash".into()).into(), 500, "internal"),
+            (QueueError::Fenced.into(), 500, "internal"),
+            (ApiError::Internal("boom".into()), 500, "internal"),
+        ];
+        for (error, status, code) in cases {
+            let reply = error.reply();
+            assert_eq!((reply.status.as_u16(), reply.code), (status, code), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_redis_reply_error_is_a_bug_not_an_outage() {
+        let wrong_type: redis::RedisError = (redis::ErrorKind::UnexpectedReturnType, "response was nil").into();
+        assert_eq!(ApiError::from(QueueError::Redis(wrong_type)).reply().status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[tokio::test]
+    async fn a_validation_error_names_its_field() {
+        let response = ApiError::from(ValidationError::at("sandbox.resolution", "too small")).into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = body_json(response).await;
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": "invalid_request", "message": "too small", "field": "sandbox.resolution"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn internal_errors_say_nothing_of_their_cause() {
+        let response = ApiError::from(QueueError::Corrupt("task tsk_x: spec: secret detail".into())).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let text = body_json(response).await.to_string();
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("\"internal\""), "{text}");
+    }
+
+    #[tokio::test]
+    async fn unavailable_asks_to_retry_after_a_second() {
+        let response = ApiError::from(QueueError::Redis(io_error())).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(HeaderValue::as_bytes), Some(&b"1"[..]));
+        let body = body_json(response).await;
+        assert_eq!(body["error"]["code"], "unavailable");
+        assert!(body["error"]["field"].is_null());
+    }
+
+    #[tokio::test]
+    async fn unauthorized_names_the_scheme() {
+        let response = ApiError::Unauthorized.into_response();
+        assert_eq!(response.headers().get(header::WWW_AUTHENTICATE).map(HeaderValue::as_bytes), Some(&b"Bearer"[..]));
+    }
+
+    #[test]
+    fn rejections_map_by_status() {
+        let bad_query = ApiError::from_rejection(StatusCode::BAD_REQUEST, "Failed to deserialize query string".into());
+        assert_eq!(bad_query.reply().code, "invalid_request");
+        let wrong_type = ApiError::from_rejection(StatusCode::UNSUPPORTED_MEDIA_TYPE, "x".into());
+        assert_eq!(wrong_type.reply().code, "unsupported_media_type");
+        let odd = ApiError::from_rejection(StatusCode::INTERNAL_SERVER_ERROR, "x".into());
+        assert_eq!(odd.reply().code, "internal");
+    }
+}

@@ -1,0 +1,124 @@
+//! Extractors that turn every malformed request into an [`ApiError`].
+//!
+//! axum's own extractors answer bad input with plain-text bodies; these wrap
+//! them so a bad path, query or body gets the same JSON error as everything
+//! else, with the offending field named where one can be.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use flotilla_shared::task::parse_json;
+use flotilla_shared::{TaskId, ValidationError};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A JSON request body, parsed strictly (unknown fields are refused by the
+/// target type) with the offending field named on failure.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        if !is_json(request.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let limit = state.config().body_limit;
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(limit),
+            status => ApiError::from_rejection(status, rejection.body_text()),
+        })?;
+        parse_json(&bytes).map(JsonBody).map_err(ApiError::Invalid)
+    }
+}
+
+/// Whether the request says its body is JSON (`application/json`, with any
+/// parameters, or an `application/…+json` type).
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mime = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+/// The `{id}` segment of a path, as a task id.
+#[derive(Debug, Clone)]
+pub struct TaskIdPath(pub TaskId);
+
+impl<S: Send + Sync> FromRequestParts<S> for TaskIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
+        let id = TaskId::parse(&raw).map_err(|e| ApiError::Invalid(e.under("id")))?;
+        tracing::Span::current().record("task_id", id.as_str());
+        Ok(TaskIdPath(id))
+    }
+}
+
+/// Query parameters; an unknown or malformed one is a 400.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(params) = Query::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::from_rejection(rejection.status(), rejection.body_text()))?;
+        Ok(QueryParams(params))
+    }
+}
+
+/// The `limit` query parameter: `default` when absent, else 1 to `max`.
+pub fn parse_limit(raw: Option<&str>, default: usize, max: usize) -> Result<usize, ValidationError> {
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
+        return Ok(default);
+    };
+    match raw.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(ValidationError::at("limit", format!("limit must be a whole number from 1 to {max}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_str(content_type).expect("header"));
+        headers
+    }
+
+    #[test]
+    fn json_content_types_are_recognised() {
+        assert!(is_json(&headers("application/json")));
+        assert!(is_json(&headers("Application/JSON; charset=utf-8")));
+        assert!(is_json(&headers("application/merge-patch+json")));
+        assert!(!is_json(&headers("text/plain")));
+        assert!(!is_json(&headers("application/x-www-form-urlencoded")));
+        assert!(!is_json(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn limits_default_and_stay_in_range() {
+        assert_eq!(parse_limit(None, 50, 500), Ok(50));
+        assert_eq!(parse_limit(Some(""), 50, 500), Ok(50));
+        assert_eq!(parse_limit(Some("500"), 50, 500), Ok(500));
+        for bad in ["0", "501", "-1", "ten", "1.5"] {
+            let err = parse_limit(Some(bad), 50, 500).expect_err("refused");
+            assert_eq!(err.field.as_deref(), Some("limit"), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The Flotilla HTTP API: takes tasks, serves their state, streams their
+//! events and exposes the queue to operators.
+//!
+//! [`run`] is the one entry point, called by the binary and by tests alike
+//! with a listener bound beforehand and a shutdown token; [`router`] builds
+//! the whole application so tests can drive it without a socket.
+//!
+//! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
+//! turn requests into typed values (or errors); `error` is the only place
+//! that knows which status each error gets; `feed` orders an event stream;
+//! `metrics` and `openapi` render the operator pages.
+
+mod auth;
+mod error;
+mod extract;
+mod feed;
+mod metrics;
+mod openapi;
+mod routes;
+mod state;
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Request;
+use axum::routing::{get, post};
+use axum::Router;
+use flotilla_shared::queue::Queue;
+use flotilla_shared::Config;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+pub use error::{ApiError, ErrorBody};
+pub use openapi::ApiDoc;
+pub use state::AppState;
+
+/// How long open connections may finish after shutdown is asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves the API on `listener` until `shutdown` is cancelled.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let queue = Queue::connect(&config)
+        .await
+        .map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
+    let app = router(AppState::new(config, queue, shutdown.clone()));
+    let addr = listener.local_addr().context("listener has no address")?;
+    tracing::info!(%addr, "api listening");
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.context("http server failed")?,
+        () = deadline => tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "connections still open after the grace period; closing them"),
+    }
+    tracing::info!("api stopped");
+    Ok(())
+}
+
+/// The whole application: every route, the body limit and request tracing.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.config().body_limit;
+    Router::new()
+        .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
+        .route("/v1/tasks/{id}", get(routes::tasks::get))
+        .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
+        .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/queues", get(routes::queues::stats))
+        .route("/v1/dead", get(routes::queues::dead))
+        .route("/v1/dead/{id}/retry", post(routes::queues::retry))
+        .route("/healthz", get(routes::ops::healthz))
+        .route("/readyz", get(routes::ops::readyz))
+        .route("/metrics", get(routes::ops::metrics))
+        .route("/openapi.json", get(routes::ops::openapi))
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                .on_failure(()),
+        )
+        .with_state(state)
+}
+
+/// The span of one request; `tenant` and `task_id` are filled in once known.
+fn request_span(request: &Request<Body>) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        tenant = tracing::field::Empty,
+        task_id = tracing::field::Empty,
+    )
+}

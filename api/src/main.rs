@@ -1,0 +1,72 @@
+//! The `flotilla-api` binary: reads the configuration, starts tracing, binds
+//! the listener and serves until SIGINT or SIGTERM. A bad setting stops it
+//! at start with one line naming the variable.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use flotilla_shared::Config;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_process_env().and_then(|config| config.require_api_keys().map(|()| config)) {
+        Ok(config) => config,
+        Err(e) => return fail(e),
+    };
+    let filter = match log_filter() {
+        Ok(filter) => filter,
+        Err(e) => return fail(format!("RUST_LOG: {e}")),
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(std::io::stdout().is_terminal()).init();
+    let listener = match tokio::net::TcpListener::bind(config.api_addr).await {
+        Ok(listener) => listener,
+        Err(e) => return fail(format!("FLOTILLA_API_ADDR: cannot listen on {}: {e}", config.api_addr)),
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    match flotilla_api::run(config, listener, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+/// `RUST_LOG` if set, else `info`.
+fn log_filter() -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
+    match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives),
+        _ => Ok(EnvFilter::new("info")),
+    }
+}
+
+/// Cancels `shutdown` on the first SIGINT or SIGTERM.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(stream) => Some(stream),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the api");
+            None
+        }
+    };
+    let sigterm = async {
+        match terminate.as_mut() {
+            Some(stream) => {
+                stream.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = sigterm => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}

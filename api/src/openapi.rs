@@ -1,0 +1,133 @@
+//! The OpenAPI document, generated from the handlers' annotations and the
+//! shared model's schemas, so it cannot drift from the code.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::{ErrorBody, ErrorDetail};
+use crate::routes::{events, ops, queues, tasks};
+
+/// The API's document, served at `/openapi.json`.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Flotilla", description = "Job queue for computer-use agents: submit tasks, follow their progress, operate the queue."),
+    paths(
+        tasks::submit,
+        tasks::list,
+        tasks::get,
+        tasks::cancel,
+        events::stream,
+        queues::stats,
+        queues::dead,
+        queues::retry,
+        ops::healthz,
+        ops::readyz,
+        ops::metrics,
+        ops::openapi,
+    ),
+    components(schemas(
+        ErrorBody,
+        ErrorDetail,
+        flotilla_shared::task::TaskSpec,
+        flotilla_shared::queue::TaskRecord,
+        flotilla_shared::event::Event,
+        flotilla_shared::event::EventKind,
+        flotilla_shared::action::Action,
+        flotilla_shared::queue::QueueStats,
+        flotilla_shared::queue::LaneStats,
+        tasks::TaskAccepted,
+        tasks::TaskPage,
+        tasks::Cancelled,
+        queues::DeadTasks,
+        queues::Requeued,
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
+        (name = "queues", description = "Queue figures and the dead-letter list"),
+        (name = "operations", description = "Health, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// Declares the `bearer` security scheme the paths refer to.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("An API key")).build(),
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document() -> serde_json::Value {
+        serde_json::from_str(&ApiDoc::openapi().to_json().expect("renders")).expect("json")
+    }
+
+    #[test]
+    fn every_route_is_documented() {
+        let doc = document();
+        let paths = doc["paths"].as_object().expect("paths");
+        for (path, method) in [
+            ("/v1/tasks", "post"),
+            ("/v1/tasks", "get"),
+            ("/v1/tasks/{id}", "get"),
+            ("/v1/tasks/{id}/cancel", "post"),
+            ("/v1/tasks/{id}/events", "get"),
+            ("/v1/queues", "get"),
+            ("/v1/dead", "get"),
+            ("/v1/dead/{id}/retry", "post"),
+            ("/healthz", "get"),
+            ("/readyz", "get"),
+            ("/metrics", "get"),
+            ("/openapi.json", "get"),
+        ] {
+            assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is missing");
+        }
+    }
+
+    #[test]
+    fn the_model_and_the_security_scheme_are_included() {
+        let doc = document();
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        for name in ["TaskSpec", "TaskRecord", "Event", "QueueStats", "ErrorBody", "Action"] {
+            assert!(schemas.contains_key(name), "schema {name} is missing");
+        }
+        assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert!(doc["paths"]["/v1/tasks"]["post"]["security"].is_array());
+        assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        fn refs(value: &serde_json::Value, found: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    if let Some(serde_json::Value::String(r)) = map.get("$ref") {
+                        found.push(r.clone());
+                    }
+                    map.values().for_each(|v| refs(v, found));
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+                _ => {}
+            }
+        }
+        let doc = document();
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(!found.is_empty());
+        for reference in found {
+            let name = reference.strip_prefix("#/components/schemas/").expect("a schema reference");
+            assert!(doc["components"]["schemas"].get(name).is_some(), "{reference} does not resolve");
+        }
+    }
+}

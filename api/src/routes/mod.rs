@@ -1,0 +1,17 @@
+//! The HTTP endpoints, one module per resource. Handlers only translate:
+//! HTTP in, a call to the queue, HTTP out; the rules live in `shared`.
+
+pub mod events;
+pub mod ops;
+pub mod queues;
+pub mod tasks;
+
+/// Answers a path no route matches.
+pub async fn no_route() -> crate::error::ApiError {
+    crate::error::ApiError::NotFound("no such route")
+}
+
+/// Answers a known path asked with the wrong method.
+pub async fn wrong_method() -> crate::error::ApiError {
+    crate::error::ApiError::MethodNotAllowed
+}

@@ -1,0 +1,54 @@
+//! What every handler shares: the queue, the configuration, the API keys and
+//! the process's shutdown token. Cloning it is cheap (one `Arc`).
+
+use std::sync::Arc;
+
+use flotilla_shared::queue::Queue;
+use flotilla_shared::Config;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::ApiKeys;
+
+/// The state of the API, handed to every handler.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    queue: Queue,
+    keys: ApiKeys,
+    shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// State for `config` over a connected `queue`. Long-lived responses (event
+    /// streams) end when `shutdown` is cancelled.
+    pub fn new(config: Config, queue: Queue, shutdown: CancellationToken) -> Self {
+        let keys = ApiKeys::new(&config.api_keys);
+        Self { inner: Arc::new(Inner { config, queue, keys, shutdown }) }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.inner.queue
+    }
+
+    pub fn keys(&self) -> &ApiKeys {
+        &self.inner.keys
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("queue", &self.inner.queue).finish_non_exhaustive()
+    }
+}

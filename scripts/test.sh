@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds the binaries the
+# tests run as processes, then runs every test of the workspace in parallel.
+#
+#   bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+cargo build --workspace --bins --quiet
+profile=default
+if [ "${CI:-}" = "true" ]; then profile=ci; fi
+cargo nextest run --workspace --profile "$profile" "$@"
