@@ -1,6 +1,7 @@
 //! Background duties every worker shares, with no leader: promoting due
-//! tasks (retries after their backoff, `not_before`) into their lanes, and
-//! dropping expired tasks from the tenant indexes. Any number of workers may
+//! tasks (retries after their backoff, `not_before`) into their lanes,
+//! trimming acknowledged entries from the lanes, and dropping expired tasks
+//! from the tenant indexes. Any number of workers may
 //! run them at once; each step is an atomic script or idempotent.
 
 use std::time::Duration;
@@ -11,14 +12,18 @@ use tracing::warn;
 
 /// How often due tasks are promoted.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+/// How often acknowledged entries are trimmed from the lanes.
+const TRIM_EVERY: Duration = Duration::from_millis(250);
 /// How often the tenant indexes are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown` is cancelled.
 pub async fn run(queue: Queue, shutdown: CancellationToken) {
     let mut promote = tokio::time::interval(PROMOTE_EVERY);
+    let mut trim = tokio::time::interval(TRIM_EVERY);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     promote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -26,6 +31,11 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
             _ = promote.tick() => {
                 if let Err(e) = queue.promote_due().await {
                     warn!(error = %e, "promoting due tasks failed");
+                }
+            }
+            _ = trim.tick() => {
+                if let Err(e) = queue.trim_lanes().await {
+                    warn!(error = %e, "trimming the lanes failed");
                 }
             }
             _ = prune.tick() => {

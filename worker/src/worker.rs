@@ -86,6 +86,7 @@ async fn connect_patiently(config: &Config, shutdown: &CancellationToken) -> any
 }
 
 /// Claims entries and hands each to an executor under a slot.
+#[derive(Clone)]
 struct Claimer {
     queue: Queue,
     executor: Executor,
@@ -116,13 +117,13 @@ impl Claimer {
             } else {
                 self.claim(free, shutdown).await
             };
-            let dispatched = match claimed {
-                Ok(deliveries) if deliveries.is_empty() => Ok(()),
-                Ok(deliveries) => self.dispatch(first, deliveries).await,
-                Err(e) => Err(e),
-            };
-            match dispatched {
-                Ok(()) => backoff = Duration::from_millis(50),
+            match claimed {
+                Ok(deliveries) => {
+                    backoff = Duration::from_millis(50);
+                    if !deliveries.is_empty() {
+                        self.dispatch(first, deliveries);
+                    }
+                }
                 Err(e) => {
                     warn!(error = %e, "claiming failed; retrying");
                     tokio::select! {
@@ -162,43 +163,48 @@ impl Claimer {
     }
 
     /// Starts the claimed entries' attempts in one round trip and runs each
-    /// under a slot of its own.
-    async fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) -> Result<(), QueueError> {
+    /// under a slot of its own. The round trip runs beside the claim loop,
+    /// so the next claim does not wait for it.
+    fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) {
         let mut permits = vec![first];
         let mut fresh = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
-            if let Some(task_id) = &delivery.task_id {
-                let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-                if !running.insert(task_id.clone()) {
-                    continue; // already running here; its heartbeat keeps the entry
+        {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            for delivery in deliveries {
+                // A task already running here keeps its entry by its heartbeat.
+                if delivery.task_id.as_ref().is_none_or(|id| running.insert(id.clone())) {
+                    fresh.push(delivery);
                 }
             }
-            fresh.push(delivery);
         }
+        // Only the claim loop takes slots, so there is one for each claimed entry.
         while permits.len() < fresh.len() {
             match self.slots.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
             }
         }
-        // Only this loop takes slots, so there is one for each claimed entry.
+        let this = self.clone();
+        self.tracker.spawn(async move { this.start_and_run(fresh, permits).await });
+    }
+
+    async fn start_and_run(&self, fresh: Vec<Delivery>, permits: Vec<OwnedSemaphorePermit>) {
         let started = match self.queue.start_many(&fresh, &self.executor.worker_id).await {
             Ok(started) => started,
             Err(e) => {
+                warn!(error = %e, entries = fresh.len(), "could not start claimed tasks; they will be reclaimed");
                 self.forget_running(&fresh);
-                return Err(e);
+                return;
             }
         };
         for ((delivery, outcome), permit) in fresh.iter().zip(started).zip(permits) {
             match outcome {
                 Ok(StartOutcome::Started(attempt)) => {
-                    let executor = self.executor.clone();
-                    let abandon = self.abandon.clone();
-                    let running = self.running.clone();
+                    let this = self.clone();
                     self.tracker.spawn(async move {
                         let task_id = attempt.task_id().clone();
-                        executor.execute(*attempt, abandon).await;
-                        running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                        this.executor.execute(*attempt, this.abandon.clone()).await;
+                        this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
                         drop(permit);
                     });
                 }
@@ -213,7 +219,6 @@ impl Claimer {
                 }
             }
         }
-        Ok(())
     }
 
     fn forget_running(&self, deliveries: &[Delivery]) {

@@ -56,20 +56,21 @@ impl Terminal {
         }
     }
 
-    fn event_and_fields(&self) -> (EventKind, Vec<(&'static str, String)>) {
+    /// The terminal event and what the task hash records: status, code, and
+    /// the result or error field with its value.
+    fn written(&self) -> (EventKind, &'static str, &'static str, &'static str, String) {
         match self {
             Terminal::Succeeded(result) => {
                 let code = StopCode::Done.as_str();
-                let fields = vec![("status", "succeeded".into()), ("code", code.into()), ("result", result.to_string())];
-                (EventKind::Succeeded { code: code.into(), result: result.clone() }, fields)
+                (EventKind::Succeeded { code: code.into(), result: result.clone() }, "succeeded", code, "result", result.to_string())
             }
             Terminal::Failed(code, error) => {
-                let fields = vec![("status", "failed".into()), ("code", code.as_str().into()), ("error", error.clone())];
-                (EventKind::Failed { code: code.as_str().into(), error: error.clone() }, fields)
+                let code = code.as_str();
+                (EventKind::Failed { code: code.into(), error: error.clone() }, "failed", code, "error", error.clone())
             }
             Terminal::Cancelled => {
                 let code = StopCode::Cancelled.as_str();
-                (EventKind::Cancelled { code: code.into() }, vec![("status", "cancelled".into()), ("code", code.into())])
+                (EventKind::Cancelled { code: code.into() }, "cancelled", code, "", String::new())
             }
         }
     }
@@ -103,21 +104,25 @@ impl Queue {
     /// Starts the next attempt of each delivered task, in one round trip.
     pub async fn start_many(&self, deliveries: &[Delivery], owner: &str) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
         let now = clock::now_ms();
-        let started = draft(EventKind::Started { attempt: 0, worker: owner.to_owned() });
-        let cancelled = draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() });
-        let failed = draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() });
-        let lease_until = now + self.settings.lease.as_millis() as i64;
         let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
-        let invocations: Vec<_> = with_task
-            .iter()
-            .map(|(_, task_id)| {
-                let mut inv = self.task_invocation(&scripts::START, task_id, &started, now);
-                inv.arg(owner).arg(lease_until).arg(&cancelled).arg(&failed).arg(self.retention_ms());
-                inv
-            })
-            .collect();
-        let replies: Vec<Vec<String>> = self.invoke_many(&invocations, &[&scripts::START]).await?;
-        let mut replies = with_task.iter().zip(replies);
+        let mut replies: Vec<Vec<String>> = Vec::new();
+        if !with_task.is_empty() {
+            let mut inv = scripts::START.prepare_invoke();
+            inv.arg(self.keys.channel_prefix())
+                .arg(draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }))
+                .arg(now)
+                .arg(owner)
+                .arg(now + self.settings.lease.as_millis() as i64)
+                .arg(draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() }))
+                .arg(draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() }))
+                .arg(self.retention_ms());
+            for (_, task_id) in &with_task {
+                inv.key(self.keys.task(task_id)).key(self.keys.events(task_id)).arg(task_id.as_str());
+            }
+            let mut conn = self.redis.shared();
+            replies = inv.invoke_async(&mut conn).await?;
+        }
+        let mut replies = replies.into_iter();
         let mut outcomes = Vec::with_capacity(deliveries.len());
         let mut counted = Vec::new();
         for delivery in deliveries {
@@ -125,9 +130,8 @@ impl Queue {
                 outcomes.push(Ok(StartOutcome::Nothing("malformed")));
                 continue;
             };
-            let Some((_, reply)) = replies.next() else { break };
-            let outcome = self.read_start_reply(delivery, task_id, owner, &reply, &mut counted);
-            outcomes.push(outcome);
+            let Some(reply) = replies.next() else { break };
+            outcomes.push(self.read_start_reply(delivery, task_id, owner, &reply, &mut counted));
         }
         self.count_unstarted(counted).await?;
         Ok(outcomes)
@@ -203,8 +207,20 @@ impl Queue {
     /// Ends many attempts in one round trip. Each result is the terminal
     /// event's seq, or [`QueueError::Fenced`].
     pub async fn finish_many(&self, ends: &[(&Attempt, Terminal)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
-        let invocations: Vec<_> = ends.iter().map(|(attempt, terminal)| attempt.finish_invocation(terminal)).collect();
-        let seqs: Vec<i64> = self.invoke_many(&invocations, &[&scripts::FINISH]).await?;
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut inv = scripts::FINISH.prepare_invoke();
+        inv.arg(self.keys.channel_prefix()).arg(clock::now_ms()).arg(self.retention_ms());
+        for (attempt, terminal) in ends {
+            let id = attempt.task_id();
+            let (kind, status, code, field, value) = terminal.written();
+            inv.key(self.keys.task(id)).key(self.keys.events(id));
+            inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(draft(kind));
+            inv.arg(status).arg(code).arg(field).arg(value);
+        }
+        let mut conn = self.redis.shared();
+        let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
         Ok(seqs.into_iter().map(|seq| u64::try_from(seq).map_err(|_| QueueError::Fenced)).collect())
     }
 
@@ -272,7 +288,7 @@ impl Attempt {
 
     /// Ends the task.
     pub async fn finish(&self, terminal: Terminal) -> Result<u64, QueueError> {
-        self.run_fenced(self.finish_invocation(&terminal)).await
+        self.queue.finish_many(&[(self, terminal)]).await?.pop().unwrap_or(Err(QueueError::Fenced))
     }
 
     /// Ends the task as succeeded.
@@ -288,16 +304,6 @@ impl Attempt {
     /// Ends the task as cancelled.
     pub async fn cancelled(&self) -> Result<u64, QueueError> {
         self.finish(Terminal::Cancelled).await
-    }
-
-    fn finish_invocation(&self, terminal: &Terminal) -> redis::ScriptInvocation<'static> {
-        let (kind, fields) = terminal.event_and_fields();
-        let mut inv = self.fenced(&scripts::FINISH, kind);
-        inv.arg(self.queue.retention_ms());
-        for (field, value) in fields {
-            inv.arg(field).arg(value);
-        }
-        inv
     }
 
     /// A retryable failure: schedules the next attempt after a backoff, or,

@@ -52,17 +52,27 @@ impl Queue {
     /// Reads up to `count` new entries, high lane first, without waiting.
     pub async fn claim_now(&self, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.redis.shared();
-        let mut got = Vec::new();
+        let mut inv = scripts::CLAIM.prepare_invoke();
         for lane in Priority::ALL {
-            let wanted = count - got.len();
-            if wanted == 0 {
-                break;
-            }
-            let opts = StreamReadOptions::default().group(GROUP, consumer).count(wanted);
-            let reply: Option<StreamReadReply> = self.read_group(&mut conn, &[self.keys.lane(lane)], opts).await?;
-            got.extend(deliveries(reply));
+            inv.key(self.keys.lane(lane));
         }
-        Ok(got)
+        inv.arg(GROUP).arg(consumer).arg(count);
+        let flat: Vec<String> = match inv.invoke_async(&mut conn).await {
+            Ok(flat) => flat,
+            Err(e) if e.to_string().contains("NOGROUP") => {
+                // Redis lost the group (restarted without persistence): make it again.
+                self.ensure_groups().await?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(flat
+            .chunks_exact(3)
+            .filter_map(|c| {
+                let lane = *Priority::ALL.get(c[0].parse::<usize>().ok()?.checked_sub(1)?)?;
+                Some(Delivery { lane, entry_id: c[1].clone(), task_id: TaskId::parse(&c[2]).ok() })
+            })
+            .collect())
     }
 
     /// Waits up to `block` for one new entry on any lane; at most one per lane
@@ -162,7 +172,7 @@ impl Queue {
         Ok(())
     }
 
-    /// Acknowledges and deletes finished entries, counting outcomes
+    /// Acknowledges finished entries, counting outcomes
     /// (`succeeded`, `failed`, …) in the same round trip.
     pub async fn ack(&self, done: &[(Delivery, Option<&'static str>)]) -> Result<(), QueueError> {
         if done.is_empty() {
@@ -174,9 +184,7 @@ impl Queue {
             if ids.is_empty() {
                 continue;
             }
-            let key = self.keys.lane(lane);
-            pipe.xack(&key, GROUP, &ids).ignore();
-            pipe.xdel(&key, &ids).ignore();
+            pipe.xack(self.keys.lane(lane), GROUP, &ids).ignore();
         }
         let mut counts: Vec<(&str, i64)> = Vec::new();
         for outcome in done.iter().filter_map(|(_, o)| *o) {
@@ -191,6 +199,18 @@ impl Queue {
         let mut conn = self.redis.shared();
         let () = pipe.query_async(&mut conn).await?;
         Ok(())
+    }
+
+    /// Drops acknowledged entries from the head of every lane (see
+    /// [`scripts::TRIM`]). Returns how many went.
+    pub async fn trim_lanes(&self) -> Result<usize, QueueError> {
+        let mut conn = self.redis.shared();
+        let mut trimmed = 0;
+        for lane in Priority::ALL {
+            let n: usize = scripts::TRIM.key(self.keys.lane(lane)).arg(GROUP).invoke_async(&mut conn).await?;
+            trimmed += n;
+        }
+        Ok(trimmed)
     }
 
     /// Moves tasks whose time has come from the due sets into their lanes.

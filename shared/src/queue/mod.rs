@@ -34,8 +34,8 @@ pub use stats::{LaneStats, QueueStats};
 pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted, MAX_LIST_LIMIT};
 
 use crate::config::Config;
-use crate::event::EventOrigin;
 use crate::error::QueueError;
+use crate::event::EventOrigin;
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
@@ -104,35 +104,6 @@ impl Queue {
         inv.key(self.keys.task(task_id)).key(self.keys.events(task_id));
         inv.arg(self.keys.channel_prefix()).arg(task_id.as_str()).arg(draft).arg(now_ms);
         inv
-    }
-
-    /// Runs many script invocations in one round trip, loading the scripts
-    /// first if Redis lost them (after a restart). Each reply is returned in
-    /// order.
-    pub(crate) async fn invoke_many<T: redis::FromRedisValue>(
-        &self,
-        invocations: &[redis::ScriptInvocation<'_>],
-        scripts_used: &[&redis::Script],
-    ) -> Result<Vec<T>, QueueError> {
-        if invocations.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.redis.shared();
-        let mut pipe = redis::pipe();
-        for inv in invocations {
-            pipe.invoke_script(inv);
-        }
-        match pipe.query_async::<Vec<T>>(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut load = redis::pipe();
-                for script in scripts_used {
-                    load.load_script(script).ignore();
-                }
-                let () = load.query_async(&mut conn).await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            }
-            other => Ok(other?),
-        }
     }
 }
 

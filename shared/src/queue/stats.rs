@@ -63,15 +63,40 @@ impl Queue {
         let len: u64 = conn.xlen(&key).await?;
         let pending = number("pending").unwrap_or(0);
         let depth = number("lag").unwrap_or_else(|| len.saturating_sub(pending));
-        let first: redis::streams::StreamRangeReply = conn.xrange_count(&key, "-", "+", 1).await?;
-        let oldest_age_ms = first
-            .ids
-            .first()
-            .and_then(|e| e.id.split('-').next()?.parse::<i64>().ok())
-            .map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64);
+        let oldest_age_ms = self.oldest_open_entry_ms(&key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64);
         let delayed: u64 = conn.zcard(self.keys.due(lane)).await?;
         Ok(LaneStats { lane, depth, pending, delayed, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
     }
+}
+
+impl Queue {
+    /// When the oldest entry still to finish was added: the oldest pending
+    /// one or the first not yet delivered, whichever is older. Acknowledged
+    /// entries waiting to be trimmed do not count.
+    async fn oldest_open_entry_ms(&self, key: &str, group: Option<&HashMap<String, redis::Value>>) -> Result<Option<i64>, QueueError> {
+        let mut conn = self.redis.shared();
+        let summary: redis::streams::StreamPendingReply = match conn.xpending(key, GROUP).await {
+            Ok(reply) => reply,
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let oldest_pending = match summary {
+            redis::streams::StreamPendingReply::Data(data) => entry_ms(&data.start_id),
+            _ => None,
+        };
+        let last_delivered = group.and_then(|g| g.get("last-delivered-id")).and_then(as_text).unwrap_or_else(|| "0-0".into());
+        let next: redis::streams::StreamRangeReply = conn.xrange_count(key, format!("({last_delivered}"), "+", 1).await?;
+        let first_undelivered = next.ids.first().and_then(|e| entry_ms(&e.id));
+        Ok(match (oldest_pending, first_undelivered) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+}
+
+/// The epoch ms an entry id was made at.
+fn entry_ms(id: &str) -> Option<i64> {
+    id.split('-').next()?.parse().ok()
 }
 
 fn as_text(v: &redis::Value) -> Option<String> {

@@ -13,6 +13,8 @@ use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::{TaskSpec, TaskStatus};
 
+/// The most tasks one create script call makes, so no call holds Redis long.
+const CREATE_CHUNK: usize = 500;
 /// How long an idempotency key holds (24 h, as the contract says).
 const IDEMPOTENCY_TTL_S: u64 = 24 * 3600;
 /// The most tasks one list call returns.
@@ -120,23 +122,26 @@ impl Queue {
         let now = clock::now_ms();
         let mut conn = self.redis.shared();
         let mut records = redis::pipe();
-        records.load_script(&scripts::CREATE).ignore();
         let mut lanes = redis::pipe();
         let mut tenants_seen: Vec<&TenantId> = Vec::new();
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
+        for chunk in tasks.chunks(CREATE_CHUNK) {
+            let mut create = scripts::CREATE.prepare_invoke();
+            create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now);
+            for task in chunk {
+                let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+                create.key(self.keys.task(&task.id)).key(self.keys.events(&task.id));
+                create
+                    .arg(task.id.as_str())
+                    .arg(origin(&task.id, task.batch.as_ref(), &task.tenant).header())
+                    .arg(spec_json)
+                    .arg(task.tenant.as_str())
+                    .arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""))
+                    .arg(task.spec.max_attempts());
+            }
+            records.invoke_script(&create).ignore();
+        }
         for task in &tasks {
-            let origin = origin(&task.id, task.batch.as_ref(), &task.tenant);
-            let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-            let mut inv = self.task_invocation(&scripts::CREATE, &task.id, &queued_draft, now);
-            inv.arg("hdr").arg(origin.header());
-            inv.arg("spec").arg(spec_json);
-            inv.arg("tenant").arg(task.tenant.as_str());
-            inv.arg("batch").arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""));
-            inv.arg("status").arg("queued");
-            inv.arg("attempt").arg(0);
-            inv.arg("max_attempts").arg(task.spec.max_attempts());
-            inv.arg("created_at").arg(now);
-            records.invoke_script(&inv).ignore();
             records.zadd(self.keys.tenant_tasks(&task.tenant), task.id.as_str(), 0).ignore();
             if !tenants_seen.contains(&&task.tenant) {
                 tenants_seen.push(&task.tenant);
@@ -150,9 +155,26 @@ impl Queue {
         for tenant in tenants_seen {
             lanes.sadd(self.keys.tenants(), tenant.as_str()).ignore();
         }
-        let () = records.query_async(&mut conn).await?;
+        self.query_loading(&records, &[&scripts::CREATE]).await?;
         let () = lanes.query_async(&mut conn).await?;
         Ok(now)
+    }
+
+    /// Runs a pipeline that calls scripts by hash, loading them first if
+    /// Redis lost them (after a restart) and trying once more.
+    pub(crate) async fn query_loading(&self, pipe: &redis::Pipeline, used: &[&redis::Script]) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        match pipe.query_async::<()>(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut load = redis::pipe();
+                for script in used {
+                    load.load_script(script).ignore();
+                }
+                let () = load.query_async(&mut conn).await?;
+                Ok(pipe.query_async(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
