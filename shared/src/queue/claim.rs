@@ -141,22 +141,16 @@ impl Queue {
 
     /// Keeps an entry this worker still works on from looking idle.
     pub async fn touch(&self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let _: redis::Value = redis::cmd("XCLAIM")
-            .arg(self.keys.lane(delivery.lane))
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(0)
-            .arg(&delivery.entry_id)
-            .arg("JUSTID")
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
+        self.set_idle(consumer, delivery, 0).await
     }
 
     /// Hands an entry this worker gives up on back at once: it is marked as
     /// idle for a whole lease, so the next reclaim by any worker takes it.
     pub async fn release(&self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
+        self.set_idle(consumer, delivery, self.settings.lease.as_millis() as u64).await
+    }
+
+    async fn set_idle(&self, consumer: &str, delivery: &Delivery, idle_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let _: redis::Value = redis::cmd("XCLAIM")
             .arg(self.keys.lane(delivery.lane))
@@ -165,7 +159,7 @@ impl Queue {
             .arg(0)
             .arg(&delivery.entry_id)
             .arg("IDLE")
-            .arg(self.settings.lease.as_millis() as u64)
+            .arg(idle_ms)
             .arg("JUSTID")
             .query_async(&mut conn)
             .await?;
