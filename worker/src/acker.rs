@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 /// The most items one flush handles.
-const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 256;
 /// How long a failing flush is retried before its entries are left pending;
 /// a later reclaim sees each task's state and finishes the job then.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
