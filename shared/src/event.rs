@@ -143,7 +143,12 @@ struct DraftBody {
 
 /// The JSON of a new event, timestamped now, without `seq` or header.
 pub fn draft(kind: EventKind) -> String {
-    serde_json::to_string(&DraftBody { ts: clock::rfc3339(clock::now_ms()), kind }).unwrap_or_else(|_| "{}".to_owned())
+    draft_at(kind, clock::now_ms())
+}
+
+/// The JSON of an event that happened at `at_ms`, without `seq` or header.
+pub fn draft_at(kind: EventKind, at_ms: i64) -> String {
+    serde_json::to_string(&DraftBody { ts: clock::rfc3339(at_ms), kind }).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// Whose task an event belongs to: what every event on one task repeats.

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::redis_server::RedisServer;
+use crate::redis_server::RedisUnderTest;
 
 /// The API key every test uses, for tenant `acme`.
 pub fn api_key() -> &'static str {
@@ -23,7 +23,7 @@ pub fn unique_prefix() -> String {
 }
 
 /// The environment of a test fleet on `redis` under `prefix`, plus `extra`.
-pub fn test_env(redis: &RedisServer, prefix: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+pub fn test_env(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env = vec![
         ("FLOTILLA_REDIS_URL".to_owned(), redis.url()),
         ("FLOTILLA_KEY_PREFIX".to_owned(), prefix.to_owned()),
@@ -39,7 +39,7 @@ pub fn test_env(redis: &RedisServer, prefix: &str, extra: &[(&str, &str)]) -> Ve
 }
 
 /// The configuration of a test fleet.
-pub fn test_config(redis: &RedisServer, prefix: &str, extra: &[(&str, &str)]) -> Config {
+pub fn test_config(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]) -> Config {
     Config::from_env(test_env(redis, prefix, extra)).expect("test config is valid")
 }
 

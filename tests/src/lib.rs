@@ -6,5 +6,6 @@ pub mod fleet;
 pub mod redis_server;
 
 pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
+pub mod scenarios;
 pub mod tasks;

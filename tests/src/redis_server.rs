@@ -7,11 +7,20 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A Redis a test runs against: one server or a cluster.
+pub trait RedisUnderTest {
+    /// What `FLOTILLA_REDIS_URL` is set to.
+    fn url(&self) -> String;
+    /// Kills every server (SIGKILL) and starts it again on the same data.
+    fn restart(&mut self);
+}
+
 /// A running redis-server owned by one test.
 pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     aof: bool,
+    cluster: bool,
     child: Option<Child>,
 }
 
@@ -27,10 +36,19 @@ impl RedisServer {
     }
 
     fn launch(aof: bool) -> Self {
+        Self::launch_with(aof, false)
+    }
+
+    /// Starts an empty cluster node (cluster mode on, no slots yet).
+    pub fn start_cluster_node() -> Self {
+        Self::launch_with(true, true)
+    }
+
+    fn launch_with(aof: bool, cluster: bool) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("flotilla-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("redis data dir");
-        let mut server = Self { port, dir, aof, child: None };
+        let mut server = Self { port, dir, aof, cluster, child: None };
         server.spawn();
         server
     }
@@ -47,6 +65,9 @@ impl RedisServer {
             .arg("")
             .arg("--maxmemory-policy")
             .arg("noeviction");
+        if self.cluster {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+        }
         if self.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -77,6 +98,12 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Runs `redis-cli` against this server and returns what it printed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").arg("-p").arg(self.port.to_string()).args(args).output().expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A plain connection for assertions.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.url()).and_then(|c| c.get_connection()).expect("connect to test redis")
@@ -94,6 +121,69 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+}
+
+impl RedisUnderTest for RedisServer {
+    fn url(&self) -> String {
+        RedisServer::url(self)
+    }
+
+    fn restart(&mut self) {
+        RedisServer::restart(self);
+    }
+}
+
+/// A local Redis Cluster of three masters, each with AOF, slots spread by
+/// `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_cluster_node()).collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = Self { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the cluster did not reach cluster_state:ok");
+    }
+}
+
+impl RedisUnderTest for RedisCluster {
+    fn url(&self) -> String {
+        self.nodes.iter().map(RedisServer::url).collect::<Vec<_>>().join(",")
+    }
+
+    fn restart(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        for node in &mut self.nodes {
+            node.spawn();
+        }
+        self.wait_ok();
     }
 }
 

@@ -21,8 +21,9 @@ const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
 /// Work for the acknowledger.
 enum Work {
-    /// Write this terminal state, then acknowledge the entry.
-    Finish(Arc<Attempt>, Terminal),
+    /// Write this terminal state, reached at this epoch ms, then acknowledge
+    /// the entry.
+    Finish(Arc<Attempt>, Terminal, i64),
     /// Only acknowledge the entry, counting this outcome if any.
     Ack(Delivery, Option<&'static str>),
 }
@@ -44,7 +45,7 @@ impl Acker {
 
     /// Ends the attempt's task and then acknowledges its entry.
     pub fn finish(&self, attempt: Arc<Attempt>, terminal: Terminal) {
-        self.send(Work::Finish(attempt, terminal));
+        self.send(Work::Finish(attempt, terminal, flotilla_shared::clock::now_ms()));
     }
 
     /// Acknowledges an entry whose task needs nothing more.
@@ -87,16 +88,16 @@ async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>) {
 /// refused the second time, and its entry is then left for a reclaim, which
 /// finds the task ended and acknowledges it.
 async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
-    let ends: Vec<(&Attempt, Terminal)> = batch
+    let ends: Vec<(&Attempt, Terminal, i64)> = batch
         .iter()
         .filter_map(|w| match w {
-            Work::Finish(attempt, terminal) => Some((attempt.as_ref(), terminal.clone())),
+            Work::Finish(attempt, terminal, at_ms) => Some((attempt.as_ref(), terminal.clone(), *at_ms)),
             Work::Ack(..) => None,
         })
         .collect();
     let written = queue.finish_many(&ends).await?;
     let mut acks: Vec<(Delivery, Option<&'static str>)> = Vec::with_capacity(batch.len());
-    for ((attempt, terminal), result) in ends.iter().zip(written) {
+    for ((attempt, terminal, _), result) in ends.iter().zip(written) {
         match result {
             Ok(_) => acks.push((attempt.delivery.clone(), Some(terminal.outcome()))),
             Err(_) => info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written"),

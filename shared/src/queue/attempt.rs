@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use super::{origin, scripts, Delivery, Queue};
 use crate::clock;
 use crate::error::QueueError;
-use crate::event::{draft, EventKind, EventOrigin};
+use crate::event::{draft, draft_at, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::{StopCode, TaskSpec};
 
@@ -105,23 +105,28 @@ impl Queue {
     pub async fn start_many(&self, deliveries: &[Delivery], owner: &str) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
         let now = clock::now_ms();
         let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
-        let mut replies: Vec<Vec<String>> = Vec::new();
-        if !with_task.is_empty() {
-            let mut inv = scripts::START.prepare_invoke();
-            inv.arg(self.keys.channel_prefix())
-                .arg(draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }))
-                .arg(now)
-                .arg(owner)
-                .arg(now + self.settings.lease.as_millis() as i64)
-                .arg(draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() }))
-                .arg(draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() }))
-                .arg(self.retention_ms());
-            for (_, task_id) in &with_task {
-                inv.key(self.keys.task(task_id)).key(self.keys.events(task_id)).arg(task_id.as_str());
-            }
-            let mut conn = self.redis.shared();
-            replies = inv.invoke_async(&mut conn).await?;
-        }
+        let started = draft(EventKind::Started { attempt: 0, worker: owner.to_owned() });
+        let cancelled = draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() });
+        let failed = draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() });
+        let calls: Vec<_> = with_task
+            .chunks(self.tasks_per_call(usize::MAX))
+            .map(|chunk| {
+                let mut inv = scripts::START.prepare_invoke();
+                inv.arg(self.keys.channel_prefix())
+                    .arg(&started)
+                    .arg(now)
+                    .arg(owner)
+                    .arg(now + self.settings.lease.as_millis() as i64)
+                    .arg(&cancelled)
+                    .arg(&failed)
+                    .arg(self.retention_ms());
+                for (_, task_id) in chunk {
+                    inv.key(self.keys.task(task_id)).key(self.keys.events(task_id)).arg(task_id.as_str());
+                }
+                inv
+            })
+            .collect();
+        let replies: Vec<Vec<String>> = self.invoke_all(calls).await?;
         let mut replies = replies.into_iter();
         let mut outcomes = Vec::with_capacity(deliveries.len());
         let mut counted = Vec::new();
@@ -177,50 +182,50 @@ impl Queue {
         if counted.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
+        let mut cmds = Vec::new();
         for ended in &counted {
             match ended {
                 Unstarted::Dead(tenant, id) => {
-                    pipe.zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()).ignore();
-                    pipe.hincr(self.keys.outcomes(), "failed", 1).ignore();
-                    pipe.hincr(self.keys.outcomes(), "dead", 1).ignore();
+                    cmds.push(redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()));
+                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "failed", 1));
+                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "dead", 1));
                 }
-                Unstarted::Cancelled => {
-                    pipe.hincr(self.keys.outcomes(), "cancelled", 1).ignore();
-                }
+                Unstarted::Cancelled => cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1)),
             }
         }
-        let mut conn = self.redis.shared();
-        let () = pipe.query_async(&mut conn).await?;
+        let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
         Ok(())
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let mut pipe = redis::pipe();
-        pipe.zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()).ignore();
-        pipe.hincr(self.keys.outcomes(), "dead", 1).ignore();
-        let () = pipe.query_async(&mut conn).await?;
+        let cmds = vec![redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()), redis::Cmd::hincr(self.keys.outcomes(), "dead", 1)];
+        let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
         Ok(())
     }
 
-    /// Ends many attempts in one round trip. Each result is the terminal
-    /// event's seq, or [`QueueError::Fenced`].
-    pub async fn finish_many(&self, ends: &[(&Attempt, Terminal)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+    /// Ends many attempts in one round trip; each ended at the epoch ms given
+    /// with it. Each result is the terminal event's seq, or
+    /// [`QueueError::Fenced`].
+    pub async fn finish_many(&self, ends: &[(&Attempt, Terminal, i64)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
-        let mut inv = scripts::FINISH.prepare_invoke();
-        inv.arg(self.keys.channel_prefix()).arg(clock::now_ms()).arg(self.retention_ms());
-        for (attempt, terminal) in ends {
-            let id = attempt.task_id();
-            let (kind, status, code, field, value) = terminal.written();
-            inv.key(self.keys.task(id)).key(self.keys.events(id));
-            inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(draft(kind));
-            inv.arg(status).arg(code).arg(field).arg(value);
-        }
-        let mut conn = self.redis.shared();
-        let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        let calls: Vec<_> = ends
+            .chunks(self.tasks_per_call(usize::MAX))
+            .map(|chunk| {
+                let mut inv = scripts::FINISH.prepare_invoke();
+                inv.arg(self.keys.channel_prefix()).arg(self.retention_ms());
+                for (attempt, terminal, at_ms) in chunk {
+                    let id = attempt.task_id();
+                    let (kind, status, code, field, value) = terminal.written();
+                    inv.key(self.keys.task(id)).key(self.keys.events(id));
+                    inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(draft_at(kind, *at_ms));
+                    inv.arg(status).arg(code).arg(field).arg(value).arg(*at_ms);
+                }
+                inv
+            })
+            .collect();
+        let seqs: Vec<i64> = self.invoke_all(calls).await?;
         Ok(seqs.into_iter().map(|seq| u64::try_from(seq).map_err(|_| QueueError::Fenced)).collect())
     }
 
@@ -288,7 +293,7 @@ impl Attempt {
 
     /// Ends the task.
     pub async fn finish(&self, terminal: Terminal) -> Result<u64, QueueError> {
-        self.queue.finish_many(&[(self, terminal)]).await?.pop().unwrap_or(Err(QueueError::Fenced))
+        self.queue.finish_many(&[(self, terminal, clock::now_ms())]).await?.pop().unwrap_or(Err(QueueError::Fenced))
     }
 
     /// Ends the task as succeeded.

@@ -81,7 +81,7 @@ impl Queue {
         let mut conn = self.redis.dedicated().await?;
         let lanes: Vec<String> = Priority::ALL.iter().map(|p| self.keys.lane(*p)).collect();
         let opts = StreamReadOptions::default().group(GROUP, consumer).count(1).block(block.as_millis() as usize);
-        let reply: Option<StreamReadReply> = self.read_group(&mut *conn, &lanes, opts).await?;
+        let reply: Option<StreamReadReply> = self.read_group(&mut conn, &lanes, opts).await?;
         let mut got = deliveries(reply);
         got.sort_by_key(|d| Priority::ALL.iter().position(|p| *p == d.lane));
         Ok(got)

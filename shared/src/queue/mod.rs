@@ -98,6 +98,31 @@ impl Queue {
         self.settings.retention.as_millis() as u64
     }
 
+    /// How many tasks one script call may cover: all of a batch on a single
+    /// server, one on a cluster (each task's keys are a slot of their own).
+    fn tasks_per_call(&self, most: usize) -> usize {
+        if self.redis.is_cluster() {
+            1
+        } else {
+            most
+        }
+    }
+
+    /// Runs script calls that each answer a list, concurrently, and joins the
+    /// lists in order.
+    async fn invoke_all<T: redis::FromRedisValue>(&self, calls: Vec<redis::ScriptInvocation<'_>>) -> Result<Vec<T>, QueueError> {
+        let conn = self.redis.shared();
+        let sends = calls.iter().map(|inv| {
+            let mut conn = conn.clone();
+            async move { inv.invoke_async::<Vec<T>>(&mut conn).await }
+        });
+        let mut all = Vec::new();
+        for reply in futures::future::join_all(sends).await {
+            all.extend(reply?);
+        }
+        Ok(all)
+    }
+
     /// A task script invocation with the shared leading keys and arguments.
     fn task_invocation<'a>(&self, script: &'a redis::Script, task_id: &TaskId, draft: &str, now_ms: i64) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();

@@ -137,11 +137,11 @@ return replies
 });
 
 /// Arguments per task of [`FINISH`].
-pub const FINISH_GROUP: usize = 8;
+pub const FINISH_GROUP: usize = 9;
 
-/// Ends owning attempts and their tasks. `ARGV[2]` now, `ARGV[3]` retention
-/// ms; then per task `id, attempt, worker id, draft, status, code, field,
-/// value` ([`FINISH_GROUP`] values from `ARGV[4]`), where `field` is
+/// Ends owning attempts and their tasks. `ARGV[2]` retention ms; then per
+/// task `id, attempt, worker id, draft, status, code, field, value,
+/// finished_at` ([`FINISH_GROUP`] values from `ARGV[3]`), where `field` is
 /// `result` or `error` (or empty).
 /// Returns per task the terminal event's seq, or -1 when fenced.
 pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
@@ -152,18 +152,18 @@ local function finish(t, a)
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
   local seq = next_seq(cur[8])
   if ARGV[a + 6] ~= '' then
-    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], 'finished_at', ARGV[2], 'owner', '', 'seq', seq)
+    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
   else
-    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[2], 'owner', '', 'seq', seq)
+    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
   end
   if cur[7] then redis.call('HDEL', t[1], 'cancel') end
   emit(t, {cur[4], cur[5], cur[6]}, seq, ARGV[a + 3], '')
-  expire_after(t, ARGV[3])
+  expire_after(t, ARGV[2])
   return seq
 end
 local replies = {}
 for i = 1, #KEYS / 2 do
-  local a = 4 + (i - 1) * 8 -- FINISH_GROUP
+  local a = 3 + (i - 1) * 9 -- FINISH_GROUP
   replies[i] = finish(task_at(i, ARGV[a]), a)
 end
 return replies

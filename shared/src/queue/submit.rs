@@ -120,12 +120,9 @@ impl Queue {
     /// Returns the creation time given to them.
     pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
         let now = clock::now_ms();
-        let mut conn = self.redis.shared();
-        let mut records = redis::pipe();
-        let mut lanes = redis::pipe();
-        let mut tenants_seen: Vec<&TenantId> = Vec::new();
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
-        for chunk in tasks.chunks(CREATE_CHUNK) {
+        let mut creates = Vec::new();
+        for chunk in tasks.chunks(self.tasks_per_call(CREATE_CHUNK)) {
             let mut create = scripts::CREATE.prepare_invoke();
             create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now);
             for task in chunk {
@@ -139,10 +136,15 @@ impl Queue {
                     .arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""))
                     .arg(task.spec.max_attempts());
             }
-            records.invoke_script(&create).ignore();
+            creates.push(create);
         }
+        self.invoke_all_counts(creates).await?;
+
+        let mut indexes = Vec::with_capacity(tasks.len());
+        let mut lanes = redis::pipe();
+        let mut tenants_seen: Vec<&TenantId> = Vec::new();
         for task in &tasks {
-            records.zadd(self.keys.tenant_tasks(&task.tenant), task.id.as_str(), 0).ignore();
+            indexes.push(redis::Cmd::zadd(self.keys.tenant_tasks(&task.tenant), task.id.as_str(), 0));
             if !tenants_seen.contains(&&task.tenant) {
                 tenants_seen.push(&task.tenant);
             }
@@ -155,26 +157,23 @@ impl Queue {
         for tenant in tenants_seen {
             lanes.sadd(self.keys.tenants(), tenant.as_str()).ignore();
         }
-        self.query_loading(&records, &[&scripts::CREATE]).await?;
+        let _: Vec<redis::Value> = self.redis.query_many(indexes).await?;
+        let mut conn = self.redis.shared();
         let () = lanes.query_async(&mut conn).await?;
         Ok(now)
     }
 
-    /// Runs a pipeline that calls scripts by hash, loading them first if
-    /// Redis lost them (after a restart) and trying once more.
-    pub(crate) async fn query_loading(&self, pipe: &redis::Pipeline, used: &[&redis::Script]) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        match pipe.query_async::<()>(&mut conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut load = redis::pipe();
-                for script in used {
-                    load.load_script(script).ignore();
-                }
-                let () = load.query_async(&mut conn).await?;
-                Ok(pipe.query_async(&mut conn).await?)
-            }
-            other => Ok(other?),
+    /// Runs create calls, each answering a count, concurrently.
+    async fn invoke_all_counts(&self, calls: Vec<redis::ScriptInvocation<'_>>) -> Result<(), QueueError> {
+        let conn = self.redis.shared();
+        let sends = calls.iter().map(|inv| {
+            let mut conn = conn.clone();
+            async move { inv.invoke_async::<i64>(&mut conn).await }
+        });
+        for reply in futures::future::join_all(sends).await {
+            reply?;
         }
+        Ok(())
     }
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
@@ -236,15 +235,7 @@ impl Queue {
 
     /// The hashes of these tasks, in one round trip (empty for a gone task).
     async fn task_hashes(&self, ids: &[TaskId]) -> Result<Vec<HashMap<String, String>>, QueueError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in ids {
-            pipe.hgetall(self.keys.task(id));
-        }
-        let mut conn = self.redis.shared();
-        Ok(pipe.query_async(&mut conn).await?)
+        self.redis.query_many(ids.iter().map(|id| redis::Cmd::hgetall(self.keys.task(id))).collect()).await
     }
 
     /// Drops ids whose task has expired from an index.
@@ -320,10 +311,11 @@ impl Queue {
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
             "requeued" => {
-                let mut pipe = redis::pipe();
-                pipe.zrem(&dead_index, id.as_str()).ignore();
-                pipe.xadd(self.keys.lane(record.priority), "*", &[("t", id.as_str())]).ignore();
-                let () = pipe.query_async(&mut conn).await?;
+                let cmds = vec![
+                    redis::Cmd::zrem(&dead_index, id.as_str()),
+                    redis::Cmd::xadd(self.keys.lane(record.priority), "*", &[("t", id.as_str())]),
+                ];
+                let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
                 Ok(())
             }
             "missing" => Err(QueueError::NotFound),
@@ -360,15 +352,14 @@ impl Queue {
         if ids.is_empty() {
             return Ok(());
         }
-        let mut conn = self.redis.shared();
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            match TaskId::parse(id) {
-                Ok(task) => pipe.exists(self.keys.task(&task)),
-                Err(_) => pipe.exists(format!("{}:invalid", self.keys.prefix())),
-            };
-        }
-        let alive: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let checks = ids
+            .iter()
+            .map(|id| match TaskId::parse(id) {
+                Ok(task) => redis::Cmd::exists(self.keys.task(&task)),
+                Err(_) => redis::Cmd::exists(format!("{}:invalid", self.keys.prefix())),
+            })
+            .collect();
+        let alive: Vec<bool> = self.redis.query_many(checks).await?;
         let gone: Vec<String> = ids.into_iter().zip(alive).filter(|(_, alive)| !alive).map(|(id, _)| id).collect();
         self.forget(index, gone).await
     }
