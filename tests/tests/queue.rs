@@ -288,3 +288,22 @@ async fn a_worker_runs_at_most_its_concurrency() {
     assert!(most <= 2, "{most} tasks ran at once");
     worker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_over() {
+    let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let held = q.claim_now("vanished", 1).await.expect("claim");
+    assert_eq!(held.len(), 1);
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert!(q.forget_gone_consumers().await.expect("forget").is_empty(), "a consumer holding an entry stays");
+    let taken = q.reclaim("survivor", 10).await.expect("reclaim");
+    assert_eq!(taken.len(), 1, "the vanished worker's entry is taken over first");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forgotten = q.forget_gone_consumers().await.expect("forget");
+    assert_eq!(forgotten, ["vanished"], "then its consumer entry goes; the live one stays");
+    let StartOutcome::Started(attempt) = q.start(&taken[0], "survivor").await.expect("start") else { panic!("starts") };
+    attempt.succeed(serde_json::json!({})).await.expect("finish");
+    assert_eq!(record(&q, &id).await.status, TaskStatus::Succeeded);
+}

@@ -1,14 +1,15 @@
 //! Background duties every worker shares, with no leader: promoting due
 //! tasks (retries after their backoff, `not_before`) into their lanes,
-//! trimming acknowledged entries from the lanes, and dropping expired tasks
-//! from the tenant indexes. Any number of workers may
+//! trimming acknowledged entries from the lanes, dropping expired tasks
+//! from the tenant indexes, and removing the consumers of workers gone for
+//! good. Any number of workers may
 //! run them at once; each step is an atomic script or idempotent.
 
 use std::time::Duration;
 
 use flotilla_shared::queue::Queue;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// How often due tasks are promoted.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
@@ -41,6 +42,11 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
             _ = prune.tick() => {
                 if let Err(e) = queue.prune_indexes().await {
                     warn!(error = %e, "pruning task indexes failed");
+                }
+                match queue.forget_gone_consumers().await {
+                    Ok(gone) if !gone.is_empty() => info!(?gone, "removed consumers of workers gone for good"),
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "removing gone consumers failed"),
                 }
             }
         }

@@ -207,6 +207,21 @@ impl Queue {
         Ok(trimmed)
     }
 
+    /// Removes the consumer entries of workers gone for good: idle for ten
+    /// leases and holding nothing (their entries were reclaimed first).
+    /// Returns the names removed.
+    pub async fn forget_gone_consumers(&self) -> Result<Vec<String>, QueueError> {
+        let mut conn = self.redis.shared();
+        let gone_after_ms = self.settings.lease.as_millis() as u64 * 10;
+        let mut removed = Vec::new();
+        for lane in Priority::ALL {
+            let names: Vec<String> =
+                scripts::FORGET_GONE_CONSUMERS.key(self.keys.lane(lane)).arg(GROUP).arg(gone_after_ms).invoke_async(&mut conn).await?;
+            removed.extend(names);
+        }
+        Ok(removed)
+    }
+
     /// Moves tasks whose time has come from the due sets into their lanes.
     /// Returns how many moved.
     pub async fn promote_due(&self) -> Result<usize, QueueError> {

@@ -292,6 +292,32 @@ return out
     )
 });
 
+/// Removes consumers of group `ARGV[1]` on lane `KEYS[1]` that have been
+/// idle longer than `ARGV[2]` ms and hold no pending entry: workers gone for
+/// good, whose entries were already taken over. Checking and removing in one
+/// script means an entry can never be stranded with a removed consumer.
+/// Returns the names removed.
+pub static FORGET_GONE_CONSUMERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local removed = {}
+for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name, pending, idle
+  for i = 1, #consumer, 2 do
+    if consumer[i] == 'name' then name = consumer[i + 1] end
+    if consumer[i] == 'pending' then pending = consumer[i + 1] end
+    if consumer[i] == 'idle' then idle = consumer[i + 1] end
+  end
+  if name and pending == 0 and idle > tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    removed[#removed + 1] = name
+  end
+end
+return removed
+"#,
+    )
+});
+
 /// Drops acknowledged entries from the head of a lane: everything before
 /// the oldest pending entry, or, with none pending, everything delivered.
 /// Entries are removed whole listpack nodes at a time (`MINID ~`), which
