@@ -85,6 +85,14 @@ async fn connect_patiently(config: &Config, shutdown: &CancellationToken) -> any
     }
 }
 
+/// What one claim brought.
+enum Claimed {
+    /// Entries whose attempts are still to start.
+    Entries(Vec<Delivery>),
+    /// Entries claimed and started in the same round trip.
+    Started(Vec<(Delivery, Result<StartOutcome, QueueError>)>),
+}
+
 /// Claims entries and hands each to an executor under a slot.
 #[derive(Clone)]
 struct Claimer {
@@ -113,16 +121,20 @@ impl Claimer {
             let free = 1 + self.slots.available_permits();
             let claimed = if last_reclaim.elapsed() >= self.lease / 4 {
                 last_reclaim = Instant::now();
-                self.reclaim_then_claim(free).await
+                self.reclaim_then_claim(free, shutdown).await
             } else {
                 self.claim(free, shutdown).await
             };
             match claimed {
-                Ok(deliveries) => {
+                Ok(Claimed::Entries(deliveries)) => {
                     backoff = Duration::from_millis(50);
                     if !deliveries.is_empty() {
                         self.dispatch(first, deliveries);
                     }
+                }
+                Ok(Claimed::Started(started)) => {
+                    backoff = Duration::from_millis(50);
+                    self.run_started(first, started);
                 }
                 Err(e) => {
                     warn!(error = %e, "claiming failed; retrying");
@@ -136,29 +148,58 @@ impl Claimer {
         }
     }
 
-    async fn reclaim_then_claim(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
-        let mut got = self.queue.reclaim(&self.executor.worker_id, free).await?;
-        if got.len() < free {
-            got.extend(self.queue.claim_now(&self.executor.worker_id, free - got.len()).await?);
+    /// Takes over entries of workers presumed dead, or, when there are none,
+    /// claims new ones.
+    async fn reclaim_then_claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Claimed, QueueError> {
+        let reclaimed = self.queue.reclaim(&self.executor.worker_id, free).await?;
+        if reclaimed.is_empty() {
+            return self.claim(free, shutdown).await;
         }
-        Ok(got)
+        Ok(Claimed::Entries(reclaimed))
     }
 
-    async fn claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Vec<Delivery>, QueueError> {
-        let got = self.queue.claim_now(&self.executor.worker_id, free).await?;
-        if !got.is_empty() {
-            return Ok(got);
+    /// Claims new entries: on a single server claimed and started in one
+    /// round trip; when the lanes are empty, waits for one with a blocking
+    /// read.
+    async fn claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Claimed, QueueError> {
+        let worker = &self.executor.worker_id;
+        if self.queue.redis().is_cluster() {
+            let got = self.queue.claim_now(worker, free).await?;
+            if !got.is_empty() {
+                return Ok(Claimed::Entries(got));
+            }
+        } else {
+            let started = self.queue.claim_and_start(worker, free).await?;
+            if !started.is_empty() {
+                return Ok(Claimed::Started(started));
+            }
         }
         if free < 3 {
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 () = tokio::time::sleep(NEARLY_FULL_POLL) => {}
             }
-            return Ok(Vec::new());
+            return Ok(Claimed::Entries(Vec::new()));
         }
         tokio::select! {
-            () = shutdown.cancelled() => Ok(Vec::new()),
-            got = self.queue.claim_blocking(&self.executor.worker_id, BLOCK_FOR) => got,
+            () = shutdown.cancelled() => Ok(Claimed::Entries(Vec::new())),
+            got = self.queue.claim_blocking(worker, BLOCK_FOR) => got.map(Claimed::Entries),
+        }
+    }
+
+    /// Runs attempts the claim already started, each under a slot.
+    fn run_started(&self, first: OwnedSemaphorePermit, started: Vec<(Delivery, Result<StartOutcome, QueueError>)>) {
+        let mut first = Some(first);
+        for (delivery, outcome) in started {
+            // Only the claim loop takes slots, so there is one for each claimed entry.
+            let Some(permit) = first.take().or_else(|| self.slots.clone().try_acquire_owned().ok()) else {
+                warn!(entry = %delivery.entry_id, "no free slot for a started task; it will be reclaimed");
+                continue;
+            };
+            if let Some(id) = &delivery.task_id {
+                self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
+            }
+            self.run_outcome(&delivery, outcome, permit);
         }
     }
 
@@ -198,25 +239,31 @@ impl Claimer {
             }
         };
         for ((delivery, outcome), permit) in fresh.iter().zip(started).zip(permits) {
-            match outcome {
-                Ok(StartOutcome::Started(attempt)) => {
-                    let this = self.clone();
-                    self.tracker.spawn(async move {
-                        let task_id = attempt.task_id().clone();
-                        this.executor.execute(*attempt, this.abandon.clone()).await;
-                        this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
-                        drop(permit);
-                    });
-                }
-                Ok(StartOutcome::Nothing(reason)) => {
-                    debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");
-                    self.forget_running(std::slice::from_ref(delivery));
-                    self.executor.acker.ack(delivery.clone(), None);
-                }
-                Err(e) => {
-                    warn!(error = %e, entry = %delivery.entry_id, "could not start task; it will be reclaimed");
-                    self.forget_running(std::slice::from_ref(delivery));
-                }
+            self.run_outcome(delivery, outcome, permit);
+        }
+    }
+
+    /// Runs a started attempt under its slot, or settles an entry with
+    /// nothing to run.
+    fn run_outcome(&self, delivery: &Delivery, outcome: Result<StartOutcome, QueueError>, permit: OwnedSemaphorePermit) {
+        match outcome {
+            Ok(StartOutcome::Started(attempt)) => {
+                let this = self.clone();
+                self.tracker.spawn(async move {
+                    let task_id = attempt.task_id().clone();
+                    this.executor.execute(*attempt, this.abandon.clone()).await;
+                    this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                    drop(permit);
+                });
+            }
+            Ok(StartOutcome::Nothing(reason)) => {
+                debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");
+                self.forget_running(std::slice::from_ref(delivery));
+                self.executor.acker.ack(delivery.clone(), None);
+            }
+            Err(e) => {
+                warn!(error = %e, entry = %delivery.entry_id, "could not start task; it will be reclaimed");
+                self.forget_running(std::slice::from_ref(delivery));
             }
         }
     }

@@ -13,7 +13,8 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::event::{draft, draft_at, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
-use crate::task::{StopCode, TaskSpec};
+use crate::keys::GROUP;
+use crate::task::{Priority, StopCode, TaskSpec};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
@@ -76,6 +77,46 @@ impl Terminal {
     }
 }
 
+/// The leading arguments of the start scripts (`ARGV[1..8]` of
+/// [`scripts::START`]).
+struct StartArgs {
+    channel_prefix: String,
+    started: String,
+    now: i64,
+    owner: String,
+    lease_until: i64,
+    cancelled: String,
+    failed: String,
+    retention_ms: u64,
+}
+
+impl StartArgs {
+    fn new(queue: &Queue, owner: &str) -> Self {
+        let now = clock::now_ms();
+        Self {
+            channel_prefix: queue.keys.channel_prefix(),
+            started: draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }),
+            now,
+            owner: owner.to_owned(),
+            lease_until: now + queue.settings.lease.as_millis() as i64,
+            cancelled: draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() }),
+            failed: draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() }),
+            retention_ms: queue.retention_ms(),
+        }
+    }
+
+    fn add_to(&self, inv: &mut redis::ScriptInvocation<'_>) {
+        inv.arg(&self.channel_prefix)
+            .arg(&self.started)
+            .arg(self.now)
+            .arg(&self.owner)
+            .arg(self.lease_until)
+            .arg(&self.cancelled)
+            .arg(&self.failed)
+            .arg(self.retention_ms);
+    }
+}
+
 /// A task that ended when a worker tried to start it.
 enum Unstarted {
     /// Its attempts were spent: it goes to the tenant's dead letters.
@@ -103,23 +144,13 @@ impl Queue {
 
     /// Starts the next attempt of each delivered task, in one round trip.
     pub async fn start_many(&self, deliveries: &[Delivery], owner: &str) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
-        let now = clock::now_ms();
         let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
-        let started = draft(EventKind::Started { attempt: 0, worker: owner.to_owned() });
-        let cancelled = draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() });
-        let failed = draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() });
+        let args = StartArgs::new(self, owner);
         let calls: Vec<_> = with_task
             .chunks(self.tasks_per_call(usize::MAX))
             .map(|chunk| {
                 let mut inv = scripts::START.prepare_invoke();
-                inv.arg(self.keys.channel_prefix())
-                    .arg(&started)
-                    .arg(now)
-                    .arg(owner)
-                    .arg(now + self.settings.lease.as_millis() as i64)
-                    .arg(&cancelled)
-                    .arg(&failed)
-                    .arg(self.retention_ms());
+                args.add_to(&mut inv);
                 for (_, task_id) in chunk {
                     inv.key(self.keys.task(task_id)).key(self.keys.events(task_id)).arg(task_id.as_str());
                 }
@@ -137,6 +168,40 @@ impl Queue {
             };
             let Some(reply) = replies.next() else { break };
             outcomes.push(self.read_start_reply(delivery, task_id, owner, &reply, &mut counted));
+        }
+        self.count_unstarted(counted).await?;
+        Ok(outcomes)
+    }
+
+    /// Claims up to `count` new entries (high lane first) and starts their
+    /// tasks in one round trip. Only on a single server: a cluster claims with
+    /// [`Queue::claim_now`] and starts with [`Queue::start_many`].
+    pub async fn claim_and_start(&self, owner: &str, count: usize) -> Result<Vec<(Delivery, Result<StartOutcome, QueueError>)>, QueueError> {
+        let mut inv = scripts::CLAIM_AND_START.prepare_invoke();
+        for lane in Priority::ALL {
+            inv.key(self.keys.lane(lane));
+        }
+        StartArgs::new(self, owner).add_to(&mut inv);
+        inv.arg(GROUP).arg(count).arg(format!("{}:task:", self.keys.prefix()));
+        let mut conn = self.redis.shared();
+        let claimed: Vec<(String, String, String, Vec<String>)> = match inv.invoke_async(&mut conn).await {
+            Ok(claimed) => claimed,
+            Err(e) if e.to_string().contains("NOGROUP") => {
+                self.ensure_groups().await?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut counted = Vec::new();
+        let mut outcomes = Vec::with_capacity(claimed.len());
+        for (lane, entry_id, task, reply) in claimed {
+            let Some(lane) = lane.parse::<usize>().ok().and_then(|i| Priority::ALL.get(i.wrapping_sub(1)).copied()) else { continue };
+            let delivery = Delivery { lane, entry_id, task_id: TaskId::parse(&task).ok() };
+            let outcome = match &delivery.task_id {
+                Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
+                None => Ok(StartOutcome::Nothing("malformed")),
+            };
+            outcomes.push((delivery, outcome));
         }
         self.count_unstarted(counted).await?;
         Ok(outcomes)

@@ -56,8 +56,46 @@ end
 local ONE = {KEYS[1], KEYS[2], ARGV[2]}
 "#;
 
+/// Starting one task's next attempt, shared by [`START`] and
+/// [`CLAIM_AND_START`]. Reads `ARGV[2..8]` as [`START`] documents them.
+const START_FN: &str = r#"
+local function start(t)
+  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq')
+  if not st[1] then return {'gone'} end
+  if is_terminal(st[1]) then return {'terminal'} end
+  if st[1] == 'waiting' then return {'waiting'} end
+  local meta = {st[5], st[6], st[7]}
+  local seq = next_seq(st[9])
+  if st[4] == '1' then
+    redis.call('HSET', t[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', '', 'seq', seq)
+    emit(t, meta, seq, ARGV[6], '')
+    expire_after(t, ARGV[8])
+    return {'cancelled'}
+  end
+  local attempt = tonumber(st[2]) + 1
+  if attempt > tonumber(st[3]) then
+    redis.call('HSET', t[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
+      'error', 'attempts exhausted: the worker running the last attempt stopped responding', 'seq', seq)
+    emit(t, meta, seq, ARGV[7], '')
+    expire_after(t, ARGV[8])
+    return {'dead', tostring(attempt - 1), st[6]}
+  end
+  if st[2] == '0' then
+    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq, 'started_at', ARGV[3])
+  else
+    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq)
+  end
+  emit(t, meta, seq, ARGV[2], '"attempt":' .. attempt .. ',')
+  return {'started', tostring(attempt), st[8], st[6], st[7] or ''}
+end
+"#;
+
 fn task_script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
+}
+
+fn starting_script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{START_FN}\n{body}"))
 }
 
 /// Arguments per task of [`CREATE`].
@@ -96,37 +134,8 @@ return created
 /// `{'gone'}`, `{'terminal'}`, `{'waiting'}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
-    task_script(
+    starting_script(
         r#"
-local function start(t)
-  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq')
-  if not st[1] then return {'gone'} end
-  if is_terminal(st[1]) then return {'terminal'} end
-  if st[1] == 'waiting' then return {'waiting'} end
-  local meta = {st[5], st[6], st[7]}
-  local seq = next_seq(st[9])
-  if st[4] == '1' then
-    redis.call('HSET', t[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', '', 'seq', seq)
-    emit(t, meta, seq, ARGV[6], '')
-    expire_after(t, ARGV[8])
-    return {'cancelled'}
-  end
-  local attempt = tonumber(st[2]) + 1
-  if attempt > tonumber(st[3]) then
-    redis.call('HSET', t[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
-      'error', 'attempts exhausted: the worker running the last attempt stopped responding', 'seq', seq)
-    emit(t, meta, seq, ARGV[7], '')
-    expire_after(t, ARGV[8])
-    return {'dead', tostring(attempt - 1), st[6]}
-  end
-  if st[2] == '0' then
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq, 'started_at', ARGV[3])
-  else
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq)
-  end
-  emit(t, meta, seq, ARGV[2], '"attempt":' .. attempt .. ',')
-  return {'started', tostring(attempt), st[8], st[6], st[7] or ''}
-end
 local replies = {}
 for i = 1, #KEYS / 2 do
   replies[i] = start(task_at(i, ARGV[8 + i]))
@@ -257,6 +266,42 @@ redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])
 emit(ONE, {cur[3], cur[2], cur[4]}, seq, ARGV[3], '')
 return 'requeued'
+"#,
+    )
+});
+
+/// Claims and starts in one step, on a single server (the task keys are
+/// computed here, so this cannot run on a cluster): reads up to `ARGV[10]`
+/// new entries for consumer `ARGV[4]` of group `ARGV[9]` from the lanes
+/// `KEYS` in priority order and starts each one's task as [`START`] does
+/// (`ARGV[1..8]` as there; `ARGV[11]` the task key prefix `<prefix>:task:`).
+/// Returns per entry `{lane index, entry id, task id, start reply}`.
+pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
+    starting_script(
+        r#"
+local wanted = tonumber(ARGV[10])
+local out = {}
+for lane = 1, #KEYS do
+  if wanted <= 0 then break end
+  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[9], ARGV[4], 'COUNT', wanted, 'STREAMS', KEYS[lane], '>')
+  if reply then
+    for _, entry in ipairs(reply[1][2]) do
+      local id = ''
+      local fields = entry[2]
+      for i = 1, #fields, 2 do
+        if fields[i] == 't' then id = fields[i + 1] end
+      end
+      local started = {'malformed'}
+      if id ~= '' then
+        local key = ARGV[11] .. '{' .. id .. '}'
+        started = start({key, key .. ':events', id})
+      end
+      out[#out + 1] = {tostring(lane), entry[1], id, started}
+      wanted = wanted - 1
+    end
+  end
+end
+return out
 "#,
     )
 });
