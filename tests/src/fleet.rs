@@ -130,7 +130,10 @@ impl Drop for WorkerProcess {
 /// The path of one of the workspace's binaries, built beside the tests.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
+    let mut dir = exe.parent().expect("target dir");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("target dir");
+    }
     let path = dir.join(name);
     assert!(path.exists(), "{} is missing: run `cargo build --bins` first", path.display());
     path
