@@ -28,11 +28,21 @@ apt_update_once() {
 }
 
 # Command -> Debian package providing it. Add new tools here.
-# (Desktop tools for the computer-use worker, e.g. Xvfb -> xvfb and
-# xdotool -> xdotool, belong in this table once the worker needs them.)
+# The desktop tools are what the local sandbox provider runs per sandbox.
 APT_TOOLS=(
   "redis-server:redis-server"
   "redis-cli:redis-tools"
+  "Xvfb:xvfb"
+  "xdotool:xdotool"
+  "openbox:openbox"
+  "xterm:xterm"
+  "bwrap:bubblewrap"
+)
+
+# Packages that install no command, checked with dpkg: the sandbox
+# terminal's font (`xterm -fa Monospace`).
+APT_PACKAGES=(
+  "fonts-dejavu-core"
 )
 
 ensure_apt_packages() {
@@ -42,6 +52,11 @@ ensure_apt_packages() {
     pkg=${entry#*:}
     if ! command -v "$cmd" >/dev/null 2>&1; then
       # several commands may come from one package: list it once
+      case " ${missing[*]-} " in *" $pkg "*) ;; *) missing+=("$pkg") ;; esac
+    fi
+  done
+  for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg -s "$pkg" >/dev/null 2>&1; then
       case " ${missing[*]-} " in *" $pkg "*) ;; *) missing+=("$pkg") ;; esac
     fi
   done
@@ -62,9 +77,21 @@ ensure_nextest() {
   cargo install cargo-nextest --locked --quiet
 }
 
+# The S3-protocol server the blob store tests and screenshot_bench run
+# against. Pinned: 0.15 and later need a newer rustc than this toolchain.
+S3S_FS_VERSION=0.14.1
+ensure_s3s_fs() {
+  if command -v s3s-fs >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing s3s-fs $S3S_FS_VERSION (cargo install, about 3 minutes on 2 cores)"
+  cargo install "s3s-fs@$S3S_FS_VERSION" --locked --features binary --quiet
+}
+
 main() {
   ensure_apt_packages
   ensure_nextest
+  ensure_s3s_fs
 }
 
 # Run only when executed, so the functions can be sourced on their own.

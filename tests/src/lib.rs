@@ -4,6 +4,7 @@
 
 pub mod fleet;
 pub mod redis_server;
+pub mod s3_server;
 
 pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};

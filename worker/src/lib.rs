@@ -5,6 +5,7 @@
 //! tasks and the janitor of expired index entries.
 
 pub mod acker;
+pub mod blobstore;
 pub mod execute;
 pub mod housekeeping;
 pub mod pipeline;

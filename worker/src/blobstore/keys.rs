@@ -1,0 +1,168 @@
+//! Where things live in the bucket, in one place:
+//!
+//! ```text
+//! <prefix>screenshots/<blake3 hex>.png          one object per distinct image, fleet-wide
+//! <prefix>tasks/<task id>/artifacts/<path>      files one task produced
+//! <prefix>probe/conditional-put                 written by `BlobStore::check`
+//! ```
+//!
+//! The prefix (`FLOTILLA_S3_PREFIX`) is normalised to end with `/` when it is
+//! not empty, so `flotilla` and `flotilla/` name the same place.
+
+use flotilla_shared::ids::TaskId;
+
+use super::error::BlobError;
+
+/// Longest artifact path accepted, in bytes; S3 keys stop at 1024.
+const MAX_ARTIFACT_PATH: usize = 512;
+
+/// The PNG file signature.
+const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+
+/// The blake3 hash of `bytes`, as 64 lowercase hex digits.
+pub fn content_hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// Whether `bytes` start like a PNG file.
+pub fn looks_like_png(bytes: &[u8]) -> bool {
+    bytes.starts_with(&PNG_SIGNATURE)
+}
+
+/// The key layout under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLayout {
+    prefix: String,
+}
+
+impl KeyLayout {
+    /// A layout under `raw` (as configured), normalised; `Err` says what is
+    /// wrong with it.
+    pub fn new(raw: &str) -> Result<Self, String> {
+        let trimmed = raw.trim().trim_start_matches('/');
+        if trimmed.is_empty() {
+            return Ok(Self { prefix: String::new() });
+        }
+        let prefix = if trimmed.ends_with('/') { trimmed.to_owned() } else { format!("{trimmed}/") };
+        if prefix.len() > 256 {
+            return Err("is longer than 256 bytes".into());
+        }
+        if prefix.chars().any(char::is_control) {
+            return Err("contains a control character".into());
+        }
+        let parts: Vec<&str> = prefix.trim_end_matches('/').split('/').collect();
+        if parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+            return Err("has an empty, . or .. component".into());
+        }
+        Ok(Self { prefix })
+    }
+
+    /// The normalised prefix: empty, or ending with `/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Prefix of every screenshot.
+    pub fn screenshots(&self) -> String {
+        format!("{}screenshots/", self.prefix)
+    }
+
+    /// The key of the screenshot with this content hash.
+    pub fn screenshot(&self, hash: &str) -> String {
+        format!("{}screenshots/{hash}.png", self.prefix)
+    }
+
+    /// Prefix of one task's artifacts.
+    pub fn task_artifacts(&self, task: &TaskId) -> String {
+        format!("{}tasks/{}/artifacts/", self.prefix, task.as_str())
+    }
+
+    /// The key of one artifact, once `path` is shown to stay under the
+    /// task's artifact prefix.
+    pub fn artifact(&self, task: &TaskId, path: &str) -> Result<String, BlobError> {
+        validate_artifact_path(path)?;
+        Ok(format!("{}{path}", self.task_artifacts(task)))
+    }
+
+    /// The object `BlobStore::check` writes to learn whether the store
+    /// honours `If-None-Match: *`.
+    pub fn probe(&self) -> String {
+        format!("{}probe/conditional-put", self.prefix)
+    }
+}
+
+/// Accepts only plain relative paths made of named components, so the key
+/// built from one can never leave the prefix it is appended to.
+fn validate_artifact_path(path: &str) -> Result<(), BlobError> {
+    let reject = |reason: &'static str| Err(BlobError::InvalidPath { path: path.to_owned(), reason });
+    if path.is_empty() {
+        return reject("is empty");
+    }
+    if path.len() > MAX_ARTIFACT_PATH {
+        return reject("is longer than 512 bytes");
+    }
+    if path.starts_with('/') {
+        return reject("is absolute");
+    }
+    if path.contains('\\') {
+        return reject("contains a backslash");
+    }
+    if path.chars().any(char::is_control) {
+        return reject("contains a control character");
+    }
+    for part in path.split('/') {
+        match part {
+            "" => return reject("has an empty component"),
+            "." | ".." => return reject("has a . or .. component"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task() -> TaskId {
+        TaskId::generate()
+    }
+
+    #[test]
+    fn the_prefix_is_normalised() {
+        assert_eq!(KeyLayout::new("").expect("empty").prefix(), "");
+        assert_eq!(KeyLayout::new("fleet").expect("plain").prefix(), "fleet/");
+        assert_eq!(KeyLayout::new("/fleet/a/").expect("slashes").prefix(), "fleet/a/");
+        assert!(KeyLayout::new("fleet/../x").is_err());
+        assert!(KeyLayout::new("fleet//x").is_err());
+    }
+
+    #[test]
+    fn screenshots_are_keyed_by_hash() {
+        let layout = KeyLayout::new("p").expect("layout");
+        let hash = content_hash(b"pixels");
+        assert_eq!(hash.len(), 64);
+        assert_eq!(layout.screenshot(&hash), format!("p/screenshots/{hash}.png"));
+    }
+
+    #[test]
+    fn artifact_paths_stay_under_the_task() {
+        let layout = KeyLayout::new("p/").expect("layout");
+        let id = task();
+        let key = layout.artifact(&id, "out/report.md").expect("plain path");
+        assert_eq!(key, format!("p/tasks/{}/artifacts/out/report.md", id.as_str()));
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", "a/./b", "a//b", "a/", "a\\b", "a\0b", "a\nb"] {
+            let err = layout.artifact(&id, bad).expect_err(bad);
+            assert!(matches!(err, BlobError::InvalidPath { .. }), "{bad:?}: {err}");
+            assert!(!err.is_retryable());
+        }
+        assert!(layout.artifact(&id, &"a".repeat(600)).is_err());
+        assert!(layout.artifact(&id, "...").is_ok(), "three dots is a plain name");
+    }
+
+    #[test]
+    fn png_bytes_are_recognised() {
+        assert!(looks_like_png(&[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n', 0]));
+        assert!(!looks_like_png(b"GIF89a"));
+    }
+}
