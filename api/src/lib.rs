@@ -63,14 +63,25 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     Ok(())
 }
 
-/// The whole application: every route, the body limit and request tracing.
+/// The whole application: every route, the body limits (a larger one for
+/// batches) and request tracing.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config().body_limit;
+    let batch_body_limit = state.config().batch_body_limit;
     Router::new()
         .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
         .route("/v1/tasks/{id}", get(routes::tasks::get))
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
+        .route("/v1/batches/{id}", get(routes::batches::get))
+        .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))
+        .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
+        .route("/v1/schedules", post(routes::schedules::create).get(routes::schedules::list))
+        .route(
+            "/v1/schedules/{id}",
+            get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
+        )
         .route("/v1/queues", get(routes::queues::stats))
         .route("/v1/dead", get(routes::queues::dead))
         .route("/v1/dead/{id}/retry", post(routes::queues::retry))

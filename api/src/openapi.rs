@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{events, ops, queues, tasks};
+use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -17,6 +17,15 @@ use crate::routes::{events, ops, queues, tasks};
         tasks::get,
         tasks::cancel,
         events::stream,
+        batches::create,
+        batches::get,
+        batches::cancel,
+        batch_events::stream,
+        schedules::create,
+        schedules::list,
+        schedules::get,
+        schedules::patch,
+        schedules::delete,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -40,10 +49,22 @@ use crate::routes::{events, ops, queues, tasks};
         tasks::Cancelled,
         queues::DeadTasks,
         queues::Requeued,
+        batches::BatchRequest,
+        batches::BatchAccepted,
+        batches::BatchView,
+        batches::BatchCancelled,
+        flotilla_shared::queue::BatchCounts,
+        flotilla_shared::schedule::NewSchedule,
+        flotilla_shared::schedule::SchedulePatch,
+        flotilla_shared::schedule::Schedule,
+        flotilla_shared::schedule::Overlap,
+        schedules::ScheduleList,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
+        (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
+        (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
@@ -83,6 +104,15 @@ mod tests {
             ("/v1/tasks/{id}", "get"),
             ("/v1/tasks/{id}/cancel", "post"),
             ("/v1/tasks/{id}/events", "get"),
+            ("/v1/batches", "post"),
+            ("/v1/batches/{id}", "get"),
+            ("/v1/batches/{id}/cancel", "post"),
+            ("/v1/batches/{id}/events", "get"),
+            ("/v1/schedules", "post"),
+            ("/v1/schedules", "get"),
+            ("/v1/schedules/{id}", "get"),
+            ("/v1/schedules/{id}", "patch"),
+            ("/v1/schedules/{id}", "delete"),
             ("/v1/queues", "get"),
             ("/v1/dead", "get"),
             ("/v1/dead/{id}/retry", "post"),
@@ -99,7 +129,7 @@ mod tests {
     fn the_model_and_the_security_scheme_are_included() {
         let doc = document();
         let schemas = doc["components"]["schemas"].as_object().expect("schemas");
-        for name in ["TaskSpec", "TaskRecord", "Event", "QueueStats", "ErrorBody", "Action"] {
+        for name in ["TaskSpec", "TaskRecord", "Event", "QueueStats", "ErrorBody", "Action", "BatchView", "Schedule"] {
             assert!(schemas.contains_key(name), "schema {name} is missing");
         }
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");

@@ -65,6 +65,10 @@ pub enum Command {
     Task(TaskArgs),
     /// Cancel a queued or running task
     Cancel(TaskArgs),
+    /// Submit a batch of tasks, one spec per line of a JSON Lines file, and show its progress
+    Batch(BatchArgs),
+    /// List schedules, or create, show, pause, resume or delete one
+    Schedules(SchedulesArgs),
 }
 
 #[derive(Debug, Default, Args)]
@@ -107,6 +111,65 @@ pub struct SubmitArgs {
     /// `--action` and `--wait-ms` merged in the order they were given.
     #[arg(skip)]
     pub actions: Vec<Value>,
+}
+
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// A JSON Lines file of task specs, one object per line ("-" reads stdin)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Spec fields every task starts from, as a JSON object; each line's fields win
+    #[arg(long, value_name = "JSON", value_parser = parse_object)]
+    pub defaults: Option<Value>,
+    /// Print the batch id and return without waiting for the tasks
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SchedulesArgs {
+    #[command(subcommand)]
+    pub action: Option<ScheduleAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Create a schedule that enqueues the task of --spec at each due time
+    Create(CreateScheduleArgs),
+    /// Show one schedule
+    Show(ScheduleIdArgs),
+    /// Stop a schedule from firing until it is resumed
+    Pause(ScheduleIdArgs),
+    /// Let a paused schedule fire again, from its next due time after now
+    Resume(ScheduleIdArgs),
+    /// Delete a schedule (the tasks it made stay)
+    Delete(ScheduleIdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateScheduleArgs {
+    /// Cron pattern of five fields: minute hour day-of-month month day-of-week
+    #[arg(long, value_name = "PATTERN")]
+    pub cron: String,
+    /// IANA time zone the pattern is read in
+    #[arg(long, value_name = "ZONE", default_value = "UTC")]
+    pub timezone: String,
+    /// The task spec as a JSON file ("-" reads stdin)
+    #[arg(long, value_name = "FILE")]
+    pub spec: PathBuf,
+    /// What to do when a run comes due while the previous task is still active
+    #[arg(long, value_parser = ["skip", "allow"], default_value = "skip")]
+    pub overlap: String,
+    /// Create it paused
+    #[arg(long)]
+    pub paused: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleIdArgs {
+    /// Schedule id
+    #[arg(value_name = "ID")]
+    pub id: String,
 }
 
 #[derive(Debug, Args)]
@@ -270,6 +333,26 @@ mod tests {
     fn an_action_without_a_type_is_refused() {
         assert!(parse_from(["flotilla", "submit", "x", "--action", r#"{"ms":1}"#]).is_err());
         assert!(parse_from(["flotilla", "submit", "x", "--metadata", "[1]"]).is_err());
+    }
+
+    #[test]
+    fn batch_and_schedule_commands_parse() {
+        let cli = parse_from(["flotilla", "batch", "tasks.jsonl", "--defaults", r#"{"pipeline":"scripted"}"#, "--no-wait"])
+            .expect("parses");
+        let Command::Batch(batch) = cli.command else { panic!("not batch") };
+        assert!(batch.no_wait);
+        assert_eq!(batch.defaults, Some(json!({"pipeline": "scripted"})));
+        assert!(parse_from(["flotilla", "batch", "t.jsonl", "--defaults", "[]"]).is_err());
+
+        let cli = parse_from(["flotilla", "schedules", "--json"]).expect("parses");
+        assert!(matches!(cli.command, Command::Schedules(SchedulesArgs { action: None })));
+        let cli = parse_from(["flotilla", "schedules", "create", "--cron", "*/5 * * * *", "--spec", "s.json"]).expect("parses");
+        let Command::Schedules(SchedulesArgs { action: Some(ScheduleAction::Create(create)) }) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!((create.timezone.as_str(), create.overlap.as_str(), create.paused), ("UTC", "skip", false));
+        assert!(parse_from(["flotilla", "schedules", "pause"]).is_err(), "pause needs an id");
+        assert!(parse_from(["flotilla", "schedules", "create", "--cron", "* * * * *", "--spec", "s", "--overlap", "x"]).is_err());
     }
 
     #[test]

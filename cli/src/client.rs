@@ -242,6 +242,23 @@ impl Client {
         read_json(self.send(request).await?).await
     }
 
+    /// `PATCH` a JSON body.
+    pub async fn patch(&self, segments: &[&str], body: &Value) -> Result<ApiResponse, ClientError> {
+        let request = self
+            .authorized(self.http.patch(self.url(segments)))?
+            .timeout(REQUEST_TIMEOUT)
+            .json(body);
+        read_json(self.send(request).await?).await
+    }
+
+    /// `DELETE` a resource; an empty answer reads as `{}`.
+    pub async fn delete(&self, segments: &[&str]) -> Result<ApiResponse, ClientError> {
+        let request = self
+            .authorized(self.http.delete(self.url(segments)))?
+            .timeout(REQUEST_TIMEOUT);
+        read_json(self.send(request).await?).await
+    }
+
     /// Opens a Server-Sent Events stream, resuming after `last_event_id` when given.
     pub async fn open_events(
         &self,

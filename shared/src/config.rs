@@ -23,6 +23,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_API_ADDR", "api_addr"),
     ("FLOTILLA_API_KEYS", "api_keys"),
     ("FLOTILLA_BODY_LIMIT", "body_limit"),
+    ("FLOTILLA_BATCH_BODY_LIMIT", "batch_body_limit"),
     ("FLOTILLA_WORKER_CONCURRENCY", "worker_concurrency"),
     ("FLOTILLA_WORKER_ID", "worker_id"),
     ("FLOTILLA_LEASE_MS", "lease_ms"),
@@ -97,6 +98,8 @@ pub struct Config {
     /// API key → tenant.
     pub api_keys: Vec<(Secret, TenantId)>,
     pub body_limit: usize,
+    /// The largest body of `POST /v1/batches`, which carries many specs.
+    pub batch_body_limit: usize,
     pub worker_concurrency: usize,
     pub worker_id: String,
     /// How long a claimed task may go without a heartbeat before another
@@ -170,6 +173,7 @@ impl Config {
             api_addr: s.parsed("FLOTILLA_API_ADDR", "127.0.0.1:8080", "a socket address like 127.0.0.1:8080")?,
             api_keys: parse_api_keys(s.text("FLOTILLA_API_KEYS", ""))?,
             body_limit: s.positive("FLOTILLA_BODY_LIMIT", 1024 * 1024)?,
+            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
             worker_concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
             worker_id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
             lease,
@@ -332,6 +336,7 @@ mod tests {
         assert_eq!(config.key_prefix, "flotilla");
         assert_eq!(config.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(config.body_limit, 1024 * 1024);
+        assert_eq!(config.batch_body_limit, 64 * 1024 * 1024);
     }
 
     #[test]

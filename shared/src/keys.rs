@@ -4,9 +4,10 @@
 //! share one Redis without colliding. Hash tags keep what one script touches
 //! in one cluster slot: a task's hash and its event list share `{task id}`;
 //! all lanes, due sets and queue counters share `{q}`; a tenant's index,
-//! dead letters and idempotency records share `{tenant}`.
+//! dead letters and idempotency records share `{tenant}`; a batch's record
+//! and task list share `{batch id}`; every schedule key shares `{s}`.
 
-use crate::ids::{BatchId, TaskId, TenantId};
+use crate::ids::{BatchId, ScheduleId, TaskId, TenantId};
 use crate::task::Priority;
 
 /// The consumer group every worker reads the lanes with.
@@ -73,6 +74,41 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)
     }
 
+    /// Hash: a batch's `tenant`, `created_at`, `total` and, once every task
+    /// has ended, `finished_at`.
+    pub fn batch(&self, id: &BatchId) -> String {
+        format!("{}:batch:{{{id}}}", self.prefix)
+    }
+
+    /// List: a batch's task ids in the order they were given.
+    pub fn batch_tasks(&self, id: &BatchId) -> String {
+        format!("{}:batch:{{{id}}}:tasks", self.prefix)
+    }
+
+    /// Sorted set: batches with tasks still to end, by the epoch ms they were
+    /// last looked at; the janitor seals them once every task has ended.
+    pub fn open_batches(&self) -> String {
+        format!("{}:{{q}}:batches:open", self.prefix)
+    }
+
+    /// Hash: a schedule's rule, task spec and firing state. Every schedule
+    /// key shares `{s}`, so one script moves a schedule's hash and its place
+    /// in the due set together; schedules are few and fire at most once a
+    /// minute, so one slot carries them easily.
+    pub fn schedule(&self, id: &ScheduleId) -> String {
+        format!("{}:{{s}}:schedule:{id}", self.prefix)
+    }
+
+    /// Sorted set: active schedule ids by the epoch ms they are next due.
+    pub fn schedules_due(&self) -> String {
+        format!("{}:{{s}}:due", self.prefix)
+    }
+
+    /// Sorted set (all scores 0): a tenant's schedule ids, which sort by time.
+    pub fn tenant_schedules(&self, tenant: &TenantId) -> String {
+        format!("{}:{{s}}:tenant:{tenant}", self.prefix)
+    }
+
     /// What every event channel name starts with.
     pub fn channel_prefix(&self) -> String {
         format!("{}:events:", self.prefix)
@@ -114,5 +150,11 @@ mod tests {
         let tag = |k: &str| k[k.find('{').expect("tag")..=k.find('}').expect("tag")].to_owned();
         assert_eq!(tag(&keys.task(&id)), tag(&keys.events(&id)));
         assert_eq!(tag(&keys.lane(Priority::High)), tag(&keys.due(Priority::Low)));
+        let batch = BatchId::generate();
+        assert_eq!(tag(&keys.batch(&batch)), tag(&keys.batch_tasks(&batch)));
+        let schedule = ScheduleId::generate();
+        let tenant = TenantId::parse("acme").expect("tenant");
+        assert_eq!(tag(&keys.schedule(&schedule)), tag(&keys.schedules_due()));
+        assert_eq!(tag(&keys.schedule(&schedule)), tag(&keys.tenant_schedules(&tenant)));
     }
 }

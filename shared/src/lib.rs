@@ -1,6 +1,6 @@
 //! The crate the Flotilla API and workers share: the task model with its
-//! validated ids, progress events, the Redis Streams queue, and the one typed
-//! configuration both processes read at start.
+//! validated ids, progress events, the Redis Streams queue with its batches,
+//! schedules, and the one typed configuration both processes read at start.
 //!
 //! Nothing here knows about HTTP: errors are plain enums that the API maps to
 //! status codes in one place.
@@ -14,8 +14,9 @@ pub mod ids;
 pub mod keys;
 pub mod queue;
 pub mod redis_conn;
+pub mod schedule;
 pub mod task;
 
 pub use config::Config;
 pub use error::{QueueError, ValidationError};
-pub use ids::{BatchId, TaskId, TenantId};
+pub use ids::{BatchId, ScheduleId, TaskId, TenantId};

@@ -2,11 +2,15 @@
 //! fleet's own binaries as child processes, and in-process API servers, each
 //! with a key prefix of its own so tests run in parallel without colliding.
 
+pub mod api_client;
 pub mod fleet;
+pub mod in_process;
 pub mod redis_server;
 pub mod s3_server;
 
+pub use api_client::{ApiClient, SseFrame};
 pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
+pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
 pub mod scenarios;
 pub mod tasks;

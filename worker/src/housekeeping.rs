@@ -1,21 +1,24 @@
 //! Background duties every worker shares, with no leader: promoting due
 //! tasks (retries after their backoff, `not_before`) into their lanes,
-//! trimming acknowledged entries from the lanes, dropping expired tasks
-//! from the tenant indexes, and removing the consumers of workers gone for
-//! good. Any number of workers may
-//! run them at once; each step is an atomic script or idempotent.
+//! firing due schedules, trimming acknowledged entries from the lanes,
+//! dropping expired tasks from the tenant indexes, sealing finished batches,
+//! and removing the consumers of workers gone for good. Any number of workers
+//! may run them at once; each step is an atomic script or idempotent.
 
 use std::time::Duration;
 
+use flotilla_shared::clock;
 use flotilla_shared::queue::Queue;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// How often due tasks are promoted.
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
+/// How often due schedules are fired.
+const FIRE_EVERY: Duration = Duration::from_secs(1);
 /// How often acknowledged entries are trimmed from the lanes.
 const TRIM_EVERY: Duration = Duration::from_millis(250);
-/// How often the tenant indexes are pruned.
+/// How often the tenant indexes are pruned and finished batches sealed.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown` is cancelled.
@@ -23,7 +26,9 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
     let mut promote = tokio::time::interval(PROMOTE_EVERY);
     let mut trim = tokio::time::interval(TRIM_EVERY);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
+    let mut fire = tokio::time::interval(FIRE_EVERY);
     promote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    fire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -34,6 +39,11 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
                     warn!(error = %e, "promoting due tasks failed");
                 }
             }
+            _ = fire.tick() => {
+                if let Err(e) = queue.schedules().fire_due(clock::now_ms()).await {
+                    warn!(error = %e, "firing due schedules failed");
+                }
+            }
             _ = trim.tick() => {
                 if let Err(e) = queue.trim_lanes().await {
                     warn!(error = %e, "trimming the lanes failed");
@@ -42,6 +52,9 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
             _ = prune.tick() => {
                 if let Err(e) = queue.prune_indexes().await {
                     warn!(error = %e, "pruning task indexes failed");
+                }
+                if let Err(e) = queue.seal_finished_batches().await {
+                    warn!(error = %e, "sealing finished batches failed");
                 }
                 match queue.forget_gone_consumers().await {
                     Ok(gone) if !gone.is_empty() => info!(?gone, "removed consumers of workers gone for good"),

@@ -1,9 +1,12 @@
 //! The HTTP endpoints, one module per resource. Handlers only translate:
 //! HTTP in, a call to the queue, HTTP out; the rules live in `shared`.
 
+pub mod batch_events;
+pub mod batches;
 pub mod events;
 pub mod ops;
 pub mod queues;
+pub mod schedules;
 pub mod tasks;
 
 /// Answers a path no route matches.

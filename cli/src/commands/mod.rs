@@ -1,6 +1,8 @@
 //! One module per command; [`run`] picks the one the arguments name and
 //! every command returns how the process should end.
 
+mod batch;
+mod schedules;
 mod submit;
 mod tasks;
 mod watch;
@@ -39,5 +41,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Tasks(args) => tasks::list(&client, &args, format).await,
         Command::Task(args) => tasks::show(&client, &args.id, format).await,
         Command::Cancel(args) => tasks::cancel(&client, &args.id, format).await,
+        Command::Batch(args) => batch::run(&client, &args, format).await,
+        Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
     }
 }

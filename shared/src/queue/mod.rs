@@ -19,6 +19,8 @@
 //! retention; the tenant index forgets ids whose hash is gone.
 
 mod attempt;
+mod batch;
+mod batch_spec;
 mod claim;
 mod record;
 pub mod scripts;
@@ -28,6 +30,8 @@ mod submit;
 use std::time::Duration;
 
 pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome, Terminal};
+pub use batch::{BatchCancel, BatchCounts, BatchRecord};
+pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;
 pub use record::TaskRecord;
 pub use stats::{LaneStats, QueueStats};

@@ -1,0 +1,199 @@
+//! `flotilla batch FILE.jsonl`: submits one batch (one spec per line, with
+//! `--defaults` under each) and shows a progress bar over the batch's counts
+//! until every task has ended; `--no-wait` prints the id and returns.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use super::{Format, Outcome};
+use crate::args::BatchArgs;
+use crate::client::Client;
+use crate::display::{out, warn};
+
+/// How often the batch's counts are read while waiting.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Without a terminal, a progress line at most this often.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+/// Width of the bar in characters.
+const BAR_WIDTH: usize = 30;
+/// Statuses in the order the progress line shows them.
+const STATUSES: [&str; 6] = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"];
+
+pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::Result<Outcome> {
+    let tasks = read_jsonl(&args.file)?;
+    let mut body = json!({ "tasks": tasks });
+    if let Some(defaults) = &args.defaults {
+        body["defaults"] = defaults.clone();
+    }
+    let accepted = client.post(&["v1", "batches"], Some(&body)).await?;
+    let id = accepted
+        .value
+        .get("id")
+        .and_then(Value::as_str)
+        .context("the API's answer has no batch id")?
+        .to_owned();
+    match format {
+        Format::Json => out(&accepted.raw)?,
+        Format::Human => out(&id)?,
+    }
+    if args.no_wait {
+        return Ok(Outcome::Success);
+    }
+    let last = follow(client, &id, format).await?;
+    if format == Format::Json {
+        out(&last.raw)?;
+    }
+    let counts = Counts::of(&last.value);
+    Ok(if counts.get("failed") + counts.get("cancelled") == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Unsuccessful
+    })
+}
+
+/// Reads the batch until every task has ended, drawing progress on stderr
+/// for a person. Returns the last answer.
+async fn follow(client: &Client, id: &str, format: Format) -> anyhow::Result<crate::client::ApiResponse> {
+    let terminal = format == Format::Human && std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last_line: Option<Instant> = None;
+    loop {
+        let batch = client.get(&["v1", "batches", id], &[]).await?;
+        let counts = Counts::of(&batch.value);
+        let total = batch.value.get("total").and_then(Value::as_u64).unwrap_or(counts.sum());
+        let done = counts.ended() >= total;
+        if format == Format::Human {
+            let line = progress_line(&counts, total, started.elapsed());
+            if terminal {
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "\r{line}\x1b[K");
+                if done {
+                    let _ = writeln!(err);
+                }
+            } else if done || last_line.is_none_or(|at| at.elapsed() >= LINE_EVERY) {
+                warn(&line);
+                last_line = Some(Instant::now());
+            }
+        }
+        if done {
+            return Ok(batch);
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// A batch's counts by status.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Counts(Vec<(&'static str, u64)>);
+
+impl Counts {
+    fn of(batch: &Value) -> Self {
+        Self(
+            STATUSES
+                .iter()
+                .map(|s| (*s, batch.pointer(&format!("/counts/{s}")).and_then(Value::as_u64).unwrap_or(0)))
+                .collect(),
+        )
+    }
+
+    fn get(&self, status: &str) -> u64 {
+        self.0.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n)
+    }
+
+    fn ended(&self) -> u64 {
+        self.get("succeeded") + self.get("failed") + self.get("cancelled")
+    }
+
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// `[#######-------]  420/1000  queued 300  running 280  succeeded 410  failed 10  12.3/s`
+fn progress_line(counts: &Counts, total: u64, elapsed: Duration) -> String {
+    let ended = counts.ended();
+    let filled = if total == 0 {
+        BAR_WIDTH
+    } else {
+        (ended.min(total) as usize * BAR_WIDTH) / total as usize
+    };
+    let bar = format!("{}{}", "#".repeat(filled), "-".repeat(BAR_WIDTH - filled));
+    let mut line = format!("[{bar}] {ended}/{total}");
+    for (status, n) in &counts.0 {
+        if *n > 0 {
+            line.push_str(&format!("  {status} {n}"));
+        }
+    }
+    let secs = elapsed.as_secs_f64();
+    if secs > 0.0 && ended > 0 {
+        line.push_str(&format!("  {:.1}/s", ended as f64 / secs));
+    }
+    line
+}
+
+/// The specs of a JSON Lines file (or stdin for `-`): one object per
+/// non-blank line.
+fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let shown = path.display();
+    let text = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the specs from stdin")?;
+        text
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?
+    };
+    parse_jsonl(&text).with_context(|| format!("{shown} is not JSON Lines of task specs"))
+}
+
+fn parse_jsonl(text: &str) -> anyhow::Result<Vec<Value>> {
+    let mut specs = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(Value::Object(spec)) => specs.push(Value::Object(spec)),
+            Ok(_) => bail!("line {}: a spec must be a JSON object", number + 1),
+            Err(err) => bail!("line {}: {err}", number + 1),
+        }
+    }
+    if specs.is_empty() {
+        bail!("no specs in it");
+    }
+    Ok(specs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_skip_blanks_and_name_the_bad_line() {
+        let specs = parse_jsonl("{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"}\n").expect("parses");
+        assert_eq!(specs.len(), 2);
+        let err = parse_jsonl("{\"prompt\": \"a\"}\n[1]\n").expect_err("refused");
+        assert!(err.to_string().starts_with("line 2:"), "{err}");
+        let err = parse_jsonl("{\"prompt\": \n").expect_err("refused");
+        assert!(err.to_string().starts_with("line 1:"), "{err}");
+        assert!(parse_jsonl("\n \n").is_err());
+    }
+
+    #[test]
+    fn the_progress_line_shows_the_bar_the_counts_and_the_rate() {
+        let counts = Counts::of(&json!({"counts": {"queued": 5, "running": 1, "succeeded": 3, "failed": 1}}));
+        assert_eq!((counts.ended(), counts.sum()), (4, 10));
+        let line = progress_line(&counts, 10, Duration::from_secs(2));
+        assert_eq!(
+            line,
+            format!("[{}{}] 4/10  queued 5  running 1  succeeded 3  failed 1  2.0/s", "#".repeat(12), "-".repeat(18))
+        );
+        let none = progress_line(&Counts::default(), 10, Duration::ZERO);
+        assert_eq!(none, format!("[{}] 0/10", "-".repeat(30)));
+    }
+}

@@ -1,0 +1,15 @@
+//! Schedules: a cron rule in a time zone that enqueues a task at each due
+//! time, exactly once fleet-wide however many workers run.
+//!
+//! `rule` says when a schedule is due (time zones and daylight-saving
+//! transitions included); `store` keeps schedules in Redis, all under one
+//! hash tag so each change is one atomic script; `fire` turns due times into
+//! tasks with no leader, any replica at any time, the clock a parameter.
+
+mod fire;
+mod rule;
+mod store;
+
+pub use fire::{FireReport, Fired};
+pub use rule::CronRule;
+pub use store::{LastRun, NewSchedule, Overlap, Schedule, SchedulePatch, Schedules, Settings};

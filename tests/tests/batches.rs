@@ -1,0 +1,309 @@
+//! Batches through the API against a real redis-server, with workers in
+//! process: defaults under each task, counts that add up as tasks finish,
+//! the batch's event stream, cancelling a whole batch, tenants kept apart,
+//! a bad task refused before anything is written, the larger body limit,
+//! and 10 000 tasks accepted at once and run to the end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use flotilla_shared::task::Pipeline;
+use flotilla_shared::{Config, TaskId};
+use flotilla_tests::tasks::{queue, tenant};
+use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker, RedisServer};
+use flotilla_worker::Registry;
+use serde_json::{json, Value};
+
+/// The other tenant's key (see `test_env`).
+const GLOBEX_KEY: &str = "test-key-globex";
+
+struct Fleet {
+    redis: RedisServer,
+    prefix: String,
+    config: Config,
+    _api: ApiServer,
+    acme: ApiClient,
+    globex: ApiClient,
+}
+
+async fn fleet(extra: &[(&str, &str)]) -> Fleet {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, extra);
+    let api = spawn_api(config.clone()).await;
+    let acme = ApiClient::new(&api, flotilla_tests::api_key());
+    let globex = ApiClient::new(&api, GLOBEX_KEY);
+    wait_ready(&acme).await;
+    Fleet { redis, prefix, config, _api: api, acme, globex }
+}
+
+async fn wait_ready(api: &ApiClient) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.get("/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "the api never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn wait_task(prompt: &str, ms: u64) -> Value {
+    json!({"prompt": prompt, "pipeline": "scripted", "actions": [{"type": "wait", "ms": ms}]})
+}
+
+async fn submit(api: &ApiClient, body: &Value) -> (String, Vec<String>) {
+    let (status, answer) = api.post("/v1/batches", body).await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let tasks = answer["task_ids"].as_array().expect("task_ids").iter().map(|t| t.as_str().expect("id").to_owned()).collect();
+    (id, tasks)
+}
+
+/// The batch's counts; asserts they add up to its total.
+async fn counts(api: &ApiClient, id: &str) -> BTreeMap<String, u64> {
+    let (status, batch) = api.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(status, 200, "{batch}");
+    let counts: BTreeMap<String, u64> = serde_json::from_value(batch["counts"].clone()).expect("counts");
+    assert_eq!(counts.values().sum::<u64>(), batch["total"].as_u64().expect("total"), "counts add up: {batch}");
+    counts
+}
+
+/// Polls the batch until `done` holds for its counts, checking each read adds up.
+async fn wait_counts(api: &ApiClient, id: &str, limit: Duration, done: impl Fn(&BTreeMap<String, u64>) -> bool) -> BTreeMap<String, u64> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let now = counts(api, id).await;
+        if done(&now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "batch {id} still at {now:?} after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every key under the test's prefix.
+fn keys_under(redis: &RedisServer, prefix: &str) -> Vec<String> {
+    let mut conn = redis.connection();
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query(&mut conn).expect("KEYS");
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_with_defaults_runs_its_counts_add_up_and_its_stream_ends_with_every_task() {
+    let fleet = fleet(&[("FLOTILLA_WORKER_CONCURRENCY", "2")]).await;
+    let body = json!({
+        "defaults": {"pipeline": "scripted", "actions": [{"type": "wait", "ms": 150}], "metadata": {"suite": "batches"}},
+        "tasks": [
+            {"prompt": "first"},
+            {"prompt": "second", "metadata": {"row": 2}},
+            {"prompt": "third", "priority": "high", "actions": [{"type": "wait", "ms": 1}]},
+            {"prompt": "fourth"},
+            {"prompt": "fifth"},
+        ],
+    });
+    let (id, tasks) = submit(&fleet.acme, &body).await;
+    assert!(id.starts_with("bat_"), "{id}");
+    assert_eq!(tasks.len(), 5);
+    assert_eq!(counts(&fleet.acme, &id).await.get("queued"), Some(&5), "nothing runs yet");
+
+    let (_, second) = fleet.acme.get(&format!("/v1/tasks/{}", tasks[1])).await;
+    assert_eq!(second["batch_id"], json!(id));
+    assert_eq!(second["spec"]["pipeline"], "scripted", "a default");
+    assert_eq!(second["spec"]["metadata"], json!({"suite": "batches", "row": 2}), "objects merge");
+    let (_, third) = fleet.acme.get(&format!("/v1/tasks/{}", tasks[2])).await;
+    assert_eq!(third["spec"]["actions"], json!([{"type": "wait", "ms": 1}]), "the task's own field wins");
+    let (_, listed) = fleet.acme.get(&format!("/v1/tasks?batch={id}")).await;
+    assert_eq!(listed["tasks"].as_array().map(Vec::len), Some(5));
+
+    // The stream is opened before any task runs, so it sees history and live events.
+    let stream = {
+        let acme = fleet.acme.clone();
+        let path = format!("/v1/batches/{id}/events");
+        tokio::spawn(async move { acme.events_until_closed(&path, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let worker = InProcessWorker::start(fleet.config.clone(), Registry::standard());
+    let done = wait_counts(&fleet.acme, &id, Duration::from_secs(30), |c| c.get("succeeded") == Some(&5)).await;
+    assert_eq!(done.get("succeeded"), Some(&5));
+
+    let frames = stream.await.expect("stream task");
+    let mut by_task: HashMap<String, Vec<(u64, String)>> = HashMap::new();
+    for frame in &frames {
+        let event: Value = serde_json::from_str(&frame.data).expect("event JSON");
+        assert_eq!(event["batch_id"], json!(id));
+        assert_eq!(frame.event.as_deref(), event["type"].as_str());
+        let task = event["task_id"].as_str().expect("task_id").to_owned();
+        by_task.entry(task).or_default().push((event["seq"].as_u64().expect("seq"), event["type"].as_str().expect("type").to_owned()));
+    }
+    assert_eq!(by_task.len(), 5, "every task's events came");
+    for (task, events) in &by_task {
+        let seqs: Vec<u64> = events.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "task {task}: each event once, in order");
+        assert_eq!(events.last().map(|(_, t)| t.as_str()), Some("succeeded"), "task {task} ends with its terminal event");
+    }
+
+    let (_, batch) = fleet.acme.get(&format!("/v1/batches/{id}")).await;
+    assert!(batch["finished_at"].is_string(), "a finished batch says when: {batch}");
+    let ttl: i64 = redis::cmd("PTTL").arg(format!("{}:batch:{{{id}}}", fleet.prefix)).query(&mut fleet.redis.connection()).expect("PTTL");
+    assert!(ttl > 0, "a finished batch expires like its tasks");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_batch_cancels_queued_tasks_at_once_and_stops_running_ones() {
+    let fleet = fleet(&[("FLOTILLA_WORKER_CONCURRENCY", "2")]).await;
+    let tasks: Vec<Value> = (0..6).map(|i| wait_task(&format!("long {i}"), 60_000)).collect();
+    let (id, _) = submit(&fleet.acme, &json!({"tasks": tasks})).await;
+    let worker = InProcessWorker::start(fleet.config.clone(), Registry::standard());
+    wait_counts(&fleet.acme, &id, Duration::from_secs(10), |c| c.get("running") == Some(&2)).await;
+
+    let asked = Instant::now();
+    let (status, answer) = fleet.acme.post_empty(&format!("/v1/batches/{id}/cancel")).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!((answer["cancelled"].as_u64(), answer["cancelling"].as_u64()), (Some(4), Some(2)), "{answer}");
+    let done = wait_counts(&fleet.acme, &id, Duration::from_secs(5), |c| c.get("cancelled") == Some(&6)).await;
+    assert!(asked.elapsed() < Duration::from_secs(5), "running tasks stop within five seconds");
+    assert_eq!(done.get("cancelled"), Some(&6));
+
+    let frames = fleet.acme.events_until_closed(&format!("/v1/batches/{id}/events"), Duration::from_secs(10)).await;
+    let cancelled = frames.iter().filter(|f| f.event.as_deref() == Some("cancelled")).count();
+    assert_eq!(cancelled, 6, "a finished batch replays every terminal event and closes");
+    let (_, again) = fleet.acme.post_empty(&format!("/v1/batches/{id}/cancel")).await;
+    assert_eq!(again["already_ended"].as_u64(), Some(6), "{again}");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_tenant_gets_not_found_for_every_batch_call() {
+    let fleet = fleet(&[]).await;
+    let (id, tasks) = submit(&fleet.acme, &json!({"tasks": [wait_task("mine", 1)]})).await;
+    for path in [format!("/v1/batches/{id}"), format!("/v1/batches/{id}/events")] {
+        let (status, body) = fleet.globex.get(&path).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{path}: {body}");
+    }
+    let (status, _) = fleet.globex.post_empty(&format!("/v1/batches/{id}/cancel")).await;
+    assert_eq!(status, 404);
+    let (status, _) = fleet.globex.get(&format!("/v1/tasks/{}", tasks[0])).await;
+    assert_eq!(status, 404);
+    let (_, listed) = fleet.globex.get(&format!("/v1/tasks?batch={id}")).await;
+    assert_eq!(listed["tasks"], json!([]));
+    assert_eq!(counts(&fleet.acme, &id).await.get("queued"), Some(&1), "the other tenant's cancel changed nothing");
+
+    let (status, body) = fleet.acme.get("/v1/batches/bat_01jc0000000000000000000000").await;
+    assert_eq!((status, body["error"]["message"].as_str()), (404, Some("no such batch")));
+    let (status, body) = fleet.acme.get("/v1/batches/tsk_01jc0000000000000000000000").await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("id")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_task_is_refused_with_its_index_and_nothing_is_written() {
+    let fleet = fleet(&[]).await;
+    let before = keys_under(&fleet.redis, &fleet.prefix);
+    let good = wait_task("fine", 1);
+    let cases = [
+        (json!({"tasks": [good, good, good, {"prompt": ""}, good]}), "tasks[3].prompt"),
+        (json!({"tasks": [good, good, good, {"prompt": "x", "colour": "red"}]}), "tasks[3]"),
+        (json!({"tasks": [good, good, good, {"prompt": "x", "idempotency_key": "k"}]}), "tasks[3].idempotency_key"),
+        (json!({"tasks": [good, good, good, {"prompt": "x", "pipeline": "scripted"}]}), "tasks[3].actions"),
+        (json!({"tasks": [{"prompt": "x"}], "defaults": {"sandbox": {"resolution": [1, 1]}}}), "defaults.sandbox.resolution"),
+        (json!({"tasks": []}), "tasks"),
+        (json!({"tasks": [good], "colour": "red"}), ""),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = fleet.acme.post("/v1/batches", &body).await;
+        assert_eq!((status, answer["error"]["code"].as_str()), (400, Some("invalid_request")), "{answer}");
+        let got = answer["error"]["field"].as_str().unwrap_or("");
+        assert!(got.starts_with(field), "want field {field:?}, got {answer}");
+    }
+    assert_eq!(keys_under(&fleet.redis, &fleet.prefix), before, "a refused batch writes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_body_may_exceed_the_task_limit_up_to_its_own() {
+    let fleet = fleet(&[("FLOTILLA_BATCH_BODY_LIMIT", "4194304")]).await;
+    let prompt = "p".repeat(1_000);
+    let tasks: Vec<Value> = (0..2_000).map(|_| json!({"prompt": prompt})).collect();
+    let body = json!({"defaults": {"pipeline": "openai-cua"}, "tasks": tasks});
+    assert!(body.to_string().len() > 1024 * 1024, "over the 1 MiB task limit");
+    let (_, ids) = submit(&fleet.acme, &body).await;
+    assert_eq!(ids.len(), 2_000);
+
+    let huge: Vec<Value> = (0..5_000).map(|_| json!({"prompt": prompt})).collect();
+    let (status, answer) = fleet.acme.post("/v1/batches", &json!({"tasks": huge})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (413, Some("payload_too_large")), "{answer}");
+    assert!(answer["error"]["message"].as_str().is_some_and(|m| m.contains("4194304")), "{answer}");
+    let (status, _) = fleet.acme.post("/v1/tasks", &json!({"prompt": "q".repeat(1_100_000)})).await;
+    assert_eq!(status, 413, "other routes keep their limit");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_thousand_tasks_are_accepted_at_once_and_all_accounted_for() {
+    const N: usize = 10_000;
+    let fleet = fleet(&[("FLOTILLA_WORKER_CONCURRENCY", "100")]).await;
+    let tasks: Vec<Value> = (0..N).map(|i| json!({"prompt": format!("task {i}")})).collect();
+    let body = json!({"defaults": {"pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}]}, "tasks": tasks});
+    let workers: Vec<InProcessWorker> = (0..2)
+        .map(|i| {
+            let mut config = fleet.config.clone();
+            config.worker_id = format!("bulk-{i}");
+            InProcessWorker::start(config, Registry::standard())
+        })
+        .collect();
+
+    let asked = Instant::now();
+    let (id, ids) = submit(&fleet.acme, &body).await;
+    let accept = asked.elapsed();
+    assert_eq!(ids.len(), N);
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), N, "every task has its own id");
+
+    let count_started = Instant::now();
+    counts(&fleet.acme, &id).await;
+    let one_count = count_started.elapsed();
+    let done = wait_counts(&fleet.acme, &id, Duration::from_secs(180), |c| c.get("succeeded").copied().unwrap_or(0) == N as u64).await;
+    let total = asked.elapsed();
+    assert_eq!(done.get("succeeded"), Some(&(N as u64)), "{done:?}");
+    let count_started = Instant::now();
+    counts(&fleet.acme, &id).await;
+    let idle_count = count_started.elapsed();
+    eprintln!(
+        "10000-task batch: accepted in {} ms; all succeeded {} ms after the request ({:.0} tasks/s through 2 in-process workers of concurrency 100); GET /v1/batches/{{id}} took {} ms while they ran, {} ms after",
+        accept.as_millis(),
+        total.as_millis(),
+        N as f64 / total.as_secs_f64(),
+        one_count.as_millis(),
+        idle_count.as_millis()
+    );
+
+    let q = queue(&fleet.config).await;
+    let sample: Vec<TaskId> = ids.iter().step_by(997).map(|i| TaskId::parse(i).expect("id")).collect();
+    for id in &sample {
+        let record = q.get(&tenant(), id).await.expect("get").expect("exists");
+        assert_eq!(record.spec.pipeline, Some(Pipeline::Scripted));
+    }
+    for worker in workers {
+        worker.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_janitor_seals_a_finished_batch_so_it_expires_with_its_tasks() {
+    let fleet = fleet(&[]).await;
+    let (id, _) = submit(&fleet.acme, &json!({"tasks": [wait_task("a", 1), wait_task("b", 1)]})).await;
+    let q = queue(&fleet.config).await;
+    let open = format!("{}:{{q}}:batches:open", fleet.prefix);
+    let batch_key = format!("{}:batch:{{{id}}}", fleet.prefix);
+    assert_eq!(q.seal_finished_batches().await.expect("seal"), 0, "its tasks are still queued");
+    let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut fleet.redis.connection()).expect("PTTL");
+    assert_eq!(ttl, -1, "an open batch does not expire");
+
+    let batch = q.batch(&tenant(), &flotilla_shared::BatchId::parse(&id).expect("id")).await.expect("batch").expect("exists");
+    assert_eq!(q.cancel_batch(&batch).await.expect("cancel").cancelled, 2);
+    assert_eq!(q.seal_finished_batches().await.expect("seal"), 1);
+    let mut conn = fleet.redis.connection();
+    let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut conn).expect("PTTL");
+    assert!(ttl > 0, "a sealed batch expires");
+    let still_open: i64 = redis::cmd("ZCARD").arg(&open).query(&mut conn).expect("ZCARD");
+    assert_eq!(still_open, 0);
+    let (_, view) = fleet.acme.get(&format!("/v1/batches/{id}")).await;
+    assert!(view["finished_at"].is_string(), "{view}");
+}
