@@ -90,6 +90,31 @@ local function start(t)
 end
 "#;
 
+/// Reading new entries from the lanes `KEYS` in priority order, shared by
+/// [`CLAIM`] and [`CLAIM_AND_START`]: up to `wanted` entries for `consumer`
+/// of `group`, each as `{lane index, entry id, task id}`.
+const READ_LANES_FN: &str = r#"
+local function read_lanes(group, consumer, wanted)
+  local got = {}
+  for lane = 1, #KEYS do
+    if wanted <= 0 then break end
+    local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', wanted, 'STREAMS', KEYS[lane], '>')
+    if reply then
+      for _, entry in ipairs(reply[1][2]) do
+        local task = ''
+        local fields = entry[2]
+        for i = 1, #fields, 2 do
+          if fields[i] == 't' then task = fields[i + 1] end
+        end
+        got[#got + 1] = {tostring(lane), entry[1], task}
+        wanted = wanted - 1
+      end
+    end
+  end
+  return got
+end
+"#;
+
 fn task_script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))
 }
@@ -277,33 +302,22 @@ return 'requeued'
 /// (`ARGV[1..8]` as there; `ARGV[11]` the task key prefix `<prefix>:task:`).
 /// Returns per entry `{lane index, entry id, task id, start reply}`.
 pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
-    starting_script(
+    Script::new(&format!(
+        "{PRELUDE}\n{START_FN}\n{READ_LANES_FN}\n{}",
         r#"
-local wanted = tonumber(ARGV[10])
 local out = {}
-for lane = 1, #KEYS do
-  if wanted <= 0 then break end
-  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[9], ARGV[4], 'COUNT', wanted, 'STREAMS', KEYS[lane], '>')
-  if reply then
-    for _, entry in ipairs(reply[1][2]) do
-      local id = ''
-      local fields = entry[2]
-      for i = 1, #fields, 2 do
-        if fields[i] == 't' then id = fields[i + 1] end
-      end
-      local started = {'malformed'}
-      if id ~= '' then
-        local key = ARGV[11] .. '{' .. id .. '}'
-        started = start({key, key .. ':events', id})
-      end
-      out[#out + 1] = {tostring(lane), entry[1], id, started}
-      wanted = wanted - 1
-    end
+for _, got in ipairs(read_lanes(ARGV[9], ARGV[4], tonumber(ARGV[10]))) do
+  local id = got[3]
+  local started = {'malformed'}
+  if id ~= '' then
+    local key = ARGV[11] .. '{' .. id .. '}'
+    started = start({key, key .. ':events', id})
   end
+  out[#out + 1] = {got[1], got[2], id, started}
 end
 return out
-"#,
-    )
+"#
+    ))
 });
 
 /// Reads up to `ARGV[3]` new entries for consumer `ARGV[2]` of group
@@ -311,30 +325,18 @@ return out
 /// first, in one round trip. Returns a flat list: lane index (1-based),
 /// entry id, task id, and so on.
 pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{READ_LANES_FN}\n{}",
         r#"
-local wanted = tonumber(ARGV[3])
 local out = {}
-for lane = 1, #KEYS do
-  if wanted <= 0 then break end
-  local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', wanted, 'STREAMS', KEYS[lane], '>')
-  if reply then
-    for _, entry in ipairs(reply[1][2]) do
-      local task = ''
-      local fields = entry[2]
-      for i = 1, #fields, 2 do
-        if fields[i] == 't' then task = fields[i + 1] end
-      end
-      out[#out + 1] = tostring(lane)
-      out[#out + 1] = entry[1]
-      out[#out + 1] = task
-      wanted = wanted - 1
-    end
-  end
+for _, got in ipairs(read_lanes(ARGV[1], ARGV[2], tonumber(ARGV[3]))) do
+  out[#out + 1] = got[1]
+  out[#out + 1] = got[2]
+  out[#out + 1] = got[3]
 end
 return out
-"#,
-    )
+"#
+    ))
 });
 
 /// Removes consumers of group `ARGV[1]` on lane `KEYS[1]` that have been
