@@ -26,6 +26,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_BATCH_BODY_LIMIT", "batch_body_limit"),
     ("FLOTILLA_WORKER_CONCURRENCY", "worker_concurrency"),
     ("FLOTILLA_WORKER_ID", "worker_id"),
+    ("FLOTILLA_WORKER_HTTP_ADDR", "worker_http_addr"),
     ("FLOTILLA_LEASE_MS", "lease_ms"),
     ("FLOTILLA_HEARTBEAT_MS", "heartbeat_ms"),
     ("FLOTILLA_DRAIN_DEADLINE_S", "drain_deadline_s"),
@@ -102,6 +103,8 @@ pub struct Config {
     pub batch_body_limit: usize,
     pub worker_concurrency: usize,
     pub worker_id: String,
+    /// Where a worker serves `/metrics`, `/healthz` and `/readyz`; none when unset.
+    pub worker_http_addr: Option<SocketAddr>,
     /// How long a claimed task may go without a heartbeat before another
     /// worker reclaims it.
     pub lease: Duration,
@@ -176,6 +179,10 @@ impl Config {
             batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
             worker_concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
             worker_id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
+            worker_http_addr: match s.get("FLOTILLA_WORKER_HTTP_ADDR") {
+                Some(_) => Some(s.parsed("FLOTILLA_WORKER_HTTP_ADDR", "", "a socket address like 0.0.0.0:9090")?),
+                None => None,
+            },
             lease,
             heartbeat,
             drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),

@@ -104,12 +104,14 @@ fn the_workers_grace_period_outlasts_their_drain_deadline() {
 }
 
 #[test]
-fn the_api_has_probes_on_its_health_endpoints() {
+fn the_api_and_the_workers_have_probes_on_their_health_endpoints() {
     let docs = documents();
-    let api = docs.iter().find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some("flotilla-api")).expect("api Deployment");
-    let container = containers(&api.1)[0];
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"].as_str(), Some("/healthz"));
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"].as_str(), Some("/readyz"));
+    for name in ["flotilla-api", "flotilla-worker"] {
+        let deployment = docs.iter().find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some(name)).expect("Deployment");
+        let container = containers(&deployment.1)[0];
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"].as_str(), Some("/healthz"), "{name}");
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"].as_str(), Some("/readyz"), "{name}");
+    }
 }
 
 #[test]

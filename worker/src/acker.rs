@@ -13,6 +13,8 @@ use flotilla_shared::QueueError;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::metrics::WorkerMetrics;
+
 /// The most items one flush handles.
 const MAX_BATCH: usize = 256;
 /// How long a failing flush is retried before its entries are left pending;
@@ -37,9 +39,9 @@ pub struct Acker {
 impl Acker {
     /// Starts the batching task; it ends once every sender is dropped and the
     /// backlog is flushed.
-    pub fn spawn(queue: Queue) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn spawn(queue: Queue, metrics: WorkerMetrics) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let handle = tokio::spawn(flush_forever(queue, rx));
+        let handle = tokio::spawn(flush_forever(queue, rx, metrics));
         (Self { tx }, handle)
     }
 
@@ -60,7 +62,7 @@ impl Acker {
     }
 }
 
-async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>) {
+async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>, metrics: WorkerMetrics) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let started = tokio::time::Instant::now();
@@ -69,6 +71,7 @@ async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>) {
             match flush(&queue, &batch).await {
                 Ok(()) => break,
                 Err(e) if started.elapsed() < GIVE_UP_AFTER => {
+                    metrics.redis_error();
                     warn!(error = %e, items = batch.len(), "ending tasks failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::acker::Acker;
+use crate::metrics::WorkerMetrics;
 use crate::pipeline::{Outcome, PipelineError, Registry, TaskRun};
 
 /// What every execution shares.
@@ -25,6 +26,7 @@ pub struct Executor {
     pub worker_id: String,
     pub heartbeat: Duration,
     pub default_pipeline: PipelineKind,
+    pub metrics: WorkerMetrics,
 }
 
 /// Why a running attempt was stopped from outside the pipeline.
@@ -45,6 +47,13 @@ impl Executor {
     }
 
     async fn run_attempt(&self, attempt: Arc<Attempt>, abandon: CancellationToken) {
+        let began = std::time::Instant::now();
+        let outcome = self.settle_attempt(attempt, abandon).await;
+        self.metrics.attempt_ended(outcome, began.elapsed());
+    }
+
+    /// Runs the attempt and hands its outcome on; returns the outcome's name.
+    async fn settle_attempt(&self, attempt: Arc<Attempt>, abandon: CancellationToken) -> &'static str {
         let cancel = CancellationToken::new();
         let result = tokio::select! {
             result = self.run_pipeline(&attempt, cancel.clone()) => Ok(result),
@@ -54,14 +63,14 @@ impl Executor {
         let terminal = match result {
             Err(StopReason::Fenced) | Ok(Err(PipelineError::Fenced)) => {
                 info!("another attempt took the task over; stopping without writing");
-                return;
+                return "fenced";
             }
             Err(StopReason::Abandoned) => {
                 info!("shutdown deadline passed; leaving the task to be reclaimed");
                 if let Err(e) = self.queue.release(&self.worker_id, &attempt.delivery).await {
                     warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
                 }
-                return;
+                return "abandoned";
             }
             Err(StopReason::CancelRequested) | Ok(Err(PipelineError::Cancelled)) => Terminal::Cancelled,
             Ok(Ok(Outcome::Succeeded(result))) => Terminal::Succeeded(result),
@@ -72,10 +81,12 @@ impl Executor {
             Ok(Err(PipelineError::Retryable(error))) => {
                 warn!(%error, "attempt failed; retrying or dead-lettering");
                 self.retry_later(&attempt, &error).await;
-                return;
+                return "retrying";
             }
         };
+        let outcome = terminal.outcome();
         self.acker.finish(attempt, terminal);
+        outcome
     }
 
     async fn run_pipeline(&self, attempt: &Arc<Attempt>, cancel: CancellationToken) -> Result<Outcome, PipelineError> {

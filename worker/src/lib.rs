@@ -8,6 +8,8 @@ pub mod acker;
 pub mod blobstore;
 pub mod execute;
 pub mod housekeeping;
+pub mod http;
+pub mod metrics;
 pub mod pipeline;
 pub mod worker;
 

@@ -21,6 +21,8 @@ use tracing::{debug, info, warn};
 use crate::acker::Acker;
 use crate::execute::Executor;
 use crate::housekeeping;
+use crate::http;
+use crate::metrics::WorkerMetrics;
 use crate::pipeline::Registry;
 
 /// How long one blocking read waits before the loop looks around again.
@@ -37,7 +39,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
 /// Runs a worker with these pipelines until `shutdown` is cancelled.
 pub async fn run_with(config: Config, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = connect_patiently(&config, &shutdown).await?;
-    let (acker, acker_task) = Acker::spawn(queue.clone());
+    let metrics = WorkerMetrics::new();
+    let http = match config.worker_http_addr {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("FLOTILLA_WORKER_HTTP_ADDR: cannot listen on {addr}: {e}"))?;
+            Some(tokio::spawn(http::serve(listener, queue.clone(), metrics.clone(), shutdown.clone())))
+        }
+        None => None,
+    };
+    let (acker, acker_task) = Acker::spawn(queue.clone(), metrics.clone());
     let executor = Executor {
         queue: queue.clone(),
         registry,
@@ -45,6 +57,7 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
         worker_id: config.worker_id.clone(),
         heartbeat: config.heartbeat,
         default_pipeline: config.default_pipeline,
+        metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
     let slots = Arc::new(Semaphore::new(config.worker_concurrency));
@@ -65,6 +78,9 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
     drop(claimer);
     housekeeping.await.ok();
     acker_task.await.ok();
+    if let Some(http) = http {
+        http.await.ok();
+    }
     info!("worker stopped");
     Ok(())
 }
@@ -137,6 +153,7 @@ impl Claimer {
                     self.run_started(first, started);
                 }
                 Err(e) => {
+                    self.executor.metrics.redis_error();
                     warn!(error = %e, "claiming failed; retrying");
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -249,10 +266,12 @@ impl Claimer {
         match outcome {
             Ok(StartOutcome::Started(attempt)) => {
                 let this = self.clone();
+                this.executor.metrics.task_started();
                 self.tracker.spawn(async move {
                     let task_id = attempt.task_id().clone();
                     this.executor.execute(*attempt, this.abandon.clone()).await;
                     this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
+                    this.executor.metrics.task_left();
                     drop(permit);
                 });
             }
