@@ -49,16 +49,19 @@ for _ in $(seq 100); do
 done
 echo "fleet up: redis 127.0.0.1:$redis_port, api $FLOTILLA_API_URL, 2 workers × 3 slots" >&2
 
-ids=()
+batch_file="$work/batch.jsonl"
 for i in $(seq "${FLOTILLA_DEMO_TASKS:-8}"); do
   steps=$(( 2 + i % 4 ))
-  args=()
-  for _ in $(seq "$steps"); do args+=(--wait-ms $(( 300 + (i * 137) % 500 ))); done
+  ms=$(( 300 + (i * 137) % 500 ))
   priority=normal
   if [ $(( i % 4 )) -eq 0 ]; then priority=high; fi
-  ids+=("$("$bin/flotilla" submit "demo task $i: $steps timed steps" --priority "$priority" "${args[@]}")")
+  python3 -c 'import json,sys; n,ms,steps,p=sys.argv[1:]; print(json.dumps({"prompt": f"demo task {n}: {steps} timed steps", "priority": p, "actions": [{"type": "wait", "ms": int(ms)}] * int(steps)}))' \
+    "$i" "$ms" "$steps" "$priority" >>"$batch_file"
 done
-echo "submitted ${#ids[@]} tasks; following them live" >&2
+accepted=$("$bin/flotilla" --json batch "$batch_file" --defaults '{"pipeline": "scripted"}' --no-wait)
+batch_id=$(printf '%s' "$accepted" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+mapfile -t ids < <(printf '%s' "$accepted" | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["task_ids"]))')
+echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live" >&2
 "$bin/flotilla" watch "${ids[@]}"
 echo >&2
-"$bin/flotilla" tasks --limit 20
+"$bin/flotilla" tasks --batch "$batch_id" --limit 20
