@@ -7,7 +7,7 @@
 //!
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors); `error` is the only place
-//! that knows which status each error gets; `feed` orders an event stream;
+//! that knows which status each error gets; `feed` orders event streams;
 //! `metrics` and `openapi` render the operator pages.
 
 mod auth;

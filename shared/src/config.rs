@@ -357,13 +357,13 @@ mod tests {
 
     #[test]
     fn a_bad_setting_names_its_variable() {
-        let err = load(&[("FLOTILLA_WORKER_CONCURRENCY", "many")]).unwrap_err();
+        let err = load(&[("FLOTILLA_WORKER_CONCURRENCY", "many")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_WORKER_CONCURRENCY");
-        let err = load(&[("FLOTILLA_REDIS_URL", "http://x")]).unwrap_err();
+        let err = load(&[("FLOTILLA_REDIS_URL", "http://x")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_REDIS_URL");
-        let err = load(&[("FLOTILLA_API_KEYS", "nokey")]).unwrap_err();
+        let err = load(&[("FLOTILLA_API_KEYS", "nokey")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_API_KEYS");
-        let err = load(&[("OPENAI_BASE_URL", "localhost:1")]).unwrap_err();
+        let err = load(&[("OPENAI_BASE_URL", "localhost:1")]).expect_err("refused");
         assert_eq!(err.var, "OPENAI_BASE_URL");
     }
 
@@ -385,14 +385,14 @@ mod tests {
         assert_eq!(config.key_prefix, "fromenv");
         std::fs::write(dir.join("bad.toml"), "colour = \"red\"\n").expect("write");
         let bad = dir.join("bad.toml").to_string_lossy().to_string();
-        let err = load(&[("FLOTILLA_CONFIG", &bad)]).unwrap_err();
+        let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
         assert!(err.problem.contains("unknown setting \"colour\""), "{err}");
         std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
     fn heartbeat_must_beat_within_the_lease() {
-        let err = load(&[("FLOTILLA_LEASE_MS", "1000"), ("FLOTILLA_HEARTBEAT_MS", "2000")]).unwrap_err();
+        let err = load(&[("FLOTILLA_LEASE_MS", "1000"), ("FLOTILLA_HEARTBEAT_MS", "2000")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_HEARTBEAT_MS");
     }
 }

@@ -427,15 +427,15 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let err = spec(r#"{"prompt": "x", "sandbox": {"resolution": [1, 1]}}"#).unwrap_err();
+        let err = spec(r#"{"prompt": "x", "sandbox": {"resolution": [1, 1]}}"#).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("sandbox.resolution"));
-        let err = spec(r#"{"prompt": "x", "colour": "red"}"#).unwrap_err();
+        let err = spec(r#"{"prompt": "x", "colour": "red"}"#).expect_err("refused");
         assert!(err.message.contains("unknown field `colour`"), "{}", err.message);
-        let err = spec(r#"{"prompt": 5}"#).unwrap_err();
+        let err = spec(r#"{"prompt": 5}"#).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("prompt"));
-        let err = spec(r#"{"prompt": "x", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 5}, {"type": "wait", "ms": 999999999}]}"#).unwrap_err();
+        let err = spec(r#"{"prompt": "x", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 5}, {"type": "wait", "ms": 999999999}]}"#).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("actions[1].ms"));
-        let err = spec(r#"{"prompt": "#).unwrap_err();
+        let err = spec(r#"{"prompt": "#).expect_err("refused");
         assert!(err.message.starts_with("malformed JSON"), "{}", err.message);
     }
 

@@ -84,7 +84,7 @@ impl Row {
         self
     }
 
-    fn as_globex(self) -> Self {
+    fn by_globex(self) -> Self {
         self.header("authorization", format!("Bearer {GLOBEX_KEY}"))
     }
 
@@ -443,12 +443,12 @@ fn table(acme_task: &str, cancelled_task: &str, idem_task: &str, idem_spec: &Val
         Row::get("list without a key", "/v1/tasks").without_header("authorization").expect(401, "unauthorized"),
         Row::get("events without a key", events.clone()).without_header("authorization").expect(401, "unauthorized"),
         // Another tenant's task is absent.
-        Row::get("another tenant reads", format!("/v1/tasks/{acme_task}")).as_globex().expect(404, "not_found"),
+        Row::get("another tenant reads", format!("/v1/tasks/{acme_task}")).by_globex().expect(404, "not_found"),
         Row::post("another tenant cancels", format!("/v1/tasks/{acme_task}/cancel"))
-            .as_globex()
+            .by_globex()
             .expect(404, "not_found"),
-        Row::get("another tenant follows events", events.clone()).as_globex().expect(404, "not_found"),
-        Row::post("another tenant retries", format!("/v1/dead/{acme_task}/retry")).as_globex().expect(404, "not_found"),
+        Row::get("another tenant follows events", events.clone()).by_globex().expect(404, "not_found"),
+        Row::post("another tenant retries", format!("/v1/dead/{acme_task}/retry")).by_globex().expect(404, "not_found"),
         // Query parameters.
         Row::get("limit is not a number", "/v1/tasks?limit=abc").expect_field(400, "invalid_request", "limit"),
         Row::get("limit zero", "/v1/tasks?limit=0").expect_field(400, "invalid_request", "limit"),
@@ -604,7 +604,7 @@ async fn only_a_failed_dead_letter_can_be_retried() {
 
     let conflict = Row::post("retry a queued task", format!("/v1/dead/{queued}/retry")).expect(409, "conflict");
     assert_eq!(check(&api, &conflict).await, None);
-    let globex = Row::post("retry as another tenant", format!("/v1/dead/{dead}/retry")).as_globex().expect(404, "not_found");
+    let globex = Row::post("retry as another tenant", format!("/v1/dead/{dead}/retry")).by_globex().expect(404, "not_found");
     assert_eq!(check(&api, &globex).await, None);
 
     let retried = send(&api, &Row::post("retry", format!("/v1/dead/{dead}/retry"))).await;

@@ -11,6 +11,7 @@ pub mod housekeeping;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;
+pub mod sandbox;
 pub mod worker;
 
 pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};

@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{QueryParams, TaskIdPath};
-use crate::feed::{self, Feed};
+use crate::feed::TaskFeed;
 use crate::state::AppState;
 
 /// How often an idle stream sends a comment, so proxies keep it open.
@@ -66,10 +66,10 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let after = resume_after(&headers, &params)?;
     let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
-    let live = feed::subscribe(state.queue(), &id).await?;
+    let live = TaskFeed::subscribe(state.queue(), &id).await?;
     let history = state.queue().events_after(&id, after).await?;
     let (tx, rx) = tokio::sync::mpsc::channel(BUFFER);
-    let feed = Feed::new(state.queue().clone(), tenant, id, after, tx, state.shutdown().clone());
+    let feed = TaskFeed::new(state.queue().clone(), tenant, id, after, tx, state.shutdown().clone());
     tokio::spawn(feed.run(live, history, task.status.is_terminal()).instrument(tracing::Span::current()));
     let events = ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));

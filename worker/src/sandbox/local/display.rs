@@ -1,0 +1,438 @@
+//! One X connection per local sandbox, spoken natively with x11rb: input
+//! through XTEST (no xdotool process per action) and screenshots through
+//! `GetImage`, encoded to PNG in-process. Every method blocks on the X
+//! socket, so async callers run them on the blocking pool. Each input method
+//! ends with a round trip, so the server has applied the input when it returns.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use flotilla_shared::action::MouseButton;
+use x11rb::connection::{Connection, RequestConnection};
+use x11rb::protocol::xproto::{
+    self, AtomEnum, ConnectionExt as _, ImageFormat, ImageOrder, MapState, Window, BUTTON_PRESS_EVENT,
+    BUTTON_RELEASE_EVENT, KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
+};
+use x11rb::protocol::xtest::{self, ConnectionExt as _};
+use x11rb::rust_connection::RustConnection;
+
+use crate::sandbox::keys::Keysym;
+use crate::sandbox::{SandboxError, Screenshot};
+
+/// The keysym of the left Shift key.
+const SHIFT_L: u32 = 0xffe1;
+/// The most wheel clicks one scroll may ask for on each axis.
+const MAX_SCROLL_CLICKS: u32 = 1_000;
+
+/// An open connection to a sandbox's display.
+pub(crate) struct Display {
+    conn: RustConnection,
+    root: Window,
+    width: u16,
+    height: u16,
+    pixels: PixelFormat,
+    keyboard: Mutex<Keyboard>,
+    client_list: xproto::Atom,
+    net_wm_name: xproto::Atom,
+}
+
+fn x_error(error: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Display(error.to_string())
+}
+
+impl Display {
+    /// Connects to display `:n` of this host and checks it has XTEST.
+    pub fn connect(display: u32) -> Result<Self, SandboxError> {
+        let (conn, screen_num) = RustConnection::connect(Some(&format!(":{display}"))).map_err(x_error)?;
+        if conn.extension_information(xtest::X11_EXTENSION_NAME).map_err(x_error)?.is_none() {
+            return Err(SandboxError::Unavailable("the display has no XTEST extension".into()));
+        }
+        let setup = conn.setup();
+        let screen = setup.roots.get(screen_num).ok_or_else(|| x_error("the display has no screen"))?;
+        let pixels = PixelFormat::of(setup, screen)?;
+        let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
+        let keyboard = Keyboard::load(&conn)?;
+        let client_list = intern(&conn, "_NET_CLIENT_LIST")?;
+        let net_wm_name = intern(&conn, "_NET_WM_NAME")?;
+        Ok(Self { conn, root, width, height, pixels, keyboard: Mutex::new(keyboard), client_list, net_wm_name })
+    }
+
+    /// The screen's size in pixels.
+    pub fn size(&self) -> (u32, u32) {
+        (u32::from(self.width), u32::from(self.height))
+    }
+
+    /// The whole screen as an RGB PNG.
+    pub fn screenshot(&self) -> Result<Screenshot, SandboxError> {
+        let (width, height) = (self.width, self.height);
+        let image = self
+            .conn
+            .get_image(ImageFormat::Z_PIXMAP, self.root, 0, 0, width, height, !0)
+            .map_err(x_error)?
+            .reply()
+            .map_err(x_error)?;
+        let rgb = self.pixels.rgb_from(&image.data, usize::from(width), usize::from(height))?;
+        let png = encode_png(&rgb, u32::from(width), u32::from(height))?;
+        Ok(Screenshot { png, width: u32::from(width), height: u32::from(height) })
+    }
+
+    /// Where the pointer is.
+    pub fn pointer(&self) -> Result<(u32, u32), SandboxError> {
+        let reply = self.conn.query_pointer(self.root).map_err(x_error)?.reply().map_err(x_error)?;
+        Ok((u32::try_from(reply.root_x).unwrap_or(0), u32::try_from(reply.root_y).unwrap_or(0)))
+    }
+
+    pub fn move_to(&self, x: u32, y: u32) -> Result<(), SandboxError> {
+        self.motion(x, y)?;
+        self.sync()
+    }
+
+    /// Moves to (x, y) and clicks `count` times.
+    pub fn click(&self, x: u32, y: u32, button: MouseButton, count: u32) -> Result<(), SandboxError> {
+        let detail = match button {
+            MouseButton::Left => 1,
+            MouseButton::Middle => 2,
+            MouseButton::Right => 3,
+        };
+        self.motion(x, y)?;
+        for _ in 0..count {
+            self.fake(BUTTON_PRESS_EVENT, detail, 0, 0)?;
+            self.fake(BUTTON_RELEASE_EVENT, detail, 0, 0)?;
+        }
+        self.sync()
+    }
+
+    /// Presses the left button at the first point, moves through the
+    /// others, and releases it at the last.
+    pub fn drag(&self, path: &[[u32; 2]]) -> Result<(), SandboxError> {
+        let (Some([x0, y0]), Some(rest)) = (path.first(), path.get(1..)) else {
+            return Err(SandboxError::InvalidAction("a drag needs at least 2 points".into()));
+        };
+        for [x, y] in path {
+            self.check_point(*x, *y)?;
+        }
+        self.motion(*x0, *y0)?;
+        self.fake(BUTTON_PRESS_EVENT, 1, 0, 0)?;
+        self.sync()?;
+        for [x, y] in rest {
+            self.motion(*x, *y)?;
+            self.sync()?;
+        }
+        self.fake(BUTTON_RELEASE_EVENT, 1, 0, 0)?;
+        self.sync()
+    }
+
+    /// Moves to (x, y) and turns the wheel: positive `dy` scrolls down,
+    /// positive `dx` right, one wheel click per unit.
+    pub fn scroll(&self, x: u32, y: u32, dx: i32, dy: i32) -> Result<(), SandboxError> {
+        if dx.unsigned_abs() > MAX_SCROLL_CLICKS || dy.unsigned_abs() > MAX_SCROLL_CLICKS {
+            return Err(SandboxError::InvalidAction(format!("a scroll is at most {MAX_SCROLL_CLICKS} wheel clicks each way")));
+        }
+        self.motion(x, y)?;
+        let vertical = if dy > 0 { 5 } else { 4 };
+        let horizontal = if dx > 0 { 7 } else { 6 };
+        for (button, clicks) in [(vertical, dy.unsigned_abs()), (horizontal, dx.unsigned_abs())] {
+            for _ in 0..clicks {
+                self.fake(BUTTON_PRESS_EVENT, button, 0, 0)?;
+                self.fake(BUTTON_RELEASE_EVENT, button, 0, 0)?;
+            }
+        }
+        self.sync()
+    }
+
+    /// Types each keysym as one key stroke, with Shift where the keymap
+    /// needs it, waiting `delay` after each.
+    pub fn type_keys(&self, keys: &[Keysym], delay: Duration) -> Result<(), SandboxError> {
+        for key in keys {
+            let (code, shift) = self.keycode(key)?;
+            if shift {
+                self.fake(KEY_PRESS_EVENT, self.shift_code()?, 0, 0)?;
+            }
+            self.fake(KEY_PRESS_EVENT, code, 0, 0)?;
+            self.fake(KEY_RELEASE_EVENT, code, 0, 0)?;
+            if shift {
+                self.fake(KEY_RELEASE_EVENT, self.shift_code()?, 0, 0)?;
+            }
+            self.sync()?;
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+        }
+        Ok(())
+    }
+
+    /// Presses the keys in order and releases them in reverse: a chord.
+    pub fn chord(&self, keys: &[Keysym]) -> Result<(), SandboxError> {
+        let mut codes = Vec::with_capacity(keys.len() + 1);
+        for key in keys {
+            let (code, shift) = self.keycode(key)?;
+            let shift_code = self.shift_code()?;
+            if shift && !codes.contains(&shift_code) {
+                codes.push(shift_code);
+            }
+            codes.push(code);
+        }
+        for code in &codes {
+            self.fake(KEY_PRESS_EVENT, *code, 0, 0)?;
+        }
+        for code in codes.iter().rev() {
+            self.fake(KEY_RELEASE_EVENT, *code, 0, 0)?;
+        }
+        self.sync()
+    }
+
+    /// The top-level windows the window manager manages that are mapped and
+    /// titled `title`.
+    pub fn find_client(&self, title: &str) -> Result<Option<Window>, SandboxError> {
+        let list = self
+            .conn
+            .get_property(false, self.root, self.client_list, AtomEnum::WINDOW, 0, 1024)
+            .map_err(x_error)?
+            .reply()
+            .map_err(x_error)?;
+        let Some(windows) = list.value32() else {
+            return Ok(None);
+        };
+        for window in windows {
+            if !self.has_title(window, title)? {
+                continue;
+            }
+            let Ok(attributes) = self.conn.get_window_attributes(window).map_err(x_error)?.reply() else {
+                continue;
+            };
+            if attributes.map_state == MapState::VIEWABLE {
+                return Ok(Some(window));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether `window` is titled `title`, in `_NET_WM_NAME` or `WM_NAME`.
+    fn has_title(&self, window: Window, title: &str) -> Result<bool, SandboxError> {
+        for property in [self.net_wm_name, AtomEnum::WM_NAME.into()] {
+            let name = self
+                .conn
+                .get_property(false, window, property, AtomEnum::ANY, 0, 256)
+                .map_err(x_error)?
+                .reply()
+                .map_err(x_error)?;
+            if name.value == title.as_bytes() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn check_point(&self, x: u32, y: u32) -> Result<(), SandboxError> {
+        if x >= u32::from(self.width) || y >= u32::from(self.height) {
+            return Err(SandboxError::InvalidAction(format!(
+                "point ({x}, {y}) is outside the {}x{} screen",
+                self.width, self.height
+            )));
+        }
+        Ok(())
+    }
+
+    fn motion(&self, x: u32, y: u32) -> Result<(), SandboxError> {
+        self.check_point(x, y)?;
+        // Inside the screen, so both fit an i16.
+        let (x, y) = (i16::try_from(x).unwrap_or(i16::MAX), i16::try_from(y).unwrap_or(i16::MAX));
+        self.fake(MOTION_NOTIFY_EVENT, 0, x, y)
+    }
+
+    fn fake(&self, kind: u8, detail: u8, x: i16, y: i16) -> Result<(), SandboxError> {
+        self.conn.xtest_fake_input(kind, detail, x11rb::CURRENT_TIME, self.root, x, y, 0).map_err(x_error)?;
+        Ok(())
+    }
+
+    /// One round trip: the server has handled every request sent before.
+    fn sync(&self) -> Result<(), SandboxError> {
+        self.conn.get_input_focus().map_err(x_error)?.reply().map_err(x_error)?;
+        Ok(())
+    }
+
+    fn keycode(&self, key: &Keysym) -> Result<(u8, bool), SandboxError> {
+        let mut keyboard = self.keyboard.lock().map_err(|_| x_error("keyboard state poisoned"))?;
+        keyboard.resolve(&self.conn, key)
+    }
+
+    fn shift_code(&self) -> Result<u8, SandboxError> {
+        let keyboard = self.keyboard.lock().map_err(|_| x_error("keyboard state poisoned"))?;
+        keyboard.codes.get(&SHIFT_L).map(|(code, _)| *code).ok_or_else(|| x_error("the keymap has no Shift key"))
+    }
+}
+
+fn intern(conn: &RustConnection, name: &str) -> Result<xproto::Atom, SandboxError> {
+    Ok(conn.intern_atom(false, name.as_bytes()).map_err(x_error)?.reply().map_err(x_error)?.atom)
+}
+
+/// Which keycode (and whether Shift) produces each keysym, read once from the
+/// server's core keymap; keysyms it lacks are bound on the fly to one spare
+/// keycode, as xdotool does.
+struct Keyboard {
+    keysyms_per_keycode: u8,
+    codes: HashMap<u32, (u8, bool)>,
+    scratch: Option<u8>,
+}
+
+impl Keyboard {
+    fn load(conn: &RustConnection) -> Result<Self, SandboxError> {
+        let setup = conn.setup();
+        let (min, max) = (setup.min_keycode, setup.max_keycode);
+        let count = max.saturating_sub(min).saturating_add(1);
+        let map = conn.get_keyboard_mapping(min, count).map_err(x_error)?.reply().map_err(x_error)?;
+        let per = usize::from(map.keysyms_per_keycode.max(1));
+        let mut codes = HashMap::new();
+        let mut scratch = None;
+        // Level 0 (no Shift) wins over level 1 wherever a keysym has both.
+        for level in 0..per.min(2) {
+            for (index, syms) in map.keysyms.chunks(per).enumerate() {
+                let code = min.saturating_add(u8::try_from(index).unwrap_or(u8::MAX));
+                if level == 0 && syms.iter().all(|s| *s == 0) {
+                    scratch = Some(code);
+                }
+                if let Some(&sym) = syms.get(level).filter(|s| **s != 0) {
+                    codes.entry(sym).or_insert((code, level == 1));
+                }
+            }
+        }
+        Ok(Self { keysyms_per_keycode: map.keysyms_per_keycode, codes, scratch })
+    }
+
+    fn resolve(&mut self, conn: &RustConnection, key: &Keysym) -> Result<(u8, bool), SandboxError> {
+        if let Some(found) = self.codes.get(&key.value) {
+            return Ok(*found);
+        }
+        let scratch = self
+            .scratch
+            .ok_or_else(|| SandboxError::InvalidAction(format!("the keymap has no key for {} and no spare keycode", key.name)))?;
+        let syms = vec![key.value; usize::from(self.keysyms_per_keycode.max(1))];
+        conn.change_keyboard_mapping(1, scratch, self.keysyms_per_keycode.max(1), &syms)
+            .map_err(x_error)?
+            .check()
+            .map_err(x_error)?;
+        self.codes.retain(|_, (code, _)| *code != scratch);
+        self.codes.insert(key.value, (scratch, false));
+        Ok((scratch, false))
+    }
+}
+
+/// How the server lays out pixels of a Z-format image of the root window.
+#[derive(Debug, Clone, Copy)]
+struct PixelFormat {
+    bits_per_pixel: u8,
+    scanline_pad: u8,
+    little_endian: bool,
+    masks: [u32; 3],
+}
+
+impl PixelFormat {
+    fn of(setup: &xproto::Setup, screen: &xproto::Screen) -> Result<Self, SandboxError> {
+        let format = setup
+            .pixmap_formats
+            .iter()
+            .find(|f| f.depth == screen.root_depth)
+            .ok_or_else(|| x_error("no pixmap format for the root depth"))?;
+        let visual = screen
+            .allowed_depths
+            .iter()
+            .flat_map(|d| d.visuals.iter())
+            .find(|v| v.visual_id == screen.root_visual)
+            .ok_or_else(|| x_error("the root visual is not listed"))?;
+        let pixels = Self {
+            bits_per_pixel: format.bits_per_pixel,
+            scanline_pad: format.scanline_pad,
+            little_endian: setup.image_byte_order == ImageOrder::LSB_FIRST,
+            masks: [visual.red_mask, visual.green_mask, visual.blue_mask],
+        };
+        if pixels.bits_per_pixel != 32 || pixels.masks.contains(&0) {
+            return Err(SandboxError::Unavailable(format!(
+                "unsupported screen format: {} bits per pixel, depth {}",
+                pixels.bits_per_pixel, screen.root_depth
+            )));
+        }
+        Ok(pixels)
+    }
+
+    /// Converts a 32-bit Z image (BGRX on little-endian servers) to packed RGB.
+    fn rgb_from(&self, data: &[u8], width: usize, height: usize) -> Result<Vec<u8>, SandboxError> {
+        let pad = usize::from(self.scanline_pad.max(8));
+        let stride = (width * usize::from(self.bits_per_pixel)).div_ceil(pad) * pad / 8;
+        if data.len() < stride * height {
+            return Err(x_error(format!("image has {} bytes, expected {}", data.len(), stride * height)));
+        }
+        let mut rgb = Vec::with_capacity(width * height * 3);
+        if self.little_endian && self.masks == [0xff_0000, 0xff00, 0xff] {
+            // The usual layout (BGRX in memory): a byte shuffle.
+            for row in data.chunks_exact(stride).take(height) {
+                for pixel in row[..width * 4].chunks_exact(4) {
+                    rgb.extend_from_slice(&[pixel[2], pixel[1], pixel[0]]);
+                }
+            }
+            return Ok(rgb);
+        }
+        let channels = self.masks.map(|mask| (mask.trailing_zeros(), mask >> mask.trailing_zeros()));
+        for row in data.chunks_exact(stride).take(height) {
+            for pixel in row[..width * 4].chunks_exact(4) {
+                let bytes = [pixel[0], pixel[1], pixel[2], pixel[3]];
+                let value = if self.little_endian { u32::from_le_bytes(bytes) } else { u32::from_be_bytes(bytes) };
+                for (shift, max) in channels {
+                    let channel = (value >> shift) & max;
+                    let scaled = if max == 0xff { channel } else { channel * 255 / max.max(1) };
+                    rgb.push(u8::try_from(scaled).unwrap_or(u8::MAX));
+                }
+            }
+        }
+        Ok(rgb)
+    }
+}
+
+/// Encodes packed RGB as PNG with the fast deflate: a few milliseconds for a
+/// desktop, and the same bytes for the same pixels.
+pub(crate) fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, SandboxError> {
+    let png_error = |e: png::EncodingError| SandboxError::Display(format!("cannot encode the screenshot: {e}"));
+    let mut out = Vec::with_capacity(rgb.len() / 8);
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Fast);
+    let mut writer = encoder.write_header().map_err(png_error)?;
+    writer.write_image_data(rgb).map_err(png_error)?;
+    writer.finish().map_err(png_error)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bgrx_converts_to_rgb() {
+        let format = PixelFormat { bits_per_pixel: 32, scanline_pad: 32, little_endian: true, masks: [0xff0000, 0xff00, 0xff] };
+        // Two pixels: pure red, then (1, 2, 3); the X byte is ignored.
+        let data = [0, 0, 255, 9, 3, 2, 1, 9];
+        assert_eq!(format.rgb_from(&data, 2, 1).expect("converts"), [255, 0, 0, 1, 2, 3]);
+        assert!(format.rgb_from(&data, 3, 1).is_err());
+    }
+
+    #[test]
+    fn other_layouts_convert_by_their_masks() {
+        // Big-endian with red in the low byte: converted by the masks, not the shuffle.
+        let format = PixelFormat { bits_per_pixel: 32, scanline_pad: 32, little_endian: false, masks: [0xff, 0xff00, 0xff_0000] };
+        let data = [9, 3, 2, 1];
+        assert_eq!(format.rgb_from(&data, 1, 1).expect("converts"), [1, 2, 3]);
+    }
+
+    #[test]
+    fn png_round_trips() {
+        let rgb: Vec<u8> = (0..4 * 3 * 3).map(|i| i as u8).collect();
+        let png = encode_png(&rgb, 4, 3).expect("encodes");
+        let decoder = png::Decoder::new(std::io::Cursor::new(png));
+        let mut reader = decoder.read_info().expect("decodes");
+        let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+        let info = reader.next_frame(&mut buf).expect("frame");
+        assert_eq!((info.width, info.height), (4, 3));
+        assert_eq!(&buf[..info.buffer_size()], &rgb[..]);
+    }
+}

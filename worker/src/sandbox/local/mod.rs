@@ -1,0 +1,459 @@
+//! The local sandbox provider: a real desktop per sandbox on this machine.
+//! Each sandbox is its own Xvfb display (picked free by the server), openbox,
+//! and a maximized xterm titled `flotilla-terminal` running a clean bash; a
+//! home under `root/<id>`; one process group; bubblewrap around everything
+//! but the display server when it works here. Input goes through XTEST and
+//! screenshots through `GetImage`, both over one native X connection.
+//!
+//! Deadlines: every call checks the sandbox's deadline, and a reaper task
+//! kills sandboxes past it between calls. A killed or expired sandbox leaves
+//! no process and no file behind; dropping the provider kills all of its
+//! sandboxes.
+
+mod desktop;
+mod display;
+mod launch;
+mod process;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use flotilla_shared::action::Action;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use time::OffsetDateTime;
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use self::desktop::Processes;
+use self::display::Display;
+use self::launch::Launcher;
+use super::{keys, CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot};
+
+pub use self::desktop::TERMINAL_TITLE;
+pub use self::launch::Isolation;
+
+/// The smallest and largest screens a local sandbox may have.
+const MIN_RESOLUTION: (u32, u32) = (320, 200);
+const MAX_RESOLUTION: (u32, u32) = (7680, 4320);
+/// The longest life a sandbox may be given at once.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// How long reading or writing one file may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest file `read_file` returns.
+const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
+/// How many ids of expired sandboxes are remembered, to answer `Expired`
+/// rather than `NotFound`.
+const MAX_TOMBSTONES: usize = 4096;
+/// The one template: a desktop with a terminal.
+const DESKTOP_TEMPLATE: &str = "desktop";
+
+/// Settings of the local provider.
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Where sandbox directories go: `root/<id>/{home,tmp,logs}`.
+    pub root: PathBuf,
+    pub isolation: Isolation,
+    /// How often the reaper looks for expired sandboxes.
+    pub reap_interval: Duration,
+    /// How long a killed sandbox has between TERM and KILL.
+    pub kill_grace: Duration,
+    /// A pause after each typed character (0 types as fast as the server takes it).
+    pub key_delay: Duration,
+    /// How long a desktop may take to come up.
+    pub start_timeout: Duration,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            root: std::env::temp_dir().join("flotilla-sandboxes"),
+            isolation: Isolation::Auto,
+            reap_interval: Duration::from_secs(1),
+            kill_grace: Duration::from_millis(200),
+            key_delay: Duration::ZERO,
+            start_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Runs sandboxes as local desktops. Dropping it kills them all.
+pub struct LocalProvider {
+    inner: Arc<Inner>,
+    reaper: CancellationToken,
+}
+
+struct Inner {
+    config: LocalConfig,
+    sandboxes: Mutex<HashMap<SandboxId, Arc<LocalSandbox>>>,
+    /// Ids of sandboxes killed for expiry, with when.
+    expired: Mutex<HashMap<SandboxId, Instant>>,
+    bubblewrap: OnceCell<bool>,
+}
+
+/// One running sandbox.
+struct LocalSandbox {
+    id: SandboxId,
+    resolution: (u32, u32),
+    display: Arc<Display>,
+    launcher: Launcher,
+    processes: tokio::sync::Mutex<Processes>,
+    deadline: Mutex<Deadline>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    wall: OffsetDateTime,
+}
+
+impl Deadline {
+    fn after(life: Duration) -> Self {
+        Self { at: Instant::now() + life, wall: OffsetDateTime::now_utc() + life }
+    }
+}
+
+impl LocalSandbox {
+    fn deadline(&self) -> Deadline {
+        self.deadline.lock().map(|d| *d).unwrap_or_else(|poisoned| *poisoned.into_inner())
+    }
+
+    fn handle(&self) -> Sandbox {
+        Sandbox { id: self.id.clone(), resolution: self.resolution, expires_at: self.deadline().wall }
+    }
+}
+
+impl LocalProvider {
+    /// A provider with no sandboxes yet. Inside a Tokio runtime it also
+    /// starts the reaper; outside one, deadlines are checked on each call only.
+    pub fn new(config: LocalConfig) -> Self {
+        let inner = Arc::new(Inner {
+            config,
+            sandboxes: Mutex::new(HashMap::new()),
+            expired: Mutex::new(HashMap::new()),
+            bubblewrap: OnceCell::new(),
+        });
+        let reaper = CancellationToken::new();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(reap(Arc::downgrade(&inner), inner.config.reap_interval, reaper.clone()));
+        }
+        Self { inner, reaper }
+    }
+
+    /// Whether sandboxes run under bubblewrap (probed on first use).
+    pub async fn uses_bubblewrap(&self) -> bool {
+        self.inner.bubblewrap().await
+    }
+
+    /// The process group of a sandbox's desktop, for checks from outside.
+    pub async fn process_group(&self, id: &SandboxId) -> Result<Option<u32>, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let processes = sandbox.processes.lock().await;
+        Ok(processes.pgid())
+    }
+
+    /// Where the pointer is on a sandbox's screen.
+    pub async fn pointer(&self, id: &SandboxId) -> Result<(u32, u32), SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        blocking(move || sandbox.display.pointer()).await
+    }
+
+    async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
+        check_request(request)?;
+        let inner = &self.inner;
+        let bubblewrap = match (inner.config.isolation, inner.bubblewrap().await) {
+            (Isolation::None, _) => false,
+            (Isolation::Auto, works) => works,
+            (Isolation::Bubblewrap, true) => true,
+            (Isolation::Bubblewrap, false) => {
+                return Err(SandboxError::Unavailable("bubblewrap is required but does not work here".into()));
+            }
+        };
+        let id = SandboxId::parse(&format!("local-{:016x}", rand::random::<u64>()))?;
+        let dir = inner.config.root.join(id.as_str());
+        let started = Instant::now();
+        let desktop = desktop::start(id.as_str(), &dir, request.resolution, bubblewrap, inner.config.start_timeout).await?;
+        let sandbox = Arc::new(LocalSandbox {
+            id: id.clone(),
+            resolution: desktop.display.size(),
+            display: desktop.display,
+            launcher: desktop.launcher,
+            processes: tokio::sync::Mutex::new(desktop.processes),
+            deadline: Mutex::new(Deadline::after(request.timeout)),
+        });
+        tracing::debug!(sandbox = %id, bubblewrap, ms = started.elapsed().as_millis() as u64, "sandbox created");
+        let handle = sandbox.handle();
+        lock(&inner.sandboxes).insert(id, sandbox);
+        Ok(handle)
+    }
+
+    async fn extend_sandbox(&self, id: &SandboxId, by: Duration) -> Result<OffsetDateTime, SandboxError> {
+        if by > MAX_TIMEOUT {
+            return Err(SandboxError::InvalidRequest(format!("a sandbox lives at most {MAX_TIMEOUT:?} at once")));
+        }
+        let sandbox = self.inner.get(id).await?;
+        let mut deadline = lock(&sandbox.deadline);
+        let wanted = Deadline::after(by);
+        if wanted.at > deadline.at {
+            *deadline = wanted;
+        }
+        Ok(deadline.wall)
+    }
+
+    async fn kill_sandbox(&self, id: &SandboxId) -> Result<(), SandboxError> {
+        let removed = lock(&self.inner.sandboxes).remove(id);
+        match removed {
+            Some(sandbox) => {
+                sandbox.processes.lock().await.stop(self.inner.config.kill_grace).await;
+                tracing::debug!(sandbox = %id, "sandbox killed");
+                Ok(())
+            }
+            None if lock(&self.inner.expired).contains_key(id) => Ok(()),
+            None => Err(SandboxError::NotFound(id.clone())),
+        }
+    }
+
+    async fn run_command(&self, id: &SandboxId, command: &str, timeout: Duration) -> Result<CommandOutput, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let bash = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", command]);
+        Ok(process::run(bash, None, timeout, process::MAX_OUTPUT).await?.into_command_output())
+    }
+
+    async fn read(&self, id: &SandboxId, path: &str) -> Result<Vec<u8>, SandboxError> {
+        check_path(path)?;
+        let sandbox = self.inner.get(id).await?;
+        // Read by a process inside the sandbox, so the path means what it
+        // means there and no link can reach past what the sandbox sees.
+        let cat = sandbox.launcher.command("cat", &["--", path]);
+        let output = process::run(cat, None, FILE_TIMEOUT, MAX_FILE_SIZE).await?;
+        if output.exit_code != 0 {
+            return Err(file_error(path, &output.stderr));
+        }
+        if output.truncated {
+            return Err(SandboxError::File { path: path.to_owned(), message: format!("larger than {MAX_FILE_SIZE} bytes") });
+        }
+        Ok(output.stdout)
+    }
+
+    async fn write(&self, id: &SandboxId, path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
+        check_path(path)?;
+        let sandbox = self.inner.get(id).await?;
+        let script = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
+        let cat = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", script, "write", path]);
+        let output = process::run(cat, Some(bytes), FILE_TIMEOUT, process::MAX_OUTPUT).await?;
+        if output.exit_code != 0 {
+            return Err(file_error(path, &output.stderr));
+        }
+        Ok(())
+    }
+
+    async fn perform(&self, id: &SandboxId, action: &Action) -> Result<(), SandboxError> {
+        action.validate().map_err(|e| SandboxError::InvalidAction(e.to_string()))?;
+        let sandbox = self.inner.get(id).await?;
+        let display = Arc::clone(&sandbox.display);
+        match action.clone() {
+            Action::Click { x, y, button } => blocking(move || display.click(x, y, button, 1)).await,
+            Action::DoubleClick { x, y } => blocking(move || display.click(x, y, Default::default(), 2)).await,
+            Action::Move { x, y } => blocking(move || display.move_to(x, y)).await,
+            Action::Drag { path } => blocking(move || display.drag(&path)).await,
+            Action::Scroll { x, y, scroll_x, scroll_y } => blocking(move || display.scroll(x, y, scroll_x, scroll_y)).await,
+            Action::Type { text } => {
+                let keys = keys::text(&text)?;
+                let delay = self.inner.config.key_delay;
+                blocking(move || display.type_keys(&keys, delay)).await
+            }
+            Action::Keypress { keys } => {
+                let keys = keys::chord(&keys)?;
+                blocking(move || display.chord(&keys)).await
+            }
+            Action::Wait { ms } => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(())
+            }
+            Action::Screenshot => Ok(()),
+        }
+    }
+}
+
+impl Inner {
+    async fn bubblewrap(&self) -> bool {
+        *self
+            .bubblewrap
+            .get_or_init(|| async {
+                let works = launch::bubblewrap_works().await;
+                if !works && self.config.isolation == Isolation::Auto {
+                    tracing::warn!("bubblewrap does not work here; local sandboxes run as plain process groups");
+                }
+                works
+            })
+            .await
+    }
+
+    /// The live sandbox `id`; one past its deadline is killed first and
+    /// reported as expired.
+    async fn get(&self, id: &SandboxId) -> Result<Arc<LocalSandbox>, SandboxError> {
+        let found = lock(&self.sandboxes).get(id).cloned();
+        let Some(sandbox) = found else {
+            if lock(&self.expired).contains_key(id) {
+                return Err(SandboxError::Expired(id.clone()));
+            }
+            return Err(SandboxError::NotFound(id.clone()));
+        };
+        if sandbox.deadline().at > Instant::now() {
+            return Ok(sandbox);
+        }
+        self.expire(id).await;
+        Err(SandboxError::Expired(id.clone()))
+    }
+
+    /// Kills sandbox `id` for expiry and remembers that it expired.
+    async fn expire(&self, id: &SandboxId) {
+        let removed = lock(&self.sandboxes).remove(id);
+        {
+            let mut expired = lock(&self.expired);
+            if expired.len() >= MAX_TOMBSTONES {
+                if let Some(oldest) = expired.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone()) {
+                    expired.remove(&oldest);
+                }
+            }
+            expired.insert(id.clone(), Instant::now());
+        }
+        if let Some(sandbox) = removed {
+            sandbox.processes.lock().await.stop(self.config.kill_grace).await;
+            tracing::info!(sandbox = %id, "sandbox expired and was killed");
+        }
+    }
+
+    fn expired_ids(&self) -> Vec<SandboxId> {
+        let now = Instant::now();
+        lock(&self.sandboxes).values().filter(|s| s.deadline().at <= now).map(|s| s.id.clone()).collect()
+    }
+}
+
+impl Drop for LocalProvider {
+    fn drop(&mut self) {
+        self.reaper.cancel();
+        let sandboxes: Vec<_> = lock(&self.inner.sandboxes).drain().map(|(_, s)| s).collect();
+        for sandbox in sandboxes {
+            // A sandbox being stopped right now holds the lock; its own drop
+            // finishes the job.
+            if let Ok(mut processes) = sandbox.processes.try_lock() {
+                processes.stop_now();
+            }
+        }
+    }
+}
+
+/// Kills expired sandboxes every `interval` until cancelled or the provider is gone.
+async fn reap(inner: Weak<Inner>, interval: Duration, cancel: CancellationToken) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        for id in inner.expired_ids() {
+            inner.expire(&id).await;
+        }
+    }
+}
+
+impl SandboxProvider for LocalProvider {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
+        self.create_sandbox(request).boxed()
+    }
+
+    fn connect<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
+        async move { Ok(self.inner.get(id).await?.handle()) }.boxed()
+    }
+
+    fn status<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<SandboxStatus, SandboxError>> {
+        async move {
+            let sandbox = self.inner.get(id).await?;
+            let alive = sandbox.processes.lock().await.alive();
+            Ok(SandboxStatus { alive, expires_at: sandbox.deadline().wall })
+        }
+        .boxed()
+    }
+
+    fn extend<'a>(&'a self, id: &'a SandboxId, by: Duration) -> BoxFuture<'a, Result<OffsetDateTime, SandboxError>> {
+        self.extend_sandbox(id, by).boxed()
+    }
+
+    fn kill<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<(), SandboxError>> {
+        self.kill_sandbox(id).boxed()
+    }
+
+    fn run<'a>(&'a self, id: &'a SandboxId, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+        self.run_command(id, command, timeout).boxed()
+    }
+
+    fn read_file<'a>(&'a self, id: &'a SandboxId, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>> {
+        self.read(id, path).boxed()
+    }
+
+    fn write_file<'a>(&'a self, id: &'a SandboxId, path: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, Result<(), SandboxError>> {
+        self.write(id, path, bytes).boxed()
+    }
+
+    fn screenshot<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Screenshot, SandboxError>> {
+        async move {
+            let sandbox = self.inner.get(id).await?;
+            blocking(move || sandbox.display.screenshot()).await
+        }
+        .boxed()
+    }
+
+    fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
+        self.perform(id, action).boxed()
+    }
+}
+
+fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
+    let (w, h) = request.resolution;
+    if !(MIN_RESOLUTION.0..=MAX_RESOLUTION.0).contains(&w) || !(MIN_RESOLUTION.1..=MAX_RESOLUTION.1).contains(&h) {
+        return Err(SandboxError::InvalidRequest(format!(
+            "resolution {w}x{h} is outside {}x{} to {}x{}",
+            MIN_RESOLUTION.0, MIN_RESOLUTION.1, MAX_RESOLUTION.0, MAX_RESOLUTION.1
+        )));
+    }
+    if request.timeout.is_zero() || request.timeout > MAX_TIMEOUT {
+        return Err(SandboxError::InvalidRequest(format!("timeout must be above zero and at most {MAX_TIMEOUT:?}")));
+    }
+    match request.template.as_deref() {
+        None | Some(DESKTOP_TEMPLATE) => Ok(()),
+        Some(other) => Err(SandboxError::InvalidRequest(format!("unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"))),
+    }
+}
+
+fn check_path(path: &str) -> Result<(), SandboxError> {
+    if path.is_empty() || path.contains('\0') {
+        return Err(SandboxError::File { path: path.to_owned(), message: "a path must be non-empty and without NUL".into() });
+    }
+    Ok(())
+}
+
+fn file_error(path: &str, stderr: &[u8]) -> SandboxError {
+    let stderr = String::from_utf8_lossy(stderr);
+    let message = stderr.lines().next().unwrap_or("failed").trim().to_owned();
+    SandboxError::File { path: path.to_owned(), message }
+}
+
+/// Runs blocking X work off the async threads.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, SandboxError> + Send + 'static) -> Result<T, SandboxError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| SandboxError::Display(format!("display task failed: {e}")))?
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

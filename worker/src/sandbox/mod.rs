@@ -1,0 +1,176 @@
+//! Sandboxes: the desktops that tasks act on. One provider trait that every
+//! backend implements (the local desktop here, hosted ones beside it), the
+//! provider-neutral request, handle and result types, and the key names all
+//! backends share. Every provider passes the same behaviour suite (`suite`),
+//! run against the real backend.
+
+mod error;
+pub mod keys;
+pub mod local;
+#[cfg(test)]
+pub(crate) mod suite;
+
+use std::fmt;
+use std::time::Duration;
+
+use flotilla_shared::action::Action;
+use futures::future::BoxFuture;
+use time::OffsetDateTime;
+
+pub use error::SandboxError;
+pub use local::{Isolation, LocalConfig, LocalProvider};
+
+/// The longest sandbox id accepted.
+const MAX_ID_LEN: usize = 128;
+
+/// A sandbox's id: letters, digits, `-`, `_` and `.`, not starting with a
+/// dot, so it is safe in paths and URLs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxId(String);
+
+impl SandboxId {
+    pub fn parse(text: &str) -> Result<Self, SandboxError> {
+        let valid = !text.is_empty()
+            && text.len() <= MAX_ID_LEN
+            && !text.starts_with('.')
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !valid {
+            return Err(SandboxError::InvalidRequest(format!(
+                "a sandbox id is 1 to {MAX_ID_LEN} letters, digits, '-', '_' or '.', not starting with '.'"
+            )));
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a new sandbox should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxRequest {
+    /// The provider's template (image) name; `None` for its default desktop.
+    pub template: Option<String>,
+    /// Screen width and height in pixels.
+    pub resolution: (u32, u32),
+    /// How long the sandbox lives unless extended.
+    pub timeout: Duration,
+}
+
+impl Default for SandboxRequest {
+    fn default() -> Self {
+        Self { template: None, resolution: (1024, 768), timeout: Duration::from_secs(300) }
+    }
+}
+
+/// A live sandbox as its provider knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub id: SandboxId,
+    pub resolution: (u32, u32),
+    pub expires_at: OffsetDateTime,
+}
+
+/// Whether a sandbox still runs, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxStatus {
+    /// The desktop answers (its display server runs).
+    pub alive: bool,
+    pub expires_at: OffsetDateTime,
+}
+
+/// What a command run inside a sandbox printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// The exit status; 128 + the signal number when a signal ended it.
+    pub exit_code: i32,
+    /// Standard output, lossily decoded as UTF-8.
+    pub stdout: String,
+    /// Standard error, lossily decoded as UTF-8.
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0
+    }
+}
+
+/// One capture of a sandbox's screen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screenshot {
+    /// The screen as a PNG (8-bit RGB).
+    pub png: Vec<u8>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Creates, drives and ends sandboxes of one backend. Object-safe, so a
+/// worker holds `Arc<dyn SandboxProvider>` chosen by configuration.
+///
+/// Every call on an id checks the sandbox's deadline first: a sandbox past
+/// it is killed and reported as [`SandboxError::Expired`].
+pub trait SandboxProvider: Send + Sync + 'static {
+    /// The provider's name as tasks spell it (`local`, `e2b`).
+    fn name(&self) -> &'static str;
+
+    /// Starts a sandbox and returns once its desktop is ready for actions.
+    fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>>;
+
+    /// Finds a running sandbox by id, for a task that continues in it.
+    fn connect<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Sandbox, SandboxError>>;
+
+    fn status<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<SandboxStatus, SandboxError>>;
+
+    /// Keeps the sandbox alive for at least `by` from now; never shortens its
+    /// life. Returns the new deadline.
+    fn extend<'a>(&'a self, id: &'a SandboxId, by: Duration) -> BoxFuture<'a, Result<OffsetDateTime, SandboxError>>;
+
+    /// Ends the sandbox and everything that runs in it.
+    fn kill<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// Runs `command` with bash in the sandbox's home directory, on its
+    /// display; kills it and fails with [`SandboxError::Timeout`] after
+    /// `timeout`.
+    fn run<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        command: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>>;
+
+    /// Reads a file as the sandbox sees it; relative paths start at its home.
+    fn read_file<'a>(&'a self, id: &'a SandboxId, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>>;
+
+    /// Writes a file as the sandbox sees it, creating parent directories.
+    fn write_file<'a>(&'a self, id: &'a SandboxId, path: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    fn screenshot<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Screenshot, SandboxError>>;
+
+    /// Performs one action on the screen. `screenshot` is a no-op here (take
+    /// one with [`SandboxProvider::screenshot`]); `wait` sleeps.
+    fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_ids_are_checked() {
+        assert!(SandboxId::parse("loc-0123abcd").is_ok());
+        assert!(SandboxId::parse("i8xk2.e2b_1").is_ok());
+        assert!(SandboxId::parse("").is_err());
+        assert!(SandboxId::parse("../etc").is_err());
+        assert!(SandboxId::parse(".hidden").is_err());
+        assert!(SandboxId::parse("a/b").is_err());
+        assert!(SandboxId::parse(&"x".repeat(MAX_ID_LEN + 1)).is_err());
+    }
+}
