@@ -3,17 +3,10 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::Value;
 
 use crate::fleet::ApiServer;
-
-/// One Server-Sent Event: its `event` name and its `data`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseFrame {
-    pub event: Option<String>,
-    pub data: String,
-}
+use crate::sse::{SseFrame, SseReader};
 
 /// Calls the API as one tenant.
 #[derive(Debug, Clone)]
@@ -55,20 +48,8 @@ impl ApiClient {
     pub async fn events_until_closed(&self, path: &str, limit: Duration) -> Vec<SseFrame> {
         let response = self.http.get(self.url(path)).bearer_auth(&self.key).send().await.expect("open event stream");
         assert_eq!(response.status().as_u16(), 200, "event stream of {path}");
-        let mut body = response.bytes_stream();
-        let mut buffer = String::new();
-        let mut frames = Vec::new();
-        let read = async {
-            while let Some(chunk) = body.next().await {
-                buffer.push_str(std::str::from_utf8(&chunk.expect("body chunk")).expect("utf-8"));
-                while let Some(end) = buffer.find("\n\n") {
-                    let block: String = buffer.drain(..end + 2).collect();
-                    frames.extend(parse_block(&block));
-                }
-            }
-        };
-        tokio::time::timeout(limit, read).await.unwrap_or_else(|_| panic!("{path} did not close within {limit:?}"));
-        frames
+        let read = SseReader::new(response, limit).rest_owned();
+        tokio::time::timeout(limit, read).await.unwrap_or_else(|_| panic!("{path} did not close within {limit:?}"))
     }
 
     fn url(&self, path: &str) -> String {
@@ -82,25 +63,4 @@ impl ApiClient {
         let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).expect("a JSON body") };
         (status, body)
     }
-}
-
-/// One block of lines; `None` for comment-only blocks (keep-alives).
-fn parse_block(block: &str) -> Option<SseFrame> {
-    let mut frame = SseFrame { event: None, data: String::new() };
-    let mut has_data = false;
-    for line in block.lines() {
-        let (field, value) = line.split_once(": ").unwrap_or((line, ""));
-        match field {
-            "event" => frame.event = Some(value.to_owned()),
-            "data" => {
-                if has_data {
-                    frame.data.push('\n');
-                }
-                frame.data.push_str(value);
-                has_data = true;
-            }
-            _ => {}
-        }
-    }
-    has_data.then_some(frame)
 }

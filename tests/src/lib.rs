@@ -7,8 +7,10 @@ pub mod fleet;
 pub mod in_process;
 pub mod redis_server;
 pub mod s3_server;
+pub mod sse;
 
-pub use api_client::{ApiClient, SseFrame};
+pub use api_client::ApiClient;
+pub use sse::{SseFrame, SseReader};
 pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};

@@ -12,79 +12,12 @@ use std::time::Duration;
 
 use flotilla_shared::keys::Keys;
 use flotilla_shared::{clock, TaskId};
-use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer};
-use futures::stream::BoxStream;
-use futures::StreamExt;
+use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer, SseFrame, SseReader};
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 
 /// How long any one step may take before the test fails instead of hanging.
 const STEP: Duration = Duration::from_secs(15);
-
-/// One dispatched Server-Sent Event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Frame {
-    id: Option<String>,
-    event: Option<String>,
-    data: String,
-}
-
-/// Reads frames from an SSE response body.
-struct SseReader {
-    body: BoxStream<'static, reqwest::Result<Vec<u8>>>,
-    buffer: String,
-}
-
-impl SseReader {
-    fn new(response: reqwest::Response) -> Self {
-        Self { body: response.bytes_stream().map(|chunk| chunk.map(|b| b.to_vec())).boxed(), buffer: String::new() }
-    }
-
-    /// The next event, or `None` once the server has closed the stream.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            while let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                if let Some(frame) = parse_block(&block) {
-                    return Some(frame);
-                }
-            }
-            let chunk = tokio::time::timeout(STEP, self.body.next()).await.expect("the stream stalled")?;
-            self.buffer.push_str(std::str::from_utf8(&chunk.expect("body chunk")).expect("utf-8 body"));
-        }
-    }
-
-    /// Every remaining event, checking that the server closes the stream.
-    async fn rest(&mut self) -> Vec<Frame> {
-        let mut frames = Vec::new();
-        while let Some(frame) = self.next().await {
-            frames.push(frame);
-        }
-        frames
-    }
-}
-
-/// One block of lines; `None` for comment-only blocks (keep-alives).
-fn parse_block(block: &str) -> Option<Frame> {
-    let mut frame = Frame { id: None, event: None, data: String::new() };
-    let mut has_data = false;
-    for line in block.lines() {
-        let (field, value) = line.split_once(": ").unwrap_or((line, ""));
-        match field {
-            "id" => frame.id = Some(value.to_owned()),
-            "event" => frame.event = Some(value.to_owned()),
-            "data" => {
-                if has_data {
-                    frame.data.push('\n');
-                }
-                frame.data.push_str(value);
-                has_data = true;
-            }
-            _ => {}
-        }
-    }
-    has_data.then_some(frame)
-}
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder().build().expect("http client")
@@ -102,7 +35,7 @@ async fn open(api: &ApiServer, id: &str, last_event_id: Option<u64>) -> SseReade
     assert_eq!(response.status().as_u16(), 200, "events answer 200");
     let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     assert!(content_type.starts_with("text/event-stream"), "{content_type}");
-    SseReader::new(response)
+    SseReader::new(response, STEP)
 }
 
 async fn submit(api: &ApiServer) -> String {
@@ -173,7 +106,7 @@ async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, even
         redis::cmd("PUBLISH").arg(keys.task_channel(&task)).arg(event).query_async(conn).await.expect("PUBLISH");
 }
 
-fn ids(frames: &[Frame]) -> Vec<&str> {
+fn ids(frames: &[SseFrame]) -> Vec<&str> {
     frames.iter().map(|f| f.id.as_deref().unwrap_or("-")).collect()
 }
 
@@ -298,14 +231,6 @@ async fn shutting_the_api_down_ends_open_streams() {
     let mut stream = open(&api, &id, None).await;
     assert!(stream.next().await.is_some());
     drop(api);
-    let rest = tokio::time::timeout(STEP, async {
-        let mut frames = Vec::new();
-        while let Some(Ok(chunk)) = stream.body.next().await {
-            frames.push(chunk);
-        }
-        frames
-    })
-    .await
-    .expect("the stream ended when the api shut down");
-    assert!(rest.iter().all(|chunk| !String::from_utf8_lossy(chunk).contains("data:")), "no event after shutdown");
+    let rest = tokio::time::timeout(STEP, stream.remaining_text()).await.expect("the stream ended when the api shut down");
+    assert!(!rest.contains("data:"), "no event after shutdown");
 }
