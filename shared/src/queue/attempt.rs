@@ -157,7 +157,7 @@ impl Queue {
                 inv
             })
             .collect();
-        let replies: Vec<Vec<String>> = self.invoke_all(calls).await?;
+        let replies: Vec<Vec<String>> = self.invoke_each::<Vec<Vec<String>>>(&calls).await?.concat();
         let mut replies = replies.into_iter();
         let mut outcomes = Vec::with_capacity(deliveries.len());
         let mut counted = Vec::new();
@@ -290,7 +290,7 @@ impl Queue {
                 inv
             })
             .collect();
-        let seqs: Vec<i64> = self.invoke_all(calls).await?;
+        let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
         Ok(seqs.into_iter().map(|seq| u64::try_from(seq).map_err(|_| QueueError::Fenced)).collect())
     }
 

@@ -112,19 +112,14 @@ impl Queue {
         }
     }
 
-    /// Runs script calls that each answer a list, concurrently, and joins the
-    /// lists in order.
-    async fn invoke_all<T: redis::FromRedisValue>(&self, calls: Vec<redis::ScriptInvocation<'_>>) -> Result<Vec<T>, QueueError> {
+    /// Runs script calls concurrently; one reply per call, in order.
+    async fn invoke_each<R: redis::FromRedisValue>(&self, calls: &[redis::ScriptInvocation<'_>]) -> Result<Vec<R>, QueueError> {
         let conn = self.redis.shared();
         let sends = calls.iter().map(|inv| {
             let mut conn = conn.clone();
-            async move { inv.invoke_async::<Vec<T>>(&mut conn).await }
+            async move { inv.invoke_async::<R>(&mut conn).await }
         });
-        let mut all = Vec::new();
-        for reply in futures::future::join_all(sends).await {
-            all.extend(reply?);
-        }
-        Ok(all)
+        futures::future::join_all(sends).await.into_iter().map(|reply| reply.map_err(QueueError::from)).collect()
     }
 
     /// A task script invocation with the shared leading keys and arguments.

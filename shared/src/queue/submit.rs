@@ -138,7 +138,7 @@ impl Queue {
             }
             creates.push(create);
         }
-        self.invoke_all_counts(creates).await?;
+        let _created: Vec<i64> = self.invoke_each(&creates).await?;
 
         let mut indexes = Vec::with_capacity(tasks.len());
         let mut lanes = redis::pipe();
@@ -161,19 +161,6 @@ impl Queue {
         let mut conn = self.redis.shared();
         let () = lanes.query_async(&mut conn).await?;
         Ok(now)
-    }
-
-    /// Runs create calls, each answering a count, concurrently.
-    async fn invoke_all_counts(&self, calls: Vec<redis::ScriptInvocation<'_>>) -> Result<(), QueueError> {
-        let conn = self.redis.shared();
-        let sends = calls.iter().map(|inv| {
-            let mut conn = conn.clone();
-            async move { inv.invoke_async::<i64>(&mut conn).await }
-        });
-        for reply in futures::future::join_all(sends).await {
-            reply?;
-        }
-        Ok(())
     }
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
