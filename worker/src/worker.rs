@@ -275,6 +275,11 @@ impl Claimer {
                     drop(permit);
                 });
             }
+            Ok(StartOutcome::AlreadyEnded(outcome)) => {
+                debug!(outcome, entry = %delivery.entry_id, "task had ended; acknowledging its entry");
+                self.forget_running(std::slice::from_ref(delivery));
+                self.executor.acker.ack(delivery.clone(), Some(outcome));
+            }
             Ok(StartOutcome::Nothing(reason)) => {
                 debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");
                 self.forget_running(std::slice::from_ref(delivery));

@@ -24,9 +24,13 @@ const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last a
 pub enum StartOutcome {
     /// This worker now runs the attempt.
     Started(Box<Attempt>),
-    /// Nothing to run: the task is gone, finished, cancelled, waiting for a
-    /// human or dead-lettered. The entry can be acknowledged.
+    /// Nothing to run: the task is gone, cancelled or dead-lettered just now
+    /// (and counted), or waiting for a human. The entry can be acknowledged.
     Nothing(&'static str),
+    /// The task had ended but its entry was never acknowledged: its worker
+    /// died between the two, or it was cancelled while queued. Acknowledge
+    /// it and count this outcome, which nobody counted yet.
+    AlreadyEnded(&'static str),
 }
 
 /// What a heartbeat learned.
@@ -74,6 +78,15 @@ impl Terminal {
                 (EventKind::Cancelled { code: code.into() }, "cancelled", code, "", String::new())
             }
         }
+    }
+}
+
+/// The outcome to count for a task found ended at start.
+fn ended_outcome(status: Option<&String>) -> &'static str {
+    match status.map(String::as_str) {
+        Some("succeeded") => "succeeded",
+        Some("cancelled") => "cancelled",
+        _ => "failed",
     }
 }
 
@@ -236,7 +249,7 @@ impl Queue {
                 Ok(StartOutcome::Nothing("cancelled"))
             }
             Some("gone") => Ok(StartOutcome::Nothing("gone")),
-            Some("terminal") => Ok(StartOutcome::Nothing("terminal")),
+            Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
             Some("waiting") => Ok(StartOutcome::Nothing("waiting")),
             _ => Err(corrupt()),
         }

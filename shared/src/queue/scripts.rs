@@ -62,7 +62,7 @@ const START_FN: &str = r#"
 local function start(t)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq')
   if not st[1] then return {'gone'} end
-  if is_terminal(st[1]) then return {'terminal'} end
+  if is_terminal(st[1]) then return {'terminal', st[1]} end
   if st[1] == 'waiting' then return {'waiting'} end
   local meta = {st[5], st[6], st[7]}
   local seq = next_seq(st[9])
@@ -156,7 +156,7 @@ return created
 /// event for spent attempts, `ARGV[8]` retention ms; then one task id per
 /// task from `ARGV[9]`.
 /// Returns, per task, `{'started', attempt, spec, tenant, batch}`, or
-/// `{'gone'}`, `{'terminal'}`, `{'waiting'}`, `{'cancelled'}`,
+/// `{'gone'}`, `{'terminal', status}`, `{'waiting'}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
