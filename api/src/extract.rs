@@ -4,13 +4,14 @@
 //! them so a bad path, query or body gets the same JSON error as everything
 //! else, with the offending field named where one can be.
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use flotilla_shared::task::parse_json;
 use flotilla_shared::{TaskId, ValidationError};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -25,16 +26,46 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        Self::read(request, state.config().body_limit).await
+    }
+}
+
+/// How much of an oversized body is still read (and thrown away) so the
+/// client, which is still sending, gets the 413 instead of a reset
+/// connection. Past this the connection is dropped.
+const DRAIN_AT_MOST: usize = 64 * 1024 * 1024;
+
+impl<T: DeserializeOwned> JsonBody<T> {
+    /// Reads and parses a JSON body of at most `limit` bytes.
+    pub async fn read(request: Request, limit: usize) -> Result<Self, ApiError> {
         if !is_json(request.headers()) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit = state.config().body_limit;
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| match rejection.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(limit),
-            status => ApiError::from_rejection(status, rejection.body_text()),
-        })?;
+        let bytes = read_limited(request.into_body(), limit).await?;
         parse_json(&bytes).map(JsonBody).map_err(ApiError::Invalid)
     }
+}
+
+/// The whole body if it fits in `limit`; otherwise 413, after draining what
+/// the client still sends (up to [`DRAIN_AT_MOST`]).
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::Invalid(ValidationError::new(format!("the body could not be read: {e}"))))?;
+        if bytes.len() + chunk.len() > limit {
+            let mut drained = 0;
+            while let Some(Ok(rest)) = stream.next().await {
+                drained += rest.len();
+                if drained > DRAIN_AT_MOST {
+                    break;
+                }
+            }
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(bytes))
 }
 
 /// Whether the request says its body is JSON (`application/json`, with any

@@ -95,11 +95,8 @@ impl FromRequest<AppState> for BatchBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        match JsonBody::<BatchRequest>::from_request(request, state).await {
-            Ok(JsonBody(body)) => Ok(BatchBody(body)),
-            Err(ApiError::PayloadTooLarge(_)) => Err(ApiError::PayloadTooLarge(state.config().batch_body_limit)),
-            Err(other) => Err(other),
-        }
+        let JsonBody(body) = JsonBody::<BatchRequest>::read(request, state.config().batch_body_limit).await?;
+        Ok(BatchBody(body))
     }
 }
 
