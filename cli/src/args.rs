@@ -75,9 +75,10 @@ pub enum Command {
 pub struct SubmitArgs {
     /// What to do (overrides the prompt of --spec)
     pub prompt: Option<String>,
-    /// Agent pipeline to run the task with
-    #[arg(long, value_enum)]
-    pub pipeline: Option<Pipeline>,
+    /// Agent pipeline to run the task with: openai-cua, claude-computer-use,
+    /// claude-code or scripted (the API checks the name)
+    #[arg(long, value_name = "NAME")]
+    pub pipeline: Option<String>,
     /// Model name for the pipeline
     #[arg(long)]
     pub model: Option<String>,
@@ -200,26 +201,6 @@ pub struct TaskArgs {
     /// Task id
     #[arg(value_name = "ID")]
     pub id: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Pipeline {
-    OpenaiCua,
-    ClaudeComputerUse,
-    ClaudeCode,
-    Scripted,
-}
-
-impl Pipeline {
-    /// The name the API uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pipeline::OpenaiCua => "openai-cua",
-            Pipeline::ClaudeComputerUse => "claude-computer-use",
-            Pipeline::ClaudeCode => "claude-code",
-            Pipeline::Scripted => "scripted",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use serde_json::{json, Map, Value};
 
-use crate::args::{Pipeline, SubmitArgs};
+use crate::args::SubmitArgs;
 
 /// Reads a spec file, or stdin for `-`, as a JSON object.
 pub fn read_spec_file(path: &Path) -> anyhow::Result<Map<String, Value>> {
@@ -36,7 +36,7 @@ pub fn build_spec(args: &SubmitArgs, base: Option<Map<String, Value>>) -> anyhow
     set(
         &mut spec,
         "pipeline",
-        args.pipeline.map(|p| Value::from(p.as_str())),
+        args.pipeline.clone().map(Value::from),
     );
     set(&mut spec, "model", args.model.clone().map(Value::from));
     set(
@@ -58,7 +58,7 @@ pub fn build_spec(args: &SubmitArgs, base: Option<Map<String, Value>>) -> anyhow
     if !args.actions.is_empty() {
         spec.insert("actions".to_owned(), Value::Array(args.actions.clone()));
         spec.entry("pipeline")
-            .or_insert_with(|| Value::from(Pipeline::Scripted.as_str()));
+            .or_insert_with(|| Value::from("scripted"));
     }
     if let Some(max_attempts) = args.max_attempts {
         set_max_attempts(&mut spec, max_attempts);
