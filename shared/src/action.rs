@@ -39,6 +39,10 @@ pub enum Action {
         x: u32,
         y: u32,
     },
+    TripleClick {
+        x: u32,
+        y: u32,
+    },
     Move {
         x: u32,
         y: u32,
@@ -64,13 +68,35 @@ pub enum Action {
         ms: u64,
     },
     Screenshot,
+    /// Presses a mouse button where the pointer is and keeps it down.
+    MouseDown {
+        #[serde(default)]
+        button: MouseButton,
+    },
+    /// Releases a mouse button pressed with `mouse_down`.
+    MouseUp {
+        #[serde(default)]
+        button: MouseButton,
+    },
+    /// Presses keys and keeps them down (modifiers held across clicks).
+    KeyDown {
+        keys: Vec<String>,
+    },
+    /// Releases keys pressed with `key_down`, in reverse order.
+    KeyUp {
+        keys: Vec<String>,
+    },
 }
 
 impl Action {
     /// Checks the limits serde cannot express.
     pub fn validate(&self) -> Result<(), ValidationError> {
         match self {
-            Action::Click { x, y, .. } | Action::DoubleClick { x, y } | Action::Move { x, y } | Action::Scroll { x, y, .. } => {
+            Action::Click { x, y, .. }
+            | Action::DoubleClick { x, y }
+            | Action::TripleClick { x, y }
+            | Action::Move { x, y }
+            | Action::Scroll { x, y, .. } => {
                 check_point(*x, *y)
             }
             Action::Drag { path } => {
@@ -82,7 +108,8 @@ impl Action {
             Action::Type { text } if text.is_empty() || text.chars().count() > MAX_TYPED_CHARS => {
                 Err(ValidationError::at("text", format!("text must be 1 to {MAX_TYPED_CHARS} characters")))
             }
-            Action::Keypress { keys } if keys.is_empty() || keys.len() > MAX_KEYS || keys.iter().any(|k| !is_key_name(k)) => {
+            Action::Keypress { keys } | Action::KeyDown { keys } | Action::KeyUp { keys }
+                if keys.is_empty() || keys.len() > MAX_KEYS || keys.iter().any(|k| !is_key_name(k)) => {
                 Err(ValidationError::at("keys", format!("keys must be 1 to {MAX_KEYS} key names like \"ctrl\" or \"a\"")))
             }
             Action::Wait { ms } if *ms > MAX_WAIT_MS => {
@@ -127,6 +154,15 @@ mod tests {
         assert_eq!(parse(r#"{"type": "screenshot"}"#).expect("screenshot"), Action::Screenshot);
         assert!(parse(r#"{"type": "drag", "path": [[1, 2], [3, 4]]}"#).is_ok());
         assert!(parse(r#"{"type": "keypress", "keys": ["ctrl", "a"]}"#).is_ok());
+    }
+
+    #[test]
+    fn held_buttons_and_keys_parse() {
+        assert_eq!(parse(r#"{"type": "mouse_down"}"#).expect("down"), Action::MouseDown { button: MouseButton::Left });
+        assert_eq!(parse(r#"{"type": "mouse_up", "button": "right"}"#).expect("up"), Action::MouseUp { button: MouseButton::Right });
+        assert_eq!(parse(r#"{"type": "key_down", "keys": ["shift"]}"#).expect("key down"), Action::KeyDown { keys: vec!["shift".into()] });
+        assert!(parse(r#"{"type": "triple_click", "x": 1, "y": 2}"#).is_ok());
+        assert!(Action::KeyUp { keys: vec![] }.validate().is_err());
     }
 
     #[test]

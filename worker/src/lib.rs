@@ -10,6 +10,7 @@ pub mod execute;
 pub mod housekeeping;
 pub mod http;
 pub mod metrics;
+pub mod model;
 pub mod pipeline;
 pub mod sandbox;
 pub mod worker;

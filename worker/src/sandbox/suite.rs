@@ -151,6 +151,8 @@ pub(crate) async fn pointer_actions_take_effect(provider: &dyn SandboxProvider) 
     act(provider, id, Action::Click { x: 310, y: 410, button: MouseButton::Middle }).await;
     act(provider, id, Action::DoubleClick { x: 512, y: 384 }).await;
     assert_eq!(pointer(provider, id).await, (512, 384));
+    act(provider, id, Action::TripleClick { x: 500, y: 380 }).await;
+    assert_eq!(pointer(provider, id).await, (500, 380));
 
     // Fill the terminal, then scroll back: the screen changes.
     type_line(provider, &sandbox, "seq 1 400; touch seq.done").await;
@@ -165,6 +167,15 @@ pub(crate) async fn pointer_actions_take_effect(provider: &dyn SandboxProvider) 
     act(provider, id, Action::Drag { path: vec![[20, 120], [200, 130], [600, 300]] }).await;
     assert_eq!(pointer(provider, id).await, (600, 300));
     screen_changes(provider, id, "a drag to select text", &before).await;
+
+    // The same by hand: press, move, release.
+    let before = settled_screens(provider, id).await;
+    act(provider, id, Action::Move { x: 30, y: 200 }).await;
+    act(provider, id, Action::MouseDown { button: MouseButton::Left }).await;
+    act(provider, id, Action::Move { x: 400, y: 500 }).await;
+    act(provider, id, Action::MouseUp { button: MouseButton::Left }).await;
+    assert_eq!(pointer(provider, id).await, (400, 500));
+    screen_changes(provider, id, "a press-move-release to select text", &before).await;
     provider.kill(&sandbox.id).await.expect("kill");
 }
 
@@ -187,6 +198,15 @@ pub(crate) async fn keypress_chords_take_effect(provider: &dyn SandboxProvider) 
     }
     act(provider, id, Action::Keypress { keys: vec!["Return".into()] }).await;
     file_becomes(provider, id, "keys.txt", "b").await;
+
+    // A key held down with key_down stays down until key_up: shift makes capitals.
+    act(provider, id, Action::Type { text: "echo ".into() }).await;
+    act(provider, id, Action::KeyDown { keys: vec!["shift".into()] }).await;
+    act(provider, id, Action::Keypress { keys: vec!["h".into()] }).await;
+    act(provider, id, Action::Keypress { keys: vec!["i".into()] }).await;
+    act(provider, id, Action::KeyUp { keys: vec!["shift".into()] }).await;
+    act(provider, id, Action::Type { text: "x > held.txt\n".into() }).await;
+    file_becomes(provider, id, "held.txt", "HIx").await;
 
     // Once cat has read a line, ctrl+c ends it with status 130.
     type_line(provider, &sandbox, "cat > interrupted.txt").await;

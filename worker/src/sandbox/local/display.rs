@@ -90,16 +90,19 @@ impl Display {
 
     /// Moves to (x, y) and clicks `count` times.
     pub fn click(&self, x: u32, y: u32, button: MouseButton, count: u32) -> Result<(), SandboxError> {
-        let detail = match button {
-            MouseButton::Left => 1,
-            MouseButton::Middle => 2,
-            MouseButton::Right => 3,
-        };
+        let detail = button_number(button);
         self.motion(x, y)?;
         for _ in 0..count {
             self.fake(BUTTON_PRESS_EVENT, detail, 0, 0)?;
             self.fake(BUTTON_RELEASE_EVENT, detail, 0, 0)?;
         }
+        self.sync()
+    }
+
+    /// Presses (`down`) or releases a button where the pointer is.
+    pub fn button(&self, button: MouseButton, down: bool) -> Result<(), SandboxError> {
+        let kind = if down { BUTTON_PRESS_EVENT } else { BUTTON_RELEASE_EVENT };
+        self.fake(kind, button_number(button), 0, 0)?;
         self.sync()
     }
 
@@ -164,6 +167,34 @@ impl Display {
 
     /// Presses the keys in order and releases them in reverse: a chord.
     pub fn chord(&self, keys: &[Keysym]) -> Result<(), SandboxError> {
+        let codes = self.chord_codes(keys)?;
+        for code in &codes {
+            self.fake(KEY_PRESS_EVENT, *code, 0, 0)?;
+        }
+        for code in codes.iter().rev() {
+            self.fake(KEY_RELEASE_EVENT, *code, 0, 0)?;
+        }
+        self.sync()
+    }
+
+    /// Presses the keys in order and keeps them down (`down`), or releases
+    /// them in reverse order.
+    pub fn hold(&self, keys: &[Keysym], down: bool) -> Result<(), SandboxError> {
+        let codes = self.chord_codes(keys)?;
+        if down {
+            for code in &codes {
+                self.fake(KEY_PRESS_EVENT, *code, 0, 0)?;
+            }
+        } else {
+            for code in codes.iter().rev() {
+                self.fake(KEY_RELEASE_EVENT, *code, 0, 0)?;
+            }
+        }
+        self.sync()
+    }
+
+    /// The key codes of a chord, with Shift added where a key needs it.
+    fn chord_codes(&self, keys: &[Keysym]) -> Result<Vec<u8>, SandboxError> {
         let mut codes = Vec::with_capacity(keys.len() + 1);
         for key in keys {
             let (code, shift) = self.keycode(key)?;
@@ -173,13 +204,7 @@ impl Display {
             }
             codes.push(code);
         }
-        for code in &codes {
-            self.fake(KEY_PRESS_EVENT, *code, 0, 0)?;
-        }
-        for code in codes.iter().rev() {
-            self.fake(KEY_RELEASE_EVENT, *code, 0, 0)?;
-        }
-        self.sync()
+        Ok(codes)
     }
 
     /// The top-level windows the window manager manages that are mapped and
@@ -260,6 +285,15 @@ impl Display {
     fn shift_code(&self) -> Result<u8, SandboxError> {
         let keyboard = self.keyboard.lock().map_err(|_| x_error("keyboard state poisoned"))?;
         keyboard.codes.get(&SHIFT_L).map(|(code, _)| *code).ok_or_else(|| x_error("the keymap has no Shift key"))
+    }
+}
+
+/// The X button number of a mouse button.
+fn button_number(button: MouseButton) -> u8 {
+    match button {
+        MouseButton::Left => 1,
+        MouseButton::Middle => 2,
+        MouseButton::Right => 3,
     }
 }
 

@@ -258,6 +258,9 @@ impl LocalProvider {
         match action.clone() {
             Action::Click { x, y, button } => blocking(move || display.click(x, y, button, 1)).await,
             Action::DoubleClick { x, y } => blocking(move || display.click(x, y, Default::default(), 2)).await,
+            Action::TripleClick { x, y } => blocking(move || display.click(x, y, Default::default(), 3)).await,
+            Action::MouseDown { button } => blocking(move || display.button(button, true)).await,
+            Action::MouseUp { button } => blocking(move || display.button(button, false)).await,
             Action::Move { x, y } => blocking(move || display.move_to(x, y)).await,
             Action::Drag { path } => blocking(move || display.drag(&path)).await,
             Action::Scroll { x, y, scroll_x, scroll_y } => blocking(move || display.scroll(x, y, scroll_x, scroll_y)).await,
@@ -269,6 +272,14 @@ impl LocalProvider {
             Action::Keypress { keys } => {
                 let keys = keys::chord(&keys)?;
                 blocking(move || display.chord(&keys)).await
+            }
+            Action::KeyDown { keys } => {
+                let keys = keys::chord(&keys)?;
+                blocking(move || display.hold(&keys, true)).await
+            }
+            Action::KeyUp { keys } => {
+                let keys = keys::chord(&keys)?;
+                blocking(move || display.hold(&keys, false)).await
             }
             Action::Wait { ms } => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -1,0 +1,128 @@
+//! Computer-use model clients: one conversation per task with a model that
+//! looks at a screen and answers with actions. Each provider's wire protocol
+//! lives in its own module; the step loop (`pipeline::steps`) drives any of
+//! them through the [`ComputerModel`] trait, so observing, acting, events,
+//! limits and screenshots are written once.
+//!
+//! A model sees the screen scaled to fit its target size and answers in
+//! those coordinates; the step loop maps them back to the sandbox's. Only
+//! the newest screenshot is ever sent: a conversation keeps no older images.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_shared::action::Action;
+use futures::future::BoxFuture;
+
+/// The screen as the model sees it: a PNG already scaled to `width` ×
+/// `height`, the size the model's coordinates refer to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Screen {
+    pub png: Bytes,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Tokens one model call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// A check the model provider wants a human to acknowledge before the
+/// actions of a turn are performed (OpenAI's `pending_safety_checks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SafetyCheck {
+    pub id: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// One step the model asked for, in model (scaled) coordinates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelAction {
+    /// An action on the screen.
+    Act(Action),
+    /// Show the model this region (`[x1, y1, x2, y2]`) of the screen at
+    /// full detail (Anthropic's `zoom`).
+    Zoom { region: [u32; 4] },
+    /// Tell the model where the pointer is (Anthropic's `cursor_position`).
+    CursorPosition,
+}
+
+/// One tool call of a turn: the id the model gave it and what it asks.
+/// OpenAI's GA tool may batch several actions in one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub actions: Vec<ModelAction>,
+}
+
+/// What the model answered in one turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Turn {
+    /// Reasoning summaries or thinking text, in order.
+    pub reasoning: Vec<String>,
+    /// Assistant text (the final answer when `calls` is empty).
+    pub text: Option<String>,
+    /// Tool calls to carry out, in order. Empty: the model is done.
+    pub calls: Vec<ToolCall>,
+    /// Checks to acknowledge before carrying out `calls`.
+    pub safety_checks: Vec<SafetyCheck>,
+    pub usage: Usage,
+}
+
+/// What carrying out one tool call gave, for the next turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    /// The `ToolCall::id` this answers.
+    pub call_id: String,
+    /// The screen after the call (for `Zoom`, the zoomed region).
+    pub screen: Screen,
+    /// Text to return beside the screen (the pointer position, or what went
+    /// wrong when `is_error`).
+    pub text: Option<String>,
+    pub is_error: bool,
+}
+
+/// Why a model call failed, after the client's own retries.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The key was refused (401/403): no retry can help.
+    #[error("the model API refused the credentials ({status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    /// Still rate limited after waiting as told.
+    #[error("the model API is rate limiting (retry after {retry_after:?})")]
+    RateLimited { retry_after: Option<Duration> },
+    /// 5xx, timeouts or connection failures, after retrying with backoff.
+    #[error("the model API is unavailable: {0}")]
+    Unavailable(String),
+    /// Another 4xx: the request itself was refused.
+    #[error("the model API refused the request ({status}): {message}")]
+    Rejected { status: u16, message: String },
+    /// The answer did not parse; says what was wrong.
+    #[error("the model's answer is malformed: {0}")]
+    Malformed(String),
+}
+
+/// A conversation with a computer-use model about one task.
+pub trait ComputerModel: Send {
+    /// The first turn: the task's prompt and the screen as it is now.
+    fn start<'a>(&'a mut self, prompt: &'a str, screen: &'a Screen) -> BoxFuture<'a, Result<Turn, ModelError>>;
+
+    /// The next turn: what the previous turn's calls gave, and the safety
+    /// checks a human acknowledged for them (empty when there were none).
+    fn resume<'a>(
+        &'a mut self,
+        results: Vec<CallResult>,
+        acknowledged: &'a [SafetyCheck],
+    ) -> BoxFuture<'a, Result<Turn, ModelError>>;
+}
