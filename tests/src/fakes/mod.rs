@@ -1,0 +1,185 @@
+//! Local stand-ins for the hosted APIs the fleet calls (model providers,
+//! sandbox control planes), speaking their real wire formats on a loopback
+//! port. A test scripts the answers in order and reads back every request
+//! the fleet sent, headers and body included.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: ReplyBody,
+    /// How long to wait before answering (to provoke client timeouts).
+    pub delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum ReplyBody {
+    Json(Value),
+    /// Server-sent events: `(event name, data)` pairs, each sent as
+    /// `event: name\ndata: data\n\n`.
+    Sse(Vec<(String, String)>),
+    /// Bytes as they are, e.g. a deliberately broken answer.
+    Raw(String),
+}
+
+impl Reply {
+    pub fn json(body: Value) -> Self {
+        Self::status_json(200, body)
+    }
+
+    pub fn status_json(status: u16, body: Value) -> Self {
+        Self { status, headers: Vec::new(), body: ReplyBody::Json(body), delay: Duration::ZERO }
+    }
+
+    pub fn sse(events: Vec<(String, String)>) -> Self {
+        Self { status: 200, headers: Vec::new(), body: ReplyBody::Sse(events), delay: Duration::ZERO }
+    }
+
+    pub fn raw(status: u16, text: &str) -> Self {
+        Self { status, headers: Vec::new(), body: ReplyBody::Raw(text.to_owned()), delay: Duration::ZERO }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: Method,
+    /// Path and query, e.g. `/v1/responses`.
+    pub path: String,
+    pub headers: HeaderMap,
+    /// The body as JSON, or `Value::Null` when it was empty or not JSON.
+    pub body: Value,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    received: Vec<Recorded>,
+}
+
+/// A scripted HTTP server on a free loopback port, stopped when dropped.
+/// Each request takes the next scripted reply; when none is left it gets a
+/// `500` saying so, which the test then sees as a failure.
+pub struct ScriptedServer {
+    pub addr: SocketAddr,
+    script: Arc<Mutex<Script>>,
+    stop: CancellationToken,
+}
+
+impl ScriptedServer {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+        let addr = listener.local_addr().expect("local address");
+        let script = Arc::new(Mutex::new(Script::default()));
+        let app = axum::Router::new().fallback(answer).with_state(Arc::clone(&script));
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned()).await.ok();
+        });
+        Self { addr, script, stop }
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues replies, answered in order.
+    pub fn push(&self, reply: Reply) -> &Self {
+        lock(&self.script).replies.push_back(reply);
+        self
+    }
+
+    /// Every request received so far, in order.
+    pub fn received(&self) -> Vec<Recorded> {
+        lock(&self.script).received.clone()
+    }
+
+    /// How many scripted replies are still unused.
+    pub fn remaining(&self) -> usize {
+        lock(&self.script).replies.len()
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn lock(script: &Mutex<Script>) -> std::sync::MutexGuard<'_, Script> {
+    script.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn answer(State(script): State<Arc<Mutex<Script>>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 << 20).await.unwrap_or_default();
+    let recorded = Recorded {
+        method: parts.method,
+        path: parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default(),
+        headers: parts.headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    };
+    let reply = {
+        let mut script = lock(&script);
+        script.received.push(recorded);
+        script.replies.pop_front()
+    };
+    let reply = reply.unwrap_or_else(|| {
+        Reply::status_json(500, serde_json::json!({"error": {"message": "the fake server's script has no reply left"}}))
+    });
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    render(reply)
+}
+
+fn render(reply: Reply) -> Response {
+    let (content_type, body) = match reply.body {
+        ReplyBody::Json(value) => ("application/json", Bytes::from(value.to_string())),
+        ReplyBody::Sse(events) => {
+            let text: String = events.iter().map(|(event, data)| format!("event: {event}\ndata: {data}\n\n")).collect();
+            ("text/event-stream", Bytes::from(text))
+        }
+        ReplyBody::Raw(text) => ("text/plain", Bytes::from(text)),
+    };
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    for (name, value) in reply.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
