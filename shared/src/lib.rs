@@ -6,6 +6,7 @@
 //! status codes in one place.
 
 pub mod action;
+pub mod blobstore;
 pub mod clock;
 pub mod config;
 pub mod error;

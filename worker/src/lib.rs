@@ -5,7 +5,7 @@
 //! tasks and the janitor of expired index entries.
 
 pub mod acker;
-pub mod blobstore;
+pub use flotilla_shared::blobstore;
 pub mod execute;
 pub mod housekeeping;
 pub mod http;

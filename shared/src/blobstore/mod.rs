@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flotilla_shared::ids::TaskId;
+use crate::ids::TaskId;
 use serde::Serialize;
 
 pub use bytes::Bytes;

@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use flotilla_shared::config::{ConfigError, Secret};
-use flotilla_shared::Config;
+use crate::config::{ConfigError, Secret};
+use crate::Config;
 
 use super::keys::KeyLayout;
 

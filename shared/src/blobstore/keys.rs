@@ -9,7 +9,7 @@
 //! The prefix (`FLOTILLA_S3_PREFIX`) is normalised to end with `/` when it is
 //! not empty, so `flotilla` and `flotilla/` name the same place.
 
-use flotilla_shared::ids::TaskId;
+use crate::ids::TaskId;
 
 use super::error::BlobError;
 
