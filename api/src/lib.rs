@@ -8,7 +8,8 @@
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors); `error` is the only place
 //! that knows which status each error gets; `feed` orders event streams;
-//! `metrics` and `openapi` render the operator pages.
+//! `metrics` and `openapi` render the operator pages; `presign` links a
+//! task's stored screenshots and artifacts.
 
 mod auth;
 mod error;
@@ -16,6 +17,7 @@ mod extract;
 mod feed;
 mod metrics;
 mod openapi;
+mod presign;
 mod routes;
 mod state;
 
@@ -28,6 +30,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::routing::{get, post};
 use axum::Router;
+use flotilla_shared::blobstore::{BlobConfig, BlobStore};
 use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio::net::TcpListener;
@@ -47,7 +50,16 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let queue = Queue::connect(&config)
         .await
         .map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
-    let app = router(AppState::new(config, queue, shutdown.clone()));
+    let blobs = match config.s3_bucket {
+        Some(_) => Some(BlobStore::new(BlobConfig::from_process_env(&config)?)),
+        None => None,
+    };
+    serve(AppState::with_blobs(config, queue, blobs, shutdown.clone()), listener, shutdown).await
+}
+
+/// Serves the API with this state on `listener` until `shutdown` is cancelled.
+pub async fn serve(state: AppState, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let app = router(state);
     let addr = listener.local_addr().context("listener has no address")?;
     tracing::info!(%addr, "api listening");
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();

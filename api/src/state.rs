@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +20,7 @@ struct Inner {
     config: Config,
     queue: Queue,
     keys: ApiKeys,
+    blobs: Option<BlobStore>,
     shutdown: CancellationToken,
 }
 
@@ -26,8 +28,18 @@ impl AppState {
     /// State for `config` over a connected `queue`. Long-lived responses (event
     /// streams) end when `shutdown` is cancelled.
     pub fn new(config: Config, queue: Queue, shutdown: CancellationToken) -> Self {
+        Self::with_blobs(config, queue, None, shutdown)
+    }
+
+    /// State that also presigns links to what tasks stored in `blobs`.
+    pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
         let keys = ApiKeys::new(&config.api_keys);
-        Self { inner: Arc::new(Inner { config, queue, keys, shutdown }) }
+        Self { inner: Arc::new(Inner { config, queue, keys, blobs, shutdown }) }
+    }
+
+    /// Where screenshots and artifacts are, when configured.
+    pub fn blobs(&self) -> Option<&BlobStore> {
+        self.inner.blobs.as_ref()
     }
 
     pub fn config(&self) -> &Config {

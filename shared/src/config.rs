@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::ids::TenantId;
-use crate::task::Pipeline;
+use crate::task::{Pipeline, SandboxProviderKind};
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
@@ -34,9 +34,13 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_DEFAULT_PIPELINE", "default_pipeline"),
     ("FLOTILLA_RETRY_BASE_MS", "retry_base_ms"),
     ("FLOTILLA_RETRY_MAX_MS", "retry_max_ms"),
+    ("FLOTILLA_SANDBOX_PROVIDER", "sandbox_provider"),
+    ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
+    ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
+    ("FLOTILLA_S3_URL_TTL_S", "s3_url_ttl_s"),
     ("OPENAI_API_KEY", "openai_api_key"),
     ("OPENAI_BASE_URL", "openai_base_url"),
     ("ANTHROPIC_API_KEY", "anthropic_api_key"),
@@ -116,9 +120,17 @@ pub struct Config {
     pub default_pipeline: Pipeline,
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// Where tasks get desktops; none: only tasks that need no screen run.
+    pub sandbox_provider: Option<SandboxProviderKind>,
+    /// Ready sandboxes each worker keeps in its warm pool.
+    pub sandbox_warm: usize,
+    /// Sandboxes one worker may hold at once, pooled ones included.
+    pub sandbox_max: usize,
     pub s3_bucket: Option<String>,
     pub s3_endpoint: Option<String>,
     pub s3_prefix: String,
+    /// How long the presigned URLs the API hands out stay valid.
+    pub s3_url_ttl: Duration,
     pub openai_api_key: Option<Secret>,
     pub openai_base_url: String,
     pub anthropic_api_key: Option<Secret>,
@@ -190,9 +202,16 @@ impl Config {
             default_pipeline: s.parsed("FLOTILLA_DEFAULT_PIPELINE", "scripted", "one of openai-cua, claude-computer-use, claude-code, scripted")?,
             retry_base,
             retry_max,
+            sandbox_provider: parse_sandbox_provider(s.get("FLOTILLA_SANDBOX_PROVIDER"))?,
+            sandbox_warm: s.count("FLOTILLA_SANDBOX_WARM", 0)?,
+            sandbox_max: s.positive("FLOTILLA_SANDBOX_MAX", 16)?,
             s3_bucket: s.get("FLOTILLA_S3_BUCKET").map(str::to_owned),
             s3_endpoint: s.url("FLOTILLA_S3_ENDPOINT")?,
             s3_prefix: s.text("FLOTILLA_S3_PREFIX", "").to_owned(),
+            s3_url_ttl: Duration::from_secs(match s.positive("FLOTILLA_S3_URL_TTL_S", 3600)? {
+                n if n <= 7 * 24 * 3600 => n as u64,
+                _ => return Err(ConfigError::new("FLOTILLA_S3_URL_TTL_S", "must be at most 604800 (7 days)")),
+            }),
             openai_api_key: s.get("OPENAI_API_KEY").map(Secret::new),
             openai_base_url: s.url("OPENAI_BASE_URL")?.unwrap_or_else(|| "https://api.openai.com/v1".into()),
             anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
@@ -227,6 +246,13 @@ impl Settings {
     fn parsed<T: std::str::FromStr>(&self, var: &str, default: &str, expected: &str) -> Result<T, ConfigError> {
         let raw = self.text(var, default);
         raw.trim().parse().map_err(|_| ConfigError::new(var, format!("{raw:?} is not {expected}")))
+    }
+
+    fn count(&self, var: &str, default: usize) -> Result<usize, ConfigError> {
+        match self.get(var) {
+            None => Ok(default),
+            Some(raw) => raw.trim().parse::<usize>().map_err(|_| ConfigError::new(var, format!("{raw:?} is not a whole number"))),
+        }
     }
 
     fn positive(&self, var: &str, default: usize) -> Result<usize, ConfigError> {
@@ -275,6 +301,15 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
         settings.insert((*var).to_owned(), text);
     }
     Ok(settings)
+}
+
+fn parse_sandbox_provider(value: Option<&str>) -> Result<Option<SandboxProviderKind>, ConfigError> {
+    match value.map(str::trim) {
+        None | Some("none") => Ok(None),
+        Some("local") => Ok(Some(SandboxProviderKind::Local)),
+        Some("e2b") => Ok(Some(SandboxProviderKind::E2b)),
+        Some(other) => Err(ConfigError::new("FLOTILLA_SANDBOX_PROVIDER", format!("{other:?} is not one of local, e2b, none"))),
+    }
 }
 
 fn parse_redis_target(raw: &str) -> Result<RedisTarget, ConfigError> {
@@ -365,6 +400,17 @@ mod tests {
         assert_eq!(err.var, "FLOTILLA_API_KEYS");
         let err = load(&[("OPENAI_BASE_URL", "localhost:1")]).expect_err("refused");
         assert_eq!(err.var, "OPENAI_BASE_URL");
+        let err = load(&[("FLOTILLA_SANDBOX_PROVIDER", "docker")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_SANDBOX_PROVIDER");
+    }
+
+    #[test]
+    fn sandboxes_are_off_unless_a_provider_is_named() {
+        let config = load(&[]).expect("defaults load");
+        assert_eq!(config.sandbox_provider, None);
+        let config = load(&[("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_SANDBOX_WARM", "2")]).expect("loads");
+        assert_eq!(config.sandbox_provider, Some(SandboxProviderKind::Local));
+        assert_eq!(config.sandbox_warm, 2);
     }
 
     #[test]

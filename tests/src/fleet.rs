@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use flotilla_shared::blobstore::BlobStore;
+use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -74,6 +76,22 @@ pub async fn spawn_api(config: Config) -> ApiServer {
     let token = shutdown.clone();
     tokio::spawn(async move {
         if let Err(e) = flotilla_api::run(config, listener, token).await {
+            eprintln!("api stopped: {e:#}");
+        }
+    });
+    ApiServer { base_url, shutdown }
+}
+
+/// Starts the API for `config` on 127.0.0.1:0, presigning links into `blobs`.
+pub async fn spawn_api_with_blobs(config: Config, blobs: BlobStore) -> ApiServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+    let base_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let shutdown = CancellationToken::new();
+    let queue = Queue::connect(&config).await.expect("api reaches redis");
+    let state = flotilla_api::AppState::with_blobs(config, queue, Some(blobs), shutdown.clone());
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = flotilla_api::serve(state, listener, token).await {
             eprintln!("api stopped: {e:#}");
         }
     });

@@ -2,6 +2,7 @@
 //! stopped or dropped.
 
 use flotilla_shared::Config;
+use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -15,6 +16,13 @@ impl InProcessWorker {
     pub fn start(config: Config, registry: Registry) -> Self {
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
+        Self { shutdown, handle: Some(handle) }
+    }
+
+    /// A worker with these sandboxes and store instead of the configured ones.
+    pub fn start_with_tools(config: Config, registry: Registry, tools: Tools) -> Self {
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(flotilla_worker::run_with_tools(config, registry, tools, shutdown.clone()));
         Self { shutdown, handle: Some(handle) }
     }
 

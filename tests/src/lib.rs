@@ -12,7 +12,7 @@ pub mod sse;
 
 pub use api_client::ApiClient;
 pub use sse::{SseFrame, SseReader};
-pub use fleet::{api_key, spawn_api, test_config, unique_prefix, ApiServer, WorkerProcess};
+pub use fleet::{api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer, WorkerProcess};
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
 pub mod scenarios;

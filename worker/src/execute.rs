@@ -15,13 +15,14 @@ use tracing::{info, warn, Instrument};
 
 use crate::acker::Acker;
 use crate::metrics::WorkerMetrics;
-use crate::pipeline::{Outcome, PipelineError, Registry, TaskRun};
+use crate::pipeline::{Outcome, PipelineError, Registry, TaskRun, Tools};
 
 /// What every execution shares.
 #[derive(Clone)]
 pub struct Executor {
     pub queue: Queue,
     pub registry: Registry,
+    pub tools: Arc<Tools>,
     pub acker: Acker,
     pub worker_id: String,
     pub heartbeat: Duration,
@@ -97,7 +98,7 @@ impl Executor {
                 message: format!("pipeline {:?} is not available on this worker", kind.as_str()),
             });
         };
-        pipeline.run(&TaskRun { attempt: attempt.clone(), cancel }).await
+        pipeline.run(&TaskRun { attempt: attempt.clone(), cancel, tools: Arc::clone(&self.tools) }).await
     }
 
     /// Hands the task back for a later attempt (or dead-letters it), retrying

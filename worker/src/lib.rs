@@ -13,7 +13,8 @@ pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod sandbox;
+pub mod tools;
 pub mod worker;
 
 pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
-pub use worker::{run, run_with};
+pub use worker::{run, run_with, run_with_tools};

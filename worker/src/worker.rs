@@ -24,6 +24,7 @@ use crate::housekeeping;
 use crate::http;
 use crate::metrics::WorkerMetrics;
 use crate::pipeline::Registry;
+use crate::tools::Tools;
 
 /// How long one blocking read waits before the loop looks around again.
 const BLOCK_FOR: Duration = Duration::from_millis(250);
@@ -36,8 +37,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     run_with(config, Registry::standard(), shutdown).await
 }
 
-/// Runs a worker with these pipelines until `shutdown` is cancelled.
+/// Runs a worker with these pipelines, and the sandboxes and store the
+/// configuration names, until `shutdown` is cancelled.
 pub async fn run_with(config: Config, registry: Registry, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let tools = Tools::from_config(&config, env).await?;
+    run_with_tools(config, registry, tools, shutdown).await
+}
+
+/// Runs a worker with these pipelines and tools until `shutdown` is cancelled.
+pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let tools = Arc::new(tools);
     let queue = connect_patiently(&config, &shutdown).await?;
     let metrics = WorkerMetrics::new();
     let http = match config.worker_http_addr {
@@ -53,6 +63,7 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
     let executor = Executor {
         queue: queue.clone(),
         registry,
+        tools: Arc::clone(&tools),
         acker,
         worker_id: config.worker_id.clone(),
         heartbeat: config.heartbeat,
@@ -76,6 +87,7 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
         tracker.wait().await;
     }
     drop(claimer);
+    tools.shutdown().await;
     housekeeping.await.ok();
     acker_task.await.ok();
     if let Some(http) = http {

@@ -169,7 +169,8 @@ pub async fn get(
     Tenant(tenant): Tenant,
     TaskIdPath(id): TaskIdPath,
 ) -> Result<Json<TaskRecord>, ApiError> {
-    let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    let mut task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    crate::presign::attach_urls(&state, &mut task).await?;
     Ok(Json(task))
 }
 

@@ -35,7 +35,7 @@ pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;
 pub use record::TaskRecord;
 pub use stats::{LaneStats, QueueStats};
-pub use submit::{CancelOutcome, ListFilter, NewTask, Submitted, MAX_LIST_LIMIT};
+pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 
 use crate::config::Config;
 use crate::error::QueueError;

@@ -59,6 +59,39 @@ pub struct ListFilter {
     pub cursor: Option<TaskId>,
 }
 
+/// One screenshot in a task's list.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScreenshotRef {
+    /// The seq of its `screenshot` event.
+    pub seq: u64,
+    pub hash: String,
+    pub key: String,
+}
+
+/// The screenshots announced after the last `started` event: those of the
+/// attempt that counts.
+fn latest_attempt_screenshots(events: &[String]) -> Vec<ScreenshotRef> {
+    /// The fields of a stored event this list needs.
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        seq: u64,
+        #[serde(rename = "type")]
+        kind: String,
+        hash: Option<String>,
+        key: Option<String>,
+    }
+    let mut shots = Vec::new();
+    for raw in events {
+        let Ok(event) = serde_json::from_str::<Peek>(raw) else { continue };
+        match (event.kind.as_str(), event.hash, event.key) {
+            ("started", _, _) => shots.clear(),
+            ("screenshot", Some(hash), Some(key)) => shots.push(ScreenshotRef { seq: event.seq, hash, key }),
+            _ => {}
+        }
+    }
+    shots
+}
+
 impl Queue {
     /// Accepts one task, honouring its idempotency key.
     pub async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, QueueError> {
@@ -242,6 +275,13 @@ impl Queue {
         Ok(events)
     }
 
+    /// The screenshots of a task's latest attempt, in step order, read from
+    /// its `screenshot` events.
+    pub async fn screenshots(&self, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
+        let events = self.events_after(id, 0).await?;
+        Ok(latest_attempt_screenshots(&events))
+    }
+
     /// Cancels a tenant's task.
     pub async fn cancel(&self, tenant: &TenantId, id: &TaskId) -> Result<CancelOutcome, QueueError> {
         let mut conn = self.redis.shared();
@@ -347,5 +387,36 @@ impl Queue {
         let alive: Vec<bool> = self.redis.query_many(checks).await?;
         let gone: Vec<String> = ids.into_iter().zip(alive).filter(|(_, alive)| !alive).map(|(id, _)| id).collect();
         self.forget(index, gone).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, body: &str) -> String {
+        format!(r#"{{"seq": {seq}, "task_id": "tsk_01J00000000000000000000000", "batch_id": null, "tenant": "acme", "ts": "2026-01-01T00:00:00Z", {body}}}"#)
+    }
+
+    fn shot(seq: u64, hash: &str) -> String {
+        event(seq, &format!(r#""type": "screenshot", "hash": "{hash}", "key": "screenshots/{hash}.png", "bytes": 10, "dedup": false"#))
+    }
+
+    #[test]
+    fn the_list_holds_the_latest_attempts_screenshots_in_order() {
+        let events = [
+            event(1, r#""type": "queued", "attempt": 0, "worker": null"#),
+            event(2, r#""type": "started", "attempt": 1, "worker": "w1""#),
+            shot(3, "aa"),
+            event(4, r#""type": "retrying", "attempt": 1, "delay_ms": 5, "error": "x""#),
+            event(5, r#""type": "started", "attempt": 2, "worker": "w2""#),
+            shot(6, "bb"),
+            event(7, r#""type": "action", "action": {"type": "wait", "ms": 1}"#),
+            shot(8, "cc"),
+        ];
+        let shots = latest_attempt_screenshots(&events);
+        let seen: Vec<(u64, &str)> = shots.iter().map(|s| (s.seq, s.hash.as_str())).collect();
+        assert_eq!(seen, [(6, "bb"), (8, "cc")]);
+        assert_eq!(shots[0].key, "screenshots/bb.png");
     }
 }

@@ -3,6 +3,7 @@
 //! pipeline can end with.
 
 mod scripted;
+pub mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,12 +15,16 @@ use flotilla_shared::QueueError;
 use tokio_util::sync::CancellationToken;
 
 pub use scripted::Scripted;
+pub use session::{Limits, Session, Steps};
 
-/// What a pipeline is given: the attempt (spec, fenced event writes) and a
-/// token that is cancelled when the task must stop.
+pub use crate::tools::Tools;
+
+/// What a pipeline is given: the attempt (spec, fenced event writes), a
+/// token that is cancelled when the task must stop, and the worker's tools.
 pub struct TaskRun {
     pub attempt: Arc<Attempt>,
     pub cancel: CancellationToken,
+    pub tools: Arc<Tools>,
 }
 
 /// How a pipeline ended well.

@@ -5,6 +5,7 @@
 //! run against the real backend.
 
 mod error;
+pub mod pool;
 pub mod keys;
 pub mod local;
 #[cfg(test)]
@@ -19,6 +20,7 @@ use time::OffsetDateTime;
 
 pub use error::SandboxError;
 pub use local::{Isolation, LocalConfig, LocalProvider};
+pub use pool::{Lease, PoolConfig, SandboxPool};
 
 /// The longest sandbox id accepted.
 const MAX_ID_LEN: usize = 128;

@@ -1,0 +1,224 @@
+//! The worker's sandboxes: a provider with a warm pool in front of it.
+//!
+//! Starting a desktop takes from a fraction of a second (local) to several
+//! seconds (hosted), so the pool keeps up to `warm` ready sandboxes of the
+//! default shape and hands one out at once when a task asks for that shape;
+//! any other shape is started cold. A used sandbox is never handed to
+//! another task: releasing kills it, and the pool starts a fresh one in the
+//! background. `max_live` caps the sandboxes this worker holds at once,
+//! pooled ones included, so a burst cannot exceed a provider's concurrency
+//! limit. Pooled sandboxes are replaced before their deadline runs out.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use time::OffsetDateTime;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{Sandbox, SandboxError, SandboxProvider, SandboxRequest};
+
+/// How the pool is sized.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Ready sandboxes to keep of the default shape.
+    pub warm: usize,
+    /// Sandboxes this worker may hold at once, in use or ready.
+    pub max_live: usize,
+    /// The shape pooled sandboxes have; a task asking for it gets a warm one.
+    pub default_request: SandboxRequest,
+    /// A pooled sandbox with less life left than this is replaced, not handed out.
+    pub min_life_left: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            warm: 0,
+            max_live: 8,
+            default_request: SandboxRequest { timeout: Duration::from_secs(1800), ..SandboxRequest::default() },
+            min_life_left: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A sandbox a task holds; give it back with [`SandboxPool::release`].
+pub struct Lease {
+    pub sandbox: Sandbox,
+    /// Taken ready from the pool rather than started for this task.
+    pub warm: bool,
+    /// How long getting it took.
+    pub waited: Duration,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A ready sandbox waiting in the pool, with its share of `max_live`.
+struct Ready {
+    sandbox: Sandbox,
+    permit: OwnedSemaphorePermit,
+}
+
+/// A provider with a warm pool. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct SandboxPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    provider: Arc<dyn SandboxProvider>,
+    config: PoolConfig,
+    live: Arc<Semaphore>,
+    ready: Mutex<VecDeque<Ready>>,
+    /// Sandboxes being started for the pool now.
+    filling: Mutex<usize>,
+    stop: CancellationToken,
+}
+
+impl SandboxPool {
+    /// A pool over `provider`; starts filling at once when `warm` > 0.
+    pub fn new(provider: Arc<dyn SandboxProvider>, config: PoolConfig) -> Self {
+        let inner = Inner {
+            live: Arc::new(Semaphore::new(config.max_live.max(1))),
+            provider,
+            config,
+            ready: Mutex::new(VecDeque::new()),
+            filling: Mutex::new(0),
+            stop: CancellationToken::new(),
+        };
+        let pool = Self { inner: Arc::new(inner) };
+        pool.refill();
+        pool
+    }
+
+    pub fn provider(&self) -> &Arc<dyn SandboxProvider> {
+        &self.inner.provider
+    }
+
+    /// Ready sandboxes now.
+    pub fn ready(&self) -> usize {
+        lock(&self.inner.ready).len()
+    }
+
+    /// Sandboxes held now, in use, ready or starting.
+    pub fn live(&self) -> usize {
+        self.inner.config.max_live.max(1) - self.inner.live.available_permits()
+    }
+
+    /// A sandbox of the shape `request` asks for: a ready one when the shape
+    /// is the pool's, else a new one. Waits while `max_live` are held, unless
+    /// `cancel` fires.
+    pub async fn acquire(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
+        let began = Instant::now();
+        if self.fits_pool(request) {
+            if let Some(ready) = self.take_ready() {
+                self.refill();
+                return Ok(Lease { sandbox: ready.sandbox, warm: true, waited: began.elapsed(), _permit: ready.permit });
+            }
+        }
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.inner.live).acquire_owned() => permit.map_err(|_| SandboxError::Unavailable("the sandbox pool is closed".into()))?,
+            () = cancel.cancelled() => return Err(SandboxError::Unavailable("cancelled while waiting for a sandbox".into())),
+        };
+        let sandbox = self.inner.provider.create(request).await?;
+        self.refill();
+        Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit })
+    }
+
+    /// Ends a task's sandbox (a used desktop is never reused) and tops the
+    /// pool up again.
+    pub async fn release(&self, lease: Lease) {
+        if let Err(e) = self.inner.provider.kill(&lease.sandbox.id).await {
+            warn!(sandbox = %lease.sandbox.id, error = %e, "could not kill a released sandbox");
+        }
+        drop(lease);
+        self.refill();
+    }
+
+    /// Kills every ready sandbox and stops refilling.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let drained: Vec<Ready> = lock(&self.inner.ready).drain(..).collect();
+        for ready in drained {
+            self.inner.provider.kill(&ready.sandbox.id).await.ok();
+        }
+    }
+
+    fn fits_pool(&self, request: &SandboxRequest) -> bool {
+        let pooled = &self.inner.config.default_request;
+        request.template == pooled.template && request.resolution == pooled.resolution && request.timeout <= pooled.timeout
+    }
+
+    /// The first ready sandbox with enough life left; ones too close to
+    /// their deadline are killed on the way.
+    fn take_ready(&self) -> Option<Ready> {
+        let min_left = self.inner.config.min_life_left;
+        loop {
+            let ready = lock(&self.inner.ready).pop_front()?;
+            let left = ready.sandbox.expires_at - OffsetDateTime::now_utc();
+            if left > min_left {
+                return Some(ready);
+            }
+            self.kill_in_background(ready);
+        }
+    }
+
+    fn kill_in_background(&self, ready: Ready) {
+        let provider = Arc::clone(&self.inner.provider);
+        tokio::spawn(async move {
+            provider.kill(&ready.sandbox.id).await.ok();
+            drop(ready.permit);
+        });
+    }
+
+    /// Starts as many sandboxes as the pool lacks, as far as `max_live` allows.
+    fn refill(&self) {
+        if self.inner.stop.is_cancelled() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        loop {
+            let missing = {
+                let filling = lock(&self.inner.filling);
+                self.inner.config.warm.saturating_sub(self.ready() + *filling)
+            };
+            if missing == 0 {
+                return;
+            }
+            let Ok(permit) = Arc::clone(&self.inner.live).try_acquire_owned() else {
+                return;
+            };
+            *lock(&self.inner.filling) += 1;
+            let pool = self.clone();
+            tokio::spawn(async move { pool.start_one(permit).await });
+        }
+    }
+
+    async fn start_one(&self, permit: OwnedSemaphorePermit) {
+        let inner = &self.inner;
+        let created = tokio::select! {
+            created = inner.provider.create(&inner.config.default_request) => created,
+            () = inner.stop.cancelled() => Err(SandboxError::Unavailable("the pool is shutting down".into())),
+        };
+        *lock(&inner.filling) -= 1;
+        match created {
+            Ok(sandbox) if inner.stop.is_cancelled() => {
+                inner.provider.kill(&sandbox.id).await.ok();
+            }
+            Ok(sandbox) => {
+                debug!(sandbox = %sandbox.id, "a warm sandbox is ready");
+                lock(&inner.ready).push_back(Ready { sandbox, permit });
+            }
+            Err(e) => {
+                warn!(error = %e, "could not start a warm sandbox; trying again shortly");
+                drop(permit);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                self.refill();
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

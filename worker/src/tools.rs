@@ -1,0 +1,74 @@
+//! What a worker gives tasks beyond the queue, built from the typed
+//! configuration: a sandbox pool over the configured provider, and the blob
+//! store for screenshots and artifacts. Either may be absent; a task that
+//! needs a missing one ends with code `problem` and a message saying which
+//! setting to add.
+
+use std::sync::Arc;
+
+use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
+use flotilla_shared::task::SandboxProviderKind;
+use flotilla_shared::Config;
+use tracing::{info, warn};
+
+use crate::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
+
+/// Sandboxes and storage for the tasks of one worker.
+#[derive(Clone, Default)]
+pub struct Tools {
+    pub sandboxes: Option<SandboxPool>,
+    pub blobs: Option<BlobStore>,
+    pub uploads: UploaderOptions,
+}
+
+impl Tools {
+    /// The tools `config` asks for; AWS credentials come from `env`.
+    pub async fn from_config<I, K, V>(config: &Config, env: I) -> anyhow::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let sandboxes = match config.sandbox_provider {
+            None => None,
+            Some(kind) => Some(SandboxPool::new(provider(kind)?, pool_config(config))),
+        };
+        let blobs = match &config.s3_bucket {
+            None => None,
+            Some(_) => Some(blob_store(BlobConfig::from_env(config, env)?).await),
+        };
+        if sandboxes.is_some() && blobs.is_none() {
+            warn!("screenshots are not kept: set FLOTILLA_S3_BUCKET to store them");
+        }
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default() })
+    }
+
+    /// Ends every pooled sandbox.
+    pub async fn shutdown(&self) {
+        if let Some(pool) = &self.sandboxes {
+            pool.shutdown().await;
+        }
+    }
+}
+
+fn provider(kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
+    match kind {
+        SandboxProviderKind::Local => Ok(Arc::new(LocalProvider::new(LocalConfig::default()))),
+        SandboxProviderKind::E2b => anyhow::bail!("FLOTILLA_SANDBOX_PROVIDER: e2b is not available in this build"),
+    }
+}
+
+fn pool_config(config: &Config) -> PoolConfig {
+    PoolConfig { warm: config.sandbox_warm, max_live: config.sandbox_max.max(config.sandbox_warm), ..PoolConfig::default() }
+}
+
+/// The store, checked once: a store that does not answer yet is used
+/// anyway, since uploads ride out outages.
+async fn blob_store(config: BlobConfig) -> BlobStore {
+    let store = BlobStore::new(config);
+    match store.check().await {
+        Ok(support) => info!(bucket = store.bucket(), conditional_put = support.conditional_put, "blob store ready"),
+        Err(e) => warn!(bucket = store.bucket(), error = %e, "blob store does not answer yet; uploads will retry"),
+    }
+    store
+}
