@@ -15,6 +15,8 @@ use axum::response::Response;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub mod openai;
+
 /// One scripted answer.
 #[derive(Debug, Clone)]
 pub struct Reply {

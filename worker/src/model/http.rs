@@ -94,10 +94,13 @@ impl ModelHttp {
             })
             .notify(|e, after| tracing::warn!(error = ?e, ?after, "model call failed; retrying"))
             .await;
-        result.map_err(|e| match e {
-            Attempt::RateLimited(retry_after) => ModelError::RateLimited { retry_after },
-            Attempt::Transient(message) => ModelError::Unavailable(message),
-            Attempt::Final(error) => error,
+        result.map_err(|e| {
+            let error = match e {
+                Attempt::RateLimited(retry_after) => ModelError::RateLimited { retry_after },
+                Attempt::Transient(message) => ModelError::Unavailable(message),
+                Attempt::Final(error) => error,
+            };
+            redact(error, self.endpoint.api_key.expose())
         })
     }
 
@@ -172,6 +175,21 @@ fn error_message(body: &str) -> String {
         .unwrap_or_else(|| excerpt(body))
 }
 
+/// `error` with the key masked wherever a provider's message echoed it.
+fn redact(error: ModelError, key: &str) -> ModelError {
+    if key.is_empty() {
+        return error;
+    }
+    let mask = |message: String| message.replace(key, "***");
+    match error {
+        ModelError::Unauthorized { status, message } => ModelError::Unauthorized { status, message: mask(message) },
+        ModelError::Rejected { status, message } => ModelError::Rejected { status, message: mask(message) },
+        ModelError::Unavailable(message) => ModelError::Unavailable(mask(message)),
+        ModelError::Malformed(message) => ModelError::Malformed(mask(message)),
+        rate_limited @ ModelError::RateLimited { .. } => rate_limited,
+    }
+}
+
 /// The first 200 characters of a body, for an error message.
 pub fn excerpt(text: &str) -> String {
     let mut cut: String = text.chars().take(200).collect();
@@ -207,6 +225,12 @@ mod tests {
         assert_eq!(error_message(r#"{"error": {"type": "x", "message": "bad tool"}}"#), "bad tool");
         assert_eq!(error_message("<html>oops</html>"), "<html>oops</html>");
         assert!(excerpt(&"a".repeat(500)).ends_with('…'));
+    }
+
+    #[test]
+    fn echoed_keys_are_masked() {
+        let error = redact(ModelError::Unauthorized { status: 401, message: "bad key sk-test here".into() }, "sk-test");
+        assert_eq!(error.to_string(), "the model API refused the credentials (401): bad key *** here");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! the newest screenshot is ever sent: a conversation keeps no older images.
 
 pub mod http;
+pub mod openai;
 
 use std::time::Duration;
 
