@@ -3,6 +3,8 @@
 //! port. A test scripts the answers in order and reads back every request
 //! the fleet sent, headers and body included.
 
+pub mod anthropic;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -8,6 +8,7 @@
 //! those coordinates; the step loop maps them back to the sandbox's. Only
 //! the newest screenshot is ever sent: a conversation keeps no older images.
 
+pub mod anthropic;
 pub mod http;
 pub mod openai;
 
