@@ -9,6 +9,7 @@ pub use flotilla_shared::blobstore;
 pub mod execute;
 pub mod housekeeping;
 pub mod http;
+pub mod image;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;

@@ -3,6 +3,7 @@
 //! pipeline can end with.
 
 mod scripted;
+pub mod scale;
 pub mod session;
 
 use std::collections::HashMap;

@@ -425,16 +425,7 @@ impl PixelFormat {
 /// Encodes packed RGB as PNG with the fast deflate: a few milliseconds for a
 /// desktop, and the same bytes for the same pixels.
 pub(crate) fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, SandboxError> {
-    let png_error = |e: png::EncodingError| SandboxError::Display(format!("cannot encode the screenshot: {e}"));
-    let mut out = Vec::with_capacity(rgb.len() / 8);
-    let mut encoder = png::Encoder::new(&mut out, width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(png::Compression::Fast);
-    let mut writer = encoder.write_header().map_err(png_error)?;
-    writer.write_image_data(rgb).map_err(png_error)?;
-    writer.finish().map_err(png_error)?;
-    Ok(out)
+    crate::image::encode_png(rgb, width, height).map_err(|e| SandboxError::Display(format!("cannot encode the screenshot: {e}")))
 }
 
 #[cfg(test)]
