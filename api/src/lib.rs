@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
         .route("/v1/tasks/{id}", get(routes::tasks::get))
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
+        .route("/v1/tasks/{id}/input", post(routes::tasks::input))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))

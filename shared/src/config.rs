@@ -43,6 +43,11 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_S3_URL_TTL_S", "s3_url_ttl_s"),
     ("OPENAI_API_KEY", "openai_api_key"),
     ("OPENAI_BASE_URL", "openai_base_url"),
+    ("FLOTILLA_OPENAI_TOOL", "openai_tool"),
+    ("FLOTILLA_OPENAI_MODEL", "openai_model"),
+    ("FLOTILLA_ANTHROPIC_TOOL", "anthropic_tool"),
+    ("FLOTILLA_ANTHROPIC_MODEL", "anthropic_model"),
+    ("FLOTILLA_MODEL_SCREEN", "model_screen"),
     ("ANTHROPIC_API_KEY", "anthropic_api_key"),
     ("ANTHROPIC_BASE_URL", "anthropic_base_url"),
     ("E2B_API_KEY", "e2b_api_key"),
@@ -50,6 +55,22 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("RUST_LOG", "log"),
 ];
+
+/// The OpenAI computer tool generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenAiToolVersion {
+    /// The GA `computer` tool, whose calls may batch actions.
+    Ga,
+    /// `computer_use_preview` with model `computer-use-preview`.
+    Preview,
+}
+
+/// The Anthropic computer tool version (and so its beta header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnthropicToolVersion {
+    V20250124,
+    V20251124,
+}
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
 #[derive(Clone, PartialEq, Eq)]
@@ -133,6 +154,16 @@ pub struct Config {
     pub s3_url_ttl: Duration,
     pub openai_api_key: Option<Secret>,
     pub openai_base_url: String,
+    /// Which OpenAI computer tool: `ga` (the `computer` tool) or `preview`
+    /// (`computer_use_preview`).
+    pub openai_tool: OpenAiToolVersion,
+    /// The model for `openai-cua` tasks that name none; the tool's default when unset.
+    pub openai_model: Option<String>,
+    pub anthropic_tool: AnthropicToolVersion,
+    /// The model for `claude-computer-use` tasks that name none.
+    pub anthropic_model: String,
+    /// The largest screen a model is shown; bigger screens are scaled down.
+    pub model_screen: (u32, u32),
     pub anthropic_api_key: Option<Secret>,
     pub anthropic_base_url: String,
     pub e2b_api_key: Option<Secret>,
@@ -214,6 +245,24 @@ impl Config {
             }),
             openai_api_key: s.get("OPENAI_API_KEY").map(Secret::new),
             openai_base_url: s.url("OPENAI_BASE_URL")?.unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            openai_tool: match s.text("FLOTILLA_OPENAI_TOOL", "ga").trim() {
+                "ga" => OpenAiToolVersion::Ga,
+                "preview" => OpenAiToolVersion::Preview,
+                other => return Err(ConfigError::new("FLOTILLA_OPENAI_TOOL", format!("{other:?} is not one of ga, preview"))),
+            },
+            openai_model: s.get("FLOTILLA_OPENAI_MODEL").map(|m| m.trim().to_owned()),
+            anthropic_tool: match s.text("FLOTILLA_ANTHROPIC_TOOL", "computer_20251124").trim() {
+                "computer_20251124" => AnthropicToolVersion::V20251124,
+                "computer_20250124" => AnthropicToolVersion::V20250124,
+                other => {
+                    return Err(ConfigError::new(
+                        "FLOTILLA_ANTHROPIC_TOOL",
+                        format!("{other:?} is not one of computer_20251124, computer_20250124"),
+                    ))
+                }
+            },
+            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-sonnet-4-6").trim().to_owned(),
+            model_screen: parse_screen(s.text("FLOTILLA_MODEL_SCREEN", "1024x768"))?,
             anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
             anthropic_base_url: s.url("ANTHROPIC_BASE_URL")?.unwrap_or_else(|| "https://api.anthropic.com".into()),
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
@@ -301,6 +350,14 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
         settings.insert((*var).to_owned(), text);
     }
     Ok(settings)
+}
+
+fn parse_screen(raw: &str) -> Result<(u32, u32), ConfigError> {
+    let size = raw.trim().split_once('x').and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)));
+    match size {
+        Some((w, h)) if (64..=8192).contains(&w) && (64..=8192).contains(&h) => Ok((w, h)),
+        _ => Err(ConfigError::new("FLOTILLA_MODEL_SCREEN", format!("{raw:?} is not a size like 1024x768 (64 to 8192 each way)"))),
+    }
 }
 
 fn parse_sandbox_provider(value: Option<&str>) -> Result<Option<SandboxProviderKind>, ConfigError> {
@@ -400,6 +457,10 @@ mod tests {
         assert_eq!(err.var, "FLOTILLA_API_KEYS");
         let err = load(&[("OPENAI_BASE_URL", "localhost:1")]).expect_err("refused");
         assert_eq!(err.var, "OPENAI_BASE_URL");
+        let err = load(&[("FLOTILLA_MODEL_SCREEN", "big")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_MODEL_SCREEN");
+        let err = load(&[("FLOTILLA_ANTHROPIC_TOOL", "computer_2099")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_ANTHROPIC_TOOL");
         let err = load(&[("FLOTILLA_SANDBOX_PROVIDER", "docker")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_SANDBOX_PROVIDER");
     }

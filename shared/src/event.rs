@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 use crate::action::Action;
 use crate::clock;
 use crate::ids::{BatchId, TaskId, TenantId};
+use crate::task::Decision;
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -63,6 +64,12 @@ pub enum EventKind {
         code: String,
         message: String,
     },
+    /// A human answered a waiting task; it runs again (or ends, on deny).
+    Input {
+        decision: Decision,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     Retrying {
         attempt: u32,
         delay_ms: u64,
@@ -101,6 +108,7 @@ impl EventKind {
             EventKind::Screenshot { .. } => "screenshot",
             EventKind::Block { .. } => "block",
             EventKind::Waiting { .. } => "waiting",
+            EventKind::Input { .. } => "input",
             EventKind::Retrying { .. } => "retrying",
             EventKind::Succeeded { .. } => "succeeded",
             EventKind::Failed { .. } => "failed",

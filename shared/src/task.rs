@@ -89,6 +89,38 @@ pub enum SensitiveActions {
     Allow,
 }
 
+/// A human's answer to a task that is `waiting`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HumanInput {
+    pub decision: Decision,
+    /// Free text for the task: a clarification, or why it was denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What the human decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+/// The longest message a human may send with a decision.
+pub const MAX_INPUT_MESSAGE_CHARS: usize = 4_000;
+
+impl HumanInput {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match &self.message {
+            Some(text) if text.chars().count() > MAX_INPUT_MESSAGE_CHARS => {
+                Err(ValidationError::at("message", format!("message must be at most {MAX_INPUT_MESSAGE_CHARS} characters")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Where a task runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]

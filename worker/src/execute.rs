@@ -79,6 +79,10 @@ impl Executor {
                 warn!(error = %message, "task failed");
                 Terminal::Failed(code, message)
             }
+            Ok(Err(PipelineError::Refused(message))) => {
+                warn!(error = %message, "task failed");
+                Terminal::Failed(StopCode::Problem, message)
+            }
             Ok(Err(PipelineError::Retryable(error))) => {
                 warn!(%error, "attempt failed; retrying or dead-lettering");
                 self.retry_later(&attempt, &error).await;

@@ -34,7 +34,8 @@ const NEARLY_FULL_POLL: Duration = Duration::from_millis(5);
 
 /// Runs a worker with the standard pipelines until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
-    run_with(config, Registry::standard(), shutdown).await
+    let registry = Registry::for_config(&config);
+    run_with(config, registry, shutdown).await
 }
 
 /// Runs a worker with these pipelines, and the sandboxes and store the

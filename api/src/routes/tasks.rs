@@ -1,4 +1,5 @@
-//! `/v1/tasks`: submitting, reading, listing and cancelling tasks.
+//! `/v1/tasks`: submitting, reading, listing and cancelling tasks, and
+//! answering one that waits for a human.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -6,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_shared::clock;
 use flotilla_shared::queue::{CancelOutcome, ListFilter, TaskRecord};
-use flotilla_shared::task::{TaskSpec, TaskStatus};
+use flotilla_shared::task::{HumanInput, TaskSpec, TaskStatus};
 use flotilla_shared::{BatchId, QueueError, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -232,6 +233,44 @@ pub async fn cancel(
     };
     tracing::info!(?status, "cancel asked");
     Ok((StatusCode::ACCEPTED, Json(Cancelled { id, status })))
+}
+
+/// The answer to a human's input.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InputAccepted {
+    pub id: TaskId,
+    /// Always `accepted`: the task's worker picks the input up within a moment.
+    pub status: &'static str,
+}
+
+/// Answer a task that is `waiting` for a human: approve to let it go on,
+/// deny to end it.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/input",
+    tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    request_body = HumanInput,
+    responses(
+        (status = 202, description = "Handed to the task", body = InputAccepted),
+        (status = 400, description = "Malformed id or body", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such task for this tenant", body = ErrorBody),
+        (status = 409, description = "The task is not waiting (`conflict`)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn input(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    TaskIdPath(id): TaskIdPath,
+    JsonBody(input): JsonBody<HumanInput>,
+) -> Result<(StatusCode, Json<InputAccepted>), ApiError> {
+    input.validate()?;
+    state.queue().give_input(&tenant, &id, &input).await?;
+    tracing::info!(decision = ?input.decision, "input handed to a waiting task");
+    Ok((StatusCode::ACCEPTED, Json(InputAccepted { id, status: "accepted" })))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::error::QueueError;
 use crate::event::{draft, draft_at, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::GROUP;
-use crate::task::{Priority, StopCode, TaskSpec};
+use crate::task::{HumanInput, Priority, StopCode, TaskSpec};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
@@ -24,8 +24,8 @@ const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last a
 pub enum StartOutcome {
     /// This worker now runs the attempt.
     Started(Box<Attempt>),
-    /// Nothing to run: the task is gone, cancelled or dead-lettered just now
-    /// (and counted), or waiting for a human. The entry can be acknowledged.
+    /// Nothing to run: the task is gone, or cancelled or dead-lettered just
+    /// now (and counted). The entry can be acknowledged.
     Nothing(&'static str),
     /// The task had ended but its entry was never acknowledged: its worker
     /// died between the two, or it was cancelled while queued. Acknowledge
@@ -250,7 +250,6 @@ impl Queue {
             }
             Some("gone") => Ok(StartOutcome::Nothing("gone")),
             Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
-            Some("waiting") => Ok(StartOutcome::Nothing("waiting")),
             _ => Err(corrupt()),
         }
     }
@@ -358,6 +357,45 @@ impl Attempt {
                 Ok(HeartbeatOutcome::Renewed)
             }
         }
+    }
+
+    /// Puts the task in `waiting` with `code`, announcing why; the attempt
+    /// keeps its lease (and its sandbox) while a human decides.
+    pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<u64, QueueError> {
+        let event = EventKind::Waiting { code: code.as_str().to_owned(), message: message.to_owned() };
+        self.emit(event, &[("status", "waiting".to_owned()), ("code", code.as_str().to_owned())]).await
+    }
+
+    /// The input a human gave the waiting task, if any yet; taking it marks
+    /// the task running again and records an `input` event.
+    pub async fn take_input(&self) -> Result<Option<HumanInput>, QueueError> {
+        let mut conn = self.queue.redis.shared();
+        let answer: String =
+            scripts::TAKE_INPUT.key(self.queue.keys.task(self.task_id())).arg(self.number).arg(&self.owner).invoke_async(&mut conn).await?;
+        match answer.as_str() {
+            "" => Ok(None),
+            "fenced" => Err(QueueError::Fenced),
+            json => {
+                let input: HumanInput = serde_json::from_str(json).map_err(|e| QueueError::Corrupt(format!("input: {e}")))?;
+                self.emit(EventKind::Input { decision: input.decision, message: input.message.clone() }, &[]).await?;
+                Ok(Some(input))
+            }
+        }
+    }
+
+    /// Sets task fields (like its token `usage`) without an event.
+    pub async fn set_fields(&self, fields: &[(&str, String)]) -> Result<(), QueueError> {
+        let mut conn = self.queue.redis.shared();
+        let mut inv = scripts::SET_FIELDS.key(self.queue.keys.task(self.task_id()));
+        inv.arg(self.number).arg(&self.owner);
+        for (field, value) in fields {
+            inv.arg(*field).arg(value);
+        }
+        let answer: String = inv.invoke_async(&mut conn).await?;
+        if answer == "fenced" {
+            return Err(QueueError::Fenced);
+        }
+        Ok(())
     }
 
     /// Records a progress event and sets task fields with it.

@@ -63,7 +63,6 @@ local function start(t)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq')
   if not st[1] then return {'gone'} end
   if is_terminal(st[1]) then return {'terminal', st[1]} end
-  if st[1] == 'waiting' then return {'waiting'} end
   local meta = {st[5], st[6], st[7]}
   local seq = next_seq(st[9])
   if st[4] == '1' then
@@ -156,7 +155,7 @@ return created
 /// event for spent attempts, `ARGV[8]` retention ms; then one task id per
 /// task from `ARGV[9]`.
 /// Returns, per task, `{'started', attempt, spec, tenant, batch}`, or
-/// `{'gone'}`, `{'terminal', status}`, `{'waiting'}`, `{'cancelled'}`,
+/// `{'gone'}`, `{'terminal', status}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
@@ -272,6 +271,54 @@ if cur[1] == 'queued' then
 end
 redis.call('HSET', KEYS[1], 'cancel', '1')
 return 'cancelling'
+"#,
+    )
+});
+
+/// Sets fields of the owning attempt's task. `KEYS[1]` the task hash;
+/// `ARGV[1]` attempt, `ARGV[2]` worker id, `ARGV[3..]` field/value pairs.
+/// Returns `ok` or `fenced`.
+pub static SET_FIELDS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
+if cur[3] ~= 'running' and cur[3] ~= 'waiting' then return 'fenced' end
+if #ARGV >= 4 then redis.call('HSET', KEYS[1], unpack(ARGV, 3)) end
+return 'ok'
+"#,
+    )
+});
+
+/// A human's input to a waiting task. `KEYS[1]` the task hash; `ARGV[1]`
+/// the caller's tenant, `ARGV[2]` the input as JSON. Returns `accepted`,
+/// `missing`, or the status the task has when it is not waiting.
+pub static GIVE_INPUT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+if not cur[1] or cur[2] ~= ARGV[1] then return 'missing' end
+if cur[1] ~= 'waiting' then return cur[1] end
+redis.call('HSET', KEYS[1], 'input', ARGV[2])
+return 'accepted'
+"#,
+    )
+});
+
+/// Takes the input a human gave the owning attempt's waiting task, and
+/// marks it running again. `KEYS[1]` the task hash; `ARGV[1]` attempt,
+/// `ARGV[2]` worker id. Returns the input JSON, `''` when there is none
+/// yet, or `fenced`.
+pub static TAKE_INPUT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'input')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
+if cur[3] ~= 'waiting' then return 'fenced' end
+if not cur[4] then return '' end
+redis.call('HDEL', KEYS[1], 'input', 'code')
+redis.call('HSET', KEYS[1], 'status', 'running')
+return cur[4]
 "#,
     )
 });

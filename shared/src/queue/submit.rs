@@ -11,7 +11,7 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
-use crate::task::{TaskSpec, TaskStatus};
+use crate::task::{HumanInput, TaskSpec, TaskStatus};
 
 /// The most tasks one create script call makes, so no call holds Redis long.
 const CREATE_CHUNK: usize = 500;
@@ -280,6 +280,19 @@ impl Queue {
     pub async fn screenshots(&self, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
         let events = self.events_after(id, 0).await?;
         Ok(latest_attempt_screenshots(&events))
+    }
+
+    /// Hands a human's input to a tenant's waiting task; its worker picks it
+    /// up within a moment.
+    pub async fn give_input(&self, tenant: &TenantId, id: &TaskId, input: &HumanInput) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let json = serde_json::to_string(input).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        let answer: String = scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
+        match answer.as_str() {
+            "accepted" => Ok(()),
+            "missing" => Err(QueueError::NotFound),
+            status => Err(QueueError::WrongStatus(status.to_owned())),
+        }
     }
 
     /// Cancels a tenant's task.

@@ -2,6 +2,7 @@
 //! from the task's `pipeline` field to an implementation, and the outcomes a
 //! pipeline can end with.
 
+pub mod computer_use;
 mod scripted;
 pub mod scale;
 pub mod session;
@@ -15,7 +16,9 @@ use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
 use flotilla_shared::QueueError;
 use tokio_util::sync::CancellationToken;
 
+pub use computer_use::{AnthropicModels, ComputerUse, ModelFactory, OpenAiModels};
 pub use scripted::Scripted;
+use flotilla_shared::Config;
 pub use session::{Limits, Session, Steps};
 
 pub use crate::tools::Tools;
@@ -44,6 +47,11 @@ pub enum PipelineError {
     /// The task cannot succeed as asked; retrying would not help.
     #[error("{message}")]
     Fatal { code: StopCode, message: String },
+    /// The sandbox refused an action as given (a key it does not know, a
+    /// point off the screen). Ends the task with code `problem`, unless the
+    /// pipeline can tell its model instead.
+    #[error("{0}")]
+    Refused(String),
     /// The run noticed its cancel token.
     #[error("cancelled")]
     Cancelled,
@@ -73,10 +81,21 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The pipelines this build ships.
+    /// The pipelines that need no configuration: `scripted` only.
     pub fn standard() -> Self {
         let mut registry = Self::default();
         registry.register(PipelineKind::Scripted, Arc::new(Scripted));
+        registry
+    }
+
+    /// Every pipeline this build ships, set up from `config` (model keys,
+    /// tool versions, the screen size models see).
+    pub fn for_config(config: &Config) -> Self {
+        let mut registry = Self::standard();
+        let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model_screen);
+        let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model_screen);
+        registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
+        registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
         registry
     }
 

@@ -20,13 +20,17 @@ use flotilla_shared::action::Action;
 use flotilla_shared::blobstore::{BlobStore, Uploader, UploaderOptions, UploadError};
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
-use flotilla_shared::task::{SandboxSpec, StopCode};
+use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
+use flotilla_shared::QueueError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::{PipelineError, TaskRun};
 use crate::sandbox::{Lease, SandboxError, SandboxPool, SandboxRequest, Screenshot};
+
+/// How often a waiting task looks for a human's input.
+const INPUT_POLL: Duration = Duration::from_millis(250);
 
 /// Steps a task may take when it sets no `max_steps`.
 pub const DEFAULT_MAX_STEPS: u32 = 200;
@@ -81,6 +85,29 @@ impl Steps {
                 message: "the task reached its max_duration_s".into(),
             }),
         }
+    }
+
+    /// The attempt the steps belong to, for events of its own.
+    pub fn attempt(&self) -> &Arc<Attempt> {
+        &self.attempt
+    }
+
+    /// Puts the task in `waiting` with `code` and waits, under the guard,
+    /// until a human answers through the API.
+    pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
+        self.attempt.wait_for_human(code, message).await?;
+        self.guard(async {
+            loop {
+                match self.attempt.take_input().await {
+                    Ok(Some(input)) => return Ok(input),
+                    Ok(None) => {}
+                    Err(QueueError::Fenced) => return Err(PipelineError::Fenced),
+                    Err(e) => warn!(error = %e, "could not look for a human's input; trying again"),
+                }
+                tokio::time::sleep(INPUT_POLL).await;
+            }
+        })
+        .await
     }
 
     /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
@@ -304,9 +331,8 @@ fn sandbox_request(spec: Option<&SandboxSpec>, provider: &str) -> Result<Sandbox
 /// fault; a gone or failing sandbox is worth another attempt on a new one.
 fn sandbox_failure(error: SandboxError) -> PipelineError {
     match error {
-        SandboxError::InvalidAction(_) | SandboxError::InvalidRequest(_) => {
-            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-        }
+        SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
+        SandboxError::InvalidRequest(_) => PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() },
         other => PipelineError::Retryable(other.to_string()),
     }
 }

@@ -1,0 +1,260 @@
+//! The step loop of the model-driven pipelines (`openai-cua`,
+//! `claude-computer-use`): observe the screen, show it to the model scaled
+//! to its size, carry out what it asks in sandbox coordinates, observe
+//! again, until the model answers without asking for anything, a limit is
+//! reached, a human must decide, or the task is cancelled.
+//!
+//! Every step goes through the [`Session`], so events, screenshots, limits
+//! and cancellation behave as in every pipeline. The model only ever gets
+//! the newest screen. Token usage is added up on the task after each turn.
+//! Safety checks a model raises follow the task's `sensitive_actions`:
+//! `allow` acknowledges them, `deny` ends the task, and `pause` (the
+//! default) puts the task in `waiting` with code `sensitive-action` until a
+//! human approves (the checks are then acknowledged) or denies (the task
+//! ends).
+
+use std::time::Duration;
+
+use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
+use flotilla_shared::event::EventKind;
+use flotilla_shared::task::{Decision, SensitiveActions, StopCode};
+use flotilla_shared::Config;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde_json::json;
+
+use super::scale::Scale;
+use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, ComputerTool};
+use crate::model::http::Endpoint;
+use crate::model::openai::{OpenAiConfig, OpenAiCua, OpenAiTool};
+use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage};
+
+/// Opens one task's conversation with a model that sees a screen of the
+/// given size.
+pub trait ModelFactory: Send + Sync + 'static {
+    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError>;
+}
+
+/// A computer-use pipeline over one kind of model.
+pub struct ComputerUse {
+    models: Box<dyn ModelFactory>,
+    /// The largest screen the model is shown.
+    target: (u32, u32),
+}
+
+impl ComputerUse {
+    pub fn new(models: impl ModelFactory, target: (u32, u32)) -> Self {
+        Self { models: Box::new(models), target }
+    }
+}
+
+impl Pipeline for ComputerUse {
+    fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        async move {
+            let mut session = Session::open(run).await?;
+            let result = self.drive(run, &mut session).await;
+            session.close(result).await
+        }
+        .boxed()
+    }
+}
+
+impl ComputerUse {
+    async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
+        let scale = Scale::fit(session.resolution(), self.target);
+        let mut model = self.models.open(run, scale.model)?;
+        let screen = look(session, &scale).await?;
+        let mut turn = session.guard(async { model.start(&run.attempt.spec.prompt, &screen).await.map_err(model_failure) }).await?;
+        let mut usage = Usage::default();
+        loop {
+            usage += turn.usage;
+            record_turn(session, &turn, usage).await?;
+            if turn.calls.is_empty() {
+                let text = turn.text.clone().unwrap_or_default();
+                return Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })));
+            }
+            let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
+            let mut results = Vec::with_capacity(turn.calls.len());
+            for call in &turn.calls {
+                results.push(carry_out(session, &scale, call).await?);
+            }
+            turn = session.guard(async { model.resume(results, &acknowledged).await.map_err(model_failure) }).await?;
+        }
+    }
+
+    /// The checks the task may acknowledge: all of them when allowed or
+    /// approved by a human; an error when denied.
+    async fn clear_safety_checks(&self, run: &TaskRun, session: &Session, checks: &[SafetyCheck]) -> Result<Vec<SafetyCheck>, PipelineError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let listed = checks.iter().map(|c| format!("{} ({})", c.message, c.code)).collect::<Vec<_>>().join("; ");
+        match run.attempt.spec.sensitive_actions.unwrap_or_default() {
+            SensitiveActions::Allow => Ok(checks.to_vec()),
+            SensitiveActions::Deny => Err(PipelineError::Fatal {
+                code: StopCode::SensitiveAction,
+                message: format!("the model asked to go past a safety check and the task denies that: {listed}"),
+            }),
+            SensitiveActions::Pause => {
+                let message = format!("approve or deny: {listed}");
+                let input = session.steps().wait_for_human(StopCode::SensitiveAction, &message).await?;
+                match input.decision {
+                    Decision::Approve => Ok(checks.to_vec()),
+                    Decision::Deny => Err(PipelineError::Fatal {
+                        code: StopCode::SensitiveAction,
+                        message: format!("a human denied the action: {}", input.message.unwrap_or_else(|| listed.clone())),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// Takes a screenshot and scales it for the model.
+async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError> {
+    let shot = session.observe().await?;
+    scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
+}
+
+/// Emits the turn's reasoning and records the usage so far on the task.
+async fn record_turn(session: &Session, turn: &Turn, usage: Usage) -> Result<(), PipelineError> {
+    let attempt = session.steps().attempt();
+    for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
+        attempt.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
+    }
+    attempt.set_fields(&[("usage", usage_json(usage).to_string())]).await?;
+    Ok(())
+}
+
+fn usage_json(usage: Usage) -> serde_json::Value {
+    json!({ "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens })
+}
+
+/// Carries out one tool call and observes the screen after it. An action
+/// the sandbox refuses is reported to the model as an error, not fatal.
+async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Result<CallResult, PipelineError> {
+    let mut text = None;
+    let mut zoomed = None;
+    for action in &call.actions {
+        match action {
+            ModelAction::Act(action) => {
+                let on_screen = scale.action_to_screen(action);
+                match session.act(&on_screen).await {
+                    Ok(()) => {}
+                    Err(PipelineError::Refused(message)) => {
+                        let screen = look(session, scale).await?;
+                        return Ok(CallResult { call_id: call.id.clone(), screen, text: Some(message), is_error: true });
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            ModelAction::CursorPosition => text = Some(cursor_position(session, scale).await?),
+            ModelAction::Zoom { region } => zoomed = Some(*region),
+        }
+    }
+    let screen = match zoomed {
+        Some(region) => {
+            let shot = session.observe().await?;
+            scale.zoom(&shot, region).map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
+        }
+        None => look(session, scale).await?,
+    };
+    Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
+}
+
+/// Where the pointer is, in model coordinates, as `X=…,Y=…`.
+async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, PipelineError> {
+    let (provider, id) = session.sandbox()?;
+    let output = session
+        .guard(async {
+            provider
+                .run(id, "xdotool getmouselocation --shell", Duration::from_secs(10))
+                .await
+                .map_err(|e| PipelineError::Retryable(format!("cannot read the pointer position: {e}")))
+        })
+        .await?;
+    let value = |name: &str| {
+        output.stdout.lines().find_map(|line| line.strip_prefix(name).and_then(|v| v.trim().parse::<u32>().ok()))
+    };
+    let (Some(x), Some(y)) = (value("X="), value("Y=")) else {
+        return Err(PipelineError::Retryable(format!("the pointer position did not parse: {}", output.stdout.trim())));
+    };
+    let (mx, my) = scale.to_model(x, y);
+    Ok(format!("X={mx},Y={my}"))
+}
+
+/// A model fault as the attempt's outcome: worth another attempt when the
+/// provider may recover, fatal when the request or key is wrong.
+fn model_failure(error: ModelError) -> PipelineError {
+    match error {
+        ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => PipelineError::Retryable(error.to_string()),
+        ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
+            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
+        }
+    }
+}
+
+/// The OpenAI models of a worker's configuration.
+pub struct OpenAiModels {
+    config: Option<OpenAiConfig>,
+}
+
+impl OpenAiModels {
+    pub fn from_config(config: &Config) -> Self {
+        let config = config.openai_api_key.clone().map(|key| {
+            let tool = match config.openai_tool {
+                OpenAiToolVersion::Ga => OpenAiTool::Ga,
+                OpenAiToolVersion::Preview => OpenAiTool::Preview,
+            };
+            let mut openai = OpenAiConfig::new(Endpoint::new(&config.openai_base_url, key), tool);
+            if let Some(model) = &config.openai_model {
+                openai.model.clone_from(model);
+            }
+            openai
+        });
+        Self { config }
+    }
+}
+
+impl ModelFactory for OpenAiModels {
+    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+        let mut config = self.config.clone().ok_or_else(|| missing_key("OPENAI_API_KEY"))?;
+        if let Some(model) = &run.attempt.spec.model {
+            config.model.clone_from(model);
+        }
+        Ok(Box::new(OpenAiCua::new(config, display, None).map_err(model_failure)?))
+    }
+}
+
+/// The Anthropic models of a worker's configuration.
+pub struct AnthropicModels {
+    config: Option<AnthropicConfig>,
+}
+
+impl AnthropicModels {
+    pub fn from_config(config: &Config) -> Self {
+        let config = config.anthropic_api_key.clone().map(|key| {
+            let tool = match config.anthropic_tool {
+                AnthropicToolVersion::V20250124 => ComputerTool::V20250124,
+                AnthropicToolVersion::V20251124 => ComputerTool::V20251124,
+            };
+            AnthropicConfig::new(Endpoint::new(&config.anthropic_base_url, key), &config.anthropic_model, tool)
+        });
+        Self { config }
+    }
+}
+
+impl ModelFactory for AnthropicModels {
+    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+        let mut config = self.config.clone().ok_or_else(|| missing_key("ANTHROPIC_API_KEY"))?;
+        if let Some(model) = &run.attempt.spec.model {
+            config.model.clone_from(model);
+        }
+        Ok(Box::new(AnthropicComputerUse::new(config, display, None).map_err(model_failure)?))
+    }
+}
+
+fn missing_key(var: &str) -> PipelineError {
+    PipelineError::Fatal { code: StopCode::Problem, message: format!("this worker has no {var}, so it cannot run this pipeline") }
+}
