@@ -24,6 +24,10 @@ mod config;
 mod connect;
 mod desktop;
 mod envd;
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
 mod xdo;
 
 use std::collections::HashMap;
