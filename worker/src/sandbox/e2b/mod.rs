@@ -132,7 +132,7 @@ impl E2bProvider {
             .await
             .map_err(|e| match e {
                 EnvdError::Unavailable(message) => SandboxError::Unavailable(format!("sandbox {id}: {message}")),
-                other => self.from_envd(id, None, other),
+                other => self.envd_failure(id, None, other),
             })?;
         if resolution != request.resolution {
             tracing::warn!(sandbox = %id, ?resolution, requested = ?request.resolution, "e2b desktop has another size than asked");
@@ -170,11 +170,11 @@ impl E2bProvider {
 
     /// Learns `id` from the API (resuming it if paused) and its desktop.
     async fn load(&self, id: &SandboxId, cached: Option<&Known>) -> Result<Known, SandboxError> {
-        let mut detail = self.api.get(id.as_str()).await.map_err(|e| self.from_api_on(id, cached, e))?;
+        let mut detail = self.api.get(id.as_str()).await.map_err(|e| self.api_failure(id, cached, e))?;
         if detail.state == SandboxState::Paused {
             let seconds = SandboxRequest::default().timeout.as_secs();
-            self.api.connect(id.as_str(), seconds).await.map_err(|e| self.from_api_on(id, cached, e))?;
-            detail = self.api.get(id.as_str()).await.map_err(|e| self.from_api_on(id, cached, e))?;
+            self.api.connect(id.as_str(), seconds).await.map_err(|e| self.api_failure(id, cached, e))?;
+            detail = self.api.get(id.as_str()).await.map_err(|e| self.api_failure(id, cached, e))?;
         }
         let known = self.known_from(id, &detail, cached).await?;
         self.remember(id, known.clone());
@@ -188,7 +188,7 @@ impl E2bProvider {
             Some(known) => known.resolution,
             None => desktop::probe(&self.envd, &target)
                 .await
-                .map_err(|e| self.from_envd(id, None, e))?
+                .map_err(|e| self.envd_failure(id, None, e))?
                 .ok_or_else(|| SandboxError::Unavailable(format!("the desktop of sandbox {id} does not answer")))?,
         };
         Ok(Known { target, resolution, expires_at: detail.end_at })
@@ -196,7 +196,7 @@ impl E2bProvider {
 
     async fn status_of(&self, id: &SandboxId) -> Result<SandboxStatus, SandboxError> {
         let cached = self.check_deadline(id).await?;
-        let detail = self.api.get(id.as_str()).await.map_err(|e| self.from_api_on(id, cached.as_ref(), e))?;
+        let detail = self.api.get(id.as_str()).await.map_err(|e| self.api_failure(id, cached.as_ref(), e))?;
         let target = match &cached {
             Some(known) => known.target.clone(),
             None => self.target(id, detail.envd_access_token.as_deref(), detail.domain.as_deref())?,
@@ -219,14 +219,14 @@ impl E2bProvider {
     /// API's own timeout call may shorten, so it is only made to lengthen.
     async fn extend_by(&self, id: &SandboxId, by: Duration) -> Result<OffsetDateTime, SandboxError> {
         let cached = self.check_deadline(id).await?;
-        let detail = self.api.get(id.as_str()).await.map_err(|e| self.from_api_on(id, cached.as_ref(), e))?;
+        let detail = self.api.get(id.as_str()).await.map_err(|e| self.api_failure(id, cached.as_ref(), e))?;
         let wanted = OffsetDateTime::now_utc() + by;
         let expires_at = if wanted <= detail.end_at {
             detail.end_at
         } else {
             let seconds = by.as_secs_f64().ceil() as u64;
-            self.api.set_timeout(id.as_str(), seconds).await.map_err(|e| self.from_api_on(id, cached.as_ref(), e))?;
-            self.api.get(id.as_str()).await.map_err(|e| self.from_api_on(id, cached.as_ref(), e))?.end_at
+            self.api.set_timeout(id.as_str(), seconds).await.map_err(|e| self.api_failure(id, cached.as_ref(), e))?;
+            self.api.get(id.as_str()).await.map_err(|e| self.api_failure(id, cached.as_ref(), e))?.end_at
         };
         if let Some(mut known) = cached {
             known.expires_at = expires_at;
@@ -252,7 +252,7 @@ impl E2bProvider {
         let known = self.session(id).await?;
         let output = self.envd.run(&known.target, command, timeout).await.map_err(|e| match e {
             EnvdError::Timeout => SandboxError::Timeout(timeout),
-            other => self.from_envd(id, Some(&known), other),
+            other => self.envd_failure(id, Some(&known), other),
         })?;
         Ok(CommandOutput {
             exit_code: output.exit_code,
@@ -264,13 +264,13 @@ impl E2bProvider {
     async fn read(&self, id: &SandboxId, path: &str) -> Result<Vec<u8>, SandboxError> {
         check_path(path)?;
         let known = self.session(id).await?;
-        self.envd.read_file(&known.target, path).await.map_err(|e| self.from_envd_file(id, &known, path, e))
+        self.envd.read_file(&known.target, path).await.map_err(|e| self.file_failure(id, &known, path, e))
     }
 
     async fn write(&self, id: &SandboxId, path: &str, bytes: &[u8]) -> Result<(), SandboxError> {
         check_path(path)?;
         let known = self.session(id).await?;
-        self.envd.write_file(&known.target, path, bytes).await.map_err(|e| self.from_envd_file(id, &known, path, e))
+        self.envd.write_file(&known.target, path, bytes).await.map_err(|e| self.file_failure(id, &known, path, e))
     }
 
     async fn capture(&self, id: &SandboxId) -> Result<Screenshot, SandboxError> {
@@ -280,11 +280,11 @@ impl E2bProvider {
             .envd
             .run(&known.target, &capture::capture_command(&path), CAPTURE_TIMEOUT)
             .await
-            .map_err(|e| self.from_envd(id, Some(&known), e))?;
+            .map_err(|e| self.envd_failure(id, Some(&known), e))?;
         if output.exit_code != 0 {
             return Err(SandboxError::Display(format!("scrot failed: {}", first_line(&output.stderr))));
         }
-        let png = self.envd.read_file(&known.target, &path).await.map_err(|e| self.from_envd_file(id, &known, &path, e));
+        let png = self.envd.read_file(&known.target, &path).await.map_err(|e| self.file_failure(id, &known, &path, e));
         self.remove_capture(known.target.clone(), path);
         capture::from_png(png?)
     }
@@ -310,7 +310,7 @@ impl E2bProvider {
             xdo::Step::Run { command, timeout } => {
                 let output = self.envd.run(&known.target, &command, timeout).await.map_err(|e| match e {
                     EnvdError::Timeout => SandboxError::Display(format!("xdotool did not finish within {timeout:?}")),
-                    other => self.from_envd(id, Some(&known), other),
+                    other => self.envd_failure(id, Some(&known), other),
                 })?;
                 if output.exit_code != 0 {
                     return Err(SandboxError::Display(format!("xdotool failed: {}", first_line(&output.stderr))));
@@ -373,14 +373,14 @@ impl E2bProvider {
         SandboxError::NotFound(id.clone())
     }
 
-    fn from_api_on(&self, id: &SandboxId, known: Option<&Known>, error: ApiError) -> SandboxError {
+    fn api_failure(&self, id: &SandboxId, known: Option<&Known>, error: ApiError) -> SandboxError {
         match error {
             ApiError::NotFound => self.gone(id, known),
             other => from_api(Some(id), other),
         }
     }
 
-    fn from_envd(&self, id: &SandboxId, known: Option<&Known>, error: EnvdError) -> SandboxError {
+    fn envd_failure(&self, id: &SandboxId, known: Option<&Known>, error: EnvdError) -> SandboxError {
         match error {
             EnvdError::Gone(_) => self.gone(id, known),
             EnvdError::Unauthorized { status, message } => {
@@ -391,10 +391,10 @@ impl E2bProvider {
         }
     }
 
-    fn from_envd_file(&self, id: &SandboxId, known: &Known, path: &str, error: EnvdError) -> SandboxError {
+    fn file_failure(&self, id: &SandboxId, known: &Known, path: &str, error: EnvdError) -> SandboxError {
         match error {
             EnvdError::NotFound(message) | EnvdError::Rejected { message, .. } => SandboxError::File { path: path.to_owned(), message },
-            other => self.from_envd(id, Some(known), other),
+            other => self.envd_failure(id, Some(known), other),
         }
     }
 }

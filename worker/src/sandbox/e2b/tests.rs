@@ -6,10 +6,11 @@
 use std::time::{Duration, Instant};
 
 use flotilla_shared::action::{Action, MouseButton};
+use flotilla_shared::config::Secret;
 
 use super::fake::FakeE2b;
 use super::{E2bConfig, E2bProvider};
-use crate::sandbox::{suite, SandboxError, SandboxProvider, SandboxRequest};
+use crate::sandbox::{suite, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
 
 /// A fake and a provider pointed at it.
 async fn fixture() -> (FakeE2b, E2bProvider) {
@@ -171,4 +172,16 @@ async fn sandbox_e2b_bad_requests_are_refused() {
         assert!(matches!(result, Err(SandboxError::InvalidRequest(_))), "{request:?}: {result:?}");
     }
     assert_eq!(fake.control_requests(), 1, "only the unknown template reached the API");
+}
+
+#[test]
+fn sandbox_e2b_secrets_never_print() {
+    let config = E2bConfig::hosted(Secret::new("e2b_5ec7e7"), "e2b.app");
+    assert!(!format!("{config:?}").contains("5ec7e7"));
+    let provider = E2bProvider::new(config).expect("provider");
+    let id = SandboxId::parse("i1").expect("id");
+    let target = provider.target(&id, Some("token-5ec7e7"), None).expect("target");
+    assert!(!format!("{target:?}").contains("5ec7e7"));
+    assert_eq!(target.base.as_str(), "https://49983-i1.e2b.app/");
+    assert_eq!(target.route_to, None);
 }

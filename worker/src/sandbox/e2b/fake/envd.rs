@@ -228,19 +228,22 @@ struct FileQuery {
     username: Option<String>,
 }
 
-/// Checks the user a file request acts as; the desktop has one.
-fn check_user(query: &FileQuery) -> Result<(), Response> {
+/// The refusal of a file request for a user other than the desktop's one.
+fn unknown_user(query: &FileQuery) -> Option<Response> {
     match query.username.as_deref() {
-        None | Some(DEFAULT_USER) => Ok(()),
-        Some(other) => Err(error(StatusCode::UNAUTHORIZED, format!("user '{other}' does not exist"))),
+        None | Some(DEFAULT_USER) => None,
+        Some(other) => Some(error(StatusCode::UNAUTHORIZED, format!("user '{other}' does not exist"))),
     }
 }
 
 async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(query): Query<FileQuery>) -> Response {
-    let sandbox = match route(&state, &headers).await.and_then(|s| check_user(&query).map(|()| s)) {
+    let sandbox = match route(&state, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
+    if let Some(refused) = unknown_user(&query) {
+        return refused;
+    }
     match state.local().read_file(&sandbox.local_id, &query.path).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
         Err(e) => file_error(&query.path, e),
@@ -248,10 +251,13 @@ async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(
 }
 
 async fn write_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(query): Query<FileQuery>, body: Bytes) -> Response {
-    let sandbox = match route(&state, &headers).await.and_then(|s| check_user(&query).map(|()| s)) {
+    let sandbox = match route(&state, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
+    if let Some(refused) = unknown_user(&query) {
+        return refused;
+    }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/octet-stream");
     if content_type != "application/octet-stream" {
         return error(StatusCode::BAD_REQUEST, "this envd takes raw application/octet-stream uploads only");
