@@ -130,6 +130,8 @@ pub(crate) struct ProcessOutput {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// Whether a signal, not an exit, ended the process.
+    pub signaled: bool,
 }
 
 /// Why an envd call failed.
@@ -202,9 +204,13 @@ impl Envd {
             .await
             .map_err(|e| EnvdError::Unavailable(describe_send_error(&e)))?;
         let response = check_status(response).await?;
+        let started = std::time::Instant::now();
         let mut reader = ProcessReader::default();
         let read = tokio::time::timeout(timeout + DEADLINE_GRACE, reader.read(response)).await;
         match read {
+            // envd may end a process killed at its deadline with a plain
+            // `end` event rather than `deadline_exceeded`.
+            Ok(Ok(output)) if output.signaled && started.elapsed() >= timeout => Err(EnvdError::Timeout),
             Ok(result) => result,
             Err(_) => {
                 if let Some(pid) = reader.pid {
@@ -381,6 +387,7 @@ impl ProcessReader {
             (None, None) => Err(EnvdError::Malformed("the command's stream ended without an end event".into())),
             (None, Some(end)) => Ok(ProcessOutput {
                 exit_code: exit_code(&end),
+                signaled: !end.exited && end.status.starts_with("signal: "),
                 stdout: std::mem::take(&mut self.stdout),
                 stderr: std::mem::take(&mut self.stderr),
             }),
@@ -461,7 +468,7 @@ mod tests {
         reader.take_event(br#"{"event": {"end": {"exitCode": 3, "exited": true, "status": "exit status 3"}}}"#).expect("end");
         assert_eq!(reader.pid, Some(42));
         let output = reader.finish(None).expect("output");
-        assert_eq!(output, ProcessOutput { exit_code: 3, stdout: b"hi".to_vec(), stderr: b"no".to_vec() });
+        assert_eq!(output, ProcessOutput { exit_code: 3, stdout: b"hi".to_vec(), stderr: b"no".to_vec(), signaled: false });
     }
 
     #[test]

@@ -19,6 +19,12 @@ const MAX_SCROLL_CLICKS: u32 = 1_000;
 const MULTI_CLICK_DELAY_MS: u32 = 40;
 /// How long any action command may take before its typing time.
 const BASE_ACTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// The pause around each character outside the keymap. xdotool binds a
+/// spare keycode for it and restores the keymap right after the keystroke;
+/// a program that reads the keymap only after that loses the character, so
+/// these keystrokes get time to land (the Desktop SDK types everything at
+/// 75 ms a key for the same reason).
+const REMAPPED_KEY_DELAY: Duration = Duration::from_millis(100);
 
 /// What performing one action takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,14 +147,39 @@ fn scroll(screen: (u32, u32), point: (u32, u32), dx: i32, dy: i32) -> Result<Str
 
 /// Types `text` as it is: control characters other than newline and tab
 /// are refused (as the local provider refuses them), `\r\n` is one Return.
+/// ASCII runs go at `key_delay`; other characters, which the keymap may
+/// lack, at [`REMAPPED_KEY_DELAY`].
 fn type_text(text: &str, key_delay: Duration) -> Result<Step, SandboxError> {
-    let typed = keys::text(text)?;
+    keys::text(text)?;
     let normalized = text.replace("\r\n", "\n").replace('\r', "\n");
-    let delay_ms = key_delay.as_millis();
-    let per_key = key_delay + Duration::from_millis(10);
-    let timeout = BASE_ACTION_TIMEOUT + per_key.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX));
-    let command = xdotool(&["type".into(), "--delay".into(), delay_ms.to_string(), "--".into(), normalized]);
-    Ok(Step::Run { command, timeout })
+    let mut commands = Vec::new();
+    let mut timeout = BASE_ACTION_TIMEOUT;
+    for (run, ascii) in runs(&normalized) {
+        let delay = if ascii { key_delay } else { REMAPPED_KEY_DELAY.max(key_delay) };
+        let count = u32::try_from(run.chars().count()).unwrap_or(u32::MAX);
+        timeout += (delay + Duration::from_millis(10)).saturating_mul(count);
+        commands.push(xdotool(&["type".into(), "--delay".into(), delay.as_millis().to_string(), "--".into(), run.to_owned()]));
+    }
+    Ok(Step::Run { command: commands.join(" && "), timeout })
+}
+
+/// `text` cut into maximal runs of ASCII and of other characters.
+fn runs(text: &str) -> Vec<(&str, bool)> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    let mut current = None;
+    for (at, c) in text.char_indices() {
+        let ascii = c.is_ascii();
+        if current.is_some_and(|kind| kind != ascii) {
+            runs.push((&text[start..at], !ascii));
+            start = at;
+        }
+        current = Some(ascii);
+    }
+    if let Some(ascii) = current {
+        runs.push((&text[start..], ascii));
+    }
+    runs
 }
 
 /// A chord as xdotool's `key` argument: keysym names joined with `+`.
@@ -224,6 +255,13 @@ mod tests {
     fn text_is_typed_quoted() {
         assert_eq!(command(Action::Type { text: "-a 'b'\r\n".into() }), r"xdotool 'type' '--delay' '5' '--' '-a '\''b'\''
 '");
+        assert_eq!(
+            command(Action::Type { text: "café!".into() }),
+            "xdotool 'type' '--delay' '5' '--' 'caf' && xdotool 'type' '--delay' '100' '--' 'é' && xdotool 'type' '--delay' '5' '--' '!'"
+        );
+        assert_eq!(runs("ab"), [("ab", true)]);
+        assert_eq!(runs("éa"), [("é", false), ("a", true)]);
+        assert!(runs("").is_empty());
         let bell = step(&Action::Type { text: "\u{7}".into() }, SCREEN, Duration::ZERO);
         assert!(matches!(bell, Err(SandboxError::InvalidAction(_))), "{bell:?}");
     }
