@@ -28,12 +28,14 @@ apt_update_once() {
 }
 
 # Command -> Debian package providing it. Add new tools here.
-# The desktop tools are what the local sandbox provider runs per sandbox.
+# The desktop tools are what the local sandbox provider runs per sandbox;
+# scrot is how the E2B provider captures a screen (tested on local desktops).
 APT_TOOLS=(
   "redis-server:redis-server"
   "redis-cli:redis-tools"
   "Xvfb:xvfb"
   "xdotool:xdotool"
+  "scrot:scrot"
   "openbox:openbox"
   "xterm:xterm"
   "bwrap:bubblewrap"

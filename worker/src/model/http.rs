@@ -156,7 +156,7 @@ fn describe_send_error(error: reqwest::Error) -> String {
 }
 
 /// `Retry-After` as a wait: delta seconds, or an HTTP date from now.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));

@@ -1,7 +1,8 @@
 //! What can go wrong with a sandbox, in terms a pipeline can act on: a
 //! sandbox that is gone (`NotFound`, `Expired`) ends the attempt, a provider
-//! that cannot start one (`Unavailable`) is worth retrying elsewhere, and a
-//! bad request or action is the caller's fault.
+//! that cannot start one (`Unavailable`) is worth retrying elsewhere, a
+//! provider that refuses the worker's credentials (`Unauthorized`) will
+//! refuse every retry too, and a bad request or action is the caller's fault.
 
 use std::time::Duration;
 
@@ -20,6 +21,10 @@ pub enum SandboxError {
     /// display did not start, the desktop died.
     #[error("sandbox provider unavailable: {0}")]
     Unavailable(String),
+    /// The provider refused the credentials it was given (a wrong or revoked
+    /// API key); nothing succeeds until the configuration changes.
+    #[error("sandbox provider refused the credentials: {0}")]
+    Unauthorized(String),
     /// The request asks for something the provider cannot give.
     #[error("invalid sandbox request: {0}")]
     InvalidRequest(String),

@@ -4,6 +4,7 @@
 //! backends share. Every provider passes the same behaviour suite (`suite`),
 //! run against the real backend.
 
+pub mod e2b;
 mod error;
 pub mod pool;
 pub mod keys;
@@ -18,6 +19,7 @@ use flotilla_shared::action::Action;
 use futures::future::BoxFuture;
 use time::OffsetDateTime;
 
+pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
 pub use local::{Isolation, LocalConfig, LocalProvider};
 pub use pool::{Lease, PoolConfig, SandboxPool};

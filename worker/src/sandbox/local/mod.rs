@@ -13,7 +13,7 @@
 mod desktop;
 mod display;
 mod launch;
-mod process;
+pub(crate) mod process;
 #[cfg(test)]
 mod tests;
 
@@ -160,6 +160,15 @@ impl LocalProvider {
     pub async fn pointer(&self, id: &SandboxId) -> Result<(u32, u32), SandboxError> {
         let sandbox = self.inner.get(id).await?;
         blocking(move || sandbox.display.pointer()).await
+    }
+
+    /// A command that runs `program args` inside sandbox `id` (its home,
+    /// display, marker and isolation), for a caller that drives the process
+    /// itself, as the E2B test server does with envd's processes.
+    #[cfg(test)]
+    pub(crate) async fn command(&self, id: &SandboxId, program: &str, args: &[&str]) -> Result<tokio::process::Command, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        Ok(sandbox.launcher.command(program, args))
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {

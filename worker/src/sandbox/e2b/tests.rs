@@ -1,0 +1,187 @@
+//! The E2B provider against the local E2B stand-in, whose sandboxes are
+//! real desktops: the shared behaviour suite, then what only a hosted
+//! provider meets: a refused key, rate limiting, sandboxes that vanish
+//! from outside. Each test has its own fake (ports, key, desktops).
+
+use std::time::{Duration, Instant};
+
+use flotilla_shared::action::{Action, MouseButton};
+use flotilla_shared::config::Secret;
+
+use super::fake::FakeE2b;
+use super::{E2bConfig, E2bProvider};
+use crate::sandbox::{suite, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
+
+/// A fake and a provider pointed at it.
+async fn fixture() -> (FakeE2b, E2bProvider) {
+    let fake = FakeE2b::start().await;
+    let provider = E2bProvider::new(fake.config()).expect("provider");
+    (fake, provider)
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_typing_runs_a_command() {
+    let (_fake, provider) = fixture().await;
+    suite::typing_runs_a_command(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_screenshots_have_the_requested_size() {
+    let (_fake, provider) = fixture().await;
+    suite::screenshot_has_the_requested_size(&provider, (1024, 768)).await;
+    suite::screenshot_has_the_requested_size(&provider, (800, 600)).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_pointer_actions_take_effect() {
+    let (_fake, provider) = fixture().await;
+    suite::pointer_actions_take_effect(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_keypress_chords_take_effect() {
+    let (_fake, provider) = fixture().await;
+    suite::keypress_chords_take_effect(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_files_and_commands_round_trip() {
+    let (_fake, provider) = fixture().await;
+    suite::files_and_commands_round_trip(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_expired_sandboxes_report_expired() {
+    let (fake, provider) = fixture().await;
+    let id = suite::expired_sandboxes_report_expired(&provider).await;
+    assert_eq!(fake.end_at(&id), None, "the fake still lists the expired sandbox");
+    provider.kill(&id).await.expect("killing an expired sandbox again is fine");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_extend_moves_the_deadline() {
+    let (fake, provider) = fixture().await;
+    let request = SandboxRequest { timeout: Duration::from_secs(30), ..SandboxRequest::default() };
+    let sandbox = provider.create(&request).await.expect("sandbox starts");
+    let later = provider.extend(&sandbox.id, Duration::from_secs(900)).await.expect("extend");
+    assert_eq!(fake.end_at(&sandbox.id), Some(later), "the server holds the new deadline");
+    provider.kill(&sandbox.id).await.expect("kill");
+    suite::extend_moves_the_deadline(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_unknown_and_killed_ids_are_not_found() {
+    let (_fake, provider) = fixture().await;
+    suite::unknown_and_killed_ids_are_not_found(&provider).await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_suite_sandboxes_are_independent() {
+    let (_fake, provider) = fixture().await;
+    let (a, b) = suite::sandboxes_are_independent(&provider).await;
+    provider.kill(&a.id).await.expect("kill a");
+    provider.kill(&b.id).await.expect("kill b");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_wrong_api_key_fails_once_with_an_auth_error() {
+    let fake = FakeE2b::start().await;
+    let provider = E2bProvider::new(fake.config_with_key("e2b_0000")).expect("provider");
+    let result = provider.create(&SandboxRequest::default()).await;
+    match result {
+        Err(SandboxError::Unauthorized(message)) => {
+            assert!(message.contains("API key"), "{message}");
+            assert!(!message.contains("e2b_0000"), "the key leaks into the error: {message}");
+        }
+        other => panic!("expected an auth error, got {other:?}"),
+    }
+    assert_eq!(fake.control_requests(), 1, "an auth failure is not retried");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_rate_limited_create_is_waited_out() {
+    let (fake, provider) = fixture().await;
+    fake.rate_limit_creates(2, Duration::from_secs(1));
+    let started = Instant::now();
+    let sandbox = provider.create(&SandboxRequest::default()).await.expect("created after the 429s");
+    assert!(started.elapsed() >= Duration::from_secs(2), "Retry-After was not honoured: {:?}", started.elapsed());
+    assert!(fake.control_requests() >= 3, "{} requests", fake.control_requests());
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_rate_limit_beyond_the_retries_fails_unavailable() {
+    let fake = FakeE2b::start().await;
+    let config = E2bConfig { rate_limit_retries: 1, ..fake.config() };
+    let provider = E2bProvider::new(config).expect("provider");
+    fake.rate_limit_creates(5, Duration::from_millis(0));
+    let result = provider.create(&SandboxRequest::default()).await;
+    assert!(matches!(result, Err(SandboxError::Unavailable(_))), "{result:?}");
+    assert_eq!(fake.control_requests(), 2, "one try and one retry");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_killed_from_outside_is_reported_gone() {
+    let (fake, provider) = fixture().await;
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    assert!(fake.kill_from_outside(&sandbox.id).await);
+    let started = Instant::now();
+    let status = provider.status(&sandbox.id).await;
+    assert!(matches!(status, Err(SandboxError::NotFound(_))), "{status:?}");
+    let click = provider.act(&sandbox.id, &Action::Click { x: 10, y: 10, button: MouseButton::Left }).await;
+    assert!(matches!(click, Err(SandboxError::NotFound(_))), "{click:?}");
+    let shot = provider.screenshot(&sandbox.id).await;
+    assert!(matches!(shot, Err(SandboxError::NotFound(_))), "{shot:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "gone took {:?} to notice", started.elapsed());
+}
+
+#[tokio::test]
+async fn sandbox_e2b_act_after_outside_kill_is_gone_without_status_first() {
+    let (fake, provider) = fixture().await;
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    assert!(fake.kill_from_outside(&sandbox.id).await);
+    let typed = provider.act(&sandbox.id, &Action::Type { text: "hello".into() }).await;
+    assert!(matches!(typed, Err(SandboxError::NotFound(_))), "{typed:?}");
+    let run = provider.run(&sandbox.id, "true", Duration::from_secs(5)).await;
+    assert!(matches!(run, Err(SandboxError::NotFound(_))), "{run:?}");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_another_provider_connects_by_id() {
+    let (fake, provider) = fixture().await;
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    let other = E2bProvider::new(fake.config()).expect("second provider");
+    let found = other.connect(&sandbox.id).await.expect("connect");
+    assert_eq!((found.resolution, found.expires_at), (sandbox.resolution, sandbox.expires_at));
+    let output = other.run(&sandbox.id, "echo $DISPLAY", Duration::from_secs(10)).await.expect("run");
+    assert!(output.stdout.starts_with(':'), "{output:?}");
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn sandbox_e2b_bad_requests_are_refused() {
+    let (fake, provider) = fixture().await;
+    let unknown_template = SandboxRequest { template: Some("windows-11".into()), ..SandboxRequest::default() };
+    let result = provider.create(&unknown_template).await;
+    assert!(matches!(result, Err(SandboxError::InvalidRequest(_))), "{result:?}");
+    for request in [
+        SandboxRequest { resolution: (10, 10), ..SandboxRequest::default() },
+        SandboxRequest { timeout: Duration::ZERO, ..SandboxRequest::default() },
+    ] {
+        let result = provider.create(&request).await;
+        assert!(matches!(result, Err(SandboxError::InvalidRequest(_))), "{request:?}: {result:?}");
+    }
+    assert_eq!(fake.control_requests(), 1, "only the unknown template reached the API");
+}
+
+#[test]
+fn sandbox_e2b_secrets_never_print() {
+    let config = E2bConfig::hosted(Secret::new("e2b_5ec7e7"), "e2b.app");
+    assert!(!format!("{config:?}").contains("5ec7e7"));
+    let provider = E2bProvider::new(config).expect("provider");
+    let id = SandboxId::parse("i1").expect("id");
+    let target = provider.target(&id, Some("token-5ec7e7"), None).expect("target");
+    assert!(!format!("{target:?}").contains("5ec7e7"));
+    assert_eq!(target.base.as_str(), "https://49983-i1.e2b.app/");
+    assert_eq!(target.route_to, None);
+}
