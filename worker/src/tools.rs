@@ -11,7 +11,7 @@ use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::Config;
 use tracing::{info, warn};
 
-use crate::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
+use crate::sandbox::{E2bConfig, E2bProvider, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
 
 /// Sandboxes and storage for the tasks of one worker.
 #[derive(Clone, Default)]
@@ -31,7 +31,7 @@ impl Tools {
     {
         let sandboxes = match config.sandbox_provider {
             None => None,
-            Some(kind) => Some(SandboxPool::new(provider(kind)?, pool_config(config))),
+            Some(kind) => Some(SandboxPool::new(provider(config, kind)?, pool_config(config))),
         };
         let blobs = match &config.s3_bucket {
             None => None,
@@ -51,10 +51,14 @@ impl Tools {
     }
 }
 
-fn provider(kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
+fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
         SandboxProviderKind::Local => Ok(Arc::new(LocalProvider::new(LocalConfig::default()))),
-        SandboxProviderKind::E2b => anyhow::bail!("FLOTILLA_SANDBOX_PROVIDER: e2b is not available in this build"),
+        SandboxProviderKind::E2b => {
+            let key = config.e2b_api_key.clone().ok_or_else(|| anyhow::anyhow!("E2B_API_KEY is required with FLOTILLA_SANDBOX_PROVIDER=e2b"))?;
+            let e2b = E2bProvider::new(E2bConfig::hosted(key, &config.e2b_domain)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
+            Ok(Arc::new(e2b))
+        }
     }
 }
 

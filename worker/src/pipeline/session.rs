@@ -332,7 +332,9 @@ fn sandbox_request(spec: Option<&SandboxSpec>, provider: &str) -> Result<Sandbox
 fn sandbox_failure(error: SandboxError) -> PipelineError {
     match error {
         SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
-        SandboxError::InvalidRequest(_) => PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() },
+        SandboxError::InvalidRequest(_) | SandboxError::Unauthorized(_) => {
+            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
+        }
         other => PipelineError::Retryable(other.to_string()),
     }
 }
