@@ -5,64 +5,19 @@
 //! stored once and listed on the task with a working presigned link, and
 //! limits, cancels and a broken store end the task as the contract says.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_tests::desktop::{count, eventually, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::s3_server::S3Server;
-use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
-use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
-use flotilla_worker::tools::Tools;
-use flotilla_worker::Registry;
+use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
+use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient};
 use serde_json::{json, Value};
 
-const TASK_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A fleet of one in-process worker with local desktops.
-struct DesktopFleet {
-    _redis: RedisServer,
-    queue: Queue,
-    pool: SandboxPool,
-    config: flotilla_shared::Config,
-    worker: Option<InProcessWorker>,
-}
-
-impl DesktopFleet {
-    fn start(warm: usize, blobs: Option<BlobStore>, uploads: UploaderOptions) -> impl std::future::Future<Output = Self> {
-        async move {
-            let redis = RedisServer::start();
-            let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_HEARTBEAT_MS", "200")]);
-            let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
-            let pool = SandboxPool::new(provider, PoolConfig { warm, max_live: 4, ..PoolConfig::default() });
-            let tools = Tools { sandboxes: Some(pool.clone()), blobs, uploads };
-            let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
-            Self { queue: queue(&config).await, _redis: redis, pool, config, worker: Some(worker) }
-        }
-    }
-
-    async fn submit(&self, spec: Value) -> TaskId {
-        let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(&tenant(), spec).await.expect("submit").id
-    }
-
-    async fn run_to_end(&self, spec: Value) -> (TaskId, Vec<Event>) {
-        let id = self.submit(spec).await;
-        wait_all_ended(&self.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
-        let events = events(&self.queue, &id).await;
-        (id, events)
-    }
-
-    async fn stop(mut self) {
-        if let Some(worker) = self.worker.take() {
-            worker.stop().await;
-        }
-        self.pool.shutdown().await;
-    }
+fn fleet_options(warm: usize, blobs: Option<BlobStore>, uploads: UploaderOptions) -> DesktopOptions {
+    DesktopOptions { warm, blobs, uploads, ..DesktopOptions::default() }
 }
 
 fn quick_uploads() -> UploaderOptions {
@@ -85,25 +40,6 @@ fn screenshots(events: &[Event]) -> Vec<(String, String, bool)> {
         .collect()
 }
 
-fn count(events: &[Event], name: &str) -> usize {
-    events.iter().filter(|e| e.kind.name() == name).count()
-}
-
-/// Width and height from a PNG's header.
-fn png_size(bytes: &[u8]) -> (u32, u32) {
-    assert!(bytes.len() > 24 && bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    let word = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    (word(16), word(20))
-}
-
-async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn typing_task() -> Value {
     json!({
         "prompt": "write a file from the terminal",
@@ -120,7 +56,7 @@ fn typing_task() -> Value {
 async fn sandbox_scripted_task_acts_on_a_desktop_and_stores_every_screenshot() {
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let fleet = DesktopFleet::start(0, Some(store.clone()), quick_uploads()).await;
+    let fleet = DesktopFleet::start(fleet_options(0, Some(store.clone()), quick_uploads())).await;
     let (id, events) = fleet.run_to_end(typing_task()).await;
 
     let task = record(&fleet.queue, &id).await;
@@ -143,7 +79,7 @@ async fn sandbox_scripted_task_acts_on_a_desktop_and_stores_every_screenshot() {
         assert_eq!(&content_hash(&bytes), hash);
         assert_eq!(png_size(&bytes), (1024, 768));
     }
-    assert_ne!(shots[0].0, shots[2].0, "typing into the terminal changes the screen");
+    assert_ne!(shots[0].0, shots[3].0, "typing into the terminal changes the screen");
 
     // The task page lists them in step order, each with a link that works.
     let api = spawn_api_with_blobs(fleet.config.clone(), store.clone()).await;
@@ -166,7 +102,7 @@ async fn sandbox_scripted_task_acts_on_a_desktop_and_stores_every_screenshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_warm_pool_hands_out_a_ready_desktop() {
-    let fleet = DesktopFleet::start(1, None, UploaderOptions::default()).await;
+    let fleet = DesktopFleet::start(fleet_options(1, None, UploaderOptions::default())).await;
     eventually("the pool has a ready desktop", Duration::from_secs(20), async || fleet.pool.ready() == 1).await;
     let (id, events) = fleet.run_to_end(json!({
         "prompt": "move the pointer", "pipeline": "scripted", "actions": [{"type": "move", "x": 10, "y": 10}]
@@ -185,7 +121,7 @@ async fn sandbox_warm_pool_hands_out_a_ready_desktop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
-    let fleet = DesktopFleet::start(0, None, UploaderOptions::default()).await;
+    let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
     let id = fleet.submit(json!({
         "prompt": "wait on a desktop", "pipeline": "scripted",
         "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 60000}]
@@ -205,7 +141,7 @@ async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_max_steps_ends_the_task_with_problem() {
-    let fleet = DesktopFleet::start(0, None, UploaderOptions::default()).await;
+    let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
     let (id, events) = fleet.run_to_end(json!({
         "prompt": "too many steps", "pipeline": "scripted", "max_steps": 2,
         "actions": [{"type": "move", "x": 1, "y": 1}, {"type": "move", "x": 2, "y": 2}, {"type": "move", "x": 3, "y": 3}]
@@ -223,7 +159,7 @@ async fn sandbox_task_does_not_succeed_when_its_screenshots_cannot_be_stored() {
     let mut s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
     tokio::task::block_in_place(|| s3.stop());
-    let fleet = DesktopFleet::start(0, Some(store), quick_uploads()).await;
+    let fleet = DesktopFleet::start(fleet_options(0, Some(store), quick_uploads())).await;
     let (id, events) = fleet.run_to_end(json!({
         "prompt": "a store that is gone", "pipeline": "scripted", "retry": {"max_attempts": 1},
         "actions": [{"type": "move", "x": 1, "y": 1}]

@@ -1,0 +1,110 @@
+//! A fleet whose worker runs tasks on real local desktops: one in-process
+//! worker with a `LocalProvider` sandbox pool (and optionally a blob store),
+//! on its own `redis-server`, with helpers to submit a task and wait for its
+//! end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_shared::blobstore::{BlobStore, UploaderOptions};
+use flotilla_shared::event::Event;
+use flotilla_shared::ids::TaskId;
+use flotilla_shared::queue::Queue;
+use flotilla_shared::task::TaskSpec;
+use flotilla_shared::Config;
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
+use flotilla_worker::tools::Tools;
+use flotilla_worker::Registry;
+use serde_json::Value;
+
+use crate::tasks::{events, queue, tenant, wait_all_ended};
+use crate::{test_config, unique_prefix, InProcessWorker, RedisServer};
+
+/// How long a desktop task may take in a test.
+pub const TASK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a desktop fleet is started with.
+pub struct DesktopOptions {
+    /// Ready desktops the pool keeps.
+    pub warm: usize,
+    pub blobs: Option<BlobStore>,
+    pub uploads: UploaderOptions,
+    /// Settings beside the test defaults (model endpoints and keys, …).
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Default for DesktopOptions {
+    fn default() -> Self {
+        Self { warm: 0, blobs: None, uploads: UploaderOptions::default(), env: Vec::new() }
+    }
+}
+
+/// One in-process worker with local desktops, and its queue.
+pub struct DesktopFleet {
+    pub queue: Queue,
+    pub pool: SandboxPool,
+    pub config: Config,
+    worker: Option<InProcessWorker>,
+    _redis: RedisServer,
+}
+
+impl DesktopFleet {
+    /// Starts Redis and a worker with every configured pipeline.
+    pub async fn start(options: DesktopOptions) -> Self {
+        let redis = RedisServer::start();
+        let mut extra: Vec<(&str, &str)> = vec![("FLOTILLA_HEARTBEAT_MS", "200")];
+        extra.extend(options.env.iter().map(|(k, v)| (*k, v.as_str())));
+        let config = test_config(&redis, &unique_prefix(), &extra);
+        let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
+        let pool = SandboxPool::new(provider, PoolConfig { warm: options.warm, max_live: 4, ..PoolConfig::default() });
+        let tools = Tools { sandboxes: Some(pool.clone()), blobs: options.blobs, uploads: options.uploads };
+        let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
+        Self { queue: queue(&config).await, pool, config, worker: Some(worker), _redis: redis }
+    }
+
+    pub async fn submit(&self, spec: Value) -> TaskId {
+        let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
+        self.queue.submit(&tenant(), spec).await.expect("submit").id
+    }
+
+    /// Submits a task, waits for its end and returns its events.
+    pub async fn run_to_end(&self, spec: Value) -> (TaskId, Vec<Event>) {
+        let id = self.submit(spec).await;
+        self.wait_ended(&id).await;
+        let events = events(&self.queue, &id).await;
+        (id, events)
+    }
+
+    pub async fn wait_ended(&self, id: &TaskId) {
+        wait_all_ended(&self.queue, std::slice::from_ref(id), TASK_TIMEOUT).await;
+    }
+
+    /// Stops the worker and ends every pooled desktop.
+    pub async fn stop(mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.stop().await;
+        }
+        self.pool.shutdown().await;
+    }
+}
+
+/// Polls `check` until it holds, or panics with `what` after `timeout`.
+pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `type` names of events, in order.
+pub fn count(events: &[Event], name: &str) -> usize {
+    events.iter().filter(|e| e.kind.name() == name).count()
+}
+
+/// Width and height from a PNG's header.
+pub fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 24 && bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let word = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    (word(16), word(20))
+}
