@@ -39,7 +39,7 @@ impl DesktopFleet {
             let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_HEARTBEAT_MS", "200")]);
             let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
             let pool = SandboxPool::new(provider, PoolConfig { warm, max_live: 4, ..PoolConfig::default() });
-            let tools = Tools { sandboxes: Some(pool.clone()), blobs, uploads };
+            let tools = Tools { sandboxes: Some(pool.clone()), blobs, uploads, gateway: None };
             let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
             Self { queue: queue(&config).await, _redis: redis, pool, config, worker: Some(worker) }
         }
