@@ -2,6 +2,7 @@
 //! from the task's `pipeline` field to an implementation, and the outcomes a
 //! pipeline can end with.
 
+mod claude_code;
 mod scripted;
 pub mod session;
 
@@ -14,6 +15,7 @@ use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
 use flotilla_shared::QueueError;
 use tokio_util::sync::CancellationToken;
 
+pub use claude_code::ClaudeCode;
 pub use scripted::Scripted;
 pub use session::{Limits, Session, Steps};
 
@@ -76,6 +78,7 @@ impl Registry {
     pub fn standard() -> Self {
         let mut registry = Self::default();
         registry.register(PipelineKind::Scripted, Arc::new(Scripted));
+        registry.register(PipelineKind::ClaudeCode, Arc::new(ClaudeCode));
         registry
     }
 
