@@ -11,7 +11,7 @@
 //! it); without it they fail saying so.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_shared::clock::parse_rfc3339;
@@ -276,5 +276,30 @@ async fn sandbox_claude_code_error_result_fails_the_task_with_the_cli_message() 
     let last = blocks(&events).last().map(|(b, _)| (*b).clone()).expect("blocks");
     assert_eq!((block_type(&last), last["is_error"].as_bool()), ("result", Some(true)));
     assert_eq!(fleet.gateway.live_tokens(), 0, "a failed task's token is revoked too");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(streamed_answer("too late").after(Duration::from_secs(60)));
+    let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes()).expect("spec");
+    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let deadline = Instant::now() + TASK_TIMEOUT;
+    while fleet.model_calls().is_empty() {
+        assert!(Instant::now() < deadline, "the CLI never called the model");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fleet.gateway.live_tokens(), 1, "the running task holds a token");
+    let asked = Instant::now();
+    fleet.queue.cancel(&tenant(), &id).await.expect("cancel");
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
+    assert!(asked.elapsed() < Duration::from_secs(5), "stopped within 5 s");
+    assert_eq!(fleet.gateway.live_tokens(), 0, "a cancelled task's token is revoked");
+    while fleet.pool.live() > 0 {
+        assert!(asked.elapsed() < Duration::from_secs(5), "the sandbox is released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     fleet.stop().await;
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::cli::quoted;
-use super::workdir::{self, blob_failure, Sandbox, WORK_DIR};
+use super::workdir::{self, blob_failure, Artifact, Sandbox, WORK_DIR};
 use crate::pipeline::PipelineError;
 
 /// The CLI's config directory, relative to the sandbox's home.
@@ -123,7 +123,7 @@ async fn copy_back(sandbox: Sandbox<'_>, blobs: &BlobStore, files: &[StoredFile]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(super) struct SavedSession {
     pub id: String,
-    pub files: Vec<super::workdir::Artifact>,
+    pub files: Vec<Artifact>,
 }
 
 /// Stores the transcript of `session_id` (as the CLI wrote it for `cwd`)
@@ -144,7 +144,7 @@ pub(super) async fn save(sandbox: Sandbox<'_>, blobs: &BlobStore, task: &TaskId,
     for path in output.stdout.split('\0').filter(|p| !p.is_empty()) {
         let bytes = sandbox.read(&format!("{dir}/{path}")).await?;
         let stored = blobs.put_session_file(task, path, bytes).await.map_err(blob_failure)?;
-        saved.files.push(super::workdir::Artifact { path: path.to_owned(), key: stored.key, bytes: stored.bytes, hash: stored.hash });
+        saved.files.push(Artifact::stored(path, stored));
     }
     Ok(saved)
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::blobstore::{BlobError, BlobStore};
+use flotilla_shared::blobstore::{BlobError, BlobStore, StoredArtifact};
 use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::task::{StopCode, TaskFiles};
 use serde::Serialize;
@@ -146,6 +146,13 @@ pub(super) struct Artifact {
     pub hash: String,
 }
 
+impl Artifact {
+    /// The record of `path`, stored as `stored`.
+    pub fn stored(path: &str, stored: StoredArtifact) -> Self {
+        Self { path: path.to_owned(), key: stored.key, bytes: stored.bytes, hash: stored.hash }
+    }
+}
+
 /// A file that was not stored, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(super) struct Skipped {
@@ -178,7 +185,7 @@ pub(super) async fn store_artifacts(
             Err(error) => return Err(sandbox_failure(error)),
         };
         match blobs.put_artifact(task, path, bytes).await {
-            Ok(artifact) => stored.push(Artifact { path: path.clone(), key: artifact.key, bytes: artifact.bytes, hash: artifact.hash }),
+            Ok(artifact) => stored.push(Artifact::stored(path, artifact)),
             Err(error @ BlobError::InvalidPath { .. }) => skipped.push(Skipped { path: path.clone(), reason: error.to_string() }),
             Err(error) => return Err(blob_failure(error)),
         }
