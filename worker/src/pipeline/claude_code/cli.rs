@@ -45,7 +45,7 @@ pub(super) struct Invocation<'a> {
 /// The bash command that runs the CLI headless in the work directory, with
 /// the gateway's URL and the task's token as its only credentials.
 pub(super) fn command(invocation: &Invocation<'_>) -> String {
-    let mut env = vec![
+    let mut env = [
         ("IS_SANDBOX", "1".to_owned()),
         ("ANTHROPIC_BASE_URL", invocation.token.base_url().to_owned()),
         ("ANTHROPIC_API_KEY", invocation.token.token().to_owned()),
