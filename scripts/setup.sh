@@ -90,10 +90,28 @@ ensure_s3s_fs() {
   cargo install "s3s-fs@$S3S_FS_VERSION" --locked --features binary --quiet
 }
 
+# The real `claude` CLI the claude-code pipeline runs inside sandboxes (and
+# its end-to-end tests run against a local fake of the Anthropic API). A
+# global npm install puts it on the PATH every sandbox sees.
+ensure_claude_cli() {
+  if command -v claude >/dev/null 2>&1; then
+    return 0
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    apt_update_once
+    log "installing nodejs and npm (apt)"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  log "installing @anthropic-ai/claude-code (npm install -g)"
+  "${SUDO[@]}" npm install -g --silent @anthropic-ai/claude-code >/dev/null
+}
+
 main() {
   ensure_apt_packages
   ensure_nextest
   ensure_s3s_fs
+  ensure_claude_cli
 }
 
 # Run only when executed, so the functions can be sourced on their own.

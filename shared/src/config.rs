@@ -50,6 +50,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_MODEL_SCREEN", "model_screen"),
     ("ANTHROPIC_API_KEY", "anthropic_api_key"),
     ("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+    ("FLOTILLA_GATEWAY_ADDR", "gateway_addr"),
+    ("FLOTILLA_GATEWAY_URL", "gateway_url"),
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
@@ -166,6 +168,13 @@ pub struct Config {
     pub model_screen: (u32, u32),
     pub anthropic_api_key: Option<Secret>,
     pub anthropic_base_url: String,
+    /// Where a worker's model gateway listens: the address sandboxes call
+    /// instead of the model provider, with a token scoped to their task.
+    pub gateway_addr: SocketAddr,
+    /// The gateway's URL as sandboxes reach it; by default
+    /// `http://<gateway_addr>`, right for local sandboxes on the host's
+    /// network. Remote sandboxes need an address they can reach.
+    pub gateway_url: Option<String>,
     pub e2b_api_key: Option<Secret>,
     pub e2b_domain: String,
     pub otlp_endpoint: Option<String>,
@@ -265,6 +274,8 @@ impl Config {
             model_screen: parse_screen(s.text("FLOTILLA_MODEL_SCREEN", "1024x768"))?,
             anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
             anthropic_base_url: s.url("ANTHROPIC_BASE_URL")?.unwrap_or_else(|| "https://api.anthropic.com".into()),
+            gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
+            gateway_url: s.url("FLOTILLA_GATEWAY_URL")?,
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,

@@ -7,6 +7,7 @@
 pub mod acker;
 pub use flotilla_shared::blobstore;
 pub mod execute;
+pub mod gateway;
 pub mod housekeeping;
 pub mod http;
 pub mod image;

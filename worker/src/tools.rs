@@ -1,6 +1,7 @@
 //! What a worker gives tasks beyond the queue, built from the typed
-//! configuration: a sandbox pool over the configured provider, and the blob
-//! store for screenshots and artifacts. Either may be absent; a task that
+//! configuration: a sandbox pool over the configured provider, the blob
+//! store for screenshots and artifacts, and the model gateway through which
+//! sandboxes reach the model provider. Any may be absent; a task that
 //! needs a missing one ends with code `problem` and a message saying which
 //! setting to add.
 
@@ -11,6 +12,7 @@ use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::Config;
 use tracing::{info, warn};
 
+use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::sandbox::{E2bConfig, E2bProvider, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
 
 /// Sandboxes and storage for the tasks of one worker.
@@ -19,6 +21,9 @@ pub struct Tools {
     pub sandboxes: Option<SandboxPool>,
     pub blobs: Option<BlobStore>,
     pub uploads: UploaderOptions,
+    /// The gateway sandboxed agents call models through; present when the
+    /// configuration has a model provider key.
+    pub gateway: Option<ModelGateway>,
 }
 
 impl Tools {
@@ -40,7 +45,8 @@ impl Tools {
         if sandboxes.is_some() && blobs.is_none() {
             warn!("screenshots are not kept: set FLOTILLA_S3_BUCKET to store them");
         }
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default() })
+        let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway })
     }
 
     /// Ends every pooled sandbox.

@@ -3,13 +3,16 @@
 //! ```text
 //! <prefix>screenshots/<blake3 hex>.png          one object per distinct image, fleet-wide
 //! <prefix>tasks/<task id>/artifacts/<path>      files one task produced
+//! <prefix>tasks/<task id>/session/<path>        an agent's own session files, kept so a
+//!                                               follow-up task can resume the session
+//! <prefix>inputs/<tenant>/<path>                input files a tenant's tasks may name
 //! <prefix>probe/conditional-put                 written by `BlobStore::check`
 //! ```
 //!
 //! The prefix (`FLOTILLA_S3_PREFIX`) is normalised to end with `/` when it is
 //! not empty, so `flotilla` and `flotilla/` name the same place.
 
-use crate::ids::TaskId;
+use crate::ids::{TaskId, TenantId};
 
 use super::error::BlobError;
 
@@ -82,6 +85,34 @@ impl KeyLayout {
     pub fn artifact(&self, task: &TaskId, path: &str) -> Result<String, BlobError> {
         validate_artifact_path(path)?;
         Ok(format!("{}{path}", self.task_artifacts(task)))
+    }
+
+    /// Prefix of one task's session files.
+    pub fn task_session(&self, task: &TaskId) -> String {
+        format!("{}tasks/{}/session/", self.prefix, task.as_str())
+    }
+
+    /// The key of one session file, once `path` is shown to stay under the
+    /// task's session prefix.
+    pub fn session_file(&self, task: &TaskId, path: &str) -> Result<String, BlobError> {
+        validate_artifact_path(path)?;
+        Ok(format!("{}{path}", self.task_session(task)))
+    }
+
+    /// Prefix of the input files one tenant's tasks may name.
+    pub fn tenant_inputs(&self, tenant: &TenantId) -> String {
+        format!("{}inputs/{}/", self.prefix, tenant.as_str())
+    }
+
+    /// The full key prefix of `relative` (a task's `files.s3_prefix`) in the
+    /// tenant's inputs, once it is shown to stay there.
+    pub fn tenant_input_prefix(&self, tenant: &TenantId, relative: &str) -> Result<String, BlobError> {
+        let trimmed = relative.trim_matches('/');
+        if trimmed.is_empty() {
+            return Ok(self.tenant_inputs(tenant));
+        }
+        validate_artifact_path(trimmed)?;
+        Ok(format!("{}{trimmed}/", self.tenant_inputs(tenant)))
     }
 
     /// The object `BlobStore::check` writes to learn whether the store

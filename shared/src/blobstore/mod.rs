@@ -304,7 +304,17 @@ impl BlobStore {
     /// files again).
     pub async fn put_artifact(&self, task: &TaskId, path: &str, bytes: impl Into<Bytes>) -> Result<StoredArtifact, BlobError> {
         let key = self.inner.layout.artifact(task, path)?;
-        let bytes = bytes.into();
+        self.put_task_file(key, path, bytes.into()).await
+    }
+
+    /// Stores one of an agent's own session files (say, a transcript) at
+    /// `path` under the task's session prefix, replacing an earlier version.
+    pub async fn put_session_file(&self, task: &TaskId, path: &str, bytes: impl Into<Bytes>) -> Result<StoredArtifact, BlobError> {
+        let key = self.inner.layout.session_file(task, path)?;
+        self.put_task_file(key, path, bytes.into()).await
+    }
+
+    async fn put_task_file(&self, key: String, path: &str, bytes: Bytes) -> Result<StoredArtifact, BlobError> {
         let hash = content_hash(&bytes);
         let size = bytes.len() as u64;
         bump(&self.inner.counters.put_requests, 1);

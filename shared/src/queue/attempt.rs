@@ -337,6 +337,12 @@ impl Attempt {
         &self.owner
     }
 
+    /// The queue the attempt belongs to, for reads beyond its own task
+    /// (such as the earlier task a follow-up continues).
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
     /// Renews the lease, and learns of cancels and takeovers.
     pub async fn heartbeat(&self) -> Result<HeartbeatOutcome, QueueError> {
         let q = &self.queue;

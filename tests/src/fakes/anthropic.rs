@@ -1,7 +1,8 @@
 //! Answers of the Anthropic Messages API (`POST /v1/messages`) as the real
 //! API writes them, for [`super::ScriptedServer`]: assistant messages with
 //! `thinking`, `text` and `computer` `tool_use` blocks, stop reasons and
-//! usage, and the API's error bodies.
+//! usage, the same messages streamed as server-sent events (what the
+//! `claude` CLI asks for), and the API's error bodies.
 
 use serde_json::{json, Value};
 
@@ -67,4 +68,70 @@ pub fn final_answer(answer: &str) -> Reply {
 pub fn error(status: u16, kind: &str, message: &str) -> Reply {
     Reply::status_json(status, json!({"type": "error", "error": {"type": kind, "message": message}}))
         .header("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy")
+}
+
+/// A message as the API streams it when asked with `stream: true`:
+/// `message_start` (the message without content), for each content block a
+/// `content_block_start`, one delta and a `content_block_stop`, then
+/// `message_delta` (stop reason and output tokens) and `message_stop`.
+pub fn streamed(message: &Value) -> Reply {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![event("message_start", json!({"type": "message_start", "message": start}))];
+    let blocks = message["content"].as_array().cloned().unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        events.extend(streamed_block(index, block));
+    }
+    events.push(event(
+        "message_delta",
+        json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": null},
+            "usage": {"output_tokens": message["usage"]["output_tokens"]}
+        }),
+    ));
+    events.push(event("message_stop", json!({"type": "message_stop"})));
+    Reply::sse(events)
+}
+
+/// A streamed turn that says `text` and then calls one tool.
+pub fn streamed_tool_turn(text_before: &str, id: &str, name: &str, input: Value) -> Reply {
+    streamed(&message(vec![text(text_before), tool_use(id, name, input)], "tool_use"))
+}
+
+/// A streamed final answer.
+pub fn streamed_answer(answer: &str) -> Reply {
+    streamed(&message(vec![text(answer)], "end_turn"))
+}
+
+/// One content block's start, delta and stop events.
+fn streamed_block(index: usize, block: &Value) -> Vec<(String, String)> {
+    let (empty, delta) = match block["type"].as_str() {
+        Some("tool_use") => {
+            let mut empty = block.clone();
+            empty["input"] = json!({});
+            (empty, json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}))
+        }
+        Some("thinking") => (
+            json!({"type": "thinking", "thinking": ""}),
+            json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+        ),
+        _ => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": block["text"]})),
+    };
+    let mut events = vec![
+        event("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": empty})),
+        event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})),
+    ];
+    if block["type"] == "thinking" {
+        let signature = json!({"type": "signature_delta", "signature": block["signature"]});
+        events.push(event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": signature})));
+    }
+    events.push(event("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+    events
+}
+
+fn event(name: &str, data: Value) -> (String, String) {
+    (name.to_owned(), data.to_string())
 }

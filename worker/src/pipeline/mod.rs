@@ -2,6 +2,7 @@
 //! from the task's `pipeline` field to an implementation, and the outcomes a
 //! pipeline can end with.
 
+mod claude_code;
 pub mod computer_use;
 mod scripted;
 pub mod scale;
@@ -16,6 +17,7 @@ use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
 use flotilla_shared::QueueError;
 use tokio_util::sync::CancellationToken;
 
+pub use claude_code::ClaudeCode;
 pub use computer_use::{AnthropicModels, ComputerUse, ModelFactory, OpenAiModels};
 pub use scripted::Scripted;
 use flotilla_shared::Config;
@@ -81,10 +83,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The pipelines that need no configuration: `scripted` only.
+    /// The pipelines whose set-up lives in the worker's tools: `scripted` and
+    /// `claude-code`.
     pub fn standard() -> Self {
         let mut registry = Self::default();
         registry.register(PipelineKind::Scripted, Arc::new(Scripted));
+        registry.register(PipelineKind::ClaudeCode, Arc::new(ClaudeCode));
         registry
     }
 

@@ -329,7 +329,7 @@ fn sandbox_request(spec: Option<&SandboxSpec>, provider: &str) -> Result<Sandbox
 
 /// A sandbox fault as the attempt's outcome: a bad action is the task's
 /// fault; a gone or failing sandbox is worth another attempt on a new one.
-fn sandbox_failure(error: SandboxError) -> PipelineError {
+pub(crate) fn sandbox_failure(error: SandboxError) -> PipelineError {
     match error {
         SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
         SandboxError::InvalidRequest(_) | SandboxError::Unauthorized(_) => {

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use flotilla_shared::action::Action;
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use time::OffsetDateTime;
+use tokio::sync::mpsc::UnboundedSender;
 
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
@@ -149,6 +151,28 @@ pub trait SandboxProvider: Send + Sync + 'static {
         command: &'a str,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>>;
+
+    /// As [`run`](SandboxProvider::run), and hands each line of standard
+    /// output to `lines` as the command prints it. This default, for
+    /// providers that cannot stream, hands the lines over in order once the
+    /// command has ended.
+    fn run_streaming<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        command: &'a str,
+        timeout: Duration,
+        lines: UnboundedSender<String>,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+        async move {
+            let output = self.run(id, command, timeout).await?;
+            for line in output.stdout.lines() {
+                // A receiver that stopped listening has what it wanted.
+                let _ = lines.send(line.to_owned());
+            }
+            Ok(output)
+        }
+        .boxed()
+    }
 
     /// Reads a file as the sandbox sees it; relative paths start at its home.
     fn read_file<'a>(&'a self, id: &'a SandboxId, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>>;

@@ -26,6 +26,7 @@ use flotilla_shared::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -232,6 +233,18 @@ impl LocalProvider {
         Ok(process::run(bash, None, timeout, process::MAX_OUTPUT).await?.into_command_output())
     }
 
+    async fn run_streaming_command(
+        &self,
+        id: &SandboxId,
+        command: &str,
+        timeout: Duration,
+        lines: UnboundedSender<String>,
+    ) -> Result<CommandOutput, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let bash = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", command]);
+        Ok(process::run_with_lines(bash, None, timeout, process::MAX_OUTPUT, Some(lines)).await?.into_command_output())
+    }
+
     async fn read(&self, id: &SandboxId, path: &str) -> Result<Vec<u8>, SandboxError> {
         check_path(path)?;
         let sandbox = self.inner.get(id).await?;
@@ -416,6 +429,16 @@ impl SandboxProvider for LocalProvider {
 
     fn run<'a>(&'a self, id: &'a SandboxId, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
         self.run_command(id, command, timeout).boxed()
+    }
+
+    fn run_streaming<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        command: &'a str,
+        timeout: Duration,
+        lines: UnboundedSender<String>,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+        self.run_streaming_command(id, command, timeout, lines).boxed()
     }
 
     fn read_file<'a>(&'a self, id: &'a SandboxId, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, SandboxError>> {

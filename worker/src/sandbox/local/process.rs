@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
 use super::launch::MARKER_VAR;
@@ -123,7 +124,19 @@ impl RawOutput {
 /// Runs `command` in its own process group with `stdin` fed to it, and
 /// collects up to `limit` bytes of each output stream; after `timeout`
 /// kills the group and fails.
-pub(crate) async fn run(mut command: Command, stdin: Option<&[u8]>, timeout: Duration, limit: usize) -> Result<RawOutput, SandboxError> {
+pub(crate) async fn run(command: Command, stdin: Option<&[u8]>, timeout: Duration, limit: usize) -> Result<RawOutput, SandboxError> {
+    run_with_lines(command, stdin, timeout, limit, None).await
+}
+
+/// As [`run`], and hands each line of standard output to `lines` the moment
+/// it is complete (the last one, without its newline, when the pipe closes).
+pub(crate) async fn run_with_lines(
+    mut command: Command,
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+    limit: usize,
+    lines: Option<UnboundedSender<String>>,
+) -> Result<RawOutput, SandboxError> {
     command
         .process_group(0)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
@@ -132,8 +145,8 @@ pub(crate) async fn run(mut command: Command, stdin: Option<&[u8]>, timeout: Dur
         .kill_on_drop(true);
     let mut child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start: {e}")))?;
     let pid = child.id();
-    let stdout = Capture::start(child.stdout.take(), limit);
-    let stderr = Capture::start(child.stderr.take(), limit);
+    let stdout = Capture::start(child.stdout.take(), limit, lines);
+    let stderr = Capture::start(child.stderr.take(), limit, None);
     let pipe = child.stdin.take();
     let feed = async move {
         if let (Some(bytes), Some(mut pipe)) = (stdin, pipe) {
@@ -173,18 +186,25 @@ struct Capture {
 }
 
 impl Capture {
-    fn start<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, limit: usize) -> Self {
+    fn start<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, limit: usize, lines: Option<UnboundedSender<String>>) -> Self {
         let buffer = Arc::new(Mutex::new((Vec::new(), false)));
         let task = pipe.map(|mut pipe| {
             let buffer = Arc::clone(&buffer);
+            let mut splitter = lines.map(LineSplitter::new);
             tokio::spawn(async move {
                 let mut chunk = vec![0u8; 64 * 1024];
                 while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+                    if let Some(splitter) = &mut splitter {
+                        splitter.push(&chunk[..n]);
+                    }
                     let Ok(mut guard) = buffer.lock() else { return };
                     let (kept, cut) = &mut *guard;
                     let room = limit.saturating_sub(kept.len());
                     kept.extend_from_slice(&chunk[..n.min(room)]);
                     *cut |= n > room;
+                }
+                if let Some(splitter) = splitter {
+                    splitter.finish();
                 }
             })
         });
@@ -200,6 +220,38 @@ impl Capture {
             }
         }
         self.buffer.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default()
+    }
+}
+
+/// Cuts a byte stream into lines and sends each one on as text.
+struct LineSplitter {
+    pending: Vec<u8>,
+    sink: UnboundedSender<String>,
+}
+
+impl LineSplitter {
+    fn new(sink: UnboundedSender<String>) -> Self {
+        Self { pending: Vec::new(), sink }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            self.send(&line[..end]);
+        }
+    }
+
+    fn finish(self) {
+        if !self.pending.is_empty() {
+            self.send(&self.pending);
+        }
+    }
+
+    fn send(&self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // A receiver that stopped listening has what it wanted.
+        let _ = self.sink.send(String::from_utf8_lossy(line).into_owned());
     }
 }
 
@@ -221,6 +273,20 @@ mod tests {
         command.args(["-c", "printf 0123456789"]);
         let output = run(command, None, Duration::from_secs(10), 4).await.expect("runs");
         assert_eq!((output.stdout.as_slice(), output.truncated), (&b"0123"[..], true));
+    }
+
+    #[tokio::test]
+    async fn run_with_lines_hands_over_each_line_before_the_command_ends() {
+        let (sink, mut lines) = tokio::sync::mpsc::unbounded_channel();
+        let mut command = Command::new("bash");
+        command.args(["-c", "echo one; sleep 1; printf 'two\\r\\nthree'"]);
+        let run = tokio::spawn(run_with_lines(command, None, Duration::from_secs(10), MAX_OUTPUT, Some(sink)));
+        let first = tokio::time::timeout(Duration::from_millis(900), lines.recv()).await;
+        assert_eq!(first.ok().flatten().as_deref(), Some("one"), "the first line arrives while the command still runs");
+        let output = run.await.expect("joins").expect("runs");
+        assert_eq!(output.stdout, b"one\ntwo\r\nthree");
+        assert_eq!((lines.recv().await.as_deref(), lines.recv().await.as_deref()), (Some("two"), Some("three")));
+        assert_eq!(lines.recv().await, None);
     }
 
     #[tokio::test]

@@ -1,0 +1,305 @@
+//! The claude-code pipeline end to end, with the real `claude` CLI: a worker
+//! with local sandboxes, a real S3-protocol store and its model gateway runs
+//! the CLI in a sandbox against a local fake of the Anthropic Messages API
+//! (streamed answers, as the CLI asks for them). Each test checks what a
+//! user relies on: every output line is a `block` event, files the CLI
+//! wrote come back as artifacts, a follow-up task resumes the session, the
+//! sandbox never holds the real model key, and an error result fails the
+//! task with the CLI's message.
+//!
+//! These tests need the CLI on this machine (`scripts/setup.sh` installs
+//! it); without it they fail saying so.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
+use flotilla_shared::clock::parse_rfc3339;
+use flotilla_shared::config::Secret;
+use flotilla_shared::event::{Event, EventKind};
+use flotilla_shared::ids::TaskId;
+use flotilla_shared::queue::{Queue, TaskRecord};
+use flotilla_shared::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_turn};
+use flotilla_tests::fakes::{Recorded, ScriptedServer};
+use flotilla_tests::s3_server::S3Server;
+use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
+use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
+use flotilla_worker::gateway::{GatewayConfig, ModelGateway};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
+use flotilla_worker::tools::Tools;
+use flotilla_worker::Registry;
+use serde_json::{json, Value};
+
+/// The fleet's model key: it must reach the fake through the gateway and
+/// nothing else.
+const REAL_KEY: &str = "sk-ant-api03-flotilla-real-key-7f3c9a1e";
+const TASK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Fails the test with the fix when the CLI is missing.
+fn require_claude_cli() {
+    let installed = std::process::Command::new("claude").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(installed, "the claude CLI is not installed here: run scripts/setup.sh (npm install -g @anthropic-ai/claude-code)");
+}
+
+/// A worker with local sandboxes, a store and a gateway to the fake API.
+struct CodeFleet {
+    _redis: RedisServer,
+    _s3: S3Server,
+    store: BlobStore,
+    api: ScriptedServer,
+    gateway: ModelGateway,
+    queue: Queue,
+    pool: SandboxPool,
+    worker: Option<InProcessWorker>,
+}
+
+impl CodeFleet {
+    async fn start() -> Self {
+        require_claude_cli();
+        let s3 = S3Server::start();
+        let store = s3.store(&unique_prefix());
+        let api = ScriptedServer::start().await;
+        let gateway = ModelGateway::new(GatewayConfig {
+            upstream: api.url(),
+            api_key: Secret::new(REAL_KEY),
+            listen: "127.0.0.1:0".parse().expect("address"),
+            public_url: None,
+        });
+        let redis = RedisServer::start();
+        let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_HEARTBEAT_MS", "200")]);
+        let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
+        let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
+        let tools = Tools {
+            sandboxes: Some(pool.clone()),
+            blobs: Some(store.clone()),
+            uploads: UploaderOptions::default(),
+            gateway: Some(gateway.clone()),
+        };
+        let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
+        Self { queue: queue(&config).await, _redis: redis, _s3: s3, store, api, gateway, pool, worker: Some(worker) }
+    }
+
+    async fn run_to_end(&self, spec: Value) -> (TaskId, TaskRecord, Vec<Event>) {
+        let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
+        let id = self.queue.submit(&tenant(), spec).await.expect("submit").id;
+        wait_all_ended(&self.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
+        (id.clone(), record(&self.queue, &id).await, events(&self.queue, &id).await)
+    }
+
+    /// The model calls the fake received.
+    fn model_calls(&self) -> Vec<Recorded> {
+        self.api.received().into_iter().filter(|r| r.path.starts_with("/v1/messages")).collect()
+    }
+
+    async fn stop(mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.stop().await;
+        }
+        self.pool.shutdown().await;
+    }
+}
+
+fn blocks(events: &[Event]) -> Vec<(&Value, &str)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Block { block } => Some((block, e.ts.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn block_type(block: &Value) -> &str {
+    block["type"].as_str().unwrap_or_default()
+}
+
+/// The artifacts a result lists, by path.
+fn artifacts(task: &TaskRecord) -> Vec<(String, String, u64, String)> {
+    let list = task.result.as_ref().and_then(|r| r["artifacts"].as_array()).cloned().unwrap_or_default();
+    list.iter()
+        .map(|a| {
+            let text = |field: &str| a[field].as_str().unwrap_or_default().to_owned();
+            (text("path"), text("key"), a["bytes"].as_u64().unwrap_or_default(), text("hash"))
+        })
+        .collect()
+}
+
+fn bash(command: &str) -> Value {
+    json!({"command": command, "description": "run a command"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
+    let fleet = CodeFleet::start().await;
+    let write = "printf '# Report\\nall good\\n' > report.md && mkdir -p out && echo 1,2,3 > out/data.csv && echo edited >> input.txt";
+    fleet.api.push(streamed_tool_turn("Writing the report.", "toolu_write", "Bash", bash(write)));
+    fleet.api.push(streamed_answer("The report is written.").after(Duration::from_millis(1500)));
+    let (id, task, events) = fleet
+        .run_to_end(json!({
+            "prompt": "write a report", "pipeline": "claude-code", "retry": {"max_attempts": 1},
+            "files": {"input.txt": "numbers\n", "docs/notes.txt": "unchanged\n"}
+        }))
+        .await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
+    let result = task.result.clone().expect("a result");
+    assert_eq!(result["text"], "The report is written.");
+
+    // Every output line is a block, in order: init first, result last.
+    let blocks = blocks(&events);
+    let kinds: Vec<&str> = blocks.iter().map(|(b, _)| block_type(b)).collect();
+    assert_eq!(kinds.first(), Some(&"system"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"result"), "{kinds:?}");
+    assert!(kinds.contains(&"assistant") && kinds.contains(&"user"), "{kinds:?}");
+    let session_id = blocks[0].0["session_id"].as_str().expect("init names the session");
+    assert_eq!(result["session_id"], session_id);
+    // Relayed while the CLI ran: the first turn's blocks were stored before
+    // the delayed final answer existed.
+    let first_turn = blocks.iter().find(|(b, _)| block_type(b) == "assistant").map(|(_, ts)| *ts).expect("an assistant block");
+    let last = blocks.last().map(|(_, ts)| *ts).expect("a result block");
+    let gap = parse_rfc3339(last).zip(parse_rfc3339(first_turn)).map(|(a, b)| a - b).expect("times parse");
+    assert!(gap >= 1000, "blocks were emitted as the CLI printed them, not at the end ({gap} ms apart)");
+
+    // New and changed files are artifacts with the bytes the CLI wrote; an
+    // untouched input is not.
+    let stored = artifacts(&task);
+    let paths: Vec<&str> = stored.iter().map(|(p, ..)| p.as_str()).collect();
+    assert_eq!(paths, ["input.txt", "out/data.csv", "report.md"]);
+    let expected: [&[u8]; 3] = [b"numbers\nedited\n", b"1,2,3\n", b"# Report\nall good\n"];
+    for ((path, key, bytes, hash), want) in stored.iter().zip(expected) {
+        let got = fleet.store.get(key).await.unwrap_or_else(|e| panic!("{path} is stored: {e}"));
+        assert_eq!(&got[..], want, "{path}");
+        assert_eq!((*bytes, hash.as_str()), (want.len() as u64, content_hash(want).as_str()), "{path}");
+        assert!(key.contains(&format!("tasks/{id}/artifacts/")), "{key}");
+    }
+    let transcript = result["session"]["files"].as_array().cloned().unwrap_or_default();
+    assert!(transcript.iter().any(|f| f["path"] == format!("{session_id}.jsonl")), "the transcript is kept: {result}");
+
+    assert_eq!(fleet.model_calls().len(), 2);
+    assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_continue_task_resumes_the_session() {
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(streamed_tool_turn("Noting it down.", "toolu_memo", "Bash", bash("echo 'first run' > memo.txt")));
+    fleet.api.push(streamed_answer("Wrote memo.txt."));
+    let (first, task, events) =
+        fleet.run_to_end(json!({"prompt": "remember the first run", "pipeline": "claude-code", "retry": {"max_attempts": 1}})).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
+    let session = task.result.as_ref().and_then(|r| r["session_id"].as_str()).expect("a session id").to_owned();
+
+    fleet.api.push(streamed_tool_turn("Checking the memo.", "toolu_seen", "Bash", bash("cat memo.txt > seen.txt")));
+    fleet.api.push(streamed_answer("Earlier I wrote memo.txt."));
+    let (_, task, events) = fleet
+        .run_to_end(json!({
+            "prompt": "what did you write before?", "pipeline": "claude-code", "retry": {"max_attempts": 1},
+            "continue_task": first.as_str()
+        }))
+        .await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
+    let result = task.result.clone().expect("a result");
+    assert_eq!((result["text"].as_str(), result["session_id"].as_str()), (Some("Earlier I wrote memo.txt."), Some(session.as_str())));
+    let init = blocks(&events).first().map(|(b, _)| (*b).clone()).expect("an init block");
+    assert_eq!(init["session_id"], session.as_str(), "--resume continues the same session");
+
+    // The resumed call carries the first task's whole conversation.
+    let calls = fleet.model_calls();
+    assert_eq!(calls.len(), 4);
+    let resumed = &calls[2];
+    let history = resumed.body["messages"].to_string();
+    assert!(history.contains("remember the first run") && history.contains("toolu_memo"), "{history}");
+    assert!(history.contains("what did you write before?"));
+    assert_eq!(resumed.header("x-claude-code-session-id"), Some(session.as_str()));
+    // The first task's files were there to continue with.
+    let seen = artifacts(&task).into_iter().find(|(p, ..)| p == "seen.txt").expect("seen.txt is an artifact");
+    assert_eq!(&fleet.store.get(&seen.1).await.expect("stored")[..], b"first run\n");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(streamed_tool_turn("Looking around.", "toolu_env", "Bash", bash("env > env.txt")));
+    fleet.api.push(streamed_answer("Done."));
+    let (id, task, events) =
+        fleet.run_to_end(json!({"prompt": "print the environment", "pipeline": "claude-code", "retry": {"max_attempts": 1}})).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
+
+    // The sandbox's environment has the gateway and a task token, not the key.
+    let env_file = artifacts(&task).into_iter().find(|(p, ..)| p == "env.txt").expect("env.txt is an artifact");
+    let env = String::from_utf8(fleet.store.get(&env_file.1).await.expect("stored").to_vec()).expect("text");
+    assert!(!env.contains(REAL_KEY), "the real key never enters the sandbox");
+    let token = env.lines().find_map(|l| l.strip_prefix("ANTHROPIC_API_KEY=")).expect("the CLI has a key").to_owned();
+    assert!(token.starts_with("flt-task-") && token != REAL_KEY, "{token}");
+    let gateway_url = fleet.gateway.url().expect("the gateway runs").to_owned();
+    assert!(env.lines().any(|l| l == format!("ANTHROPIC_BASE_URL={gateway_url}")), "{env}");
+
+    // Only the gateway-to-API hop carries the real key.
+    let calls = fleet.model_calls();
+    assert!(!calls.is_empty());
+    for call in &calls {
+        assert_eq!(call.header("x-api-key"), Some(REAL_KEY));
+        assert!(!format!("{:?}", call.headers).contains(&token), "the token stops at the gateway");
+    }
+    // The key is in no event.
+    let raw = fleet.queue.events_after(&id, 0).await.expect("events");
+    assert!(raw.iter().all(|e| !e.contains(REAL_KEY)), "the real key never appears in events");
+
+    // The token died with its task.
+    assert_eq!(fleet.gateway.live_tokens(), 0);
+    let answer = reqwest::Client::new()
+        .post(format!("{gateway_url}/v1/messages"))
+        .header("x-api-key", &token)
+        .header("content-type", "application/json")
+        .body(r#"{"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": []}"#)
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(answer.status(), 401);
+    let body: Value = answer.json().await.expect("json");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert_eq!(fleet.model_calls().len(), calls.len(), "a revoked token reaches nothing");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_error_result_fails_the_task_with_the_cli_message() {
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(error(400, "invalid_request_error", "the request was refused: quota for this workspace is spent"));
+    let (_, task, events) =
+        fleet.run_to_end(json!({"prompt": "do something", "pipeline": "claude-code", "retry": {"max_attempts": 1}})).await;
+    assert_eq!((task.status, task.code), (TaskStatus::Failed, Some(StopCode::Problem)), "{events:?}");
+    let error = task.error.clone().unwrap_or_default();
+    assert!(error.contains("quota for this workspace is spent"), "the CLI's own message: {error}");
+    let last = blocks(&events).last().map(|(b, _)| (*b).clone()).expect("blocks");
+    assert_eq!((block_type(&last), last["is_error"].as_bool()), ("result", Some(true)));
+    assert_eq!(fleet.gateway.live_tokens(), 0, "a failed task's token is revoked too");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(streamed_answer("too late").after(Duration::from_secs(60)));
+    let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes()).expect("spec");
+    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let deadline = Instant::now() + TASK_TIMEOUT;
+    while fleet.model_calls().is_empty() {
+        assert!(Instant::now() < deadline, "the CLI never called the model");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fleet.gateway.live_tokens(), 1, "the running task holds a token");
+    let asked = Instant::now();
+    fleet.queue.cancel(&tenant(), &id).await.expect("cancel");
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
+    assert!(asked.elapsed() < Duration::from_secs(5), "stopped within 5 s");
+    assert_eq!(fleet.gateway.live_tokens(), 0, "a cancelled task's token is revoked");
+    while fleet.pool.live() > 0 {
+        assert!(asked.elapsed() < Duration::from_secs(5), "the sandbox is released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fleet.stop().await;
+}

@@ -1,0 +1,148 @@
+//! The claude-code pipeline: the real `claude` CLI, headless, in the task's
+//! sandbox.
+//!
+//! A task takes a sandbox, gets its input files written into a work
+//! directory there, and runs `claude -p --output-format stream-json` in it.
+//! Every output line becomes a `block` event while the CLI runs (on
+//! providers that cannot stream a command's output, all of them in order
+//! once it ends). The final `result` line decides the outcome: its
+//! `is_error` fails the task with the CLI's own message. Files the CLI
+//! wrote in the work directory (new or changed) are stored as the task's
+//! artifacts, and its session transcript as the task's session files, so a
+//! later task with `continue_task` can resume the session in a new sandbox.
+//!
+//! The sandbox never sees the fleet's model key: the CLI calls the worker's
+//! model gateway with a token that is valid only while this task runs.
+//! Cancellation and `max_duration_s` stop the CLI through the session's
+//! guard, which kills it with its sandbox.
+
+mod cli;
+mod resume;
+mod workdir;
+
+use std::time::{Duration, Instant};
+
+use flotilla_shared::blobstore::BlobStore;
+use flotilla_shared::task::StopCode;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use self::cli::{Finished, Invocation};
+use self::resume::Earlier;
+use self::workdir::{Sandbox, WORK_DIR};
+use super::session::sandbox_failure;
+use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use crate::gateway::{ModelGateway, TaskToken};
+
+/// How much longer than the task's time a gateway token stays valid, so
+/// that the task's own limit, not the token, is what stops it.
+const TOKEN_GRACE: Duration = Duration::from_secs(60);
+
+/// Runs the `claude` CLI on the task's prompt.
+pub struct ClaudeCode;
+
+impl Pipeline for ClaudeCode {
+    fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        async move {
+            let (gateway, blobs) = requirements(run)?;
+            let earlier = match &run.attempt.spec.continue_task {
+                Some(id) => Some(resume::earlier(&run.attempt, id).await?),
+                None => None,
+            };
+            let session = Session::open(run).await?;
+            let result = run_in_sandbox(run, &session, gateway, blobs, earlier.as_ref()).await;
+            session.close(result).await.map(Outcome::Succeeded)
+        }
+        .boxed()
+    }
+}
+
+/// The gateway and the store this pipeline cannot work without.
+fn requirements(run: &TaskRun) -> Result<(&ModelGateway, &BlobStore), PipelineError> {
+    let missing = |message: &str| PipelineError::Fatal { code: StopCode::Problem, message: message.to_owned() };
+    let gateway = run.tools.gateway.as_ref().ok_or_else(|| missing("claude-code tasks need a model key on the worker (set ANTHROPIC_API_KEY)"))?;
+    let blobs = run.tools.blobs.as_ref().ok_or_else(|| missing("claude-code tasks keep their files in the blob store (set FLOTILLA_S3_BUCKET)"))?;
+    Ok((gateway, blobs))
+}
+
+/// Everything from the work directory to the stored artifacts.
+async fn run_in_sandbox(
+    run: &TaskRun,
+    session: &Session,
+    gateway: &ModelGateway,
+    blobs: &BlobStore,
+    earlier: Option<&Earlier>,
+) -> Result<Value, PipelineError> {
+    let (provider, id) = session.sandbox()?;
+    let sandbox = Sandbox { provider, id };
+    let attempt = &run.attempt;
+    let cwd = session.guard(workdir::prepare(sandbox)).await?;
+    if let Some(earlier) = earlier {
+        session.guard(resume::restore(sandbox, blobs, attempt, earlier, &cwd)).await?;
+    }
+    if let Some(files) = &attempt.spec.files {
+        session.guard(workdir::write_inputs(sandbox, files, blobs, attempt.tenant())).await?;
+    }
+    session.guard(sandbox.write(cli::PROMPT_FILE, attempt.spec.prompt.as_bytes())).await?;
+    let before = session.guard(workdir::snapshot(sandbox)).await?;
+
+    let deadline = session.steps().limits().deadline;
+    let token = grant(gateway, run, deadline).await?;
+    let invocation = Invocation {
+        work_dir: WORK_DIR,
+        model: attempt.spec.model.as_deref(),
+        max_turns: attempt.spec.max_steps,
+        resume: earlier.map(|e| e.session_id.as_str()),
+        token: &token,
+    };
+    let finished = session.guard(run_cli(run, sandbox, &cli::command(&invocation), deadline)).await;
+    drop(token);
+    let finished = finished?;
+
+    let after = session.guard(workdir::snapshot(sandbox)).await?;
+    let changed = workdir::changed(&before, &after);
+    let (artifacts, skipped) = session.guard(workdir::store_artifacts(sandbox, blobs, attempt.task_id(), &changed)).await?;
+    let saved = match &finished.session_id {
+        Some(session_id) => Some(session.guard(resume::save(sandbox, blobs, attempt.task_id(), &cwd, session_id)).await?),
+        None => None,
+    };
+    Ok(result_of(&finished, &artifacts, &skipped, saved.as_ref()))
+}
+
+/// A gateway token for the task, valid a little past its deadline.
+async fn grant(gateway: &ModelGateway, run: &TaskRun, deadline: Instant) -> Result<TaskToken, PipelineError> {
+    let ttl = deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE;
+    gateway.grant(run.attempt.task_id(), ttl).await.map_err(|e| PipelineError::Retryable(e.to_string()))
+}
+
+/// Runs the CLI, relaying its output lines as `block` events as they come,
+/// and judges how it ended.
+async fn run_cli(run: &TaskRun, sandbox: Sandbox<'_>, command: &str, deadline: Instant) -> Result<Finished, PipelineError> {
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    let (lines, received) = mpsc::unbounded_channel();
+    let running = async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(sandbox_failure) };
+    let (output, stream) = tokio::try_join!(running, cli::relay_blocks(&run.attempt, received))?;
+    tracing::debug!(exit_code = output.exit_code, blocks = stream.blocks, "claude finished");
+    cli::judge(&stream, &output)
+}
+
+/// The task's result: the CLI's answer, its session, the files it wrote.
+fn result_of(finished: &Finished, artifacts: &[workdir::Artifact], skipped: &[workdir::Skipped], saved: Option<&resume::SavedSession>) -> Value {
+    let line = &finished.result;
+    let mut result = json!({
+        "text": finished.text,
+        "session_id": finished.session_id,
+        "artifacts": artifacts,
+        "session": saved,
+        "num_turns": line.get("num_turns"),
+        "duration_ms": line.get("duration_ms"),
+        "total_cost_usd": line.get("total_cost_usd"),
+        "usage": line.get("usage"),
+    });
+    if !skipped.is_empty() {
+        result["artifacts_skipped"] = json!(skipped);
+    }
+    result
+}
