@@ -65,6 +65,10 @@ pub enum Command {
     Task(TaskArgs),
     /// Cancel a queued or running task
     Cancel(TaskArgs),
+    /// Let a task that waits for a human go on (a safety check, a question)
+    Approve(InputArgs),
+    /// End a task that waits for a human
+    Deny(InputArgs),
     /// Submit a batch of tasks, one spec per line of a JSON Lines file, and show its progress
     Batch(BatchArgs),
     /// List schedules, or create, show, pause, resume or delete one
@@ -203,6 +207,16 @@ pub struct TaskArgs {
     pub id: String,
 }
 
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Task id
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// A note for the task: the clarification it asked for, or why it is denied
+    #[arg(long, short)]
+    pub message: Option<String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Priority {
     High,
@@ -308,6 +322,17 @@ mod tests {
                 json!({"type": "wait", "ms": 5})
             ]
         );
+    }
+
+    #[test]
+    fn approve_and_deny_take_a_task_and_an_optional_message() {
+        let cli = parse_from(["flotilla", "deny", "tsk_1", "-m", "wrong site"]).expect("parses");
+        match cli.command {
+            Command::Deny(args) => assert_eq!((args.id.as_str(), args.message.as_deref()), ("tsk_1", Some("wrong site"))),
+            other => panic!("not deny: {other:?}"),
+        }
+        assert!(matches!(parse_from(["flotilla", "approve", "tsk_1"]).expect("parses").command, Command::Approve(_)));
+        assert!(parse_from(["flotilla", "approve"]).is_err(), "a task id is required");
     }
 
     #[test]

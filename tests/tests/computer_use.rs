@@ -16,6 +16,7 @@ use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, eventually, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, ScriptedServer};
 use flotilla_tests::tasks::{events, record};
+use flotilla_tests::fleet::binary;
 use flotilla_tests::{api_key, spawn_api, ApiClient};
 use serde_json::{json, Value};
 
@@ -170,6 +171,7 @@ async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     fleet.stop().await;
 }
 
+/// Denied from the command line, as an operator would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_denied_safety_check_ends_the_task() {
     let server = ScriptedServer::start().await;
@@ -177,11 +179,15 @@ async fn sandbox_a_denied_safety_check_ends_the_task() {
     server.push(openai::reply("resp_1", vec![call]));
     let fleet = openai_fleet(&server).await;
     let api = spawn_api(fleet.config.clone()).await;
-    let client = ApiClient::new(&api, api_key());
     let id = fleet.submit(task("openai-cua", json!({}))).await;
     wait_until_waiting(&fleet, &id).await;
-    let (status, _) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "deny", "message": "not that site"})).await;
-    assert_eq!(status, 202);
+    let cli = tokio::process::Command::new(binary("flotilla"))
+        .args(["--api", &api.base_url, "--key", api_key(), "deny", id.as_str(), "--message", "not that site"])
+        .output()
+        .await
+        .expect("run flotilla deny");
+    assert!(cli.status.success(), "flotilla deny: {}", String::from_utf8_lossy(&cli.stderr));
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), format!("{id} denied"));
     fleet.wait_ended(&id).await;
     let done = record(&fleet.queue, &id).await;
     assert_eq!((done.status, done.code), (TaskStatus::Failed, Some(StopCode::SensitiveAction)));

@@ -41,6 +41,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Tasks(args) => tasks::list(&client, &args, format).await,
         Command::Task(args) => tasks::show(&client, &args.id, format).await,
         Command::Cancel(args) => tasks::cancel(&client, &args.id, format).await,
+        Command::Approve(args) => tasks::answer(&client, &args, "approve", format).await,
+        Command::Deny(args) => tasks::answer(&client, &args, "deny", format).await,
         Command::Batch(args) => batch::run(&client, &args, format).await,
         Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
     }

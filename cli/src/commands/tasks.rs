@@ -1,9 +1,10 @@
-//! The task resource commands: `tasks` (list), `task` (show one) and `cancel`.
+//! The task resource commands: `tasks` (list), `task` (show one), `cancel`,
+//! and `approve`/`deny` for a task that waits for a human.
 
 use serde_json::Value;
 
 use super::{Format, Outcome};
-use crate::args::TasksArgs;
+use crate::args::{InputArgs, TasksArgs};
 use crate::client::Client;
 use crate::display::{out, task_table, warn};
 
@@ -56,6 +57,20 @@ pub async fn cancel(client: &Client, id: &str, format: Format) -> anyhow::Result
         (Format::Json, _) => out(&response.raw)?,
         (Format::Human, Some(status)) => out(&format!("{id} {status}"))?,
         (Format::Human, None) => out(&format!("{id} cancel requested"))?,
+    }
+    Ok(Outcome::Success)
+}
+
+/// `POST /v1/tasks/{id}/input` with `decision` (`approve` or `deny`).
+pub async fn answer(client: &Client, args: &InputArgs, decision: &str, format: Format) -> anyhow::Result<Outcome> {
+    let mut body = serde_json::json!({ "decision": decision });
+    if let Some(message) = &args.message {
+        body["message"] = Value::String(message.clone());
+    }
+    let response = client.post(&["v1", "tasks", &args.id, "input"], Some(&body)).await?;
+    match format {
+        Format::Json => out(&response.raw)?,
+        Format::Human => out(&format!("{} {}", args.id, if decision == "deny" { "denied" } else { "approved" }))?,
     }
     Ok(Outcome::Success)
 }
