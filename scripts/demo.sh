@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The local fleet, end to end: Redis (with AOF), the API, two workers; then a
-# small batch of scripted tasks is submitted and their progress shown live.
+# The local fleet, end to end: Redis (with AOF), an S3-compatible store
+# (s3s-fs), the API, two workers with local desktop sandboxes (Xvfb, a window
+# manager, a terminal; one kept warm per worker); then a small batch of
+# scripted tasks is submitted — most type commands into a terminal, a few
+# only wait — and their progress shown live. Every screenshot is stored once
+# in the local store; the demo ends by printing where to see them.
 #
 #   bash scripts/demo.sh            # FLOTILLA_DEMO_TASKS=8 by default
 #
 # Everything runs on loopback and stops when the demo ends (or on Ctrl-C).
+# The stored screenshots stay in FLOTILLA_DEMO_DIR (default
+# /tmp/flotilla-demo) until the next run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +22,11 @@ bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys;
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 redis_port=$(free_port)
 api_port=$(free_port)
+s3_port=$(free_port)
 work=$(mktemp -d -t flotilla-demo-XXXXXX)
+store="${FLOTILLA_DEMO_DIR:-/tmp/flotilla-demo}/s3"
+rm -rf "$store"
+mkdir -p "$store/flotilla-demo"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -29,34 +39,63 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --appendonly ye
   --save "" --maxmemory-policy noeviction >"$work/redis.log" 2>&1 &
 pids+=($!)
 
+s3s-fs --host 127.0.0.1 --port "$s3_port" --access-key demo-access-key --secret-key demo-secret-key "$store" \
+  >"$work/s3.log" 2>&1 &
+pids+=($!)
+
 export FLOTILLA_REDIS_URL="redis://127.0.0.1:$redis_port"
 export FLOTILLA_API_ADDR="127.0.0.1:$api_port"
 export FLOTILLA_API_KEYS="demo-key-0001=demo"
 export FLOTILLA_API_URL="http://127.0.0.1:$api_port"
 export FLOTILLA_API_KEY="demo-key-0001"
 export RUST_LOG="${RUST_LOG:-warn}"
+export FLOTILLA_S3_BUCKET="flotilla-demo"
+export FLOTILLA_S3_ENDPOINT="http://127.0.0.1:$s3_port"
+export AWS_ACCESS_KEY_ID="demo-access-key"
+export AWS_SECRET_ACCESS_KEY="demo-secret-key"
+export AWS_REGION="us-east-1"
 
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$bin/flotilla-api" 2>"$work/api.log" &
 pids+=($!)
 for w in 1 2; do
-  FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 "$bin/flotilla-worker" 2>"$work/worker-$w.log" &
+  FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
+    "$bin/flotilla-worker" 2>"$work/worker-$w.log" &
   pids+=($!)
 done
 for _ in $(seq 100); do
   curl -fs "http://127.0.0.1:$api_port/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-echo "fleet up: redis 127.0.0.1:$redis_port, api $FLOTILLA_API_URL, 2 workers × 3 slots" >&2
+for _ in $(seq 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$s3_port/" && break
+  sleep 0.1
+done
+echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops" >&2
 
 batch_file="$work/batch.jsonl"
 for i in $(seq "${FLOTILLA_DEMO_TASKS:-8}"); do
-  steps=$(( 2 + i % 4 ))
-  ms=$(( 300 + (i * 137) % 500 ))
   priority=normal
   if [ $(( i % 4 )) -eq 0 ]; then priority=high; fi
-  python3 -c 'import json,sys; n,ms,steps,p=sys.argv[1:]; print(json.dumps({"prompt": f"demo task {n}: {steps} timed steps", "priority": p, "actions": [{"type": "wait", "ms": int(ms)}] * int(steps)}))' \
-    "$i" "$ms" "$steps" "$priority" >>"$batch_file"
+  python3 - "$i" "$priority" >>"$batch_file" <<'PY'
+import json, sys
+n, priority = int(sys.argv[1]), sys.argv[2]
+if n % 4 == 3:
+    # A task with no screen work runs without a sandbox.
+    spec = {"prompt": f"demo task {n}: wait", "actions": [{"type": "wait", "ms": 400 + 100 * n}]}
+else:
+    spec = {
+        "prompt": f"demo task {n}: type into the terminal",
+        "actions": [
+            {"type": "click", "x": 512, "y": 384},
+            {"type": "type", "text": f"echo 'hello from demo task {n}'; seq 1 {n}\n"},
+            {"type": "wait", "ms": 300},
+            {"type": "keypress", "keys": ["ctrl", "l"]},
+            {"type": "wait", "ms": 300},
+        ],
+    }
+print(json.dumps({**spec, "priority": priority}))
+PY
 done
 accepted=$("$bin/flotilla" --json batch "$batch_file" --defaults '{"pipeline": "scripted"}' --no-wait)
 batch_id=$(printf '%s' "$accepted" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
@@ -65,3 +104,17 @@ echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live" >&2
 "$bin/flotilla" watch "${ids[@]}"
 echo >&2
 "$bin/flotilla" tasks --batch "$batch_id" --limit 20
+
+first=${ids[0]}
+echo >&2
+echo "screenshots of $first (presigned links, valid for an hour while the store runs):" >&2
+"$bin/flotilla" --json task "$first" >"$work/first.json"
+python3 - "$work/first.json" <<'PY'
+import json, sys
+task = json.load(open(sys.argv[1]))
+for shot in task.get("screenshots", []):
+    link = shot.get("url") or shot["key"]
+    print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], link))
+PY
+stored=$(find "$store/flotilla-demo" -name '*.png' | wc -l)
+echo "the store keeps $stored distinct images for the whole batch, as files under $store/flotilla-demo" >&2
