@@ -101,6 +101,39 @@ impl S3Server {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections hang instead of failing,
+    /// as with a store that stopped answering.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status().ok();
+        }
+    }
+
+    /// The settings workers read from the environment for this store, with
+    /// the test credentials.
+    pub fn worker_env(&self, prefix: &str) -> Vec<(String, String)> {
+        [
+            ("FLOTILLA_S3_BUCKET", BUCKET.to_owned()),
+            ("FLOTILLA_S3_ENDPOINT", self.endpoint()),
+            ("FLOTILLA_S3_PREFIX", prefix.to_owned()),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
     /// Starts the server again on the same port and data.
     pub fn restart(&mut self) {
         self.stop();

@@ -24,7 +24,7 @@ use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_tur
 use flotilla_tests::fakes::{Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
-use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
+use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
 use flotilla_worker::gateway::{GatewayConfig, ModelGateway};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
@@ -47,6 +47,7 @@ struct CodeFleet {
     _redis: RedisServer,
     _s3: S3Server,
     store: BlobStore,
+    config: flotilla_shared::Config,
     api: ScriptedServer,
     gateway: ModelGateway,
     queue: Queue,
@@ -77,7 +78,7 @@ impl CodeFleet {
             gateway: Some(gateway.clone()),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
-        Self { queue: queue(&config).await, _redis: redis, _s3: s3, store, api, gateway, pool, worker: Some(worker) }
+        Self { queue: queue(&config).await, _redis: redis, _s3: s3, store, config, api, gateway, pool, worker: Some(worker) }
     }
 
     async fn run_to_end(&self, spec: Value) -> (TaskId, TaskRecord, Vec<Event>) {
@@ -172,6 +173,20 @@ async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
         assert_eq!((*bytes, hash.as_str()), (want.len() as u64, content_hash(want).as_str()), "{path}");
         assert!(key.contains(&format!("tasks/{id}/artifacts/")), "{key}");
     }
+    // The task page links each artifact for its own tenant only.
+    let api = spawn_api_with_blobs(fleet.config.clone(), fleet.store.clone()).await;
+    let (status, page) = ApiClient::new(&api, api_key()).get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(status, 200, "{page}");
+    let linked = page["result"]["artifacts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(linked.len(), 3, "{page}");
+    for (artifact, want) in linked.iter().zip(expected) {
+        let url = artifact["url"].as_str().unwrap_or_else(|| panic!("a presigned url: {artifact}"));
+        assert!(url.contains("X-Amz-Expires="), "the link expires: {url}");
+        let fetched = reqwest::get(url).await.expect("fetch").bytes().await.expect("body");
+        assert_eq!(&fetched[..], want);
+    }
+    assert_eq!(ApiClient::new(&api, "test-key-globex").get(&format!("/v1/tasks/{id}")).await.0, 404, "another tenant sees nothing");
+
     let transcript = result["session"]["files"].as_array().cloned().unwrap_or_default();
     assert!(transcript.iter().any(|f| f["path"] == format!("{session_id}.jsonl")), "the transcript is kept: {result}");
 
