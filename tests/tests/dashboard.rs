@@ -1,19 +1,28 @@
 //! The dashboard at `GET /`, end to end: served under its security policy,
 //! every API call it makes refused without a key, and, in a real headless
 //! Chromium, a key typed in, tasks appearing and finishing live, a running
-//! task cancelled from its pane and a finished task's events shown after a
-//! click. A PNG of the page is kept under `<target>/test-artifacts/`.
+//! task's screenshots arriving in its pane and the task cancelled from there,
+//! and a finished task's events shown after a click. A PNG of the page is kept under `<target>/test-artifacts/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use flotilla_shared::blobstore::BlobStore;
+use flotilla_shared::keys::Keys;
+use flotilla_shared::{clock, TaskId};
 use flotilla_tests::browser::Browser;
-use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker, RedisServer};
+use flotilla_tests::s3_server::S3Server;
+use flotilla_tests::{
+    api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker,
+    RedisServer,
+};
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
 /// The browser's viewport, in CSS pixels at scale 1.
 const VIEWPORT: (u32, u32) = (1280, 800);
+/// The size of the made-up screenshots.
+const SHOT: (u32, u32) = (480, 300);
 /// How long the page may take to show something the API already knows.
 const SHOWN: Duration = Duration::from_secs(20);
 
@@ -124,11 +133,70 @@ async fn wait_detail(browser: &mut Browser, id: &str, status: &str) {
     browser.wait_for(&format!("the pane of {id} shows {status}"), &check, SHOWN).await.expect("detail shown");
 }
 
+/// A PNG of a made-up screen: a title bar over a coloured desktop.
+fn screen_png(shade: u8) -> Vec<u8> {
+    let (width, height) = (SHOT.0 as usize, SHOT.1 as usize);
+    let mut pixels = Vec::with_capacity(width * height * 3);
+    for y in 0..height {
+        for x in 0..width {
+            let pixel = if y < 24 { [40, 48, 60] } else { [shade, 120u8.wrapping_add((x / 4) as u8), 200u8.wrapping_sub((y / 3) as u8)] };
+            pixels.extend_from_slice(&pixel);
+        }
+    }
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, SHOT.0, SHOT.1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().expect("png header");
+    writer.write_image_data(&pixels).expect("png data");
+    writer.finish().expect("png end");
+    bytes
+}
+
+/// Stores `count` screenshots and records them as the running task's
+/// `screenshot` events the way a worker does (next seq, history, channel).
+async fn record_screenshots(redis: &RedisServer, keys: &Keys, store: &BlobStore, id: &str, count: u8) -> u64 {
+    let task = TaskId::parse(id).expect("task id");
+    let client = redis::Client::open(redis.url()).expect("redis client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+    let mut last = 0;
+    for n in 0..count {
+        let stored = store.put_screenshot(screen_png(40 + n * 70)).await.expect("store a screenshot");
+        let seq: u64 = redis::cmd("HINCRBY").arg(keys.task(&task)).arg("seq").arg(1).query_async(&mut conn).await.expect("seq");
+        let event = json!({
+            "seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms()),
+            "type": "screenshot", "hash": stored.hash, "key": stored.key, "bytes": stored.bytes, "dedup": stored.dedup,
+        })
+        .to_string();
+        let () = redis::pipe()
+            .cmd("RPUSH").arg(keys.events(&task)).arg(&event).ignore()
+            .cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore()
+            .query_async(&mut conn)
+            .await
+            .expect("record the event");
+        last = seq;
+    }
+    last
+}
+
+/// The strip holds `count` thumbnails and the large image, screenshot `seq`,
+/// has loaded from its presigned link.
+fn strip_shows(count: usize, seq: u64) -> String {
+    format!(
+        "document.querySelectorAll('#shots img').length === {count} && \
+         (img => img.dataset.seq === '{seq}' && img.complete && img.naturalWidth === {})(document.getElementById('shot-image'))",
+        SHOT.0
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_one_is_cancelled() {
     let redis = RedisServer::start();
-    let config = test_config(&redis, &unique_prefix(), &[]);
-    let api = spawn_api(config.clone()).await;
+    let s3 = S3Server::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, &[]);
+    let store = s3.store(&prefix);
+    let api = spawn_api_with_blobs(config.clone(), store.clone()).await;
     let client = ApiClient::new(&api, api_key());
     let first = submit_wait(&client, "wait a little", 300).await;
     let second = submit_wait(&client, "wait a little more", 400).await;
@@ -148,20 +216,6 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     wait_status(&mut browser, &second, "succeeded").await;
     wait_status(&mut browser, &long, "running").await;
 
-    // A running task's pane follows its events live, and its Cancel button stops it.
-    browser.click(&format!("#tasks tr[data-task-id=\"{long}\"]")).await.expect("click the long task");
-    let following = format!(
-        "document.getElementById('detail').dataset.taskId === '{long}' && \
-         document.getElementById('detail-status').textContent === 'running' && \
-         document.querySelector('#events li[data-type=\"started\"]') !== null"
-    );
-    browser.wait_for("the running task's pane shows its events", &following, SHOWN).await.expect("running pane");
-    browser.wait_for("the cancel button shows", "!document.getElementById('cancel').hidden", SHOWN).await.expect("cancel");
-    browser.click("#cancel").await.expect("click cancel");
-    wait_detail(&mut browser, &long, "cancelled").await;
-    let ended = "document.getElementById('stream-state').textContent === 'ended'";
-    browser.wait_for("the stream ends after the terminal event", ended, SHOWN).await.expect("ended");
-
     // A finished task's pane replays its whole history.
     browser.click(&format!("#tasks tr[data-task-id=\"{first}\"]")).await.expect("click the first task");
     wait_detail(&mut browser, &first, "succeeded").await;
@@ -170,12 +224,31 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     let approve_hidden = browser.evaluate("document.getElementById('approve').hidden").await.expect("approve");
     assert_eq!(approve_hidden, json!(true), "approve shows only for a waiting task");
 
+    // A running task's pane follows its events live: screenshots arrive in
+    // the strip, the newest large, loaded from the store's presigned links.
+    browser.click(&format!("#tasks tr[data-task-id=\"{long}\"]")).await.expect("click the long task");
+    let following = format!(
+        "document.getElementById('detail').dataset.taskId === '{long}' && \
+         document.getElementById('detail-status').textContent === 'running' && \
+         document.querySelector('#events li[data-type=\"started\"]') !== null"
+    );
+    browser.wait_for("the running task's pane shows its events", &following, SHOWN).await.expect("running pane");
+    let newest = record_screenshots(&redis, &Keys::new(prefix.clone()), &store, &long, 3).await;
+    browser.wait_for("three screenshots show", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
+
+    // Its Cancel button stops it, and the stream ends with the terminal event.
+    browser.click("#cancel").await.expect("click cancel");
+    wait_detail(&mut browser, &long, "cancelled").await;
+    let ended = "document.getElementById('stream-state').textContent === 'ended'";
+    browser.wait_for("the stream ends after the terminal event", ended, SHOWN).await.expect("ended");
+
     // The key lives in this tab's session: a reload keeps the board and the open task.
     let stored = browser.evaluate("[sessionStorage.getItem('flotilla.key'), localStorage.length]").await.expect("storage");
     assert_eq!(stored, json!([api_key(), 0]));
     browser.reload().await.expect("reload");
-    wait_detail(&mut browser, &first, "succeeded").await;
+    wait_detail(&mut browser, &long, "cancelled").await;
     wait_status(&mut browser, &second, "succeeded").await;
+    browser.wait_for("the screenshots show again", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
 
     let png = browser.screenshot_png().await.expect("screenshot");
     let path = artifact_path();

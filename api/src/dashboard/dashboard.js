@@ -43,6 +43,15 @@
     return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
   }
 
+  /** The time alone for today, the date and time otherwise. */
+  function shortTime(value) {
+    if (!value) return '';
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime())) return String(value);
+    const today = date.toDateString() === new Date().toDateString();
+    return today ? date.toLocaleTimeString() : date.toLocaleString();
+  }
+
   function clockTime(value) {
     const date = new Date(value);
     if (Number.isNaN(date.getTime())) return '';
@@ -223,7 +232,7 @@
         cell(task.code || ''),
         cell(spec.pipeline || ''),
         cell(task.steps_taken, 'num'),
-        cell(localTime(task.created_at)),
+        cell(shortTime(task.created_at)),
       );
       return row;
     });
@@ -348,11 +357,12 @@
     }
     $('no-shots').hidden = ordered.length > 0;
     if (ordered.length === 0) return;
-    const pinned = ordered.find((shot) => String(shot.seq) === selected.pinnedShot);
-    showLarge(pinned || ordered[ordered.length - 1], ordered.length);
+    const pinned = ordered.findIndex((shot) => String(shot.seq) === selected.pinnedShot);
+    const index = pinned >= 0 ? pinned : ordered.length - 1;
+    showLarge(ordered[index], index + 1, ordered.length);
   }
 
-  function showLarge(shot, count) {
+  function showLarge(shot, position, count) {
     const seq = String(shot.seq);
     const image = $('shot-image');
     if (image.dataset.seq !== seq) {
@@ -360,7 +370,7 @@
       image.src = safeUrl(shot.url);
     }
     $('shot-large').hidden = false;
-    $('shot-caption').textContent = `screenshot #${seq} of ${count}, ${String(shot.hash || '').slice(0, 12)}`;
+    $('shot-caption').textContent = `screenshot ${position} of ${count} (event ${seq}), ${String(shot.hash || '').slice(0, 12)}`;
     for (const thumb of $('shots').children) thumb.classList.toggle('current', thumb.dataset.seq === seq);
   }
 
@@ -510,7 +520,7 @@
   }
 
   function joined(parts) {
-    return parts.filter((p) => p !== undefined && p !== null && p !== '' && p !== false).join(' · ');
+    return parts.filter((p) => p !== undefined && p !== null && p !== '' && p !== false).map(String).join(' · ');
   }
 
   function describeAction(action) {
@@ -532,14 +542,14 @@
   function describe(event) {
     switch (event.type) {
       case 'queued':
-      case 'started': return joined([event.attempt && `attempt ${event.attempt}`, event.worker && `worker ${event.worker}`]);
+      case 'started': return joined([event.attempt ? `attempt ${event.attempt}` : '', event.worker ? `worker ${event.worker}` : '']);
       case 'sandbox_ready': return joined([event.sandbox_id, event.warm ? 'warm' : 'cold', duration(event.ms)]);
       case 'plan': return Array.isArray(event.steps) ? event.steps.map((s, i) => `${i + 1}. ${s}`).join('\n') : '';
       case 'step_started': return joined([`step ${event.index}`, event.text]);
       case 'reasoning': return String(event.text || '');
       case 'action': return describeAction(event.action);
       case 'action_completed': return joined([describeAction(event.action), duration(event.ms)]);
-      case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup && 'already stored']);
+      case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
       case 'block': return JSON.stringify(event.block).slice(0, 400);
       case 'waiting': return joined([event.code, event.message]);
       case 'retrying': return joined([`attempt ${event.attempt}`, `in ${duration(event.delay_ms)}`, event.error]);
