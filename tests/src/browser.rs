@@ -207,6 +207,11 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.child.start_kill();
+        // Give the browser a moment to exit, so it writes no more into the profile.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
