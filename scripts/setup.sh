@@ -39,6 +39,8 @@ APT_TOOLS=(
   "openbox:openbox"
   "xterm:xterm"
   "bwrap:bubblewrap"
+  # The dashboard test drives a headless browser over its DevTools pipe.
+  "chromium:chromium"
 )
 
 # Packages that install no command, checked with dpkg: the sandbox

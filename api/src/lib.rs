@@ -9,9 +9,11 @@
 //! turn requests into typed values (or errors); `error` is the only place
 //! that knows which status each error gets; `feed` orders event streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
-//! task's stored screenshots and artifacts.
+//! task's stored screenshots and artifacts; `dashboard` serves the page at
+//! `/` that people watch the fleet with.
 
 mod auth;
+mod dashboard;
 mod error;
 mod extract;
 mod feed;
@@ -102,6 +104,9 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(routes::ops::readyz))
         .route("/metrics", get(routes::ops::metrics))
         .route("/openapi.json", get(routes::ops::openapi))
+        .route("/", get(dashboard::page))
+        .route(dashboard::SCRIPT_PATH, get(dashboard::script))
+        .route(dashboard::STYLE_PATH, get(dashboard::style))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -4,6 +4,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks};
 
@@ -34,6 +35,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         ops::readyz,
         ops::metrics,
         ops::openapi,
+        dashboard::page,
     ),
     components(schemas(
         ErrorBody,
@@ -70,7 +72,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
-        (name = "operations", description = "Health, readiness, metrics, this document"),
+        (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
     )
 )]
 pub struct ApiDoc;
@@ -124,6 +126,7 @@ mod tests {
             ("/readyz", "get"),
             ("/metrics", "get"),
             ("/openapi.json", "get"),
+            ("/", "get"),
         ] {
             assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is missing");
         }
@@ -139,6 +142,7 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
         assert!(doc["paths"]["/v1/tasks"]["post"]["security"].is_array());
         assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+        assert!(doc["paths"]["/"]["get"]["security"].is_null(), "the page itself needs no key");
     }
 
     #[test]

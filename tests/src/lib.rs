@@ -3,6 +3,7 @@
 //! with a key prefix of its own so tests run in parallel without colliding.
 
 pub mod api_client;
+pub mod browser;
 pub mod desktop;
 pub mod fakes;
 pub mod fleet;

@@ -1,0 +1,609 @@
+// Flotilla dashboard: queues, recent tasks and one task's live events, read
+// from the /v1 API with the key typed into the page.
+//
+// Every string from the API reaches the page through textContent or an
+// attribute, never as markup. The event stream is read with fetch() because
+// EventSource cannot send the Authorization header.
+'use strict';
+
+(function () {
+  const KEY_STORAGE = 'flotilla.key';
+  const POLL_MS = 2000;
+  const RECONNECT_MIN_MS = 1000;
+  const RECONNECT_MAX_MS = 15000;
+  const DETAIL_REFRESH_MS = 300;
+  const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+  const TASK_ID = /^tsk_[0-9A-Za-z]{26}$/;
+
+  const $ = (id) => document.getElementById(id);
+
+  /** What the page knows: the key, the poll timer and the open task. */
+  const state = { key: null, pollTimer: null, selected: null, tasks: [] };
+
+  // ---- small helpers ------------------------------------------------------
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function cell(text, className) {
+    return element('td', className, text === undefined || text === null ? '' : text);
+  }
+
+  function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  function localTime(value) {
+    if (!value) return '';
+    const date = new Date(value);
+    return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
+  }
+
+  /** The time alone for today, the date and time otherwise. */
+  function shortTime(value) {
+    if (!value) return '';
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime())) return String(value);
+    const today = date.toDateString() === new Date().toDateString();
+    return today ? date.toLocaleTimeString() : date.toLocaleString();
+  }
+
+  function clockTime(value) {
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime())) return '';
+    const pad = (n, width) => String(n).padStart(width, '0');
+    return `${pad(date.getHours(), 2)}:${pad(date.getMinutes(), 2)}:${pad(date.getSeconds(), 2)}.${pad(date.getMilliseconds(), 3)}`;
+  }
+
+  function duration(ms) {
+    const n = Number(ms);
+    if (!Number.isFinite(n) || n <= 0) return '–';
+    if (n < 1000) return `${Math.round(n)} ms`;
+    if (n < 60000) return `${(n / 1000).toFixed(1)} s`;
+    if (n < 3600000) return `${Math.floor(n / 60000)} min`;
+    return `${(n / 3600000).toFixed(1)} h`;
+  }
+
+  /** An http(s) URL, or null: nothing else may become an image source. */
+  function safeUrl(value) {
+    try {
+      const url = new URL(String(value), window.location.href);
+      return url.protocol === 'http:' || url.protocol === 'https:' ? url.href : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function taskPath(id, suffix) {
+    return `/v1/tasks/${encodeURIComponent(id)}${suffix || ''}`;
+  }
+
+  // ---- the API ------------------------------------------------------------
+
+  class HttpError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  async function errorOf(response) {
+    let detail = {};
+    try {
+      const body = await response.json();
+      if (body && body.error) detail = body.error;
+    } catch (_) {
+      // not JSON: keep the status line
+    }
+    return new HttpError(response.status, detail.code || `http_${response.status}`, detail.message || response.statusText);
+  }
+
+  function authHeaders(extra) {
+    return Object.assign({ Authorization: `Bearer ${state.key}` }, extra || {});
+  }
+
+  async function api(method, path, body) {
+    const init = { method, headers: authHeaders(), cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, init);
+    if (!response.ok) throw await errorOf(response);
+    const text = await response.text();
+    return text ? JSON.parse(text) : null;
+  }
+
+  /** Signs out on 401; returns a line to show for anything else. */
+  function explain(error) {
+    if (error && error.status === 401) {
+      signOut('The key was refused.');
+      return '';
+    }
+    if (error && error.status) return `${error.status} ${error.code}: ${error.message}`;
+    return `network error: ${error && error.message ? error.message : error}`;
+  }
+
+  // ---- signing in and out -------------------------------------------------
+
+  async function signIn(key) {
+    state.key = key;
+    $('key-error').textContent = '';
+    let queues;
+    try {
+      queues = await api('GET', '/v1/queues');
+    } catch (error) {
+      state.key = null;
+      $('key-error').textContent = error.status === 401 ? 'This key is not known.' : explain(error);
+      return;
+    }
+    sessionStorage.setItem(KEY_STORAGE, key);
+    $('login').hidden = true;
+    $('board').hidden = false;
+    $('sign-out').hidden = false;
+    renderQueues(queues);
+    await poll();
+    const wanted = window.location.hash.slice(1);
+    if (TASK_ID.test(wanted)) openTask(wanted);
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(KEY_STORAGE);
+    state.key = null;
+    clearTimeout(state.pollTimer);
+    closeTask();
+    $('board').hidden = true;
+    $('sign-out').hidden = true;
+    $('live').hidden = true;
+    $('login').hidden = false;
+    $('key-input').value = '';
+    $('key-error').textContent = message || '';
+    $('key-input').focus();
+  }
+
+  // ---- queues and the task list, polled -----------------------------------
+
+  async function poll() {
+    clearTimeout(state.pollTimer);
+    if (!state.key) return;
+    try {
+      const [queues, page] = await Promise.all([api('GET', '/v1/queues'), api('GET', '/v1/tasks?limit=50')]);
+      renderQueues(queues);
+      renderTasks((page && page.tasks) || []);
+      setLive(true, '');
+    } catch (error) {
+      const line = explain(error);
+      if (!state.key) return;
+      setLive(false, line);
+    }
+    if (state.key) state.pollTimer = setTimeout(poll, POLL_MS);
+  }
+
+  function setLive(ok, message) {
+    const live = $('live');
+    live.hidden = false;
+    live.classList.toggle('stale', !ok);
+    live.textContent = ok ? 'live' : 'stale';
+    $('notice').textContent = message;
+  }
+
+  function renderQueues(stats) {
+    const lanes = (stats && Array.isArray(stats.lanes)) ? stats.lanes : [];
+    const rows = lanes.map((lane) => {
+      const row = element('tr');
+      row.dataset.lane = String(lane.lane);
+      row.append(
+        cell(lane.lane),
+        cell(lane.depth, 'num'),
+        cell(lane.pending, 'num'),
+        cell(lane.delayed, 'num'),
+        cell(duration(lane.oldest_age_ms), 'num'),
+        cell(lane.consumers, 'num'),
+      );
+      return row;
+    });
+    $('queues').tBodies[0].replaceChildren(...rows);
+    $('dead').textContent = `dead letters: ${stats && Number.isFinite(stats.dead) ? stats.dead : 0}`;
+  }
+
+  function statusBadge(status) {
+    return element('span', `status ${String(status).replace(/[^a-z]/g, '')}`, status);
+  }
+
+  function renderTasks(tasks) {
+    state.tasks = tasks;
+    const selectedId = state.selected && state.selected.id;
+    const rows = tasks.map((task) => {
+      const row = element('tr');
+      row.dataset.taskId = String(task.id);
+      row.dataset.status = String(task.status);
+      if (task.id === selectedId) row.classList.add('selected');
+      const status = cell('', 'status-cell');
+      status.append(statusBadge(task.status));
+      const spec = task.spec || {};
+      row.append(
+        cell(task.id, 'id'),
+        status,
+        cell(task.code || ''),
+        cell(spec.pipeline || ''),
+        cell(task.steps_taken, 'num'),
+        cell(shortTime(task.created_at)),
+      );
+      return row;
+    });
+    $('tasks').tBodies[0].replaceChildren(...rows);
+    $('no-tasks').hidden = tasks.length > 0;
+    $('task-count').textContent = tasks.length ? `${tasks.length} shown` : '';
+  }
+
+  // ---- one task -----------------------------------------------------------
+
+  function openTask(id) {
+    if (!TASK_ID.test(id)) return;
+    closeTask();
+    const selected = { id, task: null, lastSeq: 0, lastEventId: '', terminal: false, stream: null, refreshTimer: null, pinnedShot: null };
+    state.selected = selected;
+    if (window.location.hash !== `#${id}`) window.history.replaceState(null, '', `#${id}`);
+    for (const row of $('tasks').tBodies[0].rows) row.classList.toggle('selected', row.dataset.taskId === id);
+    const detail = $('detail');
+    detail.dataset.taskId = id;
+    detail.hidden = false;
+    $('detail-id').textContent = id;
+    loadTask(selected);
+    follow(selected);
+  }
+
+  function closeTask() {
+    const selected = state.selected;
+    state.selected = null;
+    if (selected) {
+      clearTimeout(selected.refreshTimer);
+      if (selected.stream) selected.stream.abort();
+    }
+    const detail = $('detail');
+    detail.hidden = true;
+    delete detail.dataset.taskId;
+    for (const id of ['detail-id', 'detail-status', 'detail-code', 'detail-message', 'detail-prompt', 'stream-state', 'shot-caption']) {
+      $(id).textContent = '';
+    }
+    $('detail-facts').replaceChildren();
+    $('events').replaceChildren();
+    $('shots').replaceChildren();
+    $('shot-large').hidden = true;
+    $('shot-image').removeAttribute('src');
+    $('no-shots').hidden = false;
+    for (const row of $('tasks').tBodies[0].rows) row.classList.remove('selected');
+    if (window.location.hash) window.history.replaceState(null, '', window.location.pathname);
+  }
+
+  async function loadTask(selected) {
+    try {
+      const task = await api('GET', taskPath(selected.id));
+      if (state.selected !== selected) return;
+      selected.task = task;
+      renderDetail(selected, task);
+    } catch (error) {
+      if (state.selected === selected) $('detail-message').textContent = explain(error);
+    }
+  }
+
+  /** Reads the task again soon, once for a burst of events. */
+  function refreshSoon(selected) {
+    clearTimeout(selected.refreshTimer);
+    selected.refreshTimer = setTimeout(() => loadTask(selected), DETAIL_REFRESH_MS);
+  }
+
+  function renderDetail(selected, task) {
+    const status = $('detail-status');
+    status.className = `status ${String(task.status).replace(/[^a-z]/g, '')}`;
+    status.textContent = task.status;
+    $('detail-code').textContent = task.code ? `code: ${task.code}` : '';
+    $('cancel').hidden = TERMINAL.has(task.status);
+    $('approve').hidden = task.status !== 'waiting';
+    $('deny').hidden = task.status !== 'waiting';
+    $('detail-prompt').textContent = (task.spec && task.spec.prompt) || '';
+    renderFacts(task);
+    renderShots(selected, Array.isArray(task.screenshots) ? task.screenshots : []);
+  }
+
+  function renderFacts(task) {
+    const spec = task.spec || {};
+    const result = task.result && typeof task.result === 'object' ? task.result.text : task.result;
+    const facts = [
+      ['pipeline', spec.pipeline],
+      ['priority', task.priority],
+      ['batch', task.batch_id],
+      ['attempts', task.attempts],
+      ['steps', task.current_step ? `${task.steps_taken} (step ${task.current_step})` : task.steps_taken],
+      ['created', localTime(task.created_at)],
+      ['started', localTime(task.started_at)],
+      ['finished', localTime(task.finished_at)],
+      ['sandbox', task.sandbox && task.sandbox.id],
+      ['result', result],
+      ['error', task.error],
+    ];
+    const nodes = [];
+    for (const [name, value] of facts) {
+      if (value === undefined || value === null || value === '') continue;
+      nodes.push(element('dt', '', name), element('dd', '', typeof value === 'object' ? JSON.stringify(value) : value));
+    }
+    $('detail-facts').replaceChildren(...nodes);
+  }
+
+  // ---- screenshots --------------------------------------------------------
+
+  /** Adds thumbnails for new screenshots; shows the newest large unless one was picked. */
+  function renderShots(selected, shots) {
+    const strip = $('shots');
+    const known = new Set(Array.from(strip.children, (img) => img.dataset.seq));
+    const ordered = shots
+      .filter((shot) => shot && Number.isFinite(Number(shot.seq)) && safeUrl(shot.url))
+      .sort((a, b) => Number(a.seq) - Number(b.seq));
+    for (const shot of ordered) {
+      const seq = String(shot.seq);
+      if (known.has(seq)) continue;
+      const thumb = element('img');
+      thumb.dataset.seq = seq;
+      thumb.alt = `screenshot ${seq}`;
+      thumb.title = `#${seq} ${String(shot.hash || '').slice(0, 12)}`;
+      thumb.loading = 'lazy';
+      thumb.src = safeUrl(shot.url);
+      strip.append(thumb);
+    }
+    $('no-shots').hidden = ordered.length > 0;
+    if (ordered.length === 0) return;
+    const pinned = ordered.findIndex((shot) => String(shot.seq) === selected.pinnedShot);
+    const index = pinned >= 0 ? pinned : ordered.length - 1;
+    showLarge(ordered[index], index + 1, ordered.length);
+  }
+
+  function showLarge(shot, position, count) {
+    const seq = String(shot.seq);
+    const image = $('shot-image');
+    if (image.dataset.seq !== seq) {
+      image.dataset.seq = seq;
+      image.src = safeUrl(shot.url);
+    }
+    $('shot-large').hidden = false;
+    $('shot-caption').textContent = `screenshot ${position} of ${count} (event ${seq}), ${String(shot.hash || '').slice(0, 12)}`;
+    for (const thumb of $('shots').children) thumb.classList.toggle('current', thumb.dataset.seq === seq);
+  }
+
+  function pickShot(event) {
+    const thumb = event.target.closest('img[data-seq]');
+    const selected = state.selected;
+    if (!thumb || !selected || !selected.task) return;
+    selected.pinnedShot = thumb.dataset.seq;
+    renderShots(selected, selected.task.screenshots || []);
+  }
+
+  // ---- the event stream ---------------------------------------------------
+
+  /**
+   * A Server-Sent Events parser: feed it decoded text in any chunks; it calls
+   * onFrame({id, event, data}) for each complete frame and onRetry(ms) for a
+   * `retry:` field.
+   */
+  class SseParser {
+    constructor(onFrame, onRetry) {
+      this.onFrame = onFrame;
+      this.onRetry = onRetry;
+      this.buffer = '';
+      this.data = [];
+      this.event = '';
+      this.lastId = '';
+    }
+
+    push(text) {
+      this.buffer += text;
+      for (;;) {
+        const end = /\r\n|\r|\n/.exec(this.buffer);
+        if (!end) return;
+        // A lone CR at the end may be the first half of CRLF: wait for more.
+        if (end[0] === '\r' && end.index === this.buffer.length - 1) return;
+        const line = this.buffer.slice(0, end.index);
+        this.buffer = this.buffer.slice(end.index + end[0].length);
+        this.line(line);
+      }
+    }
+
+    line(line) {
+      if (line === '') {
+        this.dispatch();
+        return;
+      }
+      if (line[0] === ':') return;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? '' : line.slice(colon + 1);
+      if (value[0] === ' ') value = value.slice(1);
+      if (field === 'data') this.data.push(value);
+      else if (field === 'event') this.event = value;
+      else if (field === 'id' && !value.includes('\0')) this.lastId = value;
+      else if (field === 'retry' && /^\d+$/.test(value)) this.onRetry(Number(value));
+    }
+
+    dispatch() {
+      const frame = { id: this.lastId, event: this.event || 'message', data: this.data.join('\n') };
+      const empty = this.data.length === 0;
+      this.data = [];
+      this.event = '';
+      if (!empty) this.onFrame(frame);
+    }
+  }
+
+  /** Follows the task's events until the terminal one, reconnecting after drops. */
+  async function follow(selected) {
+    const controller = new AbortController();
+    selected.stream = controller;
+    let retry = RECONNECT_MIN_MS;
+    let delay = retry;
+    while (state.selected === selected && !controller.signal.aborted) {
+      try {
+        await readStream(selected, controller.signal, () => { delay = retry; }, (ms) => { retry = Math.max(ms, 100); });
+      } catch (error) {
+        if (controller.signal.aborted || state.selected !== selected) return;
+        if (error && (error.status === 400 || error.status === 401 || error.status === 404)) {
+          $('stream-state').textContent = '';
+          $('detail-message').textContent = explain(error);
+          return;
+        }
+      }
+      if (selected.terminal) {
+        $('stream-state').textContent = 'ended';
+        return;
+      }
+      $('stream-state').textContent = 'reconnecting';
+      await sleep(delay);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    }
+  }
+
+  async function readStream(selected, signal, onOpen, onRetry) {
+    const headers = authHeaders({ Accept: 'text/event-stream' });
+    if (selected.lastEventId) headers['Last-Event-ID'] = selected.lastEventId;
+    const response = await fetch(taskPath(selected.id, '/events'), { headers, signal, cache: 'no-store' });
+    if (!response.ok) throw await errorOf(response);
+    onOpen();
+    $('stream-state').textContent = 'following';
+    const parser = new SseParser((frame) => onFrame(selected, frame), onRetry);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      parser.push(decoder.decode(value, { stream: true }));
+    }
+    parser.push(decoder.decode());
+  }
+
+  function onFrame(selected, frame) {
+    if (state.selected !== selected) return;
+    if (frame.id) selected.lastEventId = frame.id;
+    let event;
+    try {
+      event = JSON.parse(frame.data);
+    } catch (_) {
+      return;
+    }
+    if (!event || typeof event !== 'object') return;
+    const seq = Number(event.seq);
+    if (Number.isFinite(seq)) {
+      if (seq <= selected.lastSeq) return;
+      selected.lastSeq = seq;
+    }
+    $('events').append(eventItem(event));
+    if (TERMINAL.has(event.type)) selected.terminal = true;
+    refreshSoon(selected);
+  }
+
+  function eventItem(event) {
+    const type = String(event.type || 'event');
+    const item = element('li');
+    item.dataset.type = type;
+    item.dataset.seq = String(event.seq);
+    if (TERMINAL.has(type)) item.classList.add('terminal');
+    if (type === 'failed' || type === 'retrying') item.classList.add('failed');
+    if (type === 'waiting') item.classList.add('waiting');
+    item.append(
+      element('span', 'seq', event.seq),
+      element('span', 'ts', clockTime(event.ts)),
+      element('span', 'type', type),
+      element('span', 'text', describe(event)),
+    );
+    return item;
+  }
+
+  function joined(parts) {
+    return parts.filter((p) => p !== undefined && p !== null && p !== '' && p !== false).map(String).join(' · ');
+  }
+
+  function describeAction(action) {
+    if (!action || typeof action !== 'object') return '';
+    const at = Number.isFinite(action.x) ? `(${action.x}, ${action.y})` : '';
+    switch (action.type) {
+      case 'click': return joined(['click', at, action.button]);
+      case 'double_click': return joined(['double click', at]);
+      case 'move': return joined(['move', at]);
+      case 'scroll': return joined(['scroll', at, `by (${action.scroll_x}, ${action.scroll_y})`]);
+      case 'drag': return joined(['drag', Array.isArray(action.path) ? `${action.path.length} points` : '']);
+      case 'type': return `type ${JSON.stringify(String(action.text || ''))}`;
+      case 'keypress': return `keys ${Array.isArray(action.keys) ? action.keys.join('+') : ''}`;
+      case 'wait': return `wait ${duration(action.ms)}`;
+      default: return String(action.type || JSON.stringify(action));
+    }
+  }
+
+  function describe(event) {
+    switch (event.type) {
+      case 'queued':
+      case 'started': return joined([event.attempt ? `attempt ${event.attempt}` : '', event.worker ? `worker ${event.worker}` : '']);
+      case 'sandbox_ready': return joined([event.sandbox_id, event.warm ? 'warm' : 'cold', duration(event.ms)]);
+      case 'plan': return Array.isArray(event.steps) ? event.steps.map((s, i) => `${i + 1}. ${s}`).join('\n') : '';
+      case 'step_started': return joined([`step ${event.index}`, event.text]);
+      case 'reasoning': return String(event.text || '');
+      case 'action': return describeAction(event.action);
+      case 'action_completed': return joined([describeAction(event.action), duration(event.ms)]);
+      case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
+      case 'block': return JSON.stringify(event.block).slice(0, 400);
+      case 'waiting': return joined([event.code, event.message]);
+      case 'retrying': return joined([`attempt ${event.attempt}`, `in ${duration(event.delay_ms)}`, event.error]);
+      case 'succeeded': return joined([event.code, event.result && typeof event.result === 'object' ? event.result.text : event.result]);
+      case 'failed': return joined([event.code, event.error]);
+      case 'cancelled': return String(event.code || '');
+      default: return '';
+    }
+  }
+
+  // ---- actions on the open task ------------------------------------------
+
+  async function act(button, path, body) {
+    const selected = state.selected;
+    if (!selected) return;
+    button.disabled = true;
+    $('detail-message').textContent = '';
+    try {
+      await api('POST', taskPath(selected.id, path), body);
+      refreshSoon(selected);
+      poll();
+    } catch (error) {
+      if (state.selected === selected) $('detail-message').textContent = explain(error);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // ---- wiring -------------------------------------------------------------
+
+  function wire() {
+    $('key-form').addEventListener('submit', (event) => {
+      event.preventDefault();
+      const key = $('key-input').value.trim();
+      if (key) signIn(key);
+    });
+    $('sign-out').addEventListener('click', () => signOut(''));
+    $('tasks').tBodies[0].addEventListener('click', (event) => {
+      const row = event.target.closest('tr[data-task-id]');
+      if (row) openTask(row.dataset.taskId);
+    });
+    $('close-detail').addEventListener('click', closeTask);
+    $('shots').addEventListener('click', pickShot);
+    $('cancel').addEventListener('click', (event) => act(event.currentTarget, '/cancel'));
+    $('approve').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'approve' }));
+    $('deny').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'deny' }));
+  }
+
+  function start() {
+    wire();
+    const saved = sessionStorage.getItem(KEY_STORAGE);
+    if (saved) signIn(saved);
+    else $('key-input').focus();
+  }
+
+  start();
+})();

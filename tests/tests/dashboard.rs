@@ -1,0 +1,265 @@
+//! The dashboard at `GET /`, end to end: served under its security policy,
+//! every API call it makes refused without a key, and, in a real headless
+//! Chromium, a key typed in, tasks appearing and finishing live, a running
+//! task's screenshots arriving in its pane and the task cancelled from there,
+//! and a finished task's events shown after a click. A PNG of the page is kept under `<target>/test-artifacts/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_shared::blobstore::BlobStore;
+use flotilla_shared::keys::Keys;
+use flotilla_shared::{clock, TaskId};
+use flotilla_tests::browser::Browser;
+use flotilla_tests::s3_server::S3Server;
+use flotilla_tests::{
+    api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker,
+    RedisServer,
+};
+use flotilla_worker::Registry;
+use serde_json::{json, Value};
+
+/// The browser's viewport, in CSS pixels at scale 1.
+const VIEWPORT: (u32, u32) = (1280, 800);
+/// The size of the made-up screenshots.
+const SHOT: (u32, u32) = (480, 300);
+/// How long the page may take to show something the API already knows.
+const SHOWN: Duration = Duration::from_secs(20);
+
+/// Where the screenshot of the page is kept after the run.
+fn artifact_path() -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let target = tmp.parent().map_or_else(|| tmp.clone(), PathBuf::from);
+    target.join("test-artifacts").join("dashboard.png")
+}
+
+async fn submit_wait(client: &ApiClient, prompt: &str, ms: u64) -> String {
+    let spec = json!({"prompt": prompt, "pipeline": "scripted", "actions": [{"type": "wait", "ms": ms}]});
+    let (status, body) = client.post("/v1/tasks", &spec).await;
+    assert_eq!(status, 202, "{body}");
+    body["id"].as_str().expect("task id").to_owned()
+}
+
+fn header_of(response: &reqwest::Response, name: &str) -> String {
+    response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_key() {
+    let redis = RedisServer::start();
+    let api = spawn_api(test_config(&redis, &unique_prefix(), &[])).await;
+    let http = reqwest::Client::new();
+
+    let page = http.get(api.url("/")).send().await.expect("GET /");
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(header_of(&page, "content-type").starts_with("text/html"));
+    let policy = header_of(&page, "content-security-policy");
+    assert!(policy.contains("script-src 'self'") && policy.contains("connect-src 'self'"), "{policy}");
+    assert!(policy.contains("img-src 'self' data: http: https:"), "presigned screenshot links load: {policy}");
+    assert!(!policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"), "{policy}");
+    let html = page.text().await.expect("page body");
+    assert!(html.contains(r#"id="key-input""#) && html.contains(r#"src="/dashboard.js""#), "{html}");
+
+    let script = http.get(api.url("/dashboard.js")).send().await.expect("GET /dashboard.js");
+    assert_eq!(script.status().as_u16(), 200);
+    assert!(header_of(&script, "content-type").starts_with("text/javascript"));
+    let script = script.text().await.expect("script body");
+    let style = http.get(api.url("/dashboard.css")).send().await.expect("GET /dashboard.css");
+    assert!(header_of(&style, "content-type").starts_with("text/css"));
+
+    let owner = ApiClient::new(&api, api_key());
+    let id = submit_wait(&owner, "a task to ask about", 1).await;
+    // Each call the page makes, with the fragment of the script that makes it.
+    let calls = [
+        ("GET", "/v1/queues".to_owned(), "'/v1/queues'"),
+        ("GET", "/v1/tasks?limit=50".to_owned(), "'/v1/tasks?limit=50'"),
+        ("GET", format!("/v1/tasks/{id}"), "`/v1/tasks/${"),
+        ("GET", format!("/v1/tasks/{id}/events"), "'/events'"),
+        ("POST", format!("/v1/tasks/{id}/cancel"), "'/cancel'"),
+        ("POST", format!("/v1/tasks/{id}/input"), "'/input'"),
+    ];
+    for (method, path, fragment) in &calls {
+        assert!(script.contains(fragment), "the page no longer calls {method} {path}: update this list");
+        for key in [None, Some("not-a-known-key")] {
+            let mut request = http.request(method.parse().expect("method"), api.url(path));
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            let response = request.send().await.expect("request");
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            if status == 404 && body["error"]["message"] == "no such route" && path.ends_with("/input") {
+                // Answering a waiting task is not routed in this build yet.
+                continue;
+            }
+            assert_eq!(status, 401, "{method} {path} with key {key:?}: {body}");
+        }
+    }
+}
+
+/// Opens the dashboard and signs in, first with a wrong key.
+async fn sign_in(browser: &mut Browser, api: &ApiServer) {
+    browser.navigate(&api.url("/")).await.expect("open the dashboard");
+    browser.type_into("#key-input", "not-a-known-key").await.expect("type a wrong key");
+    browser.click("#key-submit").await.expect("click open");
+    browser
+        .wait_for("a wrong key is refused", "document.getElementById('key-error').textContent.includes('not known')", SHOWN)
+        .await
+        .expect("refused");
+    browser.type_into("#key-input", api_key()).await.expect("type the key");
+    browser.click("#key-submit").await.expect("click open");
+    browser.wait_for("the board shows", "!document.getElementById('board').hidden", SHOWN).await.expect("signed in");
+}
+
+/// The status the task list shows for `id`.
+fn row_status(id: &str) -> String {
+    format!("(document.querySelector('#tasks tr[data-task-id=\"{id}\"]') || {{dataset: {{}}}}).dataset.status")
+}
+
+/// The types of the events the detail pane lists, in order.
+const EVENT_TYPES: &str = "Array.from(document.querySelectorAll('#events li'), li => li.dataset.type)";
+
+async fn wait_status(browser: &mut Browser, id: &str, status: &str) {
+    let check = format!("{} === '{status}'", row_status(id));
+    browser.wait_for(&format!("{id} shows {status}"), &check, SHOWN).await.expect("status shown");
+}
+
+async fn wait_detail(browser: &mut Browser, id: &str, status: &str) {
+    let check = format!(
+        "document.getElementById('detail').dataset.taskId === '{id}' && \
+         document.getElementById('detail-status').textContent === '{status}' && \
+         document.querySelector('#events li[data-type=\"{status}\"]') !== null"
+    );
+    browser.wait_for(&format!("the pane of {id} shows {status}"), &check, SHOWN).await.expect("detail shown");
+}
+
+/// A PNG of a made-up screen: a title bar over a coloured desktop.
+fn screen_png(shade: u8) -> Vec<u8> {
+    let (width, height) = (SHOT.0 as usize, SHOT.1 as usize);
+    let mut pixels = Vec::with_capacity(width * height * 3);
+    for y in 0..height {
+        for x in 0..width {
+            let pixel = if y < 24 { [40, 48, 60] } else { [shade, 120u8.wrapping_add((x / 4) as u8), 200u8.wrapping_sub((y / 3) as u8)] };
+            pixels.extend_from_slice(&pixel);
+        }
+    }
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, SHOT.0, SHOT.1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().expect("png header");
+    writer.write_image_data(&pixels).expect("png data");
+    writer.finish().expect("png end");
+    bytes
+}
+
+/// Stores `count` screenshots and records them as the running task's
+/// `screenshot` events the way a worker does (next seq, history, channel).
+async fn record_screenshots(redis: &RedisServer, keys: &Keys, store: &BlobStore, id: &str, count: u8) -> u64 {
+    let task = TaskId::parse(id).expect("task id");
+    let client = redis::Client::open(redis.url()).expect("redis client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+    let mut last = 0;
+    for n in 0..count {
+        let stored = store.put_screenshot(screen_png(40 + n * 70)).await.expect("store a screenshot");
+        let seq: u64 = redis::cmd("HINCRBY").arg(keys.task(&task)).arg("seq").arg(1).query_async(&mut conn).await.expect("seq");
+        let event = json!({
+            "seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms()),
+            "type": "screenshot", "hash": stored.hash, "key": stored.key, "bytes": stored.bytes, "dedup": stored.dedup,
+        })
+        .to_string();
+        let () = redis::pipe()
+            .cmd("RPUSH").arg(keys.events(&task)).arg(&event).ignore()
+            .cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore()
+            .query_async(&mut conn)
+            .await
+            .expect("record the event");
+        last = seq;
+    }
+    last
+}
+
+/// The strip holds `count` thumbnails and the large image, screenshot `seq`,
+/// has loaded from its presigned link.
+fn strip_shows(count: usize, seq: u64) -> String {
+    format!(
+        "document.querySelectorAll('#shots img').length === {count} && \
+         (img => img.dataset.seq === '{seq}' && img.complete && img.naturalWidth === {})(document.getElementById('shot-image'))",
+        SHOT.0
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_one_is_cancelled() {
+    let redis = RedisServer::start();
+    let s3 = S3Server::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, &[]);
+    let store = s3.store(&prefix);
+    let api = spawn_api_with_blobs(config.clone(), store.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let first = submit_wait(&client, "wait a little", 300).await;
+    let second = submit_wait(&client, "wait a little more", 400).await;
+    let long = submit_wait(&client, "wait a minute", 60_000).await;
+
+    let mut browser = Browser::launch(VIEWPORT.0, VIEWPORT.1).await.expect("start chromium");
+    sign_in(&mut browser, &api).await;
+    for id in [&first, &second, &long] {
+        wait_status(&mut browser, id, "queued").await;
+    }
+    let lanes = browser.evaluate("document.querySelectorAll('#queues tbody tr').length").await.expect("lanes");
+    assert_eq!(lanes, json!(3), "one row per lane");
+
+    // The list follows the fleet without a reload.
+    let worker = InProcessWorker::start(config, Registry::standard());
+    wait_status(&mut browser, &first, "succeeded").await;
+    wait_status(&mut browser, &second, "succeeded").await;
+    wait_status(&mut browser, &long, "running").await;
+
+    // A finished task's pane replays its whole history.
+    browser.click(&format!("#tasks tr[data-task-id=\"{first}\"]")).await.expect("click the first task");
+    wait_detail(&mut browser, &first, "succeeded").await;
+    let types = browser.evaluate(EVENT_TYPES).await.expect("event types");
+    assert_eq!(types, json!(["queued", "started", "action", "action_completed", "succeeded"]));
+    let approve_hidden = browser.evaluate("document.getElementById('approve').hidden").await.expect("approve");
+    assert_eq!(approve_hidden, json!(true), "approve shows only for a waiting task");
+
+    // A running task's pane follows its events live: screenshots arrive in
+    // the strip, the newest large, loaded from the store's presigned links.
+    browser.click(&format!("#tasks tr[data-task-id=\"{long}\"]")).await.expect("click the long task");
+    let following = format!(
+        "document.getElementById('detail').dataset.taskId === '{long}' && \
+         document.getElementById('detail-status').textContent === 'running' && \
+         document.querySelector('#events li[data-type=\"started\"]') !== null"
+    );
+    browser.wait_for("the running task's pane shows its events", &following, SHOWN).await.expect("running pane");
+    let newest = record_screenshots(&redis, &Keys::new(prefix.clone()), &store, &long, 3).await;
+    browser.wait_for("three screenshots show", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
+
+    // Its Cancel button stops it, and the stream ends with the terminal event.
+    browser.click("#cancel").await.expect("click cancel");
+    wait_detail(&mut browser, &long, "cancelled").await;
+    let ended = "document.getElementById('stream-state').textContent === 'ended'";
+    browser.wait_for("the stream ends after the terminal event", ended, SHOWN).await.expect("ended");
+
+    // The key lives in this tab's session: a reload keeps the board and the open task.
+    let stored = browser.evaluate("[sessionStorage.getItem('flotilla.key'), localStorage.length]").await.expect("storage");
+    assert_eq!(stored, json!([api_key(), 0]));
+    browser.reload().await.expect("reload");
+    wait_detail(&mut browser, &long, "cancelled").await;
+    wait_status(&mut browser, &second, "succeeded").await;
+    browser.wait_for("the screenshots show again", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
+
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = artifact_path();
+    std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
+    std::fs::write(&path, &png).expect("write the screenshot");
+    println!("dashboard screenshot: {}", path.display());
+    let decoder = png::Decoder::new(std::io::Cursor::new(png));
+    let reader = decoder.read_info().expect("the screenshot is a PNG");
+    let info = reader.info();
+    assert_eq!((info.width, info.height), VIEWPORT, "the screenshot is the viewport");
+
+    browser.close().await;
+    worker.stop().await;
+}
