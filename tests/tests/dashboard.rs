@@ -2,7 +2,10 @@
 //! every API call it makes refused without a key, and, in a real headless
 //! Chromium, a key typed in, tasks appearing and finishing live, a running
 //! task's screenshots arriving in its pane and the task cancelled from there,
-//! and a finished task's events shown after a click. A PNG of the page is kept under `<target>/test-artifacts/`.
+//! and a finished task's events shown after a click; and a computer-use
+//! task on a real desktop that waits at a safety check, its screenshot
+//! shown, approved with a click, then finishing. PNGs of the page are kept
+//! under `<target>/test-artifacts/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +14,8 @@ use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::keys::Keys;
 use flotilla_shared::{clock, TaskId};
 use flotilla_tests::browser::Browser;
+use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
+use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::{
     api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker,
@@ -262,4 +267,48 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
 
     browser.close().await;
     worker.stop().await;
+}
+
+/// A computer-use task on a real desktop stops at a safety check; in the
+/// browser its screenshots render, Approve is clicked, and the task goes on
+/// to succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_in_a_browser_a_waiting_task_is_approved_with_a_click_and_finishes() {
+    let model = ScriptedServer::start().await;
+    let call = openai::with_safety_check(openai::computer_call("call_1", openai::click(10, 10, "left")), "sc_1", "malicious_instructions", "Check before clicking.");
+    model.push(openai::reply("resp_1", vec![call]));
+    model.push(openai::reply("resp_2", vec![openai::message("Clicked after approval.")]));
+    let s3 = S3Server::start();
+    let store = s3.store(&unique_prefix());
+    let env = vec![("OPENAI_BASE_URL", format!("{}/v1", model.url())), ("OPENAI_API_KEY", "sk-dashboard-test".to_owned())];
+    let fleet = DesktopFleet::start(DesktopOptions { blobs: Some(store.clone()), env, ..DesktopOptions::default() }).await;
+    let api = spawn_api_with_blobs(fleet.config.clone(), store).await;
+    let id = fleet.submit(json!({"prompt": "click the corner", "pipeline": "openai-cua", "retry": {"max_attempts": 1}})).await;
+
+    let mut browser = Browser::launch(VIEWPORT.0, VIEWPORT.1).await.expect("start chromium");
+    sign_in(&mut browser, &api).await;
+    wait_status(&mut browser, id.as_str(), "waiting").await;
+    browser.click(&format!("#tasks tr[data-task-id=\"{id}\"]")).await.expect("click the waiting task");
+    let waiting = format!(
+        "document.getElementById('detail').dataset.taskId === '{id}' && \
+         document.getElementById('detail-status').textContent === 'waiting' && \
+         !document.getElementById('approve').hidden"
+    );
+    browser.wait_for("the waiting task offers Approve", &waiting, SHOWN).await.expect("approve offered");
+    let desktop_shown = "(img => img.complete && img.naturalWidth === 1024)(document.getElementById('shot-image'))";
+    browser.wait_for("the desktop's screenshot renders", desktop_shown, SHOWN).await.expect("screenshot rendered");
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = artifact_path().with_file_name("dashboard-waiting.png");
+    std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
+    std::fs::write(&path, &png).expect("write the screenshot");
+    println!("dashboard screenshot: {}", path.display());
+
+    browser.click("#approve").await.expect("click approve");
+    wait_detail(&mut browser, id.as_str(), "succeeded").await;
+    let types = browser.evaluate(EVENT_TYPES).await.expect("event types");
+    let types: Vec<String> = serde_json::from_value(types).expect("a list of types");
+    let position = |name: &str| types.iter().position(|t| t == name).unwrap_or_else(|| panic!("no {name} event in {types:?}"));
+    assert!(position("waiting") < position("input") && position("input") < position("action"), "{types:?}");
+    browser.close().await;
+    fleet.stop().await;
 }
