@@ -29,6 +29,13 @@ use tracing::warn;
 use super::{PipelineError, TaskRun};
 use crate::sandbox::{Lease, SandboxError, SandboxPool, SandboxRequest, Screenshot};
 
+/// How long programs get to react to an action before the screen is read.
+const SETTLE_FIRST: Duration = Duration::from_millis(100);
+/// The gap between two captures that must match for the screen to count as settled.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+/// The longest wait for a screen to settle.
+const SETTLE_MAX: Duration = Duration::from_millis(1_000);
+
 /// How often a waiting task looks for a human's input.
 const INPUT_POLL: Duration = Duration::from_millis(250);
 
@@ -198,13 +205,35 @@ impl Session {
         self.steps.guard(work).await
     }
 
-    /// Captures the screen and hands it to the store; returns the capture.
+    /// Captures the screen once it has settled after the last action, and
+    /// hands it to the store; returns the capture.
     pub async fn observe(&self) -> Result<Screenshot, PipelineError> {
-        let id = &self.lease()?.sandbox.id;
-        let shot = self.guard(async { self.pool.provider().screenshot(id).await.map_err(sandbox_failure) }).await?;
+        let shot = self.guard(self.settled_screen()).await?;
         if let Some(log) = &self.screenshots {
             let png = Bytes::from(shot.png.clone());
             self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
+        }
+        Ok(shot)
+    }
+
+    /// The screen once programs have caught up with the last action: after
+    /// [`SETTLE_FIRST`], the first capture equal to the one before it (taken
+    /// [`SETTLE_POLL`] apart), or the latest capture after [`SETTLE_MAX`]
+    /// for a screen that never stops changing.
+    async fn settled_screen(&self) -> Result<Screenshot, PipelineError> {
+        let id = &self.lease()?.sandbox.id;
+        let provider = self.pool.provider();
+        let deadline = Instant::now() + SETTLE_MAX;
+        tokio::time::sleep(SETTLE_FIRST).await;
+        let mut shot = provider.screenshot(id).await.map_err(sandbox_failure)?;
+        while Instant::now() < deadline {
+            tokio::time::sleep(SETTLE_POLL).await;
+            let next = provider.screenshot(id).await.map_err(sandbox_failure)?;
+            let settled = next.png == shot.png;
+            shot = next;
+            if settled {
+                break;
+            }
         }
         Ok(shot)
     }
