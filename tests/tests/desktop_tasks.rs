@@ -170,3 +170,34 @@ async fn sandbox_task_does_not_succeed_when_its_screenshots_cannot_be_stored() {
     assert!(screenshots(&events).is_empty(), "no screenshot is announced that the store does not have");
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_task_rides_out_a_store_outage_and_ends_with_every_screenshot_stored() {
+    let mut s3 = S3Server::start();
+    let store = s3.store(&unique_prefix());
+    let uploads = UploaderOptions { deadline: Duration::from_secs(20), give_up_after: Duration::from_secs(20), ..quick_uploads() };
+    let fleet = DesktopFleet::start(fleet_options(0, Some(store.clone()), uploads)).await;
+    tokio::task::block_in_place(|| s3.stop());
+    let id = fleet
+        .submit(json!({
+            "prompt": "keep working while the store is down", "pipeline": "scripted", "retry": {"max_attempts": 1},
+            "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "move", "x": 300, "y": 200}, {"type": "wait", "ms": 1500}]
+        }))
+        .await;
+    eventually("the task is acting while the store is down", Duration::from_secs(20), async || {
+        count(&events(&fleet.queue, &id).await, "action_completed") >= 2
+    })
+    .await;
+    tokio::task::block_in_place(|| s3.restart());
+    fleet.wait_ended(&id).await;
+
+    let task = record(&fleet.queue, &id).await;
+    let events = events(&fleet.queue, &id).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
+    let shots = screenshots(&events);
+    assert_eq!(shots.len(), 4, "a screenshot before and after each action: {events:?}");
+    for (hash, key, _) in &shots {
+        assert_eq!(&content_hash(&store.get(key).await.expect("stored once the store is back")), hash);
+    }
+    fleet.stop().await;
+}
