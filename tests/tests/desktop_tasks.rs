@@ -11,9 +11,10 @@ use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_shared::event::{Event, EventKind};
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, eventually, png_size, DesktopFleet, DesktopOptions};
-use flotilla_tests::s3_server::S3Server;
+use flotilla_tests::fleet::{test_config, test_env};
+use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, SECRET_KEY};
 use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
-use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient};
+use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient, RedisServer, WorkerProcess};
 use serde_json::{json, Value};
 
 fn fleet_options(warm: usize, blobs: Option<BlobStore>, uploads: UploaderOptions) -> DesktopOptions {
@@ -200,4 +201,42 @@ async fn sandbox_task_rides_out_a_store_outage_and_ends_with_every_screenshot_st
         assert_eq!(&content_hash(&store.get(key).await.expect("stored once the store is back")), hash);
     }
     fleet.stop().await;
+}
+
+/// A worker process given no AWS keys in its environment finds them the
+/// standard AWS way, here in a shared credentials file, and stores its
+/// task's screenshots with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain() {
+    let s3 = S3Server::start();
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let dir = std::env::temp_dir().join(format!("flotilla-aws-{prefix}"));
+    std::fs::create_dir_all(&dir).expect("a profile dir");
+    let credentials = dir.join("credentials");
+    let profile = format!("[default]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n");
+    std::fs::write(&credentials, profile).expect("write the credentials file");
+
+    let mut env: Vec<(String, String)> = test_env(&redis, &prefix, &[("FLOTILLA_SANDBOX_PROVIDER", "local")]);
+    env.extend(s3.worker_env("chain/").into_iter().filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY_ID") && !k.starts_with("AWS_SECRET")));
+    env.push(("AWS_SHARED_CREDENTIALS_FILE".into(), credentials.display().to_string()));
+    env.push(("AWS_CONFIG_FILE".into(), dir.join("config").display().to_string()));
+    env.push(("AWS_EC2_METADATA_DISABLED".into(), "true".into()));
+    env.push(("HOME".into(), dir.display().to_string()));
+    let _worker = WorkerProcess::spawn(&env, "chain-worker");
+
+    let queue = flotilla_tests::tasks::queue(&test_config(&redis, &prefix, &[])).await;
+    let spec = json!({"prompt": "one move", "pipeline": "scripted", "retry": {"max_attempts": 1}, "actions": [{"type": "move", "x": 3, "y": 3}]});
+    let spec = flotilla_shared::task::TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
+    let id = queue.submit(&tenant(), spec).await.expect("submit").id;
+    wait_all_ended(&queue, std::slice::from_ref(&id), Duration::from_secs(60)).await;
+    let task = record(&queue, &id).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?}", task.error);
+    let shots = screenshots(&events(&queue, &id).await);
+    assert_eq!(shots.len(), 2);
+    let store = s3.store("chain/");
+    for (hash, key, _) in &shots {
+        assert_eq!(&content_hash(&store.get(key).await.expect("stored with the profile's keys")), hash);
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

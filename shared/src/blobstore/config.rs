@@ -1,14 +1,14 @@
 //! The blob store's settings: bucket, endpoint and prefix from the fleet's
-//! typed configuration (`FLOTILLA_S3_*`), region and credentials from the
-//! standard `AWS_*` variables.
+//! typed configuration (`FLOTILLA_S3_*`), region and credentials the AWS way.
 //!
-//! Credentials come from the environment only (`AWS_ACCESS_KEY_ID`,
-//! `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`), not from the full
-//! AWS provider chain (profiles, SSO, web identity, instance metadata): that
-//! chain lives in the `aws-config` crate, which adds the STS client to every
-//! worker build. On Kubernetes the keys come from a Secret mounted as
-//! environment variables. Like `Config::from_env`, the loader takes the
-//! environment as an argument so tests never touch the process environment.
+//! With `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and optionally
+//! `AWS_SESSION_TOKEN`) set, those keys are used. Without them the store
+//! asks the standard AWS credentials chain (`aws-config`): the shared
+//! profile files, web identity tokens (IRSA on EKS), the ECS container
+//! endpoint and EC2 instance metadata, in that order. The region is
+//! `AWS_REGION` or `AWS_DEFAULT_REGION`, else `us-east-1`. Like
+//! `Config::from_env`, the loader takes the environment as an argument so
+//! tests never touch the process environment.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -51,7 +51,8 @@ pub struct BlobConfig {
     pub endpoint: Option<String>,
     pub layout: KeyLayout,
     pub region: String,
-    pub credentials: S3Credentials,
+    /// Static keys, or `None` for the standard AWS credentials chain.
+    pub credentials: Option<S3Credentials>,
     pub dedup: DedupStrategy,
     /// How many recently stored hashes each process remembers, to answer a
     /// repeated frame without any request; 0 turns the memory off.
@@ -82,8 +83,7 @@ impl BlobConfig {
         let bucket = config.s3_bucket.clone().ok_or_else(|| problem("FLOTILLA_S3_BUCKET", "is required to store screenshots"))?;
         validate_bucket(&bucket)?;
         let layout = KeyLayout::new(&config.s3_prefix).map_err(|p| problem("FLOTILLA_S3_PREFIX", p))?;
-        let access_key_id = env.get("AWS_ACCESS_KEY_ID").cloned().ok_or_else(|| problem("AWS_ACCESS_KEY_ID", "is required to store screenshots"))?;
-        let secret = env.get("AWS_SECRET_ACCESS_KEY").ok_or_else(|| problem("AWS_SECRET_ACCESS_KEY", "is required to store screenshots"))?;
+        let credentials = static_credentials(&env)?;
         let region = env
             .get("AWS_REGION")
             .or_else(|| env.get("AWS_DEFAULT_REGION"))
@@ -97,11 +97,7 @@ impl BlobConfig {
             endpoint: config.s3_endpoint.clone(),
             layout,
             region,
-            credentials: S3Credentials {
-                access_key_id: access_key_id.trim().to_owned(),
-                secret_access_key: Secret::new(secret.trim()),
-                session_token: env.get("AWS_SESSION_TOKEN").map(|t| Secret::new(t.trim())),
-            },
+            credentials,
             dedup: DedupStrategy::ConditionalPut,
             recent_hashes: 4096,
             recent_ttl: Duration::from_secs(3600),
@@ -122,6 +118,21 @@ impl BlobConfig {
             Some(url) => url.clone(),
             None => format!("s3.{}.amazonaws.com", self.region),
         }
+    }
+}
+
+/// The keys in the environment, `None` when there are none (the standard
+/// chain then finds them); one half of a key pair alone is an error.
+fn static_credentials(env: &HashMap<String, String>) -> Result<Option<S3Credentials>, ConfigError> {
+    match (env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(problem("AWS_SECRET_ACCESS_KEY", "is required with AWS_ACCESS_KEY_ID")),
+        (None, Some(_)) => Err(problem("AWS_ACCESS_KEY_ID", "is required with AWS_SECRET_ACCESS_KEY")),
+        (Some(id), Some(secret)) => Ok(Some(S3Credentials {
+            access_key_id: id.trim().to_owned(),
+            secret_access_key: Secret::new(secret.trim()),
+            session_token: env.get("AWS_SESSION_TOKEN").map(|t| Secret::new(t.trim())),
+        })),
     }
 }
 
@@ -175,6 +186,14 @@ mod tests {
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots")], &[KEYS[1]]).expect_err("no key").var, "AWS_ACCESS_KEY_ID");
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots")], &[KEYS[0]]).expect_err("no secret").var, "AWS_SECRET_ACCESS_KEY");
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots"), ("FLOTILLA_S3_PREFIX", "a/../b")], KEYS).expect_err("bad prefix").var, "FLOTILLA_S3_PREFIX");
+    }
+
+    #[test]
+    fn without_keys_the_standard_chain_is_asked() {
+        let config = load(&[("FLOTILLA_S3_BUCKET", "shots")], &[]).expect("loads");
+        assert!(config.credentials.is_none());
+        let config = load(&[("FLOTILLA_S3_BUCKET", "shots")], KEYS).expect("loads");
+        assert_eq!(config.credentials.map(|c| c.access_key_id).as_deref(), Some("AKIAEXAMPLE"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! calls the store makes, and the one place where SDK errors become
 //! [`BlobError`]s.
 //!
+//! Credentials are the configured keys, or else the standard AWS chain.
 //! The client works against AWS and S3-compatible stores alike: with an
 //! endpoint override it uses path-style addressing, it asks for checksums
 //! only where S3 requires them (several compatible stores reject the SDK's
@@ -13,6 +14,8 @@ use std::time::Duration;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
+use aws_credential_types::provider::{future, ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
@@ -50,14 +53,17 @@ pub(crate) struct S3Bucket {
 
 impl S3Bucket {
     pub fn new(config: &BlobConfig) -> Self {
-        let creds = &config.credentials;
-        let credentials = Credentials::new(
-            creds.access_key_id.clone(),
-            creds.secret_access_key.expose().to_owned(),
-            creds.session_token.as_ref().map(|t| t.expose().to_owned()),
-            None,
-            "flotilla-env",
-        );
+        let region = Region::new(config.region.clone());
+        let credentials = match &config.credentials {
+            Some(keys) => SharedCredentialsProvider::new(Credentials::new(
+                keys.access_key_id.clone(),
+                keys.secret_access_key.expose().to_owned(),
+                keys.session_token.as_ref().map(|t| t.expose().to_owned()),
+                None,
+                "flotilla-env",
+            )),
+            None => SharedCredentialsProvider::new(StandardChain::new(region.clone())),
+        };
         let retry = RetryConfig::standard()
             .with_max_attempts(config.sdk_attempts.max(1))
             .with_initial_backoff(Duration::from_millis(100))
@@ -68,7 +74,7 @@ impl S3Bucket {
             .build();
         let mut builder = aws_sdk_s3::config::Builder::new()
             .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
+            .region(region)
             .credentials_provider(credentials)
             .retry_config(retry)
             .timeout_config(timeouts)
@@ -218,6 +224,33 @@ impl S3Bucket {
             (500..=599, _) => BlobError::Server { status, code, message },
             _ => BlobError::Rejected { status, code, message },
         }
+    }
+}
+
+/// The standard AWS credentials chain (environment, profile files, web
+/// identity, ECS, EC2 instance metadata), built on first use: building it
+/// reads files and so cannot happen while the store is constructed.
+#[derive(Debug)]
+struct StandardChain {
+    region: Region,
+    chain: tokio::sync::OnceCell<DefaultCredentialsChain>,
+}
+
+impl StandardChain {
+    fn new(region: Region) -> Self {
+        Self { region, chain: tokio::sync::OnceCell::new() }
+    }
+}
+
+impl ProvideCredentials for StandardChain {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::new(async move {
+            let chain = self.chain.get_or_init(|| DefaultCredentialsChain::builder().region(self.region.clone()).build()).await;
+            chain.provide_credentials().await
+        })
     }
 }
 
