@@ -8,7 +8,7 @@
 
 use base64::Engine;
 use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::event::{Event, EventKind};
+use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, ScriptedServer};
