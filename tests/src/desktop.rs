@@ -6,18 +6,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flotilla_shared::action::Action;
 use flotilla_shared::blobstore::{BlobStore, UploaderOptions};
-use flotilla_shared::event::Event;
+use flotilla_shared::event::{Event, EventKind};
 use flotilla_shared::ids::TaskId;
 use flotilla_shared::queue::Queue;
-use flotilla_shared::task::TaskSpec;
+use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_shared::Config;
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::Value;
 
-use crate::tasks::{events, queue, tenant, wait_all_ended};
+use crate::tasks::{events, queue, record, tenant, wait_all_ended};
 use crate::{test_config, unique_prefix, InProcessWorker, RedisServer};
 
 /// How long a desktop task may take in a test.
@@ -79,6 +80,14 @@ impl DesktopFleet {
         wait_all_ended(&self.queue, std::slice::from_ref(id), TASK_TIMEOUT).await;
     }
 
+    /// Waits until the task waits for a human.
+    pub async fn wait_until_waiting(&self, id: &TaskId) {
+        eventually("the task waits for a human", Duration::from_secs(30), async || {
+            record(&self.queue, id).await.status == TaskStatus::Waiting
+        })
+        .await;
+    }
+
     /// Stops the worker and ends every pooled desktop.
     pub async fn stop(mut self) {
         if let Some(worker) = self.worker.take() {
@@ -100,6 +109,17 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMu
 /// The `type` names of events, in order.
 pub fn count(events: &[Event], name: &str) -> usize {
     events.iter().filter(|e| e.kind.name() == name).count()
+}
+
+/// The actions a task performed, as the sandbox got them.
+pub fn performed(events: &[Event]) -> Vec<Action> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ActionCompleted { action, .. } => Some(action.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Width and height from a PNG's header.

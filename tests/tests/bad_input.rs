@@ -375,6 +375,12 @@ fn table(acme_task: &str, cancelled_task: &str, idem_task: &str, idem_spec: &Val
         Row::post("replay_of is not a task id", "/v1/tasks")
             .json(json!({"prompt": "x", "pipeline": "scripted", "replay_of": "../../etc"}))
             .expect_field(400, "invalid_request", "replay_of"),
+        Row::post("replay_of beside actions", "/v1/tasks")
+            .json(json!({"prompt": "x", "pipeline": "scripted", "replay_of": "tsk_01jr8z5v6n4q3m2k1h0g9f8e7d", "actions": [{"type": "screenshot"}]}))
+            .expect_field(400, "invalid_request", "actions"),
+        Row::post("replay_of on a model pipeline", "/v1/tasks")
+            .json(spec_with(json!({"replay_of": "tsk_01jr8z5v6n4q3m2k1h0g9f8e7d"})))
+            .expect_field(400, "invalid_request", "replay_of"),
         Row::post("idempotency key over 255 bytes", "/v1/tasks")
             .json(spec_with(json!({"idempotency_key": "k".repeat(256)})))
             .expect_field(400, "invalid_request", "idempotency_key"),

@@ -6,14 +6,11 @@
 //! a 429 is waited out; a malformed answer ends the attempt with a clear
 //! error.
 
-use std::time::Duration;
-
 use base64::Engine;
 use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
+use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{StopCode, TaskStatus};
-use flotilla_tests::desktop::{count, eventually, png_size, DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, ScriptedServer};
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::fleet::binary;
@@ -44,17 +41,6 @@ fn task(pipeline: &str, extra: Value) -> Value {
         spec.extend(extra.clone());
     }
     spec
-}
-
-/// The performed actions, as the sandbox got them.
-fn actions(events: &[Event]) -> Vec<Action> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::ActionCompleted { action, .. } => Some(action.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Every base64 PNG in a request body, decoded.
@@ -96,7 +82,7 @@ async fn sandbox_openai_cua_task_acts_through_scaled_coordinates_until_the_model
     assert_eq!(done.result.as_ref().and_then(|r| r["text"].as_str()), Some("The note is written."));
     assert_eq!(done.usage, Some(json!({"input_tokens": 3000, "output_tokens": 150})), "usage adds up over the turns");
     assert_eq!(
-        actions(&events),
+        performed(&events),
         [
             Action::Click { x: 500, y: 375, button: MouseButton::Left },
             Action::Type { text: "echo cua".into() },
@@ -125,14 +111,6 @@ async fn sandbox_openai_cua_task_acts_through_scaled_coordinates_until_the_model
     fleet.stop().await;
 }
 
-/// Waits until the task waits for a human.
-async fn wait_until_waiting(fleet: &DesktopFleet, id: &TaskId) {
-    eventually("the task waits for a human", Duration::from_secs(30), async || {
-        record(&fleet.queue, id).await.status == TaskStatus::Waiting
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     let server = ScriptedServer::start().await;
@@ -144,7 +122,7 @@ async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     let client = ApiClient::new(&api, api_key());
     let id = fleet.submit(task("openai-cua", json!({}))).await;
 
-    wait_until_waiting(&fleet, &id).await;
+    fleet.wait_until_waiting(&id).await;
     let waiting = record(&fleet.queue, &id).await;
     assert_eq!(waiting.code, Some(StopCode::SensitiveAction));
     assert_eq!(count(&events(&fleet.queue, &id).await, "action"), 0, "nothing is done before the human answers");
@@ -180,7 +158,7 @@ async fn sandbox_a_denied_safety_check_ends_the_task() {
     let fleet = openai_fleet(&server).await;
     let api = spawn_api(fleet.config.clone()).await;
     let id = fleet.submit(task("openai-cua", json!({}))).await;
-    wait_until_waiting(&fleet, &id).await;
+    fleet.wait_until_waiting(&id).await;
     let cli = tokio::process::Command::new(binary("flotilla"))
         .args(["--api", &api.base_url, "--key", api_key(), "deny", id.as_str(), "--message", "not that site"])
         .output()
@@ -228,7 +206,7 @@ async fn sandbox_claude_computer_use_runs_every_step_and_answers_each_tool_use()
     assert_eq!(done.status, TaskStatus::Succeeded, "{events:?}");
     assert_eq!(done.result.as_ref().and_then(|r| r["text"].as_str()), Some("Typed it."));
     assert_eq!(
-        actions(&events),
+        performed(&events),
         [
             Action::Click { x: 640, y: 480, button: MouseButton::Left },
             Action::Type { text: "echo claude".into() },

@@ -26,8 +26,10 @@
 //! - token usage counts cache writes and reads as input tokens.
 //!
 //! A turn that failed leaves the conversation at an end: start a new one.
+//! Plain text requests (no tools) are [`AnthropicText`]'s.
 
 mod actions;
+mod text;
 mod xdotool;
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
@@ -38,6 +40,7 @@ use serde_json::{json, Value};
 use super::http::{Endpoint, ModelHttp};
 use super::{CallResult, ComputerModel, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage};
 use actions::Pointer;
+pub use text::AnthropicText;
 
 /// The Messages API version every request names.
 const API_VERSION: &str = "2023-06-01";
@@ -234,11 +237,17 @@ impl ComputerModel for AnthropicComputerUse {
 
 /// `x-api-key`, `anthropic-version` and the tool's `anthropic-beta`.
 fn request_headers(http: &ModelHttp, tool: ComputerTool) -> Result<HeaderMap, ModelError> {
+    let mut headers = version_headers(http)?;
+    headers.insert(HeaderName::from_static("anthropic-beta"), HeaderValue::from_static(tool.beta()));
+    Ok(headers)
+}
+
+/// `x-api-key` and `anthropic-version`: what every request carries.
+fn version_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
     let mut headers = HeaderMap::new();
     let (name, value) = http.key("x-api-key", "")?;
     headers.insert(name, value);
     headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
-    headers.insert(HeaderName::from_static("anthropic-beta"), HeaderValue::from_static(tool.beta()));
     Ok(headers)
 }
 

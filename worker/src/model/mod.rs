@@ -7,6 +7,9 @@
 //! A model sees the screen scaled to fit its target size and answers in
 //! those coordinates; the step loop maps them back to the sandbox's. Only
 //! the newest screenshot is ever sent: a conversation keeps no older images.
+//!
+//! Besides conversations about a screen, each provider answers one plain
+//! text request without tools through [`TextModel`]: what the planner asks.
 
 pub mod anthropic;
 pub mod http;
@@ -129,4 +132,18 @@ pub trait ComputerModel: Send {
         results: Vec<CallResult>,
         acknowledged: &'a [SafetyCheck],
     ) -> BoxFuture<'a, Result<Turn, ModelError>>;
+}
+
+/// A model's plain text answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub usage: Usage,
+}
+
+/// One-shot text requests to a model: no tools, no screen, no history.
+pub trait TextModel: Send + Sync {
+    /// Asks `prompt` under the system-level `instructions` and returns the
+    /// answer's text.
+    fn complete<'a>(&'a self, instructions: &'a str, prompt: &'a str) -> BoxFuture<'a, Result<Completion, ModelError>>;
 }

@@ -7,11 +7,13 @@
 //! screen as an `input_image`, each later one a `computer_call_output` per
 //! call with the newest screenshot, plus the safety checks a human approved.
 //! Older screenshots are never sent again. Transport, retries and key
-//! handling are [`ModelHttp`]'s.
+//! handling are [`ModelHttp`]'s. Plain text requests (no tools) are
+//! [`OpenAiText`]'s.
 
 mod actions;
 mod json;
 mod response;
+mod text;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -21,6 +23,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 pub use actions::{DEFAULT_WAIT_MS, PIXELS_PER_WHEEL_CLICK};
+pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
 use super::{CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn};
@@ -149,9 +152,7 @@ impl OpenAiCua {
     /// sent as the system-level instructions of every turn.
     pub fn new(config: OpenAiConfig, display: (u32, u32), instructions: Option<String>) -> Result<Self, ModelError> {
         let http = ModelHttp::new(config.endpoint.clone())?;
-        let (name, value) = http.key("authorization", "Bearer ")?;
-        let mut headers = HeaderMap::new();
-        headers.insert(name, value);
+        let headers = bearer_headers(&http)?;
         Ok(Self { http, headers, config, display, instructions, previous_response_id: None, pending_checks: Vec::new() })
     }
 
@@ -268,6 +269,14 @@ impl ComputerModel for OpenAiCua {
             self.exchange(input).await
         })
     }
+}
+
+/// The headers of every request: the key as a bearer token.
+fn bearer_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
+    let (name, value) = http.key("authorization", "Bearer ")?;
+    let mut headers = HeaderMap::new();
+    headers.insert(name, value);
+    Ok(headers)
 }
 
 /// A PNG as a `data:` URL.

@@ -7,6 +7,10 @@
 //! Every step goes through the [`Session`], so events, screenshots, limits
 //! and cancellation behave as in every pipeline. The model only ever gets
 //! the newest screen. Token usage is added up on the task after each turn.
+//! With `plan: true` the [`planner`](super::planner) first splits the task
+//! into steps, before any desktop is taken; each step then gets its own
+//! conversation, on the same desktop, announced with `step_started`.
+//!
 //! Safety checks a model raises follow the task's `sensitive_actions`:
 //! `allow` acknowledges them, `deny` ends the task, and `pause` (the
 //! default) puts the task in `waiting` with code `sensitive-action` until a
@@ -23,17 +27,21 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
+use super::planner::{self, Planned};
 use super::scale::Scale;
-use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
-use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, ComputerTool};
+use super::{Outcome, Pipeline, PipelineError, Session, Steps, TaskRun};
+use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, AnthropicText, ComputerTool};
 use crate::model::http::Endpoint;
-use crate::model::openai::{OpenAiConfig, OpenAiCua, OpenAiTool};
-use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage};
+use crate::model::openai::{OpenAiConfig, OpenAiCua, OpenAiText, OpenAiTool};
+use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage};
 
-/// Opens one task's conversation with a model that sees a screen of the
-/// given size.
+/// Opens a task's conversations with one provider's models.
 pub trait ModelFactory: Send + Sync + 'static {
+    /// A conversation with a model that sees a screen of `display` size.
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError>;
+
+    /// The model the planner asks, without tools.
+    fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError>;
 }
 
 /// A computer-use pipeline over one kind of model.
@@ -52,8 +60,16 @@ impl ComputerUse {
 impl Pipeline for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let mut session = Session::open(run).await?;
-            let result = self.drive(run, &mut session).await;
+            let steps = Steps::new(run);
+            let planned = match run.attempt.spec.plan {
+                Some(true) => Some(planner::plan(&run.attempt.spec.prompt, &steps, &*self.models.planner(run)?).await?),
+                _ => None,
+            };
+            let mut session = Session::open_with(run, steps, run.attempt.spec.sandbox.as_ref()).await?;
+            let result = match &planned {
+                Some(planned) => self.execute(run, &mut session, planned).await,
+                None => self.drive(run, &mut session).await,
+            };
             session.close(result).await
         }
         .boxed()
@@ -61,23 +77,46 @@ impl Pipeline for ComputerUse {
 }
 
 impl ComputerUse {
+    /// Runs the task's prompt as one conversation.
     async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
         let scale = Scale::fit(session.resolution(), self.target);
-        let mut model = self.models.open(run, scale.model)?;
-        let screen = look(session, &scale).await?;
-        let mut turn = session.guard(async { model.start(&run.attempt.spec.prompt, &screen).await.map_err(model_failure) }).await?;
         let mut usage = Usage::default();
+        let text = self.converse(run, session, &scale, &run.attempt.spec.prompt, &mut usage).await?;
+        Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
+    }
+
+    /// Runs a plan's steps in order, one conversation each; the result's
+    /// text is the last step's answer, `steps` holds every step's.
+    async fn execute(&self, run: &TaskRun, session: &mut Session, planned: &Planned) -> Result<Outcome, PipelineError> {
+        let scale = Scale::fit(session.resolution(), self.target);
+        let mut usage = planned.usage;
+        let mut answers = Vec::with_capacity(planned.plan.steps.len());
+        for (index, step) in planned.plan.steps.iter().enumerate() {
+            planner::start_step(&run.attempt, index, step).await?;
+            let prompt = planner::step_prompt(&run.attempt.spec.prompt, planned, index);
+            answers.push(self.converse(run, session, &scale, &prompt, &mut usage).await?);
+        }
+        let text = answers.last().cloned().unwrap_or_default();
+        Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))
+    }
+
+    /// One conversation: shows the model the screen with `prompt` and
+    /// carries out what it asks until it answers without a call; returns
+    /// that answer. Adds the tokens used to `usage` and records the total.
+    async fn converse(&self, run: &TaskRun, session: &mut Session, scale: &Scale, prompt: &str, usage: &mut Usage) -> Result<String, PipelineError> {
+        let mut model = self.models.open(run, scale.model)?;
+        let screen = look(session, scale).await?;
+        let mut turn = session.guard(async { model.start(prompt, &screen).await.map_err(model_failure) }).await?;
         loop {
-            usage += turn.usage;
-            record_turn(session, &turn, usage).await?;
+            *usage += turn.usage;
+            record_turn(session, &turn, *usage).await?;
             if turn.calls.is_empty() {
-                let text = turn.text.clone().unwrap_or_default();
-                return Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })));
+                return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
             let mut results = Vec::with_capacity(turn.calls.len());
             for call in &turn.calls {
-                results.push(carry_out(session, &scale, call).await?);
+                results.push(carry_out(session, scale, call).await?);
             }
             turn = session.guard(async { model.resume(results, &acknowledged).await.map_err(model_failure) }).await?;
         }
@@ -186,7 +225,7 @@ async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, Pip
 
 /// A model fault as the attempt's outcome: worth another attempt when the
 /// provider may recover, fatal when the request or key is wrong.
-fn model_failure(error: ModelError) -> PipelineError {
+pub(super) fn model_failure(error: ModelError) -> PipelineError {
     match error {
         ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => PipelineError::Retryable(error.to_string()),
         ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
@@ -217,13 +256,24 @@ impl OpenAiModels {
     }
 }
 
-impl ModelFactory for OpenAiModels {
-    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+impl OpenAiModels {
+    /// The worker's settings with the task's own model, if it names one.
+    fn config_for(&self, run: &TaskRun) -> Result<OpenAiConfig, PipelineError> {
         let mut config = self.config.clone().ok_or_else(|| missing_key("OPENAI_API_KEY"))?;
         if let Some(model) = &run.attempt.spec.model {
             config.model.clone_from(model);
         }
-        Ok(Box::new(OpenAiCua::new(config, display, None).map_err(model_failure)?))
+        Ok(config)
+    }
+}
+
+impl ModelFactory for OpenAiModels {
+    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+        Ok(Box::new(OpenAiCua::new(self.config_for(run)?, display, None).map_err(model_failure)?))
+    }
+
+    fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
+        Ok(Box::new(OpenAiText::new(&self.config_for(run)?).map_err(model_failure)?))
     }
 }
 
@@ -245,13 +295,24 @@ impl AnthropicModels {
     }
 }
 
-impl ModelFactory for AnthropicModels {
-    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+impl AnthropicModels {
+    /// The worker's settings with the task's own model, if it names one.
+    fn config_for(&self, run: &TaskRun) -> Result<AnthropicConfig, PipelineError> {
         let mut config = self.config.clone().ok_or_else(|| missing_key("ANTHROPIC_API_KEY"))?;
         if let Some(model) = &run.attempt.spec.model {
             config.model.clone_from(model);
         }
-        Ok(Box::new(AnthropicComputerUse::new(config, display, None).map_err(model_failure)?))
+        Ok(config)
+    }
+}
+
+impl ModelFactory for AnthropicModels {
+    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
+        Ok(Box::new(AnthropicComputerUse::new(self.config_for(run)?, display, None).map_err(model_failure)?))
+    }
+
+    fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
+        Ok(Box::new(AnthropicText::new(&self.config_for(run)?).map_err(model_failure)?))
     }
 }
 

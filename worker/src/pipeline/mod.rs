@@ -4,6 +4,8 @@
 
 mod claude_code;
 pub mod computer_use;
+pub mod planner;
+mod replay;
 mod scripted;
 pub mod scale;
 pub mod session;

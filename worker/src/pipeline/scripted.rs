@@ -1,7 +1,11 @@
-//! The scripted pipeline: runs the task's own list of actions in order, with
-//! an `action` and an `action_completed` event for each. A list of waits
-//! alone runs without a sandbox; any other action takes a sandbox for the
-//! task, with a screenshot before the first action and after every one.
+//! The scripted pipeline: runs a list of actions in order, with an `action`
+//! and an `action_completed` event for each: the task's own `actions`, or
+//! the trajectory an earlier task recorded (`replay_of`, see [`replay`]).
+//! A list of waits alone runs without a sandbox; any other action takes a
+//! sandbox for the task, with a screenshot before the first action and
+//! after every one.
+//!
+//! [`replay`]: super::replay
 
 use std::time::Duration;
 
@@ -10,6 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
+use super::replay::{self, Trajectory};
 use super::session::Steps;
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
 
@@ -19,9 +24,13 @@ pub struct Scripted;
 impl Pipeline for Scripted {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let actions = run.attempt.spec.actions.clone().unwrap_or_default();
+            let spec = &run.attempt.spec;
+            let Trajectory { actions, sandbox } = match &spec.replay_of {
+                Some(id) => replay::trajectory(&run.attempt, id).await?,
+                None => Trajectory { actions: spec.actions.clone().unwrap_or_default(), sandbox: spec.sandbox.clone() },
+            };
             if actions.iter().any(Action::needs_sandbox) {
-                let mut session = Session::open(run).await?;
+                let mut session = Session::open_with(run, Steps::new(run), sandbox.as_ref()).await?;
                 let result = run_on_screen(&mut session, &actions).await;
                 session.close(result).await
             } else {

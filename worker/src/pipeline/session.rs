@@ -156,14 +156,21 @@ impl Session {
     /// Takes a sandbox for the task (a warm one when its shape allows),
     /// announces it with `sandbox_ready`, and records it on the task.
     pub async fn open(run: &TaskRun) -> Result<Self, PipelineError> {
+        Self::open_with(run, Steps::new(run), run.attempt.spec.sandbox.as_ref()).await
+    }
+
+    /// Like [`Session::open`], with steps already under way (their limits
+    /// count from before the sandbox, as when a planner ran first) and the
+    /// sandbox `spec` to take in place of the task's own (a replay runs on
+    /// a desktop shaped like its original's).
+    pub async fn open_with(run: &TaskRun, steps: Steps, spec: Option<&SandboxSpec>) -> Result<Self, PipelineError> {
         let Some(pool) = run.tools.sandboxes.clone() else {
             return Err(PipelineError::Fatal {
                 code: StopCode::Problem,
                 message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)".into(),
             });
         };
-        let steps = Steps::new(run);
-        let request = sandbox_request(run.attempt.spec.sandbox.as_ref(), pool.provider().name())?;
+        let request = sandbox_request(spec, pool.provider().name())?;
         let lease = steps.guard(async { pool.acquire(&request, &run.cancel).await.map_err(sandbox_failure) }).await?;
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
