@@ -70,6 +70,31 @@ pub struct SandboxRequest {
     pub timeout: Duration,
 }
 
+/// The smallest and largest screens any provider starts.
+const MIN_RESOLUTION: (u32, u32) = (320, 200);
+const MAX_RESOLUTION: (u32, u32) = (7680, 4320);
+
+impl SandboxRequest {
+    /// Checks what every provider refuses: a screen outside 320×200 to
+    /// 7680×4320, a zero or over-long lifetime, an empty template name.
+    pub fn check(&self, max_timeout: Duration) -> Result<(), SandboxError> {
+        let (w, h) = self.resolution;
+        if !(MIN_RESOLUTION.0..=MAX_RESOLUTION.0).contains(&w) || !(MIN_RESOLUTION.1..=MAX_RESOLUTION.1).contains(&h) {
+            return Err(SandboxError::InvalidRequest(format!(
+                "resolution {w}x{h} is outside {}x{} to {}x{}",
+                MIN_RESOLUTION.0, MIN_RESOLUTION.1, MAX_RESOLUTION.0, MAX_RESOLUTION.1
+            )));
+        }
+        if self.timeout.is_zero() || self.timeout > max_timeout {
+            return Err(SandboxError::InvalidRequest(format!("timeout must be above zero and at most {max_timeout:?}")));
+        }
+        if self.template.as_deref().is_some_and(str::is_empty) {
+            return Err(SandboxError::InvalidRequest("a template name must not be empty".into()));
+        }
+        Ok(())
+    }
+}
+
 impl Default for SandboxRequest {
     fn default() -> Self {
         Self { template: None, resolution: (1024, 768), timeout: Duration::from_secs(300) }

@@ -6,6 +6,7 @@
 
 use std::io::Cursor;
 
+use crate::image::Rgb;
 use crate::sandbox::{SandboxError, Screenshot};
 
 use super::xdo::quote;
@@ -34,8 +35,8 @@ pub(crate) fn from_png(png: Vec<u8>) -> Result<Screenshot, SandboxError> {
     if plain_rgb {
         return Ok(Screenshot { png, width, height });
     }
-    let rgb = decode_rgb(&png)?;
-    Ok(Screenshot { png: encode_rgb(&rgb, width, height)?, width, height })
+    let rgb = Rgb::decode_png(&png).map_err(bad_png)?;
+    Ok(Screenshot { png: rgb.encode_png().map_err(bad_png)?, width, height })
 }
 
 fn bad_png(error: impl std::fmt::Display) -> SandboxError {
@@ -52,37 +53,6 @@ fn header(png: &[u8]) -> Result<(u32, u32, bool), SandboxError> {
     }
     let plain = info.color_type == png::ColorType::Rgb && info.bit_depth == png::BitDepth::Eight;
     Ok((width, height, plain))
-}
-
-/// Any PNG's pixels as 8-bit RGB; alpha is dropped.
-fn decode_rgb(png: &[u8]) -> Result<Vec<u8>, SandboxError> {
-    let mut decoder = png::Decoder::new(Cursor::new(png));
-    decoder.set_transformations(png::Transformations::normalize_to_color8());
-    let mut reader = decoder.read_info().map_err(bad_png)?;
-    let size = reader.output_buffer_size().ok_or_else(|| bad_png("the image is too large"))?;
-    let mut pixels = vec![0; size];
-    let frame = reader.next_frame(&mut pixels).map_err(bad_png)?;
-    pixels.truncate(frame.buffer_size());
-    let channels = match frame.color_type {
-        png::ColorType::Grayscale => return Ok(pixels.iter().flat_map(|g| [*g, *g, *g]).collect()),
-        png::ColorType::GrayscaleAlpha => return Ok(pixels.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect()),
-        png::ColorType::Rgb => return Ok(pixels),
-        png::ColorType::Rgba => 4,
-        png::ColorType::Indexed => return Err(bad_png("a palette survived expansion")),
-    };
-    Ok(pixels.chunks_exact(channels).flat_map(|p| [p[0], p[1], p[2]]).collect())
-}
-
-fn encode_rgb(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, SandboxError> {
-    let mut out = Vec::with_capacity(rgb.len() / 8);
-    let mut encoder = png::Encoder::new(&mut out, width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    encoder.set_compression(png::Compression::Fast);
-    let mut writer = encoder.write_header().map_err(bad_png)?;
-    writer.write_image_data(rgb).map_err(bad_png)?;
-    writer.finish().map_err(bad_png)?;
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -112,7 +82,7 @@ mod tests {
         let png = png_of(png::ColorType::Rgba, 1, 2, &[1, 2, 3, 255, 4, 5, 6, 0]);
         let shot = from_png(png).expect("a screenshot");
         assert_eq!((shot.width, shot.height), (1, 2));
-        assert_eq!(decode_rgb(&shot.png).expect("decodes"), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(Rgb::decode_png(&shot.png).expect("decodes").pixels, [1, 2, 3, 4, 5, 6]);
         assert!(header(&shot.png).expect("header").2, "converted to plain RGB");
     }
 

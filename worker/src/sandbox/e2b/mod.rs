@@ -48,8 +48,6 @@ use super::{CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, Sa
 pub use self::config::{E2bConfig, EnvdAddress, DEFAULT_DOMAIN, DEFAULT_TEMPLATE, DEFAULT_USER};
 
 /// The smallest and largest screens a sandbox may ask for.
-const MIN_RESOLUTION: (u32, u32) = (320, 200);
-const MAX_RESOLUTION: (u32, u32) = (7680, 4320);
 /// The metadata key that records the requested screen size.
 pub(crate) const RESOLUTION_METADATA: &str = "flotilla-resolution";
 /// How long a screenshot's capture may take.
@@ -98,7 +96,7 @@ impl E2bProvider {
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
-        check_request(request)?;
+        request.check(Duration::MAX)?;
         let (width, height) = request.resolution;
         let body = NewSandbox {
             template_id: request.template.clone().unwrap_or_else(|| self.config.template.clone()),
@@ -458,22 +456,6 @@ impl SandboxProvider for E2bProvider {
     }
 }
 
-fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
-    let (w, h) = request.resolution;
-    if !(MIN_RESOLUTION.0..=MAX_RESOLUTION.0).contains(&w) || !(MIN_RESOLUTION.1..=MAX_RESOLUTION.1).contains(&h) {
-        return Err(SandboxError::InvalidRequest(format!(
-            "resolution {w}x{h} is outside {}x{} to {}x{}",
-            MIN_RESOLUTION.0, MIN_RESOLUTION.1, MAX_RESOLUTION.0, MAX_RESOLUTION.1
-        )));
-    }
-    if request.timeout.is_zero() {
-        return Err(SandboxError::InvalidRequest("timeout must be above zero".into()));
-    }
-    if request.template.as_deref().is_some_and(str::is_empty) {
-        return Err(SandboxError::InvalidRequest("a template name must not be empty".into()));
-    }
-    Ok(())
-}
 
 fn check_path(path: &str) -> Result<(), SandboxError> {
     if path.is_empty() || path.contains('\0') {

@@ -39,8 +39,6 @@ pub use self::desktop::TERMINAL_TITLE;
 pub use self::launch::Isolation;
 
 /// The smallest and largest screens a local sandbox may have.
-const MIN_RESOLUTION: (u32, u32) = (320, 200);
-const MAX_RESOLUTION: (u32, u32) = (7680, 4320);
 /// The longest life a sandbox may be given at once.
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// How long reading or writing one file may take.
@@ -463,16 +461,7 @@ impl SandboxProvider for LocalProvider {
 }
 
 fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
-    let (w, h) = request.resolution;
-    if !(MIN_RESOLUTION.0..=MAX_RESOLUTION.0).contains(&w) || !(MIN_RESOLUTION.1..=MAX_RESOLUTION.1).contains(&h) {
-        return Err(SandboxError::InvalidRequest(format!(
-            "resolution {w}x{h} is outside {}x{} to {}x{}",
-            MIN_RESOLUTION.0, MIN_RESOLUTION.1, MAX_RESOLUTION.0, MAX_RESOLUTION.1
-        )));
-    }
-    if request.timeout.is_zero() || request.timeout > MAX_TIMEOUT {
-        return Err(SandboxError::InvalidRequest(format!("timeout must be above zero and at most {MAX_TIMEOUT:?}")));
-    }
+    request.check(MAX_TIMEOUT)?;
     match request.template.as_deref() {
         None | Some(DESKTOP_TEMPLATE) => Ok(()),
         Some(other) => Err(SandboxError::InvalidRequest(format!("unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"))),
