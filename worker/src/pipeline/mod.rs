@@ -4,6 +4,7 @@
 
 mod claude_code;
 pub mod computer_use;
+mod held;
 mod scripted;
 pub mod scale;
 pub mod session;
