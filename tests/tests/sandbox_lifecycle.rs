@@ -19,7 +19,7 @@ use flotilla_shared::keys::Keys;
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
 use flotilla_tests::tasks::record;
-use flotilla_tests::{unique_prefix, RedisServer, RedisUnderTest};
+use flotilla_tests::{unique_prefix, RedisServer};
 use flotilla_worker::sandbox::{
     FleetCap, FleetCapConfig, MemoryProvider, PoolConfig, SandboxError, SandboxPool, SandboxProvider, SandboxRequest,
 };

@@ -14,6 +14,8 @@
 //! renewing, and its slots free themselves once their leases run out.
 //! Releasing removes the member. A sandbox handed over to outlive its task
 //! (`keep_alive`) keeps its slot until the sandbox's own deadline, unrenewed.
+//! A sandbox a task names by id is the user's, started outside the fleet,
+//! and takes no slot.
 //!
 //! [`Keys::sandbox_slots`]: flotilla_shared::keys::Keys::sandbox_slots
 

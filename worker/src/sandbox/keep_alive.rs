@@ -90,9 +90,10 @@ impl KeepAlive {
     /// Resolves once the sandbox could not be kept; never while it is.
     pub async fn lost(&self) -> SandboxLost {
         let mut state = self.state.clone();
-        match state.wait_for(|s| s.lost.is_some()).await {
-            Ok(s) => s.lost.clone().unwrap_or_else(|| SandboxLost::Gone("no reason given".into())),
-            Err(_) => std::future::pending().await,
+        let lost = state.wait_for(|s| s.lost.is_some()).await.ok().and_then(|s| s.lost.clone());
+        match lost {
+            Some(lost) => lost,
+            None => std::future::pending().await,
         }
     }
 }
