@@ -29,10 +29,12 @@ use tokio_util::sync::CancellationToken;
 /// Two workers' views of one fleet-wide cap: separate `FleetCap`s on one key.
 fn caps(redis: &RedisServer, config: &FleetCapConfig) -> (FleetCap, FleetCap) {
     let key = Keys::new(unique_prefix()).sandbox_slots("local");
-    let target = RedisTarget::Single(redis.url());
-    let a = FleetCap::new(target.clone(), key.clone(), "worker-a", config.clone());
-    let b = FleetCap::new(target, key, "worker-b", config.clone());
-    (a, b)
+    (cap_on(redis, &key, "worker-a", config), cap_on(redis, &key, "worker-b", config))
+}
+
+/// A worker's view of the cap counted under `key`.
+fn cap_on(redis: &RedisServer, key: &str, owner: &str, config: &FleetCapConfig) -> FleetCap {
+    FleetCap::new(RedisTarget::Single(redis.url()), key.to_owned(), owner, config.clone())
 }
 
 fn cap_config(max: usize, slot_ttl_ms: u64, max_wait_ms: u64) -> FleetCapConfig {
@@ -93,7 +95,9 @@ async fn a_crashed_holders_slots_come_back_after_their_leases_lapse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_at_the_fleet_cap_is_bounded_and_cancellable() {
     let redis = RedisServer::start();
-    let (holder, waiter) = caps(&redis, &cap_config(1, 5_000, 400));
+    let key = Keys::new(unique_prefix()).sandbox_slots("local");
+    let holder = cap_on(&redis, &key, "holder", &cap_config(1, 5_000, 400));
+    let waiter = cap_on(&redis, &key, "waiter", &cap_config(1, 5_000, 400));
     let held = holder.try_acquire().await.expect("redis").expect("under the cap");
 
     let began = Instant::now();
@@ -101,7 +105,7 @@ async fn waiting_at_the_fleet_cap_is_bounded_and_cancellable() {
     assert!(began.elapsed() >= Duration::from_millis(400), "gave up after {:?}", began.elapsed());
     assert!(matches!(&refused, SandboxError::Unavailable(m) if m.contains("FLOTILLA_SANDBOX_FLEET_MAX")), "{refused}");
 
-    let (_, patient) = caps(&redis, &cap_config(1, 5_000, 60_000));
+    let patient = cap_on(&redis, &key, "patient", &cap_config(1, 5_000, 60_000));
     let cancel = CancellationToken::new();
     let canceller = cancel.clone();
     tokio::spawn(async move {
