@@ -25,6 +25,7 @@ use crate::{test_config, unique_prefix, InProcessWorker, RedisServer};
 pub const TASK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a desktop fleet is started with.
+#[derive(Default)]
 pub struct DesktopOptions {
     /// Ready desktops the pool keeps.
     pub warm: usize,
@@ -36,11 +37,6 @@ pub struct DesktopOptions {
     pub provider: Option<Arc<dyn SandboxProvider>>,
 }
 
-impl Default for DesktopOptions {
-    fn default() -> Self {
-        Self { warm: 0, blobs: None, uploads: UploaderOptions::default(), env: Vec::new(), provider: None }
-    }
-}
 
 /// One in-process worker with local desktops, and its queue.
 pub struct DesktopFleet {

@@ -175,7 +175,7 @@ async fn a_kept_sandbox_serves_a_later_task_that_names_it() {
         }))
         .await;
     assert_eq!(record(&fleet.queue, &second).await.status, TaskStatus::Succeeded, "{events:?}");
-    assert_eq!(sandbox_ids(&events), [kept.clone()], "the named sandbox was used");
+    assert_eq!(sandbox_ids(&events), std::slice::from_ref(&kept), "the named sandbox was used");
     assert!(provider.status(&kept_id).await.expect("the user's sandbox is not killed").alive);
     assert_eq!(provider.created(), 1, "no other sandbox was started");
 
