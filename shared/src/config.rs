@@ -37,6 +37,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_PROVIDER", "sandbox_provider"),
     ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
     ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
+    ("FLOTILLA_SANDBOX_FLEET_MAX", "sandbox_fleet_max"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -149,6 +150,9 @@ pub struct Config {
     pub sandbox_warm: usize,
     /// Sandboxes one worker may hold at once, pooled ones included.
     pub sandbox_max: usize,
+    /// Sandboxes the whole fleet may hold at once (a provider's concurrency
+    /// limit), counted in Redis; no fleet-wide cap when unset.
+    pub sandbox_fleet_max: Option<usize>,
     pub s3_bucket: Option<String>,
     pub s3_endpoint: Option<String>,
     pub s3_prefix: String,
@@ -245,6 +249,10 @@ impl Config {
             sandbox_provider: parse_sandbox_provider(s.get("FLOTILLA_SANDBOX_PROVIDER"))?,
             sandbox_warm: s.count("FLOTILLA_SANDBOX_WARM", 0)?,
             sandbox_max: s.positive("FLOTILLA_SANDBOX_MAX", 16)?,
+            sandbox_fleet_max: match s.get("FLOTILLA_SANDBOX_FLEET_MAX") {
+                Some(_) => Some(s.positive("FLOTILLA_SANDBOX_FLEET_MAX", 1)?),
+                None => None,
+            },
             s3_bucket: s.get("FLOTILLA_S3_BUCKET").map(str::to_owned),
             s3_endpoint: s.url("FLOTILLA_S3_ENDPOINT")?,
             s3_prefix: s.text("FLOTILLA_S3_PREFIX", "").to_owned(),
@@ -483,6 +491,15 @@ mod tests {
         let config = load(&[("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_SANDBOX_WARM", "2")]).expect("loads");
         assert_eq!(config.sandbox_provider, Some(SandboxProviderKind::Local));
         assert_eq!(config.sandbox_warm, 2);
+    }
+
+    #[test]
+    fn the_fleet_cap_is_off_unless_set_and_must_be_positive() {
+        assert_eq!(load(&[]).expect("defaults load").sandbox_fleet_max, None);
+        let config = load(&[("FLOTILLA_SANDBOX_FLEET_MAX", "20")]).expect("loads");
+        assert_eq!(config.sandbox_fleet_max, Some(20));
+        let err = load(&[("FLOTILLA_SANDBOX_FLEET_MAX", "0")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_SANDBOX_FLEET_MAX");
     }
 
     #[test]

@@ -109,6 +109,13 @@ impl Keys {
         format!("{}:{{s}}:tenant:{tenant}", self.prefix)
     }
 
+    /// Sorted set: the sandboxes the fleet holds of one provider, each a
+    /// slot member scored by the epoch ms (Redis time) its holder's lease on
+    /// it ends; the fleet-wide cap counts the unexpired members.
+    pub fn sandbox_slots(&self, provider: &str) -> String {
+        format!("{}:{{sandboxes}}:{provider}:slots", self.prefix)
+    }
+
     /// What every event channel name starts with.
     pub fn channel_prefix(&self) -> String {
         format!("{}:events:", self.prefix)

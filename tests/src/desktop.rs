@@ -1,5 +1,6 @@
 //! A fleet whose worker runs tasks on real local desktops: one in-process
-//! worker with a `LocalProvider` sandbox pool (and optionally a blob store),
+//! worker with a `LocalProvider` sandbox pool (or another provider a test
+//! gives, and optionally a blob store),
 //! on its own `redis-server`, with helpers to submit a task and wait for its
 //! end.
 
@@ -13,7 +14,7 @@ use flotilla_shared::ids::TaskId;
 use flotilla_shared::queue::Queue;
 use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_shared::Config;
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::Value;
@@ -25,6 +26,7 @@ use crate::{test_config, unique_prefix, InProcessWorker, RedisServer};
 pub const TASK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a desktop fleet is started with.
+#[derive(Default)]
 pub struct DesktopOptions {
     /// Ready desktops the pool keeps.
     pub warm: usize,
@@ -32,13 +34,10 @@ pub struct DesktopOptions {
     pub uploads: UploaderOptions,
     /// Settings beside the test defaults (model endpoints and keys, …).
     pub env: Vec<(&'static str, String)>,
+    /// The sandboxes' provider; local desktops when none.
+    pub provider: Option<Arc<dyn SandboxProvider>>,
 }
 
-impl Default for DesktopOptions {
-    fn default() -> Self {
-        Self { warm: 0, blobs: None, uploads: UploaderOptions::default(), env: Vec::new() }
-    }
-}
 
 /// One in-process worker with local desktops, and its queue.
 pub struct DesktopFleet {
@@ -56,7 +55,7 @@ impl DesktopFleet {
         let mut extra: Vec<(&str, &str)> = vec![("FLOTILLA_HEARTBEAT_MS", "200")];
         extra.extend(options.env.iter().map(|(k, v)| (*k, v.as_str())));
         let config = test_config(&redis, &unique_prefix(), &extra);
-        let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
+        let provider = options.provider.unwrap_or_else(|| Arc::new(LocalProvider::new(LocalConfig::default())));
         let pool = SandboxPool::new(provider, PoolConfig { warm: options.warm, max_live: 4, ..PoolConfig::default() });
         let tools = Tools { sandboxes: Some(pool.clone()), blobs: options.blobs, uploads: options.uploads, gateway: None };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);

@@ -3,7 +3,9 @@
 //! tasks end to end. Each test checks what a user relies on: the sandbox is
 //! announced and released, every step has its events, every screenshot is
 //! stored once and listed on the task with a working presigned link, and
-//! limits, cancels and a broken store end the task as the contract says.
+//! limits, cancels and a broken store end the task as the contract says;
+//! a desktop killed from outside is replaced on the next attempt, and a
+//! desktop the task names by id is used and left running.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use flotilla_tests::fleet::{test_config, test_env};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, SECRET_KEY};
 use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient, RedisServer, WorkerProcess};
+use flotilla_worker::sandbox::{SandboxId, SandboxRequest};
 use serde_json::{json, Value};
 
 fn fleet_options(warm: usize, blobs: Option<BlobStore>, uploads: UploaderOptions) -> DesktopOptions {
@@ -239,4 +242,60 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
         assert_eq!(&content_hash(&store.get(key).await.expect("stored with the profile's keys")), hash);
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+fn sandbox_ids(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_killed_from_outside_is_replaced_on_the_next_attempt() {
+    let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
+    let id = fleet.submit(json!({
+        "prompt": "act while the desktop is killed", "pipeline": "scripted", "retry": {"max_attempts": 3},
+        "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 1500}, {"type": "move", "x": 9, "y": 9}]
+    })).await;
+    eventually("the task acts on its first desktop", Duration::from_secs(30), async || {
+        events(&fleet.queue, &id).await.iter().any(|e| e.kind.name() == "action_completed")
+    })
+    .await;
+    let first = sandbox_ids(&events(&fleet.queue, &id).await).remove(0);
+    let first_id = SandboxId::parse(&first).expect("sandbox id");
+    fleet.pool.provider().kill(&first_id).await.expect("killed from outside");
+
+    fleet.wait_ended(&id).await;
+    let history = events(&fleet.queue, &id).await;
+    let task = record(&fleet.queue, &id).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(task.attempts, 2, "the attempt on the killed desktop was retried");
+    let ids = sandbox_ids(&history);
+    assert_eq!(ids.len(), 2, "{history:?}");
+    assert_eq!(ids[0], first);
+    assert_ne!(ids[1], first, "the retry got a new desktop");
+    assert_eq!(task.sandbox.as_ref().and_then(|s| s["id"].as_str()), Some(ids[1].as_str()));
+    eventually("the desktop is released", Duration::from_secs(5), async || fleet.pool.live() == 0).await;
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_named_by_id_is_used_and_left_running() {
+    let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
+    let provider = fleet.pool.provider().clone();
+    let mine = provider.create(&SandboxRequest::default()).await.expect("a desktop of the user's own");
+    let (id, events) = fleet.run_to_end(json!({
+        "prompt": "use my desktop", "pipeline": "scripted",
+        "actions": [{"type": "move", "x": 7, "y": 7}],
+        "sandbox": {"id": mine.id.as_str()}
+    })).await;
+    assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Succeeded, "{events:?}");
+    assert_eq!(sandbox_ids(&events), [mine.id.to_string()]);
+    assert!(provider.status(&mine.id).await.expect("still there").alive, "the user's desktop is not killed");
+    provider.kill(&mine.id).await.expect("kill");
+    fleet.stop().await;
 }

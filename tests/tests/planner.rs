@@ -248,7 +248,7 @@ async fn sandbox_a_replay_runs_the_recorded_actions_without_a_model_and_ends_on_
     server.push(openai::reply("resp_3", vec![openai::message("Written.")]));
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let options = DesktopOptions { env: openai_env(&server), blobs: Some(store.clone()), uploads: UploaderOptions::default(), warm: 0 };
+    let options = DesktopOptions { env: openai_env(&server), blobs: Some(store.clone()), uploads: UploaderOptions::default(), ..DesktopOptions::default() };
     let fleet = DesktopFleet::start(options).await;
     let original = json!({
         "prompt": "write r.txt from the terminal",

@@ -1,6 +1,7 @@
 //! What a worker gives tasks beyond the queue, built from the typed
 //! configuration: a sandbox pool over the configured provider, the blob
-//! store for screenshots and artifacts, and the model gateway through which
+//! store for screenshots and artifacts (with a fleet-wide cap on live
+//! sandboxes in Redis when `FLOTILLA_SANDBOX_FLEET_MAX` is set), and the model gateway through which
 //! sandboxes reach the model provider. Any may be absent; a task that
 //! needs a missing one ends with code `problem` and a message saying which
 //! setting to add.
@@ -9,11 +10,14 @@ use std::sync::Arc;
 
 use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
 use flotilla_shared::task::SandboxProviderKind;
+use flotilla_shared::keys::Keys;
 use flotilla_shared::Config;
 use tracing::{info, warn};
 
 use crate::gateway::{GatewayConfig, ModelGateway};
-use crate::sandbox::{E2bConfig, E2bProvider, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
+use crate::sandbox::{
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider,
+};
 
 /// Sandboxes and storage for the tasks of one worker.
 #[derive(Clone, Default)]
@@ -36,7 +40,11 @@ impl Tools {
     {
         let sandboxes = match config.sandbox_provider {
             None => None,
-            Some(kind) => Some(SandboxPool::new(provider(config, kind)?, pool_config(config))),
+            Some(kind) => {
+                let provider = provider(config, kind)?;
+                let pool_config = pool_config(config, provider.name());
+                Some(SandboxPool::new(provider, pool_config))
+            }
         };
         let blobs = match &config.s3_bucket {
             None => None,
@@ -68,8 +76,21 @@ fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dy
     }
 }
 
-fn pool_config(config: &Config) -> PoolConfig {
-    PoolConfig { warm: config.sandbox_warm, max_live: config.sandbox_max.max(config.sandbox_warm), ..PoolConfig::default() }
+fn pool_config(config: &Config, provider: &str) -> PoolConfig {
+    PoolConfig {
+        warm: config.sandbox_warm,
+        max_live: config.sandbox_max.max(config.sandbox_warm),
+        fleet: fleet_cap(config, provider),
+        ..PoolConfig::default()
+    }
+}
+
+/// The fleet-wide cap of `provider`'s sandboxes, when one is configured.
+fn fleet_cap(config: &Config, provider: &str) -> Option<FleetCap> {
+    let max = config.sandbox_fleet_max?;
+    let key = Keys::new(config.key_prefix.clone()).sandbox_slots(provider);
+    info!(provider, max, "sandboxes are capped fleet-wide");
+    Some(FleetCap::new(config.redis.clone(), key, &config.worker_id, FleetCapConfig::new(max)))
 }
 
 /// The store, checked once: a store that does not answer yet is used

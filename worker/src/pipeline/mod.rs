@@ -4,6 +4,7 @@
 
 mod claude_code;
 pub mod computer_use;
+mod held;
 pub mod planner;
 mod replay;
 mod scripted;

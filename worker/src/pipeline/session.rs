@@ -5,6 +5,13 @@
 //! `screenshot` events, `max_steps`, `max_duration_s` and cancellation work
 //! the same for all of them.
 //!
+//! Which sandbox a session holds and what becomes of it at the end is
+//! [`held`](super::held)'s business. While the session runs, a
+//! [`KeepAlive`] extends the sandbox before its deadline; when it cannot,
+//! every guarded step ends at once: with code `problem` when the sandbox
+//! could not be extended, as retryable when it was ended from outside (the
+//! next attempt gets a new sandbox).
+//!
 //! Screenshots go to the [`Uploader`] the moment they are taken and the loop
 //! goes on; a background feed emits each `screenshot` event once its image
 //! is stored, in step order. Closing a session that succeeded waits until
@@ -26,8 +33,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::held::{Held, SandboxChoice};
 use super::{PipelineError, TaskRun};
-use crate::sandbox::{Lease, SandboxError, SandboxPool, SandboxRequest, Screenshot};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
 const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -67,11 +75,13 @@ pub struct Steps {
     cancel: CancellationToken,
     limits: Limits,
     taken: u32,
+    /// The keeper of the task's sandbox, once it has one.
+    keeper: Option<Arc<KeepAlive>>,
 }
 
 impl Steps {
     pub fn new(run: &TaskRun) -> Self {
-        Self { attempt: Arc::clone(&run.attempt), cancel: run.cancel.clone(), limits: Limits::of(run), taken: 0 }
+        Self { attempt: Arc::clone(&run.attempt), cancel: run.cancel.clone(), limits: Limits::of(run), taken: 0, keeper: None }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -82,11 +92,13 @@ impl Steps {
         self.taken
     }
 
-    /// Runs `work` unless the task is cancelled or out of time first.
+    /// Runs `work` unless the task is cancelled, out of time or without
+    /// its sandbox first.
     pub async fn guard<T>(&self, work: impl Future<Output = Result<T, PipelineError>>) -> Result<T, PipelineError> {
         tokio::select! {
             result = work => result,
             () = self.cancel.cancelled() => Err(PipelineError::Cancelled),
+            lost = sandbox_lost(self.keeper.as_deref()) => Err(lost_failure(lost)),
             () = tokio::time::sleep_until(self.limits.deadline.into()) => Err(PipelineError::Fatal {
                 code: StopCode::Problem,
                 message: "the task reached its max_duration_s".into(),
@@ -140,7 +152,7 @@ impl Steps {
 pub struct Session {
     attempt: Arc<Attempt>,
     pool: SandboxPool,
-    lease: Option<Lease>,
+    held: Option<Held>,
     screenshots: Option<ScreenshotLog>,
     steps: Steps,
 }
@@ -153,8 +165,9 @@ struct ScreenshotLog {
 }
 
 impl Session {
-    /// Takes a sandbox for the task (a warm one when its shape allows),
-    /// announces it with `sandbox_ready`, and records it on the task.
+    /// Takes the sandbox the task asks for (a warm one when its shape
+    /// allows, or the existing one it names), keeps it alive, announces it
+    /// with `sandbox_ready`, and records it on the task.
     pub async fn open(run: &TaskRun) -> Result<Self, PipelineError> {
         Self::open_with(run, Steps::new(run), run.attempt.spec.sandbox.as_ref()).await
     }
@@ -170,28 +183,32 @@ impl Session {
                 message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)".into(),
             });
         };
-        let request = sandbox_request(spec, pool.provider().name())?;
-        let lease = steps.guard(async { pool.acquire(&request, &run.cancel).await.map_err(sandbox_failure) }).await?;
+        let mut steps = steps;
+        let choice = SandboxChoice::of(spec, pool.provider().name())?;
+        let held = steps.guard(Held::take(&pool, &choice, &run.cancel)).await?;
+        let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
+        let sandbox = held.sandbox();
+        steps.keeper = Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
-            lease: None,
+            held: None,
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.attempt)),
             steps,
         };
-        let announced = session.announce(&lease).await;
-        session.lease = Some(lease);
+        let announced = session.announce(&held).await;
+        session.held = Some(held);
         announced.map(|()| session)
     }
 
-    async fn announce(&self, lease: &Lease) -> Result<(), PipelineError> {
-        let sandbox = &lease.sandbox;
+    async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
+        let sandbox = held.sandbox();
         let record = serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": null });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),
             stream_url: None,
-            warm: lease.warm,
-            ms: lease.waited.as_millis() as u64,
+            warm: held.warm(),
+            ms: held.waited().as_millis() as u64,
         };
         self.attempt.emit(ready, &[("sandbox", record.to_string())]).await?;
         Ok(())
@@ -199,7 +216,7 @@ impl Session {
 
     /// The screen size of the sandbox.
     pub fn resolution(&self) -> (u32, u32) {
-        self.lease.as_ref().map_or((0, 0), |l| l.sandbox.resolution)
+        self.held.as_ref().map_or((0, 0), |h| h.sandbox().resolution)
     }
 
     /// The task's step count and limits.
@@ -228,7 +245,7 @@ impl Session {
     /// [`SETTLE_POLL`] apart), or the latest capture after [`SETTLE_MAX`]
     /// for a screen that never stops changing.
     async fn settled_screen(&self) -> Result<Screenshot, PipelineError> {
-        let id = &self.lease()?.sandbox.id;
+        let id = &self.held()?.sandbox().id;
         let provider = self.pool.provider();
         let deadline = Instant::now() + SETTLE_MAX;
         tokio::time::sleep(SETTLE_FIRST).await;
@@ -247,25 +264,25 @@ impl Session {
 
     /// Performs one action on the sandbox as a step.
     pub async fn act(&mut self, action: &Action) -> Result<(), PipelineError> {
-        let id = self.lease()?.sandbox.id.clone();
+        let id = self.held()?.sandbox().id.clone();
         let provider = Arc::clone(self.pool.provider());
         self.steps.take(action, async { provider.act(&id, action).await.map_err(sandbox_failure) }).await
     }
 
     /// The sandbox's provider and id, for pipelines that run commands or
     /// move files in it.
-    pub fn sandbox(&self) -> Result<(&Arc<dyn crate::sandbox::SandboxProvider>, &crate::sandbox::SandboxId), PipelineError> {
-        Ok((self.pool.provider(), &self.lease()?.sandbox.id))
+    pub fn sandbox(&self) -> Result<(&Arc<dyn SandboxProvider>, &SandboxId), PipelineError> {
+        Ok(self.held()?.provider_and_id(&self.pool))
     }
 
-    fn lease(&self) -> Result<&Lease, PipelineError> {
-        self.lease.as_ref().ok_or_else(|| PipelineError::Retryable("the session has no sandbox".into()))
+    fn held(&self) -> Result<&Held, PipelineError> {
+        self.held.as_ref().ok_or_else(|| PipelineError::Retryable("the session has no sandbox".into()))
     }
 
     /// Ends the session. When `result` is a success, first waits until every
     /// screenshot is stored and its event emitted; a screenshot that cannot
-    /// be stored turns the success into an error. The sandbox is released in
-    /// every case.
+    /// be stored turns the success into an error. Then the sandbox is
+    /// settled: released, or kept for a later task when the task asked so.
     pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
         let result = match (result, self.screenshots.take()) {
             (Ok(value), Some(log)) => log.finish().await.map(|()| value),
@@ -275,8 +292,9 @@ impl Session {
             }
             (result, None) => result,
         };
-        if let Some(lease) = self.lease.take() {
-            self.pool.release(lease).await;
+        let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
+        if let Some(held) = self.held.take() {
+            held.settle(&self.pool, &result, expires_at).await;
         }
         result
     }
@@ -289,11 +307,8 @@ impl Drop for Session {
         if let Some(log) = self.screenshots.take() {
             log.abandon();
         }
-        if let Some(lease) = self.lease.take() {
-            let pool = self.pool.clone();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move { pool.release(lease).await });
-            }
+        if let Some(held) = self.held.take() {
+            held.release_in_background(&self.pool);
         }
     }
 }
@@ -331,38 +346,6 @@ impl ScreenshotLog {
     }
 }
 
-/// What the task's `sandbox` field asks for, checked against this worker's
-/// provider.
-fn sandbox_request(spec: Option<&SandboxSpec>, provider: &str) -> Result<SandboxRequest, PipelineError> {
-    let mut request = SandboxRequest::default();
-    let Some(spec) = spec else {
-        return Ok(request);
-    };
-    if let Some(kind) = spec.provider {
-        let wanted = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-        if wanted != provider {
-            return Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: format!("the task asks for a {wanted} sandbox and this worker provides {provider}"),
-            });
-        }
-    }
-    if spec.id.is_some() {
-        return Err(PipelineError::Fatal {
-            code: StopCode::Problem,
-            message: "running in an existing sandbox (sandbox.id) is not supported by this worker".into(),
-        });
-    }
-    request.template.clone_from(&spec.template);
-    if let Some([w, h]) = spec.resolution {
-        request.resolution = (w, h);
-    }
-    if let Some(seconds) = spec.timeout_s {
-        request.timeout = Duration::from_secs(seconds);
-    }
-    Ok(request)
-}
-
 /// A sandbox fault as the attempt's outcome: a bad action is the task's
 /// fault; a gone or failing sandbox is worth another attempt on a new one.
 pub(crate) fn sandbox_failure(error: SandboxError) -> PipelineError {
@@ -372,6 +355,23 @@ pub(crate) fn sandbox_failure(error: SandboxError) -> PipelineError {
             PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
         }
         other => PipelineError::Retryable(other.to_string()),
+    }
+}
+
+/// Resolves once the sandbox could not be kept; never without a keeper.
+async fn sandbox_lost(keeper: Option<&KeepAlive>) -> SandboxLost {
+    match keeper {
+        Some(keeper) => keeper.lost().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A sandbox ended from outside is worth another attempt on a new one; one
+/// that could not be extended ends the task.
+fn lost_failure(lost: SandboxLost) -> PipelineError {
+    match lost {
+        SandboxLost::Gone(_) => PipelineError::Retryable(lost.to_string()),
+        SandboxLost::NotExtended(_) => PipelineError::Fatal { code: StopCode::Problem, message: lost.to_string() },
     }
 }
 

@@ -6,6 +6,9 @@
 
 pub mod e2b;
 mod error;
+pub mod fleet;
+pub mod keep_alive;
+pub mod memory;
 pub mod pool;
 pub mod keys;
 pub mod local;
@@ -23,6 +26,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
+pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
+pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
+pub use memory::MemoryProvider;
 pub use local::{Isolation, LocalConfig, LocalProvider};
 pub use pool::{Lease, PoolConfig, SandboxPool};
 

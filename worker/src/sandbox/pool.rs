@@ -8,6 +8,12 @@
 //! background. `max_live` caps the sandboxes this worker holds at once,
 //! pooled ones included, so a burst cannot exceed a provider's concurrency
 //! limit. Pooled sandboxes are replaced before their deadline runs out.
+//! With a [`FleetCap`], every sandbox held (ready, starting or in use) also
+//! takes a fleet-wide slot in Redis, so all workers together stay under the
+//! provider's limit; a task waits for a slot (bounded, cancellable) when the
+//! fleet is at its cap. A sandbox handed over with [`SandboxPool::keep`]
+//! outlives its task: it is not killed, and its slot stays taken until the
+//! sandbox's deadline.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -18,7 +24,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::fleet::{FleetCap, FleetSlot};
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxRequest};
+
+/// Pause before trying again after a warm sandbox failed to start.
+const FAILED_PAUSE: Duration = Duration::from_secs(2);
+/// Pause after the provider refused the worker's credentials or request.
+const REFUSED_PAUSE: Duration = Duration::from_secs(60);
+/// Pause before a warm sandbox tries again for a fleet slot.
+const FLEET_FULL_PAUSE: Duration = Duration::from_secs(2);
 
 /// How the pool is sized.
 #[derive(Debug, Clone)]
@@ -31,6 +45,9 @@ pub struct PoolConfig {
     pub default_request: SandboxRequest,
     /// A pooled sandbox with less life left than this is replaced, not handed out.
     pub min_life_left: Duration,
+    /// The fleet-wide cap every sandbox of this pool counts against; none
+    /// when only `max_live` applies.
+    pub fleet: Option<FleetCap>,
 }
 
 impl Default for PoolConfig {
@@ -40,6 +57,7 @@ impl Default for PoolConfig {
             max_live: 8,
             default_request: SandboxRequest { timeout: Duration::from_secs(1800), ..SandboxRequest::default() },
             min_life_left: Duration::from_secs(120),
+            fleet: None,
         }
     }
 }
@@ -52,12 +70,15 @@ pub struct Lease {
     /// How long getting it took.
     pub waited: Duration,
     _permit: OwnedSemaphorePermit,
+    fleet: Option<FleetSlot>,
 }
 
-/// A ready sandbox waiting in the pool, with its share of `max_live`.
+/// A ready sandbox waiting in the pool, with its share of `max_live` and
+/// its fleet slot.
 struct Ready {
     sandbox: Sandbox,
     permit: OwnedSemaphorePermit,
+    fleet: Option<FleetSlot>,
 }
 
 /// A provider with a warm pool. Cheap to clone; clones share the pool.
@@ -114,24 +135,43 @@ impl SandboxPool {
         if self.fits_pool(request) {
             if let Some(ready) = self.take_ready() {
                 self.refill();
-                return Ok(Lease { sandbox: ready.sandbox, warm: true, waited: began.elapsed(), _permit: ready.permit });
+                return Ok(Lease { sandbox: ready.sandbox, warm: true, waited: began.elapsed(), _permit: ready.permit, fleet: ready.fleet });
             }
         }
         let permit = tokio::select! {
             permit = Arc::clone(&self.inner.live).acquire_owned() => permit.map_err(|_| SandboxError::Unavailable("the sandbox pool is closed".into()))?,
             () = cancel.cancelled() => return Err(SandboxError::Unavailable("cancelled while waiting for a sandbox".into())),
         };
+        let fleet = match &self.inner.config.fleet {
+            Some(cap) => Some(cap.acquire(cancel).await?),
+            None => None,
+        };
         let sandbox = self.inner.provider.create(request).await?;
         self.refill();
-        Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit })
+        Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }
 
     /// Ends a task's sandbox (a used desktop is never reused) and tops the
     /// pool up again.
-    pub async fn release(&self, lease: Lease) {
+    pub async fn release(&self, mut lease: Lease) {
         if let Err(e) = self.inner.provider.kill(&lease.sandbox.id).await {
             warn!(sandbox = %lease.sandbox.id, error = %e, "could not kill a released sandbox");
         }
+        if let Some(slot) = lease.fleet.take() {
+            slot.release().await;
+        }
+        drop(lease);
+        self.refill();
+    }
+
+    /// Lets a task's sandbox outlive the task (`keep_alive`): it is not
+    /// killed and no longer counts against `max_live`; its fleet slot stays
+    /// taken until `lease.sandbox.expires_at`, when the provider ends it.
+    pub async fn keep(&self, mut lease: Lease) {
+        if let Some(slot) = lease.fleet.take() {
+            slot.hand_over(lease.sandbox.expires_at).await;
+        }
+        debug!(sandbox = %lease.sandbox.id, "a sandbox outlives its task");
         drop(lease);
         self.refill();
     }
@@ -142,6 +182,9 @@ impl SandboxPool {
         let drained: Vec<Ready> = lock(&self.inner.ready).drain(..).collect();
         for ready in drained {
             self.inner.provider.kill(&ready.sandbox.id).await.ok();
+            if let Some(slot) = ready.fleet {
+                slot.release().await;
+            }
         }
     }
 
@@ -196,6 +239,12 @@ impl SandboxPool {
 
     async fn start_one(&self, permit: OwnedSemaphorePermit) {
         let inner = &self.inner;
+        let Some(fleet) = self.pooled_fleet_slot().await else {
+            *lock(&inner.filling) -= 1;
+            drop(permit);
+            self.refill_later(FLEET_FULL_PAUSE).await;
+            return;
+        };
         let created = tokio::select! {
             created = inner.provider.create(&inner.config.default_request) => created,
             () = inner.stop.cancelled() => Err(SandboxError::Unavailable("the pool is shutting down".into())),
@@ -207,15 +256,47 @@ impl SandboxPool {
             }
             Ok(sandbox) => {
                 debug!(sandbox = %sandbox.id, "a warm sandbox is ready");
-                lock(&inner.ready).push_back(Ready { sandbox, permit });
+                lock(&inner.ready).push_back(Ready { sandbox, permit, fleet });
             }
             Err(e) => {
-                warn!(error = %e, "could not start a warm sandbox; trying again shortly");
+                let pause = refill_pause(&e);
+                warn!(error = %e, pause_s = pause.as_secs(), "could not start a warm sandbox; trying again later");
                 drop(permit);
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                self.refill();
+                drop(fleet);
+                self.refill_later(pause).await;
             }
         }
+    }
+
+    /// A fleet slot for a sandbox the pool starts on its own: `Some(None)`
+    /// without a fleet cap; `None` while the fleet is at its cap (a waiting
+    /// task comes before a warm sandbox).
+    async fn pooled_fleet_slot(&self) -> Option<Option<FleetSlot>> {
+        let Some(cap) = &self.inner.config.fleet else { return Some(None) };
+        match cap.try_acquire().await {
+            Ok(Some(slot)) => Some(Some(slot)),
+            Ok(None) => None,
+            Err(e) => {
+                warn!(error = %e, "could not take a fleet slot for a warm sandbox");
+                None
+            }
+        }
+    }
+
+    async fn refill_later(&self, pause: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => self.refill(),
+            () = self.inner.stop.cancelled() => {}
+        }
+    }
+}
+
+/// How long to wait after a warm sandbox could not be started: a refused
+/// credential will be refused again, so it is tried rarely, not in a storm.
+fn refill_pause(error: &SandboxError) -> Duration {
+    match error {
+        SandboxError::Unauthorized(_) | SandboxError::InvalidRequest(_) => REFUSED_PAUSE,
+        _ => FAILED_PAUSE,
     }
 }
 

@@ -1,16 +1,19 @@
 //! The E2B provider against the local E2B stand-in, whose sandboxes are
 //! real desktops: the shared behaviour suite, then what only a hosted
 //! provider meets: a refused key, rate limiting, sandboxes that vanish
-//! from outside. Each test has its own fake (ports, key, desktops).
+//! from outside; and the first two through a pool, as tasks meet them. Each test has its own fake (ports, key, desktops).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::action::{Action, MouseButton};
 use flotilla_shared::config::Secret;
+use tokio_util::sync::CancellationToken;
 
 use super::fake::FakeE2b;
 use super::{E2bConfig, E2bProvider};
-use crate::sandbox::{suite, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
+
+use crate::sandbox::{suite, PoolConfig, SandboxError, SandboxId, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// A fake and a provider pointed at it.
 async fn fixture() -> (FakeE2b, E2bProvider) {
@@ -184,4 +187,29 @@ fn sandbox_e2b_secrets_never_print() {
     assert!(!format!("{target:?}").contains("5ec7e7"));
     assert_eq!(target.base.as_str(), "https://49983-i1.e2b.app/");
     assert_eq!(target.route_to, None);
+}
+
+#[tokio::test]
+async fn sandbox_e2b_pool_with_a_wrong_key_fails_clearly_without_a_retry_storm() {
+    let fake = FakeE2b::start().await;
+    let provider = E2bProvider::new(fake.config_with_key("e2b_0000")).expect("provider");
+    let pool = SandboxPool::new(Arc::new(provider), PoolConfig { warm: 1, ..PoolConfig::default() });
+    let result = pool.acquire(&SandboxRequest::default(), &CancellationToken::new()).await;
+    assert!(matches!(&result, Err(SandboxError::Unauthorized(m)) if m.contains("API key")), "{:?}", result.err());
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(fake.control_requests(), 2, "one refused create for the task, one for the warm pool, and no more");
+    pool.shutdown().await;
+}
+
+#[tokio::test]
+async fn sandbox_e2b_pool_waits_out_a_rate_limited_create() {
+    let (fake, provider) = fixture().await;
+    let pool = SandboxPool::new(Arc::new(provider), PoolConfig::default());
+    fake.rate_limit_creates(2, Duration::from_secs(1));
+    let started = Instant::now();
+    let lease = pool.acquire(&SandboxRequest::default(), &CancellationToken::new()).await.expect("a sandbox after the 429s");
+    assert!(started.elapsed() >= Duration::from_secs(2), "Retry-After was not honoured: {:?}", started.elapsed());
+    assert!(!lease.warm);
+    pool.release(lease).await;
+    assert_eq!(pool.live(), 0);
 }
