@@ -13,7 +13,8 @@
 //! human approves (the checks are then acknowledged) or denies (the task
 //! ends).
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
 use flotilla_shared::event::EventKind;
@@ -33,6 +34,9 @@ use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyChe
 /// Opens one task's conversation with a model that sees a screen of the
 /// given size.
 pub trait ModelFactory: Send + Sync + 'static {
+    /// The provider's name, for metric labels (`openai`, `anthropic`).
+    fn provider(&self) -> &'static str;
+
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError>;
 }
 
@@ -65,7 +69,8 @@ impl ComputerUse {
         let scale = Scale::fit(session.resolution(), self.target);
         let mut model = self.models.open(run, scale.model)?;
         let screen = look(session, &scale).await?;
-        let mut turn = session.guard(async { model.start(&run.attempt.spec.prompt, &screen).await.map_err(model_failure) }).await?;
+        let provider = self.models.provider();
+        let mut turn = session.guard(timed(run, provider, model.start(&run.attempt.spec.prompt, &screen))).await?;
         let mut usage = Usage::default();
         loop {
             usage += turn.usage;
@@ -79,7 +84,7 @@ impl ComputerUse {
             for call in &turn.calls {
                 results.push(carry_out(session, &scale, call).await?);
             }
-            turn = session.guard(async { model.resume(results, &acknowledged).await.map_err(model_failure) }).await?;
+            turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
 
@@ -109,6 +114,15 @@ impl ComputerUse {
             }
         }
     }
+}
+
+/// Waits for a model's turn, timing it by provider and outcome.
+async fn timed(run: &TaskRun, provider: &'static str, call: impl Future<Output = Result<Turn, ModelError>>) -> Result<Turn, PipelineError> {
+    let started = Instant::now();
+    let answer = call.await;
+    let outcome = answer.as_ref().map_or_else(ModelError::kind, |_| "ok");
+    run.metrics.model_called(provider, outcome, started.elapsed());
+    answer.map_err(model_failure)
 }
 
 /// Takes a screenshot and scales it for the model.
@@ -218,6 +232,10 @@ impl OpenAiModels {
 }
 
 impl ModelFactory for OpenAiModels {
+    fn provider(&self) -> &'static str {
+        "openai"
+    }
+
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
         let mut config = self.config.clone().ok_or_else(|| missing_key("OPENAI_API_KEY"))?;
         if let Some(model) = &run.attempt.spec.model {
@@ -246,6 +264,10 @@ impl AnthropicModels {
 }
 
 impl ModelFactory for AnthropicModels {
+    fn provider(&self) -> &'static str {
+        "anthropic"
+    }
+
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
         let mut config = self.config.clone().ok_or_else(|| missing_key("ANTHROPIC_API_KEY"))?;
         if let Some(model) = &run.attempt.spec.model {

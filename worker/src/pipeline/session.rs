@@ -24,9 +24,10 @@ use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
 use flotilla_shared::QueueError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use super::{PipelineError, TaskRun};
+use crate::metrics::WorkerMetrics;
 use crate::sandbox::{Lease, SandboxError, SandboxPool, SandboxRequest, Screenshot};
 
 /// How often a waiting task looks for a human's input.
@@ -54,17 +55,25 @@ impl Limits {
 }
 
 /// A task's steps: counted against its limits, each announced with an
-/// `action` event before and an `action_completed` event after.
+/// `action` event before and an `action_completed` event after, traced in a
+/// `step` span and timed by action type.
 pub struct Steps {
     attempt: Arc<Attempt>,
     cancel: CancellationToken,
     limits: Limits,
     taken: u32,
+    metrics: WorkerMetrics,
 }
 
 impl Steps {
     pub fn new(run: &TaskRun) -> Self {
-        Self { attempt: Arc::clone(&run.attempt), cancel: run.cancel.clone(), limits: Limits::of(run), taken: 0 }
+        Self {
+            attempt: Arc::clone(&run.attempt),
+            cancel: run.cancel.clone(),
+            limits: Limits::of(run),
+            taken: 0,
+            metrics: run.metrics.clone(),
+        }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -119,11 +128,18 @@ impl Steps {
                 message: format!("the task reached its max_steps ({})", self.limits.max_steps),
             });
         }
+        let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
+        self.take_traced(action, perform).instrument(span).await
+    }
+
+    async fn take_traced(&mut self, action: &Action, perform: impl Future<Output = Result<(), PipelineError>>) -> Result<(), PipelineError> {
         self.attempt.emit(EventKind::Action { action: action.clone() }, &[]).await?;
         let started = Instant::now();
         self.guard(perform).await?;
+        let took = started.elapsed();
         self.taken += 1;
-        let done = EventKind::ActionCompleted { action: action.clone(), ms: started.elapsed().as_millis() as u64 };
+        self.metrics.step_completed(action.kind(), took);
+        let done = EventKind::ActionCompleted { action: action.clone(), ms: took.as_millis() as u64 };
         self.attempt.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
         Ok(())
     }
@@ -158,6 +174,7 @@ impl Session {
         let steps = Steps::new(run);
         let request = sandbox_request(run.attempt.spec.sandbox.as_ref(), pool.provider().name())?;
         let lease = steps.guard(async { pool.acquire(&request, &run.cancel).await.map_err(sandbox_failure) }).await?;
+        run.metrics.sandbox_acquired(lease.warm, lease.waited);
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
