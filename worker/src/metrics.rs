@@ -177,8 +177,8 @@ impl std::fmt::Debug for ToolsCollector {
 impl Collector for ToolsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if let Some(pool) = &self.pool {
-            gauge(&mut encoder, "sandboxes_ready", "Sandboxes ready in the warm pool", pool.ready() as i64)?;
-            gauge(&mut encoder, "sandboxes_live", "Sandboxes this worker holds, in use, ready or starting", pool.live() as i64)?;
+            gauge(&mut encoder, "sandboxes_ready", "Sandboxes ready in the warm pool.", pool.ready() as i64)?;
+            gauge(&mut encoder, "sandboxes_live", "Sandboxes this worker holds, in use, ready or starting.", pool.live() as i64)?;
         }
         if let Some(blobs) = &self.blobs {
             encode_dedup(&mut encoder, &blobs.stats())?;
@@ -191,12 +191,12 @@ impl Collector for ToolsCollector {
 /// them that needed no upload.
 fn encode_dedup(encoder: &mut DescriptorEncoder, stats: &BlobStats) -> Result<(), std::fmt::Error> {
     let deduplicated = stats.dedup_local + stats.dedup_known + stats.dedup_store;
-    counter(encoder, "screenshots", "Screenshots handed to the blob store", stats.screenshots)?;
-    counter(encoder, "screenshot_uploads", "Screenshots that created a new object", stats.uploads)?;
-    counter(encoder, "screenshot_dedup", "Screenshots the store already had, so not uploaded again", deduplicated)?;
+    counter(encoder, "screenshots", "Screenshots handed to the blob store.", stats.screenshots)?;
+    counter(encoder, "screenshot_uploads", "Screenshots that created a new object.", stats.uploads)?;
+    counter(encoder, "screenshot_dedup", "Screenshots the store already had, so not uploaded again.", deduplicated)?;
     let ratio = if stats.screenshots == 0 { 0.0 } else { deduplicated as f64 / stats.screenshots as f64 };
     let metric = ConstGauge::new(ratio);
-    metric.encode(encoder.encode_descriptor("screenshot_dedup_ratio", "Share of screenshots not uploaded again", None, metric.metric_type())?)
+    metric.encode(encoder.encode_descriptor("screenshot_dedup_ratio", "Share of screenshots not uploaded again.", None, metric.metric_type())?)
 }
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -> Result<(), std::fmt::Error> {
