@@ -102,7 +102,8 @@ impl ModelHttp {
             })
             .notify(|e, after| {
                 retries += 1;
-                tracing::warn!(error = ?e, ?after, "model call failed; retrying");
+                let error = mask(format!("{e:?}"), self.endpoint.api_key.expose());
+                tracing::warn!(%error, ?after, "model call failed; retrying");
             })
             .await;
         tracing::Span::current().record("retries", retries);
@@ -190,10 +191,7 @@ fn error_message(body: &str) -> String {
 
 /// `error` with the key masked wherever a provider's message echoed it.
 fn redact(error: ModelError, key: &str) -> ModelError {
-    if key.is_empty() {
-        return error;
-    }
-    let mask = |message: String| message.replace(key, "***");
+    let mask = |message: String| mask(message, key);
     match error {
         ModelError::Unauthorized { status, message } => ModelError::Unauthorized { status, message: mask(message) },
         ModelError::Rejected { status, message } => ModelError::Rejected { status, message: mask(message) },
@@ -201,6 +199,14 @@ fn redact(error: ModelError, key: &str) -> ModelError {
         ModelError::Malformed(message) => ModelError::Malformed(mask(message)),
         rate_limited @ ModelError::RateLimited { .. } => rate_limited,
     }
+}
+
+/// `text` with `key` masked wherever it appears.
+fn mask(text: String, key: &str) -> String {
+    if key.is_empty() {
+        return text;
+    }
+    text.replace(key, "***")
 }
 
 /// The first 200 characters of a body, for an error message.
