@@ -1,14 +1,13 @@
 //! The `flotilla-api` binary: reads the configuration, starts tracing, binds
-//! the listener and serves until SIGINT or SIGTERM. A bad setting stops it
-//! at start with one line naming the variable.
+//! the listener and serves until SIGINT or SIGTERM, then flushes its traces.
+//! A bad setting stops it at start with one line naming the variable.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use flotilla_shared::telemetry::{self, LogOutput};
 use flotilla_shared::Config;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -16,18 +15,19 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(e),
     };
-    let filter = match log_filter() {
-        Ok(filter) => filter,
-        Err(e) => return fail(format!("RUST_LOG: {e}")),
+    let telemetry = match telemetry::init("flotilla-api", config.otlp_endpoint.as_deref(), LogOutput::Stdout) {
+        Ok(telemetry) => telemetry,
+        Err(e) => return fail(e),
     };
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(std::io::stdout().is_terminal()).init();
     let listener = match tokio::net::TcpListener::bind(config.api_addr).await {
         Ok(listener) => listener,
         Err(e) => return fail(format!("FLOTILLA_API_ADDR: cannot listen on {}: {e}", config.api_addr)),
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    match flotilla_api::run(config, listener, shutdown).await {
+    let served = flotilla_api::run(config, listener, shutdown).await;
+    telemetry.shutdown();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format!("{e:#}")),
     }
@@ -36,14 +36,6 @@ async fn main() -> ExitCode {
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::FAILURE
-}
-
-/// `RUST_LOG` if set, else `info`.
-fn log_filter() -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
-    match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives),
-        _ => Ok(EnvFilter::new("info")),
-    }
 }
 
 /// Cancels `shutdown` on the first SIGINT or SIGTERM.

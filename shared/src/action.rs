@@ -119,6 +119,27 @@ impl Action {
         }
     }
 
+    /// The action's `type`, as the contract spells it: for span fields and
+    /// metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Click { .. } => "click",
+            Action::DoubleClick { .. } => "double_click",
+            Action::TripleClick { .. } => "triple_click",
+            Action::Move { .. } => "move",
+            Action::Drag { .. } => "drag",
+            Action::Scroll { .. } => "scroll",
+            Action::Type { .. } => "type",
+            Action::Keypress { .. } => "keypress",
+            Action::Wait { .. } => "wait",
+            Action::Screenshot => "screenshot",
+            Action::MouseDown { .. } => "mouse_down",
+            Action::MouseUp { .. } => "mouse_up",
+            Action::KeyDown { .. } => "key_down",
+            Action::KeyUp { .. } => "key_up",
+        }
+    }
+
     /// Whether this action needs a screen to act on.
     pub fn needs_sandbox(&self) -> bool {
         !matches!(self, Action::Wait { .. })
@@ -163,6 +184,31 @@ mod tests {
         assert_eq!(parse(r#"{"type": "key_down", "keys": ["shift"]}"#).expect("key down"), Action::KeyDown { keys: vec!["shift".into()] });
         assert!(parse(r#"{"type": "triple_click", "x": 1, "y": 2}"#).is_ok());
         assert!(Action::KeyUp { keys: vec![] }.validate().is_err());
+    }
+
+    #[test]
+    fn kinds_are_the_wire_types() {
+        let examples = [
+            r#"{"type": "click", "x": 1, "y": 2}"#,
+            r#"{"type": "double_click", "x": 1, "y": 2}"#,
+            r#"{"type": "triple_click", "x": 1, "y": 2}"#,
+            r#"{"type": "move", "x": 1, "y": 2}"#,
+            r#"{"type": "drag", "path": [[1, 2], [3, 4]]}"#,
+            r#"{"type": "scroll", "x": 1, "y": 2}"#,
+            r#"{"type": "type", "text": "hi"}"#,
+            r#"{"type": "keypress", "keys": ["a"]}"#,
+            r#"{"type": "wait", "ms": 1}"#,
+            r#"{"type": "screenshot"}"#,
+            r#"{"type": "mouse_down"}"#,
+            r#"{"type": "mouse_up"}"#,
+            r#"{"type": "key_down", "keys": ["a"]}"#,
+            r#"{"type": "key_up", "keys": ["a"]}"#,
+        ];
+        for json in examples {
+            let action = parse(json).expect("parses");
+            let wire = serde_json::to_value(&action).expect("serializes");
+            assert_eq!(wire["type"], action.kind(), "{json}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The crate the Flotilla API and workers share: the task model with its
 //! validated ids, progress events, the Redis Streams queue with its batches,
-//! schedules, and the one typed configuration both processes read at start.
+//! schedules, the one typed configuration both processes read at start, and
+//! the tracing set-up both binaries share.
 //!
 //! Nothing here knows about HTTP: errors are plain enums that the API maps to
 //! status codes in one place.
@@ -17,6 +18,7 @@ pub mod queue;
 pub mod redis_conn;
 pub mod schedule;
 pub mod task;
+pub mod telemetry;
 
 pub use config::Config;
 pub use error::{QueueError, ValidationError};

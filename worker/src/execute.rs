@@ -102,7 +102,8 @@ impl Executor {
                 message: format!("pipeline {:?} is not available on this worker", kind.as_str()),
             });
         };
-        pipeline.run(&TaskRun { attempt: attempt.clone(), cancel, tools: Arc::clone(&self.tools) }).await
+        let run = TaskRun { attempt: attempt.clone(), cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
+        pipeline.run(&run).await
     }
 
     /// Hands the task back for a later attempt (or dead-letters it), retrying

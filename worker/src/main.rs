@@ -1,8 +1,10 @@
 //! `flotilla-worker`: reads the configuration, starts tracing, runs the
-//! worker until SIGTERM or Ctrl-C, and exits non-zero on a fatal error.
+//! worker until SIGTERM or Ctrl-C, flushes its traces, and exits non-zero
+//! on a fatal error.
 
 use std::process::ExitCode;
 
+use flotilla_shared::telemetry::{self, LogOutput};
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -15,13 +17,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    let telemetry = match telemetry::init("flotilla-worker", config.otlp_endpoint.as_deref(), LogOutput::Stderr) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    match flotilla_worker::run(config, shutdown).await {
+    let ran = flotilla_worker::run(config, shutdown).await;
+    telemetry.shutdown();
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

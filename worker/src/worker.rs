@@ -48,9 +48,9 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
 
 /// Runs a worker with these pipelines and tools until `shutdown` is cancelled.
 pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metrics = WorkerMetrics::with_tools(&tools);
     let tools = Arc::new(tools);
     let queue = connect_patiently(&config, &shutdown).await?;
-    let metrics = WorkerMetrics::new();
     let http = match config.worker_http_addr {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

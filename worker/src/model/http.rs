@@ -13,6 +13,7 @@ use flotilla_shared::config::Secret;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::ModelError;
 
@@ -77,14 +78,21 @@ impl ModelHttp {
 
     /// `POST`s `body` to `path` (under the base URL) with `headers`, which
     /// carry the key as the provider wants it (see [`ModelHttp::key`]), and
-    /// returns the JSON answer.
+    /// returns the JSON answer. Traced in a `model_call` span with the path,
+    /// the last status and the retries; never the URL's host, headers or body.
     pub async fn post_json(&self, path: &str, headers: &HeaderMap, body: &Value) -> Result<Value, ModelError> {
+        let span = tracing::info_span!("model_call", path, status = tracing::field::Empty, retries = tracing::field::Empty);
+        self.post_json_untraced(path, headers, body).instrument(span).await
+    }
+
+    async fn post_json_untraced(&self, path: &str, headers: &HeaderMap, body: &Value) -> Result<Value, ModelError> {
         let url = format!("{}{}", self.endpoint.base_url, path);
         let backoff = ExponentialBuilder::default()
             .with_min_delay(self.endpoint.min_delay)
             .with_max_delay(self.endpoint.max_delay)
             .with_max_times(self.endpoint.max_retries)
             .with_jitter();
+        let mut retries = 0u32;
         let result = (|| self.try_once(&url, headers, body))
             .retry(backoff)
             .when(|e| !matches!(e, Attempt::Final(_)))
@@ -92,8 +100,13 @@ impl ModelHttp {
                 Attempt::RateLimited(Some(wait)) => planned.map(|_| *wait),
                 _ => planned,
             })
-            .notify(|e, after| tracing::warn!(error = ?e, ?after, "model call failed; retrying"))
+            .notify(|e, after| {
+                retries += 1;
+                let error = mask(format!("{e:?}"), self.endpoint.api_key.expose());
+                tracing::warn!(%error, ?after, "model call failed; retrying");
+            })
             .await;
+        tracing::Span::current().record("retries", retries);
         result.map_err(|e| {
             let error = match e {
                 Attempt::RateLimited(retry_after) => ModelError::RateLimited { retry_after },
@@ -122,6 +135,7 @@ impl ModelHttp {
             .await
             .map_err(|e| Attempt::Transient(describe_send_error(e)))?;
         let status = response.status();
+        tracing::Span::current().record("status", status.as_u16());
         let retry_after = retry_after(response.headers());
         let text = response.text().await.map_err(|e| Attempt::Transient(format!("reading the answer failed: {e}")))?;
         if status.is_success() {
@@ -177,10 +191,7 @@ fn error_message(body: &str) -> String {
 
 /// `error` with the key masked wherever a provider's message echoed it.
 fn redact(error: ModelError, key: &str) -> ModelError {
-    if key.is_empty() {
-        return error;
-    }
-    let mask = |message: String| message.replace(key, "***");
+    let mask = |message: String| mask(message, key);
     match error {
         ModelError::Unauthorized { status, message } => ModelError::Unauthorized { status, message: mask(message) },
         ModelError::Rejected { status, message } => ModelError::Rejected { status, message: mask(message) },
@@ -188,6 +199,14 @@ fn redact(error: ModelError, key: &str) -> ModelError {
         ModelError::Malformed(message) => ModelError::Malformed(mask(message)),
         rate_limited @ ModelError::RateLimited { .. } => rate_limited,
     }
+}
+
+/// `text` with `key` masked wherever it appears.
+fn mask(text: String, key: &str) -> String {
+    if key.is_empty() {
+        return text;
+    }
+    text.replace(key, "***")
 }
 
 /// The first 200 characters of a body, for an error message.

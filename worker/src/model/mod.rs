@@ -120,6 +120,19 @@ pub enum ModelError {
     Malformed(String),
 }
 
+impl ModelError {
+    /// A short name of the failure, for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Unauthorized { .. } => "unauthorized",
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Unavailable(_) => "unavailable",
+            ModelError::Rejected { .. } => "rejected",
+            ModelError::Malformed(_) => "malformed",
+        }
+    }
+}
+
 /// A conversation with a computer-use model about one task.
 pub trait ComputerModel: Send {
     /// The first turn: the task's prompt and the screen as it is now.

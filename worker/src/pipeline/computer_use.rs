@@ -17,7 +17,8 @@
 //! human approves (the checks are then acknowledged) or denies (the task
 //! ends).
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
 use flotilla_shared::event::EventKind;
@@ -37,6 +38,9 @@ use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyChe
 
 /// Opens a task's conversations with one provider's models.
 pub trait ModelFactory: Send + Sync + 'static {
+    /// The provider's name, for metric labels (`openai`, `anthropic`).
+    fn provider(&self) -> &'static str;
+
     /// A conversation with a model that sees a screen of `display` size.
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError>;
 
@@ -106,7 +110,8 @@ impl ComputerUse {
     async fn converse(&self, run: &TaskRun, session: &mut Session, scale: &Scale, prompt: &str, usage: &mut Usage) -> Result<String, PipelineError> {
         let mut model = self.models.open(run, scale.model)?;
         let screen = look(session, scale).await?;
-        let mut turn = session.guard(async { model.start(prompt, &screen).await.map_err(model_failure) }).await?;
+        let provider = self.models.provider();
+        let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
         loop {
             *usage += turn.usage;
             record_turn(session, &turn, *usage).await?;
@@ -118,7 +123,7 @@ impl ComputerUse {
             for call in &turn.calls {
                 results.push(carry_out(session, scale, call).await?);
             }
-            turn = session.guard(async { model.resume(results, &acknowledged).await.map_err(model_failure) }).await?;
+            turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
 
@@ -148,6 +153,15 @@ impl ComputerUse {
             }
         }
     }
+}
+
+/// Awaits one model call, recording its latency and outcome.
+async fn timed(run: &TaskRun, provider: &'static str, call: impl Future<Output = Result<Turn, ModelError>>) -> Result<Turn, PipelineError> {
+    let started = Instant::now();
+    let answer = call.await;
+    let outcome = answer.as_ref().map_or_else(ModelError::kind, |_| "ok");
+    run.metrics.model_called(provider, outcome, started.elapsed());
+    answer.map_err(model_failure)
 }
 
 /// Takes a screenshot and scales it for the model.
@@ -268,6 +282,10 @@ impl OpenAiModels {
 }
 
 impl ModelFactory for OpenAiModels {
+    fn provider(&self) -> &'static str {
+        "openai"
+    }
+
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
         Ok(Box::new(OpenAiCua::new(self.config_for(run)?, display, None).map_err(model_failure)?))
     }
@@ -307,6 +325,10 @@ impl AnthropicModels {
 }
 
 impl ModelFactory for AnthropicModels {
+    fn provider(&self) -> &'static str {
+        "anthropic"
+    }
+
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
         Ok(Box::new(AnthropicComputerUse::new(self.config_for(run)?, display, None).map_err(model_failure)?))
     }

@@ -27,13 +27,16 @@ use flotilla_shared::Config;
 pub use session::{Limits, Session, Steps};
 
 pub use crate::tools::Tools;
+use crate::metrics::WorkerMetrics;
 
 /// What a pipeline is given: the attempt (spec, fenced event writes), a
-/// token that is cancelled when the task must stop, and the worker's tools.
+/// token that is cancelled when the task must stop, the worker's tools, and
+/// the metrics its steps, model calls and sandbox acquires are timed into.
 pub struct TaskRun {
     pub attempt: Arc<Attempt>,
     pub cancel: CancellationToken,
     pub tools: Arc<Tools>,
+    pub metrics: WorkerMetrics,
 }
 
 /// How a pipeline ended well.

@@ -31,10 +31,11 @@ use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
 use flotilla_shared::QueueError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{warn, Instrument};
 
 use super::held::{Held, SandboxChoice};
 use super::{PipelineError, TaskRun};
+use crate::metrics::WorkerMetrics;
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
@@ -69,7 +70,8 @@ impl Limits {
 }
 
 /// A task's steps: counted against its limits, each announced with an
-/// `action` event before and an `action_completed` event after.
+/// `action` event before and an `action_completed` event after, traced in a
+/// `step` span and timed by action type.
 pub struct Steps {
     attempt: Arc<Attempt>,
     cancel: CancellationToken,
@@ -77,11 +79,19 @@ pub struct Steps {
     taken: u32,
     /// The keeper of the task's sandbox, once it has one.
     keeper: Option<Arc<KeepAlive>>,
+    metrics: WorkerMetrics,
 }
 
 impl Steps {
     pub fn new(run: &TaskRun) -> Self {
-        Self { attempt: Arc::clone(&run.attempt), cancel: run.cancel.clone(), limits: Limits::of(run), taken: 0, keeper: None }
+        Self {
+            attempt: Arc::clone(&run.attempt),
+            cancel: run.cancel.clone(),
+            limits: Limits::of(run),
+            taken: 0,
+            keeper: None,
+            metrics: run.metrics.clone(),
+        }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -138,11 +148,18 @@ impl Steps {
                 message: format!("the task reached its max_steps ({})", self.limits.max_steps),
             });
         }
+        let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
+        self.take_traced(action, perform).instrument(span).await
+    }
+
+    async fn take_traced(&mut self, action: &Action, perform: impl Future<Output = Result<(), PipelineError>>) -> Result<(), PipelineError> {
         self.attempt.emit(EventKind::Action { action: action.clone() }, &[]).await?;
         let started = Instant::now();
         self.guard(perform).await?;
+        let took = started.elapsed();
         self.taken += 1;
-        let done = EventKind::ActionCompleted { action: action.clone(), ms: started.elapsed().as_millis() as u64 };
+        self.metrics.step_completed(action.kind(), took);
+        let done = EventKind::ActionCompleted { action: action.clone(), ms: took.as_millis() as u64 };
         self.attempt.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
         Ok(())
     }
@@ -186,6 +203,7 @@ impl Session {
         let mut steps = steps;
         let choice = SandboxChoice::of(spec, pool.provider().name())?;
         let held = steps.guard(Held::take(&pool, &choice, &run.cancel)).await?;
+        run.metrics.sandbox_acquired(held.warm(), held.waited());
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let sandbox = held.sandbox();
         steps.keeper = Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use time::OffsetDateTime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info_span, warn, Instrument};
 
 use super::fleet::{FleetCap, FleetSlot};
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxRequest};
@@ -129,8 +129,15 @@ impl SandboxPool {
 
     /// A sandbox of the shape `request` asks for: a ready one when the shape
     /// is the pool's, else a new one. Waits while `max_live` are held, unless
-    /// `cancel` fires.
+    /// `cancel` fires. Traced in a `sandbox_acquire` span that says which.
     pub async fn acquire(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
+        let span = info_span!("sandbox_acquire", provider = self.inner.provider.name(), warm = tracing::field::Empty);
+        let lease = self.acquire_untraced(request, cancel).instrument(span.clone()).await?;
+        span.record("warm", lease.warm);
+        Ok(lease)
+    }
+
+    async fn acquire_untraced(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
         let began = Instant::now();
         if self.fits_pool(request) {
             if let Some(ready) = self.take_ready() {

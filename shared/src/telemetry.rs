@@ -1,0 +1,159 @@
+//! Tracing for both binaries, set up once in `main`: human-readable lines
+//! filtered by `RUST_LOG` (default `info`), and, when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the same spans exported as
+//! OpenTelemetry traces over OTLP/HTTP with protobuf bodies.
+//!
+//! Exported spans go through a batch processor on a thread of its own, so a
+//! slow or absent collector never holds up a request or a task; the guard
+//! [`init`] returns flushes what is left when it is shut down (or dropped)
+//! at the end of `main`. Only the Flotilla crates' spans at `info` and above
+//! are exported, whatever `RUST_LOG` says, so quiet logs still give full
+//! traces and the HTTP client that sends them never traces itself.
+
+use std::io::IsTerminal;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The path OTLP/HTTP collectors take traces at, under the endpoint.
+const TRACES_PATH: &str = "/v1/traces";
+/// The crates whose spans are exported.
+const EXPORTED_CRATES: [&str; 3] = ["flotilla_api", "flotilla_worker", "flotilla_shared"];
+
+/// Where log lines go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOutput {
+    Stdout,
+    Stderr,
+}
+
+/// Why tracing could not be set up; each names the setting at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("RUST_LOG: {0}")]
+    Filter(#[from] tracing_subscriber::filter::ParseError),
+    #[error("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the trace exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("tracing is already set up in this process")]
+    AlreadySet,
+}
+
+/// Keeps the trace pipeline alive; shut it down (or drop it) last in
+/// `main` so spans still in the batch are sent.
+#[must_use = "dropping the guard stops trace export"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Sends the spans still batched and stops exporting.
+    pub fn shutdown(mut self) {
+        self.flush_and_stop();
+    }
+
+    fn flush_and_stop(&mut self) {
+        let Some(provider) = self.provider.take() else { return };
+        if let Err(e) = provider.shutdown() {
+            tracing::warn!(error = %e, "could not send the last spans to the trace collector");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.flush_and_stop();
+    }
+}
+
+/// Installs the global subscriber for `service` (`flotilla-api`,
+/// `flotilla-worker`): log lines to `output`, and spans to
+/// `otlp_endpoint` (a base URL such as `http://collector:4318`) when given.
+pub fn init(service: &'static str, otlp_endpoint: Option<&str>, output: LogOutput) -> Result<Telemetry, TelemetryError> {
+    let provider = otlp_endpoint.map(|endpoint| tracer_provider(service, endpoint)).transpose()?;
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(exported_targets())
+    });
+    tracing_subscriber::registry()
+        .with(log_layer(output)?)
+        .with(otel)
+        .try_init()
+        .map_err(|_| TelemetryError::AlreadySet)?;
+    if provider.is_some() {
+        tracing::info!(service, "exporting traces over OTLP/HTTP");
+    }
+    Ok(Telemetry { provider })
+}
+
+/// Human-readable lines filtered by `RUST_LOG`, coloured on a terminal.
+fn log_layer<S>(output: LogOutput) -> Result<impl Layer<S>, TelemetryError>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let (writer, ansi) = match output {
+        LogOutput::Stdout => (BoxMakeWriter::new(std::io::stdout), std::io::stdout().is_terminal()),
+        LogOutput::Stderr => (BoxMakeWriter::new(std::io::stderr), std::io::stderr().is_terminal()),
+    };
+    Ok(tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_filter(log_filter()?))
+}
+
+/// `RUST_LOG` if set, else `info`.
+fn log_filter() -> Result<EnvFilter, tracing_subscriber::filter::ParseError> {
+    match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives),
+        _ => Ok(EnvFilter::new("info")),
+    }
+}
+
+/// Flotilla's own spans at `info` and above; nothing of the libraries.
+fn exported_targets() -> Targets {
+    EXPORTED_CRATES.iter().fold(Targets::new(), |targets, name| targets.with_target(*name, LevelFilter::INFO))
+}
+
+/// A provider that batches spans and sends them to `endpoint`'s traces path,
+/// naming `service` on every one.
+fn tracer_provider(service: &'static str, endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(traces_url(endpoint))
+        .build()?;
+    let resource = Resource::builder().with_service_name(service).build();
+    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+}
+
+/// The traces URL under an OTLP base URL.
+fn traces_url(endpoint: &str) -> String {
+    format!("{}{TRACES_PATH}", endpoint.trim_end_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traces_path_goes_under_the_endpoint() {
+        assert_eq!(traces_url("http://collector:4318"), "http://collector:4318/v1/traces");
+        assert_eq!(traces_url("http://collector:4318/"), "http://collector:4318/v1/traces");
+    }
+
+    #[test]
+    fn only_flotilla_spans_are_exported() {
+        let targets = exported_targets();
+        assert!(targets.would_enable("flotilla_worker::execute", &tracing::Level::INFO));
+        assert!(!targets.would_enable("flotilla_worker::execute", &tracing::Level::DEBUG));
+        assert!(!targets.would_enable("hyper_util::client", &tracing::Level::INFO));
+    }
+}
