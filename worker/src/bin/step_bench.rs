@@ -4,12 +4,14 @@
 //!
 //! For each screen size it claims a real task on its own `redis-server`
 //! (or `--redis-url`), opens a [`Session`] on a `LocalProvider` desktop,
-//! fills the terminal with text, and takes `--steps` steps twice:
+//! fills the terminal with text, and takes `--steps` pairs of steps, each
+//! typing one key (so every screenshot differs), the two kinds alternating
+//! so both see the same desktop and load:
 //!
 //! - **parts**: the step split into its pieces, each timed: the action's
 //!   `action`/`action_completed` events (the action's own time taken out),
-//!   the screenshot, handing it to an uploader (copy, blake3, queue), scaling
-//!   it for the model, and base64-encoding it as a request carries it. The
+//!   the screenshot, handing it to an uploader (blake3, queue), scaling it
+//!   for the model, and base64-encoding it as a request carries it. The
 //!   uploader's feed emits the `screenshot` events in the background; their
 //!   time is shown but is not on the step's path.
 //! - **session**: the same step through [`Session::observe`] as the
@@ -29,7 +31,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use bytes::Bytes;
 use flotilla_shared::action::Action;
 use flotilla_shared::event::EventKind;
 use flotilla_shared::ids::{TaskId, TenantId};
@@ -43,10 +44,9 @@ use flotilla_worker::pipeline::{Session, Steps, Tools};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider, Screenshot};
 use flotilla_worker::{PipelineError, TaskRun};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use support::{ms_since, print_table, round, Summary};
+use support::{ms_since, print_table, Summary};
 
 const ACCESS_KEY: &str = "AKIAFLOTILLABENCH";
 const SECRET_KEY: &str = "flotilla-bench-secret";
@@ -123,11 +123,12 @@ impl Samples {
 
     fn json(&self) -> Value {
         let parts: serde_json::Map<String, Value> = self.parts.iter().map(|(name, s)| ((*name).to_owned(), Summary::of(s).json())).collect();
-        json!({
-            "ms": parts,
-            "png_bytes_mean": Summary::of(&self.png_bytes).mean.round(),
-            "model_png_bytes_mean": Summary::of(&self.model_png_bytes).mean.round(),
-        })
+        let mut report = json!({ "ms": parts });
+        if !self.png_bytes.is_empty() {
+            report["png_bytes_mean"] = json!(Summary::of(&self.png_bytes).mean.round());
+            report["model_png_bytes_mean"] = json!(Summary::of(&self.model_png_bytes).mean.round());
+        }
+        report
     }
 }
 
@@ -164,23 +165,18 @@ impl Bench {
         let mut steps = Steps::new(run);
         fill_screen(session, &mut steps).await?;
         let (uploader, feed) = self.own_uploader(&run.attempt);
-        let mut parts = Samples::default();
+        let (mut parts, mut whole) = (Samples::default(), Samples::default());
+        // The two kinds of step alternate, so both see the same desktop and load.
         for i in 0..WARMUP + self.steps {
-            let mut sample = Samples::default();
-            split_step(session, &mut steps, &scale, uploader.as_ref(), &mut sample).await?;
+            let (mut split, mut through_session) = (Samples::default(), Samples::default());
+            split_step(session, &mut steps, &scale, uploader.as_ref(), &mut split).await?;
+            session_step(session, &mut steps, &scale, &mut through_session).await?;
             if i >= WARMUP {
-                merge(&mut parts, sample);
+                merge(&mut parts, split);
+                merge(&mut whole, through_session);
             }
         }
         let background = finish_uploader(uploader, feed).await?;
-        let mut whole = Samples::default();
-        for i in 0..WARMUP + self.steps {
-            let mut sample = Samples::default();
-            session_step(session, &mut steps, &scale, &mut sample).await?;
-            if i >= WARMUP {
-                merge(&mut whole, sample);
-            }
-        }
         Ok((parts, whole, background))
     }
 
@@ -274,7 +270,7 @@ async fn split_step(session: &Session, steps: &mut Steps, scale: &Scale, uploade
 
     let t = Instant::now();
     if let Some(uploader) = uploader {
-        uploader.enqueue(Bytes::from(shot.png.clone())).await.map_err(|e| PipelineError::Retryable(e.to_string()))?;
+        uploader.enqueue(shot.png.clone()).await.map_err(|e| PipelineError::Retryable(e.to_string()))?;
     }
     out.add("enqueue", ms_since(t));
     let t = Instant::now();

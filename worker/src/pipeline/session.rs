@@ -15,7 +15,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use flotilla_shared::action::Action;
 use flotilla_shared::blobstore::{BlobStore, Uploader, UploaderOptions, UploadError};
 use flotilla_shared::event::EventKind;
@@ -203,7 +202,7 @@ impl Session {
         let id = &self.lease()?.sandbox.id;
         let shot = self.guard(async { self.pool.provider().screenshot(id).await.map_err(sandbox_failure) }).await?;
         if let Some(log) = &self.screenshots {
-            let png = Bytes::from(shot.png.clone());
+            let png = shot.png.clone();
             self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
         }
         Ok(shot)
