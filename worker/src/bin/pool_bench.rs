@@ -359,37 +359,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return support::usage_error(&e),
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let limit = Duration::from_secs(args.max_seconds);
-    let report = runtime.block_on(async { tokio::time::timeout(limit, run(args)).await });
-    match report {
-        Ok(Ok(report)) => {
-            println!("\n{report}");
-            ExitCode::SUCCESS
-        }
-        Ok(Err(e)) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-        Err(_) => {
-            eprintln!("error: the run took longer than --max-seconds {}", limit.as_secs());
-            ExitCode::FAILURE
-        }
-    }
+    support::main(parse_args(std::env::args().skip(1)), USAGE, |args| args.max_seconds, run)
 }
 
 #[cfg(test)]

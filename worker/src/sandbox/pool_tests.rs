@@ -140,16 +140,23 @@ async fn a_warm_pool_hands_out_at_once_and_refills() {
     assert_eq!(fake.live.load(Ordering::SeqCst), 0);
 }
 
+/// A pool of one warm sandbox of at most `max_live` after `per_second`
+/// arrivals a second, once it has grown to `ready`.
+async fn grown(max_live: usize, per_second: u32, ready: usize) -> (Arc<Fake>, SandboxPool) {
+    let fake = Fake::new(START);
+    let pool = pool(&fake, 1, max_live);
+    settle(&pool, 1).await;
+    recent_demand(&pool, per_second, START);
+    pool.refill();
+    settle(&pool, ready).await;
+    (fake, pool)
+}
+
 #[tokio::test]
 async fn demand_faster_than_starts_keeps_more_ready_than_warm() {
-    let fake = Fake::new(START);
-    let pool = pool(&fake, 1, 16);
-    settle(&pool, 1).await;
     // 5 a second with 0.2 s starts: about one start under way, so 4 places
     // keep misses under 5 %.
-    recent_demand(&pool, 5, START);
-    pool.refill();
-    settle(&pool, 4).await;
+    let (_fake, pool) = grown(16, 5, 4).await;
     let lease = take(&pool).await;
     assert!(lease.warm);
     settle(&pool, 4).await;
@@ -159,13 +166,8 @@ async fn demand_faster_than_starts_keeps_more_ready_than_warm() {
 
 #[tokio::test]
 async fn growth_stays_within_half_of_max_live() {
-    let fake = Fake::new(START);
-    let pool = pool(&fake, 1, 6);
-    settle(&pool, 1).await;
-    // 50 a second would want about 16 places.
-    recent_demand(&pool, 50, START);
-    pool.refill();
-    settle(&pool, 3).await;
+    // 50 a second would want about 16 places; 6 live allow 3.
+    let (_fake, pool) = grown(6, 50, 3).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(pool.ready(), 3);
     pool.shutdown().await;
@@ -173,11 +175,7 @@ async fn growth_stays_within_half_of_max_live() {
 
 #[tokio::test]
 async fn the_extra_ones_are_killed_once_demand_is_gone() {
-    let fake = Fake::new(START);
-    let pool = pool(&fake, 1, 16);
-    recent_demand(&pool, 5, START);
-    pool.refill();
-    settle(&pool, 4).await;
+    let (fake, pool) = grown(16, 5, 4).await;
     *lock(&pool.inner.demand) = Demand::new(now());
     pool.refill();
     assert_eq!(pool.ready(), 1);

@@ -6,6 +6,7 @@
 //! Each benchmark uses a part of this, so items unused by one are allowed.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -157,6 +158,46 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     println!("|{}|", widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("|"));
     for row in rows {
         line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// A benchmark's `main`: prints the usage for `--help`, reports bad flags
+/// in one line with exit status 2, else runs the benchmark within its
+/// `--max-seconds`.
+pub fn main<A, F: Future<Output = anyhow::Result<Value>>>(parsed: anyhow::Result<Option<A>>, usage: &str, max_seconds: impl Fn(&A) -> u64, bench: impl FnOnce(A) -> F) -> ExitCode {
+    match parsed {
+        Ok(Some(args)) => run_bounded(Duration::from_secs(max_seconds(&args)), bench(args)),
+        Ok(None) => {
+            println!("{usage}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage_error(&e),
+    }
+}
+
+/// Runs a benchmark on a fresh multi-threaded runtime, stopping it after
+/// `limit`, and prints its report as one JSON line.
+fn run_bounded(limit: Duration, bench: impl Future<Output = anyhow::Result<Value>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(async { tokio::time::timeout(limit, bench).await }) {
+        Ok(Ok(report)) => {
+            println!("\n{report}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+        Err(_) => {
+            eprintln!("error: the run took longer than --max-seconds {}", limit.as_secs());
+            ExitCode::FAILURE
+        }
     }
 }
 
