@@ -3,7 +3,7 @@
 //! convolution filter that keeps text legible when a screen is shrunk for a
 //! model).
 
-use fast_image_resize::images::Image;
+use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
 /// Why an image could not be handled.
@@ -71,13 +71,19 @@ impl Rgb {
         if (width, height) == (self.width, self.height) {
             return Ok(self.clone());
         }
-        let resize = |e: &dyn std::fmt::Display| ImageError::Resize(e.to_string());
-        let source = Image::from_vec_u8(self.width, self.height, self.pixels.clone(), PixelType::U8x3).map_err(|e| resize(&e))?;
-        let mut target = Image::new(width.max(1), height.max(1), PixelType::U8x3);
-        let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-        Resizer::new().resize(&source, &mut target, &options).map_err(|e| resize(&e))?;
-        Ok(Self { width: target.width(), height: target.height(), pixels: target.into_vec() })
+        resize_rgb(&self.pixels, (self.width, self.height), (width, height))
     }
+}
+
+/// Packed RGB pixels of `from` size resized to `to` (bilinear convolution),
+/// read in place.
+pub fn resize_rgb(pixels: &[u8], from: (u32, u32), to: (u32, u32)) -> Result<Rgb, ImageError> {
+    let resize = |e: &dyn std::fmt::Display| ImageError::Resize(e.to_string());
+    let source = ImageRef::new(from.0, from.1, pixels, PixelType::U8x3).map_err(|e| resize(&e))?;
+    let mut target = Image::new(to.0.max(1), to.1.max(1), PixelType::U8x3);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    Resizer::new().resize(&source, &mut target, &options).map_err(|e| resize(&e))?;
+    Ok(Rgb { width: target.width(), height: target.height(), pixels: target.into_vec() })
 }
 
 /// Encodes RGB pixels as a PNG with fast compression.
@@ -127,5 +133,13 @@ mod tests {
         let small = flat.resize(32, 24).expect("resize");
         assert_eq!((small.width, small.height), (32, 24));
         assert!(small.pixels.chunks_exact(3).all(|p| p == [200, 10, 30]));
+    }
+
+    #[test]
+    fn resizing_borrowed_pixels_matches_resizing_the_image() {
+        let image = gradient(64, 48);
+        let borrowed = resize_rgb(&image.pixels, (64, 48), (40, 30)).expect("resize");
+        assert_eq!(borrowed, image.resize(40, 30).expect("resize"));
+        assert!(resize_rgb(&image.pixels[..10], (64, 48), (40, 30)).is_err(), "too few pixels is an error, not a panic");
     }
 }

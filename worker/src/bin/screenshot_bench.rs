@@ -12,16 +12,17 @@
 //!   against bytes seen, and time per screenshot;
 //! - with the uploader, many tasks at once, for throughput in images/s.
 
-use std::net::TcpListener;
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use flotilla_shared::Config;
 use flotilla_worker::blobstore::{BlobConfig, BlobStats, BlobStore, DedupStrategy, KnownHashes, Uploader, UploaderOptions, KNOWN_HASH_TTL};
 use serde_json::{json, Value};
+use support::round;
 
 const WIDTH: usize = 1024;
 const HEIGHT: usize = 768;
@@ -56,78 +57,6 @@ fn parse_args() -> anyhow::Result<Args> {
         bail!("--tasks must be positive");
     }
     Ok(args)
-}
-
-/// A child process this benchmark started, killed on drop with its directory.
-struct Owned {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-        std::fs::remove_dir_all(&self.dir).ok();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn find_binary(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    let on_path = std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file());
-    on_path.or_else(|| {
-        let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
-        Some(home.join("bin").join(name)).filter(|p| p.is_file())
-    })
-}
-
-fn wait_for_port(port: u16, what: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    bail!("{what} did not listen on port {port} within 10 s")
-}
-
-fn start_s3s_fs(binary: Option<PathBuf>) -> anyhow::Result<(Owned, String)> {
-    let binary = binary.or_else(|| find_binary("s3s-fs")).context("s3s-fs is not installed: run `bash scripts/setup.sh`")?;
-    let port = free_port()?;
-    let dir = std::env::temp_dir().join(format!("flotilla-shot-bench-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join(BUCKET)).context("bench data dir")?;
-    let child = Command::new(&binary)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let owned = Owned { child, dir };
-    wait_for_port(port, "s3s-fs")?;
-    Ok((owned, format!("http://127.0.0.1:{port}")))
-}
-
-fn start_redis() -> anyhow::Result<Option<(Owned, String)>> {
-    let Some(binary) = find_binary("redis-server") else { return Ok(None) };
-    let port = free_port()?;
-    let dir = std::env::temp_dir().join(format!("flotilla-shot-bench-redis-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let child = Command::new(binary)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let owned = Owned { child, dir };
-    wait_for_port(port, "redis-server")?;
-    Ok(Some((owned, format!("redis://127.0.0.1:{port}"))))
 }
 
 /// An RGB frame being drawn.
@@ -341,11 +270,6 @@ fn costs(stats: &BlobStats, steps: usize, latencies: &mut [f64]) -> Value {
     })
 }
 
-fn round(x: f64, digits: i32) -> f64 {
-    let f = 10f64.powi(digits);
-    (x * f).round() / f
-}
-
 /// Runs `tasks` tasks at once, each with its own uploader on one shared
 /// store (one worker), and reports throughput.
 async fn throughput(endpoint: &str, prefix: &str, trajectories: &[Vec<(&'static str, Bytes)>]) -> anyhow::Result<Value> {
@@ -385,8 +309,8 @@ async fn throughput(endpoint: &str, prefix: &str, trajectories: &[Vec<(&'static 
 }
 
 async fn run(args: Args) -> anyhow::Result<Value> {
-    let (_s3, endpoint) = start_s3s_fs(args.s3s_fs)?;
-    let redis = if args.no_redis { None } else { start_redis()? };
+    let (_s3, endpoint) = support::start_s3s_fs(args.s3s_fs, "shot-bench", BUCKET, (ACCESS_KEY, SECRET_KEY))?;
+    let redis = if args.no_redis { None } else { support::start_redis("shot-bench-redis")? };
     let known = match &redis {
         Some((_, url)) => {
             let client = redis::Client::open(url.as_str())?;
@@ -450,7 +374,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "modes": modes,
         "uploader_throughput": fleet,
         "store": "s3s-fs 0.14.1 on loopback",
-        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "build": support::build_kind(),
     }))
 }
 

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use flotilla_shared::action::Action;
 
-use crate::image::{ImageError, Rgb};
+use crate::image::{resize_rgb, ImageError, Rgb};
 use crate::model::Screen;
 use crate::sandbox::Screenshot;
 
@@ -93,13 +93,17 @@ impl Scale {
         }
     }
 
-    /// The screenshot as the model sees it.
+    /// The screenshot as the model sees it: the capture's own PNG when no
+    /// scaling is needed, else its pixels shrunk and encoded once (decoded
+    /// from the PNG only when the capture did not hand them along).
     pub fn screen_for_model(&self, shot: &Screenshot) -> Result<Screen, ImageError> {
         if self.is_identity() {
-            return Ok(Screen { png: Bytes::from(shot.png.clone()), width: shot.width, height: shot.height });
+            return Ok(Screen { png: shot.png.clone(), width: shot.width, height: shot.height });
         }
-        let full = Rgb::decode_png(&shot.png)?;
-        let small = full.resize(self.model.0, self.model.1)?;
+        let small = match captured_pixels(shot) {
+            Some(pixels) => resize_rgb(pixels, (shot.width, shot.height), self.model)?,
+            None => Rgb::decode_png(&shot.png)?.resize(self.model.0, self.model.1)?,
+        };
         Ok(Screen { png: Bytes::from(small.encode_png()?), width: small.width, height: small.height })
     }
 
@@ -109,11 +113,21 @@ impl Scale {
     pub fn zoom(&self, shot: &Screenshot, region: [u32; 4]) -> Result<Screen, ImageError> {
         let (x1, y1) = self.to_screen(region[0].min(region[2]), region[1].min(region[3]));
         let (x2, y2) = self.to_screen(region[0].max(region[2]), region[1].max(region[3]));
-        let part = Rgb::decode_png(&shot.png)?.crop(x1, y1, (x2 - x1).max(1), (y2 - y1).max(1));
+        let full = match captured_pixels(shot) {
+            Some(pixels) => Rgb { width: shot.width, height: shot.height, pixels: pixels.to_vec() },
+            None => Rgb::decode_png(&shot.png)?,
+        };
+        let part = full.crop(x1, y1, (x2 - x1).max(1), (y2 - y1).max(1));
         let fit = Scale::fit((part.width, part.height), self.model);
         let shown = part.resize(fit.model.0, fit.model.1)?;
         Ok(Screen { png: Bytes::from(shown.encode_png()?), width: shown.width, height: shown.height })
     }
+}
+
+/// The capture's RGB pixels, when it has them for its whole screen.
+fn captured_pixels(shot: &Screenshot) -> Option<&[u8]> {
+    let expected = shot.width as usize * shot.height as usize * 3;
+    shot.rgb.as_deref().filter(|pixels| pixels.len() == expected)
 }
 
 /// `ceil(m · screen / model)`.
@@ -131,6 +145,48 @@ fn down(s: u32, screen: u32, model: u32) -> u32 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A screen-sized gradient as a capture hands it over, with or without
+    /// its pixels beside the PNG.
+    fn capture(width: u32, height: u32, with_pixels: bool) -> Screenshot {
+        let pixels: Vec<u8> = (0..height).flat_map(|y| (0..width).flat_map(move |x| [x as u8, y as u8, (x ^ y) as u8])).collect();
+        let png = crate::image::encode_png(&pixels, width, height).expect("encode");
+        Screenshot { png: png.into(), width, height, rgb: with_pixels.then(|| pixels.into()) }
+    }
+
+    #[test]
+    fn an_unscaled_screen_is_the_capture_itself() {
+        let shot = capture(64, 48, true);
+        let screen = Scale::fit((64, 48), DEFAULT_TARGET).screen_for_model(&shot).expect("shown");
+        assert_eq!(screen.png.as_ptr(), shot.png.as_ptr(), "the PNG is shared, not copied");
+    }
+
+    #[test]
+    fn scaling_uses_the_captured_pixels_and_never_decodes() {
+        let scale = Scale::fit((200, 100), (100, 100));
+        let decoded = scale.screen_for_model(&capture(200, 100, false)).expect("decoded and scaled");
+        let mut shot = capture(200, 100, true);
+        shot.png = Bytes::from_static(b"not a png");
+        let from_pixels = scale.screen_for_model(&shot).expect("scaled from the pixels");
+        assert_eq!((from_pixels.width, from_pixels.height), (100, 50));
+        assert_eq!(from_pixels, decoded, "the same image either way");
+    }
+
+    #[test]
+    fn pixels_of_the_wrong_size_are_ignored() {
+        let scale = Scale::fit((200, 100), (100, 100));
+        let mut shot = capture(200, 100, true);
+        shot.rgb = Some(Bytes::from_static(&[1, 2, 3]));
+        assert_eq!(scale.screen_for_model(&shot).expect("decoded instead"), scale.screen_for_model(&capture(200, 100, false)).expect("scaled"));
+    }
+
+    #[test]
+    fn zoom_is_the_same_with_or_without_the_pixels() {
+        let scale = Scale::fit((400, 300), (200, 150));
+        let region = [10, 10, 60, 40];
+        let with = scale.zoom(&capture(400, 300, true), region).expect("zoom");
+        assert_eq!(with, scale.zoom(&capture(400, 300, false), region).expect("zoom"));
+    }
 
     #[test]
     fn common_screens_fit_the_default_target() {

@@ -22,7 +22,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use flotilla_shared::action::Action;
 use flotilla_shared::blobstore::{BlobStore, Uploader, UploaderOptions, UploadError};
 use flotilla_shared::event::EventKind;
@@ -252,7 +251,7 @@ impl Session {
     pub async fn observe(&self) -> Result<Screenshot, PipelineError> {
         let shot = self.guard(self.settled_screen()).await?;
         if let Some(log) = &self.screenshots {
-            let png = Bytes::from(shot.png.clone());
+            let png = shot.png.clone();
             self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
         }
         Ok(shot)

@@ -151,7 +151,7 @@ impl MemoryProvider {
             .write_header()
             .and_then(|mut writer| writer.write_image_data(&vec![0; width as usize * height as usize * 3]));
         encoded.map_err(|e| SandboxError::Display(format!("cannot encode a screenshot: {e}")))?;
-        Ok(Screenshot { png, width, height })
+        Ok(Screenshot { png: png.into(), width, height, rgb: None })
     }
 }
 

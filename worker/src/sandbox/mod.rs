@@ -4,6 +4,7 @@
 //! backends share. Every provider passes the same behaviour suite (`suite`),
 //! run against the real backend.
 
+mod demand;
 pub mod e2b;
 mod error;
 pub mod fleet;
@@ -18,6 +19,7 @@ pub(crate) mod suite;
 use std::fmt;
 use std::time::Duration;
 
+use bytes::Bytes;
 use flotilla_shared::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -140,13 +142,16 @@ impl CommandOutput {
     }
 }
 
-/// One capture of a sandbox's screen.
+/// One capture of a sandbox's screen. Cheap to clone: the buffers are shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Screenshot {
     /// The screen as a PNG (8-bit RGB).
-    pub png: Vec<u8>,
+    pub png: Bytes,
     pub width: u32,
     pub height: u32,
+    /// The same pixels as packed 8-bit RGB, rows top to bottom, when the
+    /// capture had them anyway, so scaling for a model need not decode the PNG.
+    pub rgb: Option<Bytes>,
 }
 
 /// Creates, drives and ends sandboxes of one backend. Object-safe, so a

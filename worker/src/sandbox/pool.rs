@@ -1,13 +1,19 @@
 //! The worker's sandboxes: a provider with a warm pool in front of it.
 //!
 //! Starting a desktop takes from a fraction of a second (local) to several
-//! seconds (hosted), so the pool keeps up to `warm` ready sandboxes of the
+//! seconds (hosted), so the pool keeps `warm` ready sandboxes of the
 //! default shape and hands one out at once when a task asks for that shape;
 //! any other shape is started cold. A used sandbox is never handed to
 //! another task: releasing kills it, and the pool starts a fresh one in the
 //! background. `max_live` caps the sandboxes this worker holds at once,
 //! pooled ones included, so a burst cannot exceed a provider's concurrency
 //! limit. Pooled sandboxes are replaced before their deadline runs out.
+//!
+//! When tasks of the pooled shape arrive faster than replacements start,
+//! `warm` is not enough: the pool then keeps as many ready as recent demand
+//! and start times call for (see `demand`), up to half of `max_live`, and
+//! kills the extra ones again once demand falls. A pool with `warm` = 0
+//! never keeps any.
 //! With a [`FleetCap`], every sandbox held (ready, starting or in use) also
 //! takes a fleet-wide slot in Redis, so all workers together stay under the
 //! provider's limit; a task waits for a slot (bounded, cancellable) when the
@@ -16,7 +22,7 @@
 //! sandbox's deadline.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
@@ -24,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, warn, Instrument};
 
+use super::demand::Demand;
 use super::fleet::{FleetCap, FleetSlot};
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxRequest};
 
@@ -33,6 +40,8 @@ const FAILED_PAUSE: Duration = Duration::from_secs(2);
 const REFUSED_PAUSE: Duration = Duration::from_secs(60);
 /// Pause before a warm sandbox tries again for a fleet slot.
 const FLEET_FULL_PAUSE: Duration = Duration::from_secs(2);
+/// How often the pool checks its size while no task comes or goes.
+const KEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// How the pool is sized.
 #[derive(Debug, Clone)]
@@ -94,6 +103,8 @@ struct Inner {
     ready: Mutex<VecDeque<Ready>>,
     /// Sandboxes being started for the pool now.
     filling: Mutex<usize>,
+    /// Recent arrivals of the pooled shape and start times, for sizing.
+    demand: Mutex<Demand>,
     stop: CancellationToken,
 }
 
@@ -106,10 +117,16 @@ impl SandboxPool {
             config,
             ready: Mutex::new(VecDeque::new()),
             filling: Mutex::new(0),
+            demand: Mutex::new(Demand::new(now())),
             stop: CancellationToken::new(),
         };
         let pool = Self { inner: Arc::new(inner) };
         pool.refill();
+        if pool.inner.config.warm > 0 {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(keep(Arc::downgrade(&pool.inner), pool.inner.stop.clone()));
+            }
+        }
         pool
     }
 
@@ -139,7 +156,9 @@ impl SandboxPool {
 
     async fn acquire_untraced(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
         let began = Instant::now();
-        if self.fits_pool(request) {
+        let pooled = self.fits_pool(request);
+        if pooled {
+            lock(&self.inner.demand).arrived(now());
             if let Some(ready) = self.take_ready() {
                 self.refill();
                 return Ok(Lease { sandbox: ready.sandbox, warm: true, waited: began.elapsed(), _permit: ready.permit, fleet: ready.fleet });
@@ -153,7 +172,11 @@ impl SandboxPool {
             Some(cap) => Some(cap.acquire(cancel).await?),
             None => None,
         };
+        let starting = now();
         let sandbox = self.inner.provider.create(request).await?;
+        if pooled {
+            lock(&self.inner.demand).started(now() - starting);
+        }
         self.refill();
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }
@@ -222,15 +245,45 @@ impl SandboxPool {
         });
     }
 
-    /// Starts as many sandboxes as the pool lacks, as far as `max_live` allows.
+    /// How many ready sandboxes the pool aims for now: `warm`, or more
+    /// while demand calls for it, up to half of `max_live`.
+    fn target(&self) -> usize {
+        let config = &self.inner.config;
+        if config.warm == 0 {
+            return 0;
+        }
+        let wanted = lock(&self.inner.demand).wanted(now());
+        wanted.min(config.max_live / 2).max(config.warm)
+    }
+
+    /// Kills ready sandboxes beyond `target`, oldest first.
+    fn trim(&self, target: usize) {
+        loop {
+            let extra = {
+                let mut ready = lock(&self.inner.ready);
+                if ready.len() <= target {
+                    return;
+                }
+                ready.pop_front()
+            };
+            if let Some(extra) = extra {
+                self.kill_in_background(extra);
+            }
+        }
+    }
+
+    /// Starts as many sandboxes as the pool lacks, as far as `max_live`
+    /// allows, and kills those it no longer needs.
     fn refill(&self) {
         if self.inner.stop.is_cancelled() || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
+        let target = self.target();
+        self.trim(target);
         loop {
             let missing = {
                 let filling = lock(&self.inner.filling);
-                self.inner.config.warm.saturating_sub(self.ready() + *filling)
+                target.saturating_sub(self.ready() + *filling)
             };
             if missing == 0 {
                 return;
@@ -252,6 +305,7 @@ impl SandboxPool {
             self.refill_later(FLEET_FULL_PAUSE).await;
             return;
         };
+        let starting = now();
         let created = tokio::select! {
             created = inner.provider.create(&inner.config.default_request) => created,
             () = inner.stop.cancelled() => Err(SandboxError::Unavailable("the pool is shutting down".into())),
@@ -262,6 +316,7 @@ impl SandboxPool {
                 inner.provider.kill(&sandbox.id).await.ok();
             }
             Ok(sandbox) => {
+                lock(&inner.demand).started(now() - starting);
                 debug!(sandbox = %sandbox.id, "a warm sandbox is ready");
                 lock(&inner.ready).push_back(Ready { sandbox, permit, fleet });
             }
@@ -307,6 +362,28 @@ fn refill_pause(error: &SandboxError) -> Duration {
     }
 }
 
+/// Checks the pool's size every [`KEEP_EVERY`] while it exists, so extra
+/// sandboxes go once demand falls even when no task comes or goes.
+async fn keep(inner: Weak<Inner>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(KEEP_EVERY) => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        SandboxPool { inner }.refill();
+    }
+}
+
+/// The time demand is measured in: Tokio's clock, which tests can pause.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

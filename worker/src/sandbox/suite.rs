@@ -84,7 +84,7 @@ async fn pointer(provider: &dyn SandboxProvider, id: &SandboxId) -> (u32, u32) {
 }
 
 async fn screen(provider: &dyn SandboxProvider, id: &SandboxId) -> Vec<u8> {
-    provider.screenshot(id).await.expect("screenshot").png
+    provider.screenshot(id).await.expect("screenshot").png.to_vec()
 }
 
 /// The screens shown once the screen has settled: a shot repeats one of the
@@ -132,10 +132,11 @@ pub(crate) async fn screenshot_has_the_requested_size(provider: &dyn SandboxProv
     assert_eq!(sandbox.resolution, resolution);
     let shot = provider.screenshot(&sandbox.id).await.expect("screenshot");
     assert_eq!((shot.width, shot.height), resolution);
-    let decoder = png::Decoder::new(std::io::Cursor::new(shot.png));
-    let reader = decoder.read_info().expect("a valid PNG");
-    let info = reader.info();
-    assert_eq!((info.width, info.height), resolution);
+    let decoded = crate::image::Rgb::decode_png(&shot.png).expect("a valid PNG");
+    assert_eq!((decoded.width, decoded.height), resolution);
+    if let Some(rgb) = &shot.rgb {
+        assert!(rgb[..] == decoded.pixels[..], "the pixels handed along are the PNG's");
+    }
     provider.kill(&sandbox.id).await.expect("kill");
 }
 

@@ -33,10 +33,10 @@ pub(crate) fn cleanup_command(path: &str) -> String {
 pub(crate) fn from_png(png: Vec<u8>) -> Result<Screenshot, SandboxError> {
     let (width, height, plain_rgb) = header(&png)?;
     if plain_rgb {
-        return Ok(Screenshot { png, width, height });
+        return Ok(Screenshot { png: png.into(), width, height, rgb: None });
     }
     let rgb = Rgb::decode_png(&png).map_err(bad_png)?;
-    Ok(Screenshot { png: rgb.encode_png().map_err(bad_png)?, width, height })
+    Ok(Screenshot { png: rgb.encode_png().map_err(bad_png)?.into(), width, height, rgb: Some(rgb.pixels.into()) })
 }
 
 fn bad_png(error: impl std::fmt::Display) -> SandboxError {
@@ -74,7 +74,7 @@ mod tests {
     fn rgb_pngs_pass_through_with_their_size() {
         let png = png_of(png::ColorType::Rgb, 2, 1, &[1, 2, 3, 4, 5, 6]);
         let shot = from_png(png.clone()).expect("a screenshot");
-        assert_eq!((shot.width, shot.height, shot.png), (2, 1, png));
+        assert_eq!((shot.width, shot.height, shot.png.to_vec(), shot.rgb), (2, 1, png, None));
     }
 
     #[test]
@@ -84,6 +84,7 @@ mod tests {
         assert_eq!((shot.width, shot.height), (1, 2));
         assert_eq!(Rgb::decode_png(&shot.png).expect("decodes").pixels, [1, 2, 3, 4, 5, 6]);
         assert!(header(&shot.png).expect("header").2, "converted to plain RGB");
+        assert_eq!(shot.rgb.as_deref(), Some(&[1, 2, 3, 4, 5, 6][..]), "the decoded pixels come along");
     }
 
     #[test]

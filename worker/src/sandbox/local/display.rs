@@ -74,7 +74,7 @@ impl Display {
             .map_err(x_error)?;
         let rgb = self.pixels.rgb_from(&image.data, usize::from(width), usize::from(height))?;
         let png = encode_png(&rgb, u32::from(width), u32::from(height))?;
-        Ok(Screenshot { png, width: u32::from(width), height: u32::from(height) })
+        Ok(Screenshot { png: png.into(), width: u32::from(width), height: u32::from(height), rgb: Some(rgb.into()) })
     }
 
     /// Where the pointer is.
