@@ -14,6 +14,7 @@ use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing::level_filters::LevelFilter;
@@ -22,6 +23,34 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+/// The W3C trace-context field a task carries from the API to its worker.
+const TRACEPARENT: &str = "traceparent";
+
+/// The W3C `traceparent` of the current span, when spans are exported; it
+/// is stored with the tasks a request creates, so the worker's spans for
+/// them join the request's trace.
+pub fn current_traceparent() -> Option<String> {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let context = tracing::Span::current().context();
+    let mut fields = std::collections::HashMap::new();
+    TraceContextPropagator::new().inject_context(&context, &mut fields);
+    fields.remove(TRACEPARENT)
+}
+
+/// Makes `span` continue the trace `traceparent` names (as the API stored
+/// it); a malformed value leaves `span` where it is.
+pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let fields = std::collections::HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    let context = TraceContextPropagator::new().extract(&fields);
+    if context.span().span_context().is_valid() && span.set_parent(context).is_err() {
+        tracing::debug!("the task's span could not join the request's trace");
+    }
+}
 
 /// The path OTLP/HTTP collectors take traces at, under the endpoint.
 const TRACES_PATH: &str = "/v1/traces";

@@ -1,8 +1,10 @@
 //! Traces reach an OTLP collector: a receiver on loopback takes
 //! `POST /v1/traces` protobuf bodies as a collector would, the API (served
 //! here with the binaries' own tracing set-up) and a real worker process
-//! export to it, and a scripted task leaves a `request` span and a `task`
-//! span with `step` spans under it, each named for its service.
+//! export to it, and a scripted task leaves one trace: the submit's
+//! `request` span, the worker's `task` span under it (the trace context
+//! travels with the task through Redis) and its `step` spans, each named
+//! for its service.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -126,6 +128,8 @@ async fn requests_and_tasks_are_traced_to_an_otlp_collector() {
         .unwrap_or_else(|| panic!("a task span: {spans:#?}"));
     assert_eq!(task.service, "flotilla-worker");
     assert_eq!(task.attr("attempt").as_deref(), Some("1"));
+    assert_eq!(task.span.trace_id, submit.span.trace_id, "the worker's task continues the trace of the request that submitted it");
+    assert_eq!(task.span.parent_span_id, submit.span.span_id, "the task span is a child of the submit request");
     let steps: Vec<&Exported> = spans.iter().filter(|s| s.span.name == "step" && s.span.trace_id == task.span.trace_id).collect();
     assert_eq!(steps.len(), 2, "both steps are in the task's trace: {spans:#?}");
     for step in &steps {

@@ -44,6 +44,9 @@ impl Executor {
     /// up on its running tasks at shutdown.
     pub async fn execute(&self, attempt: Attempt, abandon: CancellationToken) {
         let span = tracing::info_span!("task", task_id = %attempt.task_id(), attempt = attempt.number);
+        if let Some(traceparent) = &attempt.trace {
+            flotilla_shared::telemetry::continue_trace(&span, traceparent);
+        }
         self.run_attempt(Arc::new(attempt), abandon).instrument(span).await;
     }
 

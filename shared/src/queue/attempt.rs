@@ -147,6 +147,9 @@ pub struct Attempt {
     pub number: u32,
     pub spec: TaskSpec,
     pub delivery: Delivery,
+    /// The W3C `traceparent` of the request that submitted the task, so its
+    /// work continues that trace.
+    pub trace: Option<String>,
 }
 
 impl Queue {
@@ -236,7 +239,9 @@ impl Queue {
                 let tenant = reply.get(3).and_then(|t| TenantId::parse(t).ok()).ok_or_else(corrupt)?;
                 let batch = reply.get(4).filter(|b| !b.is_empty()).and_then(|b| BatchId::parse(b).ok());
                 let origin = origin(task_id, batch.as_ref(), &tenant);
-                let attempt = Attempt { queue: self.clone(), origin, owner: owner.to_owned(), number, spec, delivery: delivery.clone() };
+                let trace = reply.get(5).filter(|t| !t.is_empty()).cloned();
+                let attempt =
+                    Attempt { queue: self.clone(), origin, owner: owner.to_owned(), number, spec, delivery: delivery.clone(), trace };
                 Ok(StartOutcome::Started(Box::new(attempt)))
             }
             Some("dead") => {

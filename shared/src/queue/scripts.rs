@@ -60,7 +60,7 @@ local ONE = {KEYS[1], KEYS[2], ARGV[2]}
 /// [`CLAIM_AND_START`]. Reads `ARGV[2..8]` as [`START`] documents them.
 const START_FN: &str = r#"
 local function start(t)
-  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq')
+  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
   if not st[1] then return {'gone'} end
   if is_terminal(st[1]) then return {'terminal', st[1]} end
   local meta = {st[5], st[6], st[7]}
@@ -85,7 +85,7 @@ local function start(t)
     redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq)
   end
   emit(t, meta, seq, ARGV[2], '"attempt":' .. attempt .. ',')
-  return {'started', tostring(attempt), st[8], st[6], st[7] or ''}
+  return {'started', tostring(attempt), st[8], st[6], st[7] or '', st[10] or ''}
 end
 "#;
 
@@ -126,8 +126,9 @@ fn starting_script(body: &str) -> Script {
 pub const CREATE_GROUP: usize = 6;
 
 /// Creates tasks with their `queued` event. `ARGV[2]` the draft, `ARGV[3]`
-/// now; then per task `id, hdr, spec, tenant, batch, max_attempts`
-/// ([`CREATE_GROUP`] values per task, starting at `ARGV[4]`).
+/// now, `ARGV[4]` the W3C `traceparent` of the request that made them (or
+/// empty); then per task `id, hdr, spec, tenant, batch, max_attempts`
+/// ([`CREATE_GROUP`] values per task, starting at `ARGV[5]`).
 /// Returns how many were created (an existing id is skipped).
 pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
     task_script(
@@ -135,11 +136,12 @@ pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
 local created = 0
 local n = #KEYS / 2
 for i = 1, n do
-  local a = 4 + (i - 1) * 6 -- CREATE_GROUP
+  local a = 5 + (i - 1) * 6 -- CREATE_GROUP
   local t = task_at(i, ARGV[a])
   if redis.call('EXISTS', t[1]) == 0 then
     redis.call('HSET', t[1], 'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
       'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', 0, 'created_at', ARGV[3], 'seq', 1)
+    if ARGV[4] ~= '' then redis.call('HSET', t[1], 'trace', ARGV[4]) end
     emit(t, {ARGV[a + 1], ARGV[a + 3], ARGV[a + 4]}, 1, ARGV[2], '')
     created = created + 1
   end
@@ -154,7 +156,7 @@ return created
 /// `ARGV[6]` draft of the `cancelled` event, `ARGV[7]` draft of the `failed`
 /// event for spent attempts, `ARGV[8]` retention ms; then one task id per
 /// task from `ARGV[9]`.
-/// Returns, per task, `{'started', attempt, spec, tenant, batch}`, or
+/// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent}`, or
 /// `{'gone'}`, `{'terminal', status}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {

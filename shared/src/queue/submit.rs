@@ -154,10 +154,11 @@ impl Queue {
     pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
         let now = clock::now_ms();
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
+        let traceparent = crate::telemetry::current_traceparent().unwrap_or_default();
         let mut creates = Vec::new();
         for chunk in tasks.chunks(self.tasks_per_call(CREATE_CHUNK)) {
             let mut create = scripts::CREATE.prepare_invoke();
-            create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now);
+            create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now).arg(&traceparent);
             for task in chunk {
                 let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
                 create.key(self.keys.task(&task.id)).key(self.keys.events(&task.id));
