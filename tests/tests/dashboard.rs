@@ -238,8 +238,20 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
          document.querySelector('#events li[data-type=\"started\"]') !== null"
     );
     browser.wait_for("the running task's pane shows its events", &following, SHOWN).await.expect("running pane");
+    // Its sandbox has a live stream (recorded the way a worker records it,
+    // before the events that make the pane read the task again).
+    let no_link = browser.evaluate("document.getElementById('stream-link') === null").await.expect("no link yet");
+    assert_eq!(no_link, json!(true), "no link while the task has no stream");
+    let sandbox = json!({"provider": "e2b", "id": "sbx-live", "stream_url": "https://stream.example.test/sbx-live"}).to_string();
+    let redis_client = redis::Client::open(redis.url()).expect("redis client");
+    let mut conn = redis_client.get_multiplexed_async_connection().await.expect("redis connection");
+    let task_key = Keys::new(prefix.clone()).task(&TaskId::parse(&long).expect("task id"));
+    let () = redis::cmd("HSET").arg(task_key).arg("sandbox").arg(sandbox).query_async(&mut conn).await.expect("record a stream");
     let newest = record_screenshots(&redis, &Keys::new(prefix.clone()), &store, &long, 3).await;
     browser.wait_for("three screenshots show", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
+    // … and the pane links it.
+    let linked = "(a => a !== null && a.href === 'https://stream.example.test/sbx-live')(document.getElementById('stream-link'))";
+    browser.wait_for("the live stream is linked", linked, SHOWN).await.expect("stream link");
 
     // Its Cancel button stops it, and the stream ends with the terminal event.
     browser.click("#cancel").await.expect("click cancel");

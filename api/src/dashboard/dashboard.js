@@ -332,6 +332,18 @@
       if (value === undefined || value === null || value === '') continue;
       nodes.push(element('dt', '', name), element('dd', '', typeof value === 'object' ? JSON.stringify(value) : value));
     }
+    const streamUrl = task.sandbox && task.sandbox.stream_url;
+    const stream = typeof streamUrl === 'string' && streamUrl !== '' ? safeUrl(streamUrl) : null;
+    if (stream) {
+      const link = element('a', '', 'watch live');
+      link.href = stream;
+      link.target = '_blank';
+      link.rel = 'noopener noreferrer';
+      link.id = 'stream-link';
+      const value = element('dd');
+      value.append(link);
+      nodes.push(element('dt', '', 'live stream'), value);
+    }
     $('detail-facts').replaceChildren(...nodes);
   }
 
