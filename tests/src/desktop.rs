@@ -105,7 +105,18 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMu
     }
 }
 
-/// The `type` names of events, in order.
+/// The ids of the sandboxes a task's `sandbox_ready` events announced, in order.
+pub fn sandbox_ids(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            flotilla_shared::event::EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many of `events` are of type `name`.
 pub fn count(events: &[Event], name: &str) -> usize {
     events.iter().filter(|e| e.kind.name() == name).count()
 }

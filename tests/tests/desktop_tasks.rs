@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_shared::event::{Event, EventKind};
 use flotilla_shared::task::{StopCode, TaskStatus};
-use flotilla_tests::desktop::{count, eventually, png_size, DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{count, eventually, png_size, sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::fleet::{test_config, test_env};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, SECRET_KEY};
 use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
@@ -244,15 +244,6 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
     std::fs::remove_dir_all(&dir).ok();
 }
 
-fn sandbox_ids(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_killed_from_outside_is_replaced_on_the_next_attempt() {

@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::config::RedisTarget;
-use flotilla_shared::event::EventKind;
 use flotilla_shared::keys::Keys;
 use flotilla_shared::task::{StopCode, TaskStatus};
-use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::tasks::record;
 use flotilla_tests::{unique_prefix, RedisServer};
 use flotilla_worker::sandbox::{
@@ -142,15 +141,6 @@ async fn memory_fleet(provider: &Arc<MemoryProvider>) -> DesktopFleet {
     DesktopFleet::start(DesktopOptions { provider: Some(provider), ..DesktopOptions::default() }).await
 }
 
-fn sandbox_ids(events: &[flotilla_shared::event::Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_sandbox_serves_a_later_task_that_names_it() {
