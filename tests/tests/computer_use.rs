@@ -11,7 +11,7 @@ use flotilla_shared::action::{Action, MouseButton};
 use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
-use flotilla_tests::fakes::{anthropic, openai, Recorded, ScriptedServer};
+use flotilla_tests::fakes::{anthropic, openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::fleet::binary;
 use flotilla_tests::{api_key, spawn_api, ApiClient};
@@ -228,5 +228,58 @@ async fn sandbox_claude_computer_use_runs_every_step_and_answers_each_tool_use()
     let last = requests[3].body["messages"].as_array().expect("messages");
     let result = last.last().and_then(|m| m["content"][0].as_object()).expect("a tool result");
     assert_eq!(result["tool_use_id"], "toolu_3");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_an_openai_model_asks_a_human_and_goes_on_with_the_answer() {
+    let server = ScriptedServer::start().await;
+    let ask = openai::function_call("call_ask", "ask_human", json!({"question": "Which account should I use?"}));
+    server.push(openai::reply("resp_1", vec![ask]));
+    server.push(openai::reply("resp_2", vec![openai::message("Used the work account.")]));
+    let fleet = openai_fleet(&server).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let id = fleet.submit(task("openai-cua", json!({}))).await;
+
+    fleet.wait_until_waiting(&id).await;
+    let waiting = record(&fleet.queue, &id).await;
+    assert_eq!(waiting.code, Some(StopCode::HumanIntervention));
+    let asked = events(&fleet.queue, &id).await.into_iter().find_map(|e| match e.kind {
+        EventKind::Waiting { code, message } => Some((code, message)),
+        _ => None,
+    });
+    assert_eq!(asked, Some(("human-intervention".into(), "Which account should I use?".into())));
+    let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": "the work one"})).await;
+    assert_eq!(status, 202, "{body}");
+    fleet.wait_ended(&id).await;
+
+    let done = record(&fleet.queue, &id).await;
+    assert_eq!(done.status, TaskStatus::Succeeded, "{:?}", done.error);
+    let requests = server.received();
+    let second = &to_responses(&requests)[1].body;
+    let answer = second["input"].as_array().and_then(|items| items.iter().find(|i| i["type"] == "function_call_output")).expect("a function output");
+    assert_eq!((answer["call_id"].as_str(), answer["output"].as_str()), (Some("call_ask"), Some("the work one")));
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_claude_model_asks_a_human_who_declines_and_the_task_ends() {
+    let server = ScriptedServer::start().await;
+    server.push(Reply::json(anthropic::message(vec![anthropic::tool_use("toolu_ask", "ask_human", json!({"question": "May I delete the old files?"}))], "tool_use")));
+    let fleet = anthropic_fleet(&server).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let id = fleet.submit(task("claude-computer-use", json!({}))).await;
+
+    fleet.wait_until_waiting(&id).await;
+    assert_eq!(record(&fleet.queue, &id).await.code, Some(StopCode::HumanIntervention));
+    let (status, _) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "deny", "message": "keep them"})).await;
+    assert_eq!(status, 202);
+    fleet.wait_ended(&id).await;
+    let done = record(&fleet.queue, &id).await;
+    assert_eq!((done.status, done.code), (TaskStatus::Failed, Some(StopCode::HumanIntervention)));
+    assert!(done.error.as_deref().is_some_and(|e| e.contains("keep them")), "{:?}", done.error);
+    assert_eq!(server.received().len(), 1, "nothing more is asked of the model");
     fleet.stop().await;
 }

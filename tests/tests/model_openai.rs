@@ -103,9 +103,11 @@ async fn turns_chain_by_response_id_and_send_only_the_newest_screenshot() {
     assert_eq!(first.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
     assert_eq!(first.body["model"], "computer-use-preview");
     assert_eq!(
-        first.body["tools"],
-        json!([{"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}])
+        first.body["tools"][0],
+        json!({"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"})
     );
+    assert_eq!(first.body["tools"][1]["type"], "function");
+    assert_eq!(first.body["tools"][1]["name"], "ask_human", "the model can ask the person behind the task");
     assert_eq!(first.body["instructions"], "Work carefully.");
     assert!(first.body.get("previous_response_id").is_none());
     let content = &first.body["input"][0]["content"];
@@ -166,7 +168,7 @@ async fn a_ga_batch_maps_to_one_call_with_its_actions_in_order() {
         ]
     );
     let sent = request(&server, 0);
-    assert_eq!(sent.body["tools"], json!([{"type": "computer"}]));
+    assert_eq!(sent.body["tools"][0], json!({"type": "computer"}));
     assert_eq!(sent.body["model"], "gpt-5.4");
 }
 

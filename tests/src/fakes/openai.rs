@@ -100,3 +100,15 @@ pub fn type_text(text: &str) -> Value {
 pub fn scroll(x: u32, y: u32, scroll_x: i64, scroll_y: i64) -> Value {
     json!({"type": "scroll", "x": x, "y": y, "scroll_x": scroll_x, "scroll_y": scroll_y})
 }
+
+/// A call of a function the request offered, with JSON `arguments`.
+pub fn function_call(call_id: &str, name: &str, arguments: Value) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{call_id}"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments.to_string(),
+        "status": "completed",
+    })
+}

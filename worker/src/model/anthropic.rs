@@ -38,7 +38,10 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
 use super::http::{Endpoint, ModelHttp};
-use super::{CallResult, ComputerModel, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage};
+use super::{
+    ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage,
+    ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+};
 use actions::Pointer;
 pub use text::AnthropicText;
 
@@ -136,7 +139,10 @@ impl AnthropicComputerUse {
         let mut body = json!({
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
-            "tools": [tool_definition(self.config.tool, self.display)],
+            "tools": [
+                tool_definition(self.config.tool, self.display),
+                json!({ "name": ASK_HUMAN, "description": ASK_HUMAN_DESCRIPTION, "input_schema": ask_human_schema() }),
+            ],
             "messages": self.messages,
         });
         if let Some(system) = &self.system {
@@ -356,6 +362,11 @@ fn parse_tool_use(
 ) -> Result<ToolCall, ModelError> {
     let id = string_field(block, "id", at)?;
     let name = string_field(block, "name", at)?;
+    if name == ASK_HUMAN {
+        let input = block.get("input").cloned().unwrap_or(Value::Null);
+        let question = ask_human_question(&input, &format!("{at}.input"))?;
+        return Ok(ToolCall { id: id.to_owned(), actions: vec![ModelAction::AskHuman { question }] });
+    }
     if name != TOOL_NAME {
         return Err(malformed(format!("{at}.name is {name:?}, a tool this client did not offer")));
     }

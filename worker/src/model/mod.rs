@@ -63,6 +63,36 @@ pub enum ModelAction {
     Zoom { region: [u32; 4] },
     /// Tell the model where the pointer is (Anthropic's `cursor_position`).
     CursorPosition,
+    /// Ask the person behind the task (the `ask_human` tool both clients
+    /// offer beside the computer tool); their answer goes back as the
+    /// call's text.
+    AskHuman { question: String },
+}
+
+/// The name of the tool through which a model asks the person behind the
+/// task for something only they can give.
+pub const ASK_HUMAN: &str = "ask_human";
+
+/// What the `ask_human` tool is for, as the models are told.
+pub const ASK_HUMAN_DESCRIPTION: &str = "Ask the person who gave you this task a question, when you cannot go on \
+     without their answer: missing information, a decision only they can make, or something they must do \
+     themselves such as a login or a CAPTCHA. Their answer comes back as the result.";
+
+/// The JSON schema of the `ask_human` tool's input.
+pub fn ask_human_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": { "question": { "type": "string", "description": "what to ask, in one or two sentences" } },
+        "required": ["question"]
+    })
+}
+
+/// The question of an `ask_human` call's input, or what is wrong with it.
+pub fn ask_human_question(input: &serde_json::Value, at: &str) -> Result<String, ModelError> {
+    match input.get("question").and_then(serde_json::Value::as_str).map(str::trim) {
+        Some(question) if !question.is_empty() => Ok(question.to_owned()),
+        _ => Err(ModelError::Malformed(format!("{at}.question must be a non-empty string"))),
+    }
 }
 
 /// One tool call of a turn: the id the model gave it and what it asks.

@@ -26,7 +26,7 @@ pub use actions::{DEFAULT_WAIT_MS, PIXELS_PER_WHEEL_CLICK};
 pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
-use super::{CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn};
+use super::{ask_human_schema, CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN, ASK_HUMAN_DESCRIPTION};
 use response::read_answer;
 
 /// Where answers are created, under the base URL (`…/v1`).
@@ -144,6 +144,8 @@ pub struct OpenAiCua {
     previous_response_id: Option<String>,
     /// The last answer's pending safety checks, by the call they hold up.
     pending_checks: Vec<(String, SafetyCheck)>,
+    /// The last answer's `ask_human` calls.
+    function_calls: Vec<String>,
 }
 
 impl OpenAiCua {
@@ -153,7 +155,7 @@ impl OpenAiCua {
     pub fn new(config: OpenAiConfig, display: (u32, u32), instructions: Option<String>) -> Result<Self, ModelError> {
         let http = ModelHttp::new(config.endpoint.clone())?;
         let headers = bearer_headers(&http)?;
-        Ok(Self { http, headers, config, display, instructions, previous_response_id: None, pending_checks: Vec::new() })
+        Ok(Self { http, headers, config, display, instructions, previous_response_id: None, pending_checks: Vec::new(), function_calls: Vec::new() })
     }
 
     /// Sends `input` as the next turn and reads the answer.
@@ -163,13 +165,14 @@ impl OpenAiCua {
         tracing::debug!(response_id = %answer.id, calls = answer.turn.calls.len(), "model turn");
         self.previous_response_id = Some(answer.id);
         self.pending_checks = answer.checks_by_call;
+        self.function_calls = answer.function_calls;
         Ok(answer.turn)
     }
 
     fn request_body(&self, input: Value) -> Value {
         let mut body = json!({
             "model": self.config.model,
-            "tools": [self.tool()],
+            "tools": [self.tool(), ask_human_function()],
             "input": input,
             "truncation": self.config.truncation,
         });
@@ -221,6 +224,13 @@ impl OpenAiCua {
         let mut input: Vec<Value> = results
             .iter()
             .map(|result| {
+                if self.function_calls.contains(&result.call_id) {
+                    return json!({
+                        "type": "function_call_output",
+                        "call_id": result.call_id,
+                        "output": result.text.clone().unwrap_or_default(),
+                    });
+                }
                 json!({
                     "type": "computer_call_output",
                     "call_id": result.call_id,
@@ -229,7 +239,8 @@ impl OpenAiCua {
                 })
             })
             .collect();
-        if let Some(note) = result_notes(results) {
+        let computer_results: Vec<CallResult> = results.iter().filter(|r| !self.function_calls.contains(&r.call_id)).cloned().collect();
+        if let Some(note) = result_notes(&computer_results) {
             input.push(json!({ "role": "user", "content": [{ "type": "input_text", "text": note }] }));
         }
         Value::Array(input)
@@ -280,6 +291,11 @@ fn bearer_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
 }
 
 /// A PNG as a `data:` URL.
+/// The `ask_human` function, offered beside the computer tool.
+fn ask_human_function() -> Value {
+    json!({ "type": "function", "name": ASK_HUMAN, "description": ASK_HUMAN_DESCRIPTION, "parameters": ask_human_schema() })
+}
+
 fn png_data_url(png: &[u8]) -> String {
     format!("data:image/png;base64,{}", BASE64.encode(png))
 }
@@ -317,8 +333,8 @@ mod tests {
     fn the_preview_tool_carries_the_display_and_environment() {
         let body = client(OpenAiTool::Preview).request_body(json!("hi"));
         assert_eq!(
-            body["tools"],
-            json!([{"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"}])
+            body["tools"][0],
+            json!({"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"})
         );
         assert_eq!(body["model"], "computer-use-preview");
         assert_eq!(body["truncation"], "auto");
@@ -330,7 +346,7 @@ mod tests {
     #[test]
     fn the_ga_tool_has_no_fields() {
         let cua = client(OpenAiTool::Ga);
-        assert_eq!(cua.request_body(json!([]))["tools"], json!([{"type": "computer"}]));
+        assert_eq!(cua.request_body(json!([]))["tools"][0], json!({"type": "computer"}));
         let screen = Screen { png: Bytes::from_static(b"png"), width: 1, height: 1 };
         assert_eq!(cua.first_input("go", &screen)[0]["content"][1]["detail"], "original");
     }

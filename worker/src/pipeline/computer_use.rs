@@ -203,6 +203,7 @@ async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Res
                 }
             }
             ModelAction::CursorPosition => text = Some(cursor_position(session, scale).await?),
+            ModelAction::AskHuman { question } => text = Some(ask_human(session, question).await?),
             ModelAction::Zoom { region } => zoomed = Some(*region),
         }
     }
@@ -214,6 +215,20 @@ async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Res
         None => look(session, scale).await?,
     };
     Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
+}
+
+/// Puts the task in `waiting` with code `human-intervention` and the
+/// model's question; the human's message (or a plain go-ahead) is the
+/// answer, a denial ends the task.
+async fn ask_human(session: &Session, question: &str) -> Result<String, PipelineError> {
+    let input = session.steps().wait_for_human(StopCode::HumanIntervention, question).await?;
+    match input.decision {
+        Decision::Approve => Ok(input.message.unwrap_or_else(|| "Go ahead as you see fit.".to_owned())),
+        Decision::Deny => Err(PipelineError::Fatal {
+            code: StopCode::HumanIntervention,
+            message: format!("a human declined to help: {}", input.message.unwrap_or_else(|| question.to_owned())),
+        }),
+    }
 }
 
 /// Where the pointer is, in model coordinates, as `X=…,Y=…`.

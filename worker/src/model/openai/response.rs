@@ -6,7 +6,7 @@
 
 use super::actions::model_actions;
 use super::json::At;
-use crate::model::{ModelError, SafetyCheck, ToolCall, Turn, Usage};
+use crate::model::{ask_human_question, ModelAction, ModelError, SafetyCheck, ToolCall, Turn, Usage, ASK_HUMAN};
 
 /// One answer, read.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +16,9 @@ pub struct Answer {
     pub turn: Turn,
     /// Which call each pending safety check belongs to: `(call id, check)`.
     pub checks_by_call: Vec<(String, SafetyCheck)>,
+    /// The ids of calls to the `ask_human` function, answered with a
+    /// `function_call_output` rather than a screenshot.
+    pub function_calls: Vec<String>,
 }
 
 pub fn read_answer(answer: &serde_json::Value) -> Result<Answer, ModelError> {
@@ -25,6 +28,7 @@ pub fn read_answer(answer: &serde_json::Value) -> Result<Answer, ModelError> {
     let mut turn = Turn { usage: usage(&root)?, ..Turn::default() };
     let mut texts = Vec::new();
     let mut checks_by_call = Vec::new();
+    let mut function_calls = Vec::new();
     for item in root.field("output")?.items()? {
         match item.field("type")?.str()? {
             "reasoning" => turn.reasoning.extend(reasoning_summaries(&item)?),
@@ -36,12 +40,17 @@ pub fn read_answer(answer: &serde_json::Value) -> Result<Answer, ModelError> {
                 turn.safety_checks.extend(checks);
                 turn.calls.push(call);
             }
+            "function_call" => {
+                let call = ask_human_call(&item)?;
+                function_calls.push(call.id.clone());
+                turn.calls.push(call);
+            }
             other => tracing::debug!(item_type = other, "skipping an output item this client does not use"),
         }
     }
     turn.text = (!texts.is_empty()).then(|| texts.join("\n\n"));
     refuse_empty_incomplete(&root, &turn)?;
-    Ok(Answer { id, turn, checks_by_call })
+    Ok(Answer { id, turn, checks_by_call, function_calls })
 }
 
 /// A response the API itself marks `failed` or `cancelled` carries no turn.
@@ -116,6 +125,20 @@ fn computer_call(item: &At<'_>) -> Result<ToolCall, ModelError> {
         actions.extend(model_actions(action)?);
     }
     Ok(ToolCall { id, actions })
+}
+
+/// A `function_call` of the one function offered, `ask_human`.
+fn ask_human_call(item: &At<'_>) -> Result<ToolCall, ModelError> {
+    let id = item.field("call_id")?.str()?.to_owned();
+    let name = item.field("name")?.str()?;
+    if name != ASK_HUMAN {
+        return Err(item.wrong(&format!("calls {name:?}, a function this client did not offer")));
+    }
+    let arguments = item.field("arguments")?.str()?;
+    let input: serde_json::Value =
+        serde_json::from_str(arguments).map_err(|e| ModelError::Malformed(format!("the arguments of call {id} are not JSON: {e}")))?;
+    let question = ask_human_question(&input, "arguments")?;
+    Ok(ToolCall { id, actions: vec![ModelAction::AskHuman { question }] })
 }
 
 fn pending_safety_checks(item: &At<'_>) -> Result<Vec<SafetyCheck>, ModelError> {
