@@ -159,6 +159,12 @@ pub fn draft_at(kind: EventKind, at_ms: i64) -> String {
     serde_json::to_string(&DraftBody { ts: clock::rfc3339(at_ms), kind }).unwrap_or_else(|_| "{}".to_owned())
 }
 
+/// An event as the task scripts store it after its leading `{"seq":N,`:
+/// the origin's header, then the draft's fields.
+pub fn event_body(origin: &EventOrigin, draft: &str) -> String {
+    format!("{},{}", origin.header(), draft.strip_prefix('{').unwrap_or(draft))
+}
+
 /// Whose task an event belongs to: what every event on one task repeats.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventOrigin {

@@ -77,6 +77,18 @@ impl Priority {
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.as_str() == text)
     }
+
+    /// The lane's place in [`Priority::ALL`], counted from 1 as the lane
+    /// scripts count their `KEYS`.
+    pub fn lane_number(self) -> usize {
+        Self::ALL.iter().position(|p| *p == self).map_or(0, |i| i + 1)
+    }
+
+    /// The lane at this place in [`Priority::ALL`], counted from 1.
+    pub fn from_lane_number(number: &str) -> Option<Self> {
+        let i = number.parse::<usize>().ok()?.checked_sub(1)?;
+        Self::ALL.get(i).copied()
+    }
 }
 
 /// What to do when an agent wants to take a sensitive action.

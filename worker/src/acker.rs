@@ -1,14 +1,14 @@
-//! Ends tasks and acknowledges their stream entries in batches: one
-//! pipelined round trip writes the terminal state of every attempt that
-//! finished since the last flush (through the fenced script), and a second
-//! acknowledges, deletes and counts their entries. Entries whose write was
-//! refused (another attempt owns the task) are left alone. Batching keeps
-//! Redis work per task low under load.
+//! Ends tasks and acknowledges their stream entries in batches: one round
+//! trip (on a cluster, one per task and one for the lanes) writes the
+//! terminal state of every attempt that finished since the last flush
+//! through the fenced script, acknowledges their entries and counts their
+//! outcomes. Entries whose write was refused (another attempt owns the
+//! task) are left alone. Batching keeps Redis work per task low under load.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::{Attempt, Delivery, Queue, Terminal};
+use flotilla_shared::queue::{Attempt, Delivery, Ending, Queue, Terminal};
 use flotilla_shared::QueueError;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -86,30 +86,24 @@ async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>, metr
     }
 }
 
-/// Writes the batch's terminal states, then acknowledges what may be.
-/// Repeating a flush is safe: a terminal write that already happened is
-/// refused the second time, and its entry is then left for a reclaim, which
-/// finds the task ended and acknowledges it.
+/// Writes the batch's terminal states and acknowledges what may be (see
+/// [`Queue::finish_and_ack`]). Repeating a flush is safe: a terminal write
+/// that already happened is refused the second time, and its entry is then
+/// left for a reclaim, which finds the task ended and acknowledges it.
 async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
-    let ends: Vec<(&Attempt, Terminal, i64)> = batch
-        .iter()
-        .filter_map(|w| match w {
-            Work::Finish(attempt, terminal, at_ms) => Some((attempt.as_ref(), terminal.clone(), *at_ms)),
-            Work::Ack(..) => None,
-        })
-        .collect();
-    let written = queue.finish_many(&ends).await?;
-    let mut acks: Vec<(Delivery, Option<&'static str>)> = Vec::with_capacity(batch.len());
-    for ((attempt, terminal, _), result) in ends.iter().zip(written) {
-        match result {
-            Ok(_) => acks.push((attempt.delivery.clone(), Some(terminal.outcome()))),
-            Err(_) => info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written"),
-        }
-    }
+    let mut ends: Vec<Ending<'_>> = Vec::new();
+    let mut acks: Vec<(Delivery, Option<&'static str>)> = Vec::new();
     for work in batch {
-        if let Work::Ack(delivery, outcome) = work {
-            acks.push((delivery.clone(), *outcome));
+        match work {
+            Work::Finish(attempt, terminal, at_ms) => ends.push((attempt.as_ref(), terminal.clone(), *at_ms)),
+            Work::Ack(delivery, outcome) => acks.push((delivery.clone(), *outcome)),
         }
     }
-    queue.ack(&acks).await
+    let written = queue.finish_and_ack(&ends, &acks).await?;
+    for ((attempt, ..), result) in ends.iter().zip(written) {
+        if result.is_err() {
+            info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written");
+        }
+    }
+    Ok(())
 }

@@ -291,7 +291,7 @@ impl Claimer {
             Ok(StartOutcome::AlreadyEnded(outcome)) => {
                 debug!(outcome, entry = %delivery.entry_id, "task had ended; acknowledging its entry");
                 self.forget_running(std::slice::from_ref(delivery));
-                self.executor.acker.ack(delivery.clone(), Some(outcome));
+                self.executor.acker.ack(delivery.clone(), None);
             }
             Ok(StartOutcome::Nothing(reason)) => {
                 debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");

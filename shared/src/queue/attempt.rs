@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use super::{origin, scripts, Delivery, Queue};
 use crate::clock;
 use crate::error::QueueError;
-use crate::event::{draft, draft_at, EventKind, EventOrigin};
+use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::GROUP;
 use crate::task::{HumanInput, Priority, StopCode, TaskSpec};
@@ -27,10 +27,19 @@ pub enum StartOutcome {
     /// Nothing to run: the task is gone, or cancelled or dead-lettered just
     /// now (and counted). The entry can be acknowledged.
     Nothing(&'static str),
-    /// The task had ended but its entry was never acknowledged: its worker
-    /// died between the two, or it was cancelled while queued. Acknowledge
-    /// it and count this outcome, which nobody counted yet.
+    /// The task had ended but this entry was still pending: it was
+    /// cancelled while queued, or it is a second delivery of a task another
+    /// entry already ran. Acknowledge it; its outcome was counted when the
+    /// task ended.
     AlreadyEnded(&'static str),
+}
+
+/// An attempt, how it ends its task, and when (epoch ms).
+pub type Ending<'a> = (&'a Attempt, Terminal, i64);
+
+/// A fenced script's reply: the seq it wrote, or -1 as [`QueueError::Fenced`].
+fn written_seq(seq: i64) -> Result<u64, QueueError> {
+    u64::try_from(seq).map_err(|_| QueueError::Fenced)
 }
 
 /// What a heartbeat learned.
@@ -90,14 +99,13 @@ fn ended_outcome(status: Option<&String>) -> &'static str {
     }
 }
 
-/// The leading arguments of the start scripts (`ARGV[1..8]` of
+/// The leading arguments of the start scripts (`ARGV[1..7]` of
 /// [`scripts::START`]).
 struct StartArgs {
     channel_prefix: String,
     started: String,
     now: i64,
     owner: String,
-    lease_until: i64,
     cancelled: String,
     failed: String,
     retention_ms: u64,
@@ -111,7 +119,6 @@ impl StartArgs {
             started: draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }),
             now,
             owner: owner.to_owned(),
-            lease_until: now + queue.settings.lease.as_millis() as i64,
             cancelled: draft(EventKind::Cancelled { code: StopCode::Cancelled.as_str().into() }),
             failed: draft(EventKind::Failed { code: StopCode::Problem.as_str().into(), error: WORKER_VANISHED.into() }),
             retention_ms: queue.retention_ms(),
@@ -123,7 +130,6 @@ impl StartArgs {
             .arg(&self.started)
             .arg(self.now)
             .arg(&self.owner)
-            .arg(self.lease_until)
             .arg(&self.cancelled)
             .arg(&self.failed)
             .arg(self.retention_ms);
@@ -211,7 +217,7 @@ impl Queue {
         let mut counted = Vec::new();
         let mut outcomes = Vec::with_capacity(claimed.len());
         for (lane, entry_id, task, reply) in claimed {
-            let Some(lane) = lane.parse::<usize>().ok().and_then(|i| Priority::ALL.get(i.wrapping_sub(1)).copied()) else { continue };
+            let Some(lane) = Priority::from_lane_number(&lane) else { continue };
             let delivery = Delivery { lane, entry_id, task_id: TaskId::parse(&task).ok() };
             let outcome = match &delivery.task_id {
                 Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
@@ -287,8 +293,9 @@ impl Queue {
 
     /// Ends many attempts in one round trip; each ended at the epoch ms given
     /// with it. Each result is the terminal event's seq, or
-    /// [`QueueError::Fenced`].
-    pub async fn finish_many(&self, ends: &[(&Attempt, Terminal, i64)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+    /// [`QueueError::Fenced`]. Their entries stay pending: see
+    /// [`Queue::finish_and_ack`].
+    pub async fn finish_many(&self, ends: &[Ending<'_>]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
         if ends.is_empty() {
             return Ok(Vec::new());
         }
@@ -297,18 +304,65 @@ impl Queue {
             .map(|chunk| {
                 let mut inv = scripts::FINISH.prepare_invoke();
                 inv.arg(self.keys.channel_prefix()).arg(self.retention_ms());
-                for (attempt, terminal, at_ms) in chunk {
-                    let id = attempt.task_id();
-                    let (kind, status, code, field, value) = terminal.written();
-                    inv.key(self.keys.task(id)).key(self.keys.events(id));
-                    inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(draft_at(kind, *at_ms));
-                    inv.arg(status).arg(code).arg(field).arg(value).arg(*at_ms);
+                for ending in chunk {
+                    self.add_ending(&mut inv, ending);
                 }
                 inv
             })
             .collect();
         let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
-        Ok(seqs.into_iter().map(|seq| u64::try_from(seq).map_err(|_| QueueError::Fenced)).collect())
+        Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// Ends attempts and acknowledges their entries, with `acks`: entries
+    /// that only need acknowledging, each with the outcome to count, if
+    /// any. A task's outcome is counted when its attempt ends it — on a
+    /// single server in the same atomic step, so a task is counted once
+    /// however often it was delivered. An entry whose task another attempt
+    /// owns stays pending. Each result is the terminal event's seq, or
+    /// [`QueueError::Fenced`].
+    pub async fn finish_and_ack(&self, ends: &[Ending<'_>], acks: &[(Delivery, Option<&'static str>)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+        if self.redis.is_cluster() {
+            let written = self.finish_many(ends).await?;
+            let mut settled = acks.to_vec();
+            for ((attempt, terminal, _), result) in ends.iter().zip(&written) {
+                if result.is_ok() {
+                    settled.push((attempt.delivery.clone(), Some(terminal.outcome())));
+                }
+            }
+            self.ack(&settled).await?;
+            return Ok(written);
+        }
+        if ends.is_empty() && acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut inv = scripts::FINISH_AND_ACK.prepare_invoke();
+        for lane in Priority::ALL {
+            inv.key(self.keys.lane(lane));
+        }
+        inv.key(self.keys.outcomes());
+        inv.arg(self.keys.channel_prefix()).arg(self.retention_ms()).arg(GROUP).arg(ends.len());
+        for ending in ends {
+            self.add_ending(&mut inv, ending);
+            let delivery = &ending.0.delivery;
+            inv.arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
+        }
+        for (delivery, outcome) in acks {
+            inv.arg(delivery.lane.lane_number()).arg(&delivery.entry_id).arg(outcome.unwrap_or(""));
+        }
+        let mut conn = self.redis.shared();
+        let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// The keys and the [`scripts::FINISH_GROUP`] arguments of one ending.
+    fn add_ending(&self, inv: &mut redis::ScriptInvocation<'_>, (attempt, terminal, at_ms): &Ending<'_>) {
+        let id = attempt.task_id();
+        let (kind, status, code, field, value) = terminal.written();
+        let batch = attempt.origin.batch_id.as_ref().map_or("", |b| b.as_str());
+        inv.key(self.keys.task(id)).key(self.keys.events(id));
+        inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(event_body(&attempt.origin, &draft_at(kind, *at_ms)));
+        inv.arg(status).arg(code).arg(field).arg(value).arg(*at_ms).arg(attempt.tenant().as_str()).arg(batch);
     }
 
     /// The delay before retry number `attempt + 1`: exponential with jitter.
@@ -352,14 +406,8 @@ impl Attempt {
     pub async fn heartbeat(&self) -> Result<HeartbeatOutcome, QueueError> {
         let q = &self.queue;
         let mut conn = q.redis.shared();
-        let lease_until = clock::now_ms() + q.settings.lease.as_millis() as i64;
-        let answer: String = scripts::HEARTBEAT
-            .key(q.keys.task(self.task_id()))
-            .arg(self.number)
-            .arg(&self.owner)
-            .arg(lease_until)
-            .invoke_async(&mut conn)
-            .await?;
+        let answer: String =
+            scripts::HEARTBEAT.key(q.keys.task(self.task_id())).arg(self.number).arg(&self.owner).invoke_async(&mut conn).await?;
         match answer.as_str() {
             "fenced" => Ok(HeartbeatOutcome::Fenced),
             "cancel" => Ok(HeartbeatOutcome::CancelRequested),
@@ -467,6 +515,6 @@ impl Attempt {
     async fn run_fenced(&self, inv: redis::ScriptInvocation<'_>) -> Result<u64, QueueError> {
         let mut conn = self.queue.redis.shared();
         let seq: i64 = inv.invoke_async(&mut conn).await?;
-        u64::try_from(seq).map_err(|_| QueueError::Fenced)
+        written_seq(seq)
     }
 }

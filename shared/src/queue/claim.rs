@@ -69,7 +69,7 @@ impl Queue {
         Ok(flat
             .chunks_exact(3)
             .filter_map(|c| {
-                let lane = *Priority::ALL.get(c[0].parse::<usize>().ok()?.checked_sub(1)?)?;
+                let lane = Priority::from_lane_number(&c[0])?;
                 Some(Delivery { lane, entry_id: c[1].clone(), task_id: TaskId::parse(&c[2]).ok() })
             })
             .collect())
@@ -83,7 +83,7 @@ impl Queue {
         let opts = StreamReadOptions::default().group(GROUP, consumer).count(1).block(block.as_millis() as usize);
         let reply: Option<StreamReadReply> = self.read_group(&mut conn, &lanes, opts).await?;
         let mut got = deliveries(reply);
-        got.sort_by_key(|d| Priority::ALL.iter().position(|p| *p == d.lane));
+        got.sort_by_key(|d| d.lane.lane_number());
         Ok(got)
     }
 

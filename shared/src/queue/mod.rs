@@ -29,7 +29,7 @@ mod submit;
 
 use std::time::Duration;
 
-pub use attempt::{Attempt, HeartbeatOutcome, StartOutcome, Terminal};
+pub use attempt::{Attempt, Ending, HeartbeatOutcome, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;

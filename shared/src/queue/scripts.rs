@@ -22,20 +22,26 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// Shared helpers of the task scripts. `t` is a task: `{hash key, events
-/// key, id}`; `meta` its `{hdr, tenant, batch}`. `emit` appends and
-/// publishes an event numbered `seq`; the caller stores `seq` in the hash in
-/// the same `HSET` that records the change the event reports.
+/// key, id}`. `emit` appends the event `{"seq":<seq>,<body>` and publishes
+/// it on the task's, batch's and tenant's channels; `body` is the header
+/// and the draft's fields (`with_hdr`). The caller stores `seq` in the hash
+/// in the same `HSET` that records the change the event reports. Sequence
+/// numbers and attempt numbers stay strings in the scripts: turning a Lua
+/// number into text is one of the costlier steps of a script.
 const PRELUDE: &str = r#"
-local function emit(t, meta, seq, draft, extra)
-  local event = '{"seq":' .. seq .. ',' .. extra .. meta[1] .. ',' .. string.sub(draft, 2)
+local function emit(t, tenant, batch, seq, body)
+  local event = '{"seq":' .. seq .. ',' .. body
   redis.call('RPUSH', t[2], event)
   redis.call('PUBLISH', ARGV[1] .. 'task:' .. t[3], event)
-  if meta[3] and meta[3] ~= '' then redis.call('PUBLISH', ARGV[1] .. 'batch:' .. meta[3], event) end
-  redis.call('PUBLISH', ARGV[1] .. 'tenant:' .. meta[2], event)
+  if batch and batch ~= '' then redis.call('PUBLISH', ARGV[1] .. 'batch:' .. batch, event) end
+  redis.call('PUBLISH', ARGV[1] .. 'tenant:' .. tenant, event)
   return seq
 end
+local function with_hdr(hdr, draft)
+  return hdr .. ',' .. string.sub(draft, 2)
+end
 local function next_seq(current)
-  return (tonumber(current) or 0) + 1
+  return tostring((tonumber(current) or 0) + 1)
 end
 local function is_terminal(status)
   return status == 'succeeded' or status == 'failed' or status == 'cancelled'
@@ -50,42 +56,43 @@ end
 local function set_pairs(t, from)
   if #ARGV >= from + 1 then redis.call('HSET', t[1], unpack(ARGV, from)) end
 end
-local function task_at(i, id)
-  return {KEYS[2 * i - 1], KEYS[2 * i], id}
+local function task_at(i, id, first_key)
+  local k = (first_key or 1) + 2 * (i - 1)
+  return {KEYS[k], KEYS[k + 1], id}
 end
 local ONE = {KEYS[1], KEYS[2], ARGV[2]}
 "#;
 
 /// Starting one task's next attempt, shared by [`START`] and
-/// [`CLAIM_AND_START`]. Reads `ARGV[2..8]` as [`START`] documents them.
+/// [`CLAIM_AND_START`]. Reads `ARGV[2..7]` as [`START`] documents them.
 const START_FN: &str = r#"
 local function start(t)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
   if not st[1] then return {'gone'} end
   if is_terminal(st[1]) then return {'terminal', st[1]} end
-  local meta = {st[5], st[6], st[7]}
   local seq = next_seq(st[9])
   if st[4] == '1' then
     redis.call('HSET', t[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', '', 'seq', seq)
-    emit(t, meta, seq, ARGV[6], '')
-    expire_after(t, ARGV[8])
+    emit(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]))
+    expire_after(t, ARGV[7])
     return {'cancelled'}
   end
-  local attempt = tonumber(st[2]) + 1
-  if attempt > tonumber(st[3]) then
+  local number = tonumber(st[2]) + 1
+  if number > tonumber(st[3]) then
     redis.call('HSET', t[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
       'error', 'attempts exhausted: the worker running the last attempt stopped responding', 'seq', seq)
-    emit(t, meta, seq, ARGV[7], '')
-    expire_after(t, ARGV[8])
-    return {'dead', tostring(attempt - 1), st[6]}
+    emit(t, st[6], st[7], seq, with_hdr(st[5], ARGV[6]))
+    expire_after(t, ARGV[7])
+    return {'dead', st[2], st[6]}
   end
+  local attempt = tostring(number)
   if st[2] == '0' then
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq, 'started_at', ARGV[3])
+    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'seq', seq, 'started_at', ARGV[3])
   else
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'lease_until', ARGV[5], 'seq', seq)
+    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'seq', seq)
   end
-  emit(t, meta, seq, ARGV[2], '"attempt":' .. attempt .. ',')
-  return {'started', tostring(attempt), st[8], st[6], st[7] or '', st[10] or ''}
+  emit(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2))
+  return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
 end
 "#;
 
@@ -142,7 +149,7 @@ for i = 1, n do
     redis.call('HSET', t[1], 'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
       'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', 0, 'created_at', ARGV[3], 'seq', 1)
     if ARGV[4] ~= '' then redis.call('HSET', t[1], 'trace', ARGV[4]) end
-    emit(t, {ARGV[a + 1], ARGV[a + 3], ARGV[a + 4]}, 1, ARGV[2], '')
+    emit(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], ARGV[2]))
     created = created + 1
   end
 end
@@ -152,10 +159,10 @@ return created
 });
 
 /// Starts the next attempt of delivered tasks. `ARGV[2]` the `started`
-/// draft, `ARGV[3]` now, `ARGV[4]` worker id, `ARGV[5]` lease deadline,
-/// `ARGV[6]` draft of the `cancelled` event, `ARGV[7]` draft of the `failed`
-/// event for spent attempts, `ARGV[8]` retention ms; then one task id per
-/// task from `ARGV[9]`.
+/// draft, `ARGV[3]` now, `ARGV[4]` worker id, `ARGV[5]` draft of the
+/// `cancelled` event, `ARGV[6]` draft of the `failed` event for spent
+/// attempts, `ARGV[7]` retention ms; then one task id per task from
+/// `ARGV[8]`.
 /// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent}`, or
 /// `{'gone'}`, `{'terminal', status}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
@@ -164,7 +171,7 @@ pub static START: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local replies = {}
 for i = 1, #KEYS / 2 do
-  replies[i] = start(task_at(i, ARGV[8 + i]))
+  replies[i] = start(task_at(i, ARGV[7 + i]))
 end
 return replies
 "#,
@@ -172,42 +179,97 @@ return replies
 });
 
 /// Arguments per task of [`FINISH`].
-pub const FINISH_GROUP: usize = 9;
+pub const FINISH_GROUP: usize = 11;
 
-/// Ends owning attempts and their tasks. `ARGV[2]` retention ms; then per
-/// task `id, attempt, worker id, draft, status, code, field, value,
-/// finished_at` ([`FINISH_GROUP`] values from `ARGV[3]`), where `field` is
-/// `result` or `error` (or empty).
-/// Returns per task the terminal event's seq, or -1 when fenced.
-pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
-    task_script(
-        r#"
+/// Ending one owning attempt's task, shared by [`FINISH`] and
+/// [`FINISH_AND_ACK`]: `t` the task, `a` where its [`FINISH_GROUP`]
+/// arguments start (`id, attempt, worker id, body, status, code, field,
+/// value, finished_at, tenant, batch`; `field` is `result` or `error`, or
+/// empty; `body` the event after its seq). `ARGV[2]` is the retention ms.
+/// Returns the terminal event's seq, or -1 when fenced.
+const FINISH_FN: &str = r#"
 local function finish(t, a)
-  local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'cancel', 'seq')
+  local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'cancel', 'seq')
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
-  local seq = next_seq(cur[8])
+  local seq = next_seq(cur[5])
   if ARGV[a + 6] ~= '' then
     redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
   else
     redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
   end
-  if cur[7] then redis.call('HDEL', t[1], 'cancel') end
-  emit(t, {cur[4], cur[5], cur[6]}, seq, ARGV[a + 3], '')
+  if cur[4] then redis.call('HDEL', t[1], 'cancel') end
+  emit(t, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3])
   expire_after(t, ARGV[2])
   return seq
 end
+"#;
+
+/// Ends owning attempts and their tasks. `ARGV[2]` retention ms; then
+/// [`FINISH_GROUP`] values per task from `ARGV[3]`, as `finish` reads them.
+/// Returns per task the terminal event's seq, or -1 when fenced.
+pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}\n{FINISH_FN}\n{}",
+        r#"
 local replies = {}
 for i = 1, #KEYS / 2 do
-  local a = 3 + (i - 1) * 9 -- FINISH_GROUP
+  local a = 3 + (i - 1) * 11 -- FINISH_GROUP
   replies[i] = finish(task_at(i, ARGV[a]), a)
 end
 return replies
-"#,
-    )
+"#
+    ))
 });
 
-/// Renews a running attempt's lease. `KEYS[1]` the task hash; `ARGV[1]`
-/// attempt, `ARGV[2]` worker id, `ARGV[3]` lease deadline.
+/// Arguments per ended task of [`FINISH_AND_ACK`]: the [`FINISH_GROUP`] and
+/// the entry's lane index and id.
+pub const FINISH_AND_ACK_GROUP: usize = FINISH_GROUP + 2;
+
+/// Ends owning attempts, acknowledges their entries and counts their
+/// outcomes in one step, so a task is counted exactly when it ends; on a
+/// single server only (the queue's keys and the tasks' keys are in one
+/// call). `KEYS[1..3]` the lanes in priority order, `KEYS[4]` the outcome
+/// counts, then two keys per ended task. `ARGV[2]` retention ms, `ARGV[3]`
+/// the group, `ARGV[4]` how many tasks end; from `ARGV[5]`
+/// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
+/// acknowledge only, as `lane index, entry id, outcome to count (or empty)`.
+/// An entry whose task another attempt owns is left pending.
+/// Returns per ended task the terminal event's seq, or -1 when fenced.
+pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}\n{FINISH_FN}\n{}",
+        r#"
+local acks = {{}, {}, {}}
+local counts = {}
+local function settle(lane, entry, outcome)
+  local ids = acks[tonumber(lane)]
+  ids[#ids + 1] = entry
+  if outcome ~= '' then counts[outcome] = (counts[outcome] or 0) + 1 end
+end
+local ended = tonumber(ARGV[4])
+local replies = {}
+for i = 1, ended do
+  local a = 5 + (i - 1) * 13 -- FINISH_AND_ACK_GROUP
+  replies[i] = finish(task_at(i, ARGV[a], 5), a)
+  if replies[i] ~= -1 then settle(ARGV[a + 11], ARGV[a + 12], ARGV[a + 4]) end
+end
+for j = 5 + ended * 13, #ARGV, 3 do
+  settle(ARGV[j], ARGV[j + 1], ARGV[j + 2])
+end
+for lane = 1, 3 do
+  if #acks[lane] > 0 then redis.call('XACK', KEYS[lane], ARGV[3], unpack(acks[lane])) end
+end
+for outcome, n in pairs(counts) do
+  redis.call('HINCRBY', KEYS[4], outcome, n)
+end
+return replies
+"#
+    ))
+});
+
+/// Checks that a running attempt still owns its task (the lease itself is
+/// its stream entry's idle time, which the caller resets next). `KEYS[1]`
+/// the task hash; `ARGV[1]` attempt, `ARGV[2]` worker id.
 /// Returns `ok`, `cancel` (a cancel was asked for) or `fenced`.
 pub static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -216,7 +278,6 @@ local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'cancel')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
 if cur[3] ~= 'running' and cur[3] ~= 'waiting' then return 'fenced' end
 if cur[4] == '1' then return 'cancel' end
-redis.call('HSET', KEYS[1], 'lease_until', ARGV[3])
 return 'ok'
 "#,
     )
@@ -233,7 +294,7 @@ if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 local seq = next_seq(cur[7])
 redis.call('HSET', KEYS[1], 'seq', seq)
 set_pairs(ONE, 7)
-return emit(ONE, {cur[4], cur[5], cur[6]}, seq, ARGV[3], '')
+return emit(ONE, cur[5], cur[6], seq, with_hdr(cur[4], ARGV[3]))
 "#,
     )
 });
@@ -249,7 +310,7 @@ if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 local seq = next_seq(cur[7])
 set_pairs(ONE, 7)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'owner', '', 'seq', seq)
-return emit(ONE, {cur[4], cur[5], cur[6]}, seq, ARGV[3], '')
+return emit(ONE, cur[5], cur[6], seq, with_hdr(cur[4], ARGV[3]))
 "#,
     )
 });
@@ -267,7 +328,7 @@ if is_terminal(cur[1]) then return cur[1] end
 if cur[1] == 'queued' then
   local seq = next_seq(cur[5])
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4], 'seq', seq)
-  emit(ONE, {cur[3], cur[2], cur[4]}, seq, ARGV[3], '')
+  emit(ONE, cur[2], cur[4], seq, with_hdr(cur[3], ARGV[3]))
   expire_after(ONE, ARGV[6])
   return 'now-cancelled'
 end
@@ -338,28 +399,28 @@ redis.call('HSET', KEYS[1], 'status', 'queued', 'attempt', 0, 'owner', '', 'seq'
 redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', KEYS[2])
-emit(ONE, {cur[3], cur[2], cur[4]}, seq, ARGV[3], '')
+emit(ONE, cur[2], cur[4], seq, with_hdr(cur[3], ARGV[3]))
 return 'requeued'
 "#,
     )
 });
 
 /// Claims and starts in one step, on a single server (the task keys are
-/// computed here, so this cannot run on a cluster): reads up to `ARGV[10]`
-/// new entries for consumer `ARGV[4]` of group `ARGV[9]` from the lanes
+/// computed here, so this cannot run on a cluster): reads up to `ARGV[9]`
+/// new entries for consumer `ARGV[4]` of group `ARGV[8]` from the lanes
 /// `KEYS` in priority order and starts each one's task as [`START`] does
-/// (`ARGV[1..8]` as there; `ARGV[11]` the task key prefix `<prefix>:task:`).
+/// (`ARGV[1..7]` as there; `ARGV[10]` the task key prefix `<prefix>:task:`).
 /// Returns per entry `{lane index, entry id, task id, start reply}`.
 pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{START_FN}\n{READ_LANES_FN}\n{}",
         r#"
 local out = {}
-for _, got in ipairs(read_lanes(ARGV[9], ARGV[4], tonumber(ARGV[10]))) do
+for _, got in ipairs(read_lanes(ARGV[8], ARGV[4], tonumber(ARGV[9]))) do
   local id = got[3]
   local started = {'malformed'}
   if id ~= '' then
-    local key = ARGV[11] .. '{' .. id .. '}'
+    local key = ARGV[10] .. '{' .. id .. '}'
     started = start({key, key .. ':events', id})
   end
   out[#out + 1] = {got[1], got[2], id, started}

@@ -305,8 +305,10 @@ impl Queue {
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
             "missing" => Err(QueueError::NotFound),
-            // Counted when a worker acknowledges its entry.
-            "now-cancelled" => Ok(CancelOutcome::Cancelled),
+            "now-cancelled" => {
+                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                Ok(CancelOutcome::Cancelled)
+            }
             "cancelling" => Ok(CancelOutcome::Cancelling),
             other => TaskStatus::parse(other)
                 .map(CancelOutcome::AlreadyEnded)
