@@ -2,7 +2,7 @@
 //!
 //! All keys start with the configured prefix, so tests (and several fleets)
 //! share one Redis without colliding. Hash tags keep what one script touches
-//! in one cluster slot: a task's hash and its event list share `{task id}`;
+//! in one cluster slot: a task is one hash, under `{task id}`;
 //! all lanes, due sets and queue counters share `{q}`; a tenant's index,
 //! dead letters and idempotency records share `{tenant}`; a batch's record
 //! and task list share `{batch id}`; every schedule key shares `{s}`.
@@ -12,6 +12,11 @@ use crate::task::Priority;
 
 /// The consumer group every worker reads the lanes with.
 pub const GROUP: &str = "workers";
+
+/// The task-hash field holding the task's event number `seq`.
+pub fn event_field(seq: u64) -> String {
+    format!("e:{seq}")
+}
 
 /// Names of keys and channels under one prefix.
 #[derive(Debug, Clone)]
@@ -28,14 +33,10 @@ impl Keys {
         &self.prefix
     }
 
-    /// Hash: a task's spec and state (`status`, `attempt`, `owner`, `seq`, …).
+    /// Hash: a task's spec and state (`status`, `attempt`, `owner`, `seq`, …)
+    /// and its events, each under [`event_field`].
     pub fn task(&self, id: &TaskId) -> String {
         format!("{}:task:{{{id}}}", self.prefix)
-    }
-
-    /// List: a task's events in order; the event with `seq` n is at index n-1.
-    pub fn events(&self, id: &TaskId) -> String {
-        format!("{}:task:{{{id}}}:events", self.prefix)
     }
 
     /// Stream: the lane of one priority; entries carry only a task id (`t`).
@@ -151,11 +152,9 @@ mod tests {
     }
 
     #[test]
-    fn a_task_and_its_events_share_a_slot() {
+    fn keys_used_together_share_a_slot() {
         let keys = Keys::new("p");
-        let id = TaskId::generate();
         let tag = |k: &str| k[k.find('{').expect("tag")..=k.find('}').expect("tag")].to_owned();
-        assert_eq!(tag(&keys.task(&id)), tag(&keys.events(&id)));
         assert_eq!(tag(&keys.lane(Priority::High)), tag(&keys.due(Priority::Low)));
         let batch = BatchId::generate();
         assert_eq!(tag(&keys.batch(&batch)), tag(&keys.batch_tasks(&batch)));

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::keys::Keys;
+use flotilla_shared::keys::{event_field, Keys};
 use flotilla_shared::{clock, TaskId};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer, SseFrame, SseReader};
 use redis::aio::MultiplexedConnection;
@@ -69,7 +69,14 @@ async fn connect(redis: &RedisServer) -> MultiplexedConnection {
 /// The stored events of a task, as stored.
 async fn stored(conn: &mut MultiplexedConnection, keys: &Keys, id: &str) -> Vec<String> {
     let id = TaskId::parse(id).expect("task id");
-    redis::cmd("LRANGE").arg(keys.events(&id)).arg(0).arg(-1).query_async(conn).await.expect("LRANGE")
+    let last: Option<u64> = redis::cmd("HGET").arg(keys.task(&id)).arg("seq").query_async(conn).await.expect("HGET");
+    let fields: Vec<String> = (1..=last.unwrap_or(0)).map(event_field).collect();
+    if fields.is_empty() {
+        return Vec::new();
+    }
+    let events: Vec<Option<String>> =
+        redis::cmd("HMGET").arg(keys.task(&id)).arg(&fields).query_async(conn).await.expect("HMGET");
+    events.into_iter().flatten().collect()
 }
 
 /// Stores event `seq` of task `id` the way the queue does, and publishes it
@@ -91,7 +98,7 @@ async fn append(
     let event = event.to_string();
     let mut pipe = redis::pipe();
     pipe.atomic().cmd("HINCRBY").arg(keys.task(&task)).arg("seq").arg(1).ignore();
-    pipe.cmd("RPUSH").arg(keys.events(&task)).arg(&event).ignore();
+    pipe.cmd("HSET").arg(keys.task(&task)).arg(event_field(seq)).arg(&event).ignore();
     if publish {
         pipe.cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore();
     }

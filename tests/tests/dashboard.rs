@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::keys::Keys;
+use flotilla_shared::keys::{event_field, Keys};
 use flotilla_shared::{clock, TaskId};
 use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
@@ -174,7 +174,7 @@ async fn record_screenshots(redis: &RedisServer, keys: &Keys, store: &BlobStore,
         })
         .to_string();
         let () = redis::pipe()
-            .cmd("RPUSH").arg(keys.events(&task)).arg(&event).ignore()
+            .cmd("HSET").arg(keys.task(&task)).arg(event_field(seq)).arg(&event).ignore()
             .cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore()
             .query_async(&mut conn)
             .await

@@ -174,7 +174,7 @@ impl Queue {
                 let mut inv = scripts::START.prepare_invoke();
                 args.add_to(&mut inv);
                 for (_, task_id) in chunk {
-                    inv.key(self.keys.task(task_id)).key(self.keys.events(task_id)).arg(task_id.as_str());
+                    inv.key(self.keys.task(task_id)).arg(task_id.as_str());
                 }
                 inv
             })
@@ -360,7 +360,7 @@ impl Queue {
         let id = attempt.task_id();
         let (kind, status, code, field, value) = terminal.written();
         let batch = attempt.origin.batch_id.as_ref().map_or("", |b| b.as_str());
-        inv.key(self.keys.task(id)).key(self.keys.events(id));
+        inv.key(self.keys.task(id));
         inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(event_body(&attempt.origin, &draft_at(kind, *at_ms)));
         inv.arg(status).arg(code).arg(field).arg(value).arg(*at_ms).arg(attempt.tenant().as_str()).arg(batch);
     }

@@ -178,8 +178,8 @@ impl Queue {
 
     /// The stored events of each task, as JSON text.
     pub async fn events_of(&self, ids: &[TaskId]) -> Result<Vec<Vec<String>>, QueueError> {
-        let reads = ids.iter().map(|id| redis::Cmd::lrange(self.keys.events(id), 0, -1)).collect();
-        self.redis.query_many(reads).await
+        let wanted: Vec<(&TaskId, u64)> = ids.iter().map(|id| (id, 0)).collect();
+        self.histories(&wanted).await
     }
 
     /// Cancels every task of a batch: queued ones at once, running and

@@ -43,6 +43,35 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// The hash fields a record is read from: the event history stays
+    /// behind.
+    pub const FIELDS: [&'static str; 18] = [
+        "spec",
+        "tenant",
+        "status",
+        "batch",
+        "code",
+        "attempt",
+        "current_step",
+        "steps_taken",
+        "plan",
+        "sandbox",
+        "screenshots",
+        "result",
+        "error",
+        "usage",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "seq",
+    ];
+
+    /// The values of [`TaskRecord::FIELDS`], in order, as a hash to read
+    /// with [`TaskRecord::from_hash`].
+    pub fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String> {
+        Self::FIELDS.iter().zip(values).filter_map(|(field, value)| Some(((*field).to_owned(), value?))).collect()
+    }
+
     /// Reads a task hash; `None` when the hash is empty (no such task).
     pub fn from_hash(id: &TaskId, mut h: HashMap<String, String>) -> Result<Option<Self>, QueueError> {
         if h.is_empty() {

@@ -1,16 +1,21 @@
 //! The Lua scripts that change a task. Each runs atomically inside Redis and
-//! touches only keys of one task (its hash and event list, one cluster slot)
-//! or only keys of the queue (`{q}`).
+//! touches only the key of one task (its hash) or only keys of the queue
+//! (`{q}`), except the two single-server scripts that say so.
+//!
+//! A task is one hash: its fields, and its event history, event `n` under
+//! the field `e:<n>` beside `seq`, the last one's number. Keeping the
+//! history in the hash means a change and the event reporting it are one
+//! `HSET`, and a finished task expires with one `PEXPIRE`; Redis spends far
+//! more on each command a script calls than on its arguments.
 //!
 //! Task scripts share a prelude. `ARGV[1]` is always the channel prefix
 //! (`<prefix>:events:`). Scripts on one task take `KEYS[1]` the task hash,
-//! `KEYS[2]` its event list, `ARGV[2]` the task id, `ARGV[3]` the event
-//! draft (`{"ts": …, "type": …, …}`) and `ARGV[4]` now in epoch ms. The
-//! hot-path scripts (create, start, finish) take many tasks at once: two keys
-//! per task and a fixed group of arguments per task, so one call serves a
-//! whole batch. The task hash keeps `hdr`, the JSON fields every event of the
-//! task repeats (`task_id`, `batch_id`, `tenant`), so a worker can write an
-//! event without reading the task first.
+//! `ARGV[2]` the task id, `ARGV[3]` the event draft (`{"ts": …, "type": …,
+//! …}`) and `ARGV[4]` now in epoch ms. The hot-path scripts (create, start,
+//! finish) take many tasks at once: a key per task and a fixed group of
+//! arguments per task, so one call serves a whole batch. The task hash keeps
+//! `hdr`, the JSON fields every event of the task repeats (`task_id`,
+//! `batch_id`, `tenant`).
 //!
 //! Fencing: a worker's write carries its attempt number and worker id; the
 //! script refuses it unless the task's current `attempt` and `owner` are
@@ -21,18 +26,21 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared helpers of the task scripts. `t` is a task: `{hash key, events
-/// key, id}`. `emit` appends the event `{"seq":<seq>,<body>` and publishes
-/// it on the task's, batch's and tenant's channels; `body` is the header
-/// and the draft's fields (`with_hdr`). The caller stores `seq` in the hash
-/// in the same `HSET` that records the change the event reports. Sequence
-/// numbers and attempt numbers stay strings in the scripts: turning a Lua
-/// number into text is one of the costlier steps of a script.
+/// Shared helpers of the task scripts. `t` is a task: `{hash key, id}`.
+/// `record` sets `fields` (a flat list of field, value), `seq` and the
+/// event `{"seq":<seq>,<body>` in one `HSET`, then publishes the event on
+/// the task's, batch's and tenant's channels; `body` is the header and the
+/// draft's fields (`with_hdr`). Sequence and attempt numbers stay strings in
+/// the scripts: turning a Lua number into text costs more than it seems.
 const PRELUDE: &str = r#"
-local function emit(t, tenant, batch, seq, body)
+local function record(t, tenant, batch, seq, body, fields)
   local event = '{"seq":' .. seq .. ',' .. body
-  redis.call('RPUSH', t[2], event)
-  redis.call('PUBLISH', ARGV[1] .. 'task:' .. t[3], event)
+  fields[#fields + 1] = 'seq'
+  fields[#fields + 1] = seq
+  fields[#fields + 1] = 'e:' .. seq
+  fields[#fields + 1] = event
+  redis.call('HSET', t[1], unpack(fields))
+  redis.call('PUBLISH', ARGV[1] .. 'task:' .. t[2], event)
   if batch and batch ~= '' then redis.call('PUBLISH', ARGV[1] .. 'batch:' .. batch, event) end
   redis.call('PUBLISH', ARGV[1] .. 'tenant:' .. tenant, event)
   return seq
@@ -49,18 +57,15 @@ end
 local function owns(cur, attempt, owner)
   return cur[1] == attempt and cur[2] == owner and (cur[3] == 'running' or cur[3] == 'waiting')
 end
-local function expire_after(t, retention_ms)
-  redis.call('PEXPIRE', t[1], retention_ms)
-  redis.call('PEXPIRE', t[2], retention_ms)
-end
-local function set_pairs(t, from)
-  if #ARGV >= from + 1 then redis.call('HSET', t[1], unpack(ARGV, from)) end
+local function pairs_from(from)
+  local fields = {}
+  for i = from, #ARGV do fields[#fields + 1] = ARGV[i] end
+  return fields
 end
 local function task_at(i, id, first_key)
-  local k = (first_key or 1) + 2 * (i - 1)
-  return {KEYS[k], KEYS[k + 1], id}
+  return {KEYS[(first_key or 1) + i - 1], id}
 end
-local ONE = {KEYS[1], KEYS[2], ARGV[2]}
+local ONE = {KEYS[1], ARGV[2]}
 "#;
 
 /// Starting one task's next attempt, shared by [`START`] and
@@ -72,26 +77,24 @@ local function start(t)
   if is_terminal(st[1]) then return {'terminal', st[1]} end
   local seq = next_seq(st[9])
   if st[4] == '1' then
-    redis.call('HSET', t[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', '', 'seq', seq)
-    emit(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]))
-    expire_after(t, ARGV[7])
+    record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
+    redis.call('PEXPIRE', t[1], ARGV[7])
     return {'cancelled'}
   end
   local number = tonumber(st[2]) + 1
   if number > tonumber(st[3]) then
-    redis.call('HSET', t[1], 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
-      'error', 'attempts exhausted: the worker running the last attempt stopped responding', 'seq', seq)
-    emit(t, st[6], st[7], seq, with_hdr(st[5], ARGV[6]))
-    expire_after(t, ARGV[7])
+    record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), {'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
+      'error', 'attempts exhausted: the worker running the last attempt stopped responding'})
+    redis.call('PEXPIRE', t[1], ARGV[7])
     return {'dead', st[2], st[6]}
   end
   local attempt = tostring(number)
+  local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4]}
   if st[2] == '0' then
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'seq', seq, 'started_at', ARGV[3])
-  else
-    redis.call('HSET', t[1], 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'seq', seq)
+    fields[7] = 'started_at'
+    fields[8] = ARGV[3]
   end
-  emit(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2))
+  record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2), fields)
   return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
 end
 "#;
@@ -141,15 +144,17 @@ pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
     task_script(
         r#"
 local created = 0
-local n = #KEYS / 2
-for i = 1, n do
+for i = 1, #KEYS do
   local a = 5 + (i - 1) * 6 -- CREATE_GROUP
   local t = task_at(i, ARGV[a])
   if redis.call('EXISTS', t[1]) == 0 then
-    redis.call('HSET', t[1], 'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
-      'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', 0, 'created_at', ARGV[3], 'seq', 1)
-    if ARGV[4] ~= '' then redis.call('HSET', t[1], 'trace', ARGV[4]) end
-    emit(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], ARGV[2]))
+    local fields = {'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
+      'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', '0', 'created_at', ARGV[3]}
+    if ARGV[4] ~= '' then
+      fields[#fields + 1] = 'trace'
+      fields[#fields + 1] = ARGV[4]
+    end
+    record(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], ARGV[2]), fields)
     created = created + 1
   end
 end
@@ -170,7 +175,7 @@ pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
         r#"
 local replies = {}
-for i = 1, #KEYS / 2 do
+for i = 1, #KEYS do
   replies[i] = start(task_at(i, ARGV[7 + i]))
 end
 return replies
@@ -192,14 +197,14 @@ local function finish(t, a)
   local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'cancel', 'seq')
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
   local seq = next_seq(cur[5])
+  local fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], 'owner', ''}
   if ARGV[a + 6] ~= '' then
-    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
-  else
-    redis.call('HSET', t[1], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], 'owner', '', 'seq', seq)
+    fields[9] = ARGV[a + 6]
+    fields[10] = ARGV[a + 7]
   end
   if cur[4] then redis.call('HDEL', t[1], 'cancel') end
-  emit(t, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3])
-  expire_after(t, ARGV[2])
+  record(t, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], fields)
+  redis.call('PEXPIRE', t[1], ARGV[2])
   return seq
 end
 "#;
@@ -212,7 +217,7 @@ pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
         "{PRELUDE}\n{FINISH_FN}\n{}",
         r#"
 local replies = {}
-for i = 1, #KEYS / 2 do
+for i = 1, #KEYS do
   local a = 3 + (i - 1) * 11 -- FINISH_GROUP
   replies[i] = finish(task_at(i, ARGV[a]), a)
 end
@@ -229,7 +234,7 @@ pub const FINISH_AND_ACK_GROUP: usize = FINISH_GROUP + 2;
 /// outcomes in one step, so a task is counted exactly when it ends; on a
 /// single server only (the queue's keys and the tasks' keys are in one
 /// call). `KEYS[1..3]` the lanes in priority order, `KEYS[4]` the outcome
-/// counts, then two keys per ended task. `ARGV[2]` retention ms, `ARGV[3]`
+/// counts, then the key of each ended task. `ARGV[2]` retention ms, `ARGV[3]`
 /// the group, `ARGV[4]` how many tasks end; from `ARGV[5]`
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
 /// acknowledge only, as `lane index, entry id, outcome to count (or empty)`.
@@ -291,10 +296,7 @@ pub static EMIT: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq')
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
-local seq = next_seq(cur[7])
-redis.call('HSET', KEYS[1], 'seq', seq)
-set_pairs(ONE, 7)
-return emit(ONE, cur[5], cur[6], seq, with_hdr(cur[4], ARGV[3]))
+return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), pairs_from(7))
 "#,
     )
 });
@@ -307,10 +309,9 @@ pub static RETRY: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq')
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
-local seq = next_seq(cur[7])
-set_pairs(ONE, 7)
-redis.call('HSET', KEYS[1], 'status', 'queued', 'owner', '', 'seq', seq)
-return emit(ONE, cur[5], cur[6], seq, with_hdr(cur[4], ARGV[3]))
+local fields = pairs_from(7)
+for _, v in ipairs({'status', 'queued', 'owner', ''}) do fields[#fields + 1] = v end
+return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
 "#,
     )
 });
@@ -326,10 +327,8 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'se
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if is_terminal(cur[1]) then return cur[1] end
 if cur[1] == 'queued' then
-  local seq = next_seq(cur[5])
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4], 'seq', seq)
-  emit(ONE, cur[2], cur[4], seq, with_hdr(cur[3], ARGV[3]))
-  expire_after(ONE, ARGV[6])
+  record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4]})
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
   return 'now-cancelled'
 end
 redis.call('HSET', KEYS[1], 'cancel', '1')
@@ -394,12 +393,9 @@ pub static REVIVE: LazyLock<Script> = LazyLock::new(|| {
 local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'seq')
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'failed' then return cur[1] end
-local seq = next_seq(cur[5])
-redis.call('HSET', KEYS[1], 'status', 'queued', 'attempt', 0, 'owner', '', 'seq', seq)
 redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
-redis.call('PERSIST', KEYS[2])
-emit(ONE, cur[2], cur[4], seq, with_hdr(cur[3], ARGV[3]))
+record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'queued', 'attempt', '0', 'owner', ''})
 return 'requeued'
 "#,
     )
@@ -421,7 +417,7 @@ for _, got in ipairs(read_lanes(ARGV[8], ARGV[4], tonumber(ARGV[9]))) do
   local started = {'malformed'}
   if id ~= '' then
     local key = ARGV[10] .. '{' .. id .. '}'
-    started = start({key, key .. ':events', id})
+    started = start({key, id})
   end
   out[#out + 1] = {got[1], got[2], id, started}
 end

@@ -11,8 +11,12 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
+use crate::keys::event_field;
 use crate::task::{HumanInput, TaskSpec, TaskStatus};
 
+
+/// The most events one read asks for.
+const EVENTS_PER_READ: usize = 1_000;
 /// The most tasks one create script call makes, so no call holds Redis long.
 const CREATE_CHUNK: usize = 500;
 /// How long an idempotency key holds (24 h, as the contract says).
@@ -161,7 +165,7 @@ impl Queue {
             create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now).arg(&traceparent);
             for task in chunk {
                 let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-                create.key(self.keys.task(&task.id)).key(self.keys.events(&task.id));
+                create.key(self.keys.task(&task.id));
                 create
                     .arg(task.id.as_str())
                     .arg(origin(&task.id, task.batch.as_ref(), &task.tenant).header())
@@ -199,8 +203,7 @@ impl Queue {
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
     pub async fn get(&self, tenant: &TenantId, id: &TaskId) -> Result<Option<TaskRecord>, QueueError> {
-        let mut conn = self.redis.shared();
-        let hash: HashMap<String, String> = conn.hgetall(self.keys.task(id)).await?;
+        let hash = self.task_hashes(std::slice::from_ref(id)).await?.pop().unwrap_or_default();
         Ok(TaskRecord::from_hash(id, hash)?.filter(|t| &t.tenant == tenant))
     }
 
@@ -254,9 +257,12 @@ impl Queue {
         Ok((found, cursor))
     }
 
-    /// The hashes of these tasks, in one round trip (empty for a gone task).
+    /// The record fields of these tasks, in one round trip (empty for a
+    /// gone task).
     async fn task_hashes(&self, ids: &[TaskId]) -> Result<Vec<HashMap<String, String>>, QueueError> {
-        self.redis.query_many(ids.iter().map(|id| redis::Cmd::hgetall(self.keys.task(id))).collect()).await
+        let reads = ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
+        let values: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
+        Ok(values.into_iter().map(TaskRecord::fields_hash).collect())
     }
 
     /// Drops ids whose task has expired from an index.
@@ -271,9 +277,28 @@ impl Queue {
 
     /// A task's stored events with `seq` above `after`, as JSON text.
     pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
-        let mut conn = self.redis.shared();
-        let events: Vec<String> = conn.lrange(self.keys.events(id), after as isize, -1).await?;
-        Ok(events)
+        Ok(self.histories(&[(id, after)]).await?.pop().unwrap_or_default())
+    }
+
+    /// Each task's stored events with `seq` above its `after`, as JSON
+    /// text, in two round trips: the tasks' last seq, then the events.
+    pub(super) async fn histories(&self, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
+        let lasts: Vec<Option<u64>> = self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
+        let mut reads = Vec::new();
+        let mut read_for = Vec::new();
+        for (i, ((id, after), last)) in wanted.iter().zip(lasts).enumerate() {
+            let fields: Vec<String> = (after + 1..=last.unwrap_or(0)).map(event_field).collect();
+            for chunk in fields.chunks(EVENTS_PER_READ) {
+                reads.push(redis::cmd("HMGET").arg(self.keys.task(id)).arg(chunk).to_owned());
+                read_for.push(i);
+            }
+        }
+        let got: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
+        let mut histories = vec![Vec::new(); wanted.len()];
+        for (i, events) in read_for.into_iter().zip(got) {
+            histories[i].extend(events.into_iter().flatten());
+        }
+        Ok(histories)
     }
 
     /// The screenshots of a task's latest attempt, in step order, read from
