@@ -36,7 +36,13 @@ impl Keys {
     /// Hash: a task's spec and state (`status`, `attempt`, `owner`, `seq`, …)
     /// and its events, each under [`event_field`].
     pub fn task(&self, id: &TaskId) -> String {
-        format!("{}:task:{{{id}}}", self.prefix)
+        format!("{}{{{id}}}", self.task_prefix())
+    }
+
+    /// What every task key starts with, for the single-server scripts that
+    /// make task keys from ids: `<task prefix>{<id>}`.
+    pub fn task_prefix(&self) -> String {
+        format!("{}:task:", self.prefix)
     }
 
     /// Stream: the lane of one priority; entries carry only a task id (`t`).
@@ -53,6 +59,13 @@ impl Keys {
     /// Hash: fleet-wide counters of finished tasks by outcome.
     pub fn outcomes(&self) -> String {
         format!("{}:{{q}}:outcomes", self.prefix)
+    }
+
+    /// Sorted set: tasks a worker ended on a single server, by when they
+    /// ended; each is deleted once the retention has passed (a task ended
+    /// elsewhere expires through its own TTL).
+    pub fn finished(&self) -> String {
+        format!("{}:{{q}}:finished", self.prefix)
     }
 
     /// Set: every tenant that ever submitted a task, for housekeeping.

@@ -182,6 +182,7 @@ async fn cancelling_a_queued_task_ends_it_and_no_worker_runs_it() {
     assert!(history.iter().all(|e| e.kind.name() != "started"), "a cancelled task never starts");
     let stats = q.stats(Some(&tenant())).await.expect("stats");
     assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "its entry was acknowledged: {stats:?}");
+    assert_eq!(stats.outcomes.get("cancelled"), Some(&1), "counted once, when it was cancelled: {stats:?}");
     worker.stop().await;
 }
 
@@ -251,6 +252,66 @@ async fn finished_tasks_expire_after_the_retention_and_leave_the_index() {
     q.prune_indexes().await.expect("prune");
     let (listed, _) = q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
     assert!(listed.is_empty());
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_finished_task_is_kept_for_the_retention_after_its_own_end() {
+    let (_redis, config) = fleet(&[("FLOTILLA_RETENTION_S", "2")]);
+    let q = queue(&config).await;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    let early = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    wait_all_ended(&q, std::slice::from_ref(&early), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let late = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    wait_all_ended(&q, std::slice::from_ref(&late), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(q.get(&tenant(), &early).await.expect("get").is_none(), "the early task is gone two seconds after its end");
+    assert!(events(&q, &early).await.is_empty(), "its history went with it");
+    let kept = q.get(&tenant(), &late).await.expect("get").expect("the late task is still kept");
+    assert_eq!(kept.status, TaskStatus::Succeeded);
+    assert_eq!(events(&q, &late).await.len(), 5, "with its whole history");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_retention_sweep_leaves_a_task_that_is_not_ended() {
+    let (_redis, config) = fleet(&[("FLOTILLA_RETENTION_S", "1")]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let mut conn = q.redis().shared();
+    let long_ago = clock::now_ms() - 60_000;
+    let _: i64 = redis::cmd("ZADD").arg(q.keys().finished()).arg(long_ago).arg(id.as_str()).query_async(&mut conn).await.expect("ZADD");
+    assert_eq!(q.sweep_finished().await.expect("sweep"), 1, "the entry left the index");
+    assert_eq!(record(&q, &id).await.status, TaskStatus::Queued, "the queued task is untouched");
+    let left: i64 = redis::cmd("ZCARD").arg(q.keys().finished()).query_async(&mut conn).await.expect("ZCARD");
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_delivery_after_the_end_is_acknowledged_and_not_counted_again() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, Registry::standard());
+    wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    // The entry a retry's promotion adds while the earlier one is reclaimed.
+    let mut conn = q.redis().shared();
+    let lane = q.keys().lane(flotilla_shared::task::Priority::Normal);
+    let _: String = redis::cmd("XADD").arg(&lane).arg("*").arg("t").arg(id.as_str()).query_async(&mut conn).await.expect("XADD");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = q.stats(Some(&tenant())).await.expect("stats");
+        if stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0) {
+            assert_eq!(stats.outcomes.get("succeeded"), Some(&1), "counted once: {stats:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the second entry was acknowledged: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let history = events(&q, &id).await;
+    assert_history_whole(&id, &history);
+    assert_eq!(history.iter().filter(|e| e.kind.name() == "started").count(), 1, "it ran once");
     worker.stop().await;
 }
 

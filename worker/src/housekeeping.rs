@@ -1,7 +1,8 @@
 //! Background duties every worker shares, with no leader: promoting due
 //! tasks (retries after their backoff, `not_before`) into their lanes,
 //! firing due schedules, trimming acknowledged entries from the lanes,
-//! dropping expired tasks from the tenant indexes, sealing finished batches,
+//! deleting finished tasks past their retention, dropping expired tasks
+//! from the tenant indexes, sealing finished batches,
 //! and removing the consumers of workers gone for good. Any number of workers
 //! may run them at once; each step is an atomic script or idempotent.
 
@@ -16,7 +17,8 @@ use tracing::{info, warn};
 const PROMOTE_EVERY: Duration = Duration::from_millis(100);
 /// How often due schedules are fired.
 const FIRE_EVERY: Duration = Duration::from_secs(1);
-/// How often acknowledged entries are trimmed from the lanes.
+/// How often acknowledged entries are trimmed from the lanes, and finished
+/// tasks past their retention deleted.
 const TRIM_EVERY: Duration = Duration::from_millis(250);
 /// How often the tenant indexes are pruned and finished batches sealed.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
@@ -47,6 +49,9 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
             _ = trim.tick() => {
                 if let Err(e) = queue.trim_lanes().await {
                     warn!(error = %e, "trimming the lanes failed");
+                }
+                if let Err(e) = queue.sweep_finished().await {
+                    warn!(error = %e, "deleting finished tasks past their retention failed");
                 }
             }
             _ = prune.tick() => {

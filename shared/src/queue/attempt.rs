@@ -204,7 +204,7 @@ impl Queue {
             inv.key(self.keys.lane(lane));
         }
         StartArgs::new(self, owner).add_to(&mut inv);
-        inv.arg(GROUP).arg(count).arg(format!("{}:task:", self.keys.prefix()));
+        inv.arg(GROUP).arg(count).arg(self.keys.task_prefix());
         let mut conn = self.redis.shared();
         let claimed: Vec<(String, String, String, Vec<String>)> = match inv.invoke_async(&mut conn).await {
             Ok(claimed) => claimed,
@@ -340,7 +340,7 @@ impl Queue {
         for lane in Priority::ALL {
             inv.key(self.keys.lane(lane));
         }
-        inv.key(self.keys.outcomes());
+        inv.key(self.keys.outcomes()).key(self.keys.finished());
         inv.arg(self.keys.channel_prefix()).arg(self.retention_ms()).arg(GROUP).arg(ends.len());
         for ending in ends {
             self.add_ending(&mut inv, ending);

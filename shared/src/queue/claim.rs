@@ -16,6 +16,11 @@ use crate::task::Priority;
 
 /// How many due tasks one promoter pass moves per lane.
 const PROMOTE_BATCH: usize = 500;
+/// How many finished tasks one sweep call deletes at most.
+const SWEEP_BATCH: usize = 500;
+/// The most sweep calls one pass makes (so a pass keeps up with 10 000
+/// ended tasks per pass).
+const SWEEP_ROUNDS: usize = 20;
 
 /// One stream entry handed to a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +225,32 @@ impl Queue {
             removed.extend(names);
         }
         Ok(removed)
+    }
+
+    /// Deletes the tasks of the finished index whose retention has passed
+    /// (see [`scripts::SWEEP_FINISHED`]); returns how many left the index.
+    /// Nothing to do on a cluster, where every ended task has a TTL.
+    pub async fn sweep_finished(&self) -> Result<usize, QueueError> {
+        if self.redis.is_cluster() {
+            return Ok(0);
+        }
+        let cutoff = clock::now_ms() - self.retention_ms() as i64;
+        let mut conn = self.redis.shared();
+        let mut swept = 0;
+        for _ in 0..SWEEP_ROUNDS {
+            let n: usize = scripts::SWEEP_FINISHED
+                .key(self.keys.finished())
+                .arg(cutoff)
+                .arg(SWEEP_BATCH)
+                .arg(self.keys.task_prefix())
+                .invoke_async(&mut conn)
+                .await?;
+            swept += n;
+            if n < SWEEP_BATCH {
+                break;
+            }
+        }
+        Ok(swept)
     }
 
     /// Moves tasks whose time has come from the due sets into their lanes.

@@ -190,10 +190,11 @@ pub const FINISH_GROUP: usize = 11;
 /// [`FINISH_AND_ACK`]: `t` the task, `a` where its [`FINISH_GROUP`]
 /// arguments start (`id, attempt, worker id, body, status, code, field,
 /// value, finished_at, tenant, batch`; `field` is `result` or `error`, or
-/// empty; `body` the event after its seq). `ARGV[2]` is the retention ms.
+/// empty; `body` the event after its seq). With `expire`, the task expires
+/// after `ARGV[2]`, the retention ms.
 /// Returns the terminal event's seq, or -1 when fenced.
 const FINISH_FN: &str = r#"
-local function finish(t, a)
+local function finish(t, a, expire)
   local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'cancel', 'seq')
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
   local seq = next_seq(cur[5])
@@ -204,7 +205,7 @@ local function finish(t, a)
   end
   if cur[4] then redis.call('HDEL', t[1], 'cancel') end
   record(t, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], fields)
-  redis.call('PEXPIRE', t[1], ARGV[2])
+  if expire then redis.call('PEXPIRE', t[1], ARGV[2]) end
   return seq
 end
 "#;
@@ -219,7 +220,7 @@ pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
 local replies = {}
 for i = 1, #KEYS do
   local a = 3 + (i - 1) * 11 -- FINISH_GROUP
-  replies[i] = finish(task_at(i, ARGV[a]), a)
+  replies[i] = finish(task_at(i, ARGV[a]), a, true)
 end
 return replies
 "#
@@ -233,8 +234,11 @@ pub const FINISH_AND_ACK_GROUP: usize = FINISH_GROUP + 2;
 /// Ends owning attempts, acknowledges their entries and counts their
 /// outcomes in one step, so a task is counted exactly when it ends; on a
 /// single server only (the queue's keys and the tasks' keys are in one
-/// call). `KEYS[1..3]` the lanes in priority order, `KEYS[4]` the outcome
-/// counts, then the key of each ended task. `ARGV[2]` retention ms, `ARGV[3]`
+/// call). Instead of a TTL each, the ended tasks go into the finished index
+/// in one command, and [`SWEEP_FINISHED`] deletes them after the retention.
+/// `KEYS[1..3]` the lanes in priority order, `KEYS[4]` the outcome counts,
+/// `KEYS[5]` the finished index, then the key of each ended task.
+/// `ARGV[2]` retention ms (unused here), `ARGV[3]`
 /// the group, `ARGV[4]` how many tasks end; from `ARGV[5]`
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
 /// acknowledge only, as `lane index, entry id, outcome to count (or empty)`.
@@ -246,6 +250,7 @@ pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local acks = {{}, {}, {}}
 local counts = {}
+local finished = {}
 local function settle(lane, entry, outcome)
   local ids = acks[tonumber(lane)]
   ids[#ids + 1] = entry
@@ -255,8 +260,12 @@ local ended = tonumber(ARGV[4])
 local replies = {}
 for i = 1, ended do
   local a = 5 + (i - 1) * 13 -- FINISH_AND_ACK_GROUP
-  replies[i] = finish(task_at(i, ARGV[a], 5), a)
-  if replies[i] ~= -1 then settle(ARGV[a + 11], ARGV[a + 12], ARGV[a + 4]) end
+  replies[i] = finish(task_at(i, ARGV[a], 6), a, false)
+  if replies[i] ~= -1 then
+    settle(ARGV[a + 11], ARGV[a + 12], ARGV[a + 4])
+    finished[#finished + 1] = ARGV[a + 8]
+    finished[#finished + 1] = ARGV[a]
+  end
 end
 for j = 5 + ended * 13, #ARGV, 3 do
   settle(ARGV[j], ARGV[j + 1], ARGV[j + 2])
@@ -267,6 +276,7 @@ end
 for outcome, n in pairs(counts) do
   redis.call('HINCRBY', KEYS[4], outcome, n)
 end
+if #finished > 0 then redis.call('ZADD', KEYS[5], unpack(finished)) end
 return replies
 "#
     ))
@@ -397,6 +407,29 @@ redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
 record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'queued', 'attempt', '0', 'owner', ''})
 return 'requeued'
+"#,
+    )
+});
+
+/// Deletes tasks of the finished index (`KEYS[1]`) that ended at or
+/// before `ARGV[1]` (epoch ms), at most `ARGV[2]` of them, on a single
+/// server (the task keys are computed from the prefix `ARGV[3]`). A task
+/// that was revived since is not ended any more, or ended later: it stays,
+/// and leaves the index until it ends again. Returns how many entries were
+/// taken from the index.
+pub static SWEEP_FINISHED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cutoff = tonumber(ARGV[1])
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  local key = ARGV[3] .. '{' .. id .. '}'
+  local st = redis.call('HMGET', key, 'status', 'finished_at')
+  local ended = st[1] == 'succeeded' or st[1] == 'failed' or st[1] == 'cancelled'
+  if ended and (tonumber(st[2]) or 0) <= cutoff then redis.call('DEL', key) end
+end
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+return #ids
 "#,
     )
 });
