@@ -147,6 +147,9 @@ impl Claimer {
                     Err(_) => return,
                 },
             };
+            // Let tasks that are just ending give their slots back first, so
+            // one claim serves them all.
+            tokio::task::yield_now().await;
             let free = 1 + self.slots.available_permits();
             let claimed = if last_reclaim.elapsed() >= self.lease / 4 {
                 last_reclaim = Instant::now();
