@@ -46,11 +46,13 @@ struct Args {
     concurrency: usize,
     latency_n: usize,
     rate: u64,
+    rounds: usize,
     bullmq_script: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args { redis_url: None, backlogs: vec![2_000, 20_000, 100_000], concurrency: 50, latency_n: 2_000, rate: 500, bullmq_script: None };
+    let mut args =
+        Args { redis_url: None, backlogs: vec![2_000, 20_000, 100_000], concurrency: 50, latency_n: 2_000, rate: 500, rounds: 3, bullmq_script: None };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -62,16 +64,17 @@ fn parse_args() -> anyhow::Result<Args> {
             "--concurrency" => args.concurrency = value()?.parse().context("--concurrency takes a number")?,
             "--latency-n" => args.latency_n = value()?.parse().context("--latency-n takes a number")?,
             "--rate" => args.rate = value()?.parse().context("--rate takes a number")?,
+            "--rounds" => args.rounds = value()?.parse().context("--rounds takes a number")?,
             "--bullmq-script" => args.bullmq_script = Some(value()?),
             "--help" | "-h" => {
-                println!("flotilla-bench [--redis-url URL] [--backlogs 2000,20000,100000] [--concurrency 50] [--latency-n 2000] [--rate 500] [--bullmq-script scripts/bullmq-baseline.sh]");
+                println!("flotilla-bench [--redis-url URL] [--backlogs 2000,20000,100000] [--concurrency 50] [--latency-n 2000] [--rate 500] [--rounds 3] [--bullmq-script scripts/bullmq-baseline.sh]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
-    if args.backlogs.is_empty() || args.backlogs.contains(&0) || args.concurrency == 0 || args.rate == 0 {
-        bail!("backlogs, concurrency and rate must be positive");
+    if args.backlogs.is_empty() || args.backlogs.contains(&0) || args.concurrency == 0 || args.rate == 0 || args.rounds == 0 {
+        bail!("backlogs, concurrency, rate and rounds must be positive");
     }
     Ok(args)
 }
@@ -151,9 +154,16 @@ fn start_worker(config: Config, started: Arc<Mutex<HashMap<TaskId, Instant>>>) -
     (shutdown, handle)
 }
 
+/// A number for each measurement of this process, so every one has keys of
+/// its own.
+fn next_run() -> usize {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Enqueue `n` no-op tasks in batches of 1000, then drain them with one worker.
 async fn throughput(url: &str, n: usize, concurrency: usize) -> anyhow::Result<Value> {
-    let prefix = format!("bench-tp-{n}-{}", std::process::id());
+    let prefix = format!("bench-tp-{n}-{}-{}", std::process::id(), next_run());
     let config = config(url, &prefix, concurrency)?;
     let queue = Queue::connect(&config).await?;
     let tenant = TenantId::parse("bench")?;
@@ -196,7 +206,7 @@ async fn throughput(url: &str, n: usize, concurrency: usize) -> anyhow::Result<V
 /// Submit tasks one at a time at `rate` per second to an idle worker and
 /// measure enqueue-to-start.
 async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::Result<Value> {
-    let prefix = format!("bench-lat-{}", std::process::id());
+    let prefix = format!("bench-lat-{}-{}", std::process::id(), next_run());
     let config = config(url, &prefix, concurrency)?;
     let queue = Queue::connect(&config).await?;
     let tenant = TenantId::parse("bench")?;
@@ -244,6 +254,9 @@ fn number(v: &Value, keys: &[&str]) -> Option<f64> {
     keys.iter().find_map(|k| v.get(*k).and_then(Value::as_f64))
 }
 
+/// Runs `--rounds` rounds, each ours then BullMQ's on the same Redis, and
+/// reports every round and the median of each ratio: the machine's speed
+/// drifts, and a ratio within one round is taken at one speed.
 async fn run(args: Args) -> anyhow::Result<Value> {
     let (own, url, port) = match &args.redis_url {
         Some(url) => (None, url.clone(), url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(6379)),
@@ -252,11 +265,34 @@ async fn run(args: Args) -> anyhow::Result<Value> {
             (Some(own), format!("redis://127.0.0.1:{port}"), port)
         }
     };
+    let mut rounds = Vec::with_capacity(args.rounds);
+    for _ in 0..args.rounds {
+        rounds.push(round(&args, &url, port).await?);
+    }
+    drop(own);
+    let medians: serde_json::Map<String, Value> = RATIOS
+        .iter()
+        .filter_map(|name| {
+            let mut values: Vec<f64> = rounds.iter().filter_map(|r| r["ratio"][*name].as_f64()).collect();
+            values.sort_by(f64::total_cmp);
+            let median = *values.get(values.len() / 2)?;
+            Some(((*name).to_owned(), json!(median)))
+        })
+        .collect();
+    Ok(json!({ "rounds": rounds, "ratio_median": medians }))
+}
+
+/// The ratios each round reports with the BullMQ baseline.
+const RATIOS: [&str; 4] = ["drain_vs_bullmq", "enqueue_vs_bullmq", "p50_bullmq_over_ours", "p99_bullmq_over_ours"];
+
+/// One round: ours at every backlog and the latency run, then, when asked,
+/// BullMQ's on the same Redis and the ratios.
+async fn round(args: &Args, url: &str, port: u16) -> anyhow::Result<Value> {
     let mut runs = Vec::new();
     for n in &args.backlogs {
-        runs.push(throughput(&url, *n, args.concurrency).await?);
+        runs.push(throughput(url, *n, args.concurrency).await?);
     }
-    let latency = latency(&url, args.latency_n, args.rate, args.concurrency).await?;
+    let latency = latency(url, args.latency_n, args.rate, args.concurrency).await?;
     let mut report = json!({ "flotilla": { "throughput": runs, "latency": latency } });
     if let Some(script) = &args.bullmq_script {
         let lines = bullmq(script, port)?;
@@ -275,7 +311,6 @@ async fn run(args: Args) -> anyhow::Result<Value> {
             "p99_bullmq_over_ours": ratio(theirs_lat["lat_ms_hires"]["p99"].as_f64(), number(&latency, &["p99_ms"])),
         });
     }
-    drop(own);
     Ok(report)
 }
 
