@@ -316,6 +316,28 @@ async fn a_second_delivery_after_the_end_is_acknowledged_and_not_counted_again()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_second_new_entry_of_a_running_task_starts_no_second_attempt() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let id = q.submit(&tenant(), wait_spec(300)).await.expect("submit").id;
+    // The entry a retry's promotion adds while the earlier one is reclaimed.
+    let mut conn = q.redis().shared();
+    let lane = q.keys().lane(flotilla_shared::task::Priority::Normal);
+    let _: String = redis::cmd("XADD").arg(&lane).arg("*").arg("t").arg(id.as_str()).query_async(&mut conn).await.expect("XADD");
+    let worker = InProcessWorker::start(config, Registry::standard());
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    assert_eq!(records[0].status, TaskStatus::Succeeded);
+    assert_eq!(records[0].attempts, 1, "one attempt");
+    let history = events(&q, &id).await;
+    assert_history_whole(&id, &history);
+    assert_eq!(history.iter().filter(|e| e.kind.name() == "started").count(), 1, "it ran once");
+    let stats = q.stats(Some(&tenant())).await.expect("stats");
+    assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "both entries acknowledged: {stats:?}");
+    assert_eq!(stats.outcomes.get("succeeded"), Some(&1), "counted once: {stats:?}");
+    worker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stopping_worker_lets_running_tasks_finish() {
     let (_redis, config) = fleet(&[("FLOTILLA_DRAIN_DEADLINE_S", "10")]);
     let q = queue(&config).await;

@@ -25,7 +25,8 @@ pub enum StartOutcome {
     /// This worker now runs the attempt.
     Started(Box<Attempt>),
     /// Nothing to run: the task is gone, or cancelled or dead-lettered just
-    /// now (and counted). The entry can be acknowledged.
+    /// now (and counted), or the entry is a second new entry of a task that
+    /// runs already. The entry can be acknowledged.
     Nothing(&'static str),
     /// The task had ended but this entry was still pending: it was
     /// cancelled while queued, or it is a second delivery of a task another
@@ -173,8 +174,8 @@ impl Queue {
             .map(|chunk| {
                 let mut inv = scripts::START.prepare_invoke();
                 args.add_to(&mut inv);
-                for (_, task_id) in chunk {
-                    inv.key(self.keys.task(task_id)).arg(task_id.as_str());
+                for (delivery, task_id) in chunk {
+                    inv.key(self.keys.task(task_id)).arg(task_id.as_str()).arg(if delivery.reclaimed { "1" } else { "" });
                 }
                 inv
             })
@@ -218,7 +219,7 @@ impl Queue {
         let mut outcomes = Vec::with_capacity(claimed.len());
         for (lane, entry_id, task, reply) in claimed {
             let Some(lane) = Priority::from_lane_number(&lane) else { continue };
-            let delivery = Delivery { lane, entry_id, task_id: TaskId::parse(&task).ok() };
+            let delivery = Delivery { lane, entry_id, task_id: TaskId::parse(&task).ok(), reclaimed: false };
             let outcome = match &delivery.task_id {
                 Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
                 None => Ok(StartOutcome::Nothing("malformed")),
@@ -260,6 +261,7 @@ impl Queue {
                 Ok(StartOutcome::Nothing("cancelled"))
             }
             Some("gone") => Ok(StartOutcome::Nothing("gone")),
+            Some("duplicate") => Ok(StartOutcome::Nothing("duplicate")),
             Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
             _ => Err(corrupt()),
         }

@@ -29,12 +29,16 @@ pub struct Delivery {
     pub entry_id: String,
     /// `None` when the entry is malformed; it is acknowledged and dropped.
     pub task_id: Option<TaskId>,
+    /// Taken over from a worker presumed dead, rather than read new. A new
+    /// entry of a task that is already running is a second entry of that
+    /// task (its running attempt holds the first) and starts nothing.
+    pub reclaimed: bool,
 }
 
 impl Delivery {
-    fn from_entry(lane: Priority, entry: &StreamId) -> Self {
+    fn from_entry(lane: Priority, entry: &StreamId, reclaimed: bool) -> Self {
         let task_id = entry.get::<String>("t").and_then(|t| TaskId::parse(&t).ok());
-        Self { lane, entry_id: entry.id.clone(), task_id }
+        Self { lane, entry_id: entry.id.clone(), task_id, reclaimed }
     }
 }
 
@@ -75,7 +79,7 @@ impl Queue {
             .chunks_exact(3)
             .filter_map(|c| {
                 let lane = Priority::from_lane_number(&c[0])?;
-                Some(Delivery { lane, entry_id: c[1].clone(), task_id: TaskId::parse(&c[2]).ok() })
+                Some(Delivery { lane, entry_id: c[1].clone(), task_id: TaskId::parse(&c[2]).ok(), reclaimed: false })
             })
             .collect())
     }
@@ -136,7 +140,7 @@ impl Queue {
             let reply: Result<StreamAutoClaimReply, redis::RedisError> =
                 conn.xautoclaim_options(self.keys.lane(lane), GROUP, consumer, min_idle, "0-0", opts).await;
             match reply {
-                Ok(reply) => got.extend(reply.claimed.iter().map(|e| Delivery::from_entry(lane, e))),
+                Ok(reply) => got.extend(reply.claimed.iter().map(|e| Delivery::from_entry(lane, e, true))),
                 Err(e) if e.code() == Some("NOGROUP") => self.ensure_groups().await?,
                 Err(e) => return Err(e.into()),
             }
@@ -278,7 +282,7 @@ fn deliveries(reply: Option<StreamReadReply>) -> Vec<Delivery> {
     let mut got = Vec::new();
     for key in &reply.keys {
         let Some(lane) = Priority::parse(&key.key) else { continue };
-        got.extend(key.ids.iter().map(|e| Delivery::from_entry(lane, e)));
+        got.extend(key.ids.iter().map(|e| Delivery::from_entry(lane, e, false)));
     }
     got
 }

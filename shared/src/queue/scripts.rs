@@ -70,11 +70,16 @@ local ONE = {KEYS[1], ARGV[2]}
 
 /// Starting one task's next attempt, shared by [`START`] and
 /// [`CLAIM_AND_START`]. Reads `ARGV[2..7]` as [`START`] documents them.
+/// `reclaimed` says the entry was taken over from a worker presumed dead:
+/// only then does a running task get a new attempt. A new entry of a
+/// running task is a second one (a retry's promotion raced the reclaim of
+/// the first), and the attempt holding the first entry runs the task.
 const START_FN: &str = r#"
-local function start(t)
+local function start(t, reclaimed)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
   if not st[1] then return {'gone'} end
   if is_terminal(st[1]) then return {'terminal', st[1]} end
+  if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return {'duplicate'} end
   local seq = next_seq(st[9])
   if st[4] == '1' then
     record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
@@ -166,17 +171,17 @@ return created
 /// Starts the next attempt of delivered tasks. `ARGV[2]` the `started`
 /// draft, `ARGV[3]` now, `ARGV[4]` worker id, `ARGV[5]` draft of the
 /// `cancelled` event, `ARGV[6]` draft of the `failed` event for spent
-/// attempts, `ARGV[7]` retention ms; then one task id per task from
-/// `ARGV[8]`.
+/// attempts, `ARGV[7]` retention ms; then per task from `ARGV[8]` its id
+/// and `1` when its entry was reclaimed (else empty).
 /// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent}`, or
-/// `{'gone'}`, `{'terminal', status}`, `{'cancelled'}`,
+/// `{'gone'}`, `{'terminal', status}`, `{'duplicate'}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
         r#"
 local replies = {}
 for i = 1, #KEYS do
-  replies[i] = start(task_at(i, ARGV[7 + i]))
+  replies[i] = start(task_at(i, ARGV[6 + 2 * i]), ARGV[7 + 2 * i] == '1')
 end
 return replies
 "#,
@@ -450,7 +455,7 @@ for _, got in ipairs(read_lanes(ARGV[8], ARGV[4], tonumber(ARGV[9]))) do
   local started = {'malformed'}
   if id ~= '' then
     local key = ARGV[10] .. '{' .. id .. '}'
-    started = start({key, id})
+    started = start({key, id}, false)
   end
   out[#out + 1] = {got[1], got[2], id, started}
 end
