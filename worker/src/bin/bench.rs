@@ -8,8 +8,10 @@
 //! enqueue-to-start latency at a steady arrival rate, and Redis memory per
 //! finished task.
 
+mod support;
+
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -77,33 +79,6 @@ fn parse_args() -> anyhow::Result<Args> {
         bail!("backlogs, concurrency, rate and rounds must be positive");
     }
     Ok(args)
-}
-
-/// A redis-server this benchmark started, stopped on drop.
-struct OwnRedis(Child);
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
-fn start_redis() -> anyhow::Result<(OwnRedis, u16)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .context("redis-server is not installed (scripts/setup.sh installs it)")?;
-    let own = OwnRedis(child);
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((own, port));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("redis-server did not start")
 }
 
 fn config(url: &str, prefix: &str, concurrency: usize) -> anyhow::Result<Config> {
@@ -259,10 +234,11 @@ fn number(v: &Value, keys: &[&str]) -> Option<f64> {
 /// drifts, and a ratio within one round is taken at one speed.
 async fn run(args: Args) -> anyhow::Result<Value> {
     let (own, url, port) = match &args.redis_url {
-        Some(url) => (None, url.clone(), url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(6379)),
+        Some(url) => (None, url.clone(), port_of(url)),
         None => {
-            let (own, port) = start_redis()?;
-            (Some(own), format!("redis://127.0.0.1:{port}"), port)
+            let (own, url) = support::start_redis("bench")?.context("redis-server is not installed (scripts/setup.sh installs it)")?;
+            let port = port_of(&url);
+            (Some(own), url, port)
         }
     };
     let mut rounds = Vec::with_capacity(args.rounds);
@@ -280,6 +256,11 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         })
         .collect();
     Ok(json!({ "rounds": rounds, "ratio_median": medians }))
+}
+
+/// The port of a `redis://host:port` URL (6379 when it names none).
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(6379)
 }
 
 /// The ratios each round reports with the BullMQ baseline.
