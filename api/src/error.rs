@@ -98,11 +98,9 @@ impl ApiError {
             }
             ApiError::Queue(QueueError::NotFound) => Reply::new(StatusCode::NOT_FOUND, "not_found", "no such task"),
             ApiError::NotFound(what) => Reply::new(StatusCode::NOT_FOUND, "not_found", *what),
-            ApiError::Unauthorized => Reply::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "send Authorization: Bearer <API key> with a known key",
-            ),
+            ApiError::Unauthorized => {
+                Reply::new(StatusCode::UNAUTHORIZED, "unauthorized", "send Authorization: Bearer <API key> with a known key")
+            }
             ApiError::Queue(e @ QueueError::IdempotencyConflict) => {
                 Reply::new(StatusCode::CONFLICT, "idempotency_conflict", e.to_string())
             }
@@ -110,23 +108,20 @@ impl ApiError {
             ApiError::Queue(QueueError::WrongStatus(status)) => {
                 Reply::new(StatusCode::CONFLICT, "conflict", format!("task is {status}; this needs another status"))
             }
-            ApiError::PayloadTooLarge(_) => {
-                Reply::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", self.to_string())
-            }
+            ApiError::PayloadTooLarge(_) => Reply::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", self.to_string()),
             ApiError::UnsupportedMediaType => {
                 Reply::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", self.to_string())
             }
-            ApiError::MethodNotAllowed => {
-                Reply::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", self.to_string())
-            }
+            ApiError::MethodNotAllowed => Reply::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", self.to_string()),
             ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
-            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_))
-            | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),
+            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_)) | ApiError::Internal(_) => {
+                Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE)
+            }
         }
     }
 }
@@ -135,12 +130,7 @@ impl ApiError {
 /// in what was asked of it).
 fn redis_unavailable(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind};
-    if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_cluster_error()
-    {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() || e.is_cluster_error() {
         return true;
     }
     matches!(

@@ -49,9 +49,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves the API on `listener` until `shutdown` is cancelled.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let queue = Queue::connect(&config)
-        .await
-        .map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
+    let queue = Queue::connect(&config).await.map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
     let blobs = match config.s3_bucket {
         Some(_) => Some(BlobStore::new(BlobConfig::from_process_env(&config)?)),
         None => None,

@@ -19,9 +19,7 @@ type LaneValue = fn(&LaneStats) -> String;
 const LANE_GAUGES: [(&str, &str, LaneValue); 5] = [
     ("flotilla_queue_depth", "Tasks in a lane not yet handed to any worker.", |l| l.depth.to_string()),
     ("flotilla_queue_pending", "Tasks handed to a worker and not yet acknowledged.", |l| l.pending.to_string()),
-    ("flotilla_queue_delayed", "Tasks waiting for a retry backoff or their not_before time.", |l| {
-        l.delayed.to_string()
-    }),
+    ("flotilla_queue_delayed", "Tasks waiting for a retry backoff or their not_before time.", |l| l.delayed.to_string()),
     ("flotilla_queue_oldest_age_seconds", "Age of the oldest entry still in a lane.", |l| {
         format!("{}", l.oldest_age_ms as f64 / 1000.0)
     }),

@@ -13,11 +13,7 @@ use crate::client::ApiKey;
 pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8080";
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "flotilla",
-    version,
-    about = "Command-line client of the Flotilla API"
-)]
+#[command(name = "flotilla", version, about = "Command-line client of the Flotilla API")]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -248,9 +244,7 @@ where
 {
     let matches = Cli::command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
-    if let (Command::Submit(submit), Some(("submit", sub))) =
-        (&mut cli.command, matches.subcommand())
-    {
+    if let (Command::Submit(submit), Some(("submit", sub))) = (&mut cli.command, matches.subcommand()) {
         submit.actions = ordered_actions(submit, sub);
     }
     Ok(cli)
@@ -263,14 +257,7 @@ fn ordered_actions(submit: &SubmitArgs, matches: &ArgMatches) -> Vec<Value> {
         indexed.extend(indices.zip(submit.action.iter().cloned()));
     }
     if let Some(indices) = matches.indices_of("wait_ms") {
-        indexed.extend(
-            indices.zip(
-                submit
-                    .wait_ms
-                    .iter()
-                    .map(|ms| json!({"type": "wait", "ms": ms})),
-            ),
-        );
+        indexed.extend(indices.zip(submit.wait_ms.iter().map(|ms| json!({"type": "wait", "ms": ms}))));
     }
     indexed.sort_by_key(|(index, _)| *index);
     indexed.into_iter().map(|(_, action)| action).collect()
@@ -306,21 +293,10 @@ mod tests {
 
     #[test]
     fn actions_keep_their_command_line_order() {
-        let args = submit(&[
-            "--wait-ms",
-            "100",
-            "--action",
-            r#"{"type":"screenshot"}"#,
-            "--wait-ms",
-            "5",
-        ]);
+        let args = submit(&["--wait-ms", "100", "--action", r#"{"type":"screenshot"}"#, "--wait-ms", "5"]);
         assert_eq!(
             args.actions,
-            vec![
-                json!({"type": "wait", "ms": 100}),
-                json!({"type": "screenshot"}),
-                json!({"type": "wait", "ms": 5})
-            ]
+            vec![json!({"type": "wait", "ms": 100}), json!({"type": "screenshot"}), json!({"type": "wait", "ms": 5})]
         );
     }
 
@@ -363,16 +339,7 @@ mod tests {
 
     #[test]
     fn global_options_go_after_the_command_too() {
-        let cli = parse_from([
-            "flotilla",
-            "tasks",
-            "--json",
-            "--api",
-            "http://h:1",
-            "--key",
-            "k",
-        ])
-        .expect("parses");
+        let cli = parse_from(["flotilla", "tasks", "--json", "--api", "http://h:1", "--key", "k"]).expect("parses");
         assert!(cli.global.json);
         assert_eq!(cli.global.api, "http://h:1");
         assert!(cli.global.key.is_some());

@@ -49,25 +49,11 @@ impl ApiError {
     /// Reads an error body, falling back to the HTTP status when it is not the API's JSON.
     pub fn from_body(status: StatusCode, retry_after: Option<String>, body: &str) -> Self {
         let parsed = serde_json::from_str::<Value>(body).ok();
-        let error = parsed
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .filter(|e| e.is_object());
-        let text = |key: &str| {
-            error
-                .and_then(|e| e.get(key))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
+        let error = parsed.as_ref().and_then(|v| v.get("error")).filter(|e| e.is_object());
+        let text = |key: &str| error.and_then(|e| e.get(key)).and_then(Value::as_str).map(str::to_owned);
         let code = text("code").unwrap_or_else(|| format!("http_{}", status.as_u16()));
         let message = text("message").unwrap_or_else(|| fallback_message(status, body));
-        Self {
-            status: status.as_u16(),
-            code,
-            message,
-            field: text("field"),
-            retry_after,
-        }
+        Self { status: status.as_u16(), code, message, field: text("field"), retry_after }
     }
 }
 
@@ -85,16 +71,9 @@ impl fmt::Display for ApiError {
 }
 
 fn fallback_message(status: StatusCode, body: &str) -> String {
-    let first_line = body
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
+    let first_line = body.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     if first_line.is_empty() {
-        return status
-            .canonical_reason()
-            .unwrap_or("no message")
-            .to_lowercase();
+        return status.canonical_reason().unwrap_or("no message").to_lowercase();
     }
     first_line.chars().take(MAX_BODY_IN_MESSAGE).collect()
 }
@@ -122,9 +101,7 @@ impl ClientError {
     /// Whether trying again later may help (used by the event stream).
     pub fn is_transient(&self) -> bool {
         match self {
-            ClientError::Unreachable { .. }
-            | ClientError::Transport { .. }
-            | ClientError::StreamEnded => true,
+            ClientError::Unreachable { .. } | ClientError::Transport { .. } | ClientError::StreamEnded => true,
             ClientError::Api(err) => err.status == 429 || err.status >= 500,
             _ => false,
         }
@@ -134,9 +111,7 @@ impl ClientError {
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClientError::MissingKey => {
-                f.write_str("no API key: pass --key or set FLOTILLA_API_KEY")
-            }
+            ClientError::MissingKey => f.write_str("no API key: pass --key or set FLOTILLA_API_KEY"),
             ClientError::BadBaseUrl { url, reason } => write!(f, "invalid API URL {url}: {reason}"),
             ClientError::Unreachable { url, reason } => {
                 write!(f, "the API at {url} is unreachable ({reason})")
@@ -145,13 +120,8 @@ impl fmt::Display for ClientError {
             ClientError::Transport { url, reason } => {
                 write!(f, "lost the connection to the API at {url} ({reason})")
             }
-            ClientError::StreamEnded => {
-                f.write_str("the event stream closed before the task finished")
-            }
-            ClientError::NotJson { reason } => write!(
-                f,
-                "the API answered with something other than JSON ({reason})"
-            ),
+            ClientError::StreamEnded => f.write_str("the event stream closed before the task finished"),
+            ClientError::NotJson { reason } => write!(f, "the API answered with something other than JSON ({reason})"),
         }
     }
 }
@@ -178,10 +148,7 @@ pub struct Client {
 impl Client {
     pub fn new(api: &str, key: Option<ApiKey>) -> Result<Self, ClientError> {
         let shown = api.trim().trim_end_matches('/').to_owned();
-        let bad = |reason: String| ClientError::BadBaseUrl {
-            url: shown.clone(),
-            reason,
-        };
+        let bad = |reason: String| ClientError::BadBaseUrl { url: shown.clone(), reason };
         let base = Url::parse(&shown).map_err(|err| bad(err.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(bad("expected an http:// or https:// URL".to_owned()));
@@ -192,12 +159,7 @@ impl Client {
             .user_agent(concat!("flotilla-cli/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| bad(err.to_string()))?;
-        Ok(Self {
-            http,
-            base,
-            shown,
-            key,
-        })
+        Ok(Self { http, base, shown, key })
     }
 
     /// The base URL followed by `segments`, each percent-encoded as one path segment.
@@ -210,32 +172,20 @@ impl Client {
     }
 
     /// `GET` a JSON resource; `query` pairs with a `None` value are left out.
-    pub async fn get(
-        &self,
-        segments: &[&str],
-        query: &[(&str, Option<String>)],
-    ) -> Result<ApiResponse, ClientError> {
+    pub async fn get(&self, segments: &[&str], query: &[(&str, Option<String>)]) -> Result<ApiResponse, ClientError> {
         let mut url = self.url(segments);
         for (name, value) in query {
             if let Some(value) = value {
                 url.query_pairs_mut().append_pair(name, value);
             }
         }
-        let request = self
-            .authorized(self.http.get(url))?
-            .timeout(REQUEST_TIMEOUT);
+        let request = self.authorized(self.http.get(url))?.timeout(REQUEST_TIMEOUT);
         read_json(self.send(request).await?).await
     }
 
     /// `POST` a JSON body, or none.
-    pub async fn post(
-        &self,
-        segments: &[&str],
-        body: Option<&Value>,
-    ) -> Result<ApiResponse, ClientError> {
-        let mut request = self
-            .authorized(self.http.post(self.url(segments)))?
-            .timeout(REQUEST_TIMEOUT);
+    pub async fn post(&self, segments: &[&str], body: Option<&Value>) -> Result<ApiResponse, ClientError> {
+        let mut request = self.authorized(self.http.post(self.url(segments)))?.timeout(REQUEST_TIMEOUT);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -244,27 +194,18 @@ impl Client {
 
     /// `PATCH` a JSON body.
     pub async fn patch(&self, segments: &[&str], body: &Value) -> Result<ApiResponse, ClientError> {
-        let request = self
-            .authorized(self.http.patch(self.url(segments)))?
-            .timeout(REQUEST_TIMEOUT)
-            .json(body);
+        let request = self.authorized(self.http.patch(self.url(segments)))?.timeout(REQUEST_TIMEOUT).json(body);
         read_json(self.send(request).await?).await
     }
 
     /// `DELETE` a resource; an empty answer reads as `{}`.
     pub async fn delete(&self, segments: &[&str]) -> Result<ApiResponse, ClientError> {
-        let request = self
-            .authorized(self.http.delete(self.url(segments)))?
-            .timeout(REQUEST_TIMEOUT);
+        let request = self.authorized(self.http.delete(self.url(segments)))?.timeout(REQUEST_TIMEOUT);
         read_json(self.send(request).await?).await
     }
 
     /// Opens a Server-Sent Events stream, resuming after `last_event_id` when given.
-    pub async fn open_events(
-        &self,
-        segments: &[&str],
-        last_event_id: Option<u64>,
-    ) -> Result<Response, ClientError> {
+    pub async fn open_events(&self, segments: &[&str], last_event_id: Option<u64>) -> Result<Response, ClientError> {
         let mut request = self
             .authorized(self.http.get(self.url(segments)))?
             .header(header::ACCEPT, "text/event-stream")
@@ -277,82 +218,45 @@ impl Client {
 
     /// Maps a failure while reading a body that had started.
     pub fn transport_error(&self, err: &reqwest::Error) -> ClientError {
-        ClientError::Transport {
-            url: self.shown.clone(),
-            reason: root_cause(err),
-        }
+        ClientError::Transport { url: self.shown.clone(), reason: root_cause(err) }
     }
 
     fn authorized(&self, request: RequestBuilder) -> Result<RequestBuilder, ClientError> {
-        let key = self
-            .key
-            .as_ref()
-            .filter(|key| !key.0.is_empty())
-            .ok_or(ClientError::MissingKey)?;
+        let key = self.key.as_ref().filter(|key| !key.0.is_empty()).ok_or(ClientError::MissingKey)?;
         Ok(request.bearer_auth(&key.0))
     }
 
     /// Sends a request; a non-2xx answer becomes [`ClientError::Api`].
     async fn send(&self, request: RequestBuilder) -> Result<Response, ClientError> {
-        let response = request
-            .send()
-            .await
-            .map_err(|err| self.request_error(&err))?;
+        let response = request.send().await.map_err(|err| self.request_error(&err))?;
         if response.status().is_success() {
             return Ok(response);
         }
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let retry_after = response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let body = response.text().await.unwrap_or_default();
-        Err(ClientError::Api(ApiError::from_body(
-            status,
-            retry_after,
-            &body,
-        )))
+        Err(ClientError::Api(ApiError::from_body(status, retry_after, &body)))
     }
 
     fn request_error(&self, err: &reqwest::Error) -> ClientError {
         let url = self.shown.clone();
         if err.is_connect() {
-            return ClientError::Unreachable {
-                url,
-                reason: root_cause(err),
-            };
+            return ClientError::Unreachable { url, reason: root_cause(err) };
         }
         if err.is_timeout() {
-            return ClientError::Unreachable {
-                url,
-                reason: "no answer in time".to_owned(),
-            };
+            return ClientError::Unreachable { url, reason: "no answer in time".to_owned() };
         }
-        ClientError::Transport {
-            url,
-            reason: root_cause(err),
-        }
+        ClientError::Transport { url, reason: root_cause(err) }
     }
 }
 
 async fn read_json(response: Response) -> Result<ApiResponse, ClientError> {
-    let raw = response.text().await.map_err(|err| ClientError::NotJson {
-        reason: root_cause(&err),
-    })?;
+    let raw = response.text().await.map_err(|err| ClientError::NotJson { reason: root_cause(&err) })?;
     if raw.trim().is_empty() {
-        return Ok(ApiResponse {
-            raw: "{}".to_owned(),
-            value: Value::Object(Default::default()),
-        });
+        return Ok(ApiResponse { raw: "{}".to_owned(), value: Value::Object(Default::default()) });
     }
-    let value = serde_json::from_str(&raw).map_err(|err| ClientError::NotJson {
-        reason: err.to_string(),
-    })?;
-    Ok(ApiResponse {
-        raw: raw.trim().to_owned(),
-        value,
-    })
+    let value = serde_json::from_str(&raw).map_err(|err| ClientError::NotJson { reason: err.to_string() })?;
+    Ok(ApiResponse { raw: raw.trim().to_owned(), value })
 }
 
 /// The innermost cause of an error, which is the one that says what happened
@@ -383,15 +287,9 @@ mod tests {
     fn api_errors_read_code_message_and_field() {
         let body = r#"{"error": {"code": "invalid_request", "message": "resolution too small", "field": "sandbox.resolution"}}"#;
         let err = ApiError::from_body(StatusCode::BAD_REQUEST, None, body);
-        assert_eq!(
-            err.to_string(),
-            "invalid_request: resolution too small (field sandbox.resolution)"
-        );
-        let err = ApiError::from_body(
-            StatusCode::NOT_FOUND,
-            None,
-            r#"{"error": {"code": "not_found", "message": "no such task"}}"#,
-        );
+        assert_eq!(err.to_string(), "invalid_request: resolution too small (field sandbox.resolution)");
+        let err =
+            ApiError::from_body(StatusCode::NOT_FOUND, None, r#"{"error": {"code": "not_found", "message": "no such task"}}"#);
         assert_eq!(err.to_string(), "not_found: no such task");
     }
 
@@ -412,15 +310,9 @@ mod tests {
     #[test]
     fn urls_keep_a_base_path_and_encode_ids() {
         let client = Client::new("http://localhost:8080/flotilla/", None).expect("client");
-        assert_eq!(
-            client.url(&["v1", "tasks", "a/b"]).as_str(),
-            "http://localhost:8080/flotilla/v1/tasks/a%2Fb"
-        );
+        assert_eq!(client.url(&["v1", "tasks", "a/b"]).as_str(), "http://localhost:8080/flotilla/v1/tasks/a%2Fb");
         let client = Client::new("http://localhost:8080", None).expect("client");
-        assert_eq!(
-            client.url(&["v1", "tasks"]).as_str(),
-            "http://localhost:8080/v1/tasks"
-        );
+        assert_eq!(client.url(&["v1", "tasks"]).as_str(), "http://localhost:8080/v1/tasks");
         assert!(Client::new("localhost:8080", None).is_err());
     }
 
@@ -435,16 +327,9 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         drop(listener);
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), ApiKey::parse("k").ok())
-            .expect("client");
-        let err = client
-            .get(&["v1", "tasks"], &[])
-            .await
-            .expect_err("nothing listens");
-        assert_eq!(
-            err.to_string(),
-            format!("the API at http://127.0.0.1:{port} is unreachable (connection refused)")
-        );
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), ApiKey::parse("k").ok()).expect("client");
+        let err = client.get(&["v1", "tasks"], &[]).await.expect_err("nothing listens");
+        assert_eq!(err.to_string(), format!("the API at http://127.0.0.1:{port} is unreachable (connection refused)"));
     }
 
     #[tokio::test]
@@ -453,10 +338,7 @@ mod tests {
         let err = client.get(&["v1", "tasks"], &[]).await.expect_err("no key");
         assert!(matches!(err, ClientError::MissingKey));
         let client = Client::new("http://127.0.0.1:9", ApiKey::parse(" ").ok()).expect("client");
-        let err = client
-            .get(&["v1", "tasks"], &[])
-            .await
-            .expect_err("empty key");
+        let err = client.get(&["v1", "tasks"], &[]).await.expect_err("empty key");
         assert!(matches!(err, ClientError::MissingKey));
     }
 }

@@ -11,9 +11,7 @@ use serde_json::Value;
 /// Fields every event repeats; not worth a column on each line.
 const ENVELOPE: [&str; 6] = ["task_id", "batch_id", "tenant", "seq", "ts", "type"];
 /// Action fields in the order a person reads them; any others follow.
-const ACTION_FIELDS: [&str; 9] = [
-    "x", "y", "button", "scroll_x", "scroll_y", "text", "keys", "ms", "path",
-];
+const ACTION_FIELDS: [&str; 9] = ["x", "y", "button", "scroll_x", "scroll_y", "text", "keys", "ms", "path"];
 /// Longest value shown inside an event line.
 const MAX_VALUE: usize = 80;
 /// Longest prompt in the task table.
@@ -36,19 +34,13 @@ pub fn error_line(err: &anyhow::Error) -> String {
 
 /// Whether an error is only stdout's reader going away (`flotilla tasks | head`).
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|cause| cause.downcast_ref::<io::Error>())
-        .any(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    err.chain().filter_map(|cause| cause.downcast_ref::<io::Error>()).any(|io| io.kind() == io::ErrorKind::BrokenPipe)
 }
 
 /// One event as `HH:MM:SS  type  key fields`.
 pub fn event_line(event: &Value) -> String {
     let kind = event.get("type").and_then(Value::as_str).unwrap_or("event");
-    let line = format!(
-        "{}  {kind:<16} {}",
-        short_time(event.get("ts")),
-        event_details(kind, event)
-    );
+    let line = format!("{}  {kind:<16} {}", short_time(event.get("ts")), event_details(kind, event));
     line.trim_end().to_owned()
 }
 
@@ -65,10 +57,7 @@ fn event_details(kind: &str, event: &Value) -> String {
         "block" => block_summary(event.get("block")),
         "waiting" => fields(event, &["code", "message"]),
         "retrying" => fields(event, &["attempt", "delay_ms", "error"]),
-        "succeeded" => join(&[
-            fields(event, &["code"]),
-            result_summary(event.get("result")),
-        ]),
+        "succeeded" => join(&[fields(event, &["code"]), result_summary(event.get("result"))]),
         "failed" => fields(event, &["code", "error"]),
         "cancelled" => fields(event, &["code"]),
         _ => other_fields(event, &ENVELOPE),
@@ -79,12 +68,7 @@ fn event_details(kind: &str, event: &Value) -> String {
 fn fields(object: &Value, names: &[&str]) -> String {
     let parts: Vec<String> = names
         .iter()
-        .filter_map(|name| {
-            object
-                .get(*name)
-                .filter(|v| !v.is_null())
-                .map(|v| format!("{name}={}", value_text(v)))
-        })
+        .filter_map(|name| object.get(*name).filter(|v| !v.is_null()).map(|v| format!("{name}={}", value_text(v))))
         .collect();
     parts.join(" ")
 }
@@ -105,42 +89,26 @@ fn other_fields(object: &Value, skip: &[&str]) -> String {
 /// A value on one line: bare words as they are, other strings quoted, the rest as compact JSON.
 fn value_text(value: &Value) -> String {
     let text = match value {
-        Value::String(s)
-            if !s.is_empty() && !s.contains(char::is_whitespace) && !s.contains('"') =>
-        {
-            s.clone()
-        }
+        Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) && !s.contains('"') => s.clone(),
         other => other.to_string(),
     };
     truncate(&text, MAX_VALUE)
 }
 
 fn join(parts: &[String]) -> String {
-    let parts: Vec<&str> = parts
-        .iter()
-        .map(String::as_str)
-        .filter(|p| !p.is_empty())
-        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).filter(|p| !p.is_empty()).collect();
     parts.join(" ")
 }
 
 fn text_of(text: Option<&Value>) -> String {
-    text.and_then(Value::as_str)
-        .map(|t| truncate(&one_line(t), MAX_VALUE))
-        .unwrap_or_default()
+    text.and_then(Value::as_str).map(|t| truncate(&one_line(t), MAX_VALUE)).unwrap_or_default()
 }
 
 fn plan_summary(steps: Option<&Value>) -> String {
     match steps {
         Some(Value::Array(steps)) => {
-            let texts: Vec<String> = steps
-                .iter()
-                .map(|s| s.as_str().map_or_else(|| s.to_string(), one_line))
-                .collect();
-            truncate(
-                &format!("{} steps: {}", steps.len(), texts.join("; ")),
-                MAX_VALUE,
-            )
+            let texts: Vec<String> = steps.iter().map(|s| s.as_str().map_or_else(|| s.to_string(), one_line)).collect();
+            truncate(&format!("{} steps: {}", steps.len(), texts.join("; ")), MAX_VALUE)
         }
         Some(other) => value_text(other),
         None => String::new(),
@@ -148,10 +116,7 @@ fn plan_summary(steps: Option<&Value>) -> String {
 }
 
 fn step_summary(event: &Value) -> String {
-    let index = event
-        .get("index")
-        .and_then(Value::as_u64)
-        .map(|i| format!("#{}", i + 1));
+    let index = event.get("index").and_then(Value::as_u64).map(|i| format!("#{}", i + 1));
     join(&[index.unwrap_or_default(), text_of(event.get("text"))])
 }
 
@@ -160,31 +125,19 @@ fn action_summary(action: Option<&Value>) -> String {
     let Some(action) = action else {
         return String::new();
     };
-    let kind = action
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("action");
+    let kind = action.get("type").and_then(Value::as_str).unwrap_or("action");
     let mut known = vec!["type"];
     known.extend(ACTION_FIELDS);
-    join(&[
-        kind.to_owned(),
-        fields(action, &ACTION_FIELDS),
-        other_fields(action, &known),
-    ])
+    join(&[kind.to_owned(), fields(action, &ACTION_FIELDS), other_fields(action, &known)])
 }
 
 /// `(35 ms)`: how long an action took.
 fn took(ms: Option<&Value>) -> String {
-    ms.and_then(Value::as_u64)
-        .map(|ms| format!("({ms} ms)"))
-        .unwrap_or_default()
+    ms.and_then(Value::as_u64).map(|ms| format!("({ms} ms)")).unwrap_or_default()
 }
 
 fn screenshot_summary(event: &Value) -> String {
-    let hash = event
-        .get("hash")
-        .and_then(Value::as_str)
-        .map(|h| format!("hash={}", truncate_plain(h, 12)));
+    let hash = event.get("hash").and_then(Value::as_str).map(|h| format!("hash={}", truncate_plain(h, 12)));
     join(&[hash.unwrap_or_default(), fields(event, &["bytes", "dedup"])])
 }
 
@@ -204,10 +157,7 @@ fn result_summary(result: Option<&Value>) -> String {
         return String::new();
     };
     let text = result.get("text").filter(|t| !t.is_null());
-    let artifacts = result
-        .get("artifacts")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+    let artifacts = result.get("artifacts").and_then(Value::as_array).map_or(0, Vec::len);
     let mut parts = vec![format!("result={}", value_text(text.unwrap_or(result)))];
     if artifacts > 0 {
         parts.push(format!("artifacts={artifacts}"));
@@ -227,12 +177,7 @@ pub fn short_time(ts: Option<&Value>) -> String {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(ms) => {
                 let seconds = (ms / 1000) % 86_400;
-                format!(
-                    "{:02}:{:02}:{:02}",
-                    seconds / 3600,
-                    seconds / 60 % 60,
-                    seconds % 60
-                )
+                format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)
             }
             None => UNKNOWN.to_owned(),
         },
@@ -261,9 +206,7 @@ fn truncate_plain(text: &str, max: usize) -> String {
 /// The task list as aligned lines: ID, STATUS, CODE, ATTEMPTS, CREATED, PROMPT.
 pub fn task_table(tasks: &[Value]) -> Vec<String> {
     let header = ["ID", "STATUS", "CODE", "ATTEMPTS", "CREATED", "PROMPT"].map(str::to_owned);
-    let rows: Vec<[String; 6]> = std::iter::once(header)
-        .chain(tasks.iter().map(task_row))
-        .collect();
+    let rows: Vec<[String; 6]> = std::iter::once(header).chain(tasks.iter().map(task_row)).collect();
     let mut widths = [0usize; 6];
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -274,11 +217,7 @@ pub fn task_table(tasks: &[Value]) -> Vec<String> {
 }
 
 fn table_line(row: &[String; 6], widths: &[usize; 6]) -> String {
-    let cells: Vec<String> = row
-        .iter()
-        .zip(widths)
-        .map(|(cell, width)| format!("{cell:<width$}"))
-        .collect();
+    let cells: Vec<String> = row.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
     cells.join("  ").trim_end().to_owned()
 }
 
@@ -302,10 +241,7 @@ fn task_row(task: &Value) -> [String; 6] {
 /// An RFC 3339 time without its fraction of a second, or the value as given.
 fn created(value: Option<&Value>) -> String {
     match value {
-        Some(Value::String(text)) => match (
-            text.find('.'),
-            text.find(['Z', '+']).or_else(|| text.rfind('-')),
-        ) {
+        Some(Value::String(text)) => match (text.find('.'), text.find(['Z', '+']).or_else(|| text.rfind('-'))) {
             (Some(dot), Some(zone)) if dot < zone => format!("{}{}", &text[..dot], &text[zone..]),
             _ => text.clone(),
         },
@@ -330,20 +266,13 @@ mod tests {
             retry_after: None,
         };
         let err = anyhow::Error::new(ClientError::Api(api));
-        assert_eq!(
-            error_line(&err),
-            "error: invalid_request: prompt must be 1 to 20000 characters (field prompt)"
-        );
+        assert_eq!(error_line(&err), "error: invalid_request: prompt must be 1 to 20000 characters (field prompt)");
         let err = anyhow::Error::new(ClientError::Unreachable {
             url: "http://127.0.0.1:8080".into(),
             reason: "connection refused".into(),
         });
-        assert_eq!(
-            error_line(&err),
-            "error: the API at http://127.0.0.1:8080 is unreachable (connection refused)"
-        );
-        let err = anyhow::Error::new(io::Error::from(io::ErrorKind::NotFound))
-            .context("cannot read spec file a.json");
+        assert_eq!(error_line(&err), "error: the API at http://127.0.0.1:8080 is unreachable (connection refused)");
+        let err = anyhow::Error::new(io::Error::from(io::ErrorKind::NotFound)).context("cannot read spec file a.json");
         assert!(!error_line(&err).contains('\n'));
         assert!(error_line(&err).starts_with("error: cannot read spec file a.json: "));
     }
@@ -370,33 +299,23 @@ mod tests {
             "03:04:05  started          attempt=1 worker=w-1"
         );
         assert_eq!(
-            with(
-                json!({"type": "action_completed", "action": {"type": "wait", "ms": 200}, "ms": 201})
-            ),
+            with(json!({"type": "action_completed", "action": {"type": "wait", "ms": 200}, "ms": 201})),
             "03:04:05  action_completed wait ms=200 (201 ms)"
         );
         assert_eq!(
-            with(
-                json!({"type": "succeeded", "code": "done", "result": {"text": "all good", "artifacts": []}})
-            ),
+            with(json!({"type": "succeeded", "code": "done", "result": {"text": "all good", "artifacts": []}})),
             "03:04:05  succeeded        code=done result=\"all good\""
         );
         assert_eq!(
             with(json!({"type": "failed", "code": "problem", "error": "sandbox gone"})),
             "03:04:05  failed           code=problem error=\"sandbox gone\""
         );
-        assert_eq!(
-            with(json!({"type": "brand_new", "x": 1})),
-            "03:04:05  brand_new        x=1"
-        );
+        assert_eq!(with(json!({"type": "brand_new", "x": 1})), "03:04:05  brand_new        x=1");
     }
 
     #[test]
     fn times_come_from_strings_or_milliseconds() {
-        assert_eq!(
-            short_time(Some(&json!("2026-01-02T23:59:58+02:00"))),
-            "23:59:58"
-        );
+        assert_eq!(short_time(Some(&json!("2026-01-02T23:59:58+02:00"))), "23:59:58");
         assert_eq!(short_time(Some(&json!(3_723_000u64))), "01:02:03");
         assert_eq!(short_time(Some(&json!("soon"))), "--:--:--");
         assert_eq!(short_time(None), "--:--:--");
@@ -409,20 +328,8 @@ mod tests {
             json!({"id": "tsk_22", "status": "succeeded", "code": "done", "attempts": 2, "prompt": "line one\nline two"}),
         ];
         let lines = task_table(&tasks);
-        assert_eq!(
-            lines[0],
-            "ID      STATUS     CODE  ATTEMPTS  CREATED               PROMPT"
-        );
-        assert_eq!(
-            lines[1],
-            format!(
-                "tsk_1   running    -     1         2026-01-02T03:04:05Z  {}\u{2026}",
-                "a".repeat(39)
-            )
-        );
-        assert_eq!(
-            lines[2],
-            "tsk_22  succeeded  done  2         -                     line one line two"
-        );
+        assert_eq!(lines[0], "ID      STATUS     CODE  ATTEMPTS  CREATED               PROMPT");
+        assert_eq!(lines[1], format!("tsk_1   running    -     1         2026-01-02T03:04:05Z  {}\u{2026}", "a".repeat(39)));
+        assert_eq!(lines[2], "tsk_22  succeeded  done  2         -                     line one line two");
     }
 }

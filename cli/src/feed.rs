@@ -29,11 +29,7 @@ pub struct Reconnect {
 
 impl Default for Reconnect {
     fn default() -> Self {
-        Self {
-            first_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(8),
-            tries: 5,
-        }
+        Self { first_delay: Duration::from_millis(500), max_delay: Duration::from_secs(8), tries: 5 }
     }
 }
 
@@ -111,10 +107,7 @@ impl<'a> EventFeed<'a> {
             let Ok(value) = serde_json::from_str::<Value>(&sse.data) else {
                 continue;
             };
-            let seq = value
-                .get("seq")
-                .and_then(Value::as_u64)
-                .or_else(|| sse.id.as_deref()?.trim().parse().ok());
+            let seq = value.get("seq").and_then(Value::as_u64).or_else(|| sse.id.as_deref()?.trim().parse().ok());
             if let (Some(seq), Some(last)) = (seq, self.last_seq) {
                 if seq <= last {
                     continue;
@@ -122,10 +115,7 @@ impl<'a> EventFeed<'a> {
             }
             self.last_seq = seq.or(self.last_seq);
             self.failures = 0;
-            let event = TaskEvent {
-                raw: sse.data,
-                value,
-            };
+            let event = TaskEvent { raw: sse.data, value };
             if event.is_terminal() {
                 self.finished = true;
                 self.pending.clear();
@@ -191,11 +181,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    const QUICK: Reconnect = Reconnect {
-        first_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(20),
-        tries: 3,
-    };
+    const QUICK: Reconnect = Reconnect { first_delay: Duration::from_millis(5), max_delay: Duration::from_millis(20), tries: 3 };
 
     fn event(seq: u64, kind: &str) -> String {
         format!("id: {seq}\ndata: {{\"task_id\":\"tsk_1\",\"seq\":{seq},\"type\":\"{kind}\"}}\n\n")
@@ -212,27 +198,19 @@ mod tests {
             }
             head.extend_from_slice(&buf[..n]);
         }
-        stream
-            .write_all(response.as_bytes())
-            .await
-            .expect("write response");
+        stream.write_all(response.as_bytes()).await.expect("write response");
         stream.shutdown().await.ok();
         String::from_utf8_lossy(&head).to_lowercase()
     }
 
     fn sse_response(body: &str) -> String {
-        format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}"
-        )
+        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
     }
 
     async fn server() -> (TcpListener, Client) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        (
-            listener,
-            Client::new(&url, ApiKey::parse("k").ok()).expect("client"),
-        )
+        (listener, Client::new(&url, ApiKey::parse("k").ok()).expect("client"))
     }
 
     async fn collect(feed: &mut EventFeed<'_>) -> Result<Vec<u64>, ClientError> {
@@ -248,11 +226,7 @@ mod tests {
         let (listener, client) = server().await;
         let server = tokio::spawn(async move {
             let (mut first, _) = listener.accept().await.expect("accept");
-            let first_head = answer(
-                &mut first,
-                &sse_response(&(event(1, "queued") + &event(2, "started"))),
-            )
-            .await;
+            let first_head = answer(&mut first, &sse_response(&(event(1, "queued") + &event(2, "started")))).await;
             let (mut second, _) = listener.accept().await.expect("accept");
             let body = event(2, "started") + &event(3, "succeeded");
             let second_head = answer(&mut second, &sse_response(&body)).await;
@@ -261,10 +235,7 @@ mod tests {
         let mut feed = EventFeed::new(&client, "tsk_1", QUICK);
         assert_eq!(collect(&mut feed).await.expect("events"), vec![1, 2, 3]);
         let (first_head, second_head) = server.await.expect("server");
-        assert!(
-            first_head.starts_with("get /v1/tasks/tsk_1/events "),
-            "{first_head}"
-        );
+        assert!(first_head.starts_with("get /v1/tasks/tsk_1/events "), "{first_head}");
         assert!(first_head.contains("authorization: bearer k"));
         assert!(!first_head.contains("last-event-id"));
         assert!(second_head.contains("last-event-id: 2"), "{second_head}");
@@ -297,10 +268,7 @@ mod tests {
         });
         let mut feed = EventFeed::new(&client, "tsk_1", QUICK);
         let err = collect(&mut feed).await.expect_err("gives up");
-        assert!(
-            err.to_string().contains("closed before the task finished"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("closed before the task finished"), "{err}");
     }
 
     #[test]

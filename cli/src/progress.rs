@@ -31,23 +31,13 @@ impl Progress {
     /// Starts from a task resource (`GET /v1/tasks/{id}`): its step limit and
     /// its steps taken so far; statuses come from the replayed events.
     pub fn from_task(task: &Value) -> Self {
-        let total = task
-            .get("max_steps")
-            .or_else(|| task.pointer("/spec/max_steps"))
-            .and_then(Value::as_u64);
+        let total = task.get("max_steps").or_else(|| task.pointer("/spec/max_steps")).and_then(Value::as_u64);
         let snapshot = task
             .get("steps_taken")
             .and_then(Value::as_u64)
             .filter(|steps| *steps > 0)
-            .map(|steps_taken| Snapshot {
-                steps_taken,
-                at_seq: task.get("last_seq").and_then(Value::as_u64).unwrap_or(0),
-            });
-        let mut progress = Self {
-            total,
-            snapshot,
-            ..Self::default()
-        };
+            .map(|steps_taken| Snapshot { steps_taken, at_seq: task.get("last_seq").and_then(Value::as_u64).unwrap_or(0) });
+        let mut progress = Self { total, snapshot, ..Self::default() };
         progress.apply_snapshot(0);
         progress
     }
@@ -134,18 +124,15 @@ fn status_after(kind: &str) -> Option<&'static str> {
         "succeeded" => Some("succeeded"),
         "failed" => Some("failed"),
         "cancelled" => Some("cancelled"),
-        "started" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action"
-        | "action_completed" | "screenshot" | "block" => Some("running"),
+        "started" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action" | "action_completed" | "screenshot"
+        | "block" => Some("running"),
         _ => None,
     }
 }
 
 /// Whether an event's own line already names the status it leads to.
 fn announces_status(kind: &str) -> bool {
-    matches!(
-        kind,
-        "queued" | "started" | "waiting" | "retrying" | "succeeded" | "failed" | "cancelled"
-    )
+    matches!(kind, "queued" | "started" | "waiting" | "retrying" | "succeeded" | "failed" | "cancelled")
 }
 
 /// How many steps a plan has: a list of steps, `{"steps": [...]}`, or a number.
@@ -166,10 +153,7 @@ mod tests {
     #[test]
     fn a_planned_task_counts_started_steps() {
         let mut progress = Progress::from_task(&json!({"status": "running", "steps_taken": 0}));
-        assert!(
-            !progress.observe(&json!({"type": "queued", "attempt": 1})),
-            "the event line says it"
-        );
+        assert!(!progress.observe(&json!({"type": "queued", "attempt": 1})), "the event line says it");
         assert_eq!(progress.line(), "queued");
         assert!(!progress.observe(&json!({"type": "started", "attempt": 1, "worker": "w1"})));
         assert_eq!(progress.line(), "running");
@@ -194,10 +178,7 @@ mod tests {
         assert_eq!(progress.line(), "[step 5/20] running");
         assert!(!progress.observe(&json!({"type": "waiting", "code": "sensitive-action"})));
         assert_eq!(progress.line(), "[step 5/20] waiting");
-        assert!(
-            progress.observe(&json!({"type": "action"})),
-            "resumed without a status event"
-        );
+        assert!(progress.observe(&json!({"type": "action"})), "resumed without a status event");
         assert_eq!(progress.line(), "[step 5/20] running");
     }
 

@@ -15,9 +15,7 @@ pub fn read_spec_file(path: &Path) -> anyhow::Result<Map<String, Value>> {
     let shown = path.display();
     let text = if path.as_os_str() == "-" {
         let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the spec from stdin")?;
+        std::io::stdin().read_to_string(&mut text).context("cannot read the spec from stdin")?;
         text
     } else {
         std::fs::read_to_string(path).with_context(|| format!("cannot read spec file {shown}"))?
@@ -33,41 +31,20 @@ pub fn read_spec_file(path: &Path) -> anyhow::Result<Map<String, Value>> {
 pub fn build_spec(args: &SubmitArgs, base: Option<Map<String, Value>>) -> anyhow::Result<Value> {
     let mut spec = base.unwrap_or_default();
     set(&mut spec, "prompt", args.prompt.clone().map(Value::from));
-    set(
-        &mut spec,
-        "pipeline",
-        args.pipeline.clone().map(Value::from),
-    );
+    set(&mut spec, "pipeline", args.pipeline.clone().map(Value::from));
     set(&mut spec, "model", args.model.clone().map(Value::from));
-    set(
-        &mut spec,
-        "priority",
-        args.priority.map(|p| Value::from(p.as_str())),
-    );
-    set(
-        &mut spec,
-        "idempotency_key",
-        args.idempotency_key.clone().map(Value::from),
-    );
+    set(&mut spec, "priority", args.priority.map(|p| Value::from(p.as_str())));
+    set(&mut spec, "idempotency_key", args.idempotency_key.clone().map(Value::from));
     set(&mut spec, "metadata", args.metadata.clone());
-    set(
-        &mut spec,
-        "not_before",
-        args.not_before.clone().map(Value::from),
-    );
+    set(&mut spec, "not_before", args.not_before.clone().map(Value::from));
     if !args.actions.is_empty() {
         spec.insert("actions".to_owned(), Value::Array(args.actions.clone()));
-        spec.entry("pipeline")
-            .or_insert_with(|| Value::from("scripted"));
+        spec.entry("pipeline").or_insert_with(|| Value::from("scripted"));
     }
     if let Some(max_attempts) = args.max_attempts {
         set_max_attempts(&mut spec, max_attempts);
     }
-    if spec
-        .get("prompt")
-        .and_then(Value::as_str)
-        .is_none_or(|p| p.trim().is_empty())
-    {
+    if spec.get("prompt").and_then(Value::as_str).is_none_or(|p| p.trim().is_empty()) {
         bail!("a prompt is needed: give PROMPT or a --spec file with \"prompt\"");
     }
     Ok(Value::Object(spec))
@@ -97,9 +74,7 @@ mod tests {
 
     fn spec_for(flags: &[&str], base: Option<Value>) -> anyhow::Result<Value> {
         let cli = parse_from(["flotilla", "submit"].iter().chain(flags)).expect("parses");
-        let Command::Submit(args) = cli.command else {
-            panic!("not submit")
-        };
+        let Command::Submit(args) = cli.command else { panic!("not submit") };
         let base = base.map(|b| b.as_object().cloned().expect("an object"));
         build_spec(&args, base)
     }
@@ -107,17 +82,7 @@ mod tests {
     #[test]
     fn flags_alone_make_a_spec() {
         let spec = spec_for(
-            &[
-                "open the site",
-                "--model",
-                "m1",
-                "--priority",
-                "high",
-                "--max-attempts",
-                "2",
-                "--idempotency-key",
-                "k1",
-            ],
+            &["open the site", "--model", "m1", "--priority", "high", "--max-attempts", "2", "--idempotency-key", "k1"],
             None,
         )
         .expect("spec");
@@ -130,16 +95,10 @@ mod tests {
     #[test]
     fn actions_make_a_scripted_task_unless_a_pipeline_is_given() {
         let spec = spec_for(&["wait", "--wait-ms", "200"], None).expect("spec");
-        assert_eq!(
-            spec,
-            json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 200}]})
-        );
+        assert_eq!(spec, json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 200}]}));
         let base = json!({"prompt": "p", "pipeline": "openai-cua"});
         let spec = spec_for(&["--action", r#"{"type":"screenshot"}"#], Some(base)).expect("spec");
-        assert_eq!(
-            spec["pipeline"], "openai-cua",
-            "the API, not the client, judges the mix"
-        );
+        assert_eq!(spec["pipeline"], "openai-cua", "the API, not the client, judges the mix");
     }
 
     #[test]
@@ -180,18 +139,14 @@ mod tests {
 
     #[test]
     fn the_file_prompt_is_kept_when_no_prompt_flag_is_given() {
-        let spec =
-            spec_for(&["--priority", "low"], Some(json!({"prompt": "from file"}))).expect("spec");
+        let spec = spec_for(&["--priority", "low"], Some(json!({"prompt": "from file"}))).expect("spec");
         assert_eq!(spec, json!({"prompt": "from file", "priority": "low"}));
     }
 
     #[test]
     fn a_spec_needs_a_prompt() {
         let err = spec_for(&["--model", "m"], None).expect_err("no prompt");
-        assert_eq!(
-            err.to_string(),
-            "a prompt is needed: give PROMPT or a --spec file with \"prompt\""
-        );
+        assert_eq!(err.to_string(), "a prompt is needed: give PROMPT or a --spec file with \"prompt\"");
         assert!(spec_for(&["  "], None).is_err());
     }
 
@@ -204,15 +159,9 @@ mod tests {
         assert_eq!(read_spec_file(&good).expect("reads")["prompt"], "x");
         let list = dir.join("list.json");
         std::fs::write(&list, "[1]").expect("write");
-        assert!(read_spec_file(&list)
-            .expect_err("a list")
-            .to_string()
-            .ends_with("must hold a JSON object"));
+        assert!(read_spec_file(&list).expect_err("a list").to_string().ends_with("must hold a JSON object"));
         let missing = dir.join("missing.json");
-        assert!(read_spec_file(&missing)
-            .expect_err("missing")
-            .to_string()
-            .starts_with("cannot read spec file"));
+        assert!(read_spec_file(&missing).expect_err("missing").to_string().starts_with("cannot read spec file"));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

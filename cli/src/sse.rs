@@ -82,11 +82,7 @@ impl SseParser {
             return None;
         }
         let data = std::mem::take(&mut self.data);
-        Some(SseEvent {
-            id: self.last_id.clone(),
-            event,
-            data,
-        })
+        Some(SseEvent { id: self.last_id.clone(), event, data })
     }
 }
 
@@ -95,11 +91,7 @@ mod tests {
     use super::*;
 
     fn event(id: Option<&str>, data: &str) -> SseEvent {
-        SseEvent {
-            id: id.map(str::to_owned),
-            event: None,
-            data: data.to_owned(),
-        }
+        SseEvent { id: id.map(str::to_owned), event: None, data: data.to_owned() }
     }
 
     fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
@@ -110,13 +102,7 @@ mod tests {
     #[test]
     fn reads_events_with_ids_and_comments() {
         let stream = b": keep-alive\n\nid: 1\ndata: {\"seq\":1}\n\nid:2\ndata:{\"seq\":2}\n\n";
-        assert_eq!(
-            parse_all(&[stream]),
-            vec![
-                event(Some("1"), "{\"seq\":1}"),
-                event(Some("2"), "{\"seq\":2}")
-            ]
-        );
+        assert_eq!(parse_all(&[stream]), vec![event(Some("1"), "{\"seq\":1}"), event(Some("2"), "{\"seq\":2}")]);
     }
 
     #[test]
@@ -128,24 +114,14 @@ mod tests {
     #[test]
     fn joins_multi_line_data_and_keeps_the_event_name() {
         let events = parse_all(&[b"event: progress\ndata: one\ndata\ndata:  three\n\n"]);
-        assert_eq!(
-            events,
-            vec![SseEvent {
-                id: None,
-                event: Some("progress".into()),
-                data: "one\n\n three".into()
-            }]
-        );
+        assert_eq!(events, vec![SseEvent { id: None, event: Some("progress".into()), data: "one\n\n three".into() }]);
     }
 
     #[test]
     fn lines_and_characters_split_across_chunks_stay_whole() {
         let text = "data: caf\u{e9}\n\n".as_bytes();
         let (head, tail) = text.split_at(10);
-        assert_eq!(
-            parse_all(&[&head[..3], &head[3..], tail]),
-            vec![event(None, "caf\u{e9}")]
-        );
+        assert_eq!(parse_all(&[&head[..3], &head[3..], tail]), vec![event(None, "caf\u{e9}")]);
     }
 
     #[test]
@@ -153,10 +129,6 @@ mod tests {
         assert!(parse_all(&[b"id: 3\nevent: x\n\n"]).is_empty());
         assert!(parse_all(&[b"data: unfinished\n"]).is_empty());
         let events = parse_all(&[b"id: 3\n\ndata: later\n\n"]);
-        assert_eq!(
-            events,
-            vec![event(Some("3"), "later")],
-            "the id carries over"
-        );
+        assert_eq!(events, vec![event(Some("3"), "later")], "the id carries over");
     }
 }

@@ -96,9 +96,7 @@ impl Action {
             | Action::DoubleClick { x, y }
             | Action::TripleClick { x, y }
             | Action::Move { x, y }
-            | Action::Scroll { x, y, .. } => {
-                check_point(*x, *y)
-            }
+            | Action::Scroll { x, y, .. } => check_point(*x, *y),
             Action::Drag { path } => {
                 if path.len() < 2 || path.len() > MAX_DRAG_POINTS {
                     return Err(ValidationError::at("path", format!("a drag needs 2 to {MAX_DRAG_POINTS} points")));
@@ -109,7 +107,8 @@ impl Action {
                 Err(ValidationError::at("text", format!("text must be 1 to {MAX_TYPED_CHARS} characters")))
             }
             Action::Keypress { keys } | Action::KeyDown { keys } | Action::KeyUp { keys }
-                if keys.is_empty() || keys.len() > MAX_KEYS || keys.iter().any(|k| !is_key_name(k)) => {
+                if keys.is_empty() || keys.len() > MAX_KEYS || keys.iter().any(|k| !is_key_name(k)) =>
+            {
                 Err(ValidationError::at("keys", format!("keys must be 1 to {MAX_KEYS} key names like \"ctrl\" or \"a\"")))
             }
             Action::Wait { ms } if *ms > MAX_WAIT_MS => {
@@ -180,8 +179,14 @@ mod tests {
     #[test]
     fn held_buttons_and_keys_parse() {
         assert_eq!(parse(r#"{"type": "mouse_down"}"#).expect("down"), Action::MouseDown { button: MouseButton::Left });
-        assert_eq!(parse(r#"{"type": "mouse_up", "button": "right"}"#).expect("up"), Action::MouseUp { button: MouseButton::Right });
-        assert_eq!(parse(r#"{"type": "key_down", "keys": ["shift"]}"#).expect("key down"), Action::KeyDown { keys: vec!["shift".into()] });
+        assert_eq!(
+            parse(r#"{"type": "mouse_up", "button": "right"}"#).expect("up"),
+            Action::MouseUp { button: MouseButton::Right }
+        );
+        assert_eq!(
+            parse(r#"{"type": "key_down", "keys": ["shift"]}"#).expect("key down"),
+            Action::KeyDown { keys: vec!["shift".into()] }
+        );
         assert!(parse(r#"{"type": "triple_click", "x": 1, "y": 2}"#).is_ok());
         assert!(Action::KeyUp { keys: vec![] }.validate().is_err());
     }

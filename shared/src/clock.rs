@@ -13,10 +13,7 @@ pub fn now_ms() -> i64 {
 /// Formats epoch milliseconds as RFC 3339 (UTC, millisecond precision).
 pub fn rfc3339(ms: i64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+    OffsetDateTime::from_unix_timestamp_nanos(nanos).ok().and_then(|t| t.format(&Rfc3339).ok()).unwrap_or_default()
 }
 
 /// Parses an RFC 3339 time into epoch milliseconds.

@@ -193,8 +193,7 @@ impl Config {
         K: Into<String>,
         V: Into<String>,
     {
-        let env: HashMap<String, String> =
-            vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         let mut settings = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
             None => HashMap::new(),
@@ -243,7 +242,11 @@ impl Config {
             heartbeat,
             drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
             retention: Duration::from_secs(s.positive("FLOTILLA_RETENTION_S", 7 * 24 * 3600)? as u64),
-            default_pipeline: s.parsed("FLOTILLA_DEFAULT_PIPELINE", "scripted", "one of openai-cua, claude-computer-use, claude-code, scripted")?,
+            default_pipeline: s.parsed(
+                "FLOTILLA_DEFAULT_PIPELINE",
+                "scripted",
+                "one of openai-cua, claude-computer-use, claude-code, scripted",
+            )?,
             retry_base,
             retry_max,
             sandbox_provider: parse_sandbox_provider(s.get("FLOTILLA_SANDBOX_PROVIDER"))?,
@@ -363,7 +366,10 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
             toml::Value::Integer(n) => n.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
             other => {
-                return Err(ConfigError::new("FLOTILLA_CONFIG", format!("{}: {key} must be a string or number, not {}", path.display(), other.type_str())))
+                return Err(ConfigError::new(
+                    "FLOTILLA_CONFIG",
+                    format!("{}: {key} must be a string or number, not {}", path.display(), other.type_str()),
+                ))
             }
         };
         settings.insert((*var).to_owned(), text);
@@ -403,8 +409,7 @@ fn parse_redis_target(raw: &str) -> Result<RedisTarget, ConfigError> {
 }
 
 fn parse_key_prefix(raw: &str) -> Result<String, ConfigError> {
-    let ok = raw.len() <= 64
-        && raw.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'));
+    let ok = raw.len() <= 64 && raw.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.'));
     if ok {
         Ok(raw.to_owned())
     } else {
@@ -422,8 +427,7 @@ fn parse_api_keys(raw: &str) -> Result<Vec<(Secret, TenantId)>, ConfigError> {
         if key.len() < 8 {
             return Err(ConfigError::new("FLOTILLA_API_KEYS", "a key must be at least 8 characters"));
         }
-        let tenant = TenantId::parse(tenant.trim())
-            .map_err(|e| ConfigError::new("FLOTILLA_API_KEYS", e.to_string()))?;
+        let tenant = TenantId::parse(tenant.trim()).map_err(|e| ConfigError::new("FLOTILLA_API_KEYS", e.to_string()))?;
         keys.push((Secret::new(key), tenant));
     }
     Ok(keys)

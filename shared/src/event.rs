@@ -188,7 +188,8 @@ mod tests {
 
     #[test]
     fn a_numbered_draft_reads_back_as_an_event() {
-        let origin = EventOrigin { task_id: TaskId::generate(), batch_id: None, tenant: TenantId::parse("acme").expect("tenant") };
+        let origin =
+            EventOrigin { task_id: TaskId::generate(), batch_id: None, tenant: TenantId::parse("acme").expect("tenant") };
         let draft = draft(EventKind::Started { attempt: 0, worker: "w1".into() });
         assert!(!draft.contains("\"attempt\""), "the script fills the attempt in");
         let stored = format!("{{\"seq\":2,\"attempt\":1,{},{}", origin.header(), &draft[1..]);

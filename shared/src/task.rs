@@ -172,9 +172,7 @@ pub struct RetryPolicy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum TaskFiles {
-    S3 {
-        s3_prefix: String,
-    },
+    S3 { s3_prefix: String },
     Inline(BTreeMap<String, String>),
 }
 

@@ -112,14 +112,10 @@ impl Drop for Telemetry {
 /// `otlp_endpoint` (a base URL such as `http://collector:4318`) when given.
 pub fn init(service: &'static str, otlp_endpoint: Option<&str>, output: LogOutput) -> Result<Telemetry, TelemetryError> {
     let provider = otlp_endpoint.map(|endpoint| tracer_provider(service, endpoint)).transpose()?;
-    let otel = provider.as_ref().map(|provider| {
-        tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(exported_targets())
-    });
-    tracing_subscriber::registry()
-        .with(log_layer(output)?)
-        .with(otel)
-        .try_init()
-        .map_err(|_| TelemetryError::AlreadySet)?;
+    let otel = provider
+        .as_ref()
+        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(exported_targets()));
+    tracing_subscriber::registry().with(log_layer(output)?).with(otel).try_init().map_err(|_| TelemetryError::AlreadySet)?;
     if provider.is_some() {
         tracing::info!(service, "exporting traces over OTLP/HTTP");
     }
@@ -154,11 +150,8 @@ fn exported_targets() -> Targets {
 /// A provider that batches spans and sends them to `endpoint`'s traces path,
 /// naming `service` on every one.
 fn tracer_provider(service: &'static str, endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(traces_url(endpoint))
-        .build()?;
+    let exporter =
+        SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary).with_endpoint(traces_url(endpoint)).build()?;
     let resource = Resource::builder().with_service_name(service).build();
     Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
 }

@@ -38,7 +38,6 @@ pub struct DesktopOptions {
     pub provider: Option<Arc<dyn SandboxProvider>>,
 }
 
-
 /// One in-process worker with local desktops, and its queue.
 pub struct DesktopFleet {
     pub queue: Queue,

@@ -13,10 +13,10 @@ pub mod s3_server;
 pub mod sse;
 
 pub use api_client::ApiClient;
-pub use sse::{SseFrame, SseReader};
 pub use fleet::{api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer, WorkerProcess};
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
+pub use sse::{SseFrame, SseReader};
 pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;

@@ -73,7 +73,8 @@ impl RedisServer {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server is installed (scripts/setup.sh)");
+        let child =
+            cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server is installed (scripts/setup.sh)");
         self.child = Some(child);
         self.wait_ready();
     }

@@ -149,8 +149,11 @@ impl S3Server {
             ("FLOTILLA_S3_PREFIX", prefix.to_owned()),
         ])
         .expect("fleet config");
-        let mut config = BlobConfig::from_env(&fleet, [("AWS_ACCESS_KEY_ID", access_key), ("AWS_SECRET_ACCESS_KEY", secret), ("AWS_REGION", "us-east-1")])
-            .expect("blob config");
+        let mut config = BlobConfig::from_env(
+            &fleet,
+            [("AWS_ACCESS_KEY_ID", access_key), ("AWS_SECRET_ACCESS_KEY", secret), ("AWS_REGION", "us-east-1")],
+        )
+        .expect("blob config");
         // Tests ride out outages in the uploader, not inside one call.
         config.sdk_attempts = 1;
         config.connect_timeout = Duration::from_millis(500);
@@ -190,9 +193,8 @@ fn answers_http(addr: SocketAddr) -> bool {
 /// `s3s-fs` on `PATH`, or where `cargo install` puts it.
 pub fn s3s_fs_binary() -> PathBuf {
     let name = "s3s-fs";
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|candidate| is_executable(candidate))
-    });
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|candidate| is_executable(candidate)));
     if let Some(found) = on_path {
         return found;
     }
@@ -204,7 +206,9 @@ pub fn s3s_fs_binary() -> PathBuf {
             return candidate;
         }
     }
-    panic!("s3s-fs is not installed: run `bash scripts/setup.sh` (it runs `cargo install s3s-fs@0.14.1 --locked --features binary`)");
+    panic!(
+        "s3s-fs is not installed: run `bash scripts/setup.sh` (it runs `cargo install s3s-fs@0.14.1 --locked --features binary`)"
+    );
 }
 
 fn is_executable(path: &Path) -> bool {

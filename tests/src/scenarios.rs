@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::TaskStatus;
 use crate::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, record, submit_many, wait_all_ended, wait_spec};
+use flotilla_shared::event::EventKind;
+use flotilla_shared::task::TaskStatus;
 
 /// Waits until `check` holds, polling, or panics with `what`.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
@@ -100,7 +100,10 @@ pub async fn a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(redis
     let after = events(&q, &id).await;
     assert_eq!(after, before, "the stale worker added no event");
     let hash_after = record(&q, &id).await;
-    assert_eq!((hash_after.status, hash_after.attempts, hash_after.result.clone()), (hash_before.status, hash_before.attempts, hash_before.result.clone()));
+    assert_eq!(
+        (hash_after.status, hash_after.attempts, hash_after.result.clone()),
+        (hash_before.status, hash_before.attempts, hash_before.result.clone())
+    );
     assert_history_whole(&id, &after);
     let starts: Vec<(u32, String)> = after
         .iter()

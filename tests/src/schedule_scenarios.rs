@@ -109,7 +109,8 @@ pub fn due_times(runs: &BTreeMap<i64, Vec<TaskId>>) -> Vec<String> {
 
 pub async fn each_due_time_yields_exactly_one_task_however_many_replicas_race(redis: impl RedisUnderTest) {
     let (_config, qs) = replicas(&redis, 6).await;
-    let schedule = create(&qs[0], json!({"cron": "*/5 * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
+    let schedule =
+        create(&qs[0], json!({"cron": "*/5 * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
     assert_eq!(schedule.next_run_at.as_deref(), Some("2026-05-01T10:05:00Z"));
     let fired = run_clock(&qs, at("2026-05-01T10:00:30Z"), at("2026-05-01T11:00:10Z"), 20_000).await;
     let made = runs(&qs[0], &schedule.id).await;
@@ -119,7 +120,10 @@ pub async fn each_due_time_yields_exactly_one_task_however_many_replicas_race(re
     let after = view(&qs[0], &schedule.id).await;
     assert_eq!(after.next_run_at.as_deref(), Some("2026-05-01T11:05:00Z"));
     let last = after.last_run.expect("a last run");
-    assert_eq!((last.due_at.as_str(), last.task_id.as_ref()), ("2026-05-01T11:00:00Z", made.values().last().and_then(|t| t.first())));
+    assert_eq!(
+        (last.due_at.as_str(), last.task_id.as_ref()),
+        ("2026-05-01T11:00:00Z", made.values().last().and_then(|t| t.first()))
+    );
 }
 
 pub async fn overlap_skip_leaves_out_runs_while_the_previous_task_is_active(redis: impl RedisUnderTest) {
@@ -137,17 +141,23 @@ pub async fn overlap_skip_leaves_out_runs_while_the_previous_task_is_active(redi
     assert_eq!(fire_all(&qs, at("2026-05-01T10:03:00Z")).await, (1, 0), "the previous task ended, so this run goes ahead");
     assert_eq!(due_times(&runs(&qs[0], &schedule.id).await), ["2026-05-01T10:01:00Z", "2026-05-01T10:03:00Z"]);
 
-    let allowing = create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:03:30Z")).await;
+    let allowing =
+        create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:03:30Z")).await;
     run_clock(&qs, at("2026-05-01T10:04:00Z"), at("2026-05-01T10:06:00Z"), MINUTE).await;
     assert_eq!(runs(&qs[0], &allowing.id).await.len(), 3, "overlap: allow runs every time");
 }
 
 pub async fn a_paused_schedule_fires_nothing_and_a_resumed_one_counts_from_now(redis: impl RedisUnderTest) {
     let (_config, qs) = replicas(&redis, 3).await;
-    let created_paused =
-        create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "paused": true, "task": task()}), at("2026-05-01T10:00:30Z")).await;
+    let created_paused = create(
+        &qs[0],
+        json!({"cron": "* * * * *", "overlap": "allow", "paused": true, "task": task()}),
+        at("2026-05-01T10:00:30Z"),
+    )
+    .await;
     assert_eq!(created_paused.next_run_at, None);
-    let schedule = create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
+    let schedule =
+        create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
     let paused = patch(&qs[0], &schedule.id, json!({"paused": true}), at("2026-05-01T10:00:40Z")).await;
     assert!(paused.paused && paused.next_run_at.is_none());
     assert_eq!(run_clock(&qs, at("2026-05-01T10:01:00Z"), at("2026-05-01T10:10:00Z"), MINUTE).await, 0);
@@ -191,9 +201,12 @@ pub async fn daylight_saving_days_fire_a_daily_run_once(redis: impl RedisUnderTe
 
     // 2026-10-25: 03:00 CEST falls back to 02:00 CET, so 02:30 happens twice.
     let autumn = create(&qs[0], body, at("2026-10-24T12:00:00Z")).await;
-    let every_half_hour =
-        create(&qs[0], json!({"cron": "*/30 * * * *", "timezone": "Europe/Berlin", "overlap": "allow", "task": task()}), at("2026-10-24T21:50:00Z"))
-            .await;
+    let every_half_hour = create(
+        &qs[0],
+        json!({"cron": "*/30 * * * *", "timezone": "Europe/Berlin", "overlap": "allow", "task": task()}),
+        at("2026-10-24T21:50:00Z"),
+    )
+    .await;
     run_clock(&qs, at("2026-10-24T12:00:00Z"), at("2026-10-25T03:00:00Z"), 5 * MINUTE).await;
     qs[0].schedules().delete(&tenant(), &every_half_hour.id).await.expect("delete");
     run_clock(&qs, at("2026-10-25T03:05:00Z"), at("2026-10-26T06:00:00Z"), 5 * MINUTE).await;
@@ -208,7 +221,8 @@ pub async fn daylight_saving_days_fire_a_daily_run_once(redis: impl RedisUnderTe
 
 pub async fn after_an_outage_only_the_latest_missed_run_fires(redis: impl RedisUnderTest) {
     let (_config, qs) = replicas(&redis, 4).await;
-    let schedule = create(&qs[0], json!({"cron": "*/5 * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
+    let schedule =
+        create(&qs[0], json!({"cron": "*/5 * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
     assert_eq!(fire_all(&qs, at("2026-05-01T10:05:00Z")).await.0, 1);
     // Ten due times (10:10 … 10:55) pass with nobody firing.
     assert_eq!(fire_all(&qs, at("2026-05-01T10:57:00Z")).await.0, 1, "one run for the whole outage");
@@ -220,4 +234,3 @@ pub async fn after_an_outage_only_the_latest_missed_run_fires(redis: impl RedisU
         ["2026-05-01T10:05:00Z", "2026-05-01T10:55:00Z", "2026-05-01T11:00:00Z"]
     );
 }
-

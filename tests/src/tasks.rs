@@ -17,7 +17,8 @@ pub fn tenant() -> TenantId {
 /// A scripted task that waits `ms` milliseconds.
 pub fn wait_spec(ms: u64) -> TaskSpec {
     TaskSpec::from_json(
-        format!(r#"{{"prompt": "wait {ms} ms", "pipeline": "scripted", "actions": [{{"type": "wait", "ms": {ms}}}]}}"#).as_bytes(),
+        format!(r#"{{"prompt": "wait {ms} ms", "pipeline": "scripted", "actions": [{{"type": "wait", "ms": {ms}}}]}}"#)
+            .as_bytes(),
     )
     .expect("valid spec")
 }

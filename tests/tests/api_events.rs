@@ -25,9 +25,8 @@ fn client() -> reqwest::Client {
 
 /// Opens the event stream of `id`, resuming after `last_event_id` if given.
 async fn open(api: &ApiServer, id: &str, last_event_id: Option<u64>) -> SseReader {
-    let mut request = client()
-        .get(api.url(&format!("/v1/tasks/{id}/events")))
-        .header("authorization", format!("Bearer {}", api_key()));
+    let mut request =
+        client().get(api.url(&format!("/v1/tasks/{id}/events"))).header("authorization", format!("Bearer {}", api_key()));
     if let Some(seq) = last_event_id {
         request = request.header("last-event-id", seq.to_string());
     }
@@ -81,17 +80,9 @@ async fn stored(conn: &mut MultiplexedConnection, keys: &Keys, id: &str) -> Vec<
 
 /// Stores event `seq` of task `id` the way the queue does, and publishes it
 /// on the task's channel when `publish` is set. Returns its JSON.
-async fn append(
-    conn: &mut MultiplexedConnection,
-    keys: &Keys,
-    id: &str,
-    seq: u64,
-    kind: Value,
-    publish: bool,
-) -> String {
+async fn append(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, seq: u64, kind: Value, publish: bool) -> String {
     let task = TaskId::parse(id).expect("task id");
-    let mut event =
-        json!({"seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms())});
+    let mut event = json!({"seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms())});
     for (k, v) in kind.as_object().expect("event fields") {
         event[k] = v.clone();
     }
@@ -109,8 +100,7 @@ async fn append(
 /// Publishes an event again without storing it, as a duplicate delivery would.
 async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, event: &str) {
     let task = TaskId::parse(id).expect("task id");
-    let _: i64 =
-        redis::cmd("PUBLISH").arg(keys.task_channel(&task)).arg(event).query_async(conn).await.expect("PUBLISH");
+    let _: i64 = redis::cmd("PUBLISH").arg(keys.task_channel(&task)).arg(event).query_async(conn).await.expect("PUBLISH");
 }
 
 fn ids(frames: &[SseFrame]) -> Vec<&str> {
@@ -154,8 +144,7 @@ async fn a_live_follower_gets_each_event_once_in_order_and_the_stream_closes() {
     let first = stream.next().await.expect("queued event");
     assert_eq!((first.id.as_deref(), first.event.as_deref()), (Some("1"), Some("queued")));
 
-    let reasoning =
-        append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "the form is on page 2"}), true).await;
+    let reasoning = append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "the form is on page 2"}), true).await;
     let second = stream.next().await.expect("live event");
     assert_eq!((second.id.as_deref(), second.data.as_str()), (Some("2"), reasoning.as_str()));
 
@@ -185,8 +174,7 @@ async fn the_stream_survives_a_redis_restart() {
 
     redis.restart();
     let mut conn = connect(&redis).await;
-    append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "written while the feed was away"}), true)
-        .await;
+    append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "written while the feed was away"}), true).await;
     let rest = tokio::time::timeout(STEP, async {
         let second = stream.next().await.expect("event written across the restart");
         assert_eq!(second.id.as_deref(), Some("2"));

@@ -167,30 +167,21 @@ async fn fingerprint(redis: &RedisServer, prefix: &str) -> BTreeMap<String, Stri
                 v
             }
             "hash" => {
-                let v: BTreeMap<String, String> =
-                    redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.expect("HGETALL");
+                let v: BTreeMap<String, String> = redis::cmd("HGETALL").arg(&key).query_async(&mut conn).await.expect("HGETALL");
                 format!("{v:?}")
             }
             "list" => {
-                let v: Vec<String> =
-                    redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.expect("LRANGE");
+                let v: Vec<String> = redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query_async(&mut conn).await.expect("LRANGE");
                 format!("{v:?}")
             }
             "set" => {
-                let mut v: Vec<String> =
-                    redis::cmd("SMEMBERS").arg(&key).query_async(&mut conn).await.expect("SMEMBERS");
+                let mut v: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query_async(&mut conn).await.expect("SMEMBERS");
                 v.sort();
                 format!("{v:?}")
             }
             "zset" => {
-                let v: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .query_async(&mut conn)
-                    .await
-                    .expect("ZRANGE");
+                let v: Vec<(String, f64)> =
+                    redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut conn).await.expect("ZRANGE");
                 format!("{v:?}")
             }
             "stream" => {
@@ -211,8 +202,7 @@ async fn fingerprint(redis: &RedisServer, prefix: &str) -> BTreeMap<String, Stri
 
 /// The keys whose fingerprint differs between two snapshots.
 fn changed_keys(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> Vec<String> {
-    let mut keys: Vec<String> =
-        before.keys().chain(after.keys()).filter(|k| before.get(*k) != after.get(*k)).cloned().collect();
+    let mut keys: Vec<String> = before.keys().chain(after.keys()).filter(|k| before.get(*k) != after.get(*k)).cloned().collect();
     keys.dedup();
     keys
 }
@@ -577,8 +567,7 @@ async fn operator_endpoints_answer_in_their_formats() {
     assert_eq!(dead.status().as_u16(), 200);
     assert_eq!(dead.json::<Value>().await.expect("dead json"), json!({"tasks": []}));
 
-    let doc: Value =
-        client().get(api.url("/openapi.json")).send().await.expect("openapi").json().await.expect("openapi json");
+    let doc: Value = client().get(api.url("/openapi.json")).send().await.expect("openapi").json().await.expect("openapi json");
     assert!(doc["paths"]["/v1/tasks/{id}/events"]["get"].is_object(), "events are documented");
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object(), "the error body is documented");
 }

@@ -67,7 +67,12 @@ async fn counts(api: &ApiClient, id: &str) -> BTreeMap<String, u64> {
 }
 
 /// Polls the batch until `done` holds for its counts, checking each read adds up.
-async fn wait_counts(api: &ApiClient, id: &str, limit: Duration, done: impl Fn(&BTreeMap<String, u64>) -> bool) -> BTreeMap<String, u64> {
+async fn wait_counts(
+    api: &ApiClient,
+    id: &str,
+    limit: Duration,
+    done: impl Fn(&BTreeMap<String, u64>) -> bool,
+) -> BTreeMap<String, u64> {
     let deadline = Instant::now() + limit;
     loop {
         let now = counts(api, id).await;
@@ -132,7 +137,10 @@ async fn a_batch_with_defaults_runs_its_counts_add_up_and_its_stream_ends_with_e
         assert_eq!(event["batch_id"], json!(id));
         assert_eq!(frame.event.as_deref(), event["type"].as_str());
         let task = event["task_id"].as_str().expect("task_id").to_owned();
-        by_task.entry(task).or_default().push((event["seq"].as_u64().expect("seq"), event["type"].as_str().expect("type").to_owned()));
+        by_task
+            .entry(task)
+            .or_default()
+            .push((event["seq"].as_u64().expect("seq"), event["type"].as_str().expect("type").to_owned()));
     }
     assert_eq!(by_task.len(), 5, "every task's events came");
     for (task, events) in &by_task {
@@ -143,7 +151,8 @@ async fn a_batch_with_defaults_runs_its_counts_add_up_and_its_stream_ends_with_e
 
     let (_, batch) = fleet.acme.get(&format!("/v1/batches/{id}")).await;
     assert!(batch["finished_at"].is_string(), "a finished batch says when: {batch}");
-    let ttl: i64 = redis::cmd("PTTL").arg(format!("{}:batch:{{{id}}}", fleet.prefix)).query(&mut fleet.redis.connection()).expect("PTTL");
+    let ttl: i64 =
+        redis::cmd("PTTL").arg(format!("{}:batch:{{{id}}}", fleet.prefix)).query(&mut fleet.redis.connection()).expect("PTTL");
     assert!(ttl > 0, "a finished batch expires like its tasks");
     worker.stop().await;
 }
@@ -259,7 +268,8 @@ async fn ten_thousand_tasks_are_accepted_at_once_and_all_accounted_for() {
     let count_started = Instant::now();
     counts(&fleet.acme, &id).await;
     let one_count = count_started.elapsed();
-    let done = wait_counts(&fleet.acme, &id, Duration::from_secs(180), |c| c.get("succeeded").copied().unwrap_or(0) == N as u64).await;
+    let done =
+        wait_counts(&fleet.acme, &id, Duration::from_secs(180), |c| c.get("succeeded").copied().unwrap_or(0) == N as u64).await;
     let total = asked.elapsed();
     assert_eq!(done.get("succeeded"), Some(&(N as u64)), "{done:?}");
     let count_started = Instant::now();

@@ -36,7 +36,8 @@ async fn run_tasks(stores: &[BlobStore]) -> Vec<(Vec<String>, Vec<StoredImage>)>
     for n in 0..TASKS {
         let store = stores[n % stores.len()].clone();
         handles.push(tokio::spawn(async move {
-            let options = UploaderOptions { queue: 2, parallel: 3, deadline: Duration::from_secs(30), ..UploaderOptions::default() };
+            let options =
+                UploaderOptions { queue: 2, parallel: 3, deadline: Duration::from_secs(30), ..UploaderOptions::default() };
             let uploader = Uploader::spawn(store, options);
             let mut expected = Vec::new();
             for image in trajectory(n) {

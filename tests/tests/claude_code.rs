@@ -133,7 +133,8 @@ fn bash(command: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
     let fleet = CodeFleet::start().await;
-    let write = "printf '# Report\\nall good\\n' > report.md && mkdir -p out && echo 1,2,3 > out/data.csv && echo edited >> input.txt";
+    let write =
+        "printf '# Report\\nall good\\n' > report.md && mkdir -p out && echo 1,2,3 > out/data.csv && echo edited >> input.txt";
     fleet.api.push(streamed_tool_turn("Writing the report.", "toolu_write", "Bash", bash(write)));
     fleet.api.push(streamed_answer("The report is written.").after(Duration::from_millis(1500)));
     let (id, task, events) = fleet
@@ -185,7 +186,11 @@ async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
         let fetched = reqwest::get(url).await.expect("fetch").bytes().await.expect("body");
         assert_eq!(&fetched[..], want);
     }
-    assert_eq!(ApiClient::new(&api, "test-key-globex").get(&format!("/v1/tasks/{id}")).await.0, 404, "another tenant sees nothing");
+    assert_eq!(
+        ApiClient::new(&api, "test-key-globex").get(&format!("/v1/tasks/{id}")).await.0,
+        404,
+        "another tenant sees nothing"
+    );
 
     let transcript = result["session"]["files"].as_array().cloned().unwrap_or_default();
     assert!(transcript.iter().any(|f| f["path"] == format!("{session_id}.jsonl")), "the transcript is kept: {result}");
@@ -200,8 +205,9 @@ async fn sandbox_claude_code_continue_task_resumes_the_session() {
     let fleet = CodeFleet::start().await;
     fleet.api.push(streamed_tool_turn("Noting it down.", "toolu_memo", "Bash", bash("echo 'first run' > memo.txt")));
     fleet.api.push(streamed_answer("Wrote memo.txt."));
-    let (first, task, events) =
-        fleet.run_to_end(json!({"prompt": "remember the first run", "pipeline": "claude-code", "retry": {"max_attempts": 1}})).await;
+    let (first, task, events) = fleet
+        .run_to_end(json!({"prompt": "remember the first run", "pipeline": "claude-code", "retry": {"max_attempts": 1}}))
+        .await;
     assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
     let session = task.result.as_ref().and_then(|r| r["session_id"].as_str()).expect("a session id").to_owned();
 
@@ -215,7 +221,10 @@ async fn sandbox_claude_code_continue_task_resumes_the_session() {
         .await;
     assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
     let result = task.result.clone().expect("a result");
-    assert_eq!((result["text"].as_str(), result["session_id"].as_str()), (Some("Earlier I wrote memo.txt."), Some(session.as_str())));
+    assert_eq!(
+        (result["text"].as_str(), result["session_id"].as_str()),
+        (Some("Earlier I wrote memo.txt."), Some(session.as_str()))
+    );
     let init = blocks(&events).first().map(|(b, _)| (*b).clone()).expect("an init block");
     assert_eq!(init["session_id"], session.as_str(), "--resume continues the same session");
 
@@ -238,8 +247,9 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
     let fleet = CodeFleet::start().await;
     fleet.api.push(streamed_tool_turn("Looking around.", "toolu_env", "Bash", bash("env > env.txt")));
     fleet.api.push(streamed_answer("Done."));
-    let (id, task, events) =
-        fleet.run_to_end(json!({"prompt": "print the environment", "pipeline": "claude-code", "retry": {"max_attempts": 1}})).await;
+    let (id, task, events) = fleet
+        .run_to_end(json!({"prompt": "print the environment", "pipeline": "claude-code", "retry": {"max_attempts": 1}}))
+        .await;
     assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {events:?}", task.error);
 
     // The sandbox's environment has the gateway and a task token, not the key.
@@ -298,7 +308,8 @@ async fn sandbox_claude_code_error_result_fails_the_task_with_the_cli_message() 
 async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     let fleet = CodeFleet::start().await;
     fleet.api.push(streamed_answer("too late").after(Duration::from_secs(60)));
-    let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes()).expect("spec");
+    let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes())
+        .expect("spec");
     let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
     let deadline = Instant::now() + TASK_TIMEOUT;
     while fleet.model_calls().is_empty() {

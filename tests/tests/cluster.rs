@@ -2,8 +2,8 @@
 //! every key a script touches shares one slot, so nothing answers CROSSSLOT.
 //! The schedule scenarios run here too, with several replicas racing.
 
-use flotilla_tests::{scenarios, schedule_scenarios};
 use flotilla_tests::RedisCluster;
+use flotilla_tests::{scenarios, schedule_scenarios};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn on_a_cluster_a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once() {

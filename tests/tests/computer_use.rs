@@ -12,8 +12,8 @@ use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, Reply, ScriptedServer};
-use flotilla_tests::tasks::{events, record};
 use flotilla_tests::fleet::binary;
+use flotilla_tests::tasks::{events, record};
 use flotilla_tests::{api_key, spawn_api, ApiClient};
 use serde_json::{json, Value};
 
@@ -71,8 +71,14 @@ fn to_responses(received: &[Recorded]) -> Vec<&Recorded> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_openai_cua_task_acts_through_scaled_coordinates_until_the_model_is_done() {
     let server = ScriptedServer::start().await;
-    server.push(openai::reply("resp_1", vec![openai::reasoning("click the terminal"), openai::computer_call("call_1", openai::click(400, 300, "left"))]));
-    server.push(openai::reply("resp_2", vec![openai::computer_call_batch("call_2", vec![openai::type_text("echo cua"), openai::keypress(&["ENTER"])])]));
+    server.push(openai::reply(
+        "resp_1",
+        vec![openai::reasoning("click the terminal"), openai::computer_call("call_1", openai::click(400, 300, "left"))],
+    ));
+    server.push(openai::reply(
+        "resp_2",
+        vec![openai::computer_call_batch("call_2", vec![openai::type_text("echo cua"), openai::keypress(&["ENTER"])])],
+    ));
     server.push(openai::reply("resp_3", vec![openai::message("The note is written.")]));
     let fleet = openai_fleet(&server).await;
     let (id, events) = fleet.run_to_end(task("openai-cua", json!({}))).await;
@@ -114,7 +120,12 @@ async fn sandbox_openai_cua_task_acts_through_scaled_coordinates_until_the_model
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     let server = ScriptedServer::start().await;
-    let call = openai::with_safety_check(openai::computer_call("call_1", openai::click(10, 10, "left")), "sc_1", "malicious_instructions", "The page asks to transfer money.");
+    let call = openai::with_safety_check(
+        openai::computer_call("call_1", openai::click(10, 10, "left")),
+        "sc_1",
+        "malicious_instructions",
+        "The page asks to transfer money.",
+    );
     server.push(openai::reply("resp_1", vec![call]));
     server.push(openai::reply("resp_2", vec![openai::message("Done after approval.")]));
     let fleet = openai_fleet(&server).await;
@@ -126,7 +137,8 @@ async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     let waiting = record(&fleet.queue, &id).await;
     assert_eq!(waiting.code, Some(StopCode::SensitiveAction));
     assert_eq!(count(&events(&fleet.queue, &id).await, "action"), 0, "nothing is done before the human answers");
-    let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": "go ahead"})).await;
+    let (status, body) =
+        client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": "go ahead"})).await;
     assert_eq!(status, 202, "{body}");
     fleet.wait_ended(&id).await;
 
@@ -141,7 +153,10 @@ async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
     let requests = server.received();
     let second = &to_responses(&requests)[1].body;
     let acknowledged = json!([{"id": "sc_1", "code": "malicious_instructions", "message": "The page asks to transfer money."}]);
-    let output = second["input"].as_array().and_then(|items| items.iter().find(|i| i["type"] == "computer_call_output")).expect("a call output");
+    let output = second["input"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "computer_call_output"))
+        .expect("a call output");
     assert_eq!(output["acknowledged_safety_checks"], acknowledged);
 
     let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
@@ -153,7 +168,12 @@ async fn sandbox_a_safety_check_waits_for_a_human_and_goes_on_once_approved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_denied_safety_check_ends_the_task() {
     let server = ScriptedServer::start().await;
-    let call = openai::with_safety_check(openai::computer_call("call_1", openai::click(10, 10, "left")), "sc_1", "irrelevant_domain", "Off-task site.");
+    let call = openai::with_safety_check(
+        openai::computer_call("call_1", openai::click(10, 10, "left")),
+        "sc_1",
+        "irrelevant_domain",
+        "Off-task site.",
+    );
     server.push(openai::reply("resp_1", vec![call]));
     let fleet = openai_fleet(&server).await;
     let api = spawn_api(fleet.config.clone()).await;
@@ -250,7 +270,8 @@ async fn sandbox_an_openai_model_asks_a_human_and_goes_on_with_the_answer() {
         _ => None,
     });
     assert_eq!(asked, Some(("human-intervention".into(), "Which account should I use?".into())));
-    let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": "the work one"})).await;
+    let (status, body) =
+        client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": "the work one"})).await;
     assert_eq!(status, 202, "{body}");
     fleet.wait_ended(&id).await;
 
@@ -258,7 +279,10 @@ async fn sandbox_an_openai_model_asks_a_human_and_goes_on_with_the_answer() {
     assert_eq!(done.status, TaskStatus::Succeeded, "{:?}", done.error);
     let requests = server.received();
     let second = &to_responses(&requests)[1].body;
-    let answer = second["input"].as_array().and_then(|items| items.iter().find(|i| i["type"] == "function_call_output")).expect("a function output");
+    let answer = second["input"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "function_call_output"))
+        .expect("a function output");
     assert_eq!((answer["call_id"].as_str(), answer["output"].as_str()), (Some("call_ask"), Some("the work one")));
     fleet.stop().await;
 }
@@ -266,7 +290,10 @@ async fn sandbox_an_openai_model_asks_a_human_and_goes_on_with_the_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_claude_model_asks_a_human_who_declines_and_the_task_ends() {
     let server = ScriptedServer::start().await;
-    server.push(Reply::json(anthropic::message(vec![anthropic::tool_use("toolu_ask", "ask_human", json!({"question": "May I delete the old files?"}))], "tool_use")));
+    server.push(Reply::json(anthropic::message(
+        vec![anthropic::tool_use("toolu_ask", "ask_human", json!({"question": "May I delete the old files?"}))],
+        "tool_use",
+    )));
     let fleet = anthropic_fleet(&server).await;
     let api = spawn_api(fleet.config.clone()).await;
     let client = ApiClient::new(&api, api_key());

@@ -18,8 +18,7 @@ use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::{
-    api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker,
-    RedisServer,
+    api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker, RedisServer,
 };
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
@@ -144,7 +143,8 @@ fn screen_png(shade: u8) -> Vec<u8> {
     let mut pixels = Vec::with_capacity(width * height * 3);
     for y in 0..height {
         for x in 0..width {
-            let pixel = if y < 24 { [40, 48, 60] } else { [shade, 120u8.wrapping_add((x / 4) as u8), 200u8.wrapping_sub((y / 3) as u8)] };
+            let pixel =
+                if y < 24 { [40, 48, 60] } else { [shade, 120u8.wrapping_add((x / 4) as u8), 200u8.wrapping_sub((y / 3) as u8)] };
             pixels.extend_from_slice(&pixel);
         }
     }
@@ -174,8 +174,15 @@ async fn record_screenshots(redis: &RedisServer, keys: &Keys, store: &BlobStore,
         })
         .to_string();
         let () = redis::pipe()
-            .cmd("HSET").arg(keys.task(&task)).arg(event_field(seq)).arg(&event).ignore()
-            .cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore()
+            .cmd("HSET")
+            .arg(keys.task(&task))
+            .arg(event_field(seq))
+            .arg(&event)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(keys.task_channel(&task))
+            .arg(&event)
+            .ignore()
             .query_async(&mut conn)
             .await
             .expect("record the event");
@@ -287,7 +294,12 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
 #[tokio::test(flavor = "multi_thread")]
 async fn sandbox_in_a_browser_a_waiting_task_is_approved_with_a_click_and_finishes() {
     let model = ScriptedServer::start().await;
-    let call = openai::with_safety_check(openai::computer_call("call_1", openai::click(10, 10, "left")), "sc_1", "malicious_instructions", "Check before clicking.");
+    let call = openai::with_safety_check(
+        openai::computer_call("call_1", openai::click(10, 10, "left")),
+        "sc_1",
+        "malicious_instructions",
+        "Check before clicking.",
+    );
     model.push(openai::reply("resp_1", vec![call]));
     model.push(openai::reply("resp_2", vec![openai::message("Clicked after approval.")]));
     let s3 = S3Server::start();

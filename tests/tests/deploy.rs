@@ -17,7 +17,8 @@ fn deploy_dir() -> PathBuf {
 
 /// Every YAML document of every manifest, with the file it came from.
 fn documents() -> Vec<(String, Yaml)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join("k8s")).expect("deploy/k8s").map(|e| e.expect("entry").path()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(deploy_dir().join("k8s")).expect("deploy/k8s").map(|e| e.expect("entry").path()).collect();
     files.push(deploy_dir().join("compose.yaml"));
     files.sort();
     let mut docs = Vec::new();
@@ -51,7 +52,9 @@ fn env_names(doc: &Yaml) -> Vec<String> {
     }
     for (name, service) in doc["services"].as_hash().into_iter().flatten() {
         if matches!(name.as_str(), Some("api" | "worker")) {
-            names.extend(service["environment"].as_hash().into_iter().flatten().filter_map(|(k, _)| k.as_str().map(str::to_owned)));
+            names.extend(
+                service["environment"].as_hash().into_iter().flatten().filter_map(|(k, _)| k.as_str().map(str::to_owned)),
+            );
         }
     }
     names
@@ -90,7 +93,10 @@ fn keda_scales_on_the_lanes_and_group_the_workers_read() {
 #[test]
 fn the_workers_grace_period_outlasts_their_drain_deadline() {
     let docs = documents();
-    let worker = docs.iter().find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some("flotilla-worker")).expect("worker Deployment");
+    let worker = docs
+        .iter()
+        .find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some("flotilla-worker"))
+        .expect("worker Deployment");
     let grace = worker.1["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_i64().expect("grace period");
     let drain: i64 = containers(&worker.1)[0]["env"]
         .as_vec()
@@ -107,7 +113,10 @@ fn the_workers_grace_period_outlasts_their_drain_deadline() {
 fn the_api_and_the_workers_have_probes_on_their_health_endpoints() {
     let docs = documents();
     for name in ["flotilla-api", "flotilla-worker"] {
-        let deployment = docs.iter().find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some(name)).expect("Deployment");
+        let deployment = docs
+            .iter()
+            .find(|(_, d)| kind(d) == "Deployment" && d["metadata"]["name"].as_str() == Some(name))
+            .expect("Deployment");
         let container = containers(&deployment.1)[0];
         assert_eq!(container["livenessProbe"]["httpGet"]["path"].as_str(), Some("/healthz"), "{name}");
         assert_eq!(container["readinessProbe"]["httpGet"]["path"].as_str(), Some("/readyz"), "{name}");
@@ -121,7 +130,8 @@ fn redis_keeps_accepted_tasks() {
         assert!(conf.lines().any(|l| l.trim() == setting), "deploy/redis.conf lacks {setting:?}");
     }
     let docs = documents();
-    let k8s = docs.iter().find(|(_, d)| d["metadata"]["name"].as_str() == Some("flotilla-redis-config")).expect("redis ConfigMap");
+    let k8s =
+        docs.iter().find(|(_, d)| d["metadata"]["name"].as_str() == Some("flotilla-redis-config")).expect("redis ConfigMap");
     let text = k8s.1["data"]["redis.conf"].as_str().expect("redis.conf");
     assert!(text.contains("appendonly yes") && text.contains("maxmemory-policy noeviction"));
 }

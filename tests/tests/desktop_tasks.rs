@@ -66,10 +66,13 @@ async fn sandbox_scripted_task_acts_on_a_desktop_and_stores_every_screenshot() {
     let task = record(&fleet.queue, &id).await;
     assert_eq!(task.status, TaskStatus::Succeeded, "{events:?}");
     assert_eq!(task.steps_taken, 3);
-    let ready: Vec<_> = events.iter().filter_map(|e| match &e.kind {
-        EventKind::SandboxReady { sandbox_id, warm, .. } => Some((sandbox_id.clone(), *warm)),
-        _ => None,
-    }).collect();
+    let ready: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::SandboxReady { sandbox_id, warm, .. } => Some((sandbox_id.clone(), *warm)),
+            _ => None,
+        })
+        .collect();
     assert_eq!(ready.len(), 1, "one sandbox_ready: {events:?}");
     assert!(!ready[0].1, "no pool: the sandbox is started for the task");
     assert_eq!(task.sandbox.as_ref().and_then(|s| s["id"].as_str()), Some(ready[0].0.as_str()));
@@ -108,9 +111,11 @@ async fn sandbox_scripted_task_acts_on_a_desktop_and_stores_every_screenshot() {
 async fn sandbox_warm_pool_hands_out_a_ready_desktop() {
     let fleet = DesktopFleet::start(fleet_options(1, None, UploaderOptions::default())).await;
     eventually("the pool has a ready desktop", Duration::from_secs(20), async || fleet.pool.ready() == 1).await;
-    let (id, events) = fleet.run_to_end(json!({
-        "prompt": "move the pointer", "pipeline": "scripted", "actions": [{"type": "move", "x": 10, "y": 10}]
-    })).await;
+    let (id, events) = fleet
+        .run_to_end(json!({
+            "prompt": "move the pointer", "pipeline": "scripted", "actions": [{"type": "move", "x": 10, "y": 10}]
+        }))
+        .await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Succeeded, "{events:?}");
     let warm = events.iter().find_map(|e| match &e.kind {
         EventKind::SandboxReady { warm, ms, .. } => Some((*warm, *ms)),
@@ -126,10 +131,12 @@ async fn sandbox_warm_pool_hands_out_a_ready_desktop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
     let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
-    let id = fleet.submit(json!({
-        "prompt": "wait on a desktop", "pipeline": "scripted",
-        "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 60000}]
-    })).await;
+    let id = fleet
+        .submit(json!({
+            "prompt": "wait on a desktop", "pipeline": "scripted",
+            "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 60000}]
+        }))
+        .await;
     eventually("the task is waiting on its desktop", Duration::from_secs(30), async || {
         events(&fleet.queue, &id).await.iter().any(|e| e.kind.name() == "action_completed")
     })
@@ -146,10 +153,12 @@ async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_max_steps_ends_the_task_with_problem() {
     let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
-    let (id, events) = fleet.run_to_end(json!({
-        "prompt": "too many steps", "pipeline": "scripted", "max_steps": 2,
-        "actions": [{"type": "move", "x": 1, "y": 1}, {"type": "move", "x": 2, "y": 2}, {"type": "move", "x": 3, "y": 3}]
-    })).await;
+    let (id, events) = fleet
+        .run_to_end(json!({
+            "prompt": "too many steps", "pipeline": "scripted", "max_steps": 2,
+            "actions": [{"type": "move", "x": 1, "y": 1}, {"type": "move", "x": 2, "y": 2}, {"type": "move", "x": 3, "y": 3}]
+        }))
+        .await;
     let task = record(&fleet.queue, &id).await;
     assert_eq!((task.status, task.code), (TaskStatus::Failed, Some(StopCode::Problem)), "{events:?}");
     assert!(task.error.as_deref().is_some_and(|e| e.contains("max_steps")), "{:?}", task.error);
@@ -164,10 +173,12 @@ async fn sandbox_task_does_not_succeed_when_its_screenshots_cannot_be_stored() {
     let store = s3.store(&unique_prefix());
     tokio::task::block_in_place(|| s3.stop());
     let fleet = DesktopFleet::start(fleet_options(0, Some(store), quick_uploads())).await;
-    let (id, events) = fleet.run_to_end(json!({
-        "prompt": "a store that is gone", "pipeline": "scripted", "retry": {"max_attempts": 1},
-        "actions": [{"type": "move", "x": 1, "y": 1}]
-    })).await;
+    let (id, events) = fleet
+        .run_to_end(json!({
+            "prompt": "a store that is gone", "pipeline": "scripted", "retry": {"max_attempts": 1},
+            "actions": [{"type": "move", "x": 1, "y": 1}]
+        }))
+        .await;
     let task = record(&fleet.queue, &id).await;
     assert_eq!(task.status, TaskStatus::Failed, "{events:?}");
     assert!(task.error.as_deref().is_some_and(|e| e.contains("not stored")), "the error says why: {:?}", task.error);
@@ -179,7 +190,8 @@ async fn sandbox_task_does_not_succeed_when_its_screenshots_cannot_be_stored() {
 async fn sandbox_task_rides_out_a_store_outage_and_ends_with_every_screenshot_stored() {
     let mut s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let uploads = UploaderOptions { deadline: Duration::from_secs(20), give_up_after: Duration::from_secs(20), ..quick_uploads() };
+    let uploads =
+        UploaderOptions { deadline: Duration::from_secs(20), give_up_after: Duration::from_secs(20), ..quick_uploads() };
     let fleet = DesktopFleet::start(fleet_options(0, Some(store.clone()), uploads)).await;
     tokio::task::block_in_place(|| s3.stop());
     let id = fleet
@@ -221,7 +233,9 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
     std::fs::write(&credentials, profile).expect("write the credentials file");
 
     let mut env: Vec<(String, String)> = test_env(&redis, &prefix, &[("FLOTILLA_SANDBOX_PROVIDER", "local")]);
-    env.extend(s3.worker_env("chain/").into_iter().filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY_ID") && !k.starts_with("AWS_SECRET")));
+    env.extend(
+        s3.worker_env("chain/").into_iter().filter(|(k, _)| !k.starts_with("AWS_ACCESS_KEY_ID") && !k.starts_with("AWS_SECRET")),
+    );
     env.push(("AWS_SHARED_CREDENTIALS_FILE".into(), credentials.display().to_string()));
     env.push(("AWS_CONFIG_FILE".into(), dir.join("config").display().to_string()));
     env.push(("AWS_EC2_METADATA_DISABLED".into(), "true".into()));
@@ -244,14 +258,15 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
     std::fs::remove_dir_all(&dir).ok();
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_killed_from_outside_is_replaced_on_the_next_attempt() {
     let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
-    let id = fleet.submit(json!({
-        "prompt": "act while the desktop is killed", "pipeline": "scripted", "retry": {"max_attempts": 3},
-        "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 1500}, {"type": "move", "x": 9, "y": 9}]
-    })).await;
+    let id = fleet
+        .submit(json!({
+            "prompt": "act while the desktop is killed", "pipeline": "scripted", "retry": {"max_attempts": 3},
+            "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": 1500}, {"type": "move", "x": 9, "y": 9}]
+        }))
+        .await;
     eventually("the task acts on its first desktop", Duration::from_secs(30), async || {
         events(&fleet.queue, &id).await.iter().any(|e| e.kind.name() == "action_completed")
     })
@@ -279,11 +294,13 @@ async fn sandbox_named_by_id_is_used_and_left_running() {
     let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
     let provider = fleet.pool.provider().clone();
     let mine = provider.create(&SandboxRequest::default()).await.expect("a desktop of the user's own");
-    let (id, events) = fleet.run_to_end(json!({
-        "prompt": "use my desktop", "pipeline": "scripted",
-        "actions": [{"type": "move", "x": 7, "y": 7}],
-        "sandbox": {"id": mine.id.as_str()}
-    })).await;
+    let (id, events) = fleet
+        .run_to_end(json!({
+            "prompt": "use my desktop", "pipeline": "scripted",
+            "actions": [{"type": "move", "x": 7, "y": 7}],
+            "sandbox": {"id": mine.id.as_str()}
+        }))
+        .await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Succeeded, "{events:?}");
     assert_eq!(sandbox_ids(&events), [mine.id.to_string()]);
     assert!(provider.status(&mine.id).await.expect("still there").alive, "the user's desktop is not killed");

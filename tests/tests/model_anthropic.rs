@@ -10,8 +10,8 @@ use base64::prelude::{Engine as _, BASE64_STANDARD};
 use flotilla_shared::action::{Action, MouseButton};
 use flotilla_shared::config::Secret;
 use flotilla_tests::fakes::anthropic::{
-    action_turn, computer, error, final_answer, message, text, thinking, tool_use, CACHE_READ_INPUT_TOKENS,
-    INPUT_TOKENS, OUTPUT_TOKENS,
+    action_turn, computer, error, final_answer, message, text, thinking, tool_use, CACHE_READ_INPUT_TOKENS, INPUT_TOKENS,
+    OUTPUT_TOKENS,
 };
 use flotilla_tests::fakes::{Recorded, Reply, ScriptedServer};
 use flotilla_worker::model::anthropic::{AnthropicComputerUse, AnthropicConfig, ComputerTool};
@@ -86,8 +86,16 @@ fn only_request(server: &ScriptedServer) -> Recorded {
 #[tokio::test]
 async fn each_tool_version_sends_its_type_beta_header_and_the_display_size() {
     let cases = [
-        (ComputerTool::V20250124, json!({"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}), "computer-use-2025-01-24"),
-        (ComputerTool::V20251124, json!({"type": "computer_20251124", "name": "computer", "display_width_px": 1280, "display_height_px": 800, "enable_zoom": true}), "computer-use-2025-11-24"),
+        (
+            ComputerTool::V20250124,
+            json!({"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}),
+            "computer-use-2025-01-24",
+        ),
+        (
+            ComputerTool::V20251124,
+            json!({"type": "computer_20251124", "name": "computer", "display_width_px": 1280, "display_height_px": 800, "enable_zoom": true}),
+            "computer-use-2025-11-24",
+        ),
     ];
     for (tool, definition, beta) in cases {
         let server = ScriptedServer::start().await;
@@ -221,7 +229,10 @@ async fn every_action_of_the_tool_maps_to_ours() {
         (json!({"action": "screenshot"}), vec![act(Screenshot)]),
         (json!({"action": "left_click", "coordinate": [10, 20]}), vec![act(Click { x: 10, y: 20, button: left })]),
         (json!({"action": "right_click", "coordinate": [10, 20]}), vec![act(Click { x: 10, y: 20, button: MouseButton::Right })]),
-        (json!({"action": "middle_click", "coordinate": [10, 20]}), vec![act(Click { x: 10, y: 20, button: MouseButton::Middle })]),
+        (
+            json!({"action": "middle_click", "coordinate": [10, 20]}),
+            vec![act(Click { x: 10, y: 20, button: MouseButton::Middle })],
+        ),
         (json!({"action": "double_click", "coordinate": [10, 20]}), vec![act(DoubleClick { x: 10, y: 20 })]),
         (json!({"action": "triple_click", "coordinate": [10, 20]}), vec![act(TripleClick { x: 10, y: 20 })]),
         (json!({"action": "left_click"}), vec![act(MouseDown { button: left }), act(MouseUp { button: left })]),
@@ -235,7 +246,10 @@ async fn every_action_of_the_tool_maps_to_ours() {
             vec![act(MouseDown { button: left }), act(Move { x: 50, y: 60 }), act(MouseUp { button: left })],
         ),
         (json!({"action": "left_mouse_down"}), vec![act(MouseDown { button: left })]),
-        (json!({"action": "left_mouse_down", "coordinate": [7, 8]}), vec![act(Move { x: 7, y: 8 }), act(MouseDown { button: left })]),
+        (
+            json!({"action": "left_mouse_down", "coordinate": [7, 8]}),
+            vec![act(Move { x: 7, y: 8 }), act(MouseDown { button: left })],
+        ),
         (json!({"action": "left_mouse_up", "coordinate": [9, 9]}), vec![act(Move { x: 9, y: 9 }), act(MouseUp { button: left })]),
         (
             json!({"action": "scroll", "coordinate": [100, 200], "scroll_direction": "down", "scroll_amount": 3}),
@@ -276,12 +290,25 @@ async fn every_action_of_the_tool_maps_to_ours() {
 #[tokio::test]
 async fn modifier_keys_are_held_around_clicks_drags_and_scrolls() {
     use Action::*;
-    let held = |names: &[&str], action: Action| vec![act(KeyDown { keys: keys(names) }), act(action), act(KeyUp { keys: keys(names) })];
+    let held =
+        |names: &[&str], action: Action| vec![act(KeyDown { keys: keys(names) }), act(action), act(KeyUp { keys: keys(names) })];
     let cases = vec![
-        (json!({"action": "left_click", "coordinate": [10, 20], "text": "shift"}), held(&["shift"], Click { x: 10, y: 20, button: MouseButton::Left })),
-        (json!({"action": "left_click", "coordinate": [10, 20], "text": "ctrl+shift"}), held(&["ctrl", "shift"], Click { x: 10, y: 20, button: MouseButton::Left })),
-        (json!({"action": "right_click", "coordinate": [10, 20], "text": "alt"}), held(&["alt"], Click { x: 10, y: 20, button: MouseButton::Right })),
-        (json!({"action": "double_click", "coordinate": [10, 20], "text": "ctrl"}), held(&["ctrl"], DoubleClick { x: 10, y: 20 })),
+        (
+            json!({"action": "left_click", "coordinate": [10, 20], "text": "shift"}),
+            held(&["shift"], Click { x: 10, y: 20, button: MouseButton::Left }),
+        ),
+        (
+            json!({"action": "left_click", "coordinate": [10, 20], "text": "ctrl+shift"}),
+            held(&["ctrl", "shift"], Click { x: 10, y: 20, button: MouseButton::Left }),
+        ),
+        (
+            json!({"action": "right_click", "coordinate": [10, 20], "text": "alt"}),
+            held(&["alt"], Click { x: 10, y: 20, button: MouseButton::Right }),
+        ),
+        (
+            json!({"action": "double_click", "coordinate": [10, 20], "text": "ctrl"}),
+            held(&["ctrl"], DoubleClick { x: 10, y: 20 }),
+        ),
         (
             json!({"action": "left_click_drag", "start_coordinate": [1, 2], "coordinate": [3, 4], "text": "shift"}),
             held(&["shift"], Drag { path: vec![[1, 2], [3, 4]] }),
@@ -290,7 +317,10 @@ async fn modifier_keys_are_held_around_clicks_drags_and_scrolls() {
             json!({"action": "scroll", "coordinate": [5, 5], "scroll_direction": "down", "scroll_amount": 1, "text": "ctrl"}),
             held(&["ctrl"], Scroll { x: 5, y: 5, scroll_x: 0, scroll_y: 1 }),
         ),
-        (json!({"action": "left_click", "coordinate": [10, 20], "text": ""}), vec![act(Click { x: 10, y: 20, button: MouseButton::Left })]),
+        (
+            json!({"action": "left_click", "coordinate": [10, 20], "text": ""}),
+            vec![act(Click { x: 10, y: 20, button: MouseButton::Left })],
+        ),
     ];
     assert_mappings(ComputerTool::V20250124, cases).await;
 }
@@ -309,7 +339,10 @@ async fn a_scroll_without_a_coordinate_scrolls_where_the_pointer_was_left() {
 #[tokio::test]
 async fn a_rate_limit_is_waited_out_as_retry_after_says() {
     let server = ScriptedServer::start().await;
-    server.push(error(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit").header("retry-after", "1"));
+    server.push(
+        error(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")
+            .header("retry-after", "1"),
+    );
     server.push(final_answer("done"));
     let mut model = client(&server, ComputerTool::V20250124);
     let started = Instant::now();
@@ -370,26 +403,53 @@ async fn a_malformed_answer_names_what_was_wrong() {
         (click(json!({"action": "left_click", "coordinate": [10]})), "content[1].input.coordinate must be [x, y]"),
         (click(json!({"action": "left_click", "coordinate": ["a", 2]})), "content[1].input.coordinate must be [x, y]"),
         (click(json!({"action": "left_click", "coordinate": [-3, 2]})), "content[1].input.coordinate must be [x, y]"),
-        (click(json!({"action": "left_click", "coordinate": [5000, 2]})), "content[1].input.coordinate [5000, 2] is outside the 1280x800 display"),
+        (
+            click(json!({"action": "left_click", "coordinate": [5000, 2]})),
+            "content[1].input.coordinate [5000, 2] is outside the 1280x800 display",
+        ),
         (click(json!({"action": "mouse_move"})), "content[1].input.coordinate must be [x, y]"),
         (click(json!({"action": "left_click_drag", "start_coordinate": [1, 1]})), "content[1].input.coordinate must be [x, y]"),
         (click(json!({"coordinate": [1, 1]})), "content[1].input.action must be a string"),
         (click(json!({"action": "teleport"})), "content[1].input.action \"teleport\" is not an action"),
-        (click(json!({"action": "zoom", "region": [0, 0, 10, 10]})), "content[1].input.action zoom is not offered by computer_20250124"),
-        (click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_amount": 3})), "content[1].input.scroll_direction must be a string"),
-        (click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_direction": "in", "scroll_amount": 3})), "content[1].input.scroll_direction must be up"),
-        (click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_direction": "up", "scroll_amount": -1})), "content[1].input.scroll_amount must be a whole number"),
-        (click(json!({"action": "scroll", "scroll_direction": "up", "scroll_amount": 1})), "content[1].input.coordinate must be [x, y]"),
+        (
+            click(json!({"action": "zoom", "region": [0, 0, 10, 10]})),
+            "content[1].input.action zoom is not offered by computer_20250124",
+        ),
+        (
+            click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_amount": 3})),
+            "content[1].input.scroll_direction must be a string",
+        ),
+        (
+            click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_direction": "in", "scroll_amount": 3})),
+            "content[1].input.scroll_direction must be up",
+        ),
+        (
+            click(json!({"action": "scroll", "coordinate": [1, 1], "scroll_direction": "up", "scroll_amount": -1})),
+            "content[1].input.scroll_amount must be a whole number",
+        ),
+        (
+            click(json!({"action": "scroll", "scroll_direction": "up", "scroll_amount": 1})),
+            "content[1].input.coordinate must be [x, y]",
+        ),
         (click(json!({"action": "type"})), "content[1].input.text must be a string"),
         (click(json!({"action": "key", "text": "ctrl+warp"})), "content[1].input.text names the unknown key \"warp\""),
-        (click(json!({"action": "left_click", "coordinate": [1, 1], "text": "hyper"})), "content[1].input.text names the unknown key"),
+        (
+            click(json!({"action": "left_click", "coordinate": [1, 1], "text": "hyper"})),
+            "content[1].input.text names the unknown key",
+        ),
         (click(json!({"action": "wait", "duration": "long"})), "content[1].input.duration must be a number of seconds"),
         (click(json!({"action": "wait", "duration": 100000})), "content[1].input asks for too much"),
         (click(json!({"action": "hold_key", "text": "shift"})), "content[1].input.duration must be a number of seconds"),
-        (Reply::json(message(vec![tool_use("toolu_1", "bash", json!({"command": "ls"}))], "tool_use")), "content[0].name is \"bash\""),
+        (
+            Reply::json(message(vec![tool_use("toolu_1", "bash", json!({"command": "ls"}))], "tool_use")),
+            "content[0].name is \"bash\"",
+        ),
         (Reply::json(message(vec![text("I will click.")], "tool_use")), "no tool_use block"),
         (Reply::json(message(vec![text("Let me think about this carefu")], "max_tokens")), "max_tokens"),
-        (Reply::json(message(vec![text("I can't help with that.")], "refusal")), "refusal: the model declined to go on: I can't help with that."),
+        (
+            Reply::json(message(vec![text("I can't help with that.")], "refusal")),
+            "refusal: the model declined to go on: I can't help with that.",
+        ),
         (Reply::json(json!({"type": "message", "stop_reason": "end_turn"})), "content must be an array"),
         (Reply::json(json!({"type": "message", "content": []})), "stop_reason must be a string"),
         (Reply::raw(200, "<html>gateway</html>"), "not JSON"),

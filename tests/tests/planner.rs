@@ -98,7 +98,8 @@ async fn sandbox_an_ambiguous_task_waits_for_a_human_and_a_denial_ends_it() {
     assert!(plan_call.body["system"].as_str().is_some_and(|s| s.contains("\"ambiguity\"")));
     assert!(anthropic_prompt(plan_call).contains("write a note in the terminal"));
 
-    let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "deny", "message": "never mind"})).await;
+    let (status, body) =
+        client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "deny", "message": "never mind"})).await;
     assert_eq!(status, 202, "{body}");
     fleet.wait_ended(&id).await;
     let done = record(&fleet.queue, &id).await;
@@ -134,7 +135,8 @@ async fn sandbox_a_clarified_task_is_planned_again_and_runs() {
 
     fleet.wait_until_waiting(&id).await;
     let clarification = "notes.txt in the home folder";
-    let (status, body) = client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": clarification})).await;
+    let (status, body) =
+        client.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve", "message": clarification})).await;
     assert_eq!(status, 202, "{body}");
     fleet.wait_ended(&id).await;
 
@@ -142,19 +144,29 @@ async fn sandbox_a_clarified_task_is_planned_again_and_runs() {
     let history = events(&fleet.queue, &id).await;
     assert_eq!(done.status, TaskStatus::Succeeded, "{history:?}");
     assert_eq!(done.plan, Some(plan));
-    assert_eq!(performed(&history), [Action::Type { text: "echo hi > notes.txt".into() }, Action::Keypress { keys: vec!["enter".into()] }]);
+    assert_eq!(
+        performed(&history),
+        [Action::Type { text: "echo hi > notes.txt".into() }, Action::Keypress { keys: vec!["enter".into()] }]
+    );
     let requests = server.received();
     assert_eq!(requests.len(), 4);
     for plan_call in &requests[..2] {
         assert_eq!(plan_call.path, "/v1/responses");
         assert_eq!(plan_call.header("authorization"), Some("Bearer sk-test-openai-secret"));
-        assert!(plan_call.body.get("tools").is_none() && plan_call.body.get("previous_response_id").is_none(), "{}", plan_call.body);
+        assert!(
+            plan_call.body.get("tools").is_none() && plan_call.body.get("previous_response_id").is_none(),
+            "{}",
+            plan_call.body
+        );
         assert!(plan_call.body["instructions"].as_str().is_some_and(|s| s.contains("\"steps\"")));
     }
     let first = openai_prompt(&requests[0]);
     let second = openai_prompt(&requests[1]);
     assert!(!first.contains(clarification), "{first}");
-    assert!(second.contains(QUESTION) && second.contains(clarification), "the second plan call carries the clarification: {second}");
+    assert!(
+        second.contains(QUESTION) && second.contains(clarification),
+        "the second plan call carries the clarification: {second}"
+    );
     let step = openai_prompt(&requests[2]);
     assert!(step.contains(clarification) && step.contains("Now do step 1 of 1"), "{step}");
     assert_eq!(requests[2].body["tools"][0], json!({"type": "computer"}), "the steps run with the computer tool");
@@ -191,7 +203,8 @@ async fn sandbox_a_planned_task_runs_three_steps_in_order() {
     assert_eq!(result["text"], "Ran it.");
     assert_eq!(result["steps"], json!(["Clicked.", "Typed.", "Ran it."]));
 
-    let planned = history.iter().position(|e| matches!(&e.kind, EventKind::Plan { steps: s } if s == &steps)).expect("a plan event");
+    let planned =
+        history.iter().position(|e| matches!(&e.kind, EventKind::Plan { steps: s } if s == &steps)).expect("a plan event");
     let seen: Vec<Seen> = history[planned..]
         .iter()
         .filter_map(|e| match &e.kind {
@@ -219,7 +232,10 @@ async fn sandbox_a_planned_task_runs_three_steps_in_order() {
     assert!(requests[0].body.get("tools").is_none());
     for (step, request) in [(1, &requests[1]), (2, &requests[3]), (3, &requests[5])] {
         let prompt = anthropic_prompt(request);
-        assert!(prompt.contains("The overall task: write a note in the terminal") && prompt.contains("The application to use: xterm"), "{prompt}");
+        assert!(
+            prompt.contains("The overall task: write a note in the terminal") && prompt.contains("The application to use: xterm"),
+            "{prompt}"
+        );
         assert!(prompt.contains(&format!("Now do step {step} of 3, and only this step: {}", steps[step - 1])), "{prompt}");
         assert_eq!(request.body["messages"].as_array().map(Vec::len), Some(1), "each step starts its own conversation");
     }
@@ -248,7 +264,12 @@ async fn sandbox_a_replay_runs_the_recorded_actions_without_a_model_and_ends_on_
     server.push(openai::reply("resp_3", vec![openai::message("Written.")]));
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let options = DesktopOptions { env: openai_env(&server), blobs: Some(store.clone()), uploads: UploaderOptions::default(), ..DesktopOptions::default() };
+    let options = DesktopOptions {
+        env: openai_env(&server),
+        blobs: Some(store.clone()),
+        uploads: UploaderOptions::default(),
+        ..DesktopOptions::default()
+    };
     let fleet = DesktopFleet::start(options).await;
     let original = json!({
         "prompt": "write r.txt from the terminal",
@@ -273,7 +294,8 @@ async fn sandbox_a_replay_runs_the_recorded_actions_without_a_model_and_ends_on_
 
     let original_shots = screenshots(&original_events);
     let replay_shots = screenshots(&replay_events);
-    let (original_last, replay_last) = (original_shots.last().expect("original screens"), replay_shots.last().expect("replay screens"));
+    let (original_last, replay_last) =
+        (original_shots.last().expect("original screens"), replay_shots.last().expect("replay screens"));
     let final_screen = store.get(&replay_last.1).await.expect("the replay's final screen is stored");
     assert_eq!(png_size(&final_screen), (SCREEN[0], SCREEN[1]));
     assert_eq!(content_hash(&final_screen), replay_last.0);

@@ -164,7 +164,10 @@ async fn a_stale_attempt_cannot_write_after_another_took_over() {
     let task = record(&q, &id).await;
     assert_eq!(task.status, TaskStatus::Succeeded);
     assert_eq!(task.result, Some(serde_json::json!({"text": "fresh"})));
-    assert!(matches!(stale.succeed(serde_json::json!({"text": "stale"})).await, Err(QueueError::Fenced)), "still refused after the end");
+    assert!(
+        matches!(stale.succeed(serde_json::json!({"text": "stale"})).await, Err(QueueError::Fenced)),
+        "still refused after the end"
+    );
     assert_history_whole(&id, &events(&q, &id).await);
 }
 
@@ -235,7 +238,8 @@ async fn an_idempotency_key_returns_the_same_task_or_a_conflict() {
     let mut changed = spec;
     changed.prompt = "something else".into();
     assert!(matches!(q.submit(&tenant(), changed).await, Err(QueueError::IdempotencyConflict)));
-    let (listed, _) = q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+    let (listed, _) =
+        q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
     assert_eq!(listed.len(), 1, "a replay creates nothing");
 }
 
@@ -250,7 +254,8 @@ async fn finished_tasks_expire_after_the_retention_and_leave_the_index() {
     assert!(q.get(&tenant(), &id).await.expect("get").is_none(), "the task expired");
     assert!(events(&q, &id).await.is_empty(), "its events expired");
     q.prune_indexes().await.expect("prune");
-    let (listed, _) = q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+    let (listed, _) =
+        q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
     assert!(listed.is_empty());
     worker.stop().await;
 }
@@ -281,7 +286,8 @@ async fn the_retention_sweep_leaves_a_task_that_is_not_ended() {
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let mut conn = q.redis().shared();
     let long_ago = clock::now_ms() - 60_000;
-    let _: i64 = redis::cmd("ZADD").arg(q.keys().finished()).arg(long_ago).arg(id.as_str()).query_async(&mut conn).await.expect("ZADD");
+    let _: i64 =
+        redis::cmd("ZADD").arg(q.keys().finished()).arg(long_ago).arg(id.as_str()).query_async(&mut conn).await.expect("ZADD");
     assert_eq!(q.sweep_finished().await.expect("sweep"), 1, "the entry left the index");
     assert_eq!(record(&q, &id).await.status, TaskStatus::Queued, "the queued task is untouched");
     let left: i64 = redis::cmd("ZCARD").arg(q.keys().finished()).query_async(&mut conn).await.expect("ZCARD");
@@ -364,7 +370,8 @@ async fn a_worker_runs_at_most_its_concurrency() {
     let mut spans = Vec::new();
     for id in &ids {
         let history = events(&q, id).await;
-        let at = |name: &str| history.iter().find(|e| e.kind.name() == name).and_then(|e| clock::parse_rfc3339(&e.ts)).expect("ts");
+        let at =
+            |name: &str| history.iter().find(|e| e.kind.name() == name).and_then(|e| clock::parse_rfc3339(&e.ts)).expect("ts");
         spans.push((at("started"), at("succeeded")));
     }
     let most = spans.iter().map(|(s, _)| spans.iter().filter(|(s2, e2)| s2 <= s && s < e2).count()).max().unwrap_or(0);

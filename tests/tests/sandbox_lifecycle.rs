@@ -141,7 +141,6 @@ async fn memory_fleet(provider: &Arc<MemoryProvider>) -> DesktopFleet {
     DesktopFleet::start(DesktopOptions { provider: Some(provider), ..DesktopOptions::default() }).await
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_sandbox_serves_a_later_task_that_names_it() {
     let provider = Arc::new(MemoryProvider::new());

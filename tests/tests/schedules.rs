@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_shared::clock;
 use flotilla_shared::keys::Keys;
 use flotilla_shared::task::TaskStatus;
 use flotilla_tests::schedule_scenarios::{self, at, create, due_times, fire_all, replicas, runs, task, view, MINUTE};
-use flotilla_shared::clock;
 use flotilla_tests::tasks::tenant;
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
 use flotilla_worker::Registry;
@@ -50,7 +50,8 @@ async fn a_run_claimed_by_a_replica_that_died_is_finished_by_another_with_the_sa
     let redis = RedisServer::start();
     let (config, qs) = replicas(&redis, 3).await;
     let keys = Keys::new(config.key_prefix.clone());
-    let schedule = create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
+    let schedule =
+        create(&qs[0], json!({"cron": "* * * * *", "overlap": "allow", "task": task()}), at("2026-05-01T10:00:30Z")).await;
     let due = at("2026-05-01T10:01:00Z");
     // The dead replica had claimed 10:01 and even made its task, but never recorded it.
     let mut spec = schedule.task.clone();
@@ -98,7 +99,8 @@ async fn schedules_over_http_are_created_listed_changed_and_deleted_per_tenant()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let (status, created) = acme.post("/v1/schedules", &json!({"cron": "*/5 * * * *", "timezone": "UTC", "task": task(), "overlap": "skip"})).await;
+    let (status, created) =
+        acme.post("/v1/schedules", &json!({"cron": "*/5 * * * *", "timezone": "UTC", "task": task(), "overlap": "skip"})).await;
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().expect("id").to_owned();
     assert!(id.starts_with("sch_"));
@@ -113,7 +115,9 @@ async fn schedules_over_http_are_created_listed_changed_and_deleted_per_tenant()
     let (_, none) = globex.get("/v1/schedules").await;
     assert_eq!(none["schedules"], json!([]));
     let path = format!("/v1/schedules/{id}");
-    for (status, body) in [globex.get(&path).await, globex.patch(&path, &json!({"paused": true})).await, globex.delete(&path).await] {
+    for (status, body) in
+        [globex.get(&path).await, globex.patch(&path, &json!({"paused": true})).await, globex.delete(&path).await]
+    {
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
     }
 
@@ -153,7 +157,12 @@ async fn workers_fire_due_schedules_on_their_own_and_run_the_task() {
     let (config, qs) = replicas(&redis, 1).await;
     // A yearly schedule created as if 400 days ago is due now, once: its
     // latest due time, last 1 January.
-    let schedule = create(&qs[0], json!({"cron": "0 0 1 1 *", "overlap": "allow", "task": task()}), clock::now_ms() - 400 * 24 * 60 * MINUTE).await;
+    let schedule = create(
+        &qs[0],
+        json!({"cron": "0 0 1 1 *", "overlap": "allow", "task": task()}),
+        clock::now_ms() - 400 * 24 * 60 * MINUTE,
+    )
+    .await;
     let workers: Vec<InProcessWorker> = (0..3)
         .map(|i| {
             let mut config = config.clone();

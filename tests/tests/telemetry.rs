@@ -128,7 +128,10 @@ async fn requests_and_tasks_are_traced_to_an_otlp_collector() {
         .unwrap_or_else(|| panic!("a task span: {spans:#?}"));
     assert_eq!(task.service, "flotilla-worker");
     assert_eq!(task.attr("attempt").as_deref(), Some("1"));
-    assert_eq!(task.span.trace_id, submit.span.trace_id, "the worker's task continues the trace of the request that submitted it");
+    assert_eq!(
+        task.span.trace_id, submit.span.trace_id,
+        "the worker's task continues the trace of the request that submitted it"
+    );
     assert_eq!(task.span.parent_span_id, submit.span.span_id, "the task span is a child of the submit request");
     let steps: Vec<&Exported> = spans.iter().filter(|s| s.span.name == "step" && s.span.trace_id == task.span.trace_id).collect();
     assert_eq!(steps.len(), 2, "both steps are in the task's trace: {spans:#?}");

@@ -84,7 +84,8 @@ async fn sandbox_a_worker_times_steps_model_calls_and_acquires_and_reports_its_p
 
     // A model-driven task on the pool's desktop, then a scripted one on a
     // desktop of another size, started for it, whose screen never changes.
-    let (cua, events) = fleet.run_to_end(json!({"prompt": "click", "pipeline": "openai-cua", "retry": {"max_attempts": 1}})).await;
+    let (cua, events) =
+        fleet.run_to_end(json!({"prompt": "click", "pipeline": "openai-cua", "retry": {"max_attempts": 1}})).await;
     assert_eq!(record(&fleet.queue, &cua).await.status, TaskStatus::Succeeded, "{events:?}");
     let still = json!({
         "prompt": "look twice", "pipeline": "scripted", "sandbox": {"resolution": [800, 600]},

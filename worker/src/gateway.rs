@@ -317,7 +317,13 @@ async fn forward(State(forwarder): State<Arc<Forwarder>>, request: Request) -> R
             key.set_sensitive(true);
             headers.insert("x-api-key", key);
         }
-        Err(_) => return api_error(StatusCode::INTERNAL_SERVER_ERROR, "api_error", "the configured API key is not a valid header value"),
+        Err(_) => {
+            return api_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                "the configured API key is not a valid header value",
+            )
+        }
     }
     let sent = forwarder.client.request(parts.method, url).headers(headers).body(bytes).send().await;
     match sent {

@@ -196,7 +196,12 @@ fn encode_dedup(encoder: &mut DescriptorEncoder, stats: &BlobStats) -> Result<()
     counter(encoder, "screenshot_dedup", "Screenshots the store already had, so not uploaded again.", deduplicated)?;
     let ratio = if stats.screenshots == 0 { 0.0 } else { deduplicated as f64 / stats.screenshots as f64 };
     let metric = ConstGauge::new(ratio);
-    metric.encode(encoder.encode_descriptor("screenshot_dedup_ratio", "Share of screenshots not uploaded again.", None, metric.metric_type())?)
+    metric.encode(encoder.encode_descriptor(
+        "screenshot_dedup_ratio",
+        "Share of screenshots not uploaded again.",
+        None,
+        metric.metric_type(),
+    )?)
 }
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -> Result<(), std::fmt::Error> {

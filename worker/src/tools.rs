@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::keys::Keys;
+use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::Config;
 use tracing::{info, warn};
 
@@ -69,7 +69,10 @@ fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dy
     match kind {
         SandboxProviderKind::Local => Ok(Arc::new(LocalProvider::new(LocalConfig::default()))),
         SandboxProviderKind::E2b => {
-            let key = config.e2b_api_key.clone().ok_or_else(|| anyhow::anyhow!("E2B_API_KEY is required with FLOTILLA_SANDBOX_PROVIDER=e2b"))?;
+            let key = config
+                .e2b_api_key
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("E2B_API_KEY is required with FLOTILLA_SANDBOX_PROVIDER=e2b"))?;
             let e2b = E2bProvider::new(E2bConfig::hosted(key, &config.e2b_domain)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
             Ok(Arc::new(e2b))
         }

@@ -77,7 +77,15 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let abandon = CancellationToken::new();
     info!(worker = %config.worker_id, concurrency = config.worker_concurrency, "worker started");
 
-    let claimer = Claimer { queue, executor, slots, tracker: tracker.clone(), abandon: abandon.clone(), running: Arc::default(), lease: config.lease };
+    let claimer = Claimer {
+        queue,
+        executor,
+        slots,
+        tracker: tracker.clone(),
+        abandon: abandon.clone(),
+        running: Arc::default(),
+        lease: config.lease,
+    };
     claimer.claim_until(&shutdown).await;
 
     info!(running = tracker.len(), deadline_s = config.drain_deadline.as_secs(), "stopping: draining running tasks");

@@ -44,7 +44,13 @@ impl BatchFeed {
 
     /// A feed of `tasks`, the tasks of `batch`, for a client that has none
     /// of their events.
-    pub fn new(queue: Queue, batch: BatchId, tasks: Vec<TaskId>, out: mpsc::Sender<SseEvent>, shutdown: CancellationToken) -> Self {
+    pub fn new(
+        queue: Queue,
+        batch: BatchId,
+        tasks: Vec<TaskId>,
+        out: mpsc::Sender<SseEvent>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let position = tasks.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
         let open = tasks.len();
         let client = Client { out, shutdown, ids: Ids::Omitted, label: format!("batch {batch}") };

@@ -166,7 +166,14 @@ impl Client {
     /// Passes on one live event of `task`: dropped if the client has it,
     /// sent if it is the next, else the history after the gap is read and
     /// sent instead.
-    async fn deliver(&self, queue: &Queue, task: &TaskId, cursor: &mut Cursor, head: &Head, raw: &str) -> Result<Sent, QueueError> {
+    async fn deliver(
+        &self,
+        queue: &Queue,
+        task: &TaskId,
+        cursor: &mut Cursor,
+        head: &Head,
+        raw: &str,
+    ) -> Result<Sent, QueueError> {
         if !cursor.wants(head.seq) {
             return Ok(Sent::Open);
         }

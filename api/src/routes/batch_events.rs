@@ -43,7 +43,11 @@ const BUFFER: usize = 256;
     ),
     security(("bearer" = []))
 )]
-pub async fn stream(State(state): State<AppState>, Tenant(tenant): Tenant, BatchIdPath(id): BatchIdPath) -> Result<Response, ApiError> {
+pub async fn stream(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    BatchIdPath(id): BatchIdPath,
+) -> Result<Response, ApiError> {
     let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
     let live = BatchFeed::subscribe(state.queue(), &batch.id).await?;
     let tasks = state.queue().batch_task_ids(&batch.id).await?;

@@ -57,7 +57,11 @@ pub struct BatchLinks {
 
 impl BatchLinks {
     fn of(id: &BatchId) -> Self {
-        Self { self_: format!("/v1/batches/{id}"), events: format!("/v1/batches/{id}/events"), tasks: format!("/v1/tasks?batch={id}") }
+        Self {
+            self_: format!("/v1/batches/{id}"),
+            events: format!("/v1/batches/{id}/events"),
+            tasks: format!("/v1/tasks?batch={id}"),
+        }
     }
 }
 
@@ -132,7 +136,11 @@ impl<S: Send + Sync> FromRequestParts<S> for BatchIdPath {
     ),
     security(("bearer" = []))
 )]
-pub async fn create(State(state): State<AppState>, Tenant(tenant): Tenant, BatchBody(body): BatchBody) -> Result<Response, ApiError> {
+pub async fn create(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    BatchBody(body): BatchBody,
+) -> Result<Response, ApiError> {
     let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().default_pipeline)?;
     let (batch, task_ids) = state.queue().create_batch(&tenant, specs).await?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");
@@ -158,7 +166,11 @@ pub async fn create(State(state): State<AppState>, Tenant(tenant): Tenant, Batch
     ),
     security(("bearer" = []))
 )]
-pub async fn get(State(state): State<AppState>, Tenant(tenant): Tenant, BatchIdPath(id): BatchIdPath) -> Result<Json<BatchView>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    BatchIdPath(id): BatchIdPath,
+) -> Result<Json<BatchView>, ApiError> {
     let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
     let (counts, finished_at) = state.queue().batch_counts(&batch).await?;
     Ok(Json(BatchView {

@@ -81,16 +81,14 @@ fn resume_after(headers: &HeaderMap, params: &EventsParams) -> Result<u64, Valid
     if let Some(value) = headers.get("last-event-id") {
         let text = value.to_str().unwrap_or("-").trim();
         if !text.is_empty() {
-            return text.parse().map_err(|_| {
-                ValidationError::at("Last-Event-ID", "Last-Event-ID must be the seq of an event, a whole number")
-            });
+            return text
+                .parse()
+                .map_err(|_| ValidationError::at("Last-Event-ID", "Last-Event-ID must be the seq of an event, a whole number"));
         }
     }
     match params.after.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
         None => Ok(0),
-        Some(text) => {
-            text.parse().map_err(|_| ValidationError::at("after", "after must be the seq of an event, a whole number"))
-        }
+        Some(text) => text.parse().map_err(|_| ValidationError::at("after", "after must be the seq of an event, a whole number")),
     }
 }
 

@@ -57,7 +57,11 @@ impl<S: Send + Sync> FromRequestParts<S> for ScheduleIdPath {
     ),
     security(("bearer" = []))
 )]
-pub async fn create(State(state): State<AppState>, Tenant(tenant): Tenant, JsonBody(body): JsonBody<NewSchedule>) -> Result<Response, ApiError> {
+pub async fn create(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    JsonBody(body): JsonBody<NewSchedule>,
+) -> Result<Response, ApiError> {
     let (settings, task) = body.check(state.config().default_pipeline)?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
@@ -96,7 +100,11 @@ pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> Resu
     ),
     security(("bearer" = []))
 )]
-pub async fn get(State(state): State<AppState>, Tenant(tenant): Tenant, ScheduleIdPath(id): ScheduleIdPath) -> Result<Json<Schedule>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ScheduleIdPath(id): ScheduleIdPath,
+) -> Result<Json<Schedule>, ApiError> {
     Ok(Json(state.queue().schedules().get(&tenant, &id).await?.ok_or(NOT_FOUND)?))
 }
 
@@ -146,7 +154,11 @@ pub async fn patch(
     ),
     security(("bearer" = []))
 )]
-pub async fn delete(State(state): State<AppState>, Tenant(tenant): Tenant, ScheduleIdPath(id): ScheduleIdPath) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ScheduleIdPath(id): ScheduleIdPath,
+) -> Result<StatusCode, ApiError> {
     if !state.queue().schedules().delete(&tenant, &id).await? {
         return Err(NOT_FOUND);
     }

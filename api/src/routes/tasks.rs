@@ -97,10 +97,7 @@ impl ListParams {
         let status = match given(&self.status) {
             None => None,
             Some(s) => Some(TaskStatus::parse(&s).ok_or_else(|| {
-                ValidationError::at(
-                    "status",
-                    "status must be one of queued, running, waiting, succeeded, failed, cancelled",
-                )
+                ValidationError::at("status", "status must be one of queued, running, waiting, succeeded, failed, cancelled")
             })?),
         };
         let batch = given(&self.batch).map(|b| BatchId::parse(&b).map_err(|e| e.under("batch"))).transpose()?;

@@ -30,12 +30,7 @@ pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::R
         body["defaults"] = defaults.clone();
     }
     let accepted = client.post(&["v1", "batches"], Some(&body)).await?;
-    let id = accepted
-        .value
-        .get("id")
-        .and_then(Value::as_str)
-        .context("the API's answer has no batch id")?
-        .to_owned();
+    let id = accepted.value.get("id").and_then(Value::as_str).context("the API's answer has no batch id")?.to_owned();
     match format {
         Format::Json => out(&accepted.raw)?,
         Format::Human => out(&id)?,
@@ -48,11 +43,7 @@ pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::R
         out(&last.raw)?;
     }
     let counts = Counts::of(&last.value);
-    Ok(if counts.get("failed") + counts.get("cancelled") == 0 {
-        Outcome::Success
-    } else {
-        Outcome::Unsuccessful
-    })
+    Ok(if counts.get("failed") + counts.get("cancelled") == 0 { Outcome::Success } else { Outcome::Unsuccessful })
 }
 
 /// Reads the batch until every task has ended, drawing progress on stderr
@@ -92,12 +83,7 @@ struct Counts(Vec<(&'static str, u64)>);
 
 impl Counts {
     fn of(batch: &Value) -> Self {
-        Self(
-            STATUSES
-                .iter()
-                .map(|s| (*s, batch.pointer(&format!("/counts/{s}")).and_then(Value::as_u64).unwrap_or(0)))
-                .collect(),
-        )
+        Self(STATUSES.iter().map(|s| (*s, batch.pointer(&format!("/counts/{s}")).and_then(Value::as_u64).unwrap_or(0))).collect())
     }
 
     fn get(&self, status: &str) -> u64 {
@@ -116,11 +102,7 @@ impl Counts {
 /// `[#######-------]  420/1000  queued 300  running 280  succeeded 410  failed 10  12.3/s`
 fn progress_line(counts: &Counts, total: u64, elapsed: Duration) -> String {
     let ended = counts.ended();
-    let filled = if total == 0 {
-        BAR_WIDTH
-    } else {
-        (ended.min(total) as usize * BAR_WIDTH) / total as usize
-    };
+    let filled = if total == 0 { BAR_WIDTH } else { (ended.min(total) as usize * BAR_WIDTH) / total as usize };
     let bar = format!("{}{}", "#".repeat(filled), "-".repeat(BAR_WIDTH - filled));
     let mut line = format!("[{bar}] {ended}/{total}");
     for (status, n) in &counts.0 {
@@ -141,9 +123,7 @@ fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
     let shown = path.display();
     let text = if path.as_os_str() == "-" {
         let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read the specs from stdin")?;
+        std::io::stdin().read_to_string(&mut text).context("cannot read the specs from stdin")?;
         text
     } else {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?

@@ -30,11 +30,7 @@ pub enum Format {
 /// Runs the command the arguments name.
 pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let client = Client::new(&cli.global.api, cli.global.key.clone())?;
-    let format = if cli.global.json {
-        Format::Json
-    } else {
-        Format::Human
-    };
+    let format = if cli.global.json { Format::Json } else { Format::Human };
     match cli.command {
         Command::Submit(args) => submit::run(&client, &args, format).await,
         Command::Watch(args) => watch::run(&client, &args.ids, format).await,

@@ -14,11 +14,7 @@ pub async fn run(client: &Client, args: &SubmitArgs, format: Format) -> anyhow::
     let base = args.spec.as_deref().map(read_spec_file).transpose()?;
     let spec = build_spec(args, base)?;
     let response = client.post(&["v1", "tasks"], Some(&spec)).await?;
-    let id = response
-        .value
-        .get("id")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let id = response.value.get("id").and_then(Value::as_str).map(str::to_owned);
     match (format, &id) {
         (Format::Human, Some(id)) => out(id)?,
         _ => out(&response.raw)?,

@@ -21,12 +21,7 @@ pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::
         out(&response.raw)?;
         return Ok(Outcome::Success);
     }
-    let tasks = response
-        .value
-        .get("tasks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let tasks = response.value.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
     if tasks.is_empty() {
         warn("no tasks");
     } else {

@@ -39,14 +39,8 @@ pub async fn run(client: &Client, ids: &[String], format: Format) -> anyhow::Res
     }
     let width = ids.iter().map(|id| id.chars().count()).max().unwrap_or(0);
     let prefixes: Vec<String> = ids.iter().map(|id| format!("{id:<width$}")).collect();
-    let watches = ids
-        .iter()
-        .zip(&prefixes)
-        .map(|(id, prefix)| follow_reporting(client, id, prefix, format));
-    let ends = join_all(watches)
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<End>>>()?;
+    let watches = ids.iter().zip(&prefixes).map(|(id, prefix)| follow_reporting(client, id, prefix, format));
+    let ends = join_all(watches).await.into_iter().collect::<anyhow::Result<Vec<End>>>()?;
     if format == Format::Human {
         out(&summary(&ends))?;
     }
@@ -54,12 +48,7 @@ pub async fn run(client: &Client, ids: &[String], format: Format) -> anyhow::Res
 }
 
 /// Follows one of several tasks; its error is printed at once so the others go on.
-async fn follow_reporting(
-    client: &Client,
-    id: &str,
-    prefix: &str,
-    format: Format,
-) -> anyhow::Result<End> {
+async fn follow_reporting(client: &Client, id: &str, prefix: &str, format: Format) -> anyhow::Result<End> {
     match follow(client, id, format, Some(prefix)).await {
         Ok(end) => Ok(end),
         Err(err) if is_broken_pipe(&err) => Err(err),
@@ -71,20 +60,13 @@ async fn follow_reporting(
 }
 
 /// Prints one task's events until its terminal one; `prefix` tells tasks apart.
-async fn follow(
-    client: &Client,
-    id: &str,
-    format: Format,
-    prefix: Option<&str>,
-) -> anyhow::Result<End> {
+async fn follow(client: &Client, id: &str, format: Format, prefix: Option<&str>) -> anyhow::Result<End> {
     let show = |line: &str| match prefix {
         Some(prefix) => out(&format!("{prefix}  {line}")),
         None => out(line),
     };
     let mut progress = match format {
-        Format::Human => Some(Progress::from_task(
-            &client.get(&["v1", "tasks", id], &[]).await?.value,
-        )),
+        Format::Human => Some(Progress::from_task(&client.get(&["v1", "tasks", id], &[]).await?.value)),
         Format::Json => None,
     };
     let mut feed = EventFeed::new(client, id, Reconnect::default());
@@ -145,19 +127,13 @@ mod tests {
     #[test]
     fn only_all_succeeded_is_success() {
         assert_eq!(outcome(&[End::Succeeded, End::Succeeded]), Outcome::Success);
-        assert_eq!(
-            outcome(&[End::Succeeded, End::Cancelled]),
-            Outcome::Unsuccessful
-        );
+        assert_eq!(outcome(&[End::Succeeded, End::Cancelled]), Outcome::Unsuccessful);
         assert_eq!(outcome(&[End::Lost]), Outcome::Unsuccessful);
     }
 
     #[test]
     fn the_summary_counts_each_ending() {
-        assert_eq!(
-            summary(&[End::Succeeded, End::Failed, End::Succeeded]),
-            "3 tasks: 2 succeeded, 1 failed, 0 cancelled"
-        );
+        assert_eq!(summary(&[End::Succeeded, End::Failed, End::Succeeded]), "3 tasks: 2 succeeded, 1 failed, 0 cancelled");
         assert_eq!(
             summary(&[End::Cancelled, End::Lost]),
             "2 tasks: 0 succeeded, 0 failed, 1 cancelled, 1 not followed to the end"

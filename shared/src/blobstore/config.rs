@@ -75,11 +75,8 @@ impl BlobConfig {
         K: Into<String>,
         V: Into<String>,
     {
-        let env: HashMap<String, String> = vars
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .filter(|(_, v)| !v.trim().is_empty())
-            .collect();
+        let env: HashMap<String, String> =
+            vars.into_iter().map(|(k, v)| (k.into(), v.into())).filter(|(_, v)| !v.trim().is_empty()).collect();
         let bucket = config.s3_bucket.clone().ok_or_else(|| problem("FLOTILLA_S3_BUCKET", "is required to store screenshots"))?;
         validate_bucket(&bucket)?;
         let layout = KeyLayout::new(&config.s3_prefix).map_err(|p| problem("FLOTILLA_S3_PREFIX", p))?;
@@ -168,7 +165,11 @@ mod tests {
     #[test]
     fn settings_come_from_both_sources() {
         let config = load(
-            &[("FLOTILLA_S3_BUCKET", "shots"), ("FLOTILLA_S3_ENDPOINT", "http://127.0.0.1:9000/"), ("FLOTILLA_S3_PREFIX", "fleet")],
+            &[
+                ("FLOTILLA_S3_BUCKET", "shots"),
+                ("FLOTILLA_S3_ENDPOINT", "http://127.0.0.1:9000/"),
+                ("FLOTILLA_S3_PREFIX", "fleet"),
+            ],
             &[KEYS[0], KEYS[1], ("AWS_DEFAULT_REGION", "eu-west-1")],
         )
         .expect("loads");
@@ -185,7 +186,10 @@ mod tests {
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "Bad_Bucket")], KEYS).expect_err("bad bucket").var, "FLOTILLA_S3_BUCKET");
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots")], &[KEYS[1]]).expect_err("no key").var, "AWS_ACCESS_KEY_ID");
         assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots")], &[KEYS[0]]).expect_err("no secret").var, "AWS_SECRET_ACCESS_KEY");
-        assert_eq!(load(&[("FLOTILLA_S3_BUCKET", "shots"), ("FLOTILLA_S3_PREFIX", "a/../b")], KEYS).expect_err("bad prefix").var, "FLOTILLA_S3_PREFIX");
+        assert_eq!(
+            load(&[("FLOTILLA_S3_BUCKET", "shots"), ("FLOTILLA_S3_PREFIX", "a/../b")], KEYS).expect_err("bad prefix").var,
+            "FLOTILLA_S3_PREFIX"
+        );
     }
 
     #[test]

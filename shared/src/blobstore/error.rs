@@ -16,7 +16,9 @@ pub enum BlobError {
     Timeout { endpoint: String, detail: String },
     /// The store does not accept these credentials (unknown key, wrong
     /// secret, expired token).
-    #[error("blob store rejected the credentials ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN")]
+    #[error(
+        "blob store rejected the credentials ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN"
+    )]
     BadCredentials { code: String, message: String },
     /// The credentials are valid but may not do this.
     #[error("access denied to bucket {bucket}: {message}")]

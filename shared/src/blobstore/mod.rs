@@ -309,7 +309,12 @@ impl BlobStore {
 
     /// Stores one of an agent's own session files (say, a transcript) at
     /// `path` under the task's session prefix, replacing an earlier version.
-    pub async fn put_session_file(&self, task: &TaskId, path: &str, bytes: impl Into<Bytes>) -> Result<StoredArtifact, BlobError> {
+    pub async fn put_session_file(
+        &self,
+        task: &TaskId,
+        path: &str,
+        bytes: impl Into<Bytes>,
+    ) -> Result<StoredArtifact, BlobError> {
         let key = self.inner.layout.session_file(task, path)?;
         self.put_task_file(key, path, bytes.into()).await
     }

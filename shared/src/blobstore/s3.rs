@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
+use aws_credential_types::provider::{future, ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_config::default_provider::credentials::DefaultCredentialsChain;
-use aws_credential_types::provider::{future, ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
@@ -83,7 +83,11 @@ impl S3Bucket {
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint.clone()).force_path_style(true);
         }
-        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: config.bucket.clone(), endpoint: config.endpoint_label() }
+        Self {
+            client: aws_sdk_s3::Client::from_conf(builder.build()),
+            bucket: config.bucket.clone(),
+            endpoint: config.endpoint_label(),
+        }
     }
 
     /// Writes `body` at `key`; with `create_only`, sends `If-None-Match: *`
@@ -121,7 +125,8 @@ impl S3Bucket {
     /// The bytes at `key`.
     pub async fn get(&self, key: &str) -> Result<Bytes, BlobError> {
         let out = self.client.get_object().bucket(&self.bucket).key(key).send().await.map_err(|e| self.classify(e, key))?;
-        let body = out.body.collect().await.map_err(|e| BlobError::BadResponse { detail: format!("body of {key} cut off: {e}") })?;
+        let body =
+            out.body.collect().await.map_err(|e| BlobError::BadResponse { detail: format!("body of {key} cut off: {e}") })?;
         Ok(body.into_bytes())
     }
 
@@ -139,9 +144,11 @@ impl S3Bucket {
                 .send()
                 .await
                 .map_err(|e| self.classify(e, prefix))?;
-            objects.extend(out.contents().iter().filter_map(|o| {
-                Some(ObjectInfo { key: o.key()?.to_owned(), size: o.size().unwrap_or(0).max(0) as u64 })
-            }));
+            objects.extend(
+                out.contents()
+                    .iter()
+                    .filter_map(|o| Some(ObjectInfo { key: o.key()?.to_owned(), size: o.size().unwrap_or(0).max(0) as u64 })),
+            );
             match out.next_continuation_token() {
                 Some(next) if out.is_truncated() == Some(true) => token = Some(next.to_owned()),
                 _ => return Ok(objects),
@@ -213,12 +220,18 @@ impl S3Bucket {
             (_, "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken" | "InvalidToken" | "TokenRefreshRequired") => {
                 BlobError::BadCredentials { code, message }
             }
-            (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") | (429, _) => BlobError::Throttled { code },
+            (_, "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded") | (429, _) => {
+                BlobError::Throttled { code }
+            }
             (_, "RequestTimeout") => BlobError::Timeout { endpoint: self.endpoint.clone(), detail: message },
             (_, "ConditionalRequestConflict") => BlobError::Conflict { key: key.to_owned() },
             (403, _) => BlobError::AccessDenied {
                 bucket,
-                message: if message.is_empty() { format!("403 {code} on {key} (bad credentials or a missing permission)") } else { message },
+                message: if message.is_empty() {
+                    format!("403 {code} on {key} (bad credentials or a missing permission)")
+                } else {
+                    message
+                },
             },
             (404, _) => BlobError::NotFound { key: key.to_owned() },
             (500..=599, _) => BlobError::Server { status, code, message },

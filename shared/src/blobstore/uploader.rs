@@ -220,7 +220,11 @@ impl Uploader {
 
     fn not_stored(&self, target: usize, started: Instant) -> UploadError {
         let state = self.state.borrow();
-        UploadError::NotStored { pending: target.saturating_sub(state.stored), waited: started.elapsed(), last_error: state.last_error.clone() }
+        UploadError::NotStored {
+            pending: target.saturating_sub(state.stored),
+            waited: started.elapsed(),
+            last_error: state.last_error.clone(),
+        }
     }
 }
 
@@ -253,7 +257,13 @@ impl StoredFeed {
 
 /// Takes jobs off the queue while a slot is free and uploads each in its own
 /// task, until the uploader is dropped.
-async fn drive(store: BlobStore, mut queue: mpsc::Receiver<Job>, state: Arc<watch::Sender<State>>, options: UploaderOptions, stop: CancellationToken) {
+async fn drive(
+    store: BlobStore,
+    mut queue: mpsc::Receiver<Job>,
+    state: Arc<watch::Sender<State>>,
+    options: UploaderOptions,
+    stop: CancellationToken,
+) {
     let slots = Arc::new(Semaphore::new(options.parallel.max(1)));
     let mut running = JoinSet::new();
     loop {
@@ -281,7 +291,13 @@ async fn drive(store: BlobStore, mut queue: mpsc::Receiver<Job>, state: Arc<watc
 }
 
 /// Stores one screenshot, retrying transient failures with backoff.
-async fn upload(store: BlobStore, job: Job, state: Arc<watch::Sender<State>>, options: UploaderOptions, _slot: OwnedSemaphorePermit) {
+async fn upload(
+    store: BlobStore,
+    job: Job,
+    state: Arc<watch::Sender<State>>,
+    options: UploaderOptions,
+    _slot: OwnedSemaphorePermit,
+) {
     let Job { seq, hash, png } = job;
     let backoff = ExponentialBuilder::default()
         .with_min_delay(options.min_backoff)

@@ -77,7 +77,13 @@ impl Terminal {
         match self {
             Terminal::Succeeded(result) => {
                 let code = StopCode::Done.as_str();
-                (EventKind::Succeeded { code: code.into(), result: result.clone() }, "succeeded", code, "result", result.to_string())
+                (
+                    EventKind::Succeeded { code: code.into(), result: result.clone() },
+                    "succeeded",
+                    code,
+                    "result",
+                    result.to_string(),
+                )
             }
             Terminal::Failed(code, error) => {
                 let code = code.as_str();
@@ -166,7 +172,11 @@ impl Queue {
     }
 
     /// Starts the next attempt of each delivered task, in one round trip.
-    pub async fn start_many(&self, deliveries: &[Delivery], owner: &str) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
+    pub async fn start_many(
+        &self,
+        deliveries: &[Delivery],
+        owner: &str,
+    ) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
         let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
         let args = StartArgs::new(self, owner);
         let calls: Vec<_> = with_task
@@ -199,7 +209,11 @@ impl Queue {
     /// Claims up to `count` new entries (high lane first) and starts their
     /// tasks in one round trip. Only on a single server: a cluster claims with
     /// [`Queue::claim_now`] and starts with [`Queue::start_many`].
-    pub async fn claim_and_start(&self, owner: &str, count: usize) -> Result<Vec<(Delivery, Result<StartOutcome, QueueError>)>, QueueError> {
+    pub async fn claim_and_start(
+        &self,
+        owner: &str,
+        count: usize,
+    ) -> Result<Vec<(Delivery, Result<StartOutcome, QueueError>)>, QueueError> {
         let mut inv = scripts::CLAIM_AND_START.prepare_invoke();
         for lane in Priority::ALL {
             inv.key(self.keys.lane(lane));
@@ -247,8 +261,15 @@ impl Queue {
                 let batch = reply.get(4).filter(|b| !b.is_empty()).and_then(|b| BatchId::parse(b).ok());
                 let origin = origin(task_id, batch.as_ref(), &tenant);
                 let trace = reply.get(5).filter(|t| !t.is_empty()).cloned();
-                let attempt =
-                    Attempt { queue: self.clone(), origin, owner: owner.to_owned(), number, spec, delivery: delivery.clone(), trace };
+                let attempt = Attempt {
+                    queue: self.clone(),
+                    origin,
+                    owner: owner.to_owned(),
+                    number,
+                    spec,
+                    delivery: delivery.clone(),
+                    trace,
+                };
                 Ok(StartOutcome::Started(Box::new(attempt)))
             }
             Some("dead") => {
@@ -288,7 +309,10 @@ impl Queue {
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
-        let cmds = vec![redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()), redis::Cmd::hincr(self.keys.outcomes(), "dead", 1)];
+        let cmds = vec![
+            redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()),
+            redis::Cmd::hincr(self.keys.outcomes(), "dead", 1),
+        ];
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
         Ok(())
     }
@@ -323,7 +347,11 @@ impl Queue {
     /// however often it was delivered. An entry whose task another attempt
     /// owns stays pending. Each result is the terminal event's seq, or
     /// [`QueueError::Fenced`].
-    pub async fn finish_and_ack(&self, ends: &[Ending<'_>], acks: &[(Delivery, Option<&'static str>)]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+    pub async fn finish_and_ack(
+        &self,
+        ends: &[Ending<'_>],
+        acks: &[(Delivery, Option<&'static str>)],
+    ) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
         if self.redis.is_cluster() {
             let written = self.finish_many(ends).await?;
             let mut settled = acks.to_vec();
@@ -431,8 +459,12 @@ impl Attempt {
     /// the task running again and records an `input` event.
     pub async fn take_input(&self) -> Result<Option<HumanInput>, QueueError> {
         let mut conn = self.queue.redis.shared();
-        let answer: String =
-            scripts::TAKE_INPUT.key(self.queue.keys.task(self.task_id())).arg(self.number).arg(&self.owner).invoke_async(&mut conn).await?;
+        let answer: String = scripts::TAKE_INPUT
+            .key(self.queue.keys.task(self.task_id()))
+            .arg(self.number)
+            .arg(&self.owner)
+            .invoke_async(&mut conn)
+            .await?;
         match answer.as_str() {
             "" => Ok(None),
             "fenced" => Err(QueueError::Fenced),

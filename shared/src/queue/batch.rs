@@ -109,7 +109,13 @@ impl Queue {
             .map(|spec| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: Some(id.clone()), spec })
             .collect();
         let ids: Vec<TaskId> = tasks.iter().map(|t| t.id.clone()).collect();
-        let record = BatchRecord { id: id.clone(), tenant: tenant.clone(), created_at_ms: now, total: ids.len() as u64, finished_at_ms: None };
+        let record = BatchRecord {
+            id: id.clone(),
+            tenant: tenant.clone(),
+            created_at_ms: now,
+            total: ids.len() as u64,
+            finished_at_ms: None,
+        };
         let fields = [("tenant", tenant.to_string()), ("created_at", now.to_string()), ("total", ids.len().to_string())];
         let writes = vec![
             redis::Cmd::hset_multiple(self.keys.batch(&id), &fields),
@@ -284,7 +290,9 @@ mod tests {
     #[test]
     fn counts_add_up_by_status() {
         let mut counts = BatchCounts::default();
-        for status in [TaskStatus::Queued, TaskStatus::Running, TaskStatus::Succeeded, TaskStatus::Succeeded, TaskStatus::Cancelled] {
+        for status in
+            [TaskStatus::Queued, TaskStatus::Running, TaskStatus::Succeeded, TaskStatus::Succeeded, TaskStatus::Cancelled]
+        {
             counts.add(status);
         }
         assert_eq!((counts.sum(), counts.ended(), counts.succeeded), (5, 3, 2));
@@ -293,8 +301,10 @@ mod tests {
     #[test]
     fn a_batch_hash_reads_back() {
         let id = BatchId::generate();
-        let hash: HashMap<String, String> =
-            [("tenant", "acme"), ("created_at", "5"), ("total", "3")].into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        let hash: HashMap<String, String> = [("tenant", "acme"), ("created_at", "5"), ("total", "3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
         let batch = batch_from_hash(&id, &hash).expect("reads").expect("exists");
         assert_eq!((batch.total, batch.created_at_ms, batch.finished_at_ms), (3, 5, None));
         assert!(batch_from_hash(&id, &HashMap::new()).expect("reads").is_none());

@@ -14,7 +14,11 @@ use crate::task::{Pipeline, TaskSpec};
 pub const MAX_BATCH_TASKS: usize = 10_000;
 
 /// The validated specs of a batch, in the order given.
-pub fn batch_specs(tasks: &[Value], defaults: Option<&Map<String, Value>>, pipeline: Pipeline) -> Result<Vec<TaskSpec>, ValidationError> {
+pub fn batch_specs(
+    tasks: &[Value],
+    defaults: Option<&Map<String, Value>>,
+    pipeline: Pipeline,
+) -> Result<Vec<TaskSpec>, ValidationError> {
     if tasks.is_empty() || tasks.len() > MAX_BATCH_TASKS {
         return Err(ValidationError::at("tasks", format!("a batch holds 1 to {MAX_BATCH_TASKS} tasks")));
     }
@@ -33,7 +37,11 @@ pub fn batch_specs(tasks: &[Value], defaults: Option<&Map<String, Value>>, pipel
 }
 
 /// One task's spec: the task over the defaults, parsed and validated.
-fn task_spec(task: &Map<String, Value>, defaults: Option<&Map<String, Value>>, pipeline: Pipeline) -> Result<TaskSpec, ValidationError> {
+fn task_spec(
+    task: &Map<String, Value>,
+    defaults: Option<&Map<String, Value>>,
+    pipeline: Pipeline,
+) -> Result<TaskSpec, ValidationError> {
     let merged = match defaults {
         Some(defaults) => merge_patch(Value::Object(defaults.clone()), task),
         None => Value::Object(task.clone()),
@@ -84,7 +92,12 @@ fn spec_from_value(value: Value) -> Result<TaskSpec, ValidationError> {
 
 /// Puts a task's error under `defaults` when the bad value came from there,
 /// else under `tasks[index]`.
-fn place(err: ValidationError, task: &Map<String, Value>, defaults: Option<&Map<String, Value>>, index: usize) -> ValidationError {
+fn place(
+    err: ValidationError,
+    task: &Map<String, Value>,
+    defaults: Option<&Map<String, Value>>,
+    index: usize,
+) -> ValidationError {
     let inherited = match (&err.field, defaults) {
         (Some(field), Some(defaults)) => !has_path(task, field) && has_path(defaults, field),
         _ => false,
@@ -98,11 +111,8 @@ fn place(err: ValidationError, task: &Map<String, Value>, defaults: Option<&Map<
 
 /// Whether `object` holds a value at a field path like `actions[1].ms`.
 fn has_path(object: &Map<String, Value>, path: &str) -> bool {
-    let pointer: String = path
-        .split('.')
-        .flat_map(|part| part.split('['))
-        .map(|segment| format!("/{}", segment.trim_end_matches(']')))
-        .collect();
+    let pointer: String =
+        path.split('.').flat_map(|part| part.split('[')).map(|segment| format!("/{}", segment.trim_end_matches(']'))).collect();
     let mut segments = pointer.splitn(3, '/').skip(1);
     let Some(first) = segments.next() else { return false };
     let Some(value) = object.get(first) else { return false };

@@ -224,8 +224,12 @@ impl Queue {
         let gone_after_ms = self.settings.lease.as_millis() as u64 * 10;
         let mut removed = Vec::new();
         for lane in Priority::ALL {
-            let names: Vec<String> =
-                scripts::FORGET_GONE_CONSUMERS.key(self.keys.lane(lane)).arg(GROUP).arg(gone_after_ms).invoke_async(&mut conn).await?;
+            let names: Vec<String> = scripts::FORGET_GONE_CONSUMERS
+                .key(self.keys.lane(lane))
+                .arg(GROUP)
+                .arg(gone_after_ms)
+                .invoke_async(&mut conn)
+                .await?;
             removed.extend(names);
         }
         Ok(removed)

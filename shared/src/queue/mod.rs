@@ -123,7 +123,13 @@ impl Queue {
     }
 
     /// A task script invocation with the shared leading keys and arguments.
-    fn task_invocation<'a>(&self, script: &'a redis::Script, task_id: &TaskId, draft: &str, now_ms: i64) -> redis::ScriptInvocation<'a> {
+    fn task_invocation<'a>(
+        &self,
+        script: &'a redis::Script,
+        task_id: &TaskId,
+        draft: &str,
+        now_ms: i64,
+    ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.task(task_id));
         inv.arg(self.keys.channel_prefix()).arg(task_id.as_str()).arg(draft).arg(now_ms);

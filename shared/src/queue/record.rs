@@ -78,8 +78,8 @@ impl TaskRecord {
             return Ok(None);
         }
         let corrupt = |what: &str| QueueError::Corrupt(format!("task {id}: {what}"));
-        let spec: TaskSpec = serde_json::from_str(h.get("spec").ok_or_else(|| corrupt("no spec"))?)
-            .map_err(|e| corrupt(&format!("spec: {e}")))?;
+        let spec: TaskSpec =
+            serde_json::from_str(h.get("spec").ok_or_else(|| corrupt("no spec"))?).map_err(|e| corrupt(&format!("spec: {e}")))?;
         let tenant = TenantId::parse(h.get("tenant").map_or("", String::as_str)).map_err(|_| corrupt("tenant"))?;
         let status = TaskStatus::parse(h.get("status").map_or("", String::as_str)).ok_or_else(|| corrupt("status"))?;
         let json = |h: &mut HashMap<String, String>, field: &str| h.remove(field).and_then(|v| serde_json::from_str(&v).ok());

@@ -57,7 +57,8 @@ impl Queue {
     async fn lane_stats(&self, lane: Priority) -> Result<LaneStats, QueueError> {
         let mut conn = self.redis.shared();
         let key = self.keys.lane(lane);
-        let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
+        let groups: Vec<HashMap<String, redis::Value>> =
+            redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
         let group = groups.iter().find(|g| g.get("name").and_then(as_text).as_deref() == Some(GROUP));
         let number = |field: &str| group.and_then(|g| g.get(field)).and_then(as_number);
         let len: u64 = conn.xlen(&key).await?;
@@ -73,7 +74,11 @@ impl Queue {
     /// When the oldest entry still to finish was added: the oldest pending
     /// one or the first not yet delivered, whichever is older. Acknowledged
     /// entries waiting to be trimmed do not count.
-    async fn oldest_open_entry_ms(&self, key: &str, group: Option<&HashMap<String, redis::Value>>) -> Result<Option<i64>, QueueError> {
+    async fn oldest_open_entry_ms(
+        &self,
+        key: &str,
+        group: Option<&HashMap<String, redis::Value>>,
+    ) -> Result<Option<i64>, QueueError> {
         let mut conn = self.redis.shared();
         let summary: redis::streams::StreamPendingReply = match conn.xpending(key, GROUP).await {
             Ok(reply) => reply,

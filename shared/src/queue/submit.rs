@@ -14,7 +14,6 @@ use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::event_field;
 use crate::task::{HumanInput, TaskSpec, TaskStatus};
 
-
 /// The most events one read asks for.
 const EVENTS_PER_READ: usize = 1_000;
 /// The most tasks one create script call makes, so no call holds Redis long.
@@ -260,7 +259,8 @@ impl Queue {
     /// The record fields of these tasks, in one round trip (empty for a
     /// gone task).
     async fn task_hashes(&self, ids: &[TaskId]) -> Result<Vec<HashMap<String, String>>, QueueError> {
-        let reads = ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
+        let reads =
+            ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
         let values: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
         Ok(values.into_iter().map(TaskRecord::fields_hash).collect())
     }
@@ -283,7 +283,8 @@ impl Queue {
     /// Each task's stored events with `seq` above its `after`, as JSON
     /// text, in two round trips: the tasks' last seq, then the events.
     pub(super) async fn histories(&self, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
-        let lasts: Vec<Option<u64>> = self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
+        let lasts: Vec<Option<u64>> =
+            self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
         let mut reads = Vec::new();
         let mut read_for = Vec::new();
         for (i, ((id, after), last)) in wanted.iter().zip(lasts).enumerate() {
@@ -313,7 +314,8 @@ impl Queue {
     pub async fn give_input(&self, tenant: &TenantId, id: &TaskId, input: &HumanInput) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let json = serde_json::to_string(input).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-        let answer: String = scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
+        let answer: String =
+            scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
         match answer.as_str() {
             "accepted" => Ok(()),
             "missing" => Err(QueueError::NotFound),
@@ -436,11 +438,16 @@ mod tests {
     use super::*;
 
     fn event(seq: u64, body: &str) -> String {
-        format!(r#"{{"seq": {seq}, "task_id": "tsk_01J00000000000000000000000", "batch_id": null, "tenant": "acme", "ts": "2026-01-01T00:00:00Z", {body}}}"#)
+        format!(
+            r#"{{"seq": {seq}, "task_id": "tsk_01J00000000000000000000000", "batch_id": null, "tenant": "acme", "ts": "2026-01-01T00:00:00Z", {body}}}"#
+        )
     }
 
     fn shot(seq: u64, hash: &str) -> String {
-        event(seq, &format!(r#""type": "screenshot", "hash": "{hash}", "key": "screenshots/{hash}.png", "bytes": 10, "dedup": false"#))
+        event(
+            seq,
+            &format!(r#""type": "screenshot", "hash": "{hash}", "key": "screenshots/{hash}.png", "bytes": 10, "dedup": false"#),
+        )
     }
 
     #[test]

@@ -103,7 +103,8 @@ impl Schedules<'_> {
     /// Fires every schedule due at `now_ms`.
     pub async fn fire_due(&self, now_ms: i64) -> Result<FireReport, QueueError> {
         let mut conn = self.queue.redis().shared();
-        let mut due: Vec<String> = conn.zrangebyscore_limit(self.queue.keys().schedules_due(), "-inf", now_ms, 0, FIRE_BATCH).await?;
+        let mut due: Vec<String> =
+            conn.zrangebyscore_limit(self.queue.keys().schedules_due(), "-inf", now_ms, 0, FIRE_BATCH).await?;
         // Replicas that go through the same due schedules in different
         // orders mostly claim different ones, so many fire in parallel.
         due.shuffle(&mut rand::rng());

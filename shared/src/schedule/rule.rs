@@ -40,14 +40,13 @@ impl CronRule {
         if pattern.len() > MAX_PATTERN {
             return Err(ValidationError::at("cron", format!("a cron pattern is at most {MAX_PATTERN} characters")));
         }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Disallowed)
-            .year(Year::Disallowed)
-            .build()
-            .parse(pattern)
-            .map_err(|e| {
+        let cron =
+            CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).build().parse(pattern).map_err(|e| {
                 let reason = e.to_string().trim_end_matches('.').to_lowercase();
-                ValidationError::at("cron", format!("not a cron pattern of five fields (minute hour day-of-month month day-of-week): {reason}"))
+                ValidationError::at(
+                    "cron",
+                    format!("not a cron pattern of five fields (minute hour day-of-month month day-of-week): {reason}"),
+                )
             })?;
         let rule = Self { cron, zone, zone_name };
         // Without a year field a pattern that matches once matches for ever,
@@ -140,4 +139,3 @@ mod tests {
         assert!(CronRule::parse("0 9 * * MON-FRI", "America/New_York").is_ok());
     }
 }
-

@@ -254,7 +254,13 @@ impl Queue {
 
 impl Schedules<'_> {
     /// Stores a new schedule, due first at the first time after `now_ms`.
-    pub async fn create(&self, tenant: &TenantId, settings: Settings, task: &TaskSpec, now_ms: i64) -> Result<Schedule, QueueError> {
+    pub async fn create(
+        &self,
+        tenant: &TenantId,
+        settings: Settings,
+        task: &TaskSpec,
+        now_ms: i64,
+    ) -> Result<Schedule, QueueError> {
         let id = ScheduleId::generate();
         let keys = self.queue.keys();
         let next_due = due_after(&settings, now_ms);
@@ -362,7 +368,8 @@ mod tests {
     #[test]
     fn a_schedule_defaults_to_utc_and_skipping_overlaps() {
         let (settings, task) =
-            new_schedule(serde_json::json!({"cron": "*/5 * * * *", "task": {"prompt": "x", "pipeline": "openai-cua"}})).expect("valid");
+            new_schedule(serde_json::json!({"cron": "*/5 * * * *", "task": {"prompt": "x", "pipeline": "openai-cua"}}))
+                .expect("valid");
         assert_eq!(settings.rule.zone_name(), "UTC");
         assert_eq!(settings.overlap, Overlap::Skip);
         assert!(!settings.paused);

@@ -114,10 +114,9 @@ fn streamed_block(index: usize, block: &Value) -> Vec<(String, String)> {
             empty["input"] = json!({});
             (empty, json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}))
         }
-        Some("thinking") => (
-            json!({"type": "thinking", "thinking": ""}),
-            json!({"type": "thinking_delta", "thinking": block["thinking"]}),
-        ),
+        Some("thinking") => {
+            (json!({"type": "thinking", "thinking": ""}), json!({"type": "thinking_delta", "thinking": block["thinking"]}))
+        }
         _ => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": block["text"]})),
     };
     let mut events = vec![

@@ -53,15 +53,26 @@ struct Args {
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let mut args =
-        Args { redis_url: None, backlogs: vec![2_000, 20_000, 100_000], concurrency: 50, latency_n: 2_000, rate: 500, rounds: 3, bullmq_script: None };
+    let mut args = Args {
+        redis_url: None,
+        backlogs: vec![2_000, 20_000, 100_000],
+        concurrency: 50,
+        latency_n: 2_000,
+        rate: 500,
+        rounds: 3,
+        bullmq_script: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--redis-url" => args.redis_url = Some(value()?),
             "--backlogs" => {
-                args.backlogs = value()?.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>().context("--backlogs takes numbers like 2000,20000")?
+                args.backlogs = value()?
+                    .split(',')
+                    .map(|n| n.trim().parse())
+                    .collect::<Result<_, _>>()
+                    .context("--backlogs takes numbers like 2000,20000")?
             }
             "--concurrency" => args.concurrency = value()?.parse().context("--concurrency takes a number")?,
             "--latency-n" => args.latency_n = value()?.parse().context("--latency-n takes a number")?,
@@ -111,7 +122,8 @@ async fn used_memory(queue: &Queue) -> anyhow::Result<i64> {
 async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
     let mut conn = queue.redis().shared();
     let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
-    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
+    let field =
+        |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
     Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
@@ -121,7 +133,10 @@ async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
     Ok(n.unwrap_or(0))
 }
 
-fn start_worker(config: Config, started: Arc<Mutex<HashMap<TaskId, Instant>>>) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
+fn start_worker(
+    config: Config,
+    started: Arc<Mutex<HashMap<TaskId, Instant>>>,
+) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let mut registry = Registry::default();
     registry.register(PipelineKind::Scripted, Arc::new(NoOp { started }));
     let shutdown = CancellationToken::new();
@@ -212,17 +227,28 @@ async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::
     ms.sort_by(f64::total_cmp);
     let pct = |p: f64| ms.get(((ms.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
     let round = |v: f64| (v * 1000.0).round() / 1000.0;
-    Ok(json!({ "n": n, "rate_per_s": rate, "p50_ms": round(pct(0.50)), "p90_ms": round(pct(0.90)), "p99_ms": round(pct(0.99)), "max_ms": round(pct(1.0)) }))
+    Ok(
+        json!({ "n": n, "rate_per_s": rate, "p50_ms": round(pct(0.50)), "p90_ms": round(pct(0.90)), "p99_ms": round(pct(0.99)), "max_ms": round(pct(1.0)) }),
+    )
 }
 
 /// Runs the BullMQ baseline script against the same Redis; returns its two
 /// JSON lines (throughput, latency).
 fn bullmq(script: &str, port: u16) -> anyhow::Result<Vec<Value>> {
-    let out = Command::new("bash").arg(script).arg(port.to_string()).stderr(Stdio::inherit()).output().context("running the BullMQ baseline")?;
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(port.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running the BullMQ baseline")?;
     if !out.status.success() {
         bail!("the BullMQ baseline failed");
     }
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.trim_start().starts_with('{')).map(|l| Ok(serde_json::from_str(l)?)).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .map(|l| Ok(serde_json::from_str(l)?))
+        .collect()
 }
 
 fn number(v: &Value, keys: &[&str]) -> Option<f64> {
@@ -236,7 +262,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let (own, url, port) = match &args.redis_url {
         Some(url) => (None, url.clone(), port_of(url)),
         None => {
-            let (own, url) = support::start_redis("bench")?.context("redis-server is not installed (scripts/setup.sh installs it)")?;
+            let (own, url) =
+                support::start_redis("bench")?.context("redis-server is not installed (scripts/setup.sh installs it)")?;
             let port = port_of(&url);
             (Some(own), url, port)
         }
@@ -277,9 +304,15 @@ async fn round(args: &Args, url: &str, port: u16) -> anyhow::Result<Value> {
     let mut report = json!({ "flotilla": { "throughput": runs, "latency": latency } });
     if let Some(script) = &args.bullmq_script {
         let lines = bullmq(script, port)?;
-        let ours = report["flotilla"]["throughput"].as_array().and_then(|r| r.iter().find(|r| r["backlog"] == 20_000).or(r.first())).cloned().unwrap_or_default();
-        let theirs_tp = lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("throughput")).cloned().unwrap_or_default();
-        let theirs_lat = lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("latency")).cloned().unwrap_or_default();
+        let ours = report["flotilla"]["throughput"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["backlog"] == 20_000).or(r.first()))
+            .cloned()
+            .unwrap_or_default();
+        let theirs_tp =
+            lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("throughput")).cloned().unwrap_or_default();
+        let theirs_lat =
+            lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("latency")).cloned().unwrap_or_default();
         let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) if b > 0.0 => json!((a / b * 100.0).round() / 100.0),
             _ => Value::Null,

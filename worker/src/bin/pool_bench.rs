@@ -301,7 +301,13 @@ fn latency_rows(cold: &[f64], warm: &[f64]) -> Vec<Vec<String>> {
         .iter()
         .map(|(name, ms)| {
             let summary = Summary::of(ms);
-            vec![(*name).to_owned(), summary.n.to_string(), format!("{:.2}", summary.p50), format!("{:.2}", summary.p99), format!("{:.2}", summary.max)]
+            vec![
+                (*name).to_owned(),
+                summary.n.to_string(),
+                format!("{:.2}", summary.p50),
+                format!("{:.2}", summary.p99),
+                format!("{:.2}", summary.max),
+            ]
         })
         .collect()
 }
@@ -347,7 +353,18 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "\narrival traces: Poisson {}/s for {} s, holds {}-{} s; bursty adds {} tasks every {} s",
         args.rate, args.seconds, HOLD.0, HOLD.1, args.burst, args.burst_every
     );
-    let header = ["trace", "warm", "tasks", "hit rate", "steady hits", "burst hits", "acquire p50 ms", "acquire p99 ms", "idle sbx-s/task", "peak live"];
+    let header = [
+        "trace",
+        "warm",
+        "tasks",
+        "hit rate",
+        "steady hits",
+        "burst hits",
+        "acquire p50 ms",
+        "acquire p99 ms",
+        "idle sbx-s/task",
+        "peak live",
+    ];
     print_table(&header, &rows);
     Ok(json!({
         "bench": "pool_bench",

@@ -20,7 +20,9 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use flotilla_shared::Config;
-use flotilla_worker::blobstore::{BlobConfig, BlobStats, BlobStore, DedupStrategy, KnownHashes, Uploader, UploaderOptions, KNOWN_HASH_TTL};
+use flotilla_worker::blobstore::{
+    BlobConfig, BlobStats, BlobStore, DedupStrategy, KnownHashes, Uploader, UploaderOptions, KNOWN_HASH_TTL,
+};
 use serde_json::{json, Value};
 use support::round;
 
@@ -193,7 +195,12 @@ fn trajectory(seed: u64) -> Vec<(&'static str, Bytes)> {
     steps.push(("page_load", page.png()));
     page.fill(80, 80, 860, 320, [250, 250, 250]);
     for line in 0..12 {
-        page.text(84, 90 + line * 24, &format!("flight {} to city {seed}: {} eur, departs {}:{:02}", line + 1, 80 + line * 13, 6 + line, line * 5), [30, 30, 30]);
+        page.text(
+            84,
+            90 + line * 24,
+            &format!("flight {} to city {seed}: {} eur, departs {}:{:02}", line + 1, 80 + line * 13, 6 + line, line * 5),
+            [30, 30, 30],
+        );
     }
     let loaded = page.png();
     steps.push(("page_load", loaded.clone()));
@@ -204,8 +211,12 @@ fn trajectory(seed: u64) -> Vec<(&'static str, Bytes)> {
 }
 
 fn blob_config(endpoint: &str, prefix: &str) -> anyhow::Result<BlobConfig> {
-    let fleet = Config::from_env([("FLOTILLA_S3_BUCKET", BUCKET), ("FLOTILLA_S3_ENDPOINT", endpoint), ("FLOTILLA_S3_PREFIX", prefix)])?;
-    Ok(BlobConfig::from_env(&fleet, [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY), ("AWS_REGION", "us-east-1")])?)
+    let fleet =
+        Config::from_env([("FLOTILLA_S3_BUCKET", BUCKET), ("FLOTILLA_S3_ENDPOINT", endpoint), ("FLOTILLA_S3_PREFIX", prefix)])?;
+    Ok(BlobConfig::from_env(
+        &fleet,
+        [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY), ("AWS_REGION", "us-east-1")],
+    )?)
 }
 
 /// How one dedup mode is set up.
@@ -329,7 +340,10 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         let of_phase: Vec<&Bytes> = first.iter().filter(|(p, _)| *p == phase).map(|(_, b)| b).collect();
         let distinct: std::collections::HashSet<&[u8]> = of_phase.iter().map(|b| b.as_ref()).collect();
         let bytes: usize = of_phase.iter().map(|b| b.len()).sum();
-        phases.insert(phase.into(), json!({"steps": of_phase.len(), "distinct": distinct.len(), "mean_png_bytes": bytes / of_phase.len().max(1)}));
+        phases.insert(
+            phase.into(),
+            json!({"steps": of_phase.len(), "distinct": distinct.len(), "mean_png_bytes": bytes / of_phase.len().max(1)}),
+        );
     }
 
     let mut modes = serde_json::Map::new();

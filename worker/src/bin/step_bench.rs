@@ -71,12 +71,22 @@ struct Args {
 const USAGE: &str = "step_bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
-    let mut args = Args { steps: 200, sizes: vec![(1024, 768), (1920, 1080)], target: DEFAULT_TARGET, redis_url: None, s3s_fs: None, store: true, max_seconds: 600 };
+    let mut args = Args {
+        steps: 200,
+        sizes: vec![(1024, 768), (1920, 1080)],
+        target: DEFAULT_TARGET,
+        redis_url: None,
+        s3s_fs: None,
+        store: true,
+        max_seconds: 600,
+    };
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--steps" => args.steps = value()?.parse().context("--steps takes a number")?,
-            "--sizes" => args.sizes = value()?.split(',').map(support::parse_size).collect::<Result<_, _>>().context("--sizes")?,
+            "--sizes" => {
+                args.sizes = value()?.split(',').map(support::parse_size).collect::<Result<_, _>>().context("--sizes")?
+            }
             "--target" => args.target = support::parse_size(&value()?).context("--target")?,
             "--redis-url" => args.redis_url = Some(value()?),
             "--s3s-fs" => args.s3s_fs = Some(PathBuf::from(value()?)),
@@ -122,7 +132,8 @@ impl Samples {
     }
 
     fn json(&self) -> Value {
-        let parts: serde_json::Map<String, Value> = self.parts.iter().map(|(name, s)| ((*name).to_owned(), Summary::of(s).json())).collect();
+        let parts: serde_json::Map<String, Value> =
+            self.parts.iter().map(|(name, s)| ((*name).to_owned(), Summary::of(s).json())).collect();
         let mut report = json!({ "ms": parts });
         if !self.png_bytes.is_empty() {
             report["png_bytes_mean"] = json!(Summary::of(&self.png_bytes).mean.round());
@@ -137,7 +148,13 @@ impl Bench {
     async fn claim(&self, size: (u32, u32)) -> anyhow::Result<Attempt> {
         let sandbox = SandboxSpec { resolution: Some([size.0, size.1]), ..SandboxSpec::default() };
         let max_steps = u32::try_from(4 * (self.steps + WARMUP) + 8).unwrap_or(u32::MAX);
-        let spec = TaskSpec { prompt: "step bench".into(), pipeline: Some(PipelineKind::Scripted), sandbox: Some(sandbox), max_steps: Some(max_steps), ..TaskSpec::default() };
+        let spec = TaskSpec {
+            prompt: "step bench".into(),
+            pipeline: Some(PipelineKind::Scripted),
+            sandbox: Some(sandbox),
+            max_steps: Some(max_steps),
+            ..TaskSpec::default()
+        };
         self.queue.create_tasks(vec![NewTask { id: TaskId::generate(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
         let claimed = self.queue.claim_and_start("step-bench", 1).await?;
         match claimed.into_iter().next() {
@@ -149,7 +166,12 @@ impl Bench {
     /// Measures both loops on one desktop of `size`.
     async fn measure(&self, size: (u32, u32)) -> anyhow::Result<Value> {
         let attempt = Arc::new(self.claim(size).await?);
-        let run = TaskRun { attempt: Arc::clone(&attempt), cancel: CancellationToken::new(), tools: Arc::clone(&self.tools), metrics: flotilla_worker::metrics::WorkerMetrics::new() };
+        let run = TaskRun {
+            attempt: Arc::clone(&attempt),
+            cancel: CancellationToken::new(),
+            tools: Arc::clone(&self.tools),
+            metrics: flotilla_worker::metrics::WorkerMetrics::new(),
+        };
         let mut session = Session::open(&run).await?;
         let result = self.loops(&run, &mut session).await;
         let result = session.close(result).await;
@@ -157,7 +179,9 @@ impl Bench {
         let (parts, whole, feed) = result?;
         let scale = Scale::fit(size, self.target);
         print_parts(size, scale.model, &parts, &whole, &feed);
-        Ok(json!({ "screen": [size.0, size.1], "model": [scale.model.0, scale.model.1], "parts": parts.json(), "session": whole.json(), "background": feed.json() }))
+        Ok(
+            json!({ "screen": [size.0, size.1], "model": [scale.model.0, scale.model.1], "parts": parts.json(), "session": whole.json(), "background": feed.json() }),
+        )
     }
 
     async fn loops(&self, run: &TaskRun, session: &mut Session) -> Result<(Samples, Samples, Samples), PipelineError> {
@@ -205,7 +229,10 @@ impl Bench {
 
 /// Waits until the bench's own screenshots are stored and announced; returns
 /// the emit times.
-async fn finish_uploader(uploader: Option<Uploader>, feed: Option<tokio::task::JoinHandle<Vec<f64>>>) -> Result<Samples, PipelineError> {
+async fn finish_uploader(
+    uploader: Option<Uploader>,
+    feed: Option<tokio::task::JoinHandle<Vec<f64>>>,
+) -> Result<Samples, PipelineError> {
     let mut background = Samples::default();
     let (Some(uploader), Some(feed)) = (uploader, feed) else { return Ok(background) };
     let started = Instant::now();
@@ -257,7 +284,13 @@ fn step_action(n: usize) -> Action {
 }
 
 /// One step in parts, each timed.
-async fn split_step(session: &Session, steps: &mut Steps, scale: &Scale, uploader: Option<&Uploader>, out: &mut Samples) -> Result<(), PipelineError> {
+async fn split_step(
+    session: &Session,
+    steps: &mut Steps,
+    scale: &Scale,
+    uploader: Option<&Uploader>,
+    out: &mut Samples,
+) -> Result<(), PipelineError> {
     let started = Instant::now();
     let events = act(session, steps, &step_action(steps.taken() as usize)).await?;
     let action_done = Instant::now();
@@ -340,30 +373,45 @@ fn print_parts(size: (u32, u32), model: (u32, u32), parts: &Samples, whole: &Sam
     }
     let png = Summary::of(&parts.png_bytes).mean / 1024.0;
     let model_png = Summary::of(&parts.model_png_bytes).mean / 1024.0;
-    println!("\n{}x{} screen, model sees {}x{} (PNG {png:.1} KiB, model PNG {model_png:.1} KiB)", size.0, size.1, model.0, model.1);
+    println!(
+        "\n{}x{} screen, model sees {}x{} (PNG {png:.1} KiB, model PNG {model_png:.1} KiB)",
+        size.0, size.1, model.0, model.1
+    );
     print_table(&header, &rows);
 }
 
 fn blob_store(endpoint: &str, prefix: &str) -> anyhow::Result<BlobStore> {
-    let fleet = Config::from_env([("FLOTILLA_S3_BUCKET", BUCKET), ("FLOTILLA_S3_ENDPOINT", endpoint), ("FLOTILLA_S3_PREFIX", prefix)])?;
-    let config = BlobConfig::from_env(&fleet, [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY), ("AWS_REGION", "us-east-1")])?;
+    let fleet =
+        Config::from_env([("FLOTILLA_S3_BUCKET", BUCKET), ("FLOTILLA_S3_ENDPOINT", endpoint), ("FLOTILLA_S3_PREFIX", prefix)])?;
+    let config = BlobConfig::from_env(
+        &fleet,
+        [("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY), ("AWS_REGION", "us-east-1")],
+    )?;
     Ok(BlobStore::new(config))
 }
 
 async fn run(args: Args) -> anyhow::Result<Value> {
     let own_redis = match &args.redis_url {
         Some(_) => None,
-        None => Some(support::start_redis("step-bench-redis")?.context("redis-server is not installed: run `bash scripts/setup.sh` or pass --redis-url")?),
+        None => Some(
+            support::start_redis("step-bench-redis")?
+                .context("redis-server is not installed: run `bash scripts/setup.sh` or pass --redis-url")?,
+        ),
     };
     let url = args.redis_url.clone().or_else(|| own_redis.as_ref().map(|(_, url)| url.clone())).context("no Redis")?;
-    let s3 = if args.store { Some(support::start_s3s_fs(args.s3s_fs.clone(), "step-bench-s3", BUCKET, (ACCESS_KEY, SECRET_KEY))?) } else { None };
+    let s3 = if args.store {
+        Some(support::start_s3s_fs(args.s3s_fs.clone(), "step-bench-s3", BUCKET, (ACCESS_KEY, SECRET_KEY))?)
+    } else {
+        None
+    };
     let prefix = format!("step-bench-{}", std::process::id());
     let config = Config::from_env([("FLOTILLA_REDIS_URL", url.as_str()), ("FLOTILLA_KEY_PREFIX", prefix.as_str())])?;
     let queue = Queue::connect(&config).await?;
     queue.ensure_groups().await?;
     let (blobs, uploads) = match &s3 {
         Some((_, endpoint)) => {
-            let (session_store, bench_store) = (blob_store(endpoint, &prefix)?, blob_store(endpoint, &format!("{prefix}-parts"))?);
+            let (session_store, bench_store) =
+                (blob_store(endpoint, &prefix)?, blob_store(endpoint, &format!("{prefix}-parts"))?);
             session_store.check().await?;
             bench_store.check().await?;
             (Some(session_store), Some(bench_store))
@@ -403,7 +451,8 @@ mod tests {
 
     #[test]
     fn flags_parse_and_bad_ones_are_named() {
-        let parsed = args(&["--steps", "50", "--sizes", "800x600", "--no-store"]).ok().flatten().map(|a| (a.steps, a.sizes, a.store));
+        let parsed =
+            args(&["--steps", "50", "--sizes", "800x600", "--no-store"]).ok().flatten().map(|a| (a.steps, a.sizes, a.store));
         assert_eq!(parsed, Some((50, vec![(800, 600)], false)));
         assert!(args(&["--steps", "0"]).is_err());
         assert!(args(&["--sizes", "big"]).is_err());

@@ -39,8 +39,8 @@ use serde_json::{json, Value};
 
 use super::http::{Endpoint, ModelHttp};
 use super::{
-    ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall, Turn, Usage,
-    ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+    ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall,
+    Turn, Usage, ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
 };
 use actions::Pointer;
 pub use text::AnthropicText;
@@ -370,7 +370,8 @@ fn parse_tool_use(
     if name != TOOL_NAME {
         return Err(malformed(format!("{at}.name is {name:?}, a tool this client did not offer")));
     }
-    let input = block.get("input").and_then(Value::as_object).ok_or_else(|| malformed(format!("{at}.input must be an object")))?;
+    let input =
+        block.get("input").and_then(Value::as_object).ok_or_else(|| malformed(format!("{at}.input must be an object")))?;
     let actions = actions::translate(input, &format!("{at}.input"), tool, display, pointer)?;
     Ok(ToolCall { id: id.to_owned(), actions })
 }

@@ -119,8 +119,9 @@ impl ModelHttp {
 
     /// A header carrying the key, marked sensitive so it is never printed.
     pub fn key(&self, name: &'static str, prefix: &str) -> Result<(HeaderName, HeaderValue), ModelError> {
-        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.endpoint.api_key.expose()))
-            .map_err(|_| ModelError::Unauthorized { status: 0, message: "the API key holds characters a header cannot".into() })?;
+        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.endpoint.api_key.expose())).map_err(|_| {
+            ModelError::Unauthorized { status: 0, message: "the API key holds characters a header cannot".into() }
+        })?;
         value.set_sensitive(true);
         Ok((HeaderName::from_static(name), value))
     }

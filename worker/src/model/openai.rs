@@ -26,7 +26,9 @@ pub use actions::{DEFAULT_WAIT_MS, PIXELS_PER_WHEEL_CLICK};
 pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
-use super::{ask_human_schema, CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN, ASK_HUMAN_DESCRIPTION};
+use super::{
+    ask_human_schema, CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+};
 use response::read_answer;
 
 /// Where answers are created, under the base URL (`…/v1`).
@@ -155,7 +157,16 @@ impl OpenAiCua {
     pub fn new(config: OpenAiConfig, display: (u32, u32), instructions: Option<String>) -> Result<Self, ModelError> {
         let http = ModelHttp::new(config.endpoint.clone())?;
         let headers = bearer_headers(&http)?;
-        Ok(Self { http, headers, config, display, instructions, previous_response_id: None, pending_checks: Vec::new(), function_calls: Vec::new() })
+        Ok(Self {
+            http,
+            headers,
+            config,
+            display,
+            instructions,
+            previous_response_id: None,
+            pending_checks: Vec::new(),
+            function_calls: Vec::new(),
+        })
     }
 
     /// Sends `input` as the next turn and reads the answer.
@@ -239,7 +250,8 @@ impl OpenAiCua {
                 })
             })
             .collect();
-        let computer_results: Vec<CallResult> = results.iter().filter(|r| !self.function_calls.contains(&r.call_id)).cloned().collect();
+        let computer_results: Vec<CallResult> =
+            results.iter().filter(|r| !self.function_calls.contains(&r.call_id)).cloned().collect();
         if let Some(note) = result_notes(&computer_results) {
             input.push(json!({ "role": "user", "content": [{ "type": "input_text", "text": note }] }));
         }

@@ -107,7 +107,14 @@ impl ComputerUse {
     /// One conversation: shows the model the screen with `prompt` and
     /// carries out what it asks until it answers without a call; returns
     /// that answer. Adds the tokens used to `usage` and records the total.
-    async fn converse(&self, run: &TaskRun, session: &mut Session, scale: &Scale, prompt: &str, usage: &mut Usage) -> Result<String, PipelineError> {
+    async fn converse(
+        &self,
+        run: &TaskRun,
+        session: &mut Session,
+        scale: &Scale,
+        prompt: &str,
+        usage: &mut Usage,
+    ) -> Result<String, PipelineError> {
         let mut model = self.models.open(run, scale.model)?;
         let screen = look(session, scale).await?;
         let provider = self.models.provider();
@@ -129,7 +136,12 @@ impl ComputerUse {
 
     /// The checks the task may acknowledge: all of them when allowed or
     /// approved by a human; an error when denied.
-    async fn clear_safety_checks(&self, run: &TaskRun, session: &Session, checks: &[SafetyCheck]) -> Result<Vec<SafetyCheck>, PipelineError> {
+    async fn clear_safety_checks(
+        &self,
+        run: &TaskRun,
+        session: &Session,
+        checks: &[SafetyCheck],
+    ) -> Result<Vec<SafetyCheck>, PipelineError> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
@@ -156,7 +168,11 @@ impl ComputerUse {
 }
 
 /// Awaits one model call, recording its latency and outcome.
-async fn timed(run: &TaskRun, provider: &'static str, call: impl Future<Output = Result<Turn, ModelError>>) -> Result<Turn, PipelineError> {
+async fn timed(
+    run: &TaskRun,
+    provider: &'static str,
+    call: impl Future<Output = Result<Turn, ModelError>>,
+) -> Result<Turn, PipelineError> {
     let started = Instant::now();
     let answer = call.await;
     let outcome = answer.as_ref().map_or_else(ModelError::kind, |_| "ok");
@@ -210,7 +226,9 @@ async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Res
     let screen = match zoomed {
         Some(region) => {
             let shot = session.observe().await?;
-            scale.zoom(&shot, region).map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
+            scale
+                .zoom(&shot, region)
+                .map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
         }
         None => look(session, scale).await?,
     };
@@ -242,9 +260,8 @@ async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, Pip
                 .map_err(|e| PipelineError::Retryable(format!("cannot read the pointer position: {e}")))
         })
         .await?;
-    let value = |name: &str| {
-        output.stdout.lines().find_map(|line| line.strip_prefix(name).and_then(|v| v.trim().parse::<u32>().ok()))
-    };
+    let value =
+        |name: &str| output.stdout.lines().find_map(|line| line.strip_prefix(name).and_then(|v| v.trim().parse::<u32>().ok()));
     let (Some(x), Some(y)) = (value("X="), value("Y=")) else {
         return Err(PipelineError::Retryable(format!("the pointer position did not parse: {}", output.stdout.trim())));
     };
@@ -256,7 +273,9 @@ async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, Pip
 /// provider may recover, fatal when the request or key is wrong.
 pub(super) fn model_failure(error: ModelError) -> PipelineError {
     match error {
-        ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => PipelineError::Retryable(error.to_string()),
+        ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => {
+            PipelineError::Retryable(error.to_string())
+        }
         ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
             PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
         }

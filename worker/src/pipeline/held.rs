@@ -72,7 +72,11 @@ pub(crate) enum Held {
 impl Held {
     /// Gets the sandbox `choice` asks for; waits for the pool (and the fleet
     /// cap) unless `cancel` fires.
-    pub(crate) async fn take(pool: &SandboxPool, choice: &SandboxChoice, cancel: &CancellationToken) -> Result<Self, PipelineError> {
+    pub(crate) async fn take(
+        pool: &SandboxPool,
+        choice: &SandboxChoice,
+        cancel: &CancellationToken,
+    ) -> Result<Self, PipelineError> {
         match choice {
             SandboxChoice::New { request, keep_alive } => {
                 let lease = pool.acquire(request, cancel).await.map_err(super::session::sandbox_failure)?;
@@ -110,7 +114,12 @@ impl Held {
     /// leased one, or leaves it running for a later task when it was asked
     /// to be kept and the task ended for good. `expires_at` is its deadline
     /// as last extended.
-    pub(crate) async fn settle<T>(self, pool: &SandboxPool, outcome: &Result<T, PipelineError>, expires_at: Option<time::OffsetDateTime>) {
+    pub(crate) async fn settle<T>(
+        self,
+        pool: &SandboxPool,
+        outcome: &Result<T, PipelineError>,
+        expires_at: Option<time::OffsetDateTime>,
+    ) {
         match self {
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
@@ -183,7 +192,8 @@ mod tests {
 
     #[test]
     fn an_id_names_an_existing_sandbox() {
-        let choice = SandboxChoice::of(Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))), "local").expect("choice");
+        let choice =
+            SandboxChoice::of(Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))), "local").expect("choice");
         let id = SandboxId::parse("local-1").expect("id");
         assert_eq!(choice, SandboxChoice::Existing { id, stretch: Duration::from_secs(60) });
     }
@@ -200,7 +210,8 @@ mod tests {
 
     #[test]
     fn a_bad_id_or_another_provider_is_a_problem() {
-        for (json, provider) in [(serde_json::json!({"id": "../x"}), "local"), (serde_json::json!({"provider": "e2b"}), "local")] {
+        for (json, provider) in [(serde_json::json!({"id": "../x"}), "local"), (serde_json::json!({"provider": "e2b"}), "local")]
+        {
             let result = SandboxChoice::of(Some(&spec(json)), provider);
             assert!(matches!(result, Err(PipelineError::Fatal { code: StopCode::Problem, .. })), "{result:?}");
         }

@@ -7,27 +7,27 @@ pub mod computer_use;
 mod held;
 pub mod planner;
 mod replay;
-mod scripted;
 pub mod scale;
+mod scripted;
 pub mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
 use flotilla_shared::QueueError;
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use claude_code::ClaudeCode;
 pub use computer_use::{AnthropicModels, ComputerUse, ModelFactory, OpenAiModels};
-pub use scripted::Scripted;
 use flotilla_shared::Config;
+pub use scripted::Scripted;
 pub use session::{Limits, Session, Steps};
 
-pub use crate::tools::Tools;
 use crate::metrics::WorkerMetrics;
+pub use crate::tools::Tools;
 
 /// What a pipeline is given: the attempt (spec, fenced event writes), a
 /// token that is cancelled when the task must stop, the worker's tools, and

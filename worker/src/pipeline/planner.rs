@@ -231,7 +231,8 @@ mod tests {
     fn a_plan_is_read_bare_fenced_or_among_prose() {
         let bare = r#"{"application": "xterm", "steps": ["open", "type"]}"#;
         assert_eq!(read_plan(bare).expect("plan"), plan("xterm", &["open", "type"]));
-        let fenced = "Here is the plan:\n```json\n{\"application\": \" xterm \", \"steps\": [\"open\"]}\n```\nGood luck {not json}.";
+        let fenced =
+            "Here is the plan:\n```json\n{\"application\": \" xterm \", \"steps\": [\"open\"]}\n```\nGood luck {not json}.";
         assert_eq!(read_plan(fenced).expect("plan"), plan("xterm", &["open"]));
         let prose = "I think {this} works: {\"note\": 1} and {\"ambiguity\": \"Which file?\"}";
         assert_eq!(read_plan(prose).expect("question"), PlanAnswer::Ambiguity("Which file?".into()));

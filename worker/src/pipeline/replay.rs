@@ -36,7 +36,8 @@ pub(super) async fn trajectory(attempt: &Attempt, id: &TaskId) -> Result<Traject
     if actions.is_empty() {
         return Err(not_replayable("the task recorded no actions to replay"));
     }
-    let sandbox = replay_sandbox(attempt.spec.sandbox.as_ref(), original.spec.sandbox.as_ref()).map_err(|why| not_replayable(&why))?;
+    let sandbox =
+        replay_sandbox(attempt.spec.sandbox.as_ref(), original.spec.sandbox.as_ref()).map_err(|why| not_replayable(&why))?;
     Ok(Trajectory { actions, sandbox })
 }
 

@@ -84,10 +84,13 @@ impl Scale {
                 Action::Scroll { x, y, scroll_x, scroll_y }
             }
             Action::Drag { path } => Action::Drag {
-                path: path.into_iter().map(|[x, y]| {
-                    let (x, y) = point(x, y);
-                    [x, y]
-                }).collect(),
+                path: path
+                    .into_iter()
+                    .map(|[x, y]| {
+                        let (x, y) = point(x, y);
+                        [x, y]
+                    })
+                    .collect(),
             },
             other => other,
         }
@@ -177,7 +180,10 @@ mod tests {
         let scale = Scale::fit((200, 100), (100, 100));
         let mut shot = capture(200, 100, true);
         shot.rgb = Some(Bytes::from_static(&[1, 2, 3]));
-        assert_eq!(scale.screen_for_model(&shot).expect("decoded instead"), scale.screen_for_model(&capture(200, 100, false)).expect("scaled"));
+        assert_eq!(
+            scale.screen_for_model(&shot).expect("decoded instead"),
+            scale.screen_for_model(&capture(200, 100, false)).expect("scaled")
+        );
     }
 
     #[test]
@@ -209,7 +215,10 @@ mod tests {
     fn actions_are_mapped_point_by_point() {
         let scale = Scale { screen: (2048, 1536), model: (1024, 768) };
         assert_eq!(scale.action_to_screen(&Action::Move { x: 10, y: 20 }), Action::Move { x: 20, y: 40 });
-        assert_eq!(scale.action_to_screen(&Action::Drag { path: vec![[1, 1], [2, 3]] }), Action::Drag { path: vec![[2, 2], [4, 6]] });
+        assert_eq!(
+            scale.action_to_screen(&Action::Drag { path: vec![[1, 1], [2, 3]] }),
+            Action::Drag { path: vec![[2, 2], [4, 6]] }
+        );
         assert_eq!(scale.action_to_screen(&Action::Type { text: "x".into() }), Action::Type { text: "x".into() });
     }
 

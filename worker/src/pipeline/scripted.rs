@@ -60,11 +60,12 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
             Action::Wait { ms } => *ms,
             _ => 0,
         };
-        steps.take(action, async {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok(())
-        })
-        .await?;
+        steps
+            .take(action, async {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(())
+            })
+            .await?;
     }
     Ok(ran(actions.len()))
 }

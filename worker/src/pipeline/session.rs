@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::action::Action;
-use flotilla_shared::blobstore::{BlobStore, Uploader, UploaderOptions, UploadError};
+use flotilla_shared::blobstore::{BlobStore, UploadError, Uploader, UploaderOptions};
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
@@ -35,7 +35,9 @@ use tracing::{warn, Instrument};
 use super::held::{Held, SandboxChoice};
 use super::{PipelineError, TaskRun};
 use crate::metrics::WorkerMetrics;
-use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
+use crate::sandbox::{
+    KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot,
+};
 
 /// How long programs get to react to an action before the screen is read.
 const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -140,7 +142,11 @@ impl Steps {
 
     /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
     /// under the guard, and emits `action_completed` with the step count.
-    pub async fn take(&mut self, action: &Action, perform: impl Future<Output = Result<(), PipelineError>>) -> Result<(), PipelineError> {
+    pub async fn take(
+        &mut self,
+        action: &Action,
+        perform: impl Future<Output = Result<(), PipelineError>>,
+    ) -> Result<(), PipelineError> {
         if self.taken >= self.limits.max_steps {
             return Err(PipelineError::Fatal {
                 code: StopCode::Problem,
@@ -151,7 +157,11 @@ impl Steps {
         self.take_traced(action, perform).instrument(span).await
     }
 
-    async fn take_traced(&mut self, action: &Action, perform: impl Future<Output = Result<(), PipelineError>>) -> Result<(), PipelineError> {
+    async fn take_traced(
+        &mut self,
+        action: &Action,
+        perform: impl Future<Output = Result<(), PipelineError>>,
+    ) -> Result<(), PipelineError> {
         self.attempt.emit(EventKind::Action { action: action.clone() }, &[]).await?;
         let started = Instant::now();
         self.guard(perform).await?;
@@ -196,7 +206,8 @@ impl Session {
         let Some(pool) = run.tools.sandboxes.clone() else {
             return Err(PipelineError::Fatal {
                 code: StopCode::Problem,
-                message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)".into(),
+                message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)"
+                    .into(),
             });
         };
         let mut steps = steps;
@@ -205,7 +216,8 @@ impl Session {
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let sandbox = held.sandbox();
-        steps.keeper = Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
+        steps.keeper =
+            Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
@@ -220,7 +232,8 @@ impl Session {
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
         let sandbox = held.sandbox();
-        let record = serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": null });
+        let record =
+            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": null });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),
             stream_url: None,

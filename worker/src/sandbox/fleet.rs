@@ -243,7 +243,10 @@ impl fmt::Debug for FleetCap {
 
 impl CapInner {
     async fn connection(&self) -> Result<&Redis, SandboxError> {
-        self.redis.get_or_try_init(|| Redis::connect(&self.target)).await.map_err(|e| SandboxError::Unavailable(format!("redis: {e}")))
+        self.redis
+            .get_or_try_init(|| Redis::connect(&self.target))
+            .await
+            .map_err(|e| SandboxError::Unavailable(format!("redis: {e}")))
     }
 
     fn members(&self) -> Vec<String> {
@@ -290,7 +293,14 @@ impl CapInner {
         let handed = match self.connection().await {
             Ok(redis) => {
                 let mut conn = redis.shared();
-                redis::cmd("ZADD").arg(&self.key).arg("XX").arg(until_ms as i64).arg(member).query_async::<i64>(&mut conn).await.map_err(redis_failure)
+                redis::cmd("ZADD")
+                    .arg(&self.key)
+                    .arg("XX")
+                    .arg(until_ms as i64)
+                    .arg(member)
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map_err(redis_failure)
             }
             Err(e) => Err(e),
         };

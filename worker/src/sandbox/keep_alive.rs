@@ -134,7 +134,12 @@ async fn keep(provider: &dyn SandboxProvider, id: &SandboxId, state: &watch::Sen
 /// One extension, tried again while the provider is briefly unavailable.
 /// A deadline that did not move counts as refused, so the keeper never
 /// spins on a provider that answers yes and does nothing.
-async fn extend(provider: &dyn SandboxProvider, id: &SandboxId, by: Duration, before: OffsetDateTime) -> Result<OffsetDateTime, SandboxLost> {
+async fn extend(
+    provider: &dyn SandboxProvider,
+    id: &SandboxId,
+    by: Duration,
+    before: OffsetDateTime,
+) -> Result<OffsetDateTime, SandboxLost> {
     let mut tries = 1;
     loop {
         match provider.extend(id, by).await {

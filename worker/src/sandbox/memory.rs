@@ -93,7 +93,8 @@ impl MemoryProvider {
         let mut state = self.lock();
         state.created += 1;
         let id = SandboxId::parse(&format!("mem-{:06}-{:08x}", state.created, rand::random::<u32>()))?;
-        let sandbox = Sandbox { id: id.clone(), resolution: request.resolution, expires_at: OffsetDateTime::now_utc() + request.timeout };
+        let sandbox =
+            Sandbox { id: id.clone(), resolution: request.resolution, expires_at: OffsetDateTime::now_utc() + request.timeout };
         state.sandboxes.insert(id, Entry { sandbox: sandbox.clone(), deadline: Instant::now() + request.timeout });
         state.most_live = state.most_live.max(state.sandboxes.len());
         Ok(sandbox)
@@ -147,9 +148,8 @@ impl MemoryProvider {
         let mut encoder = png::Encoder::new(&mut png, width, height);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
-        let encoded = encoder
-            .write_header()
-            .and_then(|mut writer| writer.write_image_data(&vec![0; width as usize * height as usize * 3]));
+        let encoded =
+            encoder.write_header().and_then(|mut writer| writer.write_image_data(&vec![0; width as usize * height as usize * 3]));
         encoded.map_err(|e| SandboxError::Display(format!("cannot encode a screenshot: {e}")))?;
         Ok(Screenshot { png: png.into(), width, height, rgb: None })
     }
@@ -184,7 +184,12 @@ impl SandboxProvider for MemoryProvider {
         async move { self.kill_sandbox(id) }.boxed()
     }
 
-    fn run<'a>(&'a self, id: &'a SandboxId, _command: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+    fn run<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        _command: &'a str,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
         async move {
             self.get(id)?;
             Ok(CommandOutput { exit_code: 0, stdout: String::new(), stderr: String::new() })

@@ -9,10 +9,10 @@ pub mod e2b;
 mod error;
 pub mod fleet;
 pub mod keep_alive;
-pub mod memory;
-pub mod pool;
 pub mod keys;
 pub mod local;
+pub mod memory;
+pub mod pool;
 #[cfg(test)]
 pub(crate) mod suite;
 
@@ -30,8 +30,8 @@ pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
-pub use memory::MemoryProvider;
 pub use local::{Isolation, LocalConfig, LocalProvider};
+pub use memory::MemoryProvider;
 pub use pool::{Lease, PoolConfig, SandboxPool};
 
 /// The longest sandbox id accepted.

@@ -161,7 +161,13 @@ impl SandboxPool {
             lock(&self.inner.demand).arrived(now());
             if let Some(ready) = self.take_ready() {
                 self.refill();
-                return Ok(Lease { sandbox: ready.sandbox, warm: true, waited: began.elapsed(), _permit: ready.permit, fleet: ready.fleet });
+                return Ok(Lease {
+                    sandbox: ready.sandbox,
+                    warm: true,
+                    waited: began.elapsed(),
+                    _permit: ready.permit,
+                    fleet: ready.fleet,
+                });
             }
         }
         let permit = tokio::select! {

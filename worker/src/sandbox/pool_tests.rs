@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{lock, now, PoolConfig, SandboxPool};
 use crate::sandbox::demand::Demand;
-use crate::sandbox::{CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot};
+use crate::sandbox::{
+    CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot,
+};
 
 /// Sandboxes that exist only as a count, each taking `start` to create.
 struct Fake {
@@ -67,7 +69,12 @@ impl SandboxProvider for Fake {
         unsupported()
     }
 
-    fn run<'a>(&'a self, _id: &'a SandboxId, _command: &'a str, _timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+    fn run<'a>(
+        &'a self,
+        _id: &'a SandboxId,
+        _command: &'a str,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
         unsupported()
     }
 

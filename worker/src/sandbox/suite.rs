@@ -257,7 +257,10 @@ pub(crate) async fn expired_sandboxes_report_expired(provider: &dyn SandboxProvi
     let request = SandboxRequest { timeout: Duration::from_secs(1), ..SandboxRequest::default() };
     let sandbox = provider.create(&request).await.expect("sandbox starts");
     let id = sandbox.id.clone();
-    eventually("the sandbox to expire", || async { matches!(provider.status(&id).await, Err(SandboxError::Expired(_))).then_some(()) }).await;
+    eventually("the sandbox to expire", || async {
+        matches!(provider.status(&id).await, Err(SandboxError::Expired(_))).then_some(())
+    })
+    .await;
     assert!(matches!(provider.screenshot(&id).await, Err(SandboxError::Expired(_))));
     assert!(matches!(provider.run(&id, "true", COMMAND_TIMEOUT).await, Err(SandboxError::Expired(_))));
     assert!(matches!(provider.connect(&id).await, Err(SandboxError::Expired(_))));

@@ -41,7 +41,9 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
     let paths = std::env::var_os("PATH")?;
     let on_path = std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file());
     on_path.or_else(|| {
-        let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+        let home = std::env::var_os("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
         Some(home.join("bin").join(name)).filter(|p| p.is_file())
     })
 }
@@ -164,7 +166,12 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
 /// A benchmark's `main`: prints the usage for `--help`, reports bad flags
 /// in one line with exit status 2, else runs the benchmark within its
 /// `--max-seconds`.
-pub fn main<A, F: Future<Output = anyhow::Result<Value>>>(parsed: anyhow::Result<Option<A>>, usage: &str, max_seconds: impl Fn(&A) -> u64, bench: impl FnOnce(A) -> F) -> ExitCode {
+pub fn main<A, F: Future<Output = anyhow::Result<Value>>>(
+    parsed: anyhow::Result<Option<A>>,
+    usage: &str,
+    max_seconds: impl Fn(&A) -> u64,
+    bench: impl FnOnce(A) -> F,
+) -> ExitCode {
     match parsed {
         Ok(Some(args)) => run_bounded(Duration::from_secs(max_seconds(&args)), bench(args)),
         Ok(None) => {

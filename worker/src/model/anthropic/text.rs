@@ -54,7 +54,9 @@ fn answer_text(answer: &Value) -> Result<String, ModelError> {
     match answer.get("stop_reason").and_then(Value::as_str) {
         Some("end_turn" | "stop_sequence") => {}
         Some("max_tokens") => return Err(malformed("stop_reason is max_tokens: the answer was cut off; raise max_tokens")),
-        Some("refusal") => return Err(malformed(format!("stop_reason is refusal: the model declined to answer: {}", texts.join(" ")))),
+        Some("refusal") => {
+            return Err(malformed(format!("stop_reason is refusal: the model declined to answer: {}", texts.join(" "))))
+        }
         Some(other) => return Err(malformed(format!("stop_reason {other:?} does not end a text answer"))),
         None => return Err(malformed("stop_reason must be a string")),
     }
@@ -74,7 +76,8 @@ mod tests {
 
     #[test]
     fn a_text_request_has_a_system_prompt_and_no_tools() {
-        let config = AnthropicConfig::new(Endpoint::new("http://127.0.0.1:1", Secret::new("k")), "claude-x", ComputerTool::V20251124);
+        let config =
+            AnthropicConfig::new(Endpoint::new("http://127.0.0.1:1", Secret::new("k")), "claude-x", ComputerTool::V20251124);
         let text = AnthropicText::new(&config).expect("client");
         let body = text.request_body("Plan.", "open a file");
         assert_eq!(body["system"], "Plan.");

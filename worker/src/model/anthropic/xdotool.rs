@@ -19,10 +19,7 @@ pub(super) fn sequence(text: &str) -> Result<Vec<Vec<String>>, String> {
 
 /// The keys of one chord, pressed together: `"ctrl+shift+t"`.
 fn chord(chord: &str) -> Result<Vec<String>, String> {
-    split_chord(chord)
-        .into_iter()
-        .map(|part| key_name(part).ok_or_else(|| format!("names the unknown key {part:?}")))
-        .collect()
+    split_chord(chord).into_iter().map(|part| key_name(part).ok_or_else(|| format!("names the unknown key {part:?}"))).collect()
 }
 
 /// `"ctrl+s"` is two keys; `"+"` alone and a trailing `"++"` are the plus key.

@@ -120,7 +120,8 @@ pub fn wheel_clicks(pixels: i64) -> i32 {
     if pixels == 0 {
         return 0;
     }
-    let clicks = ((pixels.unsigned_abs() + PIXELS_PER_WHEEL_CLICK.unsigned_abs() / 2) / PIXELS_PER_WHEEL_CLICK.unsigned_abs()).max(1);
+    let clicks =
+        ((pixels.unsigned_abs() + PIXELS_PER_WHEEL_CLICK.unsigned_abs() / 2) / PIXELS_PER_WHEEL_CLICK.unsigned_abs()).max(1);
     let clicks = i32::try_from(clicks).unwrap_or(i32::MAX);
     if pixels < 0 {
         -clicks
@@ -248,15 +249,27 @@ mod tests {
 
     #[test]
     fn keypress_maps_a_chord() {
-        assert_eq!(acts(json!({"type": "keypress", "keys": ["CTRL", "SHIFT", "T"]})), [Action::Keypress { keys: strings(&["ctrl", "shift", "T"]) }]);
+        assert_eq!(
+            acts(json!({"type": "keypress", "keys": ["CTRL", "SHIFT", "T"]})),
+            [Action::Keypress { keys: strings(&["ctrl", "shift", "T"]) }]
+        );
         assert_eq!(acts(json!({"type": "keypress", "keys": ["ctrl+c"]})), [Action::Keypress { keys: strings(&["ctrl", "c"]) }]);
-        assert_eq!(malformed(json!({"type": "keypress", "keys": ["CTRL", "WARP"]})), "action.keys[1] is not a key we know: \"WARP\"");
-        assert_eq!(malformed(json!({"type": "keypress", "keys": []})), "action.keys: keys must be 1 to 8 key names like \"ctrl\" or \"a\"");
+        assert_eq!(
+            malformed(json!({"type": "keypress", "keys": ["CTRL", "WARP"]})),
+            "action.keys[1] is not a key we know: \"WARP\""
+        );
+        assert_eq!(
+            malformed(json!({"type": "keypress", "keys": []})),
+            "action.keys: keys must be 1 to 8 key names like \"ctrl\" or \"a\""
+        );
     }
 
     #[test]
     fn pointer_actions_map() {
-        assert_eq!(acts(json!({"type": "click", "x": 5, "y": 6, "button": "wheel"})), [Action::Click { x: 5, y: 6, button: MouseButton::Middle }]);
+        assert_eq!(
+            acts(json!({"type": "click", "x": 5, "y": 6, "button": "wheel"})),
+            [Action::Click { x: 5, y: 6, button: MouseButton::Middle }]
+        );
         assert_eq!(acts(json!({"type": "click", "x": 5, "y": 6})), [Action::Click { x: 5, y: 6, button: MouseButton::Left }]);
         assert_eq!(acts(json!({"type": "double_click", "x": 1, "y": 2})), [Action::DoubleClick { x: 1, y: 2 }]);
         assert_eq!(acts(json!({"type": "move", "x": 3, "y": 4})), [Action::Move { x: 3, y: 4 }]);

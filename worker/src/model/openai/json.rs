@@ -96,11 +96,20 @@ mod tests {
         let root = At::root(&answer);
         let items = root.field("output").and_then(|o| o.items()).expect("a list");
         let action = items[1].field("action").expect("an action");
-        assert_eq!(message(action.field("x").and_then(|x| x.coordinate()).expect_err("malformed")), "output[1].action.x is not a whole number: \"ten\"");
-        assert_eq!(message(action.field("y").and_then(|y| y.coordinate()).expect_err("malformed")), "output[1].action.y is not a coordinate on the screen: -3");
+        assert_eq!(
+            message(action.field("x").and_then(|x| x.coordinate()).expect_err("malformed")),
+            "output[1].action.x is not a whole number: \"ten\""
+        );
+        assert_eq!(
+            message(action.field("y").and_then(|y| y.coordinate()).expect_err("malformed")),
+            "output[1].action.y is not a coordinate on the screen: -3"
+        );
         assert_eq!(message(action.field("button").expect_err("malformed")), "output[1].action.button is missing");
         assert_eq!(message(root.field("id").expect_err("malformed")), "id is missing");
-        assert_eq!(message(items[0].field("type").and_then(|t| t.items()).expect_err("malformed")), "output[0].type is not a list: \"x\"");
+        assert_eq!(
+            message(items[0].field("type").and_then(|t| t.items()).expect_err("malformed")),
+            "output[0].type is not a list: \"x\""
+        );
     }
 
     #[test]

@@ -135,8 +135,8 @@ fn ask_human_call(item: &At<'_>) -> Result<ToolCall, ModelError> {
         return Err(item.wrong(&format!("calls {name:?}, a function this client did not offer")));
     }
     let arguments = item.field("arguments")?.str()?;
-    let input: serde_json::Value =
-        serde_json::from_str(arguments).map_err(|e| ModelError::Malformed(format!("the arguments of call {id} are not JSON: {e}")))?;
+    let input: serde_json::Value = serde_json::from_str(arguments)
+        .map_err(|e| ModelError::Malformed(format!("the arguments of call {id} are not JSON: {e}")))?;
     let question = ask_human_question(&input, "arguments")?;
     Ok(ToolCall { id, actions: vec![ModelAction::AskHuman { question }] })
 }
@@ -181,7 +181,10 @@ mod tests {
         assert_eq!(read.turn.text, None);
         assert_eq!(
             read.turn.calls,
-            [ToolCall { id: "call_1".into(), actions: vec![ModelAction::Act(Action::Click { x: 1, y: 2, button: MouseButton::Right })] }]
+            [ToolCall {
+                id: "call_1".into(),
+                actions: vec![ModelAction::Act(Action::Click { x: 1, y: 2, button: MouseButton::Right })]
+            }]
         );
         let check = SafetyCheck { id: "sc_1".into(), code: "malicious_instructions".into(), message: String::new() };
         assert_eq!(read.turn.safety_checks, std::slice::from_ref(&check));

@@ -171,7 +171,8 @@ fn error_message(result: &Value) -> String {
     if let Some(text) = result.get("result").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
         return text.to_owned();
     }
-    let errors: Vec<&str> = result.get("errors").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let errors: Vec<&str> =
+        result.get("errors").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
     if !errors.is_empty() {
         return errors.join("; ");
     }
@@ -231,7 +232,9 @@ mod tests {
 
     #[test]
     fn a_success_gives_the_result_text_and_session() {
-        let stream = stream_with(json!({"type": "result", "subtype": "success", "is_error": false, "result": "Done.", "session_id": "s-1"}));
+        let stream = stream_with(
+            json!({"type": "result", "subtype": "success", "is_error": false, "result": "Done.", "session_id": "s-1"}),
+        );
         let finished = judge(&stream, &output(0, "")).expect("succeeded");
         assert_eq!((finished.text.as_str(), finished.session_id.as_deref()), ("Done.", Some("s-1")));
         assert_eq!(stream.blocks, 2);
@@ -239,16 +242,21 @@ mod tests {
 
     #[test]
     fn is_error_fails_even_with_subtype_success() {
-        let stream = stream_with(json!({"type": "result", "subtype": "success", "is_error": true, "api_error_status": 400, "result": "API Error: 400 bad"}));
+        let stream = stream_with(
+            json!({"type": "result", "subtype": "success", "is_error": true, "api_error_status": 400, "result": "API Error: 400 bad"}),
+        );
         let error = judge(&stream, &output(1, "")).expect_err("failed");
         assert!(matches!(&error, PipelineError::Fatal { message, .. } if message == "API Error: 400 bad"), "{error:?}");
-        let overloaded = stream_with(json!({"type": "result", "is_error": true, "api_error_status": 529, "result": "API Error: 529"}));
+        let overloaded =
+            stream_with(json!({"type": "result", "is_error": true, "api_error_status": 529, "result": "API Error: 529"}));
         assert!(matches!(judge(&overloaded, &output(1, "")), Err(PipelineError::Retryable(_))));
     }
 
     #[test]
     fn max_turns_names_the_cli_errors() {
-        let stream = stream_with(json!({"type": "result", "subtype": "error_max_turns", "is_error": true, "errors": ["Reached maximum number of turns (1)"]}));
+        let stream = stream_with(
+            json!({"type": "result", "subtype": "error_max_turns", "is_error": true, "errors": ["Reached maximum number of turns (1)"]}),
+        );
         let error = judge(&stream, &output(1, "")).expect_err("failed");
         assert!(error.to_string().contains("maximum number of turns"), "{error}");
     }

@@ -62,8 +62,16 @@ impl Pipeline for ClaudeCode {
 /// The gateway and the store this pipeline cannot work without.
 fn requirements(run: &TaskRun) -> Result<(&ModelGateway, &BlobStore), PipelineError> {
     let missing = |message: &str| PipelineError::Fatal { code: StopCode::Problem, message: message.to_owned() };
-    let gateway = run.tools.gateway.as_ref().ok_or_else(|| missing("claude-code tasks need a model key on the worker (set ANTHROPIC_API_KEY)"))?;
-    let blobs = run.tools.blobs.as_ref().ok_or_else(|| missing("claude-code tasks keep their files in the blob store (set FLOTILLA_S3_BUCKET)"))?;
+    let gateway = run
+        .tools
+        .gateway
+        .as_ref()
+        .ok_or_else(|| missing("claude-code tasks need a model key on the worker (set ANTHROPIC_API_KEY)"))?;
+    let blobs = run
+        .tools
+        .blobs
+        .as_ref()
+        .ok_or_else(|| missing("claude-code tasks keep their files in the blob store (set FLOTILLA_S3_BUCKET)"))?;
     Ok((gateway, blobs))
 }
 
@@ -129,7 +137,12 @@ async fn run_cli(run: &TaskRun, sandbox: Sandbox<'_>, command: &str, deadline: I
 }
 
 /// The task's result: the CLI's answer, its session, the files it wrote.
-fn result_of(finished: &Finished, artifacts: &[workdir::Artifact], skipped: &[workdir::Skipped], saved: Option<&resume::SavedSession>) -> Value {
+fn result_of(
+    finished: &Finished,
+    artifacts: &[workdir::Artifact],
+    skipped: &[workdir::Skipped],
+    saved: Option<&resume::SavedSession>,
+) -> Value {
     let line = &finished.result;
     let mut result = json!({
         "text": finished.text,

@@ -49,7 +49,8 @@ pub(super) struct Earlier {
 /// Looks up the task `id` continues: a succeeded claude-code task of the
 /// same tenant that recorded its session.
 pub(super) async fn earlier(attempt: &Attempt, id: &TaskId) -> Result<Earlier, PipelineError> {
-    let not_resumable = |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("continue_task {id}: {why}") };
+    let not_resumable =
+        |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("continue_task {id}: {why}") };
     let Some(record) = attempt.queue().get(attempt.tenant(), id).await? else {
         return Err(not_resumable("no such task"));
     };
@@ -91,7 +92,13 @@ pub(super) fn project_dir(cwd: &str) -> String {
 
 /// Writes the earlier task's inputs, artifacts and transcript into this
 /// sandbox, the transcript under the project directory of `cwd`.
-pub(super) async fn restore(sandbox: Sandbox<'_>, blobs: &BlobStore, attempt: &Attempt, earlier: &Earlier, cwd: &str) -> Result<(), PipelineError> {
+pub(super) async fn restore(
+    sandbox: Sandbox<'_>,
+    blobs: &BlobStore,
+    attempt: &Attempt,
+    earlier: &Earlier,
+    cwd: &str,
+) -> Result<(), PipelineError> {
     if let Some(inputs) = &earlier.inputs {
         workdir::write_inputs(sandbox, inputs, blobs, attempt.tenant()).await?;
     }
@@ -104,7 +111,13 @@ pub(super) async fn restore(sandbox: Sandbox<'_>, blobs: &BlobStore, attempt: &A
 
 /// Writes stored files under `dir`; each key must lie under `prefix`, where
 /// the earlier task stored it.
-async fn copy_back(sandbox: Sandbox<'_>, blobs: &BlobStore, files: &[StoredFile], prefix: &str, dir: &str) -> Result<(), PipelineError> {
+async fn copy_back(
+    sandbox: Sandbox<'_>,
+    blobs: &BlobStore,
+    files: &[StoredFile],
+    prefix: &str,
+    dir: &str,
+) -> Result<(), PipelineError> {
     for file in files {
         let inside = file.key.strip_prefix(prefix).is_some_and(|rest| rest == file.path);
         if !inside || file.path.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
@@ -128,7 +141,13 @@ pub(super) struct SavedSession {
 
 /// Stores the transcript of `session_id` (as the CLI wrote it for `cwd`)
 /// as `task`'s session files.
-pub(super) async fn save(sandbox: Sandbox<'_>, blobs: &BlobStore, task: &TaskId, cwd: &str, session_id: &str) -> Result<SavedSession, PipelineError> {
+pub(super) async fn save(
+    sandbox: Sandbox<'_>,
+    blobs: &BlobStore,
+    task: &TaskId,
+    cwd: &str,
+    session_id: &str,
+) -> Result<SavedSession, PipelineError> {
     let mut saved = SavedSession { id: session_id.to_owned(), files: Vec::new() };
     if !is_session_id(session_id) {
         return Ok(saved);
@@ -156,7 +175,10 @@ mod tests {
     #[test]
     fn project_directories_are_named_as_the_cli_names_them() {
         assert_eq!(project_dir("/tmp/ccx/a_b.c-D"), ".claude/projects/-tmp-ccx-a-b-c-D");
-        assert_eq!(project_dir("/tmp/flotilla-sandboxes/loc-1/home/work"), ".claude/projects/-tmp-flotilla-sandboxes-loc-1-home-work");
+        assert_eq!(
+            project_dir("/tmp/flotilla-sandboxes/loc-1/home/work"),
+            ".claude/projects/-tmp-flotilla-sandboxes-loc-1-home-work"
+        );
     }
 
     #[test]
@@ -169,7 +191,8 @@ mod tests {
 
     #[test]
     fn stored_files_are_read_from_a_result() {
-        let result = serde_json::json!({"session": {"files": [{"path": "s.jsonl", "key": "k", "bytes": 3, "hash": "h"}, {"bad": 1}]}});
+        let result =
+            serde_json::json!({"session": {"files": [{"path": "s.jsonl", "key": "k", "bytes": 3, "hash": "h"}, {"bad": 1}]}});
         assert_eq!(stored_files(result.pointer("/session/files")), vec![StoredFile { path: "s.jsonl".into(), key: "k".into() }]);
     }
 }

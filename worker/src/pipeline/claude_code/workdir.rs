@@ -86,7 +86,12 @@ pub(super) async fn write_inputs(
 
 /// Copies every object under the tenant's input prefix `relative` into the
 /// work directory, at its path below that prefix.
-async fn copy_from_store(sandbox: Sandbox<'_>, relative: &str, blobs: &BlobStore, tenant: &TenantId) -> Result<usize, PipelineError> {
+async fn copy_from_store(
+    sandbox: Sandbox<'_>,
+    relative: &str,
+    blobs: &BlobStore,
+    tenant: &TenantId,
+) -> Result<usize, PipelineError> {
     let prefix = blobs.layout().tenant_input_prefix(tenant, relative).map_err(|e| input_problem(&e.to_string()))?;
     let objects = blobs.list(&prefix).await.map_err(blob_failure)?;
     let total: u64 = objects.iter().map(|o| o.size).sum();

@@ -191,7 +191,12 @@ impl ControlPlane {
                         return Err(ApiError::RateLimited { retry_after });
                     }
                     retries_left -= 1;
-                    tracing::warn!(path = url.path(), wait_ms = wait.as_millis() as u64, retries_left, "e2b api rate limited; waiting");
+                    tracing::warn!(
+                        path = url.path(),
+                        wait_ms = wait.as_millis() as u64,
+                        retries_left,
+                        "e2b api rate limited; waiting"
+                    );
                     tokio::time::sleep(wait).await;
                 }
                 other => return other,
@@ -208,7 +213,10 @@ impl ControlPlane {
         let response = request.send().await.map_err(|e| ApiError::Unavailable(describe_send_error(&e)))?;
         let status = response.status();
         let wait = retry_after(response.headers());
-        let text = response.text().await.map_err(|e| ApiError::Unavailable(format!("reading the answer failed: {}", e.without_url())))?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("reading the answer failed: {}", e.without_url())))?;
         if status.is_success() {
             return Ok(text);
         }
@@ -287,7 +295,10 @@ mod tests {
         let secret = Secret::new("e2b_00");
         let policy = RateLimitPolicy { retries: 0, max_wait: Duration::ZERO };
         let api = ControlPlane::new(reqwest::Client::new(), "http://127.0.0.1:9/v0/", &secret, policy).expect("api");
-        assert_eq!(api.url(&["sandboxes", "a b", "timeout"]).expect("url").as_str(), "http://127.0.0.1:9/v0/sandboxes/a%20b/timeout");
+        assert_eq!(
+            api.url(&["sandboxes", "a b", "timeout"]).expect("url").as_str(),
+            "http://127.0.0.1:9/v0/sandboxes/a%20b/timeout"
+        );
         assert!(api.api_key.is_sensitive());
     }
 

@@ -119,7 +119,10 @@ pub(crate) struct EndOfStream {
 /// `unknown` error carrying its text.
 pub(crate) fn parse_end(payload: &[u8]) -> EndOfStream {
     serde_json::from_slice(payload).unwrap_or_else(|_| EndOfStream {
-        error: Some(ConnectError { code: "unknown".into(), message: String::from_utf8_lossy(payload).chars().take(200).collect() }),
+        error: Some(ConnectError {
+            code: "unknown".into(),
+            message: String::from_utf8_lossy(payload).chars().take(200).collect(),
+        }),
     })
 }
 

@@ -350,7 +350,8 @@ impl ProcessReader {
         let mut decoder = Decoder::default();
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e))))?;
+            let chunk =
+                chunk.map_err(|e| EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e))))?;
             decoder.push(&chunk);
             while let Some(frame) = decoder.next_frame().map_err(|e| EnvdError::Malformed(e.to_string()))? {
                 match frame {
@@ -486,7 +487,8 @@ mod tests {
     fn the_user_travels_as_basic_auth() {
         let envd = Envd::new(reqwest::Client::new(), "user");
         assert_eq!(envd.basic_user(), "Basic dXNlcjo=");
-        let target = EnvdTarget { base: Url::parse("http://127.0.0.1:9").expect("url"), route_to: Some("i1".into()), access_token: None };
+        let target =
+            EnvdTarget { base: Url::parse("http://127.0.0.1:9").expect("url"), route_to: Some("i1".into()), access_token: None };
         assert_eq!(envd.files_url(&target, "a b/c.txt").as_str(), "http://127.0.0.1:9/files?path=a+b%2Fc.txt&username=user");
         let headers = envd.headers(&target).expect("headers");
         assert_eq!(headers[SANDBOX_ID_HEADER], "i1");

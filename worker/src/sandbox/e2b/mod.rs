@@ -124,7 +124,13 @@ impl E2bProvider {
     }
 
     /// Waits for a new sandbox's desktop and reads its deadline.
-    async fn finish_create(&self, id: &SandboxId, token: Option<&str>, domain: Option<&str>, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
+    async fn finish_create(
+        &self,
+        id: &SandboxId,
+        token: Option<&str>,
+        domain: Option<&str>,
+        request: &SandboxRequest,
+    ) -> Result<Sandbox, SandboxError> {
         let target = self.target(id, token, domain)?;
         let resolution = desktop::wait_until_ready(&self.envd, &target, request.resolution, self.config.start_timeout)
             .await
@@ -391,7 +397,9 @@ impl E2bProvider {
 
     fn file_failure(&self, id: &SandboxId, known: &Known, path: &str, error: EnvdError) -> SandboxError {
         match error {
-            EnvdError::NotFound(message) | EnvdError::Rejected { message, .. } => SandboxError::File { path: path.to_owned(), message },
+            EnvdError::NotFound(message) | EnvdError::Rejected { message, .. } => {
+                SandboxError::File { path: path.to_owned(), message }
+            }
             other => self.envd_failure(id, Some(known), other),
         }
     }
@@ -400,10 +408,14 @@ impl E2bProvider {
 /// A control-plane error in the provider's terms.
 fn from_api(id: Option<&SandboxId>, error: ApiError) -> SandboxError {
     match (error, id) {
-        (ApiError::Unauthorized { status, message }, _) => SandboxError::Unauthorized(format!("the E2B API refused the API key ({status}): {message}")),
+        (ApiError::Unauthorized { status, message }, _) => {
+            SandboxError::Unauthorized(format!("the E2B API refused the API key ({status}): {message}"))
+        }
         (ApiError::NotFound, Some(id)) => SandboxError::NotFound(id.clone()),
         (ApiError::NotFound, None) => SandboxError::InvalidRequest("the E2B API does not know the template".into()),
-        (ApiError::Rejected { status, message }, _) => SandboxError::InvalidRequest(format!("the E2B API rejected the request ({status}): {message}")),
+        (ApiError::Rejected { status, message }, _) => {
+            SandboxError::InvalidRequest(format!("the E2B API rejected the request ({status}): {message}"))
+        }
         (error @ (ApiError::RateLimited { .. } | ApiError::Unavailable(_) | ApiError::Malformed(_)), _) => {
             SandboxError::Unavailable(error.to_string())
         }
@@ -435,7 +447,12 @@ impl SandboxProvider for E2bProvider {
         self.kill_sandbox(id).boxed()
     }
 
-    fn run<'a>(&'a self, id: &'a SandboxId, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+    fn run<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        command: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
         self.run_command(id, command, timeout).boxed()
     }
 
@@ -455,7 +472,6 @@ impl SandboxProvider for E2bProvider {
         self.perform(id, action).boxed()
     }
 }
-
 
 fn check_path(path: &str) -> Result<(), SandboxError> {
     if path.is_empty() || path.contains('\0') {

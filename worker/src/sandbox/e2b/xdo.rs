@@ -220,10 +220,7 @@ mod tests {
     #[test]
     fn pointer_actions_become_xdotool_commands() {
         assert_eq!(command(Action::Move { x: 1, y: 2 }), "xdotool 'mousemove' '1' '2'");
-        assert_eq!(
-            command(Action::Click { x: 3, y: 4, button: MouseButton::Right }),
-            "xdotool 'mousemove' '3' '4' 'click' '3'"
-        );
+        assert_eq!(command(Action::Click { x: 3, y: 4, button: MouseButton::Right }), "xdotool 'mousemove' '3' '4' 'click' '3'");
         assert_eq!(
             command(Action::TripleClick { x: 3, y: 4 }),
             "xdotool 'mousemove' '3' '4' 'click' '--repeat' '3' '--delay' '40' '1'"
@@ -253,8 +250,11 @@ mod tests {
 
     #[test]
     fn text_is_typed_quoted() {
-        assert_eq!(command(Action::Type { text: "-a 'b'\r\n".into() }), r"xdotool 'type' '--delay' '5' '--' '-a '\''b'\''
-'");
+        assert_eq!(
+            command(Action::Type { text: "-a 'b'\r\n".into() }),
+            r"xdotool 'type' '--delay' '5' '--' '-a '\''b'\''
+'"
+        );
         assert_eq!(
             command(Action::Type { text: "café!".into() }),
             "xdotool 'type' '--delay' '5' '--' 'caf' && xdotool 'type' '--delay' '100' '--' 'é' && xdotool 'type' '--delay' '5' '--' '!'"

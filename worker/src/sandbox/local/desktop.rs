@@ -53,7 +53,15 @@ pub(crate) async fn start(
     let deadline = Instant::now() + timeout;
     let (xvfb, display_number) = start_xvfb(marker, dir, resolution, deadline).await?;
     let pgid = xvfb.id();
-    let mut processes = Processes { marker: marker.to_owned(), dir: dir.to_owned(), pgid, display_number, xvfb: Some(xvfb), children: Vec::new(), stopped: false };
+    let mut processes = Processes {
+        marker: marker.to_owned(),
+        dir: dir.to_owned(),
+        pgid,
+        display_number,
+        xvfb: Some(xvfb),
+        children: Vec::new(),
+        stopped: false,
+    };
     let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, bubblewrap };
     match bring_up(&mut processes, &launcher, &logs, deadline).await {
         Ok(display) => Ok(Desktop { processes, display, launcher }),
@@ -64,7 +72,12 @@ pub(crate) async fn start(
     }
 }
 
-async fn start_xvfb(marker: &str, dir: &Path, (width, height): (u32, u32), deadline: Instant) -> Result<(Child, u32), SandboxError> {
+async fn start_xvfb(
+    marker: &str,
+    dir: &Path,
+    (width, height): (u32, u32),
+    deadline: Instant,
+) -> Result<(Child, u32), SandboxError> {
     let log = dir.join("logs").join("xvfb.log");
     let mut command = Command::new("Xvfb");
     command
@@ -78,7 +91,8 @@ async fn start_xvfb(marker: &str, dir: &Path, (width, height): (u32, u32), deadl
         .stderr(log_file(&log)?)
         .process_group(0)
         .kill_on_drop(true);
-    let mut xvfb = command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
+    let mut xvfb =
+        command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
     let stdout = xvfb.stdout.take();
     let line = read_line_until(stdout, |line| !line.trim().is_empty(), deadline).await;
     let number = line.as_deref().and_then(|l| l.trim().parse::<u32>().ok());
@@ -92,7 +106,12 @@ async fn start_xvfb(marker: &str, dir: &Path, (width, height): (u32, u32), deadl
     }
 }
 
-async fn bring_up(processes: &mut Processes, launcher: &Launcher, logs: &Path, deadline: Instant) -> Result<Arc<Display>, SandboxError> {
+async fn bring_up(
+    processes: &mut Processes,
+    launcher: &Launcher,
+    logs: &Path,
+    deadline: Instant,
+) -> Result<Arc<Display>, SandboxError> {
     let number = launcher.display;
     let display = tokio::task::spawn_blocking(move || Display::connect(number))
         .await
@@ -111,7 +130,23 @@ async fn bring_up(processes: &mut Processes, launcher: &Launcher, logs: &Path, d
 
     let mut xterm = launcher.command(
         "xterm",
-        &["-title", TERMINAL_TITLE, "-maximized", "+bc", "-fa", "Monospace", "-fs", "11", "-sl", "2000", "-e", "bash", "--noprofile", "--norc", "-i"],
+        &[
+            "-title",
+            TERMINAL_TITLE,
+            "-maximized",
+            "+bc",
+            "-fa",
+            "Monospace",
+            "-fs",
+            "11",
+            "-sl",
+            "2000",
+            "-e",
+            "bash",
+            "--noprofile",
+            "--norc",
+            "-i",
+        ],
     );
     processes.children.push(spawn_in_group(&mut xterm, processes.pgid, &logs.join("xterm.log"), false)?);
     loop {
@@ -134,7 +169,9 @@ fn spawn_in_group(command: &mut Command, pgid: Option<u32>, log: &Path, pipe_std
     if let Some(pgid) = pgid {
         command.process_group(i32::try_from(pgid).unwrap_or(0));
     }
-    command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy())))
+    command
+        .spawn()
+        .map_err(|e| SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy())))
 }
 
 fn log_file(path: &Path) -> Result<std::fs::File, SandboxError> {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use flotilla_shared::action::MouseButton;
 use x11rb::connection::{Connection, RequestConnection};
 use x11rb::protocol::xproto::{
-    self, AtomEnum, ConnectionExt as _, ImageFormat, ImageOrder, MapState, Window, BUTTON_PRESS_EVENT,
-    BUTTON_RELEASE_EVENT, KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
+    self, AtomEnum, ConnectionExt as _, ImageFormat, ImageOrder, MapState, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT,
+    KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
 };
 use x11rb::protocol::xtest::{self, ConnectionExt as _};
 use x11rb::rust_connection::RustConnection;

@@ -165,7 +165,12 @@ impl LocalProvider {
     /// display, marker and isolation), for a caller that drives the process
     /// itself, as the E2B test server does with envd's processes.
     #[cfg(test)]
-    pub(crate) async fn command(&self, id: &SandboxId, program: &str, args: &[&str]) -> Result<tokio::process::Command, SandboxError> {
+    pub(crate) async fn command(
+        &self,
+        id: &SandboxId,
+        program: &str,
+        args: &[&str],
+    ) -> Result<tokio::process::Command, SandboxError> {
         let sandbox = self.inner.get(id).await?;
         Ok(sandbox.launcher.command(program, args))
     }
@@ -425,7 +430,12 @@ impl SandboxProvider for LocalProvider {
         self.kill_sandbox(id).boxed()
     }
 
-    fn run<'a>(&'a self, id: &'a SandboxId, command: &'a str, timeout: Duration) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
+    fn run<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        command: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<CommandOutput, SandboxError>> {
         self.run_command(id, command, timeout).boxed()
     }
 
@@ -464,7 +474,9 @@ fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
     request.check(MAX_TIMEOUT)?;
     match request.template.as_deref() {
         None | Some(DESKTOP_TEMPLATE) => Ok(()),
-        Some(other) => Err(SandboxError::InvalidRequest(format!("unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"))),
+        Some(other) => Err(SandboxError::InvalidRequest(format!(
+            "unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"
+        ))),
     }
 }
 

@@ -124,7 +124,12 @@ impl RawOutput {
 /// Runs `command` in its own process group with `stdin` fed to it, and
 /// collects up to `limit` bytes of each output stream; after `timeout`
 /// kills the group and fails.
-pub(crate) async fn run(command: Command, stdin: Option<&[u8]>, timeout: Duration, limit: usize) -> Result<RawOutput, SandboxError> {
+pub(crate) async fn run(
+    command: Command,
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+    limit: usize,
+) -> Result<RawOutput, SandboxError> {
     run_with_lines(command, stdin, timeout, limit, None).await
 }
 
@@ -186,7 +191,11 @@ struct Capture {
 }
 
 impl Capture {
-    fn start<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, limit: usize, lines: Option<UnboundedSender<String>>) -> Self {
+    fn start<R: AsyncRead + Unpin + Send + 'static>(
+        pipe: Option<R>,
+        limit: usize,
+        lines: Option<UnboundedSender<String>>,
+    ) -> Self {
         let buffer = Arc::new(Mutex::new((Vec::new(), false)));
         let task = pipe.map(|mut pipe| {
             let buffer = Arc::clone(&buffer);

@@ -22,7 +22,8 @@ struct Fixture {
 impl Fixture {
     fn new(isolation: Isolation) -> Self {
         let root = std::env::temp_dir().join(format!("flotilla-sandbox-test-{:016x}", rand::random::<u64>()));
-        let config = LocalConfig { root: root.clone(), isolation, reap_interval: Duration::from_millis(100), ..LocalConfig::default() };
+        let config =
+            LocalConfig { root: root.clone(), isolation, reap_interval: Duration::from_millis(100), ..LocalConfig::default() };
         Self { provider: Some(LocalProvider::new(config)), root }
     }
 
@@ -159,7 +160,8 @@ async fn two_sandboxes_run_at_once_on_different_displays() {
     let fixture = Fixture::new(Isolation::Auto);
     let provider = fixture.provider();
     let (a, b) = suite::sandboxes_are_independent(provider).await;
-    let display = |id: SandboxId| async move { provider.run(&id, "echo $DISPLAY", Duration::from_secs(10)).await.expect("run").stdout };
+    let display =
+        |id: SandboxId| async move { provider.run(&id, "echo $DISPLAY", Duration::from_secs(10)).await.expect("run").stdout };
     let (display_a, display_b) = (display(a.id.clone()).await, display(b.id.clone()).await);
     assert_ne!(display_a, display_b);
     if provider.uses_bubblewrap().await {

@@ -56,7 +56,8 @@ async fn check_api_key(Shared(state): Shared<Arc<State>>, request: Request, next
 
 async fn create(Shared(state): Shared<Arc<State>>, body: Bytes) -> Response {
     if let Some(wait) = take_rate_limit(&state) {
-        let mut response = error(StatusCode::TOO_MANY_REQUESTS, "You have reached the maximum number of concurrent E2B sandboxes");
+        let mut response =
+            error(StatusCode::TOO_MANY_REQUESTS, "You have reached the maximum number of concurrent E2B sandboxes");
         response.headers_mut().insert(header::RETRY_AFTER, wait.as_secs().into());
         return response;
     }
@@ -157,7 +158,9 @@ async fn set_timeout(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, 
     let Ok(TimeoutBody { timeout }) = serde_json::from_slice(&body) else {
         return error(StatusCode::BAD_REQUEST, "invalid body");
     };
-    change_deadline(&state, &id, |_, now| now + Duration::from_secs(timeout)).await.unwrap_or_else(|| StatusCode::NO_CONTENT.into_response())
+    change_deadline(&state, &id, |_, now| now + Duration::from_secs(timeout))
+        .await
+        .unwrap_or_else(|| StatusCode::NO_CONTENT.into_response())
 }
 
 async fn connect(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, body: Bytes) -> Response {
@@ -175,7 +178,11 @@ async fn connect(Shared(state): Shared<Arc<State>>, Path(id): Path<String>, body
 
 /// Sets the deadline of live sandbox `id` to `new(end, now)`; the refusal
 /// if it is not live.
-async fn change_deadline(state: &State, id: &str, new: impl FnOnce(OffsetDateTime, OffsetDateTime) -> OffsetDateTime) -> Option<Response> {
+async fn change_deadline(
+    state: &State,
+    id: &str,
+    new: impl FnOnce(OffsetDateTime, OffsetDateTime) -> OffsetDateTime,
+) -> Option<Response> {
     if state.live(id).await.is_none() {
         return Some(not_found(id));
     }

@@ -101,10 +101,8 @@ async fn start_process(Shared(state): Shared<Arc<State>>, headers: HeaderMap, bo
         Ok(request) => request,
         Err(message) => return stream_error("invalid_argument", message),
     };
-    let timeout = headers
-        .get(connect::TIMEOUT_HEADER)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .map(Duration::from_millis);
+    let timeout =
+        headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
     let args: Vec<&str> = request.process.args.iter().map(String::as_str).collect();
     let mut command = match state.local().command(&sandbox.local_id, &request.process.cmd, &args).await {
         Ok(command) => command,
@@ -139,7 +137,12 @@ fn start_request(body: &[u8]) -> Result<StartRequest, String> {
 
 /// Streams one process's events until it ends, killing it at `timeout`.
 /// A reader that went away does not stop the process, as with envd.
-async fn drive(mut child: tokio::process::Child, timeout: Option<Duration>, running: Arc<Mutex<HashSet<u32>>>, sender: mpsc::Sender<Vec<u8>>) {
+async fn drive(
+    mut child: tokio::process::Child,
+    timeout: Option<Duration>,
+    running: Arc<Mutex<HashSet<u32>>>,
+    sender: mpsc::Sender<Vec<u8>>,
+) {
     let pid = child.id().unwrap_or_default();
     lock(&running).insert(pid);
     send_event(&sender, ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() }).await;
@@ -162,7 +165,9 @@ async fn drive(mut child: tokio::process::Child, timeout: Option<Duration>, runn
     lock(&running).remove(&pid);
     send_event(&sender, ProcessEvent { end: Some(end_event(status)), ..ProcessEvent::default() }).await;
     let end = if late {
-        EndOfStream { error: Some(ConnectError { code: "deadline_exceeded".into(), message: "the process ran past its deadline".into() }) }
+        EndOfStream {
+            error: Some(ConnectError { code: "deadline_exceeded".into(), message: "the process ran past its deadline".into() }),
+        }
     } else {
         EndOfStream::default()
     };
@@ -175,7 +180,8 @@ async fn pump(pipe: Option<impl AsyncRead + Unpin>, sender: mpsc::Sender<Vec<u8>
     let mut chunk = vec![0u8; 32 * 1024];
     while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
         let encoded = Some(BASE64.encode(&chunk[..n]));
-        let data = if is_stdout { DataEvent { stdout: encoded, stderr: None } } else { DataEvent { stdout: None, stderr: encoded } };
+        let data =
+            if is_stdout { DataEvent { stdout: encoded, stderr: None } } else { DataEvent { stdout: None, stderr: encoded } };
         send_event(&sender, ProcessEvent { data: Some(data), ..ProcessEvent::default() }).await;
     }
 }
@@ -189,8 +195,12 @@ async fn send_event(sender: &mpsc::Sender<Vec<u8>>, event: ProcessEvent) {
 fn end_event(status: Option<ExitStatus>) -> EndEvent {
     match status.map(|s| (s.code(), s.signal())) {
         Some((Some(code), _)) => EndEvent { exit_code: code, exited: true, status: format!("exit status {code}"), error: None },
-        Some((None, Some(signal))) => EndEvent { exit_code: -1, exited: false, status: format!("signal: {}", signal_name(signal)), error: None },
-        _ => EndEvent { exit_code: -1, exited: false, status: "unknown".into(), error: Some("cannot wait for the process".into()) },
+        Some((None, Some(signal))) => {
+            EndEvent { exit_code: -1, exited: false, status: format!("signal: {}", signal_name(signal)), error: None }
+        }
+        _ => {
+            EndEvent { exit_code: -1, exited: false, status: "unknown".into(), error: Some("cannot wait for the process".into()) }
+        }
     }
 }
 
@@ -210,7 +220,8 @@ async fn send_signal(Shared(state): Shared<Arc<State>>, headers: HeaderMap, body
         Err(refused) => return refused,
     };
     let Ok(request) = serde_json::from_slice::<SignalRequest>(&body) else {
-        return (StatusCode::BAD_REQUEST, Json(json!({"code": "invalid_argument", "message": "invalid request"}))).into_response();
+        return (StatusCode::BAD_REQUEST, Json(json!({"code": "invalid_argument", "message": "invalid request"})))
+            .into_response();
     };
     let pid = request.process.pid;
     if !lock(&sandbox.running).contains(&pid) {
@@ -250,7 +261,12 @@ async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(
     }
 }
 
-async fn write_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(query): Query<FileQuery>, body: Bytes) -> Response {
+async fn write_file(
+    Shared(state): Shared<Arc<State>>,
+    headers: HeaderMap,
+    Query(query): Query<FileQuery>,
+    body: Bytes,
+) -> Response {
     let sandbox = match route(&state, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
