@@ -31,6 +31,7 @@ apt_update_once() {
 # The desktop tools are what the local sandbox provider runs per sandbox;
 # scrot is how the E2B provider captures a screen (tested on local desktops).
 APT_TOOLS=(
+  "python3:python3"
   "redis-server:redis-server"
   "redis-cli:redis-tools"
   "Xvfb:xvfb"
@@ -109,8 +110,42 @@ ensure_claude_cli() {
   "${SUDO[@]}" npm install -g --silent @anthropic-ai/claude-code >/dev/null
 }
 
+# Python packages some tests drive the fleet with (independent verifiers and
+# official SDKs), in a virtual environment under this checkout's target dir, so
+# clones never share one. Add new packages here; they are installed when the
+# list changes.
+PY_PACKAGES=(
+)
+venv_dir() {
+  local target
+  target=$(cargo metadata --format-version 1 --no-deps 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  printf '%s/venv' "$target"
+}
+ensure_python_packages() {
+  [ "${#PY_PACKAGES[@]}" -eq 0 ] && return 0
+  local venv stamp wanted
+  venv=$(venv_dir)
+  stamp="$venv/.flotilla-packages"
+  wanted=$(printf '%s\n' "${PY_PACKAGES[@]}")
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then
+    return 0
+  fi
+  if ! /usr/bin/python3 -m venv --help >/dev/null 2>&1; then
+    apt_update_once
+    log "installing python3-venv (apt)"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+  fi
+  log "installing ${PY_PACKAGES[*]} (pip, into $venv)"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  printf '%s' "$wanted" >"$stamp"
+}
+
 main() {
   ensure_apt_packages
+  ensure_python_packages
   ensure_nextest
   ensure_s3s_fs
   ensure_claude_cli

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds the binaries the
-# tests run as processes, then runs every test of the workspace in parallel.
+# The whole test suite: installs what is missing, checks formatting and lints,
+# builds the binaries the tests run as processes, then runs every test of the
+# workspace in parallel.
 #
 #   bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi

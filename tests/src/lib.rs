@@ -8,6 +8,7 @@ pub mod desktop;
 pub mod fakes;
 pub mod fleet;
 pub mod in_process;
+pub mod python;
 pub mod redis_server;
 pub mod s3_server;
 pub mod sse;

@@ -1,0 +1,24 @@
+//! The end-to-end suites, one module each, linked into one test binary so the API and the
+//! worker are linked once.
+
+mod api_events;
+mod bad_input;
+mod batches;
+mod blobstore;
+mod blobstore_concurrency;
+mod blobstore_faults;
+mod claude_code;
+mod cluster;
+mod computer_use;
+mod dashboard;
+mod deploy;
+mod desktop_tasks;
+mod faults;
+mod model_anthropic;
+mod model_openai;
+mod planner;
+mod queue;
+mod sandbox_lifecycle;
+mod schedules;
+mod telemetry;
+mod worker_http;
