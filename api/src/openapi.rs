@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks};
+use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks, usage};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -28,6 +28,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         schedules::get,
         schedules::patch,
         schedules::delete,
+        usage::usage,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -65,12 +66,20 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         flotilla_shared::schedule::Schedule,
         flotilla_shared::schedule::Overlap,
         schedules::ScheduleList,
+        flotilla_shared::task::Budget,
+        flotilla_shared::usage::UsageView,
+        flotilla_shared::usage::ModelTokens,
+        usage::UsageReport,
+        usage::UsageDay,
+        usage::UsageLimits,
+        usage::RateLimit,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
+        (name = "usage", description = "What the caller's tenant used per day, and its limits"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
     )

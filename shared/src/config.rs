@@ -15,6 +15,9 @@ use std::time::Duration;
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
+mod limits;
+pub use limits::{Limits, Rate, TenantQuota, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
+
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_CONFIG", "config"),
@@ -57,6 +60,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("RUST_LOG", "log"),
+    ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+    ("FLOTILLA_API_CONCURRENCY", "api_concurrency"),
+    ("FLOTILLA_TENANT_METRICS", "tenant_metrics"),
 ];
 
 /// The OpenAI computer tool generation.
@@ -182,6 +188,8 @@ pub struct Config {
     pub e2b_api_key: Option<Secret>,
     pub e2b_domain: String,
     pub otlp_endpoint: Option<String>,
+    /// Request bounds and per-tenant quotas.
+    pub limits: Limits,
 }
 
 impl Config {
@@ -194,16 +202,16 @@ impl Config {
         V: Into<String>,
     {
         let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        let mut settings = match env.get("FLOTILLA_CONFIG") {
+        let (mut settings, tenants) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
-            None => HashMap::new(),
+            None => (HashMap::new(), None),
         };
         for (var, _) in KNOWN_VARS {
             if let Some(value) = env.get(*var) {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        Self::from_settings(&Settings(settings))
+        Self::from_settings(&Settings(settings), tenants.as_ref())
     }
 
     /// Loads the configuration from the process environment.
@@ -211,7 +219,7 @@ impl Config {
         Self::from_env(std::env::vars())
     }
 
-    fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
+    fn from_settings(s: &Settings, tenants: Option<&toml::Table>) -> Result<Self, ConfigError> {
         let lease = s.millis("FLOTILLA_LEASE_MS", 30_000)?;
         let heartbeat = match s.get("FLOTILLA_HEARTBEAT_MS") {
             Some(_) => s.millis("FLOTILLA_HEARTBEAT_MS", 1_000)?,
@@ -231,7 +239,7 @@ impl Config {
             api_addr: s.parsed("FLOTILLA_API_ADDR", "127.0.0.1:8080", "a socket address like 127.0.0.1:8080")?,
             api_keys: parse_api_keys(s.text("FLOTILLA_API_KEYS", ""))?,
             body_limit: s.positive("FLOTILLA_BODY_LIMIT", 1024 * 1024)?,
-            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
+            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 8 * 1024 * 1024)?,
             worker_concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
             worker_id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
             worker_http_addr: match s.get("FLOTILLA_WORKER_HTTP_ADDR") {
@@ -290,6 +298,7 @@ impl Config {
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
+            limits: Limits::from_settings(s, tenants)?,
         })
     }
 
@@ -350,14 +359,22 @@ impl Settings {
     }
 }
 
-fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+/// The settings of a config file, and its `[tenants.<name>]` tables.
+type FileSettings = (HashMap<String, String>, Option<toml::Table>);
+
+fn read_toml_file(path: &Path) -> Result<FileSettings, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {}", path.display(), e.message())))?;
     let mut settings = HashMap::new();
+    let mut tenants = None;
     for (key, value) in table {
+        if let ("tenants", toml::Value::Table(t)) = (key.as_str(), &value) {
+            tenants = Some(t.clone());
+            continue;
+        }
         let Some((var, _)) = KNOWN_VARS.iter().find(|(_, k)| *k == key) else {
             return Err(ConfigError::new("FLOTILLA_CONFIG", format!("{}: unknown setting {key:?}", path.display())));
         };
@@ -374,7 +391,7 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
         };
         settings.insert((*var).to_owned(), text);
     }
-    Ok(settings)
+    Ok((settings, tenants))
 }
 
 fn parse_screen(raw: &str) -> Result<(u32, u32), ConfigError> {
@@ -458,7 +475,7 @@ mod tests {
         assert_eq!(config.key_prefix, "flotilla");
         assert_eq!(config.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(config.body_limit, 1024 * 1024);
-        assert_eq!(config.batch_body_limit, 64 * 1024 * 1024);
+        assert_eq!(config.batch_body_limit, 8 * 1024 * 1024);
     }
 
     #[test]

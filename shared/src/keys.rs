@@ -83,6 +83,24 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:dead", self.prefix)
     }
 
+    /// String (a counter): how many of a tenant's tasks are `queued`; the
+    /// API reserves room in it before it creates tasks (`max_queued`).
+    pub fn tenant_queued(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:queued", self.prefix)
+    }
+
+    /// String: the theoretical arrival time (epoch µs, Redis time) of the
+    /// tenant's submit-rate bucket (GCRA); it expires once the bucket is full.
+    pub fn tenant_rate(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:rate", self.prefix)
+    }
+
+    /// Hash: what a tenant used on one UTC day (`YYYY-MM-DD`), one counter
+    /// per field (see `usage`); expires 100 days after it was last written.
+    pub fn usage_day(&self, tenant: &TenantId, day: &str) -> String {
+        format!("{}:tenant:{{{tenant}}}:usage:{day}", self.prefix)
+    }
+
     /// String with a 24 h TTL: `task id` and body hash behind an idempotency key.
     pub fn idempotency(&self, tenant: &TenantId, key_digest: &str) -> String {
         format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)

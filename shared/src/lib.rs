@@ -15,10 +15,12 @@ pub mod event;
 pub mod ids;
 pub mod keys;
 pub mod queue;
+pub mod quota;
 pub mod redis_conn;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
+pub mod usage;
 
 pub use config::Config;
 pub use error::{QueueError, ValidationError};

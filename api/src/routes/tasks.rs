@@ -8,12 +8,12 @@ use axum::Json;
 use flotilla_shared::clock;
 use flotilla_shared::queue::{CancelOutcome, ListFilter, TaskRecord};
 use flotilla_shared::task::{HumanInput, TaskSpec, TaskStatus};
-use flotilla_shared::{BatchId, QueueError, TaskId, ValidationError};
+use flotilla_shared::{BatchId, QueueError, TaskId, TenantId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{rate_limit_headers, ApiError, ErrorBody};
 use crate::extract::{parse_limit, JsonBody, QueryParams, TaskIdPath};
 use crate::state::AppState;
 
@@ -121,6 +121,8 @@ impl ListParams {
         (status = 409, description = "Idempotency key reused with a different body", body = ErrorBody),
         (status = 413, description = "Body over the size limit", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Over the tenant's submit rate (`rate_limited`), `max_queued` or `max_tokens_per_day` (`quota_exceeded`); nothing was queued. `Retry-After` says when to try again", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds"))),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -132,9 +134,17 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let spec = spec.with_default_pipeline(state.config().default_pipeline);
     spec.validate()?;
-    let submitted = state.queue().submit(&tenant, spec).await?;
+    let admitted = state.queue().admit(&tenant, 1, &state.config().limits.quota(&tenant)).await?;
+    let submitted = match state.queue().submit(&tenant, spec).await {
+        Ok(submitted) => submitted,
+        Err(e) => {
+            give_back(&state, &tenant, 1).await;
+            return Err(e.into());
+        }
+    };
     tracing::Span::current().record("task_id", submitted.id.as_str());
     let (code, status) = if submitted.replayed {
+        give_back(&state, &tenant, 1).await;
         let current = state.queue().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
         (StatusCode::OK, current)
     } else {
@@ -144,7 +154,18 @@ pub async fn submit(
     let links = TaskLinks::of(&submitted.id);
     let location = links.self_.clone();
     let body = TaskAccepted { id: submitted.id, status, created_at: clock::rfc3339(submitted.created_at_ms), links };
-    Ok((code, [(header::LOCATION, location)], Json(body)).into_response())
+    let mut response = (code, [(header::LOCATION, location)], Json(body)).into_response();
+    if let Some(rate) = admitted.rate {
+        rate_limit_headers(response.headers_mut(), &rate);
+    }
+    Ok(response)
+}
+
+/// Gives back room reserved for tasks a request did not make after all.
+pub async fn give_back(state: &AppState, tenant: &TenantId, tasks: i64) {
+    if let Err(e) = state.queue().count_queued(tenant, -tasks).await {
+        tracing::warn!(error = %e, tasks, "could not give back reserved queue room");
+    }
 }
 
 /// A task's spec and state.

@@ -3,10 +3,10 @@
 //! attempt that lost its task (its worker was presumed dead and another took
 //! over) is refused with [`QueueError::Fenced`] instead of overwriting.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use redis::AsyncCommands;
 
 use super::{origin, scripts, Delivery, Queue};
 use crate::clock;
@@ -15,6 +15,7 @@ use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::GROUP;
 use crate::task::{HumanInput, Priority, StopCode, TaskSpec};
+use crate::usage::{Added, Amount, Meter};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
@@ -143,12 +144,14 @@ impl StartArgs {
     }
 }
 
-/// A task that ended when a worker tried to start it.
+/// What starting a task changed beyond its hash, to count after.
 enum Unstarted {
     /// Its attempts were spent: it goes to the tenant's dead letters.
     Dead(TenantId, TaskId),
     /// A cancel was waiting for it.
-    Cancelled,
+    Cancelled(TenantId),
+    /// It was queued and now runs: its tenant has one task fewer queued.
+    LeftQueue(TenantId),
 }
 
 /// A running attempt.
@@ -261,6 +264,9 @@ impl Queue {
                 let batch = reply.get(4).filter(|b| !b.is_empty()).and_then(|b| BatchId::parse(b).ok());
                 let origin = origin(task_id, batch.as_ref(), &tenant);
                 let trace = reply.get(5).filter(|t| !t.is_empty()).cloned();
+                if reply.get(6).is_some_and(|before| before == "queued") {
+                    counted.push(Unstarted::LeftQueue(tenant.clone()));
+                }
                 let attempt = Attempt {
                     queue: self.clone(),
                     origin,
@@ -278,7 +284,8 @@ impl Queue {
                 Ok(StartOutcome::Nothing("dead"))
             }
             Some("cancelled") => {
-                counted.push(Unstarted::Cancelled);
+                let tenant = reply.get(1).and_then(|t| TenantId::parse(t).ok()).ok_or_else(corrupt)?;
+                counted.push(Unstarted::Cancelled(tenant));
                 Ok(StartOutcome::Nothing("cancelled"))
             }
             Some("gone") => Ok(StartOutcome::Nothing("gone")),
@@ -294,18 +301,28 @@ impl Queue {
             return Ok(());
         }
         let mut cmds = Vec::new();
-        for ended in &counted {
-            match ended {
+        let mut ended = Vec::new();
+        let mut left: HashMap<&TenantId, i64> = HashMap::new();
+        for change in &counted {
+            match change {
                 Unstarted::Dead(tenant, id) => {
                     cmds.push(redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()));
                     cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "failed", 1));
                     cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "dead", 1));
+                    ended.push((tenant, "failed"));
                 }
-                Unstarted::Cancelled => cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1)),
+                Unstarted::Cancelled(tenant) => {
+                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1));
+                    ended.push((tenant, "cancelled"));
+                }
+                Unstarted::LeftQueue(tenant) => *left.entry(tenant).or_default() += 1,
             }
         }
+        for (tenant, n) in left {
+            cmds.push(redis::Cmd::decr(self.keys.tenant_queued(tenant), n));
+        }
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
-        Ok(())
+        self.count_outcomes(&ended).await
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
@@ -337,7 +354,19 @@ impl Queue {
             })
             .collect();
         let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
+        self.count_endings(ends, &seqs).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// Counts the tasks these endings did end in their tenants' usage.
+    async fn count_endings(&self, ends: &[Ending<'_>], seqs: &[i64]) -> Result<(), QueueError> {
+        let ended: Vec<(&TenantId, &'static str)> = ends
+            .iter()
+            .zip(seqs)
+            .filter(|(_, seq)| **seq >= 0)
+            .map(|((attempt, terminal, _), _)| (attempt.tenant(), terminal.outcome()))
+            .collect();
+        self.count_outcomes(&ended).await
     }
 
     /// Ends attempts and acknowledges their entries, with `acks`: entries
@@ -382,6 +411,7 @@ impl Queue {
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        self.count_endings(ends, &seqs).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
     }
 
@@ -476,7 +506,17 @@ impl Attempt {
         }
     }
 
-    /// Sets task fields (like its token `usage`) without an event.
+    /// Counts what the attempt spent on its task and its tenant's day; the
+    /// task's counters after.
+    pub async fn add_usage(&self, amounts: &[Amount]) -> Result<Meter, QueueError> {
+        let q = &self.queue;
+        match q.add_usage(q.keys.task(self.task_id()), self.tenant(), self.number, &self.owner, amounts).await? {
+            Added::Counted(meter) => Ok(meter),
+            Added::Fenced => Err(QueueError::Fenced),
+        }
+    }
+
+    /// Sets task fields without an event.
     pub async fn set_fields(&self, fields: &[(&str, String)]) -> Result<(), QueueError> {
         let mut conn = self.queue.redis.shared();
         let mut inv = scripts::SET_FIELDS.key(self.queue.keys.task(self.task_id()));
@@ -535,8 +575,11 @@ impl Attempt {
         let mut inv = self.fenced(&scripts::RETRY, kind);
         inv.arg("error").arg(error).arg("retry_at").arg(due);
         self.run_fenced(inv).await?;
-        let mut conn = self.queue.redis.shared();
-        let _: i64 = conn.zadd(self.queue.keys.due(self.spec.priority()), self.task_id().as_str(), due).await?;
+        let cmds = vec![
+            redis::Cmd::zadd(self.queue.keys.due(self.spec.priority()), self.task_id().as_str(), due),
+            redis::Cmd::incr(self.queue.keys.tenant_queued(self.tenant()), 1),
+        ];
+        let _: Vec<redis::Value> = self.queue.redis.query_many(cmds).await?;
         Ok(Some(delay))
     }
 

@@ -84,7 +84,7 @@ local function start(t, reclaimed)
   if st[4] == '1' then
     record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
     redis.call('PEXPIRE', t[1], ARGV[7])
-    return {'cancelled'}
+    return {'cancelled', st[6]}
   end
   local number = tonumber(st[2]) + 1
   if number > tonumber(st[3]) then
@@ -100,7 +100,7 @@ local function start(t, reclaimed)
     fields[8] = ARGV[3]
   end
   record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2), fields)
-  return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
+  return {'started', attempt, st[8], st[6], st[7] or '', st[10] or '', st[1]}
 end
 "#;
 
@@ -173,9 +173,9 @@ return created
 /// `cancelled` event, `ARGV[6]` draft of the `failed` event for spent
 /// attempts, `ARGV[7]` retention ms; then per task from `ARGV[8]` its id
 /// and `1` when its entry was reclaimed (else empty).
-/// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent}`, or
-/// `{'gone'}`, `{'terminal', status}`, `{'duplicate'}`, `{'cancelled'}`,
-/// `{'dead', attempt, tenant}`.
+/// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent,
+/// status before}`, or `{'gone'}`, `{'terminal', status}`, `{'duplicate'}`,
+/// `{'cancelled', tenant}`, `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
         r#"

@@ -333,7 +333,12 @@ impl Queue {
         match outcome.as_str() {
             "missing" => Err(QueueError::NotFound),
             "now-cancelled" => {
-                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                let cmds = vec![
+                    redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1),
+                    redis::Cmd::decr(self.keys.tenant_queued(tenant), 1),
+                ];
+                let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
+                self.count_outcomes(&[(tenant, "cancelled")]).await?;
                 Ok(CancelOutcome::Cancelled)
             }
             "cancelling" => Ok(CancelOutcome::Cancelling),
@@ -382,6 +387,7 @@ impl Queue {
                 let cmds = vec![
                     redis::Cmd::zrem(&dead_index, id.as_str()),
                     redis::Cmd::xadd(self.keys.lane(record.priority), "*", &[("t", id.as_str())]),
+                    redis::Cmd::incr(self.keys.tenant_queued(tenant), 1),
                 ];
                 let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
                 Ok(())

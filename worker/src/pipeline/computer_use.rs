@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
 use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{Decision, SensitiveActions, StopCode};
+use flotilla_shared::usage::Amount;
 use flotilla_shared::Config;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -46,6 +47,9 @@ pub trait ModelFactory: Send + Sync + 'static {
 
     /// The model the planner asks, without tools.
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError>;
+
+    /// The name of the model a task's conversations use, for its usage.
+    fn model(&self, run: &TaskRun) -> String;
 }
 
 /// A computer-use pipeline over one kind of model.
@@ -69,6 +73,9 @@ impl Pipeline for ComputerUse {
                 Some(true) => Some(planner::plan(&run.attempt.spec.prompt, &steps, &*self.models.planner(run)?).await?),
                 _ => None,
             };
+            if let Some(planned) = &planned {
+                steps.count(&[tokens(&self.models.model(run), planned.usage)]).await?;
+            }
             let mut session = Session::open_with(run, steps, run.attempt.spec.sandbox.as_ref()).await?;
             let result = match &planned {
                 Some(planned) => self.execute(run, &mut session, planned).await,
@@ -119,9 +126,10 @@ impl ComputerUse {
         let screen = look(session, scale).await?;
         let provider = self.models.provider();
         let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
+        let model_name = self.models.model(run);
         loop {
             *usage += turn.usage;
-            record_turn(session, &turn, *usage).await?;
+            record_turn(session, &turn, &model_name).await?;
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
@@ -186,14 +194,19 @@ async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError>
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
-/// Emits the turn's reasoning and records the usage so far on the task.
-async fn record_turn(session: &Session, turn: &Turn, usage: Usage) -> Result<(), PipelineError> {
+/// Emits the turn's reasoning and counts its tokens on the task, which
+/// ends here if they take it past its budget.
+async fn record_turn(session: &Session, turn: &Turn, model: &str) -> Result<(), PipelineError> {
     let attempt = session.steps().attempt();
     for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
         attempt.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
     }
-    attempt.set_fields(&[("usage", usage_json(usage).to_string())]).await?;
-    Ok(())
+    session.steps().count(&[tokens(model, turn.usage)]).await
+}
+
+/// One model call's tokens as an amount to count.
+fn tokens(model: &str, usage: Usage) -> Amount {
+    Amount::Tokens { model: model.to_owned(), input: usage.input_tokens, output: usage.output_tokens }
 }
 
 fn usage_json(usage: Usage) -> serde_json::Value {
@@ -327,6 +340,10 @@ impl ModelFactory for OpenAiModels {
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
         Ok(Box::new(OpenAiText::new(&self.config_for(run)?).map_err(model_failure)?))
     }
+
+    fn model(&self, run: &TaskRun) -> String {
+        self.config_for(run).map(|c| c.model).unwrap_or_default()
+    }
 }
 
 /// The Anthropic models of a worker's configuration.
@@ -369,6 +386,10 @@ impl ModelFactory for AnthropicModels {
 
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
         Ok(Box::new(AnthropicText::new(&self.config_for(run)?).map_err(model_failure)?))
+    }
+
+    fn model(&self, run: &TaskRun) -> String {
+        self.config_for(run).map(|c| c.model).unwrap_or_default()
     }
 }
 
