@@ -12,6 +12,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod streams;
+
+pub use streams::StreamsConfig;
+
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
@@ -56,6 +60,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+    ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
+    ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
     ("RUST_LOG", "log"),
 ];
 
@@ -182,6 +188,8 @@ pub struct Config {
     pub e2b_api_key: Option<Secret>,
     pub e2b_domain: String,
     pub otlp_endpoint: Option<String>,
+    /// Limits on the API's event streams.
+    pub streams: StreamsConfig,
 }
 
 impl Config {
@@ -290,6 +298,7 @@ impl Config {
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
+            streams: StreamsConfig::from_settings(s)?,
         })
     }
 
