@@ -107,7 +107,12 @@ impl TenantsConfig {
             let tenant = TenantId::parse(name.trim()).map_err(|e| ConfigError::new(VAR, e.to_string()))?;
             let weight = match weight.trim().parse::<u32>() {
                 Ok(w) if (1..=MAX_WEIGHT).contains(&w) => w,
-                _ => return Err(ConfigError::new(VAR, format!("{pair:?}: the weight must be a whole number from 1 to {MAX_WEIGHT}"))),
+                _ => {
+                    return Err(ConfigError::new(
+                        VAR,
+                        format!("{pair:?}: the weight must be a whole number from 1 to {MAX_WEIGHT}"),
+                    ))
+                }
             };
             self.tenants.entry(tenant).or_default().weight = weight;
         }
@@ -167,8 +172,8 @@ mod tests {
 
     #[test]
     fn tables_set_weight_and_max_running() {
-        let config = TenantsConfig::load(table("[tenants.acme]\nweight = 3\nmax_running = 20\n[tenants.beta]\n"), None)
-            .expect("loads");
+        let config =
+            TenantsConfig::load(table("[tenants.acme]\nweight = 3\nmax_running = 20\n[tenants.beta]\n"), None).expect("loads");
         assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 3, max_running: Some(20) });
         assert_eq!(config.get(&tenant("beta")), TenantSettings::default());
     }
