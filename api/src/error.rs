@@ -19,6 +19,8 @@ use flotilla_shared::{QueueError, ValidationError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::hub::HubError;
+
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -26,6 +28,8 @@ pub enum ApiError {
     Invalid(#[from] ValidationError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error(transparent)]
+    Hub(#[from] HubError),
     #[error("missing or unknown API key")]
     Unauthorized,
     #[error("{0}")]
@@ -126,7 +130,10 @@ impl ApiError {
                 e @ (QuotaError::QueueFull { .. } | QuotaError::TokensSpent { .. } | QuotaError::SchedulesFull { .. }),
             ) => Reply::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", e.to_string()),
             ApiError::TimedOut(_) => Reply::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", self.to_string()),
-            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) => {
+            ApiError::Hub(HubError::TooManyStreams(_)) => {
+                Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
+            }
+            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) | ApiError::Hub(HubError::NotConnected) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {
@@ -200,7 +207,7 @@ impl IntoResponse for ApiError {
             return response;
         }
         match reply.status {
-            StatusCode::SERVICE_UNAVAILABLE => {
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             StatusCode::UNAUTHORIZED => {
@@ -242,6 +249,8 @@ mod tests {
             (QueueError::Redis(io_error()).into(), 503, "unavailable"),
             (QueueError::Pool("timed out".into()).into(), 503, "unavailable"),
             (ApiError::Unavailable, 503, "unavailable"),
+            (HubError::TooManyStreams(3).into(), 429, "rate_limited"),
+            (HubError::NotConnected.into(), 503, "unavailable"),
             (QueueError::Corrupt("bad hash".into()).into(), 500, "internal"),
             (QueueError::Fenced.into(), 500, "internal"),
             (ApiError::Internal("boom".into()), 500, "internal"),

@@ -7,7 +7,9 @@
 //!
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors); `error` is the only place
-//! that knows which status each error gets; `feed` orders event streams;
+//! that knows which status each error gets; `hub` is the process's one
+//! subscription to events, fanned out to every stream; `feed` orders event
+//! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with; `limits` bounds every request's
@@ -18,6 +20,7 @@ mod dashboard;
 mod error;
 mod extract;
 mod feed;
+pub mod hub;
 mod limits;
 mod metrics;
 mod openapi;
@@ -86,7 +89,8 @@ pub fn router(state: AppState) -> Router {
     let limits = &state.config().limits;
     let streams = Router::new()
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
-        .route("/v1/batches/{id}/events", get(routes::batch_events::stream));
+        .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
+        .route("/v1/events", get(routes::feed_events::stream));
     timed_routes(state.config().batch_body_limit)
         .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, limits::time_limit))
         .merge(streams)

@@ -12,11 +12,18 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod streams;
+
+pub use streams::StreamsConfig;
+
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
 mod limits;
-pub use limits::{Limits, Rate, TenantQuota, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
+mod tenants;
+
+pub use limits::Limits;
+pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
@@ -59,7 +66,10 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+    ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
+    ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
     ("RUST_LOG", "log"),
+    ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
     ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
     ("FLOTILLA_API_CONCURRENCY", "api_concurrency"),
     ("FLOTILLA_TENANT_METRICS", "tenant_metrics"),
@@ -188,7 +198,11 @@ pub struct Config {
     pub e2b_api_key: Option<Secret>,
     pub e2b_domain: String,
     pub otlp_endpoint: Option<String>,
-    /// Request bounds and per-tenant quotas.
+    /// Limits on the API's event streams.
+    pub streams: StreamsConfig,
+    /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
+    pub tenants: TenantsConfig,
+    /// Request bounds of the API.
     pub limits: Limits,
 }
 
@@ -202,7 +216,7 @@ impl Config {
         V: Into<String>,
     {
         let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        let (mut settings, tenants) = match env.get("FLOTILLA_CONFIG") {
+        let (mut settings, tenants_table) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
             None => (HashMap::new(), None),
         };
@@ -211,7 +225,9 @@ impl Config {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        Self::from_settings(&Settings(settings), tenants.as_ref())
+        let settings = Settings(settings);
+        let tenants = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))?;
+        Ok(Self { tenants, ..Self::from_settings(&settings)? })
     }
 
     /// Loads the configuration from the process environment.
@@ -219,7 +235,7 @@ impl Config {
         Self::from_env(std::env::vars())
     }
 
-    fn from_settings(s: &Settings, tenants: Option<&toml::Table>) -> Result<Self, ConfigError> {
+    fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
         let lease = s.millis("FLOTILLA_LEASE_MS", 30_000)?;
         let heartbeat = match s.get("FLOTILLA_HEARTBEAT_MS") {
             Some(_) => s.millis("FLOTILLA_HEARTBEAT_MS", 1_000)?,
@@ -298,7 +314,9 @@ impl Config {
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
-            limits: Limits::from_settings(s, tenants)?,
+            streams: StreamsConfig::from_settings(s)?,
+            tenants: TenantsConfig::default(),
+            limits: Limits::from_settings(s)?,
         })
     }
 
@@ -359,10 +377,8 @@ impl Settings {
     }
 }
 
-/// The settings of a config file, and its `[tenants.<name>]` tables.
-type FileSettings = (HashMap<String, String>, Option<toml::Table>);
-
-fn read_toml_file(path: &Path) -> Result<FileSettings, ConfigError> {
+/// The file's flat settings by variable name, and its `tenants` table.
+fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::Value>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
     let table: toml::Table = text
@@ -371,8 +387,8 @@ fn read_toml_file(path: &Path) -> Result<FileSettings, ConfigError> {
     let mut settings = HashMap::new();
     let mut tenants = None;
     for (key, value) in table {
-        if let ("tenants", toml::Value::Table(t)) = (key.as_str(), &value) {
-            tenants = Some(t.clone());
+        if key == "tenants" {
+            tenants = Some(value);
             continue;
         }
         let Some((var, _)) = KNOWN_VARS.iter().find(|(_, k)| *k == key) else {
@@ -543,6 +559,24 @@ mod tests {
         let bad = dir.join("bad.toml").to_string_lossy().to_string();
         let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
         assert!(err.problem.contains("unknown setting \"colour\""), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn the_file_holds_tenant_tables_and_the_environment_a_weight_shorthand() {
+        let dir = std::env::temp_dir().join(format!("flotilla-config-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("flotilla.toml");
+        std::fs::write(&path, "worker_concurrency = 2\n[tenants.acme]\nweight = 2\nmax_running = 3\n").expect("write");
+        let path = path.to_string_lossy().to_string();
+        let config = load(&[("FLOTILLA_CONFIG", &path), ("FLOTILLA_TENANT_WEIGHTS", "beta=5")]).expect("loads");
+        let acme = config.tenants.get(&TenantId::parse("acme").expect("tenant"));
+        assert_eq!((acme.weight, acme.max_running), (2, Some(3)));
+        assert_eq!(config.tenants.get(&TenantId::parse("beta").expect("tenant")).weight, 5);
+        std::fs::write(dir.join("bad.toml"), "[tenants.acme]\nmax_running = \"many\"\n").expect("write");
+        let bad = dir.join("bad.toml").to_string_lossy().to_string();
+        let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
+        assert_eq!(err.var, "tenants.acme.max_running");
         std::fs::remove_dir_all(dir).ok();
     }
 

@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use crate::clock;
-use crate::config::TenantQuota;
+use crate::config::TenantSettings;
 use crate::error::QueueError;
 use crate::ids::TenantId;
 use crate::queue::Queue;
@@ -127,7 +127,7 @@ pub struct Admitted {
 impl Queue {
     /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
     /// reserving room for them, or says why not (and changes nothing).
-    pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantQuota) -> Result<Admitted, QuotaError> {
+    pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
         let now = clock::now_ms();
         let keys = self.keys();
         let (interval_us, burst) = quota.rate.map_or((0, 0), |r| ((1_000_000.0 / r.per_second).ceil() as u64, r.burst));
@@ -168,7 +168,7 @@ impl Queue {
     }
 
     /// Refuses a new schedule when the tenant keeps its `max_schedules`.
-    pub async fn check_schedules(&self, tenant: &TenantId, quota: &TenantQuota) -> Result<(), QuotaError> {
+    pub async fn check_schedules(&self, tenant: &TenantId, quota: &TenantSettings) -> Result<(), QuotaError> {
         let kept: Vec<u64> = self.redis().query_many(vec![redis::Cmd::zcard(self.keys().tenant_schedules(tenant))]).await?;
         if kept.first().copied().unwrap_or(0) >= quota.max_schedules {
             return Err(QuotaError::SchedulesFull { max: quota.max_schedules });

@@ -145,7 +145,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().default_pipeline)?;
     let tasks = specs.len() as u64;
-    let admitted = state.queue().admit(&tenant, tasks, &state.config().limits.quota(&tenant)).await?;
+    let admitted = state.queue().admit(&tenant, tasks, &state.config().tenants.get(&tenant)).await?;
     let (batch, task_ids) = match state.queue().create_batch(&tenant, specs).await {
         Ok(made) => made,
         Err(e) => {

@@ -64,7 +64,7 @@ pub async fn create(
     JsonBody(body): JsonBody<NewSchedule>,
 ) -> Result<Response, ApiError> {
     let (settings, task) = body.check(state.config().default_pipeline)?;
-    state.queue().check_schedules(&tenant, &state.config().limits.quota(&tenant)).await?;
+    state.queue().check_schedules(&tenant, &state.config().tenants.get(&tenant)).await?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

@@ -134,7 +134,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let spec = spec.with_default_pipeline(state.config().default_pipeline);
     spec.validate()?;
-    let admitted = state.queue().admit(&tenant, 1, &state.config().limits.quota(&tenant)).await?;
+    let admitted = state.queue().admit(&tenant, 1, &state.config().tenants.get(&tenant)).await?;
     let submitted = match state.queue().submit(&tenant, spec).await {
         Ok(submitted) => submitted,
         Err(e) => {

@@ -129,7 +129,7 @@ pub async fn usage(
     for (_, meter) in &days {
         total.add(meter);
     }
-    let quota = state.config().limits.quota(&tenant);
+    let quota = state.config().tenants.get(&tenant);
     let queued = queue.queued_count(&tenant).await?;
     let limits = UsageLimits {
         max_queued: quota.max_queued,

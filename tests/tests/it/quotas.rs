@@ -84,7 +84,7 @@ async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothi
     assert_eq!(task_count(&acme).await, 3, "a refused batch enqueues none of its tasks");
 
     assert_eq!(submit(&api, key, "/v1/batches", &batch(2)).await.0, 202, "a batch that fits is taken whole");
-    let (status, headers, body) = submit(api, key, "/v1/tasks", &task()).await;
+    let (status, headers, body) = submit(&api, key, "/v1/tasks", &task()).await;
     assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
     assert!(header(&headers, "retry-after").is_some());
     assert_eq!(task_count(&acme).await, 5);
