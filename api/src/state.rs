@@ -33,7 +33,7 @@ impl AppState {
 
     /// State that also presigns links to what tasks stored in `blobs`.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
-        let keys = ApiKeys::new(&config.api_keys);
+        let keys = ApiKeys::new(&config.api.keys);
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, shutdown }) }
     }
 
