@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`) and `telemetry`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry` and `tenants`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -27,12 +27,14 @@ mod api;
 mod providers;
 mod queue;
 mod telemetry;
+mod tenants;
 mod worker;
 
 pub use api::ApiConfig;
 pub use providers::{AnthropicToolVersion, E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use telemetry::TelemetryConfig;
+pub use tenants::{TenantSettings, TenantsConfig};
 pub use worker::WorkerConfig;
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
@@ -77,6 +79,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("RUST_LOG", "log"),
+    ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
 ];
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
@@ -137,6 +140,8 @@ pub struct Config {
     pub e2b: E2bAccount,
     pub s3: S3Config,
     pub telemetry: TelemetryConfig,
+    /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
+    pub tenants: TenantsConfig,
 }
 
 impl Config {
@@ -149,16 +154,18 @@ impl Config {
         V: Into<String>,
     {
         let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        let mut settings = match env.get("FLOTILLA_CONFIG") {
+        let (mut settings, tenants_table) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
-            None => HashMap::new(),
+            None => (HashMap::new(), None),
         };
         for (var, _) in KNOWN_VARS {
             if let Some(value) = env.get(*var) {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        Self::from_settings(&Settings(settings))
+        let settings = Settings(settings);
+        let tenants = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))?;
+        Ok(Self { tenants, ..Self::from_settings(&settings)? })
     }
 
     /// Loads the configuration from the process environment.
@@ -178,6 +185,7 @@ impl Config {
             e2b: E2bAccount::load(s)?,
             s3: S3Config::load(s)?,
             telemetry: TelemetryConfig::load(s)?,
+            tenants: TenantsConfig::default(),
         })
     }
 
@@ -238,7 +246,8 @@ impl Settings {
     }
 }
 
-fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+/// The file's flat settings by variable name, and its `tenants` table.
+fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::Value>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
     let table: toml::Table = text
@@ -246,7 +255,12 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
         .map_err(|e: toml::de::Error| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {}", path.display(), e.message())))?;
     let bad = |problem: String| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {problem}", path.display()));
     let mut settings = HashMap::new();
+    let mut tenants = None;
     for (key, value) in table {
+        if key == "tenants" {
+            tenants = Some(value);
+            continue;
+        }
         let toml::Value::Table(section) = value else {
             let var = known_var(None, &key).ok_or_else(|| bad(format!("unknown setting {key:?}")))?;
             settings.insert(var.to_owned(), toml_text(&key, value).map_err(bad)?);
@@ -257,7 +271,7 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
             settings.insert(var.to_owned(), toml_text(&inner, value).map_err(bad)?);
         }
     }
-    Ok(settings)
+    Ok((settings, tenants))
 }
 
 /// The variable a TOML key stands for: `key` itself, or inside a `[section]`
@@ -302,6 +316,7 @@ fn parse_key_prefix(raw: &str) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::TenantId;
     use crate::task::SandboxProviderKind;
 
     fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
@@ -403,6 +418,24 @@ mod tests {
         std::fs::write(&path, "[worker]\ncolour = 1\n").expect("write");
         let err = load(&[("FLOTILLA_CONFIG", &path.to_string_lossy())]).expect_err("refused");
         assert!(err.problem.contains("unknown setting \"colour\" in [worker]"), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn the_file_holds_tenant_tables_and_the_environment_a_weight_shorthand() {
+        let dir = std::env::temp_dir().join(format!("flotilla-config-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("flotilla.toml");
+        std::fs::write(&path, "worker_concurrency = 2\n[tenants.acme]\nweight = 2\nmax_running = 3\n").expect("write");
+        let path = path.to_string_lossy().to_string();
+        let config = load(&[("FLOTILLA_CONFIG", &path), ("FLOTILLA_TENANT_WEIGHTS", "beta=5")]).expect("loads");
+        let acme = config.tenants.get(&TenantId::parse("acme").expect("tenant"));
+        assert_eq!((acme.weight, acme.max_running), (2, Some(3)));
+        assert_eq!(config.tenants.get(&TenantId::parse("beta").expect("tenant")).weight, 5);
+        std::fs::write(dir.join("bad.toml"), "[tenants.acme]\nmax_running = \"many\"\n").expect("write");
+        let bad = dir.join("bad.toml").to_string_lossy().to_string();
+        let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
+        assert_eq!(err.var, "tenants.acme.max_running");
         std::fs::remove_dir_all(dir).ok();
     }
 
