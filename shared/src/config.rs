@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`), `telemetry` and `tenants`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry`, `tenants` and `streams`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -26,6 +26,7 @@ use std::time::Duration;
 mod api;
 mod providers;
 mod queue;
+mod streams;
 mod telemetry;
 mod tenants;
 mod worker;
@@ -33,6 +34,7 @@ mod worker;
 pub use api::ApiConfig;
 pub use providers::{AnthropicToolVersion, E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
+pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use tenants::{TenantSettings, TenantsConfig};
 pub use worker::WorkerConfig;
@@ -78,6 +80,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+    ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
+    ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
 ];
@@ -140,6 +144,8 @@ pub struct Config {
     pub e2b: E2bAccount,
     pub s3: S3Config,
     pub telemetry: TelemetryConfig,
+    /// Limits on the API's event streams.
+    pub streams: StreamsConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -185,6 +191,7 @@ impl Config {
             e2b: E2bAccount::load(s)?,
             s3: S3Config::load(s)?,
             telemetry: TelemetryConfig::load(s)?,
+            streams: StreamsConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
         })
     }
