@@ -56,7 +56,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Serves the API on `listener` until `shutdown` is cancelled.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&config).await.map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
-    let blobs = match config.s3_bucket {
+    let blobs = match config.s3.bucket {
         Some(_) => Some(BlobStore::new(BlobConfig::from_process_env(&config)?)),
         None => None,
     };
@@ -85,13 +85,13 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 /// batches), a time limit on every route but the event streams, the cap on
 /// requests served at once, and request tracing.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config().body_limit;
+    let body_limit = state.config().api.body_limit;
     let limits = &state.config().limits;
     let streams = Router::new()
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
         .route("/v1/events", get(routes::feed_events::stream));
-    timed_routes(state.config().batch_body_limit)
+    timed_routes(state.config().api.batch_body_limit)
         .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, limits::time_limit))
         .merge(streams)
         .fallback(routes::no_route)

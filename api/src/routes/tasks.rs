@@ -132,7 +132,7 @@ pub async fn submit(
     Tenant(tenant): Tenant,
     JsonBody(spec): JsonBody<TaskSpec>,
 ) -> Result<Response, ApiError> {
-    let spec = spec.with_default_pipeline(state.config().default_pipeline);
+    let spec = spec.with_default_pipeline(state.config().api.default_pipeline);
     spec.validate()?;
     let admitted = state.queue().admit(&tenant, 1, &state.config().tenants.get(&tenant)).await?;
     let submitted = match state.queue().submit(&tenant, spec).await {
