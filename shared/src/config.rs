@@ -15,6 +15,9 @@ use std::time::Duration;
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
+mod computer_use;
+pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
+
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_CONFIG", "config"),
@@ -51,6 +54,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_MODEL_SCREEN", "model_screen"),
     ("ANTHROPIC_API_KEY", "anthropic_api_key"),
     ("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+    ("GEMINI_API_KEY", "gemini_api_key"),
+    ("GEMINI_BASE_URL", "gemini_base_url"),
+    ("FLOTILLA_GEMINI_MODEL", "gemini_model"),
     ("FLOTILLA_GATEWAY_ADDR", "gateway_addr"),
     ("FLOTILLA_GATEWAY_URL", "gateway_url"),
     ("E2B_API_KEY", "e2b_api_key"),
@@ -66,13 +72,6 @@ pub enum OpenAiToolVersion {
     Ga,
     /// `computer_use_preview` with model `computer-use-preview`.
     Preview,
-}
-
-/// The Anthropic computer tool version (and so its beta header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnthropicToolVersion {
-    V20250124,
-    V20251124,
 }
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
@@ -165,13 +164,14 @@ pub struct Config {
     pub openai_tool: OpenAiToolVersion,
     /// The model for `openai-cua` tasks that name none; the tool's default when unset.
     pub openai_model: Option<String>,
-    pub anthropic_tool: AnthropicToolVersion,
     /// The model for `claude-computer-use` tasks that name none.
     pub anthropic_model: String,
     /// The largest screen a model is shown; bigger screens are scaled down.
     pub model_screen: (u32, u32),
     pub anthropic_api_key: Option<Secret>,
     pub anthropic_base_url: String,
+    /// The Claude tool override and Gemini's settings.
+    pub computer_use: ComputerUseConfig,
     /// Where a worker's model gateway listens: the address sandboxes call
     /// instead of the model provider, with a token scoped to their task.
     pub gateway_addr: SocketAddr,
@@ -245,7 +245,7 @@ impl Config {
             default_pipeline: s.parsed(
                 "FLOTILLA_DEFAULT_PIPELINE",
                 "scripted",
-                "one of openai-cua, claude-computer-use, claude-code, scripted",
+                "one of openai-cua, claude-computer-use, gemini-computer-use, claude-code, scripted",
             )?,
             retry_base,
             retry_max,
@@ -271,20 +271,11 @@ impl Config {
                 other => return Err(ConfigError::new("FLOTILLA_OPENAI_TOOL", format!("{other:?} is not one of ga, preview"))),
             },
             openai_model: s.get("FLOTILLA_OPENAI_MODEL").map(|m| m.trim().to_owned()),
-            anthropic_tool: match s.text("FLOTILLA_ANTHROPIC_TOOL", "computer_20251124").trim() {
-                "computer_20251124" => AnthropicToolVersion::V20251124,
-                "computer_20250124" => AnthropicToolVersion::V20250124,
-                other => {
-                    return Err(ConfigError::new(
-                        "FLOTILLA_ANTHROPIC_TOOL",
-                        format!("{other:?} is not one of computer_20251124, computer_20250124"),
-                    ))
-                }
-            },
-            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-sonnet-4-6").trim().to_owned(),
+            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-opus-5-5").trim().to_owned(),
             model_screen: parse_screen(s.text("FLOTILLA_MODEL_SCREEN", "1024x768"))?,
             anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
             anthropic_base_url: s.url("ANTHROPIC_BASE_URL")?.unwrap_or_else(|| "https://api.anthropic.com".into()),
+            computer_use: ComputerUseConfig::from_settings(s)?,
             gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
             gateway_url: s.url("FLOTILLA_GATEWAY_URL")?,
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
