@@ -212,3 +212,17 @@ async fn sandbox_a_gemini_step_marked_for_confirmation_waits_and_runs_once_appro
     assert_eq!(response["safety_acknowledgement"], "true", "the approval goes back with the call's result");
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_takes_and_documents_the_gemini_pipeline() {
+    let redis = flotilla_tests::RedisServer::start();
+    let config = flotilla_tests::test_config(&redis, &flotilla_tests::unique_prefix(), &[]);
+    let api = spawn_api(config).await;
+    let client = ApiClient::new(&api, api_key());
+    let (status, body) = client.post("/v1/tasks", &json!({"prompt": "look", "pipeline": "gemini-computer-use"})).await;
+    assert!(status == 201 || status == 202, "{status}: {body}");
+    let (status, doc) = client.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let listed = doc.to_string();
+    assert!(listed.contains("\"gemini-computer-use\""), "the OpenAPI enum lists the pipeline");
+}
