@@ -15,6 +15,7 @@ mod dashboard;
 mod deploy;
 mod desktop_tasks;
 mod faults;
+mod feeds;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;

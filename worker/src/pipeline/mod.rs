@@ -104,9 +104,9 @@ impl Registry {
     /// tool versions, the screen size models see).
     pub fn for_config(config: &Config) -> Self {
         let mut registry = Self::standard();
-        let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model_screen);
-        let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model_screen);
-        let gemini = ComputerUse::new(GeminiModels::from_config(config), config.model_screen);
+        let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model.screen);
+        let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model.screen);
+        let gemini = ComputerUse::new(GeminiModels::from_config(config), config.model.screen);
         registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
         registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
         registry.register(PipelineKind::GeminiComputerUse, Arc::new(gemini));

@@ -94,13 +94,13 @@ impl Provider for OpenAi {
     const KEY_VAR: &'static str = "OPENAI_API_KEY";
 
     fn settings(config: &Config) -> Option<OpenAiConfig> {
-        let key = config.openai_api_key.clone()?;
-        let tool = match config.openai_tool {
+        let key = config.model.openai_api_key.clone()?;
+        let tool = match config.model.openai_tool {
             OpenAiToolVersion::Ga => OpenAiTool::Ga,
             OpenAiToolVersion::Preview => OpenAiTool::Preview,
         };
-        let mut openai = OpenAiConfig::new(Endpoint::new(&config.openai_base_url, key), tool);
-        if let Some(model) = &config.openai_model {
+        let mut openai = OpenAiConfig::new(Endpoint::new(&config.model.openai_base_url, key), tool);
+        if let Some(model) = &config.model.openai_model {
             openai.model.clone_from(model);
         }
         Some(openai)
@@ -135,15 +135,15 @@ impl Provider for Anthropic {
     const KEY_VAR: &'static str = "ANTHROPIC_API_KEY";
 
     fn settings(config: &Config) -> Option<AnthropicSettings> {
-        let key = config.anthropic_api_key.clone()?;
+        let key = config.model.anthropic_api_key.clone()?;
         let forced = config.computer_use.anthropic_tool.map(|tool| match tool {
             AnthropicToolVersion::V20250124 => ComputerTool::V20250124,
             AnthropicToolVersion::V20251124 => ComputerTool::V20251124,
             AnthropicToolVersion::Toolset20260801 => ComputerTool::Toolset20260801,
         });
-        let model = &config.anthropic_model;
+        let model = &config.model.anthropic_model;
         let tool = forced.unwrap_or_else(|| ComputerTool::for_model(model));
-        let mut anthropic = AnthropicConfig::new(Endpoint::new(&config.anthropic_base_url, key), model, tool);
+        let mut anthropic = AnthropicConfig::new(Endpoint::new(&config.model.anthropic_base_url, key), model, tool);
         anthropic.memory = ToolMemory::default();
         Some(AnthropicSettings { config: anthropic, forced })
     }
