@@ -64,7 +64,9 @@ async fn sandbox_a_claude_task_stops_at_the_turn_that_crosses_its_token_budget()
     let env = vec![("ANTHROPIC_BASE_URL", server.url()), ("ANTHROPIC_API_KEY", "sk-ant-test-secret".to_owned())];
     let fleet = DesktopFleet::start(DesktopOptions { env, ..DesktopOptions::default() }).await;
     let per_turn = anthropic::INPUT_TOKENS + anthropic::CACHE_READ_INPUT_TOKENS + anthropic::OUTPUT_TOKENS;
-    let (id, events) = fleet.run_to_end(task("claude-computer-use", json!({"max_tokens": per_turn + 1}))).await;
+    let mut spec = task("claude-computer-use", json!({"max_tokens": per_turn + 1}));
+    spec["model"] = json!("claude-sonnet-4-6");
+    let (id, events) = fleet.run_to_end(spec).await;
 
     let done = record(&fleet.queue, &id).await;
     ended_on_budget(&fleet, &done, &events).await;
