@@ -8,7 +8,7 @@ use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::ApiKeys;
+use crate::keys::LiveKeys;
 
 /// The state of the API, handed to every handler.
 #[derive(Clone)]
@@ -19,7 +19,7 @@ pub struct AppState {
 struct Inner {
     config: Config,
     queue: Queue,
-    keys: ApiKeys,
+    keys: Arc<LiveKeys>,
     blobs: Option<BlobStore>,
     shutdown: CancellationToken,
 }
@@ -33,7 +33,7 @@ impl AppState {
 
     /// State that also presigns links to what tasks stored in `blobs`.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
-        let keys = ApiKeys::new(&config.api_keys);
+        let keys = Arc::new(LiveKeys::new(&config.auth));
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, shutdown }) }
     }
 
@@ -50,7 +50,8 @@ impl AppState {
         &self.inner.queue
     }
 
-    pub fn keys(&self) -> &ApiKeys {
+    /// The API keys in force (reloaded from the keys file while running).
+    pub fn keys(&self) -> &Arc<LiveKeys> {
         &self.inner.keys
     }
 

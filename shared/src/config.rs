@@ -12,8 +12,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
+
+mod auth;
+
+pub use auth::AuthConfig;
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
@@ -22,6 +25,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_KEY_PREFIX", "key_prefix"),
     ("FLOTILLA_API_ADDR", "api_addr"),
     ("FLOTILLA_API_KEYS", "api_keys"),
+    ("FLOTILLA_API_KEY_SECRET", "api_key_secret"),
+    ("FLOTILLA_API_KEYS_FILE", "api_keys_file"),
+    ("FLOTILLA_ADMIN_KEY", "admin_key"),
     ("FLOTILLA_BODY_LIMIT", "body_limit"),
     ("FLOTILLA_BATCH_BODY_LIMIT", "batch_body_limit"),
     ("FLOTILLA_WORKER_CONCURRENCY", "worker_concurrency"),
@@ -124,8 +130,8 @@ pub struct Config {
     /// Prefix of every Redis key and pub/sub channel; tests set a unique one.
     pub key_prefix: String,
     pub api_addr: SocketAddr,
-    /// API key → tenant.
-    pub api_keys: Vec<(Secret, TenantId)>,
+    /// API keys (as digests) and the keys file the API reloads.
+    pub auth: AuthConfig,
     pub body_limit: usize,
     /// The largest body of `POST /v1/batches`, which carries many specs.
     pub batch_body_limit: usize,
@@ -203,7 +209,11 @@ impl Config {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        Self::from_settings(&Settings(settings))
+        let settings = Settings(settings);
+        let loaded = Self::from_settings(&settings);
+        wipe_secrets(settings.0);
+        wipe_secrets(env);
+        loaded
     }
 
     /// Loads the configuration from the process environment.
@@ -229,7 +239,7 @@ impl Config {
             redis: parse_redis_target(s.text("FLOTILLA_REDIS_URL", "redis://127.0.0.1:6379"))?,
             key_prefix: parse_key_prefix(s.text("FLOTILLA_KEY_PREFIX", "flotilla"))?,
             api_addr: s.parsed("FLOTILLA_API_ADDR", "127.0.0.1:8080", "a socket address like 127.0.0.1:8080")?,
-            api_keys: parse_api_keys(s.text("FLOTILLA_API_KEYS", ""))?,
+            auth: AuthConfig::load(s)?,
             body_limit: s.positive("FLOTILLA_BODY_LIMIT", 1024 * 1024)?,
             batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
             worker_concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
@@ -295,8 +305,11 @@ impl Config {
 
     /// The API refuses to start without at least one key.
     pub fn require_api_keys(&self) -> Result<(), ConfigError> {
-        if self.api_keys.is_empty() {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "is required: key=tenant[,key2=tenant2]"));
+        if !self.auth.has_keys() {
+            return Err(ConfigError::new(
+                "FLOTILLA_API_KEYS",
+                "is required (or FLOTILLA_API_KEYS_FILE): key=tenant[,key2=tenant2]",
+            ));
         }
         Ok(())
     }
@@ -417,20 +430,15 @@ fn parse_key_prefix(raw: &str) -> Result<String, ConfigError> {
     }
 }
 
-fn parse_api_keys(raw: &str) -> Result<Vec<(Secret, TenantId)>, ConfigError> {
-    let mut keys = Vec::new();
-    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((key, tenant)) = pair.split_once('=') else {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "each entry must be key=tenant"));
-        };
-        let key = key.trim();
-        if key.len() < 8 {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "a key must be at least 8 characters"));
+/// Overwrites the text of settings that hold secrets once they are digested
+/// or copied, so no stray copy outlives the load.
+fn wipe_secrets(mut settings: HashMap<String, String>) {
+    use zeroize::Zeroize;
+    for var in ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY"] {
+        if let Some(value) = settings.get_mut(var) {
+            value.zeroize();
         }
-        let tenant = TenantId::parse(tenant.trim()).map_err(|e| ConfigError::new("FLOTILLA_API_KEYS", e.to_string()))?;
-        keys.push((Secret::new(key), tenant));
     }
-    Ok(keys)
 }
 
 fn parse_worker_id(raw: Option<&str>) -> Result<String, ConfigError> {
@@ -459,15 +467,6 @@ mod tests {
         assert_eq!(config.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(config.body_limit, 1024 * 1024);
         assert_eq!(config.batch_body_limit, 64 * 1024 * 1024);
-    }
-
-    #[test]
-    fn api_keys_map_keys_to_tenants() {
-        let config = load(&[("FLOTILLA_API_KEYS", "secret-one=acme, secret-two=globex")]).expect("loads");
-        let tenants: Vec<&str> = config.api_keys.iter().map(|(_, t)| t.as_str()).collect();
-        assert_eq!(tenants, ["acme", "globex"]);
-        assert_eq!(config.api_keys[0].0.expose(), "secret-one");
-        assert!(!format!("{config:?}").contains("secret-one"), "keys never print");
     }
 
     #[test]

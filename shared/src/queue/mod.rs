@@ -23,6 +23,7 @@ mod batch;
 mod batch_spec;
 mod claim;
 mod record;
+mod screens;
 pub mod scripts;
 mod stats;
 mod submit;
