@@ -8,7 +8,9 @@
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors), `keys` holds the API keys
 //! in force and reloads the keys file; `error` is the only place
-//! that knows which status each error gets; `feed` orders event streams;
+//! that knows which status each error gets; `hub` is the process's one
+//! subscription to events, fanned out to every stream; `feed` orders event
+//! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with.
@@ -18,6 +20,7 @@ mod dashboard;
 mod error;
 mod extract;
 mod feed;
+pub mod hub;
 mod keys;
 mod metrics;
 mod openapi;
@@ -90,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/events", get(routes::feed_events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))
