@@ -19,6 +19,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::hub::HubError;
+use flotilla_shared::webhooks::WebhookError;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +130,17 @@ impl ApiError {
             ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_)) | ApiError::Internal(_) => {
                 Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE)
             }
+        }
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        match e {
+            WebhookError::Invalid(e) => ApiError::Invalid(e),
+            WebhookError::NotFound => ApiError::NotFound("no such webhook"),
+            WebhookError::NoMessage => ApiError::NotFound("no such message"),
+            WebhookError::Queue(e) => ApiError::Queue(e),
         }
     }
 }

@@ -13,8 +13,10 @@ use std::path::Path;
 use std::time::Duration;
 
 mod streams;
+mod webhooks;
 
 pub use streams::StreamsConfig;
+pub use webhooks::WebhooksConfig;
 
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
@@ -66,6 +68,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
     ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
+    ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "webhook_allow_http"),
+    ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private"),
+    ("FLOTILLA_WEBHOOK_RETRY_MS", "webhook_retry_ms"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
 ];
@@ -195,6 +200,8 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// Limits on the API's event streams.
     pub streams: StreamsConfig,
+    /// Webhook targets and retries.
+    pub webhooks: WebhooksConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -308,6 +315,7 @@ impl Config {
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
             streams: StreamsConfig::from_settings(s)?,
+            webhooks: WebhooksConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
         })
     }

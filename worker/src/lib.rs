@@ -16,6 +16,7 @@ pub mod model;
 pub mod pipeline;
 pub mod sandbox;
 pub mod tools;
+pub mod webhooks;
 pub mod worker;
 
 pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};

@@ -10,6 +10,7 @@ pub mod queues;
 pub mod schedules;
 pub mod sse;
 pub mod tasks;
+pub mod webhooks;
 
 /// Answers a path no route matches.
 pub async fn no_route() -> crate::error::ApiError {

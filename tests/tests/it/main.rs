@@ -22,4 +22,5 @@ mod queue;
 mod sandbox_lifecycle;
 mod schedules;
 mod telemetry;
+mod webhooks;
 mod worker_http;
