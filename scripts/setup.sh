@@ -115,6 +115,9 @@ ensure_claude_cli() {
 # clones never share one. Add new packages here; they are installed when the
 # list changes.
 PY_PACKAGES=(
+  anthropic
+  openai
+  google-genai
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
 )
 venv_dir() {
