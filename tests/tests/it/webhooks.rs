@@ -154,7 +154,7 @@ async fn deliveries_verify_with_the_reference_library_and_the_log_shows_them() {
     let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1")];
     let api = spawn_api(test_config(&redis, &prefix, &extra)).await;
     let acme = ApiClient::new(&api, api_key());
-    let globex = ApiClient::new(&api, "test-key-globex");
+    let globex = ApiClient::new(&api, flotilla_tests::globex_key());
     wait_ready(&acme).await;
     let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-1");
     let (receiver, addr) = Receiver::start(OK).await;
