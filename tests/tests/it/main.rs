@@ -23,5 +23,6 @@ mod planner;
 mod queue;
 mod sandbox_lifecycle;
 mod schedules;
+mod sdk_checks;
 mod telemetry;
 mod worker_http;
