@@ -24,6 +24,7 @@ mod planner;
 mod queue;
 mod sandbox_lifecycle;
 mod schedules;
+mod sdk_checks;
 mod telemetry;
 mod webhooks;
 mod worker_http;
