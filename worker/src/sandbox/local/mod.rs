@@ -17,6 +17,8 @@
 
 mod desktop;
 mod display;
+#[cfg(test)]
+mod isolation_tests;
 mod jail;
 mod launch;
 pub(crate) mod process;
