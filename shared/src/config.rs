@@ -15,8 +15,10 @@ use std::time::Duration;
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
+mod isolation;
 mod tenants;
 
+pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use tenants::{TenantSettings, TenantsConfig};
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
@@ -42,6 +44,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
     ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
     ("FLOTILLA_SANDBOX_FLEET_MAX", "sandbox_fleet_max"),
+    ("FLOTILLA_SANDBOX_ISOLATION", "sandbox_isolation"),
+    ("FLOTILLA_SANDBOX_NETWORK", "sandbox_network"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -158,6 +162,8 @@ pub struct Config {
     /// Sandboxes the whole fleet may hold at once (a provider's concurrency
     /// limit), counted in Redis; no fleet-wide cap when unset.
     pub sandbox_fleet_max: Option<usize>,
+    /// How local sandboxes are walled off from the host and each other.
+    pub sandbox_isolation: IsolationConfig,
     pub s3_bucket: Option<String>,
     pub s3_endpoint: Option<String>,
     pub s3_prefix: String,
@@ -265,6 +271,7 @@ impl Config {
                 Some(_) => Some(s.positive("FLOTILLA_SANDBOX_FLEET_MAX", 1)?),
                 None => None,
             },
+            sandbox_isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             s3_bucket: s.get("FLOTILLA_S3_BUCKET").map(str::to_owned),
             s3_endpoint: s.url("FLOTILLA_S3_ENDPOINT")?,
             s3_prefix: s.text("FLOTILLA_S3_PREFIX", "").to_owned(),

@@ -18,6 +18,7 @@ mod model_anthropic;
 mod model_openai;
 mod planner;
 mod queue;
+mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod schedules;
 mod telemetry;

@@ -106,13 +106,14 @@ async fn build_jail(
     settings: &JailSettings,
     deadline: Instant,
 ) -> Result<Jail, SandboxError> {
-    let (holder, pid) = jail::start_holder(marker, processes.pgid, deadline).await?;
+    let tools = &settings.tools;
+    let (holder, pid) = jail::start_holder(tools, marker, processes.pgid, deadline).await?;
     processes.children.push(holder);
     if settings.network == jail::Network::Egress {
-        processes.children.push(jail::start_egress(marker, processes.pgid, pid, deadline).await?);
+        processes.children.push(jail::start_egress(tools, marker, processes.pgid, pid, deadline).await?);
     }
-    jail::apply_routes(pid, settings.network, &settings.exceptions).await?;
-    Ok(Jail { holder: pid, dir: dir.to_owned() })
+    jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
+    Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
 }
 
 async fn start_xvfb(

@@ -24,6 +24,7 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
@@ -105,16 +106,57 @@ pub enum Network {
 }
 
 /// How a provider builds its sandboxes' jails.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct JailSettings {
+    pub tools: Arc<HostTools>,
     pub network: Network,
     /// Addresses reachable through egress even though they are blocked.
     pub exceptions: Vec<Ipv4Addr>,
 }
 
+/// The host programs that build jails, found on the worker's `PATH` once.
+#[derive(Debug)]
+pub(crate) struct HostTools {
+    bwrap: PathBuf,
+    nsenter: PathBuf,
+    unshare: PathBuf,
+    slirp4netns: Option<PathBuf>,
+    ip: PathBuf,
+}
+
+impl HostTools {
+    /// Finds every program the jail needs (slirp4netns only for egress), or
+    /// names the first that is missing.
+    pub fn find(network: Network) -> Result<Self, String> {
+        let need = |name: &str, package: &str| {
+            which(name).ok_or_else(|| format!("{name} is not installed or not on PATH (Debian package {package})"))
+        };
+        Ok(Self {
+            bwrap: need("bwrap", "bubblewrap")?,
+            nsenter: need("nsenter", "util-linux")?,
+            unshare: need("unshare", "util-linux")?,
+            slirp4netns: match network {
+                Network::Egress => Some(need("slirp4netns", "slirp4netns")?),
+                Network::Offline => None,
+            },
+            ip: need("ip", "iproute2")?,
+        })
+    }
+}
+
+/// The first executable file called `name` on the worker's `PATH`.
+fn which(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
 /// What the walls of one sandbox are made of, known once it is up.
 #[derive(Debug, Clone)]
 pub(crate) struct Jail {
+    pub tools: Arc<HostTools>,
     /// The namespace holder's pid: `/proc/<pid>/ns/{user,net}`.
     pub holder: u32,
     /// The sandbox's directory on the host.
@@ -132,13 +174,14 @@ impl Jail {
     pub fn wrap(&self, home: &Path, tmp: &Path, x_socket: Option<&Path>, program: &str, args: &[&str]) -> (String, Vec<String>) {
         let mut argv: Vec<String> = vec!["--preserve-credentials".into(), "-U".into(), "-n".into(), "-t".into()];
         argv.push(self.holder.to_string());
-        argv.extend(["--".into(), "sh".into(), "-c".into(), r#"exec bwrap --seccomp 9 "$@" 9<"$0""#.into()]);
+        argv.extend(["--".into(), "/bin/sh".into(), "-c".into(), r#"f=$1; shift; exec "$0" --seccomp 9 "$@" 9<"$f""#.into()]);
+        argv.push(self.tools.bwrap.display().to_string());
         argv.push(self.seccomp_file().display().to_string());
         argv.extend(bwrap_args(&self.dir, home, tmp, x_socket));
         argv.push("--".into());
         argv.push(program.into());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
-        ("nsenter".into(), argv)
+        (self.tools.nsenter.display().to_string(), argv)
     }
 }
 
@@ -222,8 +265,13 @@ pub(crate) fn prepare_files(dir: &Path, home: &Path, network: Network) -> Result
 
 /// Starts the namespace holder in process group `pgid` and waits until its
 /// namespaces exist.
-pub(crate) async fn start_holder(marker: &str, pgid: Option<u32>, deadline: Instant) -> Result<(Child, u32), SandboxError> {
-    let mut command = Command::new("unshare");
+pub(crate) async fn start_holder(
+    tools: &HostTools,
+    marker: &str,
+    pgid: Option<u32>,
+    deadline: Instant,
+) -> Result<(Child, u32), SandboxError> {
+    let mut command = Command::new(&tools.unshare);
     command.args(["--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]);
     let mut holder = spawn_setup(command, marker, pgid, "unshare (util-linux)")?;
     let pid = holder.id().ok_or_else(|| SandboxError::Unavailable("the namespace holder exited at once".into()))?;
@@ -248,12 +296,14 @@ pub(crate) async fn start_holder(marker: &str, pgid: Option<u32>, deadline: Inst
 /// Starts slirp4netns for the holder's namespace and waits until it has
 /// configured the interface.
 pub(crate) async fn start_egress(
+    tools: &HostTools,
     marker: &str,
     pgid: Option<u32>,
     holder: u32,
     deadline: Instant,
 ) -> Result<Child, SandboxError> {
-    let mut command = Command::new("slirp4netns");
+    let slirp = tools.slirp4netns.as_ref().ok_or_else(|| SandboxError::Unavailable("slirp4netns was not looked for".into()))?;
+    let mut command = Command::new(slirp);
     command.args([
         "--configure",
         "--disable-host-loopback",
@@ -303,10 +353,15 @@ pub(crate) async fn start_egress(
 /// Brings up the loopback and, with egress, makes every blocked range and
 /// the host's own addresses unreachable, except `exceptions` (which go out
 /// through the user-mode network: tests use one as "the internet").
-pub(crate) async fn apply_routes(holder: u32, network: Network, exceptions: &[Ipv4Addr]) -> Result<(), SandboxError> {
-    let script = route_script(network, &host_addresses(), exceptions);
-    let mut command = Command::new("nsenter");
-    command.args(["--preserve-credentials", "-U", "-n", "-t", &holder.to_string(), "ip", "-batch", "-"]);
+pub(crate) async fn apply_routes(
+    tools: &HostTools,
+    holder: u32,
+    network: Network,
+    exceptions: &[Ipv4Addr],
+) -> Result<(), SandboxError> {
+    let script = route_script(network, &host_addresses(&tools.ip), exceptions);
+    let mut command = Command::new(&tools.nsenter);
+    command.args(["--preserve-credentials", "-U", "-n", "-t", &holder.to_string()]).arg(&tools.ip).args(["-batch", "-"]);
     command.env_clear().env("PATH", host_path());
     let output = process::run(command, Some(script.as_bytes()), SETUP_TIMEOUT, process::MAX_OUTPUT).await?;
     if output.exit_code != 0 {
@@ -335,8 +390,8 @@ fn route_script(network: Network, host: &[Ipv4Addr], exceptions: &[Ipv4Addr]) ->
 }
 
 /// This host's IPv4 addresses, from `ip -o -4 addr show`.
-fn host_addresses() -> Vec<Ipv4Addr> {
-    let output = std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).stdin(Stdio::null()).output();
+fn host_addresses(ip: &Path) -> Vec<Ipv4Addr> {
+    let output = std::process::Command::new(ip).args(["-o", "-4", "addr", "show"]).stdin(Stdio::null()).output();
     let Ok(output) = output else { return Vec::new() };
     String::from_utf8_lossy(&output.stdout)
         .lines()

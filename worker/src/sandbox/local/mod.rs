@@ -113,8 +113,9 @@ struct Inner {
     sandboxes: Mutex<HashMap<SandboxId, Arc<LocalSandbox>>>,
     /// Ids of sandboxes killed for expiry, with when.
     expired: Mutex<HashMap<SandboxId, Instant>>,
-    /// Whether the jail works here (probed once), or why not.
-    jail_works: OnceCell<Result<(), String>>,
+    /// How to build a jail here (probed once by building one), or why it
+    /// cannot be built.
+    jail: OnceCell<Result<JailSettings, String>>,
 }
 
 /// How a worker-side program (a screenshot tool, a VNC server) attaches to
@@ -167,7 +168,7 @@ impl LocalProvider {
             config,
             sandboxes: Mutex::new(HashMap::new()),
             expired: Mutex::new(HashMap::new()),
-            jail_works: OnceCell::new(),
+            jail: OnceCell::new(),
         });
         if inner.config.isolation == Isolation::None {
             tracing::error!(
@@ -235,10 +236,7 @@ impl LocalProvider {
         check_request(request)?;
         let inner = &self.inner;
         let jail = match inner.config.isolation {
-            Isolation::Full => {
-                inner.check_jail().await?;
-                Some(inner.jail_settings())
-            }
+            Isolation::Full => Some(inner.check_jail().await?),
             Isolation::None => None,
         };
         let id = SandboxId::parse(&format!("local-{:016x}", rand::random::<u64>()))?;
@@ -371,13 +369,9 @@ impl LocalProvider {
 }
 
 impl Inner {
-    fn jail_settings(&self) -> JailSettings {
-        JailSettings { network: self.config.network, exceptions: self.config.egress_exceptions.clone() }
-    }
-
-    /// Whether a jail can be built here, probed once by building one.
-    async fn check_jail(&self) -> Result<(), SandboxError> {
-        let result = self.jail_works.get_or_init(|| probe_jail(&self.config.root, self.jail_settings())).await;
+    /// How to build a jail, once one was built here to see it works.
+    async fn check_jail(&self) -> Result<JailSettings, SandboxError> {
+        let result = self.jail.get_or_init(|| probe_jail(&self.config)).await;
         result.clone().map_err(|reason| SandboxError::Unavailable(format!("local sandboxes cannot be isolated here: {reason}")))
     }
 
@@ -438,14 +432,16 @@ impl Drop for LocalProvider {
 
 /// Builds a throwaway jail under `root` and runs `true` in it; the reason
 /// it failed, in one line.
-async fn probe_jail(root: &std::path::Path, settings: JailSettings) -> Result<(), String> {
-    let dir = root.join(format!("probe-{:016x}", rand::random::<u64>()));
-    let result = run_probe(&dir, &settings).await.map_err(|e| e.to_string());
+async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
+    let tools = Arc::new(jail::HostTools::find(config.network)?);
+    let settings = JailSettings { tools, network: config.network, exceptions: config.egress_exceptions.clone() };
+    let dir = config.root.join(format!("probe-{:016x}", rand::random::<u64>()));
+    let result = run_probe(&dir, &settings).await.map_err(|e| match e {
+        SandboxError::Unavailable(reason) => reason,
+        other => other.to_string(),
+    });
     let _ = std::fs::remove_dir_all(&dir);
-    if let Err(reason) = &result {
-        tracing::error!(%reason, "local sandboxes cannot be isolated here");
-    }
-    result
+    result.map(|()| settings)
 }
 
 async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(), SandboxError> {
@@ -458,13 +454,14 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
     let deadline = Instant::now() + PROBE_TIMEOUT;
     let mut children = Vec::new();
     let result = async {
-        let (holder, pid) = jail::start_holder(&marker, None, deadline).await?;
+        let tools = &settings.tools;
+        let (holder, pid) = jail::start_holder(tools, &marker, None, deadline).await?;
         children.push(holder);
         if settings.network == Network::Egress {
-            children.push(jail::start_egress(&marker, None, pid, deadline).await?);
+            children.push(jail::start_egress(tools, &marker, None, pid, deadline).await?);
         }
-        jail::apply_routes(pid, settings.network, &settings.exceptions).await?;
-        let walls = Jail { holder: pid, dir: dir.to_owned() };
+        jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
+        let walls = Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() };
         let (program, args) = walls.wrap(&home, &tmp, None, "true", &[]);
         let mut command = tokio::process::Command::new(program);
         command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
