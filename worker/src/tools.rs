@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
+use flotilla_shared::config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 use flotilla_shared::keys::Keys;
 use flotilla_shared::task::SandboxProviderKind;
-use flotilla_shared::config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 use flotilla_shared::Config;
 use tracing::{info, warn};
 
@@ -94,9 +94,9 @@ async fn local_provider(settings: IsolationConfig) -> anyhow::Result<LocalProvid
         },
         ..LocalConfig::default()
     };
-    LocalProvider::start(config).await.map_err(|e| {
-        anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)")
-    })
+    LocalProvider::start(config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))
 }
 
 fn pool_config(config: &Config, provider: &str) -> PoolConfig {

@@ -213,7 +213,12 @@ async fn bring_up(
     }
 }
 
-fn spawn_in_group(command: &mut Command, pgid: Option<u32>, log: &Path, pipe_stdout: bool) -> Result<Child, SandboxError> {
+pub(crate) fn spawn_in_group(
+    command: &mut Command,
+    pgid: Option<u32>,
+    log: &Path,
+    pipe_stdout: bool,
+) -> Result<Child, SandboxError> {
     command.stdout(if pipe_stdout { Stdio::piped() } else { log_file(log)?.into() }).stderr(log_file(log)?);
     if let Some(pgid) = pgid {
         command.process_group(i32::try_from(pgid).unwrap_or(0));
@@ -275,6 +280,11 @@ impl Processes {
 
     pub fn pgid(&self) -> Option<u32> {
         self.pgid
+    }
+
+    /// Takes a process started later (in the group) into the sandbox's set.
+    pub fn adopt(&mut self, child: Child) {
+        self.children.push(child);
     }
 
     /// Sends TERM to everything, KILL to what is left after `grace`, reaps

@@ -112,7 +112,8 @@ async fn reachability(network: Network) {
             closed.push(format!("{target}:{port} closed"));
         }
     }
-    for (target, port) in [("10.0.0.1", 80), ("10.0.0.1", 6379), ("169.254.169.254", 80), ("192.168.1.1", 80), ("172.17.0.1", 80)] {
+    for (target, port) in [("10.0.0.1", 80), ("10.0.0.1", 6379), ("169.254.169.254", 80), ("192.168.1.1", 80), ("172.17.0.1", 80)]
+    {
         script.push_str(&format!("try {target} {port}\n"));
         closed.push(format!("{target}:{port} closed"));
     }
@@ -143,10 +144,7 @@ async fn sandbox_offline_reaches_nothing() {
 /// The X socket numbers on this host other than `mine`.
 fn other_displays(mine: u32) -> Vec<u32> {
     let entries = std::fs::read_dir("/tmp/.X11-unix").expect("the X socket directory");
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix('X')?.parse().ok())
-        .filter(|n| *n != mine)
-        .collect()
+    entries.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix('X')?.parse().ok()).filter(|n| *n != mine).collect()
 }
 
 #[tokio::test]
@@ -216,7 +214,9 @@ async fn sandbox_as_root_cannot_mount_write_the_host_or_read_secrets() {
     ];
     let mut script = String::new();
     for (name, command) in &checks {
-        script.push_str(&format!("if ( {command} ) >/dev/null 2>&1; then echo '{name} succeeded'; else echo '{name} failed'; fi\n"));
+        script.push_str(&format!(
+            "if ( {command} ) >/dev/null 2>&1; then echo '{name} succeeded'; else echo '{name} failed'; fi\n"
+        ));
     }
     script.push_str("echo \"uid $(id -u)\"\ngrep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status\n");
     let out = typed(provider, &a, "root.sh", &script).await;

@@ -366,7 +366,10 @@ pub(crate) async fn apply_routes(
     let output = process::run(command, Some(script.as_bytes()), SETUP_TIMEOUT, process::MAX_OUTPUT).await?;
     if output.exit_code != 0 {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(SandboxError::Unavailable(format!("cannot set the sandbox's routes: {}", stderr.lines().next().unwrap_or("ip failed"))));
+        return Err(SandboxError::Unavailable(format!(
+            "cannot set the sandbox's routes: {}",
+            stderr.lines().next().unwrap_or("ip failed")
+        )));
     }
     Ok(())
 }

@@ -45,7 +45,10 @@ use self::desktop::Processes;
 use self::display::Display;
 use self::jail::{Jail, JailSettings};
 use self::launch::Launcher;
-use super::{keys, CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot};
+use super::{
+    keys, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
+    Screenshot,
+};
 
 pub use self::desktop::TERMINAL_TITLE;
 pub use self::jail::Network;
@@ -61,6 +64,8 @@ const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
 /// How many ids of expired sandboxes are remembered, to answer `Expired`
 /// rather than `NotFound`.
 const MAX_TOMBSTONES: usize = 4096;
+/// The port of the gateway forwarder inside a sandbox's own network.
+const GATEWAY_PORT: u16 = 4780;
 /// How long building the probe jail may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The one template: a desktop with a terminal.
@@ -136,6 +141,8 @@ struct LocalSandbox {
     launcher: Launcher,
     processes: tokio::sync::Mutex<Processes>,
     deadline: Mutex<Deadline>,
+    /// The gateway forwarder, once started.
+    forwarder: OnceCell<()>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -250,6 +257,7 @@ impl LocalProvider {
             launcher: desktop.launcher,
             processes: tokio::sync::Mutex::new(desktop.processes),
             deadline: Mutex::new(Deadline::after(request.timeout)),
+            forwarder: OnceCell::new(),
         });
         tracing::debug!(sandbox = %id, isolated = jail.is_some(), ms = started.elapsed().as_millis() as u64, "sandbox created");
         let handle = sandbox.handle();
@@ -327,6 +335,18 @@ impl LocalProvider {
             return Err(file_error(path, &output.stderr));
         }
         Ok(())
+    }
+
+    /// With a jail, the sandbox's gateway socket and a `socat` inside that
+    /// relays `127.0.0.1:GATEWAY_PORT` (in the sandbox's own network) to it.
+    async fn bridge(&self, id: &SandboxId) -> Result<Option<GatewayBridge>, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let Some(walls) = &sandbox.launcher.jail else {
+            return Ok(None);
+        };
+        let socket = walls.dir.join("run").join("gateway.sock");
+        sandbox.forwarder.get_or_try_init(|| start_forwarder(&sandbox, &walls.dir)).await?;
+        Ok(Some(GatewayBridge { socket, url: format!("http://127.0.0.1:{GATEWAY_PORT}") }))
     }
 
     async fn perform(&self, id: &SandboxId, action: &Action) -> Result<(), SandboxError> {
@@ -428,6 +448,26 @@ impl Drop for LocalProvider {
             }
         }
     }
+}
+
+/// Starts the gateway forwarder of `sandbox` and waits until it listens.
+async fn start_forwarder(sandbox: &LocalSandbox, dir: &std::path::Path) -> Result<(), SandboxError> {
+    let listen = format!("TCP-LISTEN:{GATEWAY_PORT},bind=127.0.0.1,fork,reuseaddr");
+    let target = format!("UNIX-CONNECT:{}/gateway.sock", jail::RUN_DIR);
+    let mut command = sandbox.launcher.command("socat", &[&listen, &target]);
+    let mut processes = sandbox.processes.lock().await;
+    let child = desktop::spawn_in_group(&mut command, processes.pgid(), &dir.join("logs").join("forwarder.log"), false)?;
+    processes.adopt(child);
+    drop(processes);
+    let wait = format!(
+        "for i in $(seq 500); do (exec 3<>/dev/tcp/127.0.0.1/{GATEWAY_PORT}) 2>/dev/null && exit 0; sleep 0.01; done; exit 1"
+    );
+    let check = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", &wait]);
+    let output = process::run(check, None, Duration::from_secs(10), 4096).await?;
+    if output.exit_code != 0 {
+        return Err(SandboxError::Unavailable("the gateway forwarder (socat) did not start in the sandbox".into()));
+    }
+    Ok(())
 }
 
 /// Builds a throwaway jail under `root` and runs `true` in it; the reason
@@ -564,6 +604,10 @@ impl SandboxProvider for LocalProvider {
 
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
+    }
+
+    fn gateway_bridge<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
+        self.bridge(id).boxed()
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn program() -> Result<&'static [u8], String> {
 
 fn compile() -> Result<Vec<u8>, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("no seccomp filter for this machine: {e}"))?;
-    let rules = DENIED.iter().map(|(_, number)| (i64::from(*number), Vec::new())).collect::<BTreeMap<_, _>>();
+    let rules = DENIED.iter().map(|(_, number)| (*number, Vec::new())).collect::<BTreeMap<_, _>>();
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
         .map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
     let program: BpfProgram = filter.try_into().map_err(|e| format!("cannot compile the seccomp filter: {e}"))?;
@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn the_filter_compiles_to_whole_instructions() {
         let bytes = program().expect("compiles");
-        assert!(!bytes.is_empty() && bytes.len() % 8 == 0);
+        assert!(!bytes.is_empty() && bytes.len().is_multiple_of(8));
         assert!(DENIED.iter().any(|(n, _)| *n == "mount") && DENIED.iter().any(|(n, _)| *n == "ptrace"));
     }
 }
