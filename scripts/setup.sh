@@ -40,6 +40,16 @@ APT_TOOLS=(
   "openbox:openbox"
   "xterm:xterm"
   "bwrap:bubblewrap"
+  # The local sandbox's jail: namespaces (util-linux), egress through a
+  # user-mode network stack, its routes, the in-sandbox gateway forwarder,
+  # and X tools the isolation tests drive displays with.
+  "unshare:util-linux"
+  "nsenter:util-linux"
+  "slirp4netns:slirp4netns"
+  "ip:iproute2"
+  "socat:socat"
+  "xauth:xauth"
+  "xwd:x11-apps"
   # The dashboard test drives a headless browser over its DevTools pipe.
   "chromium:chromium"
 )

@@ -26,6 +26,7 @@ use std::time::Duration;
 mod api;
 mod auth;
 mod computer_use;
+mod isolation;
 mod providers;
 mod queue;
 mod streams;
@@ -37,6 +38,7 @@ mod worker;
 pub use api::ApiConfig;
 pub use auth::AuthConfig;
 pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
+pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
@@ -71,6 +73,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
     ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
     ("FLOTILLA_SANDBOX_FLEET_MAX", "sandbox_fleet_max"),
+    ("FLOTILLA_SANDBOX_ISOLATION", "sandbox_isolation"),
+    ("FLOTILLA_SANDBOX_NETWORK", "sandbox_network"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -167,6 +171,8 @@ pub struct Config {
     pub streams: StreamsConfig,
     /// Webhook targets and retries.
     pub webhooks: WebhooksConfig,
+    /// How local sandboxes are walled off from the host and each other.
+    pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -219,6 +225,7 @@ impl Config {
             telemetry: TelemetryConfig::load(s)?,
             streams: StreamsConfig::from_settings(s)?,
             webhooks: WebhooksConfig::from_settings(s)?,
+            isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),
         })
     }

@@ -22,6 +22,7 @@ mod model_claude_toolset;
 mod model_openai;
 mod planner;
 mod queue;
+mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod schedules;
 mod sdk_checks;

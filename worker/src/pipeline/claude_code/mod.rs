@@ -34,7 +34,8 @@ use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
 use super::session::sandbox_failure;
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
-use crate::gateway::{ModelGateway, TaskToken};
+use crate::gateway::{GrantLimits, ModelGateway, TaskToken};
+use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
 /// that the task's own limit, not the token, is what stops it.
@@ -97,7 +98,8 @@ async fn run_in_sandbox(
     let before = session.guard(workdir::snapshot(sandbox)).await?;
 
     let deadline = session.steps().limits().deadline;
-    let token = grant(gateway, run, deadline).await?;
+    let bridge = sandbox.provider.gateway_bridge(sandbox.id).await.map_err(sandbox_failure)?;
+    let token = grant(gateway, run, deadline, bridge.as_ref()).await?;
     let invocation = Invocation {
         work_dir: WORK_DIR,
         model: attempt.spec.model.as_deref(),
@@ -119,10 +121,18 @@ async fn run_in_sandbox(
     Ok(result_of(&finished, &artifacts, &skipped, saved.as_ref()))
 }
 
-/// A gateway token for the task, valid a little past its deadline.
-async fn grant(gateway: &ModelGateway, run: &TaskRun, deadline: Instant) -> Result<TaskToken, PipelineError> {
+/// A gateway token for the task, valid a little past its deadline, on the
+/// sandbox's own bridge when it has one, for the task's model alone when it
+/// names one.
+async fn grant(
+    gateway: &ModelGateway,
+    run: &TaskRun,
+    deadline: Instant,
+    bridge: Option<&GatewayBridge>,
+) -> Result<TaskToken, PipelineError> {
     let ttl = deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE;
-    gateway.grant(run.attempt.task_id(), ttl).await.map_err(|e| PipelineError::Retryable(e.to_string()))
+    let limits = GrantLimits { models: run.attempt.spec.model.clone().map(|m| vec![m]), ..GrantLimits::default() };
+    gateway.grant_with(run.attempt.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
 }
 
 /// Runs the CLI, relaying its output lines as `block` events as they come,
