@@ -177,7 +177,7 @@ async fn timed(
     let answer = call.await;
     let outcome = answer.as_ref().map_or_else(ModelError::kind, |_| "ok");
     run.metrics.model_called(provider, outcome, started.elapsed());
-    answer.map_err(model_failure)
+    answer.map_err(PipelineError::from)
 }
 
 /// Takes a screenshot and scales it for the model.
@@ -269,19 +269,6 @@ async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, Pip
     Ok(format!("X={mx},Y={my}"))
 }
 
-/// A model fault as the attempt's outcome: worth another attempt when the
-/// provider may recover, fatal when the request or key is wrong.
-pub(super) fn model_failure(error: ModelError) -> PipelineError {
-    match error {
-        ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => {
-            PipelineError::Retryable(error.to_string())
-        }
-        ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
-            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-        }
-    }
-}
-
 /// The OpenAI models of a worker's configuration.
 pub struct OpenAiModels {
     config: Option<OpenAiConfig>,
@@ -321,11 +308,11 @@ impl ModelFactory for OpenAiModels {
     }
 
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
-        Ok(Box::new(OpenAiCua::new(self.config_for(run)?, display, None).map_err(model_failure)?))
+        Ok(Box::new(OpenAiCua::new(self.config_for(run)?, display, None).map_err(PipelineError::from)?))
     }
 
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
-        Ok(Box::new(OpenAiText::new(&self.config_for(run)?).map_err(model_failure)?))
+        Ok(Box::new(OpenAiText::new(&self.config_for(run)?).map_err(PipelineError::from)?))
     }
 }
 
@@ -364,11 +351,11 @@ impl ModelFactory for AnthropicModels {
     }
 
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
-        Ok(Box::new(AnthropicComputerUse::new(self.config_for(run)?, display, None).map_err(model_failure)?))
+        Ok(Box::new(AnthropicComputerUse::new(self.config_for(run)?, display, None).map_err(PipelineError::from)?))
     }
 
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
-        Ok(Box::new(AnthropicText::new(&self.config_for(run)?).map_err(model_failure)?))
+        Ok(Box::new(AnthropicText::new(&self.config_for(run)?).map_err(PipelineError::from)?))
     }
 }
 
