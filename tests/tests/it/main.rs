@@ -12,6 +12,7 @@ mod cluster;
 mod computer_use;
 mod dashboard;
 mod deploy;
+mod demo;
 mod desktop_tasks;
 mod faults;
 mod feeds;
