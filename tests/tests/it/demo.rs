@@ -74,10 +74,8 @@ fn running(pid: u32) -> bool {
 
 /// `roots` and every process below them.
 fn with_descendants(roots: &[u32]) -> Vec<u32> {
-    let all: Vec<u32> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let all: Vec<u32> =
+        std::fs::read_dir("/proc").expect("/proc").filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     let mut found = roots.to_vec();
     let mut i = 0;
     while i < found.len() {
