@@ -80,7 +80,8 @@ fn with_descendants(roots: &[u32]) -> Vec<u32> {
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        found.extend(all.iter().copied().filter(|&p| parent_of(p) == Some(parent) && !found.contains(&p)));
+        let children: Vec<u32> = all.iter().copied().filter(|&p| parent_of(p) == Some(parent) && !found.contains(&p)).collect();
+        found.extend(children);
         i += 1;
     }
     found
