@@ -50,6 +50,12 @@ impl Keys {
         format!("{}:{{q}}:lane:{}", self.prefix, priority.as_str())
     }
 
+    /// String with a TTL: `tenant` stored the screen with content hash
+    /// `hash` (its `dedup` flag is per tenant).
+    pub fn tenant_screen(&self, tenant: &TenantId, hash: &str) -> String {
+        format!("{}:{{{tenant}}}:screen:{hash}", self.prefix)
+    }
+
     /// Sorted set: task ids of one lane by the epoch ms they become due
     /// (retries after backoff, and `not_before`).
     pub fn due(&self, priority: Priority) -> String {
