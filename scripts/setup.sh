@@ -168,12 +168,15 @@ ensure_python_packages() {
   printf '%s' "$wanted" >"$stamp"
 }
 
+# `--demo`: only what scripts/demo.sh runs (the Debian packages and s3s-fs);
+# the test tools, the Python packages and the Claude Code CLI are left out.
 main() {
   ensure_apt_packages
+  ensure_s3s_fs
+  [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages
   ensure_nextest
   ensure_cargo_deny
-  ensure_s3s_fs
   ensure_claude_cli
 }
 

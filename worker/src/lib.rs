@@ -14,6 +14,7 @@ pub mod image;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod provider_http;
 pub mod sandbox;
 pub mod tools;
 pub mod webhooks;

@@ -12,6 +12,7 @@ mod cluster;
 mod computer_use;
 mod computer_use_models;
 mod dashboard;
+mod demo;
 mod deploy;
 mod desktop_tasks;
 mod faults;

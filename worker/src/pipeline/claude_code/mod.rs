@@ -32,7 +32,6 @@ use tokio::sync::mpsc;
 use self::cli::{Finished, Invocation};
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
-use super::session::sandbox_failure;
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
 use crate::gateway::{GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
@@ -140,7 +139,8 @@ async fn grant(
 async fn run_cli(run: &TaskRun, sandbox: Sandbox<'_>, command: &str, deadline: Instant) -> Result<Finished, PipelineError> {
     let timeout = deadline.saturating_duration_since(Instant::now());
     let (lines, received) = mpsc::unbounded_channel();
-    let running = async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(sandbox_failure) };
+    let running =
+        async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(PipelineError::from) };
     let (output, stream) = tokio::try_join!(running, cli::relay_blocks(&run.attempt, received))?;
     tracing::debug!(exit_code = output.exit_code, blocks = stream.blocks, "claude finished");
     cli::judge(&stream, &output)
