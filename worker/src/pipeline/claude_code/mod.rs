@@ -97,7 +97,7 @@ async fn run_in_sandbox(
     let before = session.guard(workdir::snapshot(sandbox)).await?;
 
     let deadline = session.steps().limits().deadline;
-    let bridge = sandbox.provider.gateway_bridge(sandbox.id).await.map_err(sandbox_failure)?;
+    let bridge = sandbox.provider.gateway_bridge(sandbox.id).await?;
     let token = grant(gateway, run, deadline, bridge.as_ref()).await?;
     let invocation = Invocation {
         work_dir: WORK_DIR,
