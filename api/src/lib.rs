@@ -17,7 +17,7 @@ mod dashboard;
 mod error;
 mod extract;
 mod feed;
-mod metrics;
+pub mod metrics;
 mod openapi;
 mod presign;
 mod routes;

@@ -47,6 +47,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         flotilla_shared::action::Action,
         flotilla_shared::queue::QueueStats,
         flotilla_shared::queue::LaneStats,
+        flotilla_shared::queue::TenantLoad,
         tasks::TaskAccepted,
         tasks::TaskPage,
         tasks::Cancelled,
