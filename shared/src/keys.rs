@@ -67,7 +67,8 @@ impl Keys {
 
     /// The shard a tenant's queue lives in (FNV-1a of its name).
     pub fn shard_of(&self, tenant: &TenantId) -> Shard {
-        let hash = tenant.as_str().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let hash =
+            tenant.as_str().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         Shard((hash % u64::from(self.shards)) as u16)
     }
 

@@ -18,6 +18,7 @@ pub use fleet::{api_key, spawn_api, spawn_api_with_blobs, test_config, unique_pr
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
 pub use sse::{SseFrame, SseReader};
+pub mod fair_scenarios;
 pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;

@@ -87,7 +87,10 @@ impl Queue {
         inv.arg(GROUP).arg(consumer).arg(count);
         let mut conn = self.redis.shared();
         let got: Vec<(String, String, String, String, redis::Value)> = inv.invoke_async(&mut conn).await?;
-        Ok(got.into_iter().filter_map(|(lane, entry, task, tenant, _)| Delivery::from_reply(&lane, entry, &task, &tenant, false)).collect())
+        Ok(got
+            .into_iter()
+            .filter_map(|(lane, entry, task, tenant, _)| Delivery::from_reply(&lane, entry, &task, &tenant, false))
+            .collect())
     }
 
     /// Takes over up to `count` entries that have been pending longer than
@@ -105,7 +108,11 @@ impl Queue {
             let mut inv = self.shard_call(&fair_scripts::RECLAIM, shard);
             inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted);
             let taken: Vec<(String, String, String, String)> = inv.invoke_async(&mut conn).await?;
-            got.extend(taken.into_iter().filter_map(|(lane, entry, task, tenant)| Delivery::from_reply(&lane, entry, &task, &tenant, true)));
+            got.extend(
+                taken
+                    .into_iter()
+                    .filter_map(|(lane, entry, task, tenant)| Delivery::from_reply(&lane, entry, &task, &tenant, true)),
+            );
         }
         Ok(got)
     }
@@ -200,8 +207,12 @@ impl Queue {
         let gone_after_ms = self.settings.lease.as_millis() as u64 * 10;
         let mut removed = Vec::new();
         for shard in self.keys.shards() {
-            let names: Vec<String> =
-                self.shard_call(&fair_scripts::FORGET_GONE_CONSUMERS, shard).arg(GROUP).arg(gone_after_ms).invoke_async(&mut conn).await?;
+            let names: Vec<String> = self
+                .shard_call(&fair_scripts::FORGET_GONE_CONSUMERS, shard)
+                .arg(GROUP)
+                .arg(gone_after_ms)
+                .invoke_async(&mut conn)
+                .await?;
             removed.extend(names);
         }
         removed.sort();
@@ -242,8 +253,13 @@ impl Queue {
         let now = clock::now_ms();
         let mut moved = 0;
         for shard in self.keys.shards() {
-            let n: usize =
-                self.shard_call(&fair_scripts::PROMOTE, shard).arg(GROUP).arg(now).arg(PROMOTE_BATCH).invoke_async(&mut conn).await?;
+            let n: usize = self
+                .shard_call(&fair_scripts::PROMOTE, shard)
+                .arg(GROUP)
+                .arg(now)
+                .arg(PROMOTE_BATCH)
+                .invoke_async(&mut conn)
+                .await?;
             moved += n;
         }
         Ok(moved)

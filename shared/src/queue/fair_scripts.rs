@@ -32,6 +32,12 @@ use super::scripts::{FINISH_FN, PRELUDE, START_FN};
 /// tenant's virtual time by `STRIDE_UNIT / w`.
 pub const STRIDE_UNIT: u32 = 10_000;
 
+/// How many tasks ahead of the clock a tenant that comes back from idle may
+/// start: it joins at `max(its own virtual time, clock - HEAD_START_TURNS
+/// strides)`. Bounded and never accumulated while idle, it lets a quiet
+/// tenant's few tasks start at once beside a backlogged one.
+pub const HEAD_START_TURNS: u32 = 4;
+
 /// Helpers of every scheduler script. `LANES` are the lane names in
 /// priority order; `with_group` runs a consumer-group command on a lane and,
 /// when Redis lost the group (restarted without persistence) or the lane,
@@ -39,6 +45,7 @@ pub const STRIDE_UNIT: u32 = 10_000;
 const FAIR_FN: &str = r#"
 local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
+local HEAD_START = 4 -- HEAD_START_TURNS
 local function num(x) return string.format('%.17g', x) end
 local function tkey(S, tenant) return S .. 't:' .. tenant end
 local function lkey(S, tenant, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] end
@@ -56,7 +63,7 @@ local function with_group(lane, group, ...)
   return r
 end
 local function activate(S, tenant)
-  local st = redis.call('HMGET', tkey(S, tenant), 'queued', 'running', 'max', 'vt')
+  local st = redis.call('HMGET', tkey(S, tenant), 'queued', 'running', 'max', 'vt', 'weight')
   local queued, running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
   if queued <= 0 or (max > 0 and running >= max) then
     redis.call('ZREM', S .. 'active', tenant)
@@ -64,7 +71,8 @@ local function activate(S, tenant)
   end
   if redis.call('ZSCORE', S .. 'active', tenant) then return end
   local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-  redis.call('ZADD', S .. 'active', num(math.max(tonumber(st[4]) or 0, clock)), tenant)
+  local head_start = HEAD_START * STRIDE_UNIT / math.max(tonumber(st[5]) or 1, 1)
+  redis.call('ZADD', S .. 'active', num(math.max(tonumber(st[4]) or 0, clock - head_start)), tenant)
 end
 local function bump(S, tenant, field, n)
   if n ~= 0 then

@@ -74,7 +74,8 @@ impl Claimer {
     /// lowest virtual time first, so turns stay fair across shards.
     async fn claim_on_cluster(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
         let shards: Vec<Shard> = self.queue.keys.shards().collect();
-        let heads = shards.iter().map(|s| redis::cmd("ZRANGE").arg(self.queue.keys.active(*s)).arg(0).arg(0).arg("WITHSCORES").clone());
+        let heads =
+            shards.iter().map(|s| redis::cmd("ZRANGE").arg(self.queue.keys.active(*s)).arg(0).arg(0).arg("WITHSCORES").clone());
         let heads: Vec<Vec<(String, f64)>> = self.queue.redis.query_many(heads.collect()).await?;
         let mut order: Vec<(f64, Shard)> =
             shards.iter().zip(&heads).filter_map(|(shard, head)| head.first().map(|(_, vt)| (*vt, *shard))).collect();

@@ -116,7 +116,8 @@ impl Queue {
             // A tenant that never queued has no lanes.
             return Ok(LaneStats { lane, depth: 0, pending: 0, delayed, oldest_age_ms: 0, consumers: 0 });
         }
-        let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
+        let groups: Vec<HashMap<String, redis::Value>> =
+            redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
         let group = groups.iter().find(|g| g.get("name").and_then(as_text).as_deref() == Some(GROUP));
         let number = |field: &str| group.and_then(|g| g.get(field)).and_then(as_number);
         let len: u64 = conn.xlen(&key).await?;

@@ -160,6 +160,9 @@ impl Queue {
     /// Returns the creation time given to them.
     pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
         let now = clock::now_ms();
+        if tasks.is_empty() {
+            return Ok(now);
+        }
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
         let traceparent = crate::telemetry::current_traceparent().unwrap_or_default();
         let mut creates = Vec::new();
@@ -181,7 +184,8 @@ impl Queue {
         }
         let _created: Vec<i64> = self.invoke_each(&creates).await?;
 
-        let indexes: Vec<_> = tasks.iter().map(|t| redis::Cmd::zadd(self.keys.tenant_tasks(&t.tenant), t.id.as_str(), 0)).collect();
+        let indexes: Vec<_> =
+            tasks.iter().map(|t| redis::Cmd::zadd(self.keys.tenant_tasks(&t.tenant), t.id.as_str(), 0)).collect();
         let mut tenants = redis::pipe();
         let mut tenants_seen: Vec<&TenantId> = Vec::new();
         for task in &tasks {
@@ -193,8 +197,10 @@ impl Queue {
         let _: Vec<redis::Value> = self.redis.query_many(indexes).await?;
         let mut conn = self.redis.shared();
         let () = tenants.query_async(&mut conn).await?;
-        let queued: Vec<Queued<'_>> =
-            tasks.iter().map(|t| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now))).collect();
+        let queued: Vec<Queued<'_>> = tasks
+            .iter()
+            .map(|t| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now)))
+            .collect();
         self.enqueue(&queued, now).await?;
         Ok(now)
     }

@@ -13,6 +13,7 @@ mod computer_use;
 mod dashboard;
 mod deploy;
 mod desktop_tasks;
+mod fairness;
 mod faults;
 mod model_anthropic;
 mod model_openai;

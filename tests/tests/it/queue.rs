@@ -88,7 +88,13 @@ async fn higher_lanes_are_read_first() {
     let low_id = q.submit(&tenant(), low).await.expect("submit").id;
     let normal_id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let high_id = q.submit(&tenant(), high).await.expect("submit").id;
-    let order: Vec<_> = q.claim_turns(q.keys().shard_of(&tenant()), "reader", 3).await.expect("claim").into_iter().filter_map(|d| d.task_id).collect();
+    let order: Vec<_> = q
+        .claim_turns(q.keys().shard_of(&tenant()), "reader", 3)
+        .await
+        .expect("claim")
+        .into_iter()
+        .filter_map(|d| d.task_id)
+        .collect();
     assert_eq!(order, [high_id, normal_id, low_id]);
 }
 
