@@ -7,7 +7,9 @@
 //!
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors); `error` is the only place
-//! that knows which status each error gets; `feed` orders event streams;
+//! that knows which status each error gets; `hub` is the process's one
+//! subscription to events, fanned out to every stream; `feed` orders event
+//! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with.
@@ -17,6 +19,7 @@ mod dashboard;
 mod error;
 mod extract;
 mod feed;
+pub mod hub;
 pub mod metrics;
 mod openapi;
 mod presign;
@@ -50,7 +53,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Serves the API on `listener` until `shutdown` is cancelled.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&config).await.map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
-    let blobs = match config.s3_bucket {
+    let blobs = match config.s3.bucket {
         Some(_) => Some(BlobStore::new(BlobConfig::from_process_env(&config)?)),
         None => None,
     };
@@ -78,14 +81,15 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 /// The whole application: every route, the body limits (a larger one for
 /// batches) and request tracing.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config().body_limit;
-    let batch_body_limit = state.config().batch_body_limit;
+    let body_limit = state.config().api.body_limit;
+    let batch_body_limit = state.config().api.batch_body_limit;
     Router::new()
         .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
         .route("/v1/tasks/{id}", get(routes::tasks::get))
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/events", get(routes::feed_events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))

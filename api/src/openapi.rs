@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -19,6 +19,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         tasks::cancel,
         tasks::input,
         events::stream,
+        feed_events::stream,
         batches::create,
         batches::get,
         batches::cancel,

@@ -49,7 +49,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let metrics = WorkerMetrics::with_tools(&tools);
     let tools = Arc::new(tools);
     let queue = connect_patiently(&config, &shutdown).await?;
-    let http = match config.worker_http_addr {
+    let http = match config.worker.http_addr {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -64,24 +64,24 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         registry,
         tools: Arc::clone(&tools),
         acker,
-        worker_id: config.worker_id.clone(),
-        heartbeat: config.heartbeat,
-        default_pipeline: config.default_pipeline,
+        worker_id: config.worker.id.clone(),
+        heartbeat: config.queue.heartbeat,
+        default_pipeline: config.api.default_pipeline,
         metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
-    let slots = Arc::new(Semaphore::new(config.worker_concurrency));
+    let slots = Arc::new(Semaphore::new(config.worker.concurrency));
     let tracker = TaskTracker::new();
     let abandon = CancellationToken::new();
-    info!(worker = %config.worker_id, concurrency = config.worker_concurrency, "worker started");
+    info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
-    let mut source = queue.claimer(config.worker_id.clone());
+    let mut source = queue.claimer(config.worker.id.clone());
     let claimer = Claimer { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
     claimer.claim_until(&mut source, &shutdown).await;
 
-    info!(running = tracker.len(), deadline_s = config.drain_deadline.as_secs(), "stopping: draining running tasks");
+    info!(running = tracker.len(), deadline_s = config.worker.drain_deadline.as_secs(), "stopping: draining running tasks");
     tracker.close();
-    if tokio::time::timeout(config.drain_deadline, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(config.worker.drain_deadline, tracker.wait()).await.is_err() {
         warn!(running = tracker.len(), "drain deadline passed; handing running tasks back");
         abandon.cancel();
         tracker.wait().await;

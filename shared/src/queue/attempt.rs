@@ -152,7 +152,7 @@ impl StartArgs {
     fn new(queue: &Queue, owner: &str) -> Self {
         let now = clock::now_ms();
         Self {
-            channel_prefix: queue.keys.channel_prefix(),
+            channel_prefix: queue.script_channels(),
             started: draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }),
             now,
             owner: owner.to_owned(),
@@ -350,7 +350,7 @@ impl Queue {
             .chunks(self.tasks_per_call(usize::MAX))
             .map(|chunk| {
                 let mut inv = scripts::FINISH.prepare_invoke();
-                inv.arg(self.keys.channel_prefix()).arg(self.retention_ms());
+                inv.arg(self.script_channels()).arg(self.retention_ms());
                 for ending in chunk {
                     self.add_ending(&mut inv, ending);
                 }
@@ -390,7 +390,7 @@ impl Queue {
         let shard = Shard(0);
         let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
         inv.key(self.keys.sched(shard)).key(self.keys.outcomes()).key(self.keys.finished());
-        inv.arg(self.keys.channel_prefix()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
+        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
         for ending in ends {
             self.add_ending(&mut inv, ending);
             let delivery = &ending.0.delivery;

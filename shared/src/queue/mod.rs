@@ -25,6 +25,7 @@ mod batch;
 mod batch_spec;
 mod claim;
 pub mod fair_scripts;
+mod feed;
 mod next;
 mod record;
 pub mod scripts;
@@ -38,6 +39,7 @@ pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutc
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;
+pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
@@ -64,10 +66,10 @@ pub struct QueueSettings {
 impl QueueSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            lease: config.lease,
-            retention: config.retention,
-            retry_base: config.retry_base,
-            retry_max: config.retry_max,
+            lease: config.queue.lease,
+            retention: config.queue.retention,
+            retry_base: config.queue.retry_base,
+            retry_max: config.queue.retry_max,
             tenants: Arc::new(config.tenants.clone()),
         }
     }
@@ -150,7 +152,7 @@ impl Queue {
     ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.task(task_id));
-        inv.arg(self.keys.channel_prefix()).arg(task_id.as_str()).arg(draft).arg(now_ms);
+        inv.arg(self.script_channels()).arg(task_id.as_str()).arg(draft).arg(now_ms);
         inv
     }
 }

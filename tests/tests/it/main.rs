@@ -15,6 +15,7 @@ mod deploy;
 mod desktop_tasks;
 mod fairness;
 mod faults;
+mod feeds;
 mod model_anthropic;
 mod model_openai;
 mod planner;
