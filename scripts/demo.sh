@@ -45,9 +45,11 @@ pids+=($!)
 
 export FLOTILLA_REDIS_URL="redis://127.0.0.1:$redis_port"
 export FLOTILLA_API_ADDR="127.0.0.1:$api_port"
-export FLOTILLA_API_KEYS="demo-key-0001=demo"
+# API keys are flt_ and at least 32 random letters and digits: a fresh one per run.
+demo_key="flt_$(head -c 96 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 43)"
+export FLOTILLA_API_KEYS="$demo_key=demo"
 export FLOTILLA_API_URL="http://127.0.0.1:$api_port"
-export FLOTILLA_API_KEY="demo-key-0001"
+export FLOTILLA_API_KEY="$demo_key"
 export RUST_LOG="${RUST_LOG:-warn}"
 export FLOTILLA_S3_BUCKET="flotilla-demo"
 export FLOTILLA_S3_ENDPOINT="http://127.0.0.1:$s3_port"

@@ -82,6 +82,17 @@ ensure_nextest() {
   cargo install cargo-nextest --locked --quiet
 }
 
+# Dependency checks in the test command (scripts/deny.sh). Pinned; built from
+# source: about 4 minutes of CPU on 2 cores (longer when the machine is busy).
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+  if cargo deny --version >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing cargo-deny $CARGO_DENY_VERSION (cargo install, about 4 minutes of CPU)"
+  cargo install "cargo-deny@$CARGO_DENY_VERSION" --locked --quiet
+}
+
 # The S3-protocol server the blob store tests and screenshot_bench run
 # against. Pinned: 0.15 and later need a newer rustc than this toolchain.
 S3S_FS_VERSION=0.14.1
@@ -150,6 +161,7 @@ main() {
   ensure_apt_packages
   ensure_python_packages
   ensure_nextest
+  ensure_cargo_deny
   ensure_s3s_fs
   ensure_claude_cli
 }

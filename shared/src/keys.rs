@@ -120,6 +120,12 @@ impl Keys {
         format!("{}due", self.shard_base(shard))
     }
 
+    /// String with a TTL: `tenant` stored the screen with content hash
+    /// `hash` (its `dedup` flag is per tenant).
+    pub fn tenant_screen(&self, tenant: &TenantId, hash: &str) -> String {
+        format!("{}:{{{tenant}}}:screen:{hash}", self.prefix)
+    }
+
     /// Hash: fleet-wide counters of finished tasks by outcome.
     pub fn outcomes(&self) -> String {
         format!("{}:{{q}}:outcomes", self.prefix)

@@ -28,6 +28,7 @@ pub mod fair_scripts;
 mod feed;
 mod next;
 mod record;
+mod screens;
 pub mod scripts;
 mod stats;
 mod submit;

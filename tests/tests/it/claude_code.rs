@@ -187,7 +187,7 @@ async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
         assert_eq!(&fetched[..], want);
     }
     assert_eq!(
-        ApiClient::new(&api, "test-key-globex").get(&format!("/v1/tasks/{id}")).await.0,
+        ApiClient::new(&api, flotilla_tests::fleet::globex_key()).get(&format!("/v1/tasks/{id}")).await.0,
         404,
         "another tenant sees nothing"
     );

@@ -17,6 +17,7 @@ mod desktop_tasks;
 mod fairness;
 mod faults;
 mod feeds;
+mod hardening;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;

@@ -350,7 +350,17 @@ impl ScreenshotLog {
         let attempt = Arc::clone(attempt);
         let events = tokio::spawn(async move {
             while let Some((_, image)) = feed.next().await {
-                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup: image.dedup };
+                // `dedup` as the tenant sees it: true only when this tenant
+                // stored these bytes before, never because another did.
+                let seen = match attempt.queue().tenant_stored_before(attempt.tenant(), &image.hash).await {
+                    Ok(seen) => seen,
+                    Err(e) => {
+                        warn!(error = %e, "could not record a tenant's stored screen");
+                        false
+                    }
+                };
+                let dedup = image.dedup && seen;
+                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup };
                 if let Err(e) = attempt.emit(event, &[]).await {
                     warn!(error = %e, "could not record a stored screenshot");
                     return;
