@@ -37,7 +37,7 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     let mut doomed = WorkerProcess::spawn(&env, "doomed");
     let survivor = WorkerProcess::spawn(&env, "survivor");
     eventually("a third of the tasks finished", Duration::from_secs(30), || async {
-        let stats = q.stats(None).await.expect("stats");
+        let stats = q.fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 100
     })
     .await;
@@ -66,8 +66,8 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     }
     assert!(reclaimed > 0, "the killed worker held running tasks that were reclaimed");
     assert!(by_worker.get("doomed").copied().unwrap_or(0) > 0, "both workers did work: {by_worker:?}");
-    let stats = q.stats(None).await.expect("stats");
-    assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "every entry acknowledged: {stats:?}");
+    let stats = q.fleet_stats().await.expect("stats");
+    assert!(stats.running == 0 && stats.queued == 0, "every entry acknowledged: {stats:?}");
     assert_eq!(stats.outcomes.get("succeeded").copied(), Some(300), "counted once each");
     drop(survivor);
 }
@@ -129,7 +129,7 @@ pub async fn tasks_survive_a_redis_restart_and_workers_recover_by_themselves(mut
     let workers = [WorkerProcess::spawn(&env, "w1"), WorkerProcess::spawn(&env, "w2")];
 
     eventually("some tasks finished and others are running", Duration::from_secs(20), || async {
-        let stats = q.stats(None).await.expect("stats");
+        let stats = q.fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 10
     })
     .await;
