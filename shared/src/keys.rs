@@ -5,7 +5,7 @@
 //! in one cluster slot: a task is one hash, under `{task id}`; a tenant's
 //! index, dead letters and idempotency records share `{tenant}`; a batch's
 //! record and task list share `{batch id}`; every schedule key shares `{s}`;
-//! fleet-wide counters and the finished index share `{q}`.
+//! the finished index and the tenant set share `{q}`.
 //!
 //! The queue itself is split into scheduler shards, each under a hash tag
 //! of its own, `{f<n>}` (one shard on a single server, [`CLUSTER_SHARDS`] on
@@ -19,6 +19,7 @@
 //! | `active` | sorted set | tenants with queued tasks below their `max_running`, by virtual time |
 //! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
+//! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |
 //! | `due` | sorted set | `<lane>:<tenant>:<task id>` by the epoch ms it becomes due |
 //! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed` |
@@ -126,9 +127,16 @@ impl Keys {
         format!("{}:{{{tenant}}}:screen:{hash}", self.prefix)
     }
 
-    /// Hash: fleet-wide counters of finished tasks by outcome.
-    pub fn outcomes(&self) -> String {
-        format!("{}:{{q}}:outcomes", self.prefix)
+    /// Hash: counters of the shard's finished tasks by outcome, kept in the
+    /// shard's slot so an acknowledgement and its count are one step; the
+    /// fleet's counts are the sum over shards.
+    pub fn outcomes(&self, shard: Shard) -> String {
+        format!("{}outcomes", self.shard_base(shard))
+    }
+
+    /// The outcome counts of the shard `tenant` lives in.
+    pub fn tenant_outcomes(&self, tenant: &TenantId) -> String {
+        self.outcomes(self.shard_of(tenant))
     }
 
     /// Sorted set: tasks a worker ended on a single server, by when they

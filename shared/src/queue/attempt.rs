@@ -178,7 +178,7 @@ enum Unstarted {
     /// Its attempts were spent: it goes to the tenant's dead letters.
     Dead(TenantId, TaskId),
     /// A cancel was waiting for it.
-    Cancelled,
+    Cancelled(TenantId),
 }
 
 /// A running attempt.
@@ -299,7 +299,7 @@ impl Queue {
                 Ok(StartOutcome::Nothing(Skipped::Dead))
             }
             Some("cancelled") => {
-                counted.push(Unstarted::Cancelled);
+                counted.push(Unstarted::Cancelled(delivery.tenant.clone()));
                 Ok(StartOutcome::Nothing(Skipped::Cancelled))
             }
             Some("gone") => Ok(StartOutcome::Nothing(Skipped::Gone)),
@@ -319,10 +319,10 @@ impl Queue {
             match ended {
                 Unstarted::Dead(tenant, id) => {
                     cmds.push(redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()));
-                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "failed", 1));
-                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "dead", 1));
+                    cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "failed", 1));
+                    cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "dead", 1));
                 }
-                Unstarted::Cancelled => cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1)),
+                Unstarted::Cancelled(tenant) => cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1)),
             }
         }
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
@@ -332,7 +332,7 @@ impl Queue {
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
         let cmds = vec![
             redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()),
-            redis::Cmd::hincr(self.keys.outcomes(), "dead", 1),
+            redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "dead", 1),
         ];
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
         Ok(())
@@ -389,7 +389,7 @@ impl Queue {
         }
         let shard = Shard(0);
         let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
-        inv.key(self.keys.sched(shard)).key(self.keys.outcomes()).key(self.keys.finished());
+        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.finished());
         inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
         for ending in ends {
             self.add_ending(&mut inv, ending);

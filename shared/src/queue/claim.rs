@@ -144,12 +144,11 @@ impl Queue {
         Ok(())
     }
 
-    /// Acknowledges finished entries, counting outcomes
-    /// (`succeeded`, `failed`, …), one call per shard; each acknowledged
-    /// entry frees its tenant's running slot. On a cluster the outcome
-    /// counts (in `{q}`) are one pipeline apart from the shards' calls.
+    /// Acknowledges finished entries and counts their outcomes
+    /// (`succeeded`, `failed`, …) in one step per shard, so an entry is
+    /// counted exactly when it is acknowledged; each acknowledged entry frees
+    /// its tenant's running slot.
     pub async fn ack(&self, done: &[(Delivery, Option<Outcome>)]) -> Result<(), QueueError> {
-        let cluster = self.redis.is_cluster();
         let mut by_shard: BTreeMap<Shard, Vec<&(Delivery, Option<Outcome>)>> = BTreeMap::new();
         for item in done {
             by_shard.entry(self.keys.shard_of(&item.0.tenant)).or_default().push(item);
@@ -158,9 +157,7 @@ impl Queue {
             .into_iter()
             .map(|(shard, items)| {
                 let mut inv = self.shard_call(&fair_scripts::ACK, shard);
-                if !cluster {
-                    inv.key(self.keys.outcomes());
-                }
+                inv.key(self.keys.outcomes(shard));
                 inv.arg(GROUP);
                 for (delivery, outcome) in items {
                     inv.arg(delivery.tenant.as_str()).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
@@ -170,19 +167,6 @@ impl Queue {
             })
             .collect();
         let _: Vec<i64> = self.invoke_each(&calls).await?;
-        if cluster {
-            let mut counts: Vec<(Outcome, i64)> = Vec::new();
-            for outcome in done.iter().filter_map(|(_, o)| *o) {
-                match counts.iter_mut().find(|(o, _)| *o == outcome) {
-                    Some((_, n)) => *n += 1,
-                    None => counts.push((outcome, 1)),
-                }
-            }
-            let cmds: Vec<_> = counts.into_iter().map(|(o, n)| redis::Cmd::hincr(self.keys.outcomes(), o.as_str(), n)).collect();
-            if !cmds.is_empty() {
-                let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
-            }
-        }
         Ok(())
     }
 

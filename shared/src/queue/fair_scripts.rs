@@ -279,8 +279,7 @@ return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10])
 });
 
 /// Acknowledges entries of one shard and counts outcomes. `KEYS[1]` the
-/// shard's `sched`, `KEYS[2]` the outcome counts (single server only: on a
-/// cluster they are counted apart); `ARGV[1]` the shard base, `ARGV[2]` the
+/// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the shard base, `ARGV[2]` the
 /// group; then per entry `tenant, lane index, entry id, outcome (or empty)`.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -292,9 +291,7 @@ for a = 3, #ARGV, 4 do
   if ARGV[a + 3] ~= '' then counts[ARGV[a + 3]] = (counts[ARGV[a + 3]] or 0) + 1 end
 end
 settle(ARGV[1], ARGV[2], entries)
-if KEYS[2] then
-  for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
-end
+for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 return #entries
 "#
     ))
@@ -459,7 +456,7 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 2;
 /// tenant's slot frees with it; on a single server only (the tasks' keys
 /// and the shard's are in one call). Instead of a TTL each, the ended tasks
 /// go into the finished index in one command. `KEYS[1]` the shard's
-/// `sched`, `KEYS[2]` the outcome counts, `KEYS[3]` the finished index,
+/// `sched`, `KEYS[2]` the shard's outcome counts, `KEYS[3]` the finished index,
 /// then the key of each ended task. `ARGV[1]` the channel prefix,
 /// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
 /// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`

@@ -94,8 +94,12 @@ impl Queue {
 
     /// Every shard's totals, summed, and the outcome counts.
     pub async fn fleet_stats(&self) -> Result<FleetStats, QueueError> {
-        let cmds = self.keys.shards().map(|s| redis::Cmd::hgetall(self.keys.sched(s))).collect();
-        let shards: Vec<HashMap<String, String>> = self.redis.query_many(cmds).await?;
+        let cmds = self
+            .keys
+            .shards()
+            .flat_map(|s| [redis::Cmd::hgetall(self.keys.sched(s)), redis::Cmd::hgetall(self.keys.outcomes(s))]);
+        let replies: Vec<HashMap<String, String>> = self.redis.query_many(cmds.collect()).await?;
+        let (shards, outcomes): (Vec<_>, Vec<_>) = replies.chunks(2).map(|pair| (&pair[0], &pair[1])).unzip();
         let mut fleet = FleetStats::default();
         for shard in &shards {
             let field = |name: &str| shard.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
@@ -103,8 +107,9 @@ impl Queue {
             fleet.running += field("running");
             fleet.delayed += field("delayed");
         }
-        let mut conn = self.redis.shared();
-        fleet.outcomes = conn.hgetall(self.keys.outcomes()).await?;
+        for (outcome, n) in outcomes.iter().flat_map(|counts| counts.iter()) {
+            *fleet.outcomes.entry(outcome.clone()).or_default() += n.parse::<u64>().unwrap_or(0);
+        }
         Ok(fleet)
     }
 

@@ -362,7 +362,7 @@ impl Queue {
         match outcome.as_str() {
             "missing" => Err(QueueError::NotFound),
             "now-cancelled" => {
-                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
                 Ok(CancelOutcome::Cancelled)
             }
             "cancelling" => Ok(CancelOutcome::Cancelling),
