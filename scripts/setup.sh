@@ -40,6 +40,16 @@ APT_TOOLS=(
   "openbox:openbox"
   "xterm:xterm"
   "bwrap:bubblewrap"
+  # The local sandbox's jail: namespaces (util-linux), egress through a
+  # user-mode network stack, its routes, the in-sandbox gateway forwarder,
+  # and X tools the isolation tests drive displays with.
+  "unshare:util-linux"
+  "nsenter:util-linux"
+  "slirp4netns:slirp4netns"
+  "ip:iproute2"
+  "socat:socat"
+  "xauth:xauth"
+  "xwd:x11-apps"
   # The dashboard test drives a headless browser over its DevTools pipe.
   "chromium:chromium"
 )
@@ -129,6 +139,7 @@ PY_PACKAGES=(
   anthropic
   openai
   google-genai
+  standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
 )
 venv_dir() {
   local target
@@ -157,12 +168,15 @@ ensure_python_packages() {
   printf '%s' "$wanted" >"$stamp"
 }
 
+# `--demo`: only what scripts/demo.sh runs (the Debian packages and s3s-fs);
+# the test tools, the Python packages and the Claude Code CLI are left out.
 main() {
   ensure_apt_packages
+  ensure_s3s_fs
+  [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages
   ensure_nextest
   ensure_cargo_deny
-  ensure_s3s_fs
   ensure_claude_cli
 }
 

@@ -20,6 +20,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::hub::HubError;
+use flotilla_shared::webhooks::WebhookError;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +160,17 @@ pub fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &RateState
         [("ratelimit-limit", state.limit), ("ratelimit-remaining", state.remaining), ("ratelimit-reset", state.reset_s)]
     {
         headers.insert(name, HeaderValue::from(value));
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        match e {
+            WebhookError::Invalid(e) => ApiError::Invalid(e),
+            WebhookError::NotFound => ApiError::NotFound("no such webhook"),
+            WebhookError::NoMessage => ApiError::NotFound("no such message"),
+            WebhookError::Queue(e) => ApiError::Queue(e),
+        }
     }
 }
 

@@ -24,7 +24,7 @@ mod feed;
 pub mod hub;
 mod keys;
 mod limits;
-mod metrics;
+pub mod metrics;
 mod openapi;
 mod presign;
 mod routes;
@@ -127,6 +127,11 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
             "/v1/schedules/{id}",
             get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
         )
+        .route("/v1/webhooks", post(routes::webhooks::create).get(routes::webhooks::list))
+        .route("/v1/webhooks/{id}", get(routes::webhooks::get).patch(routes::webhooks::patch).delete(routes::webhooks::delete))
+        .route("/v1/webhooks/{id}/rotate-secret", post(routes::webhooks::rotate))
+        .route("/v1/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))
+        .route("/v1/webhooks/{id}/deliveries/{msg_id}/retry", post(routes::webhooks::retry))
         .route("/v1/queues", get(routes::queues::stats))
         .route("/v1/dead", get(routes::queues::dead))
         .route("/v1/dead/{id}/retry", post(routes::queues::retry))

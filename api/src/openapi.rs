@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, usage};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, usage, webhooks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -30,6 +30,14 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         schedules::patch,
         schedules::delete,
         usage::usage,
+        webhooks::create,
+        webhooks::list,
+        webhooks::get,
+        webhooks::patch,
+        webhooks::delete,
+        webhooks::rotate,
+        webhooks::deliveries,
+        webhooks::retry,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -49,6 +57,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         flotilla_shared::action::Action,
         flotilla_shared::queue::QueueStats,
         flotilla_shared::queue::LaneStats,
+        flotilla_shared::queue::TenantLoad,
         tasks::TaskAccepted,
         tasks::TaskPage,
         tasks::Cancelled,
@@ -74,6 +83,16 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         usage::UsageDay,
         usage::UsageLimits,
         usage::RateLimit,
+        flotilla_shared::webhooks::NewEndpoint,
+        flotilla_shared::webhooks::EndpointPatch,
+        flotilla_shared::webhooks::Endpoint,
+        flotilla_shared::webhooks::EventType,
+        flotilla_shared::webhooks::Delivery,
+        flotilla_shared::webhooks::DeliveryStatus,
+        webhooks::EndpointCreated,
+        webhooks::EndpointPage,
+        webhooks::DeliveryPage,
+        webhooks::SecretRotated,
     )),
     modifiers(&BearerAuth),
     tags(
@@ -81,6 +100,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
         (name = "usage", description = "What the caller's tenant used per day, and its limits"),
+        (name = "webhooks", description = "Signed callbacks (Standard Webhooks) for task and batch outcomes, with a delivery log"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
     )

@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`), `telemetry`, `tenants`, `streams` and `limits`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry`, `tenants`, `streams`, `webhooks` and `limits`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -26,23 +26,27 @@ use std::time::Duration;
 mod api;
 mod auth;
 mod computer_use;
+mod isolation;
 mod limits;
 mod providers;
 mod queue;
 mod streams;
 mod telemetry;
 mod tenants;
+mod webhooks;
 mod worker;
 
 pub use api::ApiConfig;
 pub use auth::AuthConfig;
 pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
+pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use limits::Limits;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
+pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
@@ -71,6 +75,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
     ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
     ("FLOTILLA_SANDBOX_FLEET_MAX", "sandbox_fleet_max"),
+    ("FLOTILLA_SANDBOX_ISOLATION", "sandbox_isolation"),
+    ("FLOTILLA_SANDBOX_NETWORK", "sandbox_network"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -94,6 +100,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
     ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
+    ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "webhook_allow_http"),
+    ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private"),
+    ("FLOTILLA_WEBHOOK_RETRY_MS", "webhook_retry_ms"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
     ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
@@ -165,6 +174,10 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Limits on the API's event streams.
     pub streams: StreamsConfig,
+    /// Webhook targets and retries.
+    pub webhooks: WebhooksConfig,
+    /// How local sandboxes are walled off from the host and each other.
+    pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
     /// Request bounds of the API.
@@ -218,6 +231,8 @@ impl Config {
             s3: S3Config::load(s)?,
             telemetry: TelemetryConfig::load(s)?,
             streams: StreamsConfig::from_settings(s)?,
+            webhooks: WebhooksConfig::from_settings(s)?,
+            isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),
             limits: Limits::from_settings(s)?,
         })

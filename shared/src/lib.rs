@@ -22,7 +22,8 @@ pub mod schedule;
 pub mod task;
 pub mod telemetry;
 pub mod usage;
+pub mod webhooks;
 
 pub use config::Config;
 pub use error::{QueueError, ValidationError};
-pub use ids::{BatchId, ScheduleId, TaskId, TenantId};
+pub use ids::{BatchId, MessageId, ScheduleId, TaskId, TenantId, WebhookId};

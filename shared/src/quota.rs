@@ -1,17 +1,21 @@
 //! Admission: whether a tenant may add tasks now, decided in one Redis
 //! script so every API replica shares the same limits.
 //!
-//! One call of [`ADMIT`] checks, in this order, the tenant's submit rate (a
-//! GCRA token bucket whose state is one timestamp, read against Redis's own
-//! clock so replicas never disagree), its tokens spent today against
-//! `max_tokens_per_day`, and its queued tasks against `max_queued`. Only when
-//! all pass does it take the rate's token and reserve room for the new tasks
-//! in the tenant's queued counter; a refused request changes nothing.
+//! One call of [`ADMIT`], in the tenant's scheduler shard, checks the
+//! tenant's submit rate (a GCRA token bucket whose state is one timestamp,
+//! read against Redis's own clock so replicas never disagree), then its
+//! waiting tasks against `max_queued`. Only when both pass does it take the
+//! rate's token and reserve room for the new tasks; a refused request
+//! changes nothing. Tokens spent today are checked before it, against
+//! `max_tokens_per_day` (spending happens while tasks run, not at submit).
 //!
-//! Invariant: the queued counter ([`crate::keys::Keys::tenant_queued`]) goes
-//! up when a request is admitted (or a schedule fires, a task is retried or
-//! revived) and down when a queued task starts or is cancelled, or when an
-//! admitted request made no task after all.
+//! Invariant: a tenant's waiting tasks (the shard's exact `queued` and
+//! `delayed` counts, which the scheduler's scripts keep) plus the room held
+//! by live reservations never exceed `max_queued` when a request is
+//! admitted. A reservation is dropped once its request has queued its tasks
+//! (or made none), and lapses by itself if the API process dies midway, so
+//! room never leaks; between a request's enqueue and the drop its tasks
+//! count twice, which only ever refuses early, never admits past the limit.
 
 use std::sync::LazyLock;
 
@@ -32,23 +36,27 @@ const QUEUE_FULL_RETRY_S: u64 = 1;
 /// deleting one makes room.
 const SCHEDULES_FULL_RETRY_S: u64 = 60;
 
-/// `KEYS[1]` the rate key, `KEYS[2]` the queued counter, `KEYS[3]` today's
-/// usage hash; `ARGV[1]` tasks asked for, `ARGV[2]` the rate's emission
-/// interval in µs (0: no rate), `ARGV[3]` burst, `ARGV[4]` max queued,
-/// `ARGV[5]` max tokens today (0: none), `ARGV[6]` the usage field of
-/// tokens. Returns `{'ok', remaining, reset_s}`, `{'rate', retry_after_s,
-/// reset_s}`, `{'tokens', spent, 0}` or `{'queued', queued, 0}`.
+/// How long a reservation holds room when its request never drops it.
+const RESERVATION_MS: u64 = 120_000;
+
+/// `KEYS[1]` the tenant's hash in its shard (`queued`, `delayed`),
+/// `KEYS[2]` the rate key, `KEYS[3]` the reservations; `ARGV[1]` tasks asked
+/// for, `ARGV[2]` the rate's emission interval in µs (0: no rate), `ARGV[3]`
+/// burst, `ARGV[4]` max queued, `ARGV[5]` the reservation's ticket,
+/// `ARGV[6]` how long it holds (ms). Returns `{'ok', remaining, reset_s}`,
+/// `{'rate', retry_after_s, reset_s}` or `{'queued', waiting, 0}`.
 static ADMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local n = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
-local now, new_tat
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now / 1000)
+local new_tat
 if interval > 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
   if tat < now then tat = now end
   new_tat = tat + interval
   local allow_at = new_tat - burst * interval
@@ -56,16 +64,18 @@ if interval > 0 then
     return {'rate', math.ceil((allow_at - now) / 1000000), math.ceil((tat - now) / 1000000)}
   end
 end
-local max_tokens = tonumber(ARGV[5])
-if max_tokens > 0 then
-  local spent = tonumber(redis.call('HGET', KEYS[3], ARGV[6]) or '0')
-  if spent >= max_tokens then return {'tokens', spent, 0} end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local held = 0
+for _, r in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  held = held + tonumber(string.match(r, ':(%d+)$'))
 end
-local queued = tonumber(redis.call('GET', KEYS[2]) or '0')
-if queued + n > tonumber(ARGV[4]) then return {'queued', queued, 0} end
-redis.call('INCRBY', KEYS[2], n)
+local counts = redis.call('HMGET', KEYS[1], 'queued', 'delayed')
+local waiting = math.max(tonumber(counts[1] or '0'), 0) + math.max(tonumber(counts[2] or '0'), 0) + held
+if waiting + n > tonumber(ARGV[4]) then return {'queued', waiting, 0} end
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[6]), ARGV[5] .. ':' .. n)
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]))
 if interval > 0 then
-  redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+  redis.call('SET', KEYS[2], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
   return {'ok', math.floor((burst * interval - (new_tat - now)) / interval), math.ceil((new_tat - now) / 1000000)}
 end
 return {'ok', -1, 0}
@@ -117,11 +127,14 @@ impl From<redis::RedisError> for QuotaError {
     }
 }
 
-/// An admitted request: room for its tasks is reserved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An admitted request: room for its tasks is reserved until
+/// [`Queue::release_admission`] drops the reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     /// The rate bucket after this request, when the tenant has a rate.
     pub rate: Option<RateState>,
+    tenant: TenantId,
+    reservation: String,
 }
 
 impl Queue {
@@ -129,41 +142,51 @@ impl Queue {
     /// reserving room for them, or says why not (and changes nothing).
     pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
         let now = clock::now_ms();
+        self.check_tokens_today(tenant, quota, now).await?;
         let keys = self.keys();
         let (interval_us, burst) = quota.rate.map_or((0, 0), |r| ((1_000_000.0 / r.per_second).ceil() as u64, r.burst));
+        let ticket = ulid::Ulid::new().to_string();
         let mut inv = ADMIT.prepare_invoke();
-        inv.key(keys.tenant_rate(tenant)).key(keys.tenant_queued(tenant)).key(keys.usage_day(tenant, &clock::utc_day(now)));
-        inv.arg(tasks).arg(interval_us).arg(burst).arg(quota.max_queued).arg(quota.max_tokens_per_day.unwrap_or(0));
-        inv.arg(TOKENS_FIELD);
+        inv.key(keys.tenant_state(tenant)).key(keys.tenant_rate(tenant)).key(keys.tenant_admitting(tenant));
+        inv.arg(tasks).arg(interval_us).arg(burst).arg(quota.max_queued).arg(&ticket).arg(RESERVATION_MS);
         let mut conn = self.redis().shared();
         let (verdict, a, b): (String, i64, i64) = inv.invoke_async(&mut conn).await?;
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         match (verdict.as_str(), quota.rate) {
-            ("ok", rate) => {
-                Ok(Admitted { rate: rate.map(|r| RateState { limit: r.burst, remaining: count(a), reset_s: count(b) }) })
-            }
+            ("ok", rate) => Ok(Admitted {
+                rate: rate.map(|r| RateState { limit: r.burst, remaining: count(a), reset_s: count(b) }),
+                tenant: tenant.clone(),
+                reservation: format!("{ticket}:{tasks}"),
+            }),
             ("rate", Some(rate)) => Err(QuotaError::RateLimited {
                 per_second: rate.per_second,
                 retry_after_s: count(a).max(1),
                 state: RateState { limit: rate.burst, remaining: 0, reset_s: count(b).max(1) },
-            }),
-            ("tokens", _) => Err(QuotaError::TokensSpent {
-                max: quota.max_tokens_per_day.unwrap_or(0),
-                retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1),
             }),
             ("queued", _) => Err(QuotaError::QueueFull { max_queued: quota.max_queued, queued: count(a) }),
             _ => Err(QueueError::Corrupt(format!("admit answered {verdict}")).into()),
         }
     }
 
-    /// Changes a tenant's queued count by `delta`: gives back room an
-    /// admitted request did not use, or counts tasks queued or started
-    /// elsewhere than through [`Queue::admit`].
-    pub async fn count_queued(&self, tenant: &TenantId, delta: i64) -> Result<(), QueueError> {
-        if delta == 0 {
-            return Ok(());
+    /// Refuses a request once the tenant spent its `max_tokens_per_day`.
+    async fn check_tokens_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
+        let Some(max) = quota.max_tokens_per_day else { return Ok(()) };
+        let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), TOKENS_FIELD);
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
+        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
+            return Err(QuotaError::TokensSpent {
+                max,
+                retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1),
+            });
         }
-        let _: Vec<i64> = self.redis().query_many(vec![redis::Cmd::incr(self.keys().tenant_queued(tenant), delta)]).await?;
+        Ok(())
+    }
+
+    /// Drops an admitted request's reservation once its tasks are queued
+    /// (they count as queued from then on) or it made none after all.
+    pub async fn release_admission(&self, admitted: &Admitted) -> Result<(), QueueError> {
+        let drop = redis::Cmd::zrem(self.keys().tenant_admitting(&admitted.tenant), &admitted.reservation);
+        let _: Vec<i64> = self.redis().query_many(vec![drop]).await?;
         Ok(())
     }
 
@@ -176,9 +199,11 @@ impl Queue {
         Ok(())
     }
 
-    /// A tenant's queued count.
+    /// A tenant's waiting tasks (`queued` and `delayed`), as admission counts them.
     pub async fn queued_count(&self, tenant: &TenantId) -> Result<u64, QueueError> {
-        let got: Vec<Option<i64>> = self.redis().query_many(vec![redis::Cmd::get(self.keys().tenant_queued(tenant))]).await?;
-        Ok(got.into_iter().flatten().next().map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+        let mut read = redis::cmd("HMGET");
+        read.arg(self.keys().tenant_state(tenant)).arg("queued").arg("delayed");
+        let got: Vec<Vec<Option<i64>>> = self.redis().query_many(vec![read]).await?;
+        Ok(got.into_iter().flatten().flatten().map(|n| u64::try_from(n).unwrap_or(0)).sum())
     }
 }

@@ -14,8 +14,10 @@ pub mod image;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod provider_http;
 pub mod sandbox;
 pub mod tools;
+pub mod webhooks;
 pub mod worker;
 
 pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};

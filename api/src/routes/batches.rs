@@ -146,13 +146,9 @@ pub async fn create(
     let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
     let tasks = specs.len() as u64;
     let admitted = state.queue().admit(&tenant, tasks, &state.config().tenants.get(&tenant)).await?;
-    let (batch, task_ids) = match state.queue().create_batch(&tenant, specs).await {
-        Ok(made) => made,
-        Err(e) => {
-            super::tasks::give_back(&state, &tenant, tasks as i64).await;
-            return Err(e.into());
-        }
-    };
+    let made = state.queue().create_batch(&tenant, specs).await;
+    super::tasks::release(&state, &admitted).await;
+    let (batch, task_ids) = made?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");
     let links = BatchLinks::of(&batch.id);
     let location = links.self_.clone();

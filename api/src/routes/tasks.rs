@@ -7,8 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_shared::clock;
 use flotilla_shared::queue::{CancelOutcome, ListFilter, TaskRecord};
+use flotilla_shared::quota::Admitted;
 use flotilla_shared::task::{HumanInput, TaskSpec, TaskStatus};
-use flotilla_shared::{BatchId, QueueError, TaskId, TenantId, ValidationError};
+use flotilla_shared::{BatchId, QueueError, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -135,16 +136,11 @@ pub async fn submit(
     let spec = spec.with_default_pipeline(state.config().api.default_pipeline);
     spec.validate()?;
     let admitted = state.queue().admit(&tenant, 1, &state.config().tenants.get(&tenant)).await?;
-    let submitted = match state.queue().submit(&tenant, spec).await {
-        Ok(submitted) => submitted,
-        Err(e) => {
-            give_back(&state, &tenant, 1).await;
-            return Err(e.into());
-        }
-    };
+    let submitted = state.queue().submit(&tenant, spec).await;
+    release(&state, &admitted).await;
+    let submitted = submitted?;
     tracing::Span::current().record("task_id", submitted.id.as_str());
     let (code, status) = if submitted.replayed {
-        give_back(&state, &tenant, 1).await;
         let current = state.queue().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
         (StatusCode::OK, current)
     } else {
@@ -161,10 +157,11 @@ pub async fn submit(
     Ok(response)
 }
 
-/// Gives back room reserved for tasks a request did not make after all.
-pub async fn give_back(state: &AppState, tenant: &TenantId, tasks: i64) {
-    if let Err(e) = state.queue().count_queued(tenant, -tasks).await {
-        tracing::warn!(error = %e, tasks, "could not give back reserved queue room");
+/// Drops the room a request reserved once it has queued its tasks (or made
+/// none); if that fails, the reservation lapses by itself.
+pub async fn release(state: &AppState, admitted: &Admitted) {
+    if let Err(e) = state.queue().release_admission(admitted).await {
+        tracing::warn!(error = %e, "could not drop a queue reservation; it lapses by itself");
     }
 }
 

@@ -219,11 +219,8 @@ impl Queue {
             }
         }
         if result.cancelled > 0 {
-            let cmds = vec![
-                redis::Cmd::hincr(self.keys.outcomes(), "cancelled", result.cancelled),
-                redis::Cmd::decr(self.keys.tenant_queued(&batch.tenant), result.cancelled),
-            ];
-            let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
+            let mut conn = self.redis.shared();
+            let _: i64 = conn.hincr(self.keys.tenant_outcomes(&batch.tenant), "cancelled", result.cancelled).await?;
             let ended = vec![(&batch.tenant, "cancelled"); result.cancelled as usize];
             self.count_outcomes(&ended).await?;
         }

@@ -186,13 +186,7 @@ impl Schedules<'_> {
         let mut spec = schedule.task.clone();
         spec.idempotency_key = Some(format!("schedule:{}:{due_ms}", schedule.id));
         let task = match self.queue.submit(&schedule.tenant, spec).await {
-            Ok(submitted) => {
-                if !submitted.replayed {
-                    // Counted as queued like a task the API admitted.
-                    self.queue.count_queued(&schedule.tenant, 1).await?;
-                }
-                Some(submitted.id)
-            }
+            Ok(submitted) => Some(submitted.id),
             Err(QueueError::IdempotencyConflict) => {
                 tracing::warn!(schedule_id = %schedule.id, due_ms, "a task with this run's idempotency key and another body exists; no task made");
                 None

@@ -93,7 +93,7 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
     let fleet = DesktopFleet::start(options).await;
     let api = spawn_api(fleet.config.clone()).await;
     let acme_api = ApiClient::new(&api, flotilla_tests::api_key());
-    let globex_api = ApiClient::new(&api, "test-key-globex");
+    let globex_api = ApiClient::new(&api, flotilla_tests::globex_key());
     let (acme, globex) = (tenant("acme"), tenant("globex"));
     let submit = async |who: &TenantId, spec: TaskSpec| fleet.queue.submit(who, spec).await.expect("submit").id;
 

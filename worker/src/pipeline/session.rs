@@ -34,12 +34,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
 
 use super::budget::{self, SandboxClock};
+use super::error::PipelineError;
 use super::held::{Held, SandboxChoice};
-use super::{PipelineError, TaskRun};
+use super::TaskRun;
 use crate::metrics::WorkerMetrics;
-use crate::sandbox::{
-    KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot,
-};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
 const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -294,10 +293,10 @@ impl Session {
         let provider = self.pool.provider();
         let deadline = Instant::now() + SETTLE_MAX;
         tokio::time::sleep(SETTLE_FIRST).await;
-        let mut shot = provider.screenshot(id).await.map_err(sandbox_failure)?;
+        let mut shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
         while Instant::now() < deadline {
             tokio::time::sleep(SETTLE_POLL).await;
-            let next = provider.screenshot(id).await.map_err(sandbox_failure)?;
+            let next = provider.screenshot(id).await.map_err(PipelineError::from)?;
             let settled = next.png == shot.png;
             shot = next;
             if settled {
@@ -311,7 +310,7 @@ impl Session {
     pub async fn act(&mut self, action: &Action) -> Result<(), PipelineError> {
         let id = self.held()?.sandbox().id.clone();
         let provider = Arc::clone(self.pool.provider());
-        self.steps.take(action, async { provider.act(&id, action).await.map_err(sandbox_failure) }).await
+        self.steps.take(action, async { provider.act(&id, action).await.map_err(PipelineError::from) }).await
     }
 
     /// The sandbox's provider and id, for pipelines that run commands or
@@ -408,18 +407,6 @@ impl ScreenshotLog {
 
     fn abandon(self) {
         self.events.abort();
-    }
-}
-
-/// A sandbox fault as the attempt's outcome: a bad action is the task's
-/// fault; a gone or failing sandbox is worth another attempt on a new one.
-pub(crate) fn sandbox_failure(error: SandboxError) -> PipelineError {
-    match error {
-        SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
-        SandboxError::InvalidRequest(_) | SandboxError::Unauthorized(_) => {
-            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-        }
-        other => PipelineError::Retryable(other.to_string()),
     }
 }
 
