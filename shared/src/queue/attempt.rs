@@ -60,10 +60,12 @@ pub enum StartOutcome {
     /// Nothing to run; the entry can be acknowledged.
     Nothing(Skipped),
     /// The task had ended but this entry was still pending: it was
-    /// cancelled while queued, or it is a second delivery of a task another
-    /// entry already ran. Acknowledge it; its outcome was counted when the
-    /// task ended.
-    AlreadyEnded(Outcome),
+    /// cancelled while queued, it is a second delivery of a task another
+    /// entry already ran, or (`from_this_entry`) the worker that ended the
+    /// task from this very entry stopped before acknowledging it. Acknowledge
+    /// it, counting `outcome` only in that last case: acknowledging counts an
+    /// outcome only for an entry still pending, so it is counted once.
+    AlreadyEnded { outcome: Outcome, from_this_entry: bool },
 }
 
 /// An attempt, how it ends its task, and when (epoch ms).
@@ -217,6 +219,7 @@ impl Queue {
                 args.add_to(&mut inv);
                 for (delivery, task_id) in chunk {
                     inv.key(self.keys.task(task_id)).arg(task_id.as_str()).arg(if delivery.reclaimed { "1" } else { "" });
+                    inv.arg(&delivery.entry_id);
                 }
                 inv
             })
@@ -305,7 +308,10 @@ impl Queue {
             }
             Some("gone") => Ok(StartOutcome::Nothing(Skipped::Gone)),
             Some("duplicate") => Ok(StartOutcome::Nothing(Skipped::Duplicate)),
-            Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
+            Some("terminal") => Ok(StartOutcome::AlreadyEnded {
+                outcome: ended_outcome(reply.get(1)),
+                from_this_entry: reply.get(2) == Some(&delivery.entry_id),
+            }),
             _ => Err(corrupt()),
         }
     }
