@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks};
+use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks, views};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -18,6 +18,8 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         tasks::get,
         tasks::cancel,
         tasks::input,
+        views::view,
+        views::socket,
         events::stream,
         batches::create,
         batches::get,
@@ -51,6 +53,8 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         tasks::TaskPage,
         tasks::Cancelled,
         tasks::InputAccepted,
+        views::ViewLink,
+        flotilla_shared::live::ViewMode,
         flotilla_shared::task::HumanInput,
         flotilla_shared::task::Decision,
         queues::DeadTasks,

@@ -12,6 +12,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod live_view;
+
+pub use live_view::LiveViewConfig;
+
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
@@ -57,6 +61,10 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("RUST_LOG", "log"),
+    ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
+    ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
+    ("FLOTILLA_PUBLIC_URL", "public_url"),
+    ("FLOTILLA_WORKER_VIEW_URL", "worker_view_url"),
 ];
 
 /// The OpenAI computer tool generation.
@@ -182,6 +190,8 @@ pub struct Config {
     pub e2b_api_key: Option<Secret>,
     pub e2b_domain: String,
     pub otlp_endpoint: Option<String>,
+    /// Live views of tasks' desktops.
+    pub live_view: LiveViewConfig,
 }
 
 impl Config {
@@ -290,6 +300,7 @@ impl Config {
             e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
+            live_view: LiveViewConfig::from_settings(s)?,
         })
     }
 

@@ -14,6 +14,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod keys;
+pub mod live;
 pub mod queue;
 pub mod redis_conn;
 pub mod schedule;

@@ -21,3 +21,4 @@ pub use sse::{SseFrame, SseReader};
 pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;
+pub mod vnc;

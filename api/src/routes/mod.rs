@@ -8,6 +8,7 @@ pub mod ops;
 pub mod queues;
 pub mod schedules;
 pub mod tasks;
+pub mod views;
 
 /// Answers a path no route matches.
 pub async fn no_route() -> crate::error::ApiError {

@@ -221,6 +221,14 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// Performs one action on the screen. `screenshot` is a no-op here (take
     /// one with [`SandboxProvider::screenshot`]); `wait` sleeps.
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// The display a VNC server on this host can attach to for a live view
+    /// of the sandbox; `None` when the provider shows it some other way or
+    /// not at all.
+    fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
+        let _ = id;
+        None
+    }
 }
 
 #[cfg(test)]

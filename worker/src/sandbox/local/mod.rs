@@ -468,6 +468,11 @@ impl SandboxProvider for LocalProvider {
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
     }
+
+    fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
+        let sandboxes = self.inner.sandboxes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        sandboxes.get(id).map(|sandbox| crate::live::X11Display { number: sandbox.launcher.display, xauthority: None })
+    }
 }
 
 fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
