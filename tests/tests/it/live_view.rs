@@ -48,6 +48,11 @@ impl LiveFleet {
         decode_png(&shot.png)
     }
 
+    async fn cancel(&self, id: &str) {
+        let (status, body) = self.owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
+        assert_eq!(status, 202, "{body}");
+    }
+
     async fn stop(self) {
         self.fleet.stop().await;
     }
@@ -208,6 +213,7 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
 
     browser.close().await;
     eventually("the last viewer's leaving stops the VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    live.cancel(&id).await;
     live.stop().await;
 }
 
@@ -297,6 +303,8 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
         .map(|e| serde_json::to_value(e).expect("event json"))
         .collect();
     assert!(!task.to_string().contains(&token) && !json!(history).to_string().contains(&token), "the token is not recorded");
+    live.cancel(&a).await;
+    live.cancel(&b).await;
     live.stop().await;
 }
 
