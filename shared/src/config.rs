@@ -19,6 +19,10 @@ pub use live_view::LiveViewConfig;
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
 
+mod tenants;
+
+pub use tenants::{TenantSettings, TenantsConfig};
+
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_CONFIG", "config"),
@@ -65,6 +69,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
     ("FLOTILLA_PUBLIC_URL", "public_url"),
     ("FLOTILLA_WORKER_VIEW_URL", "worker_view_url"),
+    ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
 ];
 
 /// The OpenAI computer tool generation.
@@ -192,6 +197,8 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// Live views of tasks' desktops.
     pub live_view: LiveViewConfig,
+    /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
+    pub tenants: TenantsConfig,
 }
 
 impl Config {
@@ -204,16 +211,18 @@ impl Config {
         V: Into<String>,
     {
         let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        let mut settings = match env.get("FLOTILLA_CONFIG") {
+        let (mut settings, tenants_table) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
-            None => HashMap::new(),
+            None => (HashMap::new(), None),
         };
         for (var, _) in KNOWN_VARS {
             if let Some(value) = env.get(*var) {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        Self::from_settings(&Settings(settings))
+        let settings = Settings(settings);
+        let tenants = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))?;
+        Ok(Self { tenants, ..Self::from_settings(&settings)? })
     }
 
     /// Loads the configuration from the process environment.
@@ -301,6 +310,7 @@ impl Config {
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
             live_view: LiveViewConfig::from_settings(s)?,
+            tenants: TenantsConfig::default(),
         })
     }
 
@@ -361,14 +371,20 @@ impl Settings {
     }
 }
 
-fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+/// The file's flat settings by variable name, and its `tenants` table.
+fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::Value>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {}", path.display(), e.message())))?;
     let mut settings = HashMap::new();
+    let mut tenants = None;
     for (key, value) in table {
+        if key == "tenants" {
+            tenants = Some(value);
+            continue;
+        }
         let Some((var, _)) = KNOWN_VARS.iter().find(|(_, k)| *k == key) else {
             return Err(ConfigError::new("FLOTILLA_CONFIG", format!("{}: unknown setting {key:?}", path.display())));
         };
@@ -385,7 +401,7 @@ fn read_toml_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
         };
         settings.insert((*var).to_owned(), text);
     }
-    Ok(settings)
+    Ok((settings, tenants))
 }
 
 fn parse_screen(raw: &str) -> Result<(u32, u32), ConfigError> {
@@ -537,6 +553,24 @@ mod tests {
         let bad = dir.join("bad.toml").to_string_lossy().to_string();
         let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
         assert!(err.problem.contains("unknown setting \"colour\""), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn the_file_holds_tenant_tables_and_the_environment_a_weight_shorthand() {
+        let dir = std::env::temp_dir().join(format!("flotilla-config-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("flotilla.toml");
+        std::fs::write(&path, "worker_concurrency = 2\n[tenants.acme]\nweight = 2\nmax_running = 3\n").expect("write");
+        let path = path.to_string_lossy().to_string();
+        let config = load(&[("FLOTILLA_CONFIG", &path), ("FLOTILLA_TENANT_WEIGHTS", "beta=5")]).expect("loads");
+        let acme = config.tenants.get(&TenantId::parse("acme").expect("tenant"));
+        assert_eq!((acme.weight, acme.max_running), (2, Some(3)));
+        assert_eq!(config.tenants.get(&TenantId::parse("beta").expect("tenant")).weight, 5);
+        std::fs::write(dir.join("bad.toml"), "[tenants.acme]\nmax_running = \"many\"\n").expect("write");
+        let bad = dir.join("bad.toml").to_string_lossy().to_string();
+        let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
+        assert_eq!(err.var, "tenants.acme.max_running");
         std::fs::remove_dir_all(dir).ok();
     }
 
