@@ -6,6 +6,7 @@
 //!
 //! Tokens travel only in query strings, which request logs leave out.
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -138,8 +139,9 @@ pub async fn socket(
     State(state): State<AppState>,
     TaskIdPath(id): TaskIdPath,
     QueryParams(params): QueryParams<SocketParams>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    let upgrade = upgrade.map_err(|rejection| ApiError::from_rejection(rejection.status(), rejection.body_text()))?;
     let views = live_views(&state);
     match views.redeem(&params.token).await? {
         Some(grant) if grant.task == id => {}
