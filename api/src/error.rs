@@ -18,6 +18,8 @@ use flotilla_shared::{QueueError, ValidationError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::hub::HubError;
+
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -25,6 +27,8 @@ pub enum ApiError {
     Invalid(#[from] ValidationError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error(transparent)]
+    Hub(#[from] HubError),
     #[error("missing or unknown API key")]
     Unauthorized,
     #[error("{0}")]
@@ -60,7 +64,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable: `invalid_request`, `unauthorized`, `not_found`,
     /// `idempotency_conflict`, `already_finished`, `conflict`,
-    /// `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
+    /// `rate_limited`, `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
     /// `unavailable` or `internal`.
     pub code: &'static str,
     pub message: String,
@@ -125,7 +129,10 @@ impl ApiError {
                 tracing::warn!(%cause, "cannot reach the worker of a live view");
                 Reply::new(StatusCode::BAD_GATEWAY, "unavailable", "the worker holding the task cannot be reached")
             }
-            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) => {
+            ApiError::Hub(HubError::TooManyStreams(_)) => {
+                Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
+            }
+            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) | ApiError::Hub(HubError::NotConnected) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {
@@ -170,7 +177,7 @@ impl IntoResponse for ApiError {
         let mut response = (reply.status, Json(body)).into_response();
         let headers = response.headers_mut();
         match reply.status {
-            StatusCode::SERVICE_UNAVAILABLE => {
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             StatusCode::UNAUTHORIZED => {
@@ -212,6 +219,8 @@ mod tests {
             (QueueError::Redis(io_error()).into(), 503, "unavailable"),
             (QueueError::Pool("timed out".into()).into(), 503, "unavailable"),
             (ApiError::Unavailable, 503, "unavailable"),
+            (HubError::TooManyStreams(3).into(), 429, "rate_limited"),
+            (HubError::NotConnected.into(), 503, "unavailable"),
             (QueueError::Corrupt("bad hash".into()).into(), 500, "internal"),
             (QueueError::Fenced.into(), 500, "internal"),
             (ApiError::Internal("boom".into()), 500, "internal"),

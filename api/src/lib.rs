@@ -7,7 +7,9 @@
 //!
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
 //! turn requests into typed values (or errors); `error` is the only place
-//! that knows which status each error gets; `feed` orders event streams;
+//! that knows which status each error gets; `hub` is the process's one
+//! subscription to events, fanned out to every stream; `feed` orders event
+//! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with; `routes::views` hands out live views
@@ -19,6 +21,7 @@ mod dashboard;
 mod error;
 mod extract;
 mod feed;
+pub mod hub;
 mod metrics;
 mod openapi;
 mod presign;
@@ -92,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/view", get(routes::views::view))
         .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
         .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
+        .route("/v1/events", get(routes::feed_events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))

@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks, views};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, views};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -21,6 +21,7 @@ use crate::routes::{batch_events, batches, events, ops, queues, schedules, tasks
         views::view,
         views::socket,
         events::stream,
+        feed_events::stream,
         batches::create,
         batches::get,
         batches::cancel,

@@ -9,6 +9,8 @@ use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::ApiKeys;
+use crate::feed::Tails;
+use crate::hub::Hub;
 
 /// The state of the API, handed to every handler.
 #[derive(Clone)]
@@ -21,6 +23,8 @@ struct Inner {
     queue: Queue,
     keys: ApiKeys,
     blobs: Option<BlobStore>,
+    hub: Hub,
+    tails: Tails,
     shutdown: CancellationToken,
 }
 
@@ -32,9 +36,22 @@ impl AppState {
     }
 
     /// State that also presigns links to what tasks stored in `blobs`.
+    /// Starts the process's event [`Hub`], so it needs a Tokio runtime.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
         let keys = ApiKeys::new(&config.api_keys);
-        Self { inner: Arc::new(Inner { config, queue, keys, blobs, shutdown }) }
+        let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), shutdown.clone());
+        let tails = Tails::new(hub.clone(), queue.clone());
+        Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, shutdown }) }
+    }
+
+    /// The process's one subscription to events, and its stream limits.
+    pub fn hub(&self) -> &Hub {
+        &self.inner.hub
+    }
+
+    /// The readers of the tenants' feeds.
+    pub fn tails(&self) -> &Tails {
+        &self.inner.tails
     }
 
     /// Where screenshots and artifacts are, when configured.

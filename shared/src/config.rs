@@ -15,6 +15,9 @@ use std::time::Duration;
 mod live_view;
 
 pub use live_view::LiveViewConfig;
+mod streams;
+
+pub use streams::StreamsConfig;
 
 use crate::ids::TenantId;
 use crate::task::{Pipeline, SandboxProviderKind};
@@ -64,6 +67,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+    ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
+    ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
     ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
@@ -197,6 +202,8 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     /// Live views of tasks' desktops.
     pub live_view: LiveViewConfig,
+    /// Limits on the API's event streams.
+    pub streams: StreamsConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -310,6 +317,7 @@ impl Config {
             e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
             otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
             live_view: LiveViewConfig::from_settings(s)?,
+            streams: StreamsConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
         })
     }

@@ -160,6 +160,33 @@ impl Keys {
     pub fn tenant_channel(&self, tenant: &TenantId) -> String {
         format!("{}:events:tenant:{tenant}", self.prefix)
     }
+
+    /// The pattern matching every tenant's channel: one subscription to it
+    /// sees every event once.
+    pub fn tenant_channel_pattern(&self) -> String {
+        format!("{}:events:tenant:*", self.prefix)
+    }
+
+    /// Stream: every event of one tenant's tasks in the order they
+    /// happened, each entry `e` the event JSON; the entry id is the
+    /// tenant feed's position. The task scripts append to it on a single
+    /// server (its name is made there from the channel prefix); it is
+    /// trimmed to the retention window by housekeeping.
+    pub fn tenant_feed(&self, tenant: &TenantId) -> String {
+        format!("{}:events:feed:{{{tenant}}}", self.prefix)
+    }
+
+    /// What the task scripts take as their first argument: the channel
+    /// prefix, followed by `+` when they also append each event to its
+    /// tenant's feed stream (a single server; on a cluster the stream is in
+    /// another slot than the task).
+    pub fn script_channels(&self, feed: bool) -> String {
+        if feed {
+            format!("{}+", self.channel_prefix())
+        } else {
+            self.channel_prefix()
+        }
+    }
 }
 
 #[cfg(test)]

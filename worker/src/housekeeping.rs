@@ -2,7 +2,8 @@
 //! tasks (retries after their backoff, `not_before`) into their lanes,
 //! firing due schedules, trimming acknowledged entries from the lanes,
 //! deleting finished tasks past their retention, dropping expired tasks
-//! from the tenant indexes, sealing finished batches,
+//! from the tenant indexes, trimming the tenant feeds to the retention,
+//! sealing finished batches,
 //! and removing the consumers of workers gone for good. Any number of workers
 //! may run them at once; each step is an atomic script or idempotent.
 
@@ -57,6 +58,9 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
             _ = prune.tick() => {
                 if let Err(e) = queue.prune_indexes().await {
                     warn!(error = %e, "pruning task indexes failed");
+                }
+                if let Err(e) = queue.trim_feeds().await {
+                    warn!(error = %e, "trimming the tenant feeds failed");
                 }
                 if let Err(e) = queue.seal_finished_batches().await {
                     warn!(error = %e, "sealing finished batches failed");

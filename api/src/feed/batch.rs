@@ -1,148 +1,81 @@
-//! A batch's feed: every event of the batch's tasks, closing once every
-//! task has ended.
+//! A batch's feed: every event of the batch's tasks, taken from its
+//! tenant's feed, closing once every task has ended.
 //!
-//! The feed rules hold per task: the batch channel is subscribed to first,
-//! then each task's stored history is replayed (fifty tasks per round trip),
-//! then live events follow, each routed to its task by `task_id` and checked
-//! against that task's `seq`. A broken subscription is renewed and every
-//! open task's history re-read. Each task's events arrive in order; events
-//! of different tasks interleave, so frames carry no `id`: resuming is per
-//! task, through `GET /v1/tasks/{id}/events`.
+//! Frames carry the tenant feed's position as `id`, so a client resumes
+//! with `Last-Event-ID` like on `GET /v1/events`. Without one the feed
+//! starts a minute before the batch was created (room for clocks that
+//! disagree), which holds every event of its tasks.
+//!
+//! Ending: the tasks still open are read *before* the feed is read, so a
+//! task that ended before then has its terminal event in what the feed
+//! reads (or the client had it), and each other task's terminal event
+//! comes later; the feed closes when the last open task's terminal event
+//! has gone out.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
-use axum::response::sse::Event as SseEvent;
-use flotilla_shared::queue::Queue;
+use flotilla_shared::queue::{BatchRecord, FeedId, Queue};
 use flotilla_shared::{BatchId, QueueError, TaskId};
-use redis::aio::PubSubStream;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
-use super::{follow, listen, Client, Cursor, Flow, Follow, Head, Ids, Sent};
+use super::tenant::{Scope, TenantFeed};
+use super::{Client, Head};
+use crate::feed::tail::TailSub;
 
-/// How many tasks' histories one round trip reads.
-const REPLAY_CHUNK: usize = 50;
+/// How far before its creation a batch's feed starts, for clock skew.
+const CREATION_MARGIN_MS: u64 = 60_000;
 
-/// One client's feed of one batch.
-pub struct BatchFeed {
-    queue: Queue,
-    batch: BatchId,
-    tasks: Vec<TaskId>,
-    position: HashMap<TaskId, usize>,
-    /// Per task (as in `tasks`), what the client has.
-    cursors: Vec<Cursor>,
-    /// How many tasks have not ended.
-    open: usize,
-    client: Client,
+/// The events of one batch, until its open tasks have ended.
+pub struct BatchScope {
+    batch: String,
+    open: HashSet<String>,
 }
 
-impl BatchFeed {
-    /// Subscribes to the live events of every task of batch `id`.
-    pub async fn subscribe(queue: &Queue, id: &BatchId) -> Result<PubSubStream, QueueError> {
-        listen(queue, queue.keys().batch_channel(id)).await
+impl Scope for BatchScope {
+    fn wants(&self, head: &Head) -> bool {
+        head.batch_id.as_deref() == Some(self.batch.as_str())
     }
 
-    /// A feed of `tasks`, the tasks of `batch`, for a client that has none
-    /// of their events.
-    pub fn new(
-        queue: Queue,
-        batch: BatchId,
-        tasks: Vec<TaskId>,
-        out: mpsc::Sender<SseEvent>,
-        shutdown: CancellationToken,
-    ) -> Self {
-        let position = tasks.iter().enumerate().map(|(i, t)| (t.clone(), i)).collect();
-        let open = tasks.len();
-        let client = Client { out, shutdown, ids: Ids::Omitted, label: format!("batch {batch}") };
-        Self { queue, batch, cursors: vec![Cursor::default(); open], tasks, position, open, client }
-    }
-
-    /// Replays the histories (read after subscribing to `live`), then
-    /// follows `live`.
-    pub async fn run(mut self, live: PubSubStream) {
-        match self.catch_up().await {
-            Ok(Flow::Continue) => follow(&mut self, live).await,
-            Ok(Flow::Stop) => {}
-            Err(error) => tracing::warn!(feed = %self.client.label, %error, "replaying the batch's events failed"),
-        }
-    }
-
-    /// Sends what the stored histories of the open tasks hold beyond what
-    /// the client has.
-    async fn catch_up(&mut self) -> Result<Flow, QueueError> {
-        let open: Vec<usize> = (0..self.tasks.len()).filter(|i| !self.cursors[*i].ended).collect();
-        for chunk in open.chunks(REPLAY_CHUNK) {
-            if self.replay(chunk).await? == Flow::Stop {
-                return Ok(Flow::Stop);
+    fn sent(&mut self, head: &Head) {
+        if flotilla_shared::event::is_terminal_type(&head.kind) {
+            if let Some(task) = &head.task_id {
+                self.open.remove(task);
             }
         }
-        Ok(if self.is_done() { Flow::Stop } else { Flow::Continue })
-    }
-
-    /// Sends the histories of the tasks at `chunk`, read in one round trip.
-    async fn replay(&mut self, chunk: &[usize]) -> Result<Flow, QueueError> {
-        let ids: Vec<TaskId> = chunk.iter().map(|i| self.tasks[*i].clone()).collect();
-        let histories = self.queue.events_of(&ids).await?;
-        for (&index, history) in chunk.iter().zip(histories) {
-            let sent = if history.is_empty() {
-                // Expired after its retention: it ended long ago.
-                self.cursors[index].ended = true;
-                Sent::Ended
-            } else {
-                self.client.send_all(&mut self.cursors[index], &history).await
-            };
-            if self.settle(sent) == Flow::Stop {
-                return Ok(Flow::Stop);
-            }
-        }
-        Ok(Flow::Continue)
-    }
-
-    /// The index of the task an event belongs to, if it is one of the batch's.
-    fn index_of(&self, head: &Head) -> Option<usize> {
-        let task = TaskId::parse(head.task_id.as_deref()?).ok()?;
-        self.position.get(&task).copied()
-    }
-
-    /// Counts a task that has just ended; the feed ends with the last one,
-    /// or when its client goes.
-    fn settle(&mut self, sent: Sent) -> Flow {
-        match sent {
-            Sent::Gone => return Flow::Stop,
-            Sent::Ended => self.open = self.open.saturating_sub(1),
-            Sent::Open => {}
-        }
-        if self.is_done() {
-            Flow::Stop
-        } else {
-            Flow::Continue
-        }
-    }
-}
-
-impl Follow for BatchFeed {
-    fn client(&self) -> &Client {
-        &self.client
     }
 
     fn is_done(&self) -> bool {
-        self.open == 0
+        self.open.is_empty()
+    }
+}
+
+/// One client's feed of one batch.
+pub struct BatchFeed {
+    feed: TenantFeed<BatchScope>,
+}
+
+impl BatchFeed {
+    /// A feed of `batch` after `cursor` (or from its start); reads which of
+    /// its tasks are still open, so call it before reading the feed.
+    pub async fn prepare(queue: Queue, batch: &BatchRecord, cursor: Option<FeedId>, client: Client) -> Result<Self, QueueError> {
+        let tasks = queue.batch_task_ids(&batch.id).await?;
+        let states = queue.task_states(&tasks).await?;
+        let open = tasks
+            .iter()
+            .zip(states)
+            .filter(|(_, state)| state.is_some_and(|(status, _)| !status.is_terminal()))
+            .map(|(id, _): (&TaskId, _)| id.to_string())
+            .collect();
+        let start = FeedId::at_ms((batch.created_at_ms.max(0) as u64).saturating_sub(CREATION_MARGIN_MS));
+        let scope = BatchScope { batch: batch_key(&batch.id), open };
+        Ok(Self { feed: TenantFeed::scoped(queue, batch.tenant.clone(), cursor.unwrap_or(start), scope, client) })
     }
 
-    async fn on_live(&mut self, payload: &[u8]) -> Result<Flow, QueueError> {
-        let Some((head, raw)) = self.client.read_live(payload) else {
-            return Ok(Flow::Continue);
-        };
-        let Some(index) = self.index_of(&head) else {
-            return Ok(Flow::Continue);
-        };
-        let sent = self.client.deliver(&self.queue, &self.tasks[index], &mut self.cursors[index], &head, raw).await?;
-        Ok(self.settle(sent))
+    /// Sends the batch's stored events after the cursor, then follows `live`.
+    pub async fn run(self, live: TailSub) {
+        self.feed.run(live).await;
     }
+}
 
-    async fn resume(&mut self) -> Result<(PubSubStream, Flow), QueueError> {
-        let live = Self::subscribe(&self.queue, &self.batch).await?;
-        let flow = self.catch_up().await?;
-        Ok((live, flow))
-    }
+fn batch_key(id: &BatchId) -> String {
+    id.to_string()
 }

@@ -1,42 +1,46 @@
-//! Following task events for a Server-Sent Events client: stored history,
-//! then the live channel, with no gap and no repeat.
+//! Following events for a Server-Sent Events client: stored history, then
+//! live events from the [`crate::hub`], with no gap and no repeat.
 //!
-//! Two feeds follow events: [`TaskFeed`] one task's, [`BatchFeed`] every
-//! task's of a batch. They share the rules, kept here once. A feed
-//! subscribes to its channel *before* reading any history, so an event
-//! stored between the two reads arrives on the channel and none is lost; an
-//! event that arrives on both is dropped by its task's `seq`. Events are
-//! stored before they are published (one script does both), so when a live
-//! event shows a gap the feed re-reads that task's history after the last
-//! `seq` it sent, and when the subscription breaks (Redis restarted) it
-//! subscribes again and re-reads what it may have missed. A feed ends once
-//! its tasks have ended, when the client goes away, or when the process
-//! shuts down.
+//! Three feeds: [`TaskFeed`] one task's events, ordered by the task's `seq`;
+//! [`TenantFeed`] every event of a tenant and [`BatchFeed`] every event of a
+//! batch's tasks, both ordered by the tenant's feed stream (its entry id is
+//! the frame's `id`), read through one shared [`tail::Tails`] reader per
+//! tenant. Every feed subscribes *before* reading history, so an event
+//! stored between the two arrives live and none is lost; an event that
+//! arrives both ways is dropped by its position. When the hub says events
+//! may have been missed ([`crate::hub::Live::Resync`]), the feed re-reads
+//! history after the last position it sent. A feed ends once what it
+//! follows has ended, when the client goes away, when its stream reaches
+//! its maximum lifetime (the client resumes with `Last-Event-ID`), or when
+//! the process shuts down.
 
 mod batch;
+mod tail;
 mod task;
+mod tenant;
 
 use std::time::Duration;
 
 use axum::response::sse::Event as SseEvent;
 use flotilla_shared::event::is_terminal_type;
-use flotilla_shared::queue::Queue;
+use flotilla_shared::queue::{FeedId, Queue};
 use flotilla_shared::{QueueError, TaskId};
-use futures::StreamExt;
-use redis::aio::PubSubStream;
 use serde::Deserialize;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use batch::BatchFeed;
+pub use tail::Tails;
 pub use task::TaskFeed;
+pub use tenant::TenantFeed;
 
-/// How many times a broken subscription is re-established before giving up
-/// (a task's client can still resume with `Last-Event-ID`).
-const MAX_RESUBSCRIBES: u32 = 8;
-/// The first wait before re-subscribing; it doubles up to [`RESUBSCRIBE_MAX_DELAY`].
-const RESUBSCRIBE_BASE_DELAY: Duration = Duration::from_millis(100);
-const RESUBSCRIBE_MAX_DELAY: Duration = Duration::from_secs(3);
+/// How many times a feed retries reading history after a failed read
+/// (Redis restarting) before it ends the stream; the client can resume.
+const MAX_RETRIES: u32 = 8;
+/// The first wait before retrying; it doubles up to [`RETRY_MAX_DELAY`].
+const RETRY_BASE_DELAY: Duration = Duration::from_millis(100);
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(3);
 
 /// Whether to go on after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +62,14 @@ enum Sent {
 
 /// The fields of a stored event a feed reads; the rest passes through as is.
 #[derive(Debug, Deserialize)]
-struct Head {
+pub struct Head {
     seq: u64,
     #[serde(rename = "type")]
     kind: String,
-    /// The task it belongs to, which a batch's channel needs to know.
+    /// The task it belongs to.
     task_id: Option<String>,
+    /// The batch of its task, if any.
+    batch_id: Option<String>,
 }
 
 fn parse(payload: &[u8]) -> Option<(Head, &str)> {
@@ -72,34 +78,14 @@ fn parse(payload: &[u8]) -> Option<(Head, &str)> {
     Some((head, raw))
 }
 
-/// Whether a frame carries the event's `seq` as its SSE `id`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ids {
-    /// The client resumes with `Last-Event-ID`.
-    Seq,
-    /// Resuming is not offered (seqs are per task, so not one order).
-    Omitted,
-}
-
-/// The SSE frame of a stored event: `id` its seq (when `ids` says so),
-/// `event` its type when that is a plain name, `data` the JSON exactly as
-/// stored.
-fn frame(head: &Head, raw: &str, ids: Ids) -> SseEvent {
-    let mut event = SseEvent::default();
-    if ids == Ids::Seq {
-        event = event.id(head.seq.to_string());
-    }
+/// The SSE frame of a stored event: `id` the given position, `event` its
+/// type when that is a plain name, `data` the JSON exactly as stored.
+fn frame(head: &Head, raw: &str, id: String) -> SseEvent {
+    let mut event = SseEvent::default().id(id);
     if !head.kind.is_empty() && head.kind.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         event = event.event(&head.kind);
     }
     event.data(raw)
-}
-
-/// Subscribes to `channel`.
-async fn listen(queue: &Queue, channel: String) -> Result<PubSubStream, QueueError> {
-    let mut pubsub = queue.redis().pubsub().await?;
-    pubsub.subscribe(channel).await?;
-    Ok(pubsub.into_on_message())
 }
 
 /// How far one task's events have gone to the client.
@@ -127,22 +113,36 @@ impl Cursor {
     }
 }
 
-/// One SSE client: where frames go, how they look, and what ends the feed
-/// early.
-struct Client {
+/// A feed that can read again what it may have missed.
+trait Recover {
+    fn client(&self) -> &Client;
+
+    /// Sends what is stored after what the client has.
+    async fn reread(&mut self) -> Result<Flow, QueueError>;
+}
+
+/// One SSE client: where frames go, and what ends the feed early.
+pub struct Client {
     out: mpsc::Sender<SseEvent>,
     shutdown: CancellationToken,
-    ids: Ids,
+    /// When the stream reaches its maximum lifetime.
+    expires: Instant,
     /// What is followed, for logs ("task tsk_…", "batch bat_…").
     label: String,
 }
 
 impl Client {
-    /// Resolves once the client has gone or the process is shutting down.
+    pub fn new(out: mpsc::Sender<SseEvent>, shutdown: CancellationToken, expires: Instant, label: String) -> Self {
+        Self { out, shutdown, expires, label }
+    }
+
+    /// Resolves once the client has gone, the stream has lived its
+    /// lifetime, or the process is shutting down.
     async fn gone(&self) {
         tokio::select! {
             () = self.out.closed() => {}
             () = self.shutdown.cancelled() => {}
+            () = tokio::time::sleep_until(self.expires) => {}
         }
     }
 
@@ -154,11 +154,30 @@ impl Client {
         }
     }
 
-    /// Reads a message from the channel; `None`, logged, when unreadable.
+    /// After a failed read, waits and tries `reread` again, backing off;
+    /// gives up (ends the feed) after [`MAX_RETRIES`].
+    async fn recover<F: Recover>(feed: &mut F, error: QueueError) -> Flow {
+        tracing::warn!(feed = %feed.client().label, %error, "reading events failed; retrying");
+        let mut delay = RETRY_BASE_DELAY;
+        for attempt in 1..=MAX_RETRIES {
+            if feed.client().pause(delay).await == Flow::Stop {
+                return Flow::Stop;
+            }
+            delay = (delay * 2).min(RETRY_MAX_DELAY);
+            match feed.reread().await {
+                Ok(flow) => return flow,
+                Err(error) => tracing::warn!(feed = %feed.client().label, attempt, %error, "reading events failed again"),
+            }
+        }
+        tracing::warn!(feed = %feed.client().label, "giving up; the client may resume");
+        Flow::Stop
+    }
+
+    /// Reads a live event; `None`, logged, when unreadable.
     fn read_live<'a>(&self, payload: &'a [u8]) -> Option<(Head, &'a str)> {
         let parsed = parse(payload);
         if parsed.is_none() {
-            tracing::warn!(feed = %self.label, "unreadable event on the channel");
+            tracing::warn!(feed = %self.label, "unreadable live event");
         }
         parsed
     }
@@ -203,7 +222,7 @@ impl Client {
     }
 
     async fn send(&self, cursor: &mut Cursor, head: &Head, raw: &str) -> Sent {
-        if self.out.send(frame(head, raw, self.ids)).await.is_err() {
+        if self.out.send(frame(head, raw, head.seq.to_string())).await.is_err() {
             return Sent::Gone;
         }
         cursor.last = head.seq;
@@ -214,63 +233,14 @@ impl Client {
             Sent::Open
         }
     }
-}
 
-/// A feed the follow loop drives once its history is sent.
-trait Follow {
-    fn client(&self) -> &Client;
-
-    /// Every event the feed owes its client has been sent.
-    fn is_done(&self) -> bool;
-
-    /// Handles one message from the channel; an error means the
-    /// subscription can no longer be trusted.
-    async fn on_live(&mut self, payload: &[u8]) -> Result<Flow, QueueError>;
-
-    /// Subscribes again and sends what was missed meanwhile.
-    async fn resume(&mut self) -> Result<(PubSubStream, Flow), QueueError>;
-}
-
-/// Follows `live` until the feed is done, the client goes or the process
-/// shuts down, renewing the subscription when it breaks.
-async fn follow<F: Follow>(feed: &mut F, mut live: PubSubStream) {
-    while !feed.is_done() {
-        let message = tokio::select! {
-            message = live.next() => message,
-            () = feed.client().gone() => return,
-        };
-        let lost = match message {
-            None => "the subscription closed".to_owned(),
-            Some(message) => match feed.on_live(message.get_payload_bytes()).await {
-                Ok(Flow::Continue) => continue,
-                Ok(Flow::Stop) => return,
-                Err(error) => error.to_string(),
-            },
-        };
-        tracing::warn!(feed = %feed.client().label, reason = %lost, "event feed lost its subscription; resubscribing");
-        match resubscribe(feed).await {
-            Some(renewed) => live = renewed,
-            None => return,
+    /// Sends one event of a tenant's feed at position `id`.
+    async fn send_at(&self, id: FeedId, head: &Head, raw: &str) -> Flow {
+        match self.out.send(frame(head, raw, id.to_string())).await {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Stop,
         }
     }
-}
-
-/// Subscribes again, backing off between tries; `None` ends the feed.
-async fn resubscribe<F: Follow>(feed: &mut F) -> Option<PubSubStream> {
-    let mut delay = RESUBSCRIBE_BASE_DELAY;
-    for attempt in 1..=MAX_RESUBSCRIBES {
-        if feed.client().pause(delay).await == Flow::Stop {
-            return None;
-        }
-        delay = (delay * 2).min(RESUBSCRIBE_MAX_DELAY);
-        match feed.resume().await {
-            Ok((live, Flow::Continue)) => return Some(live),
-            Ok((_, Flow::Stop)) => return None,
-            Err(error) => tracing::warn!(feed = %feed.client().label, attempt, %error, "resubscribing failed"),
-        }
-    }
-    tracing::warn!(feed = %feed.client().label, "giving up on the event subscription");
-    None
 }
 
 #[cfg(test)]
@@ -289,21 +259,17 @@ mod tests {
     const REASONING: &str = r#"{"seq":3,"task_id":"tsk_x","type":"reasoning","text":"a\nb"}"#;
 
     #[tokio::test]
-    async fn a_task_frame_carries_seq_type_and_the_stored_json() {
+    async fn a_frame_carries_its_position_type_and_the_stored_json() {
         let (head, raw) = parse(REASONING.as_bytes()).expect("parses");
-        assert_eq!(bytes_of(frame(&head, raw, Ids::Seq)).await, format!("id: 3\nevent: reasoning\ndata: {raw}\n\n"));
-    }
-
-    #[tokio::test]
-    async fn a_batch_frame_carries_type_and_the_stored_json_but_no_id() {
-        let (head, raw) = parse(REASONING.as_bytes()).expect("parses");
-        assert_eq!(bytes_of(frame(&head, raw, Ids::Omitted)).await, format!("event: reasoning\ndata: {raw}\n\n"));
+        assert_eq!(bytes_of(frame(&head, raw, "3".into())).await, format!("id: 3\nevent: reasoning\ndata: {raw}\n\n"));
+        let at = FeedId { ms: 17, n: 2 }.to_string();
+        assert_eq!(bytes_of(frame(&head, raw, at)).await, format!("id: 17-2\nevent: reasoning\ndata: {raw}\n\n"));
     }
 
     #[tokio::test]
     async fn a_strange_type_is_not_used_as_an_event_name() {
         let (head, raw) = parse(br#"{"seq":1,"type":"a b"}"#).expect("parses");
-        assert!(!bytes_of(frame(&head, raw, Ids::Seq)).await.contains("event:"));
+        assert!(!bytes_of(frame(&head, raw, "1".into())).await.contains("event:"));
     }
 
     #[test]

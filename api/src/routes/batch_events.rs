@@ -1,44 +1,42 @@
 //! `GET /v1/batches/{id}/events`: every event of a batch's tasks as
 //! Server-Sent Events, closing once every task has ended.
 //!
-//! Each task's events arrive in order; events of different tasks interleave.
-//! Frames carry `event` (the type) and `data` (the stored JSON, with
-//! `task_id` and `seq`), and no `id`: resuming is per task, through
-//! `GET /v1/tasks/{id}/events`. The ordering rules live in [`crate::feed`].
-
-use std::convert::Infallible;
-use std::time::Duration;
+//! Each task's events arrive in order; events of different tasks interleave
+//! in the order they happened. Frames carry `id` (the position in the
+//! tenant's feed, as on `GET /v1/events`), `event` (the type) and `data`
+//! (the stored JSON, with `task_id` and `seq`); a client resumes with
+//! `Last-Event-ID`. The ordering rules live in [`crate::feed`].
 
 use axum::extract::State;
-use axum::response::sse::{KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tracing::Instrument;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use flotilla_shared::queue::FeedId;
 
 use super::batches::BatchIdPath;
+use super::feed_events::{FeedParams, POSITION};
+use super::sse;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::QueryParams;
 use crate::feed::BatchFeed;
 use crate::state::AppState;
-
-/// How often an idle stream sends a comment, so proxies keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// Events buffered for a client that reads slowly.
-const BUFFER: usize = 256;
 
 /// Stream the events of every task of a batch.
 #[utoipa::path(
     get,
     path = "/v1/batches/{id}/events",
     tag = "batches",
-    params(("id" = String, Path, description = "Batch id")),
+    params(
+        ("id" = String, Path, description = "Batch id"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this position (the `id` of the last frame received)"),
+        FeedParams,
+    ),
     responses(
-        (status = 200, description = "Server-Sent Events: `event` the type, `data` one Event as JSON; each task's history, then live events; the stream closes once every task has ended", body = String, content_type = "text/event-stream"),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`), `event` the type, `data` one Event as JSON; the batch's stored events after the position (from the batch's start without one), then live events; the stream closes once every task has ended, or after its maximum lifetime, when the client resumes with `Last-Event-ID`", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such batch for this tenant", body = ErrorBody),
+        (status = 429, description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -47,14 +45,14 @@ pub async fn stream(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     BatchIdPath(id): BatchIdPath,
+    QueryParams(params): QueryParams<FeedParams>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let cursor = sse::resume_at::<FeedId>(&headers, params.after.as_deref(), POSITION)?;
+    let permit = state.hub().admit(&tenant)?;
     let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
-    let live = BatchFeed::subscribe(state.queue(), &batch.id).await?;
-    let tasks = state.queue().batch_task_ids(&batch.id).await?;
-    let (tx, rx) = mpsc::channel(BUFFER);
-    let feed = BatchFeed::new(state.queue().clone(), batch.id, tasks, tx, state.shutdown().clone());
-    tokio::spawn(feed.run(live).instrument(tracing::Span::current()));
-    let events = ReceiverStream::new(rx).map(Ok::<_, Infallible>);
-    let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
-    Ok(([("x-accel-buffering", "no")], sse).into_response())
+    let (client, frames) = sse::client(&state, &permit, format!("batch {id}"));
+    let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
+    let live = state.tails().follow(&tenant).await?;
+    Ok(sse::serve(permit, frames, feed.run(live)))
 }

@@ -4,9 +4,11 @@
 pub mod batch_events;
 pub mod batches;
 pub mod events;
+pub mod feed_events;
 pub mod ops;
 pub mod queues;
 pub mod schedules;
+pub mod sse;
 pub mod tasks;
 pub mod views;
 

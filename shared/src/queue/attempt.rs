@@ -122,7 +122,7 @@ impl StartArgs {
     fn new(queue: &Queue, owner: &str) -> Self {
         let now = clock::now_ms();
         Self {
-            channel_prefix: queue.keys.channel_prefix(),
+            channel_prefix: queue.script_channels(),
             started: draft(EventKind::Started { attempt: 0, worker: owner.to_owned() }),
             now,
             owner: owner.to_owned(),
@@ -329,7 +329,7 @@ impl Queue {
             .chunks(self.tasks_per_call(usize::MAX))
             .map(|chunk| {
                 let mut inv = scripts::FINISH.prepare_invoke();
-                inv.arg(self.keys.channel_prefix()).arg(self.retention_ms());
+                inv.arg(self.script_channels()).arg(self.retention_ms());
                 for ending in chunk {
                     self.add_ending(&mut inv, ending);
                 }
@@ -371,7 +371,7 @@ impl Queue {
             inv.key(self.keys.lane(lane));
         }
         inv.key(self.keys.outcomes()).key(self.keys.finished());
-        inv.arg(self.keys.channel_prefix()).arg(self.retention_ms()).arg(GROUP).arg(ends.len());
+        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len());
         for ending in ends {
             self.add_ending(&mut inv, ending);
             let delivery = &ending.0.delivery;

@@ -22,6 +22,7 @@ mod attempt;
 mod batch;
 mod batch_spec;
 mod claim;
+mod feed;
 mod record;
 pub mod scripts;
 mod stats;
@@ -33,6 +34,7 @@ pub use attempt::{Attempt, Ending, HeartbeatOutcome, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;
+pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use record::TaskRecord;
 pub use stats::{LaneStats, QueueStats};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
@@ -132,7 +134,7 @@ impl Queue {
     ) -> redis::ScriptInvocation<'a> {
         let mut inv = script.prepare_invoke();
         inv.key(self.keys.task(task_id));
-        inv.arg(self.keys.channel_prefix()).arg(task_id.as_str()).arg(draft).arg(now_ms);
+        inv.arg(self.script_channels()).arg(task_id.as_str()).arg(draft).arg(now_ms);
         inv
     }
 }

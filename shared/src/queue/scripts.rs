@@ -9,7 +9,8 @@
 //! more on each command a script calls than on its arguments.
 //!
 //! Task scripts share a prelude. `ARGV[1]` is always the channel prefix
-//! (`<prefix>:events:`). Scripts on one task take `KEYS[1]` the task hash,
+//! (`<prefix>:events:`), with a `+` after it on a single server, where each
+//! event also goes to its tenant's feed stream (`<prefix>:events:feed:{tenant}`). Scripts on one task take `KEYS[1]` the task hash,
 //! `ARGV[2]` the task id, `ARGV[3]` the event draft (`{"ts": …, "type": …,
 //! …}`) and `ARGV[4]` now in epoch ms. The hot-path scripts (create, start,
 //! finish) take many tasks at once: a key per task and a fixed group of
@@ -28,11 +29,15 @@ use redis::Script;
 
 /// Shared helpers of the task scripts. `t` is a task: `{hash key, id}`.
 /// `record` sets `fields` (a flat list of field, value), `seq` and the
-/// event `{"seq":<seq>,<body>` in one `HSET`, then publishes the event on
-/// the task's, batch's and tenant's channels; `body` is the header and the
+/// event `{"seq":<seq>,<body>` in one `HSET`, appends it to the tenant's
+/// feed stream when `ARGV[1]` ends in `+` (see `Keys::script_channels`),
+/// then publishes the event on the task's, batch's and tenant's channels; `body` is the header and the
 /// draft's fields (`with_hdr`). Sequence and attempt numbers stay strings in
 /// the scripts: turning a Lua number into text costs more than it seems.
 const PRELUDE: &str = r#"
+local CHANNELS = ARGV[1]
+local FEED = string.byte(CHANNELS, -1) == 43
+if FEED then CHANNELS = string.sub(CHANNELS, 1, -2) end
 local function record(t, tenant, batch, seq, body, fields)
   local event = '{"seq":' .. seq .. ',' .. body
   fields[#fields + 1] = 'seq'
@@ -40,9 +45,10 @@ local function record(t, tenant, batch, seq, body, fields)
   fields[#fields + 1] = 'e:' .. seq
   fields[#fields + 1] = event
   redis.call('HSET', t[1], unpack(fields))
-  redis.call('PUBLISH', ARGV[1] .. 'task:' .. t[2], event)
-  if batch and batch ~= '' then redis.call('PUBLISH', ARGV[1] .. 'batch:' .. batch, event) end
-  redis.call('PUBLISH', ARGV[1] .. 'tenant:' .. tenant, event)
+  if FEED then redis.call('XADD', CHANNELS .. 'feed:{' .. tenant .. '}', '*', 'e', event) end
+  redis.call('PUBLISH', CHANNELS .. 'task:' .. t[2], event)
+  if batch and batch ~= '' then redis.call('PUBLISH', CHANNELS .. 'batch:' .. batch, event) end
+  redis.call('PUBLISH', CHANNELS .. 'tenant:' .. tenant, event)
   return seq
 end
 local function with_hdr(hdr, draft)

@@ -161,7 +161,7 @@ impl Queue {
         let mut creates = Vec::new();
         for chunk in tasks.chunks(self.tasks_per_call(CREATE_CHUNK)) {
             let mut create = scripts::CREATE.prepare_invoke();
-            create.arg(self.keys.channel_prefix()).arg(&queued_draft).arg(now).arg(&traceparent);
+            create.arg(self.script_channels()).arg(&queued_draft).arg(now).arg(&traceparent);
             for task in chunk {
                 let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
                 create.key(self.keys.task(&task.id));

@@ -2,7 +2,8 @@
 //! stored history first (after `Last-Event-ID`), then live events, each seq
 //! exactly once and in order, with the stored JSON as the data, and the
 //! stream closed right after the terminal event, also across a gap on the
-//! channel and a Redis restart.
+//! channel and a Redis restart. Every stream shares the API's one pattern
+//! subscription, and a client that leaves frees its place under the cap.
 //!
 //! Events past `queued` are written here the way the queue's scripts write
 //! them (bump the task's seq, append to its list, publish on its channel), so
@@ -11,7 +12,7 @@
 use std::time::Duration;
 
 use flotilla_shared::keys::{event_field, Keys};
-use flotilla_shared::{clock, TaskId};
+use flotilla_shared::{clock, TaskId, TenantId};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer, SseFrame, SseReader};
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
@@ -79,7 +80,8 @@ async fn stored(conn: &mut MultiplexedConnection, keys: &Keys, id: &str) -> Vec<
 }
 
 /// Stores event `seq` of task `id` the way the queue does, and publishes it
-/// on the task's channel when `publish` is set. Returns its JSON.
+/// on the tenant's channel (where the API listens) when `publish` is set.
+/// Returns its JSON.
 async fn append(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, seq: u64, kind: Value, publish: bool) -> String {
     let task = TaskId::parse(id).expect("task id");
     let mut event = json!({"seq": seq, "task_id": id, "batch_id": null, "tenant": "acme", "ts": clock::rfc3339(clock::now_ms())});
@@ -91,16 +93,19 @@ async fn append(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, seq: u6
     pipe.atomic().cmd("HINCRBY").arg(keys.task(&task)).arg("seq").arg(1).ignore();
     pipe.cmd("HSET").arg(keys.task(&task)).arg(event_field(seq)).arg(&event).ignore();
     if publish {
-        pipe.cmd("PUBLISH").arg(keys.task_channel(&task)).arg(&event).ignore();
+        pipe.cmd("PUBLISH").arg(keys.tenant_channel(&acme())).arg(&event).ignore();
     }
     let () = pipe.query_async(conn).await.expect("append event");
     event
 }
 
 /// Publishes an event again without storing it, as a duplicate delivery would.
-async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, id: &str, event: &str) {
-    let task = TaskId::parse(id).expect("task id");
-    let _: i64 = redis::cmd("PUBLISH").arg(keys.task_channel(&task)).arg(event).query_async(conn).await.expect("PUBLISH");
+async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, event: &str) {
+    let _: i64 = redis::cmd("PUBLISH").arg(keys.tenant_channel(&acme())).arg(event).query_async(conn).await.expect("PUBLISH");
+}
+
+fn acme() -> TenantId {
+    TenantId::parse("acme").expect("tenant")
 }
 
 fn ids(frames: &[SseFrame]) -> Vec<&str> {
@@ -152,8 +157,8 @@ async fn a_live_follower_gets_each_event_once_in_order_and_the_stream_closes() {
     append(&mut conn, &keys, &id, 3, json!({"type": "reasoning", "text": "scrolling"}), false).await;
     let fourth = append(&mut conn, &keys, &id, 4, json!({"type": "reasoning", "text": "found it"}), true).await;
     // A duplicate delivery of old events is dropped.
-    republish(&mut conn, &keys, &id, &reasoning).await;
-    republish(&mut conn, &keys, &id, &fourth).await;
+    republish(&mut conn, &keys, &reasoning).await;
+    republish(&mut conn, &keys, &fourth).await;
     assert_eq!(cancel(&api, &id).await, 202, "the task is still queued, so cancel ends it");
 
     let rest = stream.rest().await;
@@ -188,31 +193,41 @@ async fn the_stream_survives_a_redis_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_client_that_leaves_releases_its_subscription() {
+async fn streams_share_one_pattern_subscription_and_a_client_that_leaves_frees_its_place() {
     let redis = RedisServer::start();
     let prefix = unique_prefix();
-    let keys = Keys::new(prefix.clone());
-    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let api = spawn_api(test_config(&redis, &prefix, &[("FLOTILLA_STREAMS_PER_TENANT", "2")])).await;
     let id = submit(&api).await;
-    let task = TaskId::parse(&id).expect("task id");
     let mut conn = connect(&redis).await;
-    let subscribers = |conn: &mut MultiplexedConnection| {
-        let channel = keys.task_channel(&task);
+    let patterns = |conn: &mut MultiplexedConnection| {
         let mut conn = conn.clone();
-        async move {
-            let counts: Vec<(String, u64)> =
-                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut conn).await.expect("NUMSUB");
-            counts.first().map_or(0, |(_, n)| *n)
-        }
+        async move { redis::cmd("PUBSUB").arg("NUMPAT").query_async::<u64>(&mut conn).await.expect("NUMPAT") }
     };
 
-    let mut stream = open(&api, &id, None).await;
-    assert!(stream.next().await.is_some());
-    assert_eq!(subscribers(&mut conn).await, 1);
-    drop(stream);
+    let mut first = open(&api, &id, None).await;
+    let mut second = open(&api, &id, None).await;
+    assert!(first.next().await.is_some() && second.next().await.is_some());
+    assert_eq!(patterns(&mut conn).await, 1, "one subscription for every stream");
+    let refused = client()
+        .get(api.url(&format!("/v1/tasks/{id}/events")))
+        .header("authorization", format!("Bearer {}", api_key()))
+        .send()
+        .await
+        .expect("third stream");
+    assert_eq!(refused.status().as_u16(), 429, "a third stream is past the cap");
+    drop(first);
     let deadline = tokio::time::Instant::now() + STEP;
-    while subscribers(&mut conn).await != 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the subscription outlived its client");
+    loop {
+        let response = client()
+            .get(api.url(&format!("/v1/tasks/{id}/events")))
+            .header("authorization", format!("Bearer {}", api_key()))
+            .send()
+            .await
+            .expect("stream");
+        if response.status().as_u16() == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the stream's place outlived its client");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -14,6 +14,7 @@ mod dashboard;
 mod deploy;
 mod desktop_tasks;
 mod faults;
+mod feeds;
 mod live_view;
 mod model_anthropic;
 mod model_openai;

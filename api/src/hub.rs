@@ -1,0 +1,281 @@
+//! The event hub: one Redis subscription per API process, fanned out to
+//! every event stream the process serves.
+//!
+//! Without it each stream would open its own pub/sub connection, and one
+//! tenant holding a few thousand streams would exhaust Redis's
+//! `maxclients` and stop the fleet. The hub subscribes once, to the pattern
+//! of every tenant's channel (each event is published there exactly once),
+//! and hands each event to the [`Topic`]s it belongs to (its task, its
+//! batch, its tenant) through `tokio::sync::broadcast`.
+//!
+//! Invariant: once [`Hub::subscribe`] has returned, every event published
+//! afterwards reaches the subscription, or the subscription receives
+//! [`Live::Resync`] (the Redis subscription broke and was renewed, or the
+//! reader fell behind), after which the reader re-reads what it may have
+//! missed from storage. Readers therefore subscribe first and read stored
+//! history second, as the feeds do.
+//!
+//! The hub also keeps the stream limits: [`Hub::admit`] counts the streams
+//! each tenant holds open (past the cap: [`HubError::TooManyStreams`], a 429)
+//! and gives each a deadline ([`StreamPermit::expires`]) after which it
+//! ends, so clients resume with `Last-Event-ID` and no stream lives forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use flotilla_shared::config::StreamsConfig;
+use flotilla_shared::keys::Keys;
+use flotilla_shared::redis_conn::Redis;
+use flotilla_shared::{BatchId, TaskId, TenantId};
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Events a topic buffers for a reader that is behind; past it the reader
+/// gets [`Live::Resync`].
+const TOPIC_BUFFER: usize = 1_024;
+/// How long [`Hub::subscribe`] waits for the Redis subscription.
+const READY_WAIT: Duration = Duration::from_secs(5);
+/// The first wait before subscribing again; it doubles up to [`RETRY_MAX`].
+const RETRY_BASE: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(3);
+
+/// What a subscription follows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Topic {
+    Task(TaskId),
+    Batch(BatchId),
+    Tenant(TenantId),
+}
+
+/// What a subscription receives.
+#[derive(Debug, Clone)]
+pub enum Live {
+    /// One event, the JSON exactly as published.
+    Event(Arc<str>),
+    /// Events may have been missed: read stored history again.
+    Resync,
+}
+
+/// Why the hub refused.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("this tenant already holds {0} open event streams")]
+    TooManyStreams(usize),
+    #[error("the event subscription is not connected")]
+    NotConnected,
+}
+
+/// The hub of one API process. Cloning it is cheap.
+#[derive(Clone)]
+pub struct Hub {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    topics: Mutex<HashMap<Topic, broadcast::Sender<Live>>>,
+    open: Mutex<HashMap<TenantId, usize>>,
+    ready: watch::Sender<bool>,
+    limits: StreamsConfig,
+}
+
+impl Hub {
+    /// Starts the hub's subscription on `redis`; it ends with `shutdown`.
+    pub fn start(redis: Redis, keys: &Keys, limits: StreamsConfig, shutdown: CancellationToken) -> Self {
+        let (ready, _) = watch::channel(false);
+        let shared = Arc::new(Shared { topics: Mutex::default(), open: Mutex::default(), ready, limits });
+        let listener = Listener { redis, pattern: keys.tenant_channel_pattern(), shared: shared.clone() };
+        tokio::spawn(listener.run(shutdown));
+        Self { shared }
+    }
+
+    /// Follows `topic`; waits (a little) for the Redis subscription to be up.
+    pub async fn subscribe(&self, topic: Topic) -> Result<Subscription, HubError> {
+        let mut ready = self.shared.ready.subscribe();
+        let up = matches!(tokio::time::timeout(READY_WAIT, ready.wait_for(|up| *up)).await, Ok(Ok(_)));
+        if !up {
+            return Err(HubError::NotConnected);
+        }
+        let rx = lock(&self.shared.topics).entry(topic.clone()).or_insert_with(|| broadcast::channel(TOPIC_BUFFER).0).subscribe();
+        Ok(Subscription { rx: Some(rx), topic, shared: self.shared.clone() })
+    }
+
+    /// Counts one more open stream of `tenant`, refused past the cap.
+    pub fn admit(&self, tenant: &TenantId) -> Result<StreamPermit, HubError> {
+        let cap = self.shared.limits.per_tenant;
+        let mut open = lock(&self.shared.open);
+        let count = open.entry(tenant.clone()).or_insert(0);
+        if *count >= cap {
+            return Err(HubError::TooManyStreams(cap));
+        }
+        *count += 1;
+        let expires = Instant::now() + self.shared.limits.max_lifetime;
+        Ok(StreamPermit { tenant: tenant.clone(), expires, shared: self.shared.clone() })
+    }
+
+    /// How many streams `tenant` holds open on this process.
+    pub fn open_streams(&self, tenant: &TenantId) -> usize {
+        lock(&self.shared.open).get(tenant).copied().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("topics", &lock(&self.shared.topics).len()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One reader of a topic; dropping it forgets the topic once nobody follows it.
+pub struct Subscription {
+    rx: Option<broadcast::Receiver<Live>>,
+    topic: Topic,
+    shared: Arc<Shared>,
+}
+
+impl Subscription {
+    /// The next event, [`Live::Resync`] when some were missed, `None` once
+    /// the hub has stopped.
+    pub async fn recv(&mut self) -> Option<Live> {
+        let rx = self.rx.as_mut()?;
+        match rx.recv().await {
+            Ok(live) => Some(live),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Live::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// Whatever is already waiting, without waiting; `None` when nothing is.
+    pub fn try_recv(&mut self) -> Option<Live> {
+        match self.rx.as_mut()?.try_recv() {
+            Ok(live) => Some(live),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => Some(Live::Resync),
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        let mut topics = lock(&self.shared.topics);
+        if topics.get(&self.topic).is_some_and(|tx| tx.receiver_count() == 0) {
+            topics.remove(&self.topic);
+        }
+    }
+}
+
+/// One open stream of a tenant, counted until dropped.
+pub struct StreamPermit {
+    tenant: TenantId,
+    expires: Instant,
+    shared: Arc<Shared>,
+}
+
+impl StreamPermit {
+    /// When the stream ends at the latest.
+    pub fn expires(&self) -> Instant {
+        self.expires
+    }
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut open = lock(&self.shared.open);
+        if let Some(count) = open.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// The fields of an event the hub routes by.
+#[derive(Deserialize)]
+struct Route<'a> {
+    #[serde(borrow)]
+    task_id: Option<&'a str>,
+    #[serde(borrow)]
+    batch_id: Option<&'a str>,
+}
+
+/// The task that holds the Redis subscription.
+struct Listener {
+    redis: Redis,
+    pattern: String,
+    shared: Arc<Shared>,
+}
+
+impl Listener {
+    async fn run(self, shutdown: CancellationToken) {
+        let mut delay = RETRY_BASE;
+        let mut first = true;
+        while !shutdown.is_cancelled() {
+            match self.connect().await {
+                Ok(mut messages) => {
+                    delay = RETRY_BASE;
+                    self.shared.ready.send_replace(true);
+                    if !first {
+                        self.resync_all();
+                    }
+                    first = false;
+                    loop {
+                        let message = tokio::select! {
+                            message = messages.next() => message,
+                            () = shutdown.cancelled() => return,
+                        };
+                        let Some(message) = message else { break };
+                        self.dispatch(message.get_channel_name(), message.get_payload_bytes());
+                    }
+                    self.shared.ready.send_replace(false);
+                    tracing::warn!("event subscription lost; subscribing again");
+                }
+                Err(error) => tracing::warn!(%error, "subscribing to events failed"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown.cancelled() => return,
+            }
+            delay = (delay * 2).min(RETRY_MAX);
+        }
+    }
+
+    async fn connect(&self) -> Result<redis::aio::PubSubStream, flotilla_shared::QueueError> {
+        let mut pubsub = self.redis.pubsub().await?;
+        pubsub.psubscribe(&self.pattern).await?;
+        Ok(pubsub.into_on_message())
+    }
+
+    /// Tells every reader that events may have been missed.
+    fn resync_all(&self) {
+        for tx in lock(&self.shared.topics).values() {
+            let _ = tx.send(Live::Resync);
+        }
+    }
+
+    /// Hands one event to its task's, batch's and tenant's topics.
+    fn dispatch(&self, channel: &str, payload: &[u8]) {
+        let Some(tenant) = channel.rsplit(':').next().and_then(|t| TenantId::parse(t).ok()) else { return };
+        let Ok(raw) = std::str::from_utf8(payload) else { return };
+        let route: Route<'_> = serde_json::from_str(raw).unwrap_or(Route { task_id: None, batch_id: None });
+        let mut wanted = vec![Topic::Tenant(tenant)];
+        wanted.extend(route.task_id.and_then(|t| TaskId::parse(t).ok()).map(Topic::Task));
+        wanted.extend(route.batch_id.and_then(|b| BatchId::parse(b).ok()).map(Topic::Batch));
+        let topics = lock(&self.shared.topics);
+        let senders: Vec<_> = wanted.iter().filter_map(|t| topics.get(t)).collect();
+        if senders.is_empty() {
+            return;
+        }
+        let event: Arc<str> = Arc::from(raw);
+        for tx in senders {
+            let _ = tx.send(Live::Event(event.clone()));
+        }
+    }
+}

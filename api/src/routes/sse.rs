@@ -1,0 +1,99 @@
+//! What every event-stream endpoint shares: reading the client's position
+//! (`Last-Event-ID`, else `?after=`), and serving a feed as Server-Sent
+//! Events while its stream permit is held.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use flotilla_shared::ValidationError;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+use crate::feed::Client;
+use crate::hub::StreamPermit;
+use crate::state::AppState;
+
+/// How often an idle stream sends a comment, so proxies keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events buffered for a client that reads slowly.
+const BUFFER: usize = 256;
+
+/// The position the client already has: `Last-Event-ID`, else `after`, else
+/// none. `what` says what a position looks like, for the error.
+pub fn resume_at<T: FromStr>(headers: &HeaderMap, after: Option<&str>, what: &str) -> Result<Option<T>, ValidationError> {
+    if let Some(value) = headers.get("last-event-id") {
+        let text = value.to_str().unwrap_or("-").trim();
+        if !text.is_empty() {
+            return text
+                .parse()
+                .map(Some)
+                .map_err(|_| ValidationError::at("Last-Event-ID", format!("Last-Event-ID must be {what}")));
+        }
+    }
+    match after.map(str::trim).filter(|a| !a.is_empty()) {
+        None => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|_| ValidationError::at("after", format!("after must be {what}"))),
+    }
+}
+
+/// A client of a new stream under `permit`, and where its frames come out.
+pub fn client(state: &AppState, permit: &StreamPermit, label: String) -> (Client, mpsc::Receiver<SseEvent>) {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    (Client::new(tx, state.shutdown().clone(), permit.expires(), label), rx)
+}
+
+/// Runs `feed` in the background, holding `permit` until it ends, and
+/// answers with its frames as they come.
+pub fn serve(
+    permit: StreamPermit,
+    frames: mpsc::Receiver<SseEvent>,
+    feed: impl Future<Output = ()> + Send + 'static,
+) -> Response {
+    let run = async move {
+        let _permit = permit;
+        feed.await;
+    };
+    tokio::spawn(run.instrument(tracing::Span::current()));
+    let events = ReceiverStream::new(frames).map(Ok::<_, Infallible>);
+    let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
+    ([("x-accel-buffering", "no")], sse).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn with_header(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("last-event-id", HeaderValue::from_str(value).expect("header"));
+        headers
+    }
+
+    const SEQ: &str = "the seq of an event";
+
+    #[test]
+    fn last_event_id_wins_over_after() {
+        assert_eq!(resume_at::<u64>(&with_header("7"), Some("3"), SEQ), Ok(Some(7)));
+        assert_eq!(resume_at::<u64>(&HeaderMap::new(), Some("3"), SEQ), Ok(Some(3)));
+        assert_eq!(resume_at::<u64>(&HeaderMap::new(), None, SEQ), Ok(None));
+        assert_eq!(resume_at::<u64>(&with_header(""), Some("2"), SEQ), Ok(Some(2)));
+    }
+
+    #[test]
+    fn a_malformed_position_is_refused_with_its_name() {
+        let err = resume_at::<u64>(&with_header("abc"), None, SEQ).expect_err("refused");
+        assert_eq!(err.field.as_deref(), Some("Last-Event-ID"));
+        let err = resume_at::<u64>(&HeaderMap::new(), Some("-1"), SEQ).expect_err("refused");
+        assert_eq!(err.field.as_deref(), Some("after"));
+        let err = resume_at::<flotilla_shared::queue::FeedId>(&with_header("12"), None, "a feed position").expect_err("refused");
+        assert_eq!(err.field.as_deref(), Some("Last-Event-ID"));
+    }
+}
