@@ -26,7 +26,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        Self::read(request, state.config().body_limit).await
+        Self::read(request, state.config().api.body_limit).await
     }
 }
 

@@ -56,7 +56,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Serves the API on `listener` until `shutdown` is cancelled.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let queue = Queue::connect(&config).await.map_err(|e| anyhow::anyhow!("FLOTILLA_REDIS_URL: cannot connect to redis: {e}"))?;
-    let blobs = match config.s3_bucket {
+    let blobs = match config.s3.bucket {
         Some(_) => Some(BlobStore::new(BlobConfig::from_process_env(&config)?)),
         None => None,
     };
@@ -84,8 +84,8 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 /// The whole application: every route, the body limits (a larger one for
 /// batches) and request tracing.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.config().body_limit;
-    let batch_body_limit = state.config().batch_body_limit;
+    let body_limit = state.config().api.body_limit;
+    let batch_body_limit = state.config().api.batch_body_limit;
     Router::new()
         .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
         .route("/v1/tasks/{id}", get(routes::tasks::get))

@@ -15,13 +15,13 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(e),
     };
-    let telemetry = match telemetry::init("flotilla-api", config.otlp_endpoint.as_deref(), LogOutput::Stdout) {
+    let telemetry = match telemetry::init("flotilla-api", config.telemetry.otlp_endpoint.as_deref(), LogOutput::Stdout) {
         Ok(telemetry) => telemetry,
         Err(e) => return fail(e),
     };
-    let listener = match tokio::net::TcpListener::bind(config.api_addr).await {
+    let listener = match tokio::net::TcpListener::bind(config.api.addr).await {
         Ok(listener) => listener,
-        Err(e) => return fail(format!("FLOTILLA_API_ADDR: cannot listen on {}: {e}", config.api_addr)),
+        Err(e) => return fail(format!("FLOTILLA_API_ADDR: cannot listen on {}: {e}", config.api.addr)),
     };
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));

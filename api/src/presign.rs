@@ -35,7 +35,7 @@ pub async fn attach_urls(state: &AppState, task: &mut TaskRecord) -> Result<(), 
 /// key cannot be signed.
 async fn presign(store: Option<&BlobStore>, key: &str, state: &AppState) -> Value {
     let Some(store) = store else { return Value::Null };
-    match store.presigned_get(key, state.config().s3_url_ttl).await {
+    match store.presigned_get(key, state.config().s3.url_ttl).await {
         Ok(url) => Value::String(url.url),
         Err(e) => {
             tracing::warn!(key, error = %e, "could not presign a stored object");

@@ -38,7 +38,7 @@ impl AppState {
     /// State that also presigns links to what tasks stored in `blobs`.
     /// Starts the process's event [`Hub`], so it needs a Tokio runtime.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
-        let keys = ApiKeys::new(&config.api_keys);
+        let keys = ApiKeys::new(&config.api.keys);
         let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, shutdown }) }

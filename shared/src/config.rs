@@ -5,26 +5,41 @@
 //! setting is validated at load; a bad one is reported as one line naming the
 //! variable. The loader takes the environment as an argument so tests never
 //! touch the process environment.
+//!
+//! `Config` is made of sections, one struct per area, each in its own file
+//! under `config/` with a `load(&Settings)` that reads its variables: `api`,
+//! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
+//! `s3`), `telemetry`, `tenants` and `streams`. A new area adds a file there, one field here, its
+//! variables to [`KNOWN_VARS`] and a row to the README's table.
+//!
+//! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
+//! level (`worker_concurrency = 8`) or inside a table named after its section,
+//! where the section's name may be left off the key (`[worker]` then
+//! `concurrency = 8`, `[s3]` then `bucket = "shots"`, `[queue]` then
+//! `lease_ms = 30000`).
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+mod api;
 mod live_view;
-
-pub use live_view::LiveViewConfig;
+mod providers;
+mod queue;
 mod streams;
-
-pub use streams::StreamsConfig;
-
-use crate::ids::TenantId;
-use crate::task::{Pipeline, SandboxProviderKind};
-
+mod telemetry;
 mod tenants;
+mod worker;
 
+pub use api::ApiConfig;
+pub use live_view::LiveViewConfig;
+pub use providers::{AnthropicToolVersion, E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
+pub use queue::QueueConfig;
+pub use streams::StreamsConfig;
+pub use telemetry::TelemetryConfig;
 pub use tenants::{TenantSettings, TenantsConfig};
+pub use worker::WorkerConfig;
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
 pub const KNOWN_VARS: &[(&str, &str)] = &[
@@ -70,28 +85,12 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
     ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
     ("RUST_LOG", "log"),
+    ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
     ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
     ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
     ("FLOTILLA_PUBLIC_URL", "public_url"),
     ("FLOTILLA_WORKER_VIEW_URL", "worker_view_url"),
-    ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
 ];
-
-/// The OpenAI computer tool generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenAiToolVersion {
-    /// The GA `computer` tool, whose calls may batch actions.
-    Ga,
-    /// `computer_use_preview` with model `computer-use-preview`.
-    Preview,
-}
-
-/// The Anthropic computer tool version (and so its beta header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnthropicToolVersion {
-    V20250124,
-    V20251124,
-}
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
 #[derive(Clone, PartialEq, Eq)]
@@ -135,75 +134,26 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
 }
 
-/// The configuration of the API and the workers.
+/// The configuration of the API and the workers, by section.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `FLOTILLA_REDIS_URL`.
     pub redis: RedisTarget,
-    /// Prefix of every Redis key and pub/sub channel; tests set a unique one.
+    /// `FLOTILLA_KEY_PREFIX`: prefix of every Redis key and pub/sub channel;
+    /// tests set a unique one.
     pub key_prefix: String,
-    pub api_addr: SocketAddr,
-    /// API key → tenant.
-    pub api_keys: Vec<(Secret, TenantId)>,
-    pub body_limit: usize,
-    /// The largest body of `POST /v1/batches`, which carries many specs.
-    pub batch_body_limit: usize,
-    pub worker_concurrency: usize,
-    pub worker_id: String,
-    /// Where a worker serves `/metrics`, `/healthz` and `/readyz`; none when unset.
-    pub worker_http_addr: Option<SocketAddr>,
-    /// How long a claimed task may go without a heartbeat before another
-    /// worker reclaims it.
-    pub lease: Duration,
-    pub heartbeat: Duration,
-    /// How long a stopping worker lets running tasks finish.
-    pub drain_deadline: Duration,
-    /// How long a finished task, its events and its idempotency record are kept.
-    pub retention: Duration,
-    pub default_pipeline: Pipeline,
-    pub retry_base: Duration,
-    pub retry_max: Duration,
-    /// Where tasks get desktops; none: only tasks that need no screen run.
-    pub sandbox_provider: Option<SandboxProviderKind>,
-    /// Ready sandboxes each worker keeps in its warm pool.
-    pub sandbox_warm: usize,
-    /// Sandboxes one worker may hold at once, pooled ones included.
-    pub sandbox_max: usize,
-    /// Sandboxes the whole fleet may hold at once (a provider's concurrency
-    /// limit), counted in Redis; no fleet-wide cap when unset.
-    pub sandbox_fleet_max: Option<usize>,
-    pub s3_bucket: Option<String>,
-    pub s3_endpoint: Option<String>,
-    pub s3_prefix: String,
-    /// How long the presigned URLs the API hands out stay valid.
-    pub s3_url_ttl: Duration,
-    pub openai_api_key: Option<Secret>,
-    pub openai_base_url: String,
-    /// Which OpenAI computer tool: `ga` (the `computer` tool) or `preview`
-    /// (`computer_use_preview`).
-    pub openai_tool: OpenAiToolVersion,
-    /// The model for `openai-cua` tasks that name none; the tool's default when unset.
-    pub openai_model: Option<String>,
-    pub anthropic_tool: AnthropicToolVersion,
-    /// The model for `claude-computer-use` tasks that name none.
-    pub anthropic_model: String,
-    /// The largest screen a model is shown; bigger screens are scaled down.
-    pub model_screen: (u32, u32),
-    pub anthropic_api_key: Option<Secret>,
-    pub anthropic_base_url: String,
-    /// Where a worker's model gateway listens: the address sandboxes call
-    /// instead of the model provider, with a token scoped to their task.
-    pub gateway_addr: SocketAddr,
-    /// The gateway's URL as sandboxes reach it; by default
-    /// `http://<gateway_addr>`, right for local sandboxes on the host's
-    /// network. Remote sandboxes need an address they can reach.
-    pub gateway_url: Option<String>,
-    pub e2b_api_key: Option<Secret>,
-    pub e2b_domain: String,
-    pub otlp_endpoint: Option<String>,
-    /// Live views of tasks' desktops.
-    pub live_view: LiveViewConfig,
+    pub api: ApiConfig,
+    pub worker: WorkerConfig,
+    pub queue: QueueConfig,
+    pub sandbox: SandboxConfig,
+    pub model: ModelConfig,
+    pub e2b: E2bAccount,
+    pub s3: S3Config,
+    pub telemetry: TelemetryConfig,
     /// Limits on the API's event streams.
     pub streams: StreamsConfig,
+    /// Live views of tasks' desktops.
+    pub live_view: LiveViewConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -238,93 +188,26 @@ impl Config {
     }
 
     fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
-        let lease = s.millis("FLOTILLA_LEASE_MS", 30_000)?;
-        let heartbeat = match s.get("FLOTILLA_HEARTBEAT_MS") {
-            Some(_) => s.millis("FLOTILLA_HEARTBEAT_MS", 1_000)?,
-            None => (lease / 3).min(Duration::from_secs(1)),
-        };
-        if heartbeat >= lease {
-            return Err(ConfigError::new("FLOTILLA_HEARTBEAT_MS", "must be shorter than FLOTILLA_LEASE_MS"));
-        }
-        let retry_base = s.millis("FLOTILLA_RETRY_BASE_MS", 1_000)?;
-        let retry_max = s.millis("FLOTILLA_RETRY_MAX_MS", 60_000)?;
-        if retry_max < retry_base {
-            return Err(ConfigError::new("FLOTILLA_RETRY_MAX_MS", "must not be below FLOTILLA_RETRY_BASE_MS"));
-        }
         Ok(Self {
             redis: parse_redis_target(s.text("FLOTILLA_REDIS_URL", "redis://127.0.0.1:6379"))?,
             key_prefix: parse_key_prefix(s.text("FLOTILLA_KEY_PREFIX", "flotilla"))?,
-            api_addr: s.parsed("FLOTILLA_API_ADDR", "127.0.0.1:8080", "a socket address like 127.0.0.1:8080")?,
-            api_keys: parse_api_keys(s.text("FLOTILLA_API_KEYS", ""))?,
-            body_limit: s.positive("FLOTILLA_BODY_LIMIT", 1024 * 1024)?,
-            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
-            worker_concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
-            worker_id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
-            worker_http_addr: match s.get("FLOTILLA_WORKER_HTTP_ADDR") {
-                Some(_) => Some(s.parsed("FLOTILLA_WORKER_HTTP_ADDR", "", "a socket address like 0.0.0.0:9090")?),
-                None => None,
-            },
-            lease,
-            heartbeat,
-            drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
-            retention: Duration::from_secs(s.positive("FLOTILLA_RETENTION_S", 7 * 24 * 3600)? as u64),
-            default_pipeline: s.parsed(
-                "FLOTILLA_DEFAULT_PIPELINE",
-                "scripted",
-                "one of openai-cua, claude-computer-use, claude-code, scripted",
-            )?,
-            retry_base,
-            retry_max,
-            sandbox_provider: parse_sandbox_provider(s.get("FLOTILLA_SANDBOX_PROVIDER"))?,
-            sandbox_warm: s.count("FLOTILLA_SANDBOX_WARM", 0)?,
-            sandbox_max: s.positive("FLOTILLA_SANDBOX_MAX", 16)?,
-            sandbox_fleet_max: match s.get("FLOTILLA_SANDBOX_FLEET_MAX") {
-                Some(_) => Some(s.positive("FLOTILLA_SANDBOX_FLEET_MAX", 1)?),
-                None => None,
-            },
-            s3_bucket: s.get("FLOTILLA_S3_BUCKET").map(str::to_owned),
-            s3_endpoint: s.url("FLOTILLA_S3_ENDPOINT")?,
-            s3_prefix: s.text("FLOTILLA_S3_PREFIX", "").to_owned(),
-            s3_url_ttl: Duration::from_secs(match s.positive("FLOTILLA_S3_URL_TTL_S", 3600)? {
-                n if n <= 7 * 24 * 3600 => n as u64,
-                _ => return Err(ConfigError::new("FLOTILLA_S3_URL_TTL_S", "must be at most 604800 (7 days)")),
-            }),
-            openai_api_key: s.get("OPENAI_API_KEY").map(Secret::new),
-            openai_base_url: s.url("OPENAI_BASE_URL")?.unwrap_or_else(|| "https://api.openai.com/v1".into()),
-            openai_tool: match s.text("FLOTILLA_OPENAI_TOOL", "ga").trim() {
-                "ga" => OpenAiToolVersion::Ga,
-                "preview" => OpenAiToolVersion::Preview,
-                other => return Err(ConfigError::new("FLOTILLA_OPENAI_TOOL", format!("{other:?} is not one of ga, preview"))),
-            },
-            openai_model: s.get("FLOTILLA_OPENAI_MODEL").map(|m| m.trim().to_owned()),
-            anthropic_tool: match s.text("FLOTILLA_ANTHROPIC_TOOL", "computer_20251124").trim() {
-                "computer_20251124" => AnthropicToolVersion::V20251124,
-                "computer_20250124" => AnthropicToolVersion::V20250124,
-                other => {
-                    return Err(ConfigError::new(
-                        "FLOTILLA_ANTHROPIC_TOOL",
-                        format!("{other:?} is not one of computer_20251124, computer_20250124"),
-                    ))
-                }
-            },
-            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-sonnet-4-6").trim().to_owned(),
-            model_screen: parse_screen(s.text("FLOTILLA_MODEL_SCREEN", "1024x768"))?,
-            anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
-            anthropic_base_url: s.url("ANTHROPIC_BASE_URL")?.unwrap_or_else(|| "https://api.anthropic.com".into()),
-            gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
-            gateway_url: s.url("FLOTILLA_GATEWAY_URL")?,
-            e2b_api_key: s.get("E2B_API_KEY").map(Secret::new),
-            e2b_domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
-            otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
-            live_view: LiveViewConfig::from_settings(s)?,
+            api: ApiConfig::load(s)?,
+            worker: WorkerConfig::load(s)?,
+            queue: QueueConfig::load(s)?,
+            sandbox: SandboxConfig::load(s)?,
+            model: ModelConfig::load(s)?,
+            e2b: E2bAccount::load(s)?,
+            s3: S3Config::load(s)?,
+            telemetry: TelemetryConfig::load(s)?,
             streams: StreamsConfig::from_settings(s)?,
+            live_view: LiveViewConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
         })
     }
 
     /// The API refuses to start without at least one key.
     pub fn require_api_keys(&self) -> Result<(), ConfigError> {
-        if self.api_keys.is_empty() {
+        if self.api.keys.is_empty() {
             return Err(ConfigError::new("FLOTILLA_API_KEYS", "is required: key=tenant[,key2=tenant2]"));
         }
         Ok(())
@@ -386,6 +269,7 @@ fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {}", path.display(), e.message())))?;
+    let bad = |problem: String| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {problem}", path.display()));
     let mut settings = HashMap::new();
     let mut tenants = None;
     for (key, value) in table {
@@ -393,39 +277,32 @@ fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::
             tenants = Some(value);
             continue;
         }
-        let Some((var, _)) = KNOWN_VARS.iter().find(|(_, k)| *k == key) else {
-            return Err(ConfigError::new("FLOTILLA_CONFIG", format!("{}: unknown setting {key:?}", path.display())));
+        let toml::Value::Table(section) = value else {
+            let var = known_var(None, &key).ok_or_else(|| bad(format!("unknown setting {key:?}")))?;
+            settings.insert(var.to_owned(), toml_text(&key, value).map_err(bad)?);
+            continue;
         };
-        let text = match value {
-            toml::Value::String(s) => s,
-            toml::Value::Integer(n) => n.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
-            other => {
-                return Err(ConfigError::new(
-                    "FLOTILLA_CONFIG",
-                    format!("{}: {key} must be a string or number, not {}", path.display(), other.type_str()),
-                ))
-            }
-        };
-        settings.insert((*var).to_owned(), text);
+        for (inner, value) in section {
+            let var = known_var(Some(&key), &inner).ok_or_else(|| bad(format!("unknown setting {inner:?} in [{key}]")))?;
+            settings.insert(var.to_owned(), toml_text(&inner, value).map_err(bad)?);
+        }
     }
     Ok((settings, tenants))
 }
 
-fn parse_screen(raw: &str) -> Result<(u32, u32), ConfigError> {
-    let size = raw.trim().split_once('x').and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)));
-    match size {
-        Some((w, h)) if (64..=8192).contains(&w) && (64..=8192).contains(&h) => Ok((w, h)),
-        _ => Err(ConfigError::new("FLOTILLA_MODEL_SCREEN", format!("{raw:?} is not a size like 1024x768 (64 to 8192 each way)"))),
-    }
+/// The variable a TOML key stands for: `key` itself, or inside a `[section]`
+/// table also `section_key`.
+fn known_var(section: Option<&str>, key: &str) -> Option<&'static str> {
+    let find = |wanted: &str| KNOWN_VARS.iter().find(|(_, k)| *k == wanted).map(|(var, _)| *var);
+    section.and_then(|s| find(&format!("{s}_{key}"))).or_else(|| find(key))
 }
 
-fn parse_sandbox_provider(value: Option<&str>) -> Result<Option<SandboxProviderKind>, ConfigError> {
-    match value.map(str::trim) {
-        None | Some("none") => Ok(None),
-        Some("local") => Ok(Some(SandboxProviderKind::Local)),
-        Some("e2b") => Ok(Some(SandboxProviderKind::E2b)),
-        Some(other) => Err(ConfigError::new("FLOTILLA_SANDBOX_PROVIDER", format!("{other:?} is not one of local, e2b, none"))),
+fn toml_text(key: &str, value: toml::Value) -> Result<String, String> {
+    match value {
+        toml::Value::String(s) => Ok(s),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(format!("{key} must be a string or number, not {}", other.type_str())),
     }
 }
 
@@ -452,35 +329,11 @@ fn parse_key_prefix(raw: &str) -> Result<String, ConfigError> {
     }
 }
 
-fn parse_api_keys(raw: &str) -> Result<Vec<(Secret, TenantId)>, ConfigError> {
-    let mut keys = Vec::new();
-    for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let Some((key, tenant)) = pair.split_once('=') else {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "each entry must be key=tenant"));
-        };
-        let key = key.trim();
-        if key.len() < 8 {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "a key must be at least 8 characters"));
-        }
-        let tenant = TenantId::parse(tenant.trim()).map_err(|e| ConfigError::new("FLOTILLA_API_KEYS", e.to_string()))?;
-        keys.push((Secret::new(key), tenant));
-    }
-    Ok(keys)
-}
-
-fn parse_worker_id(raw: Option<&str>) -> Result<String, ConfigError> {
-    match raw {
-        Some(id) if id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) => {
-            Ok(id.to_owned())
-        }
-        Some(_) => Err(ConfigError::new("FLOTILLA_WORKER_ID", "must be at most 64 of A-Z a-z 0-9 - _ .")),
-        None => Ok(format!("w-{}-{}", std::process::id(), &ulid::Ulid::new().to_string()[20..]).to_lowercase()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::TenantId;
+    use crate::task::SandboxProviderKind;
 
     fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_env(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
@@ -491,17 +344,17 @@ mod tests {
         let config = load(&[]).expect("defaults load");
         assert_eq!(config.redis, RedisTarget::Single("redis://127.0.0.1:6379".into()));
         assert_eq!(config.key_prefix, "flotilla");
-        assert_eq!(config.retention, Duration::from_secs(7 * 24 * 3600));
-        assert_eq!(config.body_limit, 1024 * 1024);
-        assert_eq!(config.batch_body_limit, 64 * 1024 * 1024);
+        assert_eq!(config.queue.retention, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(config.api.body_limit, 1024 * 1024);
+        assert_eq!(config.api.batch_body_limit, 64 * 1024 * 1024);
     }
 
     #[test]
     fn api_keys_map_keys_to_tenants() {
         let config = load(&[("FLOTILLA_API_KEYS", "secret-one=acme, secret-two=globex")]).expect("loads");
-        let tenants: Vec<&str> = config.api_keys.iter().map(|(_, t)| t.as_str()).collect();
+        let tenants: Vec<&str> = config.api.keys.iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(tenants, ["acme", "globex"]);
-        assert_eq!(config.api_keys[0].0.expose(), "secret-one");
+        assert_eq!(config.api.keys[0].0.expose(), "secret-one");
         assert!(!format!("{config:?}").contains("secret-one"), "keys never print");
     }
 
@@ -526,17 +379,17 @@ mod tests {
     #[test]
     fn sandboxes_are_off_unless_a_provider_is_named() {
         let config = load(&[]).expect("defaults load");
-        assert_eq!(config.sandbox_provider, None);
+        assert_eq!(config.sandbox.provider, None);
         let config = load(&[("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_SANDBOX_WARM", "2")]).expect("loads");
-        assert_eq!(config.sandbox_provider, Some(SandboxProviderKind::Local));
-        assert_eq!(config.sandbox_warm, 2);
+        assert_eq!(config.sandbox.provider, Some(SandboxProviderKind::Local));
+        assert_eq!(config.sandbox.warm, 2);
     }
 
     #[test]
     fn the_fleet_cap_is_off_unless_set_and_must_be_positive() {
-        assert_eq!(load(&[]).expect("defaults load").sandbox_fleet_max, None);
+        assert_eq!(load(&[]).expect("defaults load").sandbox.fleet_max, None);
         let config = load(&[("FLOTILLA_SANDBOX_FLEET_MAX", "20")]).expect("loads");
-        assert_eq!(config.sandbox_fleet_max, Some(20));
+        assert_eq!(config.sandbox.fleet_max, Some(20));
         let err = load(&[("FLOTILLA_SANDBOX_FLEET_MAX", "0")]).expect_err("refused");
         assert_eq!(err.var, "FLOTILLA_SANDBOX_FLEET_MAX");
     }
@@ -555,12 +408,32 @@ mod tests {
         std::fs::write(&path, "worker_concurrency = 9\nkey_prefix = \"fromfile\"\n").expect("write");
         let path = path.to_string_lossy().to_string();
         let config = load(&[("FLOTILLA_CONFIG", &path), ("FLOTILLA_KEY_PREFIX", "fromenv")]).expect("loads");
-        assert_eq!(config.worker_concurrency, 9);
+        assert_eq!(config.worker.concurrency, 9);
         assert_eq!(config.key_prefix, "fromenv");
         std::fs::write(dir.join("bad.toml"), "colour = \"red\"\n").expect("write");
         let bad = dir.join("bad.toml").to_string_lossy().to_string();
         let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
         assert!(err.problem.contains("unknown setting \"colour\""), "{err}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn a_file_may_group_settings_in_section_tables() {
+        let dir = std::env::temp_dir().join(format!("flotilla-config-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("flotilla.toml");
+        let text = "key_prefix = \"top\"\n[worker]\nconcurrency = 7\n[queue]\nlease_ms = 9000\n[s3]\nbucket = \"shots\"\n\
+                    [model]\nanthropic_model = \"m\"\n";
+        std::fs::write(&path, text).expect("write");
+        let config = load(&[("FLOTILLA_CONFIG", &path.to_string_lossy())]).expect("loads");
+        assert_eq!(config.key_prefix, "top");
+        assert_eq!(config.worker.concurrency, 7);
+        assert_eq!(config.queue.lease, Duration::from_millis(9000));
+        assert_eq!(config.s3.bucket.as_deref(), Some("shots"));
+        assert_eq!(config.model.anthropic_model, "m");
+        std::fs::write(&path, "[worker]\ncolour = 1\n").expect("write");
+        let err = load(&[("FLOTILLA_CONFIG", &path.to_string_lossy())]).expect_err("refused");
+        assert!(err.problem.contains("unknown setting \"colour\" in [worker]"), "{err}");
         std::fs::remove_dir_all(dir).ok();
     }
 

@@ -77,10 +77,10 @@ impl GatewayConfig {
     /// has a key for it.
     pub fn anthropic(config: &Config) -> Option<Self> {
         Some(Self {
-            upstream: config.anthropic_base_url.clone(),
-            api_key: config.anthropic_api_key.clone()?,
-            listen: config.gateway_addr,
-            public_url: config.gateway_url.clone(),
+            upstream: config.model.anthropic_base_url.clone(),
+            api_key: config.model.anthropic_api_key.clone()?,
+            listen: config.worker.gateway_addr,
+            public_url: config.worker.gateway_url.clone(),
         })
     }
 }

@@ -41,7 +41,7 @@ impl Tools {
         K: Into<String>,
         V: Into<String>,
     {
-        let sandboxes = match config.sandbox_provider {
+        let sandboxes = match config.sandbox.provider {
             None => None,
             Some(kind) => {
                 let provider = provider(config, kind)?;
@@ -49,7 +49,7 @@ impl Tools {
                 Some(SandboxPool::new(provider, pool_config))
             }
         };
-        let blobs = match &config.s3_bucket {
+        let blobs = match &config.s3.bucket {
             None => None,
             Some(_) => Some(blob_store(BlobConfig::from_env(config, env)?).await),
         };
@@ -76,10 +76,11 @@ fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dy
         SandboxProviderKind::Local => Ok(Arc::new(LocalProvider::new(LocalConfig::default()))),
         SandboxProviderKind::E2b => {
             let key = config
-                .e2b_api_key
+                .e2b
+                .api_key
                 .clone()
                 .ok_or_else(|| anyhow::anyhow!("E2B_API_KEY is required with FLOTILLA_SANDBOX_PROVIDER=e2b"))?;
-            let e2b = E2bProvider::new(E2bConfig::hosted(key, &config.e2b_domain)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
+            let e2b = E2bProvider::new(E2bConfig::hosted(key, &config.e2b.domain)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
             Ok(Arc::new(e2b))
         }
     }
@@ -87,8 +88,8 @@ fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dy
 
 fn pool_config(config: &Config, provider: &str) -> PoolConfig {
     PoolConfig {
-        warm: config.sandbox_warm,
-        max_live: config.sandbox_max.max(config.sandbox_warm),
+        warm: config.sandbox.warm,
+        max_live: config.sandbox.max.max(config.sandbox.warm),
         fleet: fleet_cap(config, provider),
         ..PoolConfig::default()
     }
@@ -96,10 +97,10 @@ fn pool_config(config: &Config, provider: &str) -> PoolConfig {
 
 /// The fleet-wide cap of `provider`'s sandboxes, when one is configured.
 fn fleet_cap(config: &Config, provider: &str) -> Option<FleetCap> {
-    let max = config.sandbox_fleet_max?;
+    let max = config.sandbox.fleet_max?;
     let key = Keys::new(config.key_prefix.clone()).sandbox_slots(provider);
     info!(provider, max, "sandboxes are capped fleet-wide");
-    Some(FleetCap::new(config.redis.clone(), key, &config.worker_id, FleetCapConfig::new(max)))
+    Some(FleetCap::new(config.redis.clone(), key, &config.worker.id, FleetCapConfig::new(max)))
 }
 
 /// The store, checked once: a store that does not answer yet is used

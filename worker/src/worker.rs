@@ -53,7 +53,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let metrics = WorkerMetrics::with_tools(&tools);
     let mut tools = tools;
     let queue = connect_patiently(&config, &shutdown).await?;
-    let http = match config.worker_http_addr {
+    let http = match config.worker.http_addr {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -73,16 +73,16 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         registry,
         tools: Arc::clone(&tools),
         acker,
-        worker_id: config.worker_id.clone(),
-        heartbeat: config.heartbeat,
-        default_pipeline: config.default_pipeline,
+        worker_id: config.worker.id.clone(),
+        heartbeat: config.queue.heartbeat,
+        default_pipeline: config.api.default_pipeline,
         metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
-    let slots = Arc::new(Semaphore::new(config.worker_concurrency));
+    let slots = Arc::new(Semaphore::new(config.worker.concurrency));
     let tracker = TaskTracker::new();
     let abandon = CancellationToken::new();
-    info!(worker = %config.worker_id, concurrency = config.worker_concurrency, "worker started");
+    info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
     let claimer = Claimer {
         queue,
@@ -91,13 +91,13 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         tracker: tracker.clone(),
         abandon: abandon.clone(),
         running: Arc::default(),
-        lease: config.lease,
+        lease: config.queue.lease,
     };
     claimer.claim_until(&shutdown).await;
 
-    info!(running = tracker.len(), deadline_s = config.drain_deadline.as_secs(), "stopping: draining running tasks");
+    info!(running = tracker.len(), deadline_s = config.worker.drain_deadline.as_secs(), "stopping: draining running tasks");
     tracker.close();
-    if tokio::time::timeout(config.drain_deadline, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(config.worker.drain_deadline, tracker.wait()).await.is_err() {
         warn!(running = tracker.len(), "drain deadline passed; handing running tasks back");
         abandon.cancel();
         tracker.wait().await;

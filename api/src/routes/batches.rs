@@ -99,7 +99,7 @@ impl FromRequest<AppState> for BatchBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let JsonBody(body) = JsonBody::<BatchRequest>::read(request, state.config().batch_body_limit).await?;
+        let JsonBody(body) = JsonBody::<BatchRequest>::read(request, state.config().api.batch_body_limit).await?;
         Ok(BatchBody(body))
     }
 }
@@ -141,7 +141,7 @@ pub async fn create(
     Tenant(tenant): Tenant,
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
-    let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().default_pipeline)?;
+    let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
     let (batch, task_ids) = state.queue().create_batch(&tenant, specs).await?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");
     let links = BatchLinks::of(&batch.id);

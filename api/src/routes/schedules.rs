@@ -62,7 +62,7 @@ pub async fn create(
     Tenant(tenant): Tenant,
     JsonBody(body): JsonBody<NewSchedule>,
 ) -> Result<Response, ApiError> {
-    let (settings, task) = body.check(state.config().default_pipeline)?;
+    let (settings, task) = body.check(state.config().api.default_pipeline)?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

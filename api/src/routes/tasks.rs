@@ -130,7 +130,7 @@ pub async fn submit(
     Tenant(tenant): Tenant,
     JsonBody(spec): JsonBody<TaskSpec>,
 ) -> Result<Response, ApiError> {
-    let spec = spec.with_default_pipeline(state.config().default_pipeline);
+    let spec = spec.with_default_pipeline(state.config().api.default_pipeline);
     spec.validate()?;
     let submitted = state.queue().submit(&tenant, spec).await?;
     tracing::Span::current().record("task_id", submitted.id.as_str());

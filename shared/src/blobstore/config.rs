@@ -77,9 +77,9 @@ impl BlobConfig {
     {
         let env: HashMap<String, String> =
             vars.into_iter().map(|(k, v)| (k.into(), v.into())).filter(|(_, v)| !v.trim().is_empty()).collect();
-        let bucket = config.s3_bucket.clone().ok_or_else(|| problem("FLOTILLA_S3_BUCKET", "is required to store screenshots"))?;
+        let bucket = config.s3.bucket.clone().ok_or_else(|| problem("FLOTILLA_S3_BUCKET", "is required to store screenshots"))?;
         validate_bucket(&bucket)?;
-        let layout = KeyLayout::new(&config.s3_prefix).map_err(|p| problem("FLOTILLA_S3_PREFIX", p))?;
+        let layout = KeyLayout::new(&config.s3.prefix).map_err(|p| problem("FLOTILLA_S3_PREFIX", p))?;
         let credentials = static_credentials(&env)?;
         let region = env
             .get("AWS_REGION")
@@ -91,7 +91,7 @@ impl BlobConfig {
         }
         Ok(Self {
             bucket,
-            endpoint: config.s3_endpoint.clone(),
+            endpoint: config.s3.endpoint.clone(),
             layout,
             region,
             credentials,

@@ -57,7 +57,12 @@ pub struct QueueSettings {
 
 impl QueueSettings {
     pub fn from_config(config: &Config) -> Self {
-        Self { lease: config.lease, retention: config.retention, retry_base: config.retry_base, retry_max: config.retry_max }
+        Self {
+            lease: config.queue.lease,
+            retention: config.queue.retention,
+            retry_base: config.queue.retry_base,
+            retry_max: config.queue.retry_max,
+        }
     }
 }
 

@@ -253,7 +253,7 @@ async fn ten_thousand_tasks_are_accepted_at_once_and_all_accounted_for() {
     let workers: Vec<InProcessWorker> = (0..2)
         .map(|i| {
             let mut config = fleet.config.clone();
-            config.worker_id = format!("bulk-{i}");
+            config.worker.id = format!("bulk-{i}");
             InProcessWorker::start(config, Registry::standard())
         })
         .collect();

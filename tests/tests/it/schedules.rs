@@ -166,7 +166,7 @@ async fn workers_fire_due_schedules_on_their_own_and_run_the_task() {
     let workers: Vec<InProcessWorker> = (0..3)
         .map(|i| {
             let mut config = config.clone();
-            config.worker_id = format!("scheduler-{i}");
+            config.worker.id = format!("scheduler-{i}");
             InProcessWorker::start(config, Registry::standard())
         })
         .collect();

@@ -95,7 +95,8 @@ async fn requests_and_tasks_are_traced_to_an_otlp_collector() {
     let redis = RedisServer::start();
     let env = test_env(&redis, &unique_prefix(), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
     let config = Config::from_env(env.clone()).expect("config");
-    let api_telemetry = telemetry::init("flotilla-api", config.otlp_endpoint.as_deref(), LogOutput::Stderr).expect("tracing");
+    let api_telemetry =
+        telemetry::init("flotilla-api", config.telemetry.otlp_endpoint.as_deref(), LogOutput::Stderr).expect("tracing");
     assert!(api_telemetry.exporting());
     let api = spawn_api(config.clone()).await;
     let mut worker = WorkerProcess::spawn(&env, "traced-worker");

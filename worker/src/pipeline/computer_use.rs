@@ -289,13 +289,13 @@ pub struct OpenAiModels {
 
 impl OpenAiModels {
     pub fn from_config(config: &Config) -> Self {
-        let config = config.openai_api_key.clone().map(|key| {
-            let tool = match config.openai_tool {
+        let config = config.model.openai_api_key.clone().map(|key| {
+            let tool = match config.model.openai_tool {
                 OpenAiToolVersion::Ga => OpenAiTool::Ga,
                 OpenAiToolVersion::Preview => OpenAiTool::Preview,
             };
-            let mut openai = OpenAiConfig::new(Endpoint::new(&config.openai_base_url, key), tool);
-            if let Some(model) = &config.openai_model {
+            let mut openai = OpenAiConfig::new(Endpoint::new(&config.model.openai_base_url, key), tool);
+            if let Some(model) = &config.model.openai_model {
                 openai.model.clone_from(model);
             }
             openai
@@ -336,12 +336,12 @@ pub struct AnthropicModels {
 
 impl AnthropicModels {
     pub fn from_config(config: &Config) -> Self {
-        let config = config.anthropic_api_key.clone().map(|key| {
-            let tool = match config.anthropic_tool {
+        let config = config.model.anthropic_api_key.clone().map(|key| {
+            let tool = match config.model.anthropic_tool {
                 AnthropicToolVersion::V20250124 => ComputerTool::V20250124,
                 AnthropicToolVersion::V20251124 => ComputerTool::V20251124,
             };
-            AnthropicConfig::new(Endpoint::new(&config.anthropic_base_url, key), &config.anthropic_model, tool)
+            AnthropicConfig::new(Endpoint::new(&config.model.anthropic_base_url, key), &config.model.anthropic_model, tool)
         });
         Self { config }
     }

@@ -102,8 +102,8 @@ impl Registry {
     /// tool versions, the screen size models see).
     pub fn for_config(config: &Config) -> Self {
         let mut registry = Self::standard();
-        let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model_screen);
-        let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model_screen);
+        let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model.screen);
+        let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model.screen);
         registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
         registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
         registry

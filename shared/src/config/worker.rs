@@ -1,0 +1,57 @@
+//! The worker's section: its id, how many tasks it runs at once, where it
+//! serves its probes and its model gateway, and how long a stopping worker
+//! lets running tasks finish.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{ConfigError, Settings};
+
+/// The settings only a worker reads.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// `FLOTILLA_WORKER_ID`: a fresh id per process when unset.
+    pub id: String,
+    /// `FLOTILLA_WORKER_CONCURRENCY`.
+    pub concurrency: usize,
+    /// `FLOTILLA_WORKER_HTTP_ADDR`: where a worker serves `/metrics`,
+    /// `/healthz` and `/readyz`; none when unset.
+    pub http_addr: Option<SocketAddr>,
+    /// `FLOTILLA_DRAIN_DEADLINE_S`: how long a stopping worker lets running
+    /// tasks finish.
+    pub drain_deadline: Duration,
+    /// `FLOTILLA_GATEWAY_ADDR`: where a worker's model gateway listens: the
+    /// address sandboxes call instead of the model provider, with a token
+    /// scoped to their task.
+    pub gateway_addr: SocketAddr,
+    /// `FLOTILLA_GATEWAY_URL`: the gateway's URL as sandboxes reach it; by
+    /// default `http://<gateway_addr>`, right for local sandboxes on the
+    /// host's network. Remote sandboxes need an address they can reach.
+    pub gateway_url: Option<String>,
+}
+
+impl WorkerConfig {
+    pub(super) fn load(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
+            concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
+            http_addr: match s.get("FLOTILLA_WORKER_HTTP_ADDR") {
+                Some(_) => Some(s.parsed("FLOTILLA_WORKER_HTTP_ADDR", "", "a socket address like 0.0.0.0:9090")?),
+                None => None,
+            },
+            drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
+            gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
+            gateway_url: s.url("FLOTILLA_GATEWAY_URL")?,
+        })
+    }
+}
+
+fn parse_worker_id(raw: Option<&str>) -> Result<String, ConfigError> {
+    match raw {
+        Some(id) if id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) => {
+            Ok(id.to_owned())
+        }
+        Some(_) => Err(ConfigError::new("FLOTILLA_WORKER_ID", "must be at most 64 of A-Z a-z 0-9 - _ .")),
+        None => Ok(format!("w-{}-{}", std::process::id(), &ulid::Ulid::new().to_string()[20..]).to_lowercase()),
+    }
+}
