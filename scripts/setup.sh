@@ -119,6 +119,9 @@ ensure_claude_cli() {
 # clones never share one. Add new packages here; they are installed when the
 # list changes.
 PY_PACKAGES=(
+  anthropic
+  openai
+  google-genai
 )
 venv_dir() {
   local target

@@ -24,6 +24,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod api;
+mod computer_use;
 mod live_view;
 mod providers;
 mod queue;
@@ -33,8 +34,9 @@ mod tenants;
 mod worker;
 
 pub use api::ApiConfig;
+pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
 pub use live_view::LiveViewConfig;
-pub use providers::{AnthropicToolVersion, E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
+pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
@@ -77,6 +79,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_MODEL_SCREEN", "model_screen"),
     ("ANTHROPIC_API_KEY", "anthropic_api_key"),
     ("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+    ("GEMINI_API_KEY", "gemini_api_key"),
+    ("GEMINI_BASE_URL", "gemini_base_url"),
+    ("FLOTILLA_GEMINI_MODEL", "gemini_model"),
     ("FLOTILLA_GATEWAY_ADDR", "gateway_addr"),
     ("FLOTILLA_GATEWAY_URL", "gateway_url"),
     ("E2B_API_KEY", "e2b_api_key"),
@@ -147,6 +152,8 @@ pub struct Config {
     pub queue: QueueConfig,
     pub sandbox: SandboxConfig,
     pub model: ModelConfig,
+    /// Claude's tool override and the Gemini API.
+    pub computer_use: ComputerUseConfig,
     pub e2b: E2bAccount,
     pub s3: S3Config,
     pub telemetry: TelemetryConfig,
@@ -196,6 +203,7 @@ impl Config {
             queue: QueueConfig::load(s)?,
             sandbox: SandboxConfig::load(s)?,
             model: ModelConfig::load(s)?,
+            computer_use: ComputerUseConfig::from_settings(s)?,
             e2b: E2bAccount::load(s)?,
             s3: S3Config::load(s)?,
             telemetry: TelemetryConfig::load(s)?,

@@ -29,6 +29,7 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub enum Pipeline {
     OpenaiCua,
     ClaudeComputerUse,
+    GeminiComputerUse,
     ClaudeCode,
     Scripted,
 }
@@ -38,6 +39,7 @@ impl Pipeline {
         match self {
             Pipeline::OpenaiCua => "openai-cua",
             Pipeline::ClaudeComputerUse => "claude-computer-use",
+            Pipeline::GeminiComputerUse => "gemini-computer-use",
             Pipeline::ClaudeCode => "claude-code",
             Pipeline::Scripted => "scripted",
         }

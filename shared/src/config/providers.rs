@@ -1,6 +1,7 @@
 //! The sections of the outside services a worker uses: where desktops come
 //! from (local or E2B) and how many, the E2B account, the model providers
-//! (OpenAI, Anthropic) and the S3 bucket screenshots go to.
+//! (OpenAI, Anthropic; Claude's tool override and Gemini are in
+//! `computer_use.rs`) and the S3 bucket screenshots go to.
 
 use std::time::Duration;
 
@@ -14,13 +15,6 @@ pub enum OpenAiToolVersion {
     Ga,
     /// `computer_use_preview` with model `computer-use-preview`.
     Preview,
-}
-
-/// The Anthropic computer tool version (and so its beta header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnthropicToolVersion {
-    V20250124,
-    V20251124,
 }
 
 /// Where tasks get desktops and how many.
@@ -83,8 +77,6 @@ pub struct ModelConfig {
     pub anthropic_api_key: Option<Secret>,
     /// `ANTHROPIC_BASE_URL`.
     pub anthropic_base_url: String,
-    /// `FLOTILLA_ANTHROPIC_TOOL`.
-    pub anthropic_tool: AnthropicToolVersion,
     /// `FLOTILLA_ANTHROPIC_MODEL`: the model for `claude-computer-use` tasks
     /// that name none.
     pub anthropic_model: String,
@@ -106,17 +98,7 @@ impl ModelConfig {
             openai_model: s.get("FLOTILLA_OPENAI_MODEL").map(|m| m.trim().to_owned()),
             anthropic_api_key: s.get("ANTHROPIC_API_KEY").map(Secret::new),
             anthropic_base_url: s.url("ANTHROPIC_BASE_URL")?.unwrap_or_else(|| "https://api.anthropic.com".into()),
-            anthropic_tool: match s.text("FLOTILLA_ANTHROPIC_TOOL", "computer_20251124").trim() {
-                "computer_20251124" => AnthropicToolVersion::V20251124,
-                "computer_20250124" => AnthropicToolVersion::V20250124,
-                other => {
-                    return Err(ConfigError::new(
-                        "FLOTILLA_ANTHROPIC_TOOL",
-                        format!("{other:?} is not one of computer_20251124, computer_20250124"),
-                    ))
-                }
-            },
-            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-sonnet-4-6").trim().to_owned(),
+            anthropic_model: s.text("FLOTILLA_ANTHROPIC_MODEL", "claude-opus-5-5").trim().to_owned(),
             screen: parse_screen(s.text("FLOTILLA_MODEL_SCREEN", "1024x768"))?,
         })
     }

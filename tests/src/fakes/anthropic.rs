@@ -1,8 +1,11 @@
 //! Answers of the Anthropic Messages API (`POST /v1/messages`) as the real
 //! API writes them, for [`super::ScriptedServer`]: assistant messages with
-//! `thinking`, `text` and `computer` `tool_use` blocks, stop reasons and
-//! usage, the same messages streamed as server-sent events (what the
-//! `claude` CLI asks for), and the API's error bodies.
+//! `thinking`, `text`, `computer` `tool_use` blocks and the member calls of
+//! `computer_toolset_20260801` (with `toolset_name` and `caller`), stop
+//! reasons and usage, the same messages streamed as server-sent events
+//! (what the `claude` CLI asks for), and the API's error bodies, among them
+//! the 400 of a model that does not take a tool type. The `sdk_checks`
+//! suite parses each of them with the official Python SDK.
 
 use serde_json::{json, Value};
 
@@ -45,7 +48,26 @@ pub fn tool_use(id: &str, name: &str, input: Value) -> Value {
 
 /// A thinking block, signed as the API signs them.
 pub fn thinking(text: &str) -> Value {
-    json!({"type": "thinking", "thinking": text, "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"})
+    signed_thinking(text, "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds")
+}
+
+/// A thinking block with its own signature (newer models may send an
+/// empty `thinking` with only the signature filled).
+pub fn signed_thinking(text: &str, signature: &str) -> Value {
+    json!({"type": "thinking", "thinking": text, "signature": signature})
+}
+
+/// A member call of `computer_toolset_20260801`: a tool_use named after
+/// the member, with `toolset_name` and the direct caller.
+pub fn member(id: &str, name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "id": id, "name": name, "input": input, "toolset_name": "computer", "caller": {"type": "direct"}})
+}
+
+/// The 400 a model answers to a tool type it does not take, listing the
+/// types it accepts.
+pub fn unsupported_tool(model: &str, sent: &str, accepted: &[&str]) -> Reply {
+    let message = format!("'{model}' does not support tool types: {sent}. Supported tool types: {}.", accepted.join(", "));
+    error(400, "invalid_request_error", &message)
 }
 
 pub fn text(text: &str) -> Value {

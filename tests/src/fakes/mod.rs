@@ -4,6 +4,7 @@
 //! the fleet sent, headers and body included.
 
 pub mod anthropic;
+pub mod gemini;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -220,7 +220,7 @@ async fn sandbox_claude_computer_use_runs_every_step_and_answers_each_tool_use()
     server.push(anthropic::action_turn("toolu_3", json!({"action": "key", "text": "Return"})));
     server.push(anthropic::final_answer("Typed it."));
     let fleet = anthropic_fleet(&server).await;
-    let (id, events) = fleet.run_to_end(task("claude-computer-use", json!({}))).await;
+    let (id, events) = fleet.run_to_end(task("claude-computer-use", json!({"model": "claude-sonnet-4-6"}))).await;
 
     let done = record(&fleet.queue, &id).await;
     assert_eq!(done.status, TaskStatus::Succeeded, "{events:?}");

@@ -442,7 +442,7 @@ async fn a_malformed_answer_names_what_was_wrong() {
         (click(json!({"action": "hold_key", "text": "shift"})), "content[1].input.duration must be a number of seconds"),
         (
             Reply::json(message(vec![tool_use("toolu_1", "bash", json!({"command": "ls"}))], "tool_use")),
-            "content[0].name is \"bash\"",
+            "content[0] calls \"bash\", a tool this client did not offer",
         ),
         (Reply::json(message(vec![text("I will click.")], "tool_use")), "no tool_use block"),
         (Reply::json(message(vec![text("Let me think about this carefu")], "max_tokens")), "max_tokens"),

@@ -169,7 +169,7 @@ async fn a_ga_batch_maps_to_one_call_with_its_actions_in_order() {
     );
     let sent = request(&server, 0);
     assert_eq!(sent.body["tools"][0], json!({"type": "computer"}));
-    assert_eq!(sent.body["model"], "gpt-5.4");
+    assert_eq!(sent.body["model"], "gpt-6-astra", "today's documented computer-use model");
 }
 
 #[tokio::test]

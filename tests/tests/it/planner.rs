@@ -28,8 +28,13 @@ fn openai_env(server: &ScriptedServer) -> Vec<(&'static str, String)> {
     vec![("OPENAI_BASE_URL", format!("{}/v1", server.url())), ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned())]
 }
 
+/// A model of the `computer_20251124` tool, whose `computer` calls the script writes.
 fn anthropic_env(server: &ScriptedServer) -> Vec<(&'static str, String)> {
-    vec![("ANTHROPIC_BASE_URL", server.url()), ("ANTHROPIC_API_KEY", "sk-ant-test-secret".to_owned())]
+    vec![
+        ("ANTHROPIC_BASE_URL", server.url()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-secret".to_owned()),
+        ("FLOTILLA_ANTHROPIC_MODEL", "claude-sonnet-4-6".to_owned()),
+    ]
 }
 
 async fn fleet(env: Vec<(&'static str, String)>) -> DesktopFleet {

@@ -2,20 +2,36 @@
 //! task, driven through [`ComputerModel`].
 //!
 //! The Messages API is stateless, so this client keeps the conversation and
-//! sends all of it each turn, to `POST {base}/v1/messages` with the
-//! `computer` tool of the chosen version ([`ComputerTool`]) and its
-//! `anthropic-beta` header. Only the newest screenshot travels: before each
-//! request every older image block is replaced by a short text placeholder,
-//! so the history holds no image bytes but the newest screen's.
+//! sends all of it each turn, to `POST {base}/v1/messages`, with the
+//! computer tool of the model's version ([`ComputerTool`], chosen and
+//! stepped down as [`tools`] says):
+//!
+//! - **`computer_toolset_20260801`** (GA, no beta header): one tool entry
+//!   whose member tools ([`members`]) the model calls by name with
+//!   `toolset_name`, several in one turn; every `tool_result` echoes
+//!   `toolset_name`, and a call that was not run is answered with
+//!   [`NOT_EXECUTED`](crate::model::NOT_EXECUTED). Thinking is adaptive
+//!   with `display: "summarized"`, so the notes between tool calls reach the
+//!   `reasoning` events; no `tool_choice` or sampling setting is sent. The
+//!   history is append-only (every assistant message goes back exactly as
+//!   received, thinking blocks included, and nothing earlier is edited):
+//!   once it holds more than [`CLEAR_AFTER_RESULTS`] tool results, the
+//!   documented server-side tool-result clearing keeps the newest
+//!   [`KEEP_RESULTS`]. Screenshots are checked against the toolset's size
+//!   limits, since the API refuses larger ones rather than scaling them.
+//! - **`computer_20251124`, `computer_20250124`** (beta headers): one
+//!   `computer` tool with the display size; only the newest screenshot
+//!   travels, older image blocks being replaced by a short placeholder.
 //!
 //! How an answer becomes a [`Turn`]:
 //! - `thinking` blocks are reasoning. `text` blocks in a turn that also calls
-//!   the tool are the model narrating its next step, so they are reasoning
+//!   a tool are the model narrating its next step, so they are reasoning
 //!   too; in a turn without tool calls, the text blocks together are the
 //!   final answer ([`Turn::text`]).
-//! - each `computer` `tool_use` becomes a [`ToolCall`] (see [`actions`] for
-//!   how every action of the tool maps to ours); a tool of another name is
-//!   malformed.
+//! - each computer `tool_use` becomes a [`ToolCall`] (see [`actions`] for
+//!   how every action maps to ours); a tool this client did not offer is
+//!   malformed. A toolset member call that cannot be done as asked becomes
+//!   [`ModelAction::Refuse`], answered as an error.
 //! - `stop_reason` `end_turn` or `stop_sequence` without tool calls: the
 //!   model is done. `max_tokens` (the answer was cut off), `refusal`,
 //!   `pause_turn` and `model_context_window_exceeded` cannot be carried on
@@ -29,7 +45,9 @@
 //! Plain text requests (no tools) are [`AnthropicText`]'s.
 
 mod actions;
+pub mod members;
 mod text;
+pub mod tools;
 mod xdotool;
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
@@ -40,54 +58,36 @@ use serde_json::{json, Value};
 use super::http::{Endpoint, ModelHttp};
 use super::{
     ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall,
-    Turn, Usage, ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+    ToolChange, Turn, Usage, ASK_HUMAN, ASK_HUMAN_DESCRIPTION, NOT_EXECUTED,
 };
 use actions::Pointer;
+pub use members::{Member, TOOLSET_NAME};
 pub use text::AnthropicText;
+pub use tools::{ComputerTool, ToolMemory};
 
 /// The Messages API version every request names.
 const API_VERSION: &str = "2023-06-01";
 /// The path of the Messages API under the base URL.
 const MESSAGES_PATH: &str = "/v1/messages";
-/// The name the computer tool always has.
+/// The name the older computer tools always have.
 const TOOL_NAME: &str = "computer";
-/// What an older screenshot becomes in the history.
+/// What an older screenshot becomes in the history (older tools only).
 const OLDER_SCREENSHOT: &str = "[an earlier screenshot, no longer shown]";
-/// The answer for a call of the previous turn the caller did not carry out.
+/// The answer for a call of the previous turn the caller did not carry out
+/// (older tools).
 const NOT_CARRIED_OUT: &str = "this action was not carried out";
-
-/// The version of the computer tool, which fixes its `type`, its beta
-/// header and the actions it offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputerTool {
-    /// `computer_20250124`: Sonnet 4.5, Haiku 4.5, Opus 4.1, Sonnet 4, Opus 4.
-    V20250124,
-    /// `computer_20251124`: adds `zoom`. Opus 4.5 and later, Sonnet 4.6.
-    V20251124,
-}
-
-impl ComputerTool {
-    /// The tool's `type` in the request.
-    pub fn tool_type(self) -> &'static str {
-        match self {
-            Self::V20250124 => "computer_20250124",
-            Self::V20251124 => "computer_20251124",
-        }
-    }
-
-    /// The `anthropic-beta` header value this version needs.
-    pub fn beta(self) -> &'static str {
-        match self {
-            Self::V20250124 => "computer-use-2025-01-24",
-            Self::V20251124 => "computer-use-2025-11-24",
-        }
-    }
-
-    /// Whether the model may ask to `zoom` (advertised with `enable_zoom`).
-    pub fn zooms(self) -> bool {
-        matches!(self, Self::V20251124)
-    }
-}
+/// What a toolset call that ran well and shows nothing answers.
+const DONE: &str = "OK";
+/// Toolset conversations turn on server-side tool-result clearing once
+/// they hold more tool results than this.
+pub const CLEAR_AFTER_RESULTS: usize = 20;
+/// How many of the newest tool results the clearing keeps.
+pub const KEEP_RESULTS: usize = 5;
+/// The beta header of server-side context management (tool-result clearing).
+const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
+/// The fewest answer tokens a toolset request asks for: they cover the
+/// adaptive thinking too.
+const TOOLSET_MIN_MAX_TOKENS: u32 = 16_000;
 
 /// How to reach Claude and which model and tool to use.
 #[derive(Debug, Clone)]
@@ -95,33 +95,59 @@ pub struct AnthropicConfig {
     /// Base URL like `https://api.anthropic.com` (without `/v1`) and key.
     pub endpoint: Endpoint,
     pub model: String,
+    /// The tool to offer, unless `memory` knows the model steps down.
     pub tool: ComputerTool,
     /// The most tokens one answer may have, thinking included.
     pub max_tokens: u32,
-    /// Extended thinking with this budget (below `max_tokens`); off when `None`.
+    /// Extended thinking with this budget (below `max_tokens`) for the
+    /// older tools; off when `None`. Toolset models think adaptively.
     pub thinking_budget: Option<u32>,
+    /// Toolset members sent disabled (their calls are answered as errors).
+    pub disabled: Vec<Member>,
+    /// The tools models stepped down to, shared by the process's clients.
+    pub memory: ToolMemory,
 }
 
 impl AnthropicConfig {
-    /// A config with 4096 answer tokens and thinking off.
+    /// A config with 4096 answer tokens, thinking off for the older tools,
+    /// every member on, and a memory of its own.
     pub fn new(endpoint: Endpoint, model: impl Into<String>, tool: ComputerTool) -> Self {
-        Self { endpoint, model: model.into(), tool, max_tokens: 4096, thinking_budget: None }
+        Self {
+            endpoint,
+            model: model.into(),
+            tool,
+            max_tokens: 4096,
+            thinking_budget: None,
+            disabled: Vec::new(),
+            memory: ToolMemory::default(),
+        }
     }
+}
+
+/// A tool call of the last answer that the next request must answer.
+#[derive(Debug, Clone)]
+struct Pending {
+    id: String,
+    /// A toolset member call (its result echoes `toolset_name`).
+    member: Option<Member>,
 }
 
 /// One task's conversation with Claude using the computer tool.
 pub struct AnthropicComputerUse {
     http: ModelHttp,
-    headers: HeaderMap,
     config: AnthropicConfig,
+    /// The tool offered now: the config's, or what the model stepped down to.
+    tool: ComputerTool,
     display: (u32, u32),
     system: Option<String>,
-    /// The messages so far; only the newest image block is kept inline.
+    /// The messages so far, as sent and received.
     messages: Vec<Value>,
-    /// The tool_use ids of the last answer, which the next turn must answer.
-    pending: Vec<String>,
+    /// The tool calls of the last answer, which the next turn must answer.
+    pending: Vec<Pending>,
     /// Where the model's own actions last left the pointer.
     pointer: Pointer,
+    /// Tool switches not yet reported in a turn.
+    changes: Vec<ToolChange>,
 }
 
 impl AnthropicComputerUse {
@@ -130,17 +156,40 @@ impl AnthropicComputerUse {
     /// `system` is an optional system prompt.
     pub fn new(config: AnthropicConfig, display: (u32, u32), system: Option<String>) -> Result<Self, ModelError> {
         let http = ModelHttp::new(config.endpoint.clone())?;
-        let headers = request_headers(&http, config.tool)?;
-        Ok(Self { http, headers, config, display, system, messages: Vec::new(), pending: Vec::new(), pointer: None })
+        version_headers(&http)?;
+        let tool = config.memory.get(&config.model).unwrap_or(config.tool);
+        Ok(Self {
+            http,
+            config,
+            tool,
+            display,
+            system,
+            messages: Vec::new(),
+            pending: Vec::new(),
+            pointer: None,
+            changes: Vec::new(),
+        })
     }
 
-    /// The body of the next request: the whole conversation and the tool.
+    /// The tool this conversation offers now.
+    pub fn tool(&self) -> ComputerTool {
+        self.tool
+    }
+
+    /// The body of the next request: the whole conversation and the tools.
     fn request_body(&self) -> Value {
+        let computer = if self.tool.is_toolset() {
+            members::definition(self.tool.tool_type(), &self.config.disabled)
+        } else {
+            tool_definition(self.tool, self.display)
+        };
+        let max_tokens =
+            if self.tool.is_toolset() { self.config.max_tokens.max(TOOLSET_MIN_MAX_TOKENS) } else { self.config.max_tokens };
         let mut body = json!({
             "model": self.config.model,
-            "max_tokens": self.config.max_tokens,
+            "max_tokens": max_tokens,
             "tools": [
-                tool_definition(self.config.tool, self.display),
+                computer,
                 json!({ "name": ASK_HUMAN, "description": ASK_HUMAN_DESCRIPTION, "input_schema": ask_human_schema() }),
             ],
             "messages": self.messages,
@@ -148,28 +197,91 @@ impl AnthropicComputerUse {
         if let Some(system) = &self.system {
             body["system"] = json!(system);
         }
-        if let Some(budget) = self.config.thinking_budget {
+        if self.tool.is_toolset() {
+            body["thinking"] = json!({"type": "adaptive", "display": "summarized"});
+            if self.clearing() {
+                body["context_management"] = json!({"edits": [{
+                    "type": "clear_tool_uses_20250919",
+                    "trigger": {"type": "tool_uses", "value": CLEAR_AFTER_RESULTS},
+                    "keep": {"type": "tool_uses", "value": KEEP_RESULTS},
+                }]});
+            }
+        } else if let Some(budget) = self.config.thinking_budget {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
         }
         body
     }
 
-    /// Adds a user message carrying a new screenshot, dropping older ones.
+    /// Whether a toolset conversation is long enough for tool-result clearing.
+    fn clearing(&self) -> bool {
+        self.tool.is_toolset() && tool_result_count(&self.messages) > CLEAR_AFTER_RESULTS
+    }
+
+    /// `x-api-key`, `anthropic-version`, and the beta headers the request
+    /// needs: the older tools' own, and context management once clearing.
+    fn headers(&self) -> Result<HeaderMap, ModelError> {
+        let mut headers = version_headers(&self.http)?;
+        let betas: Vec<&str> = self.tool.beta().into_iter().chain(self.clearing().then_some(CONTEXT_MANAGEMENT_BETA)).collect();
+        if !betas.is_empty() {
+            let value = HeaderValue::from_str(&betas.join(",")).map_err(|e| malformed(format!("a beta header: {e}")))?;
+            headers.insert(HeaderName::from_static("anthropic-beta"), value);
+        }
+        Ok(headers)
+    }
+
+    /// Adds a user message. The older tools drop earlier screenshots; the
+    /// toolset's history is append-only.
     fn push_user(&mut self, content: Vec<Value>) {
-        self.messages.iter_mut().for_each(forget_images);
+        if !self.tool.is_toolset() {
+            self.messages.iter_mut().for_each(forget_images);
+        }
         self.messages.push(json!({"role": "user", "content": content}));
     }
 
     /// Sends the conversation and turns the answer into a [`Turn`], keeping
-    /// the assistant's message for the next request.
+    /// the assistant's message for the next request. Before the model has
+    /// answered once, a 400 saying it does not take the tool steps down
+    /// and tries again.
     async fn exchange(&mut self) -> Result<Turn, ModelError> {
-        let answer = self.http.post_json(MESSAGES_PATH, &self.headers, &self.request_body()).await?;
+        let answer = loop {
+            match self.http.post_json(MESSAGES_PATH, &self.headers()?, &self.request_body()).await {
+                Err(ModelError::Rejected { status: 400, message }) => match self.step_down(&message) {
+                    Some(next) => self.switch(next, message),
+                    None => return Err(ModelError::Rejected { status: 400, message }),
+                },
+                other => break other?,
+            }
+        };
         let content = answer.get("content").and_then(Value::as_array).ok_or_else(|| malformed("content must be an array"))?;
-        let parsed = parse_answer(content, &answer, self.config.tool, self.display, self.pointer)?;
-        self.pending = parsed.turn.calls.iter().map(|call| call.id.clone()).collect();
+        let context = ParseContext { tool: self.tool, disabled: &self.config.disabled, display: self.display };
+        let mut parsed = parse_answer(content, &answer, &context, self.pointer)?;
+        self.pending = parsed.pending;
         self.pointer = parsed.pointer;
         self.messages.push(json!({"role": "assistant", "content": content}));
+        parsed.turn.tool_changes = std::mem::take(&mut self.changes);
         Ok(parsed.turn)
+    }
+
+    /// The tool to try after a 400 with `message`: only before the model
+    /// has answered (a history with calls of one tool cannot switch).
+    fn step_down(&self, message: &str) -> Option<ComputerTool> {
+        let answered = self.messages.iter().any(|m| m["role"] == "assistant");
+        if answered {
+            return None;
+        }
+        self.tool.step_down(message)
+    }
+
+    fn switch(&mut self, next: ComputerTool, reason: String) {
+        tracing::warn!(model = %self.config.model, from = self.tool.tool_type(), to = next.tool_type(), %reason, "the model does not take the computer tool; stepping down");
+        self.config.memory.remember(&self.config.model, next);
+        self.changes.push(ToolChange {
+            model: self.config.model.clone(),
+            from: self.tool.tool_type(),
+            to: next.tool_type(),
+            reason,
+        });
+        self.tool = next;
     }
 
     fn warn_if_screen_differs(&self, screen: &Screen) {
@@ -184,21 +296,33 @@ impl AnthropicComputerUse {
         }
     }
 
+    /// Refuses a screen the API would refuse: past the long-edge or token
+    /// limit of the tool's models, or past 2000 px a side once the request
+    /// carries more than 20 images.
+    fn check_screen(&self, screen: &Screen) -> Result<(), ModelError> {
+        let images = if self.tool.is_toolset() { count_images(&self.messages) + 1 } else { 1 };
+        image_fits(self.tool, (screen.width, screen.height), images)
+            .map_err(|problem| ModelError::Rejected { status: 0, message: problem })
+    }
+
     /// The tool_result blocks answering the last turn: one per pending call,
     /// in the calls' order; a call without a result is answered as not
-    /// carried out, a result for no pending call is dropped. The last result
-    /// given holds the newest screen, the only one sent as an image.
+    /// carried out, a result for no pending call is dropped.
     fn tool_results(&mut self, mut results: Vec<CallResult>) -> Vec<Value> {
         results.retain(|result| {
-            let known = self.pending.contains(&result.call_id);
+            let known = self.pending.iter().any(|p| p.id == result.call_id);
             if !known {
                 tracing::warn!(call_id = %result.call_id, "dropping a result for no pending tool call");
             }
             known
         });
+        let pending = std::mem::take(&mut self.pending);
+        if self.tool.is_toolset() {
+            return toolset_results(&pending, &results);
+        }
         let newest_image = results.len().checked_sub(1);
-        let mut blocks = Vec::with_capacity(self.pending.len());
-        for id in std::mem::take(&mut self.pending) {
+        let mut blocks = Vec::with_capacity(pending.len());
+        for Pending { id, .. } in pending {
             let block = match results.iter().position(|r| r.call_id == id) {
                 Some(index) => tool_result(&results[index], Some(index) == newest_image),
                 None => json!({"type": "tool_result", "tool_use_id": id, "is_error": true, "content": NOT_CARRIED_OUT}),
@@ -216,6 +340,7 @@ impl ComputerModel for AnthropicComputerUse {
             self.messages.clear();
             self.pending.clear();
             self.pointer = None;
+            self.check_screen(screen)?;
             self.push_user(vec![image_block(screen), json!({"type": "text", "text": prompt})]);
             self.exchange().await
         })
@@ -233,6 +358,7 @@ impl ComputerModel for AnthropicComputerUse {
             }
             if let Some(last) = results.last() {
                 self.warn_if_screen_differs(&last.screen);
+                self.check_screen(&last.screen)?;
             }
             let blocks = self.tool_results(results);
             self.push_user(blocks);
@@ -241,11 +367,82 @@ impl ComputerModel for AnthropicComputerUse {
     }
 }
 
-/// `x-api-key`, `anthropic-version` and the tool's `anthropic-beta`.
-fn request_headers(http: &ModelHttp, tool: ComputerTool) -> Result<HeaderMap, ModelError> {
-    let mut headers = version_headers(http)?;
-    headers.insert(HeaderName::from_static("anthropic-beta"), HeaderValue::from_static(tool.beta()));
-    Ok(headers)
+/// The toolset's answers to a turn's member calls, in order. Each result
+/// echoes `toolset_name` (an `ask_human` result does not); the last call
+/// that ran carries the screen after it, as do `screenshot` and `zoom`;
+/// the others say `OK` or what went wrong; a call without a result was not
+/// executed.
+fn toolset_results(pending: &[Pending], results: &[CallResult]) -> Vec<Value> {
+    let last_ran =
+        pending.iter().rposition(|p| results.iter().any(|r| r.call_id == p.id && r.text.as_deref() != Some(NOT_EXECUTED)));
+    pending
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let result = results.iter().find(|r| r.call_id == call.id);
+            let mut content = Vec::new();
+            let is_error = match result {
+                Some(result) => {
+                    let text = result.text.clone().unwrap_or_else(|| DONE.to_owned());
+                    content.push(json!({"type": "text", "text": text}));
+                    if Some(index) == last_ran || call.member.is_some_and(Member::shows) {
+                        content.push(image_block(&result.screen));
+                    }
+                    result.is_error
+                }
+                None => {
+                    content.push(json!({"type": "text", "text": NOT_EXECUTED}));
+                    true
+                }
+            };
+            let mut block = json!({"type": "tool_result", "tool_use_id": call.id, "content": content});
+            if is_error {
+                block["is_error"] = json!(true);
+            }
+            if call.member.is_some() {
+                block["toolset_name"] = json!(TOOLSET_NAME);
+            }
+            block
+        })
+        .collect()
+}
+
+/// Whether a `(width, height)` screenshot is within the documented limits
+/// for `tool`'s models when the request carries `images` images.
+fn image_fits(tool: ComputerTool, (width, height): (u32, u32), images: usize) -> Result<(), String> {
+    let long_edge = width.max(height);
+    let (max_edge, fits) = if tool.is_toolset() {
+        let tokens = u64::from(width.div_ceil(28)) * u64::from(height.div_ceil(28));
+        (2576, tokens <= 4784)
+    } else {
+        (1568, u64::from(width) * u64::from(height) <= 1_150_000)
+    };
+    if long_edge > max_edge || !fits {
+        return Err(format!(
+            "a {width}x{height} screenshot is past the size {} models accept (they refuse it rather than scale it): lower FLOTILLA_MODEL_SCREEN",
+            tool.tool_type()
+        ));
+    }
+    if images > 20 && long_edge > 2000 {
+        return Err(format!("a {width}x{height} screenshot is past 2000 px a side in a request of more than 20 images"));
+    }
+    Ok(())
+}
+
+fn tool_result_count(messages: &[Value]) -> usize {
+    messages.iter().filter_map(|m| m["content"].as_array()).flatten().filter(|block| block["type"] == "tool_result").count()
+}
+
+fn count_images(messages: &[Value]) -> usize {
+    messages
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .map(|block| match block["content"].as_array() {
+            Some(nested) => nested.iter().filter(|b| is_image(b)).count(),
+            None => usize::from(is_image(block)),
+        })
+        .sum()
 }
 
 /// `x-api-key` and `anthropic-version`: what every request carries.
@@ -257,8 +454,8 @@ fn version_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
     Ok(headers)
 }
 
-/// The computer tool as the request advertises it, with the display size
-/// the model's coordinates refer to.
+/// An older computer tool as the request advertises it, with the display
+/// size the model's coordinates refer to.
 fn tool_definition(tool: ComputerTool, (width, height): (u32, u32)) -> Value {
     let mut definition = json!({
         "type": tool.tool_type(),
@@ -280,8 +477,8 @@ fn image_block(screen: &Screen) -> Value {
     })
 }
 
-/// The tool_result for one call: its text, then its screen when it is the
-/// newest one (older screens are never sent).
+/// The tool_result for one call of an older tool: its text, then its
+/// screen when it is the newest one (older screens are never sent).
 fn tool_result(result: &CallResult, with_image: bool) -> Value {
     let mut content = Vec::new();
     if let Some(text) = &result.text {
@@ -314,9 +511,18 @@ fn is_image(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("image")
 }
 
-/// A turn parsed from an answer, and where its actions leave the pointer.
+/// What parsing an answer needs to know of the conversation.
+struct ParseContext<'a> {
+    tool: ComputerTool,
+    disabled: &'a [Member],
+    display: (u32, u32),
+}
+
+/// A turn parsed from an answer, the calls it leaves pending, and where
+/// its actions leave the pointer.
 struct ParsedAnswer {
     turn: Turn,
+    pending: Vec<Pending>,
     pointer: Pointer,
 }
 
@@ -324,11 +530,11 @@ struct ParsedAnswer {
 fn parse_answer(
     content: &[Value],
     answer: &Value,
-    tool: ComputerTool,
-    display: (u32, u32),
+    context: &ParseContext<'_>,
     mut pointer: Pointer,
 ) -> Result<ParsedAnswer, ModelError> {
     let mut turn = Turn { usage: parse_usage(answer), ..Turn::default() };
+    let mut pending = Vec::new();
     let mut texts = Vec::new();
     for (index, block) in content.iter().enumerate() {
         let at = format!("content[{index}]");
@@ -336,7 +542,8 @@ fn parse_answer(
             Some("thinking") => turn.reasoning.push(string_field(block, "thinking", &at)?.to_owned()),
             Some("text") => texts.push(string_field(block, "text", &at)?.to_owned()),
             Some("tool_use") => {
-                let call = parse_tool_use(block, &at, tool, display, &mut pointer)?;
+                let (call, member) = parse_tool_use(block, &at, context, &mut pointer)?;
+                pending.push(Pending { id: call.id.clone(), member });
                 turn.calls.push(call);
             }
             Some(_) => {}
@@ -349,31 +556,73 @@ fn parse_answer(
     } else {
         turn.reasoning.extend(texts);
     }
-    Ok(ParsedAnswer { turn, pointer })
+    Ok(ParsedAnswer { turn, pending, pointer })
 }
 
-/// A `computer` tool_use as a [`ToolCall`].
+/// A tool_use as a [`ToolCall`], dispatched on (`toolset_name`, `name`):
+/// `ask_human`, a member of the toolset, or the older `computer` tool.
 fn parse_tool_use(
     block: &Value,
     at: &str,
-    tool: ComputerTool,
-    display: (u32, u32),
+    context: &ParseContext<'_>,
     pointer: &mut Pointer,
-) -> Result<ToolCall, ModelError> {
-    let id = string_field(block, "id", at)?;
+) -> Result<(ToolCall, Option<Member>), ModelError> {
+    let id = string_field(block, "id", at)?.to_owned();
     let name = string_field(block, "name", at)?;
-    if name == ASK_HUMAN {
-        let input = block.get("input").cloned().unwrap_or(Value::Null);
-        let question = ask_human_question(&input, &format!("{at}.input"))?;
-        return Ok(ToolCall { id: id.to_owned(), actions: vec![ModelAction::AskHuman { question }] });
+    let toolset = block.get("toolset_name").and_then(Value::as_str);
+    let input = block.get("input").cloned().unwrap_or(Value::Null);
+    match (toolset, name) {
+        (None, ASK_HUMAN) => {
+            let question = ask_human_question(&input, &format!("{at}.input"))?;
+            Ok((ToolCall { id, actions: vec![ModelAction::AskHuman { question }] }, None))
+        }
+        (Some(TOOLSET_NAME), _) if context.tool.is_toolset() => {
+            let (actions, member) = member_call(name, &input, &format!("{at}.input"), context, pointer);
+            Ok((ToolCall { id, actions }, member))
+        }
+        (None, TOOL_NAME) if !context.tool.is_toolset() => {
+            let input = input.as_object().ok_or_else(|| malformed(format!("{at}.input must be an object")))?;
+            let action = input
+                .get("action")
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed(format!("{at}.input.action must be a string")))?;
+            let actions = actions::translate(action, input, &format!("{at}.input"), context.tool, context.display, pointer)?;
+            Ok((ToolCall { id, actions }, None))
+        }
+        _ => Err(malformed(format!(
+            "{at} calls {name:?}{}, a tool this client did not offer",
+            toolset.map(|t| format!(" of toolset {t:?}")).unwrap_or_default()
+        ))),
     }
-    if name != TOOL_NAME {
-        return Err(malformed(format!("{at}.name is {name:?}, a tool this client did not offer")));
+}
+
+/// A toolset member call's actions. A member that is disabled or unknown,
+/// or an input that does not hold, is refused: the call fails and the
+/// model is told why, as the toolset wants.
+fn member_call(
+    name: &str,
+    input: &Value,
+    at: &str,
+    context: &ParseContext<'_>,
+    pointer: &mut Pointer,
+) -> (Vec<ModelAction>, Option<Member>) {
+    let refuse = |reason: String| vec![ModelAction::Refuse { reason }];
+    let Some(member) = Member::from_name(name) else {
+        return (refuse(format!("{name:?} is not a member of the computer toolset")), None);
+    };
+    if context.disabled.contains(&member) {
+        return (refuse(format!("{name} is disabled in this sandbox")), Some(member));
     }
-    let input =
-        block.get("input").and_then(Value::as_object).ok_or_else(|| malformed(format!("{at}.input must be an object")))?;
-    let actions = actions::translate(input, &format!("{at}.input"), tool, display, pointer)?;
-    Ok(ToolCall { id: id.to_owned(), actions })
+    let empty = serde_json::Map::new();
+    let fields = match input {
+        Value::Object(fields) => fields,
+        Value::Null => &empty,
+        _ => return (refuse(format!("{at} must be an object")), Some(member)),
+    };
+    match actions::translate(name, fields, at, context.tool, context.display, pointer) {
+        Ok(actions) => (actions, Some(member)),
+        Err(error) => (refuse(error.to_string()), Some(member)),
+    }
 }
 
 /// Refuses the stop reasons that leave nothing to carry out or finish.

@@ -5,13 +5,15 @@
 //! limits and screenshots are written once.
 //!
 //! A model sees the screen scaled to fit its target size and answers in
-//! those coordinates; the step loop maps them back to the sandbox's. Only
-//! the newest screenshot is ever sent: a conversation keeps no older images.
+//! those coordinates (or, for Gemini, on a normalized grid); the step loop
+//! maps them back to the sandbox's. Each client decides what its history
+//! keeps of older screenshots (see each module).
 //!
 //! Besides conversations about a screen, each provider answers one plain
 //! text request without tools through [`TextModel`]: what the planner asks.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod http;
 pub mod openai;
 
@@ -67,6 +69,25 @@ pub enum ModelAction {
     /// offer beside the computer tool); their answer goes back as the
     /// call's text.
     AskHuman { question: String },
+    /// Nothing to carry out: the call cannot be done as asked (a member
+    /// tool that is disabled, a parameter out of range). The call fails
+    /// with `reason`, which goes back to the model.
+    Refuse { reason: String },
+}
+
+/// The answer for a call that was not run because an earlier one of the
+/// same turn failed, in the words of Anthropic's batch protocol.
+pub const NOT_EXECUTED: &str = "Not executed: an earlier computer action in this turn failed.";
+
+/// The client switched the computer tool it offers a model, because the
+/// endpoint said the model does not take the one it sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolChange {
+    pub model: String,
+    pub from: &'static str,
+    pub to: &'static str,
+    /// The endpoint's message.
+    pub reason: String,
 }
 
 /// The name of the tool through which a model asks the person behind the
@@ -115,6 +136,8 @@ pub struct Turn {
     /// Checks to acknowledge before carrying out `calls`.
     pub safety_checks: Vec<SafetyCheck>,
     pub usage: Usage,
+    /// Tool switches made while getting this turn.
+    pub tool_changes: Vec<ToolChange>,
 }
 
 /// What carrying out one tool call gave, for the next turn.

@@ -22,7 +22,7 @@ use reqwest::header::HeaderMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-pub use actions::{DEFAULT_WAIT_MS, PIXELS_PER_WHEEL_CLICK};
+pub use actions::{key_name, DEFAULT_WAIT_MS, PIXELS_PER_WHEEL_CLICK};
 pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
@@ -49,7 +49,7 @@ impl OpenAiTool {
     pub fn default_model(self) -> &'static str {
         match self {
             OpenAiTool::Preview => "computer-use-preview",
-            OpenAiTool::Ga => "gpt-5.4",
+            OpenAiTool::Ga => "gpt-6-astra",
         }
     }
 }
@@ -225,7 +225,8 @@ impl OpenAiCua {
 
     /// A later turn's input: a `computer_call_output` for each call, each
     /// with the newest screen (the API wants a screenshot for every call, and
-    /// an older one would show a screen that is gone), then any texts the
+    /// an older one would show a screen that is gone) at the GA tool's
+    /// `original` detail, as the guide recommends, then any texts the
     /// results carry, such as what went wrong, as one user message.
     fn call_outputs(&self, results: &[CallResult], acknowledged: &[SafetyCheck]) -> Value {
         let Some(newest) = results.last() else {
@@ -242,10 +243,14 @@ impl OpenAiCua {
                         "output": result.text.clone().unwrap_or_default(),
                     });
                 }
+                let mut output = json!({ "type": "computer_screenshot", "image_url": image_url });
+                if self.config.tool == OpenAiTool::Ga {
+                    output["detail"] = json!(self.config.image_detail);
+                }
                 json!({
                     "type": "computer_call_output",
                     "call_id": result.call_id,
-                    "output": { "type": "computer_screenshot", "image_url": image_url },
+                    "output": output,
                     "acknowledged_safety_checks": self.acknowledged_for(&result.call_id, acknowledged),
                 })
             })
@@ -371,6 +376,7 @@ mod tests {
         assert_eq!(input[0]["output"]["image_url"], newest);
         assert_eq!(input[1]["output"]["image_url"], newest);
         assert_eq!(input[1]["call_id"], "b");
+        assert_eq!(input[1]["output"]["detail"], "original", "the guide's detail for computer use");
         assert_eq!(input[2]["content"][0]["text"], "Error: no such window");
         assert!(!input.to_string().contains(&BASE64.encode(b"old")));
     }

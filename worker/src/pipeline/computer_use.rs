@@ -1,8 +1,18 @@
 //! The step loop of the model-driven pipelines (`openai-cua`,
-//! `claude-computer-use`): observe the screen, show it to the model scaled
-//! to its size, carry out what it asks in sandbox coordinates, observe
-//! again, until the model answers without asking for anything, a limit is
-//! reached, a human must decide, or the task is cancelled.
+//! `claude-computer-use`, `gemini-computer-use`): observe the screen, show
+//! it to the model scaled to its size, carry out what it asks in sandbox
+//! coordinates, observe again, until the model answers without asking for
+//! anything, a limit is reached, a human must decide, or the task is
+//! cancelled. Which provider a pipeline talks to is its [`ModelFactory`]
+//! (see [`providers`](super::providers)).
+//!
+//! The calls of one turn run in order and stop at the first that fails:
+//! it is answered with what went wrong, every later one with
+//! [`NOT_EXECUTED`], so the model hears about each call it made. A model
+//! that answers on a normalized grid (Gemini's 0–999) has its points mapped
+//! straight onto the sandbox's screen, not through the scaled image.
+//! When a client had to switch the tool it offers (the model does not take
+//! the newest), a `retrying` event says so.
 //!
 //! Every step goes through the [`Session`], so events, screenshots, limits
 //! and cancellation behave as in every pipeline. The model only ever gets
@@ -20,10 +30,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
 use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{Decision, SensitiveActions, StopCode};
-use flotilla_shared::Config;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -31,10 +39,9 @@ use serde_json::json;
 use super::planner::{self, Planned};
 use super::scale::Scale;
 use super::{Outcome, Pipeline, PipelineError, Session, Steps, TaskRun};
-use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, AnthropicText, ComputerTool};
-use crate::model::http::Endpoint;
-use crate::model::openai::{OpenAiConfig, OpenAiCua, OpenAiText, OpenAiTool};
-use crate::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage};
+use crate::model::{
+    CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage, NOT_EXECUTED,
+};
 
 /// Opens a task's conversations with one provider's models.
 pub trait ModelFactory: Send + Sync + 'static {
@@ -46,6 +53,20 @@ pub trait ModelFactory: Send + Sync + 'static {
 
     /// The model the planner asks, without tools.
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError>;
+
+    /// The grid the model's points are on when it answers in normalized
+    /// coordinates (Gemini: 1000×1000); `None` when it answers in the
+    /// pixels of the screenshot it saw.
+    fn grid(&self) -> Option<(u32, u32)> {
+        None
+    }
+}
+
+/// How one conversation maps between the model and the screen: the image
+/// it is shown, and the space its points are in.
+struct Mapping {
+    view: Scale,
+    act: Scale,
 }
 
 /// A computer-use pipeline over one kind of model.
@@ -115,7 +136,9 @@ impl ComputerUse {
         prompt: &str,
         usage: &mut Usage,
     ) -> Result<String, PipelineError> {
-        let mut model = self.models.open(run, scale.model)?;
+        let grid = self.models.grid();
+        let mapping = Mapping { view: *scale, act: grid.map_or(*scale, |model| Scale { screen: scale.screen, model }) };
+        let mut model = self.models.open(run, grid.unwrap_or(scale.model))?;
         let screen = look(session, scale).await?;
         let provider = self.models.provider();
         let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
@@ -126,10 +149,7 @@ impl ComputerUse {
                 return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
-            let mut results = Vec::with_capacity(turn.calls.len());
-            for call in &turn.calls {
-                results.push(carry_out(session, scale, call).await?);
-            }
+            let results = carry_out_turn(session, &mapping, &turn.calls).await?;
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
@@ -186,9 +206,17 @@ async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError>
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
-/// Emits the turn's reasoning and records the usage so far on the task.
+/// Emits the turn's tool switches and reasoning, and records the usage so
+/// far on the task.
 async fn record_turn(session: &Session, turn: &Turn, usage: Usage) -> Result<(), PipelineError> {
     let attempt = session.steps().attempt();
+    for change in &turn.tool_changes {
+        let error = format!(
+            "{} does not take the computer tool {}; asking again with {}, as every later task on this model will: {}",
+            change.model, change.from, change.to, change.reason
+        );
+        attempt.emit(EventKind::Retrying { attempt: attempt.number, delay_ms: 0, error }, &[]).await?;
+    }
     for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
         attempt.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
     }
@@ -200,25 +228,41 @@ fn usage_json(usage: Usage) -> serde_json::Value {
     json!({ "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens })
 }
 
+/// Carries out a turn's calls in order, stopping at the first that fails:
+/// every later call is answered with [`NOT_EXECUTED`] and the screen as
+/// the failure left it.
+async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolCall]) -> Result<Vec<CallResult>, PipelineError> {
+    let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
+    for call in calls {
+        let failed = results.last().filter(|r| r.is_error).map(|r| r.screen.clone());
+        let result = match failed {
+            Some(screen) => CallResult { call_id: call.id.clone(), screen, text: Some(NOT_EXECUTED.to_owned()), is_error: true },
+            None => carry_out(session, mapping, call).await?,
+        };
+        results.push(result);
+    }
+    Ok(results)
+}
+
 /// Carries out one tool call and observes the screen after it. An action
-/// the sandbox refuses is reported to the model as an error, not fatal.
-async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Result<CallResult, PipelineError> {
+/// the sandbox refuses, or a call the client refused, is reported to the
+/// model as an error, not fatal.
+async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) -> Result<CallResult, PipelineError> {
     let mut text = None;
     let mut zoomed = None;
+    let failed = |screen, message| CallResult { call_id: call.id.clone(), screen, text: Some(message), is_error: true };
     for action in &call.actions {
         match action {
             ModelAction::Act(action) => {
-                let on_screen = scale.action_to_screen(action);
+                let on_screen = mapping.act.action_to_screen(action);
                 match session.act(&on_screen).await {
                     Ok(()) => {}
-                    Err(PipelineError::Refused(message)) => {
-                        let screen = look(session, scale).await?;
-                        return Ok(CallResult { call_id: call.id.clone(), screen, text: Some(message), is_error: true });
-                    }
+                    Err(PipelineError::Refused(message)) => return Ok(failed(look(session, &mapping.view).await?, message)),
                     Err(other) => return Err(other),
                 }
             }
-            ModelAction::CursorPosition => text = Some(cursor_position(session, scale).await?),
+            ModelAction::Refuse { reason } => return Ok(failed(look(session, &mapping.view).await?, reason.clone())),
+            ModelAction::CursorPosition => text = Some(cursor_position(session, &mapping.act).await?),
             ModelAction::AskHuman { question } => text = Some(ask_human(session, question).await?),
             ModelAction::Zoom { region } => zoomed = Some(*region),
         }
@@ -226,11 +270,12 @@ async fn carry_out(session: &mut Session, scale: &Scale, call: &ToolCall) -> Res
     let screen = match zoomed {
         Some(region) => {
             let shot = session.observe().await?;
-            scale
+            mapping
+                .view
                 .zoom(&shot, region)
                 .map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
         }
-        None => look(session, scale).await?,
+        None => look(session, &mapping.view).await?,
     };
     Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
 }
@@ -280,98 +325,4 @@ pub(super) fn model_failure(error: ModelError) -> PipelineError {
             PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
         }
     }
-}
-
-/// The OpenAI models of a worker's configuration.
-pub struct OpenAiModels {
-    config: Option<OpenAiConfig>,
-}
-
-impl OpenAiModels {
-    pub fn from_config(config: &Config) -> Self {
-        let config = config.model.openai_api_key.clone().map(|key| {
-            let tool = match config.model.openai_tool {
-                OpenAiToolVersion::Ga => OpenAiTool::Ga,
-                OpenAiToolVersion::Preview => OpenAiTool::Preview,
-            };
-            let mut openai = OpenAiConfig::new(Endpoint::new(&config.model.openai_base_url, key), tool);
-            if let Some(model) = &config.model.openai_model {
-                openai.model.clone_from(model);
-            }
-            openai
-        });
-        Self { config }
-    }
-}
-
-impl OpenAiModels {
-    /// The worker's settings with the task's own model, if it names one.
-    fn config_for(&self, run: &TaskRun) -> Result<OpenAiConfig, PipelineError> {
-        let mut config = self.config.clone().ok_or_else(|| missing_key("OPENAI_API_KEY"))?;
-        if let Some(model) = &run.attempt.spec.model {
-            config.model.clone_from(model);
-        }
-        Ok(config)
-    }
-}
-
-impl ModelFactory for OpenAiModels {
-    fn provider(&self) -> &'static str {
-        "openai"
-    }
-
-    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
-        Ok(Box::new(OpenAiCua::new(self.config_for(run)?, display, None).map_err(model_failure)?))
-    }
-
-    fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
-        Ok(Box::new(OpenAiText::new(&self.config_for(run)?).map_err(model_failure)?))
-    }
-}
-
-/// The Anthropic models of a worker's configuration.
-pub struct AnthropicModels {
-    config: Option<AnthropicConfig>,
-}
-
-impl AnthropicModels {
-    pub fn from_config(config: &Config) -> Self {
-        let config = config.model.anthropic_api_key.clone().map(|key| {
-            let tool = match config.model.anthropic_tool {
-                AnthropicToolVersion::V20250124 => ComputerTool::V20250124,
-                AnthropicToolVersion::V20251124 => ComputerTool::V20251124,
-            };
-            AnthropicConfig::new(Endpoint::new(&config.model.anthropic_base_url, key), &config.model.anthropic_model, tool)
-        });
-        Self { config }
-    }
-}
-
-impl AnthropicModels {
-    /// The worker's settings with the task's own model, if it names one.
-    fn config_for(&self, run: &TaskRun) -> Result<AnthropicConfig, PipelineError> {
-        let mut config = self.config.clone().ok_or_else(|| missing_key("ANTHROPIC_API_KEY"))?;
-        if let Some(model) = &run.attempt.spec.model {
-            config.model.clone_from(model);
-        }
-        Ok(config)
-    }
-}
-
-impl ModelFactory for AnthropicModels {
-    fn provider(&self) -> &'static str {
-        "anthropic"
-    }
-
-    fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
-        Ok(Box::new(AnthropicComputerUse::new(self.config_for(run)?, display, None).map_err(model_failure)?))
-    }
-
-    fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
-        Ok(Box::new(AnthropicText::new(&self.config_for(run)?).map_err(model_failure)?))
-    }
-}
-
-fn missing_key(var: &str) -> PipelineError {
-    PipelineError::Fatal { code: StopCode::Problem, message: format!("this worker has no {var}, so it cannot run this pipeline") }
 }

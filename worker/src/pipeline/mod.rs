@@ -6,6 +6,7 @@ mod claude_code;
 pub mod computer_use;
 mod held;
 pub mod planner;
+pub mod providers;
 mod replay;
 pub mod scale;
 mod scripted;
@@ -21,8 +22,9 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use claude_code::ClaudeCode;
-pub use computer_use::{AnthropicModels, ComputerUse, ModelFactory, OpenAiModels};
+pub use computer_use::{ComputerUse, ModelFactory};
 use flotilla_shared::Config;
+pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;
 pub use session::{Limits, Session, Steps};
 
@@ -104,8 +106,10 @@ impl Registry {
         let mut registry = Self::standard();
         let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model.screen);
         let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model.screen);
+        let gemini = ComputerUse::new(GeminiModels::from_config(config), config.model.screen);
         registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
         registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
+        registry.register(PipelineKind::GeminiComputerUse, Arc::new(gemini));
         registry
     }
 

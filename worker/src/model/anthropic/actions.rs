@@ -16,7 +16,11 @@
 //! | `hold_key` | `KeyDown`, `Wait` for `duration` seconds, `KeyUp` |
 //! | `wait` | `Wait` for `duration` seconds |
 //! | `cursor_position` | [`ModelAction::CursorPosition`] |
-//! | `zoom` | [`ModelAction::Zoom`] (only with `computer_20251124`) |
+//! | `zoom` | [`ModelAction::Zoom`] (not with `computer_20250124`) |
+//!
+//! The older tools name the action in the input's `action`; the toolset's
+//! member tools are named after it, with the same parameters (and `key`'s
+//! `repeat`, the chords that many times).
 //!
 //! A click, drag or scroll with modifier keys in `text` (`"shift"`,
 //! `"ctrl+shift"`) holds them around it: `KeyDown`, the action, `KeyUp`.
@@ -34,9 +38,10 @@ use crate::model::{ModelAction, ModelError};
 /// Where the model's actions last left the pointer, when known.
 pub(super) type Pointer = Option<[u32; 2]>;
 
-/// The actions one tool input asks for; `pointer` follows them. `at` is
-/// the input's place in the answer, like `content[1].input`.
+/// The actions `action` with `input` asks for; `pointer` follows them.
+/// `at` is the input's place in the answer, like `content[1].input`.
 pub(super) fn translate(
+    action: &str,
     input: &Map<String, Value>,
     at: &str,
     tool: ComputerTool,
@@ -44,7 +49,7 @@ pub(super) fn translate(
     pointer: &mut Pointer,
 ) -> Result<Vec<ModelAction>, ModelError> {
     let fields = Fields { input, at, display };
-    let actions = match fields.string("action")? {
+    let actions = match action {
         "screenshot" => vec![ModelAction::Act(Action::Screenshot)],
         "left_click" => fields.click(Clicks::Single(MouseButton::Left))?,
         "right_click" => fields.click(Clicks::Single(MouseButton::Right))?,
@@ -150,9 +155,18 @@ impl Fields<'_> {
         Ok(vec![ModelAction::Act(Action::Type { text: text.to_owned() })])
     }
 
+    /// The chords of `text`, `repeat` times over (the toolset's `key`
+    /// takes 1 to 100; absent is once).
     fn key(&self) -> Result<Vec<ModelAction>, ModelError> {
         let chords = self.key_sequence("text")?;
-        Ok(chords.into_iter().map(|keys| ModelAction::Act(Action::Keypress { keys })).collect())
+        let repeat = match self.input.get("repeat").filter(|v| !v.is_null()) {
+            None => 1,
+            Some(value) => {
+                whole_number(value).filter(|n| (1..=100).contains(n)).ok_or_else(|| self.bad("repeat", "must be 1 to 100"))?
+            }
+        };
+        let once: Vec<ModelAction> = chords.into_iter().map(|keys| ModelAction::Act(Action::Keypress { keys })).collect();
+        Ok((0..repeat).flat_map(|_| once.iter().cloned()).collect())
     }
 
     fn hold_key(&self) -> Result<Vec<ModelAction>, ModelError> {
