@@ -48,6 +48,21 @@ impl LiveFleet {
         decode_png(&shot.png)
     }
 
+    /// The screen once the task's own typing has shown: two captures
+    /// half a second apart that agree.
+    async fn settled_screen(&self, sandbox: &str) -> (u32, u32, Vec<u8>) {
+        let deadline = Instant::now() + SHOWN;
+        let mut last = self.screen(sandbox).await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let next = self.screen(sandbox).await;
+            if next.2 == last.2 || Instant::now() > deadline {
+                return next;
+            }
+            last = next;
+        }
+    }
+
     async fn cancel(&self, id: &str) {
         let (status, body) = self.owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
         assert_eq!(status, 202, "{body}");
@@ -221,9 +236,7 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
 async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     let live = LiveFleet::start(&[]).await;
     let (id, sandbox) = hold_desktop(&live.owner).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let before = live.screen(&sandbox).await;
+    let before = live.settled_screen(&sandbox).await;
     let mut watcher =
         RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
     assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
