@@ -7,16 +7,56 @@
 # in the local store; the demo ends by printing where to see them.
 #
 #   bash scripts/demo.sh            # FLOTILLA_DEMO_TASKS=8 by default
+#   bash scripts/demo.sh --keep     # leave the fleet running, print how to use it
+#   bash scripts/demo.sh --stop     # stop a kept fleet, by its recorded PIDs
 #
-# Everything runs on loopback and stops when the demo ends (or on Ctrl-C).
-# The stored screenshots stay in FLOTILLA_DEMO_DIR (default
-# /tmp/flotilla-demo) until the next run.
+# Everything runs on loopback. Without --keep it stops when the demo ends (or
+# on Ctrl-C); with --keep it stays up, its PIDs recorded in
+# FLOTILLA_DEMO_DIR/pids, until --stop. The stored screenshots stay in
+# FLOTILLA_DEMO_DIR (default /tmp/flotilla-demo) until the next run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
-echo "building…" >&2
-cargo build --workspace --bins --quiet
+demo_dir="${FLOTILLA_DEMO_DIR:-/tmp/flotilla-demo}"
+pid_file="$demo_dir/pids"
+keep=0
+case "${1:-}" in
+  "") ;;
+  --keep) keep=1 ;;
+  --stop)
+    # Stops what a --keep run recorded: each process gets SIGTERM (workers
+    # give their desktops back as they stop), then SIGKILL after 15 s.
+    if [ ! -s "$pid_file" ]; then
+      echo "demo: no kept fleet recorded in $pid_file" >&2
+      exit 0
+    fi
+    mapfile -t recorded <"$pid_file"
+    for pid in "${recorded[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for _ in $(seq 150); do
+      alive=0
+      for pid in "${recorded[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ "$alive" -eq 0 ] && break
+      sleep 0.1
+    done
+    for pid in "${recorded[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    rm -f "$pid_file"
+    [ -f "$demo_dir/work" ] && rm -rf "$(cat "$demo_dir/work")" "$demo_dir/work"
+    echo "demo: stopped ${#recorded[@]} processes" >&2
+    exit 0
+    ;;
+  *)
+    echo "demo: unknown option $1 (use --keep or --stop)" >&2
+    exit 2
+    ;;
+esac
+if [ -s "$pid_file" ]; then
+  echo "demo: a kept fleet is still running (its PIDs are in $pid_file): stop it with scripts/demo.sh --stop" >&2
+  exit 1
+fi
+
+bash scripts/setup.sh --demo
+echo "building the binaries (the first build takes several minutes; cargo shows its progress)" >&2
+cargo build --workspace --bins
 bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -24,7 +64,7 @@ redis_port=$(free_port)
 api_port=$(free_port)
 s3_port=$(free_port)
 work=$(mktemp -d -t flotilla-demo-XXXXXX)
-store="${FLOTILLA_DEMO_DIR:-/tmp/flotilla-demo}/s3"
+store="$demo_dir/s3"
 rm -rf "$store"
 mkdir -p "$store/flotilla-demo"
 pids=()
@@ -45,9 +85,11 @@ pids+=($!)
 
 export FLOTILLA_REDIS_URL="redis://127.0.0.1:$redis_port"
 export FLOTILLA_API_ADDR="127.0.0.1:$api_port"
-export FLOTILLA_API_KEYS="demo-key-0001=demo"
+# API keys are flt_ and at least 32 random letters and digits: a fresh one per run.
+demo_key="flt_$(head -c 96 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 43)"
+export FLOTILLA_API_KEYS="$demo_key=demo"
 export FLOTILLA_API_URL="http://127.0.0.1:$api_port"
-export FLOTILLA_API_KEY="demo-key-0001"
+export FLOTILLA_API_KEY="$demo_key"
 export RUST_LOG="${RUST_LOG:-warn}"
 export FLOTILLA_S3_BUCKET="flotilla-demo"
 export FLOTILLA_S3_ENDPOINT="http://127.0.0.1:$s3_port"
@@ -56,11 +98,11 @@ export AWS_SECRET_ACCESS_KEY="demo-secret-key"
 export AWS_REGION="us-east-1"
 
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-"$bin/flotilla-api" 2>"$work/api.log" &
+"$bin/flotilla-api" >"$work/api.log" 2>&1 &
 pids+=($!)
 for w in 1 2; do
   FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
-    "$bin/flotilla-worker" 2>"$work/worker-$w.log" &
+    "$bin/flotilla-worker" >"$work/worker-$w.log" 2>&1 &
   pids+=($!)
 done
 for _ in $(seq 100); do
@@ -118,3 +160,19 @@ for shot in task.get("screenshots", []):
 PY
 stored=$(find "$store/flotilla-demo" -name '*.png' | wc -l)
 echo "the store keeps $stored distinct images for the whole batch, as files under $store/flotilla-demo" >&2
+[ "$keep" -eq 1 ] || exit 0
+
+# --keep: the fleet stays up; record its PIDs for --stop and say how to use it.
+printf '%s\n' "${pids[@]}" >"$pid_file"
+printf '%s\n' "$work" >"$demo_dir/work"
+trap - EXIT INT TERM
+cat >&2 <<EOF
+
+The fleet keeps running (PIDs in $pid_file).
+  dashboard:  $FLOTILLA_API_URL/
+  API key:    $FLOTILLA_API_KEY   (type it into the dashboard's key field and press Open)
+  the CLI, from any shell:
+    FLOTILLA_API_URL=$FLOTILLA_API_URL FLOTILLA_API_KEY=$FLOTILLA_API_KEY $bin/flotilla submit "one more task" --pipeline scripted --wait-ms 300 --watch
+  the screenshot links above answer while the fleet runs.
+  stop it all: bash scripts/demo.sh --stop
+EOF

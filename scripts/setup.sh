@@ -40,6 +40,16 @@ APT_TOOLS=(
   "openbox:openbox"
   "xterm:xterm"
   "bwrap:bubblewrap"
+  # The local sandbox's jail: namespaces (util-linux), egress through a
+  # user-mode network stack, its routes, the in-sandbox gateway forwarder,
+  # and X tools the isolation tests drive displays with.
+  "unshare:util-linux"
+  "nsenter:util-linux"
+  "slirp4netns:slirp4netns"
+  "ip:iproute2"
+  "socat:socat"
+  "xauth:xauth"
+  "xwd:x11-apps"
   # The dashboard test drives a headless browser over its DevTools pipe.
   "chromium:chromium"
   # Live views: a VNC server attached to a task's display on the worker.
@@ -86,6 +96,17 @@ ensure_nextest() {
   cargo install cargo-nextest --locked --quiet
 }
 
+# Dependency checks in the test command (scripts/deny.sh). Pinned; built from
+# source: about 4 minutes of CPU on 2 cores (longer when the machine is busy).
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+  if cargo deny --version >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing cargo-deny $CARGO_DENY_VERSION (cargo install, about 4 minutes of CPU)"
+  cargo install "cargo-deny@$CARGO_DENY_VERSION" --locked --quiet
+}
+
 # The S3-protocol server the blob store tests and screenshot_bench run
 # against. Pinned: 0.15 and later need a newer rustc than this toolchain.
 S3S_FS_VERSION=0.14.1
@@ -122,6 +143,7 @@ PY_PACKAGES=(
   anthropic
   openai
   google-genai
+  standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
 )
 venv_dir() {
   local target
@@ -150,11 +172,15 @@ ensure_python_packages() {
   printf '%s' "$wanted" >"$stamp"
 }
 
+# `--demo`: only what scripts/demo.sh runs (the Debian packages and s3s-fs);
+# the test tools, the Python packages and the Claude Code CLI are left out.
 main() {
   ensure_apt_packages
+  ensure_s3s_fs
+  [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages
   ensure_nextest
-  ensure_s3s_fs
+  ensure_cargo_deny
   ensure_claude_cli
 }
 

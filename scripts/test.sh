@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, checks formatting and lints,
+# The whole test suite: installs what is missing, checks formatting, lints and
+# the dependency tree (licenses, bans, advisories: scripts/deny.sh),
 # builds the binaries the tests run as processes, then runs every test of the
 # workspace in parallel.
 #
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+bash scripts/deny.sh
 cargo build --workspace --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi

@@ -1,15 +1,16 @@
-//! Who is calling: `Authorization: Bearer <key>` resolved to a tenant.
+//! Who is calling: `Authorization: Bearer <key>` resolved to a tenant, with
+//! the key's scope enforced, and the admin key of the fleet-wide figures.
 //!
-//! Keys are kept only as SHA-256 digests, and a presented key is compared
-//! with every known digest without stopping early, so neither the answer's
-//! timing nor a memory dump gives a key away.
+//! The key's non-secret id is recorded on the request's span (`key_id`) so
+//! every logged request names the key that made it. A read-only key
+//! (`scope = "read"`) may only `GET`; anything else answers 403.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use flotilla_shared::config::Secret;
+use axum::http::Method;
+use flotilla_shared::apikey::Scope;
 use flotilla_shared::TenantId;
-use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -18,38 +19,9 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct Tenant(pub TenantId);
 
-/// The configured API keys, as digests.
-pub struct ApiKeys {
-    entries: Vec<([u8; 32], TenantId)>,
-}
-
-impl ApiKeys {
-    pub fn new(keys: &[(Secret, TenantId)]) -> Self {
-        let entries = keys.iter().map(|(key, tenant)| (digest(key.expose()), tenant.clone())).collect();
-        Self { entries }
-    }
-
-    /// The tenant of `presented`, if it is a known key.
-    pub fn tenant_for(&self, presented: &str) -> Option<&TenantId> {
-        let wanted = digest(presented);
-        let mut found = None;
-        for (known, tenant) in &self.entries {
-            if same_digest(known, &wanted) && found.is_none() {
-                found = Some(tenant);
-            }
-        }
-        found
-    }
-}
-
-fn digest(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
-
-/// Compares two digests in time independent of where they differ.
-fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+/// A request made with the admin key.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
 
 /// The key of an `Authorization: Bearer <key>` header value.
 fn bearer_key(value: &str) -> Option<&str> {
@@ -61,39 +33,50 @@ fn bearer_key(value: &str) -> Option<&str> {
     (!key.is_empty()).then_some(key)
 }
 
+fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
+    let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
+    header.to_str().ok().and_then(bearer_key).ok_or(ApiError::Unauthorized)
+}
+
+/// Whether a key of `scope` may make a request with `method`.
+fn allows(scope: Scope, method: &Method) -> bool {
+    match scope {
+        Scope::Write => true,
+        Scope::Read => method == Method::GET || method == Method::HEAD,
+    }
+}
+
 impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
-        let key = header.to_str().ok().and_then(bearer_key).ok_or(ApiError::Unauthorized)?;
-        let tenant = state.keys().tenant_for(key).ok_or(ApiError::Unauthorized)?;
-        tracing::Span::current().record("tenant", tenant.as_str());
-        Ok(Tenant(tenant.clone()))
+        let found = state.keys().resolve(presented_key(parts)?).ok_or(ApiError::Unauthorized)?;
+        let span = tracing::Span::current();
+        span.record("tenant", found.tenant.as_str());
+        span.record("key_id", found.id.as_str());
+        if !allows(found.scope, &parts.method) {
+            return Err(ApiError::ReadOnlyKey);
+        }
+        Ok(Tenant(found.tenant))
+    }
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if state.keys().is_admin(presented_key(parts)?) {
+            tracing::Span::current().record("key_id", "admin");
+            Ok(Admin)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys() -> ApiKeys {
-        let tenant = |t: &str| TenantId::parse(t).expect("tenant");
-        ApiKeys::new(&[(Secret::new("key-of-acme"), tenant("acme")), (Secret::new("key-of-globex"), tenant("globex"))])
-    }
-
-    #[test]
-    fn a_known_key_names_its_tenant() {
-        assert_eq!(keys().tenant_for("key-of-globex").map(TenantId::as_str), Some("globex"));
-        assert_eq!(keys().tenant_for("key-of-acme").map(TenantId::as_str), Some("acme"));
-    }
-
-    #[test]
-    fn unknown_and_near_keys_are_refused() {
-        for presented in ["", "key-of-acm", "key-of-acme ", "KEY-OF-ACME", "key-of-acmex"] {
-            assert_eq!(keys().tenant_for(presented), None, "{presented:?}");
-        }
-    }
 
     #[test]
     fn only_the_bearer_scheme_carries_a_key() {
@@ -103,5 +86,15 @@ mod tests {
         assert_eq!(bearer_key("Bearer"), None);
         assert_eq!(bearer_key("Bearer "), None);
         assert_eq!(bearer_key("abc"), None);
+    }
+
+    /// Finding "API keys": read-only keys for dashboards may read, not write.
+    #[test]
+    fn a_read_key_may_only_get() {
+        assert!(allows(Scope::Read, &Method::GET));
+        for method in [Method::POST, Method::PATCH, Method::DELETE, Method::PUT] {
+            assert!(!allows(Scope::Read, &method), "{method}");
+            assert!(allows(Scope::Write, &method), "{method}");
+        }
     }
 }

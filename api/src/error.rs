@@ -19,6 +19,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::hub::HubError;
+use flotilla_shared::webhooks::WebhookError;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,8 @@ pub enum ApiError {
     Hub(#[from] HubError),
     #[error("missing or unknown API key")]
     Unauthorized,
+    #[error("this API key may only read")]
+    ReadOnlyKey,
     #[error("{0}")]
     NotFound(&'static str),
     #[error("task already {0}")]
@@ -62,7 +65,7 @@ pub struct ErrorBody {
 /// What went wrong, for programs (`code`, `field`) and people (`message`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// Stable: `invalid_request`, `unauthorized`, `not_found`,
+    /// Stable: `invalid_request`, `unauthorized`, `forbidden`, `not_found`,
     /// `idempotency_conflict`, `already_finished`, `conflict`,
     /// `rate_limited`, `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
     /// `unavailable` or `internal`.
@@ -111,6 +114,9 @@ impl ApiError {
             ApiError::Unauthorized => {
                 Reply::new(StatusCode::UNAUTHORIZED, "unauthorized", "send Authorization: Bearer <API key> with a known key")
             }
+            ApiError::ReadOnlyKey => {
+                Reply::new(StatusCode::FORBIDDEN, "forbidden", "this API key has scope read: it may only GET")
+            }
             ApiError::Queue(e @ QueueError::IdempotencyConflict) => {
                 Reply::new(StatusCode::CONFLICT, "idempotency_conflict", e.to_string())
             }
@@ -141,6 +147,17 @@ impl ApiError {
             ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_)) | ApiError::Internal(_) => {
                 Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE)
             }
+        }
+    }
+}
+
+impl From<WebhookError> for ApiError {
+    fn from(e: WebhookError) -> Self {
+        match e {
+            WebhookError::Invalid(e) => ApiError::Invalid(e),
+            WebhookError::NotFound => ApiError::NotFound("no such webhook"),
+            WebhookError::NoMessage => ApiError::NotFound("no such message"),
+            WebhookError::Queue(e) => ApiError::Queue(e),
         }
     }
 }
@@ -208,6 +225,7 @@ mod tests {
         let cases: Vec<(ApiError, u16, &str)> = vec![
             (ValidationError::at("prompt", "too long").into(), 400, "invalid_request"),
             (ApiError::Unauthorized, 401, "unauthorized"),
+            (ApiError::ReadOnlyKey, 403, "forbidden"),
             (QueueError::NotFound.into(), 404, "not_found"),
             (ApiError::NotFound("no such route"), 404, "not_found"),
             (QueueError::IdempotencyConflict.into(), 409, "idempotency_conflict"),

@@ -6,7 +6,8 @@
 //! the whole application so tests can drive it without a socket.
 //!
 //! Code map: `routes/*` translate HTTP to queue calls; `extract` and `auth`
-//! turn requests into typed values (or errors); `error` is the only place
+//! turn requests into typed values (or errors), `keys` holds the API keys
+//! in force and reloads the keys file; `error` is the only place
 //! that knows which status each error gets; `hub` is the process's one
 //! subscription to events, fanned out to every stream; `feed` orders event
 //! streams;
@@ -22,6 +23,7 @@ mod error;
 mod extract;
 mod feed;
 pub mod hub;
+mod keys;
 mod metrics;
 mod openapi;
 mod presign;
@@ -29,6 +31,7 @@ mod routes;
 mod state;
 
 use std::future::IntoFuture;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -65,6 +68,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 
 /// Serves the API with this state on `listener` until `shutdown` is cancelled.
 pub async fn serve(state: AppState, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    tokio::spawn(Arc::clone(state.keys()).watch(shutdown.clone()));
     let app = router(state);
     let addr = listener.local_addr().context("listener has no address")?;
     tracing::info!(%addr, "api listening");
@@ -105,6 +109,11 @@ pub fn router(state: AppState) -> Router {
             "/v1/schedules/{id}",
             get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
         )
+        .route("/v1/webhooks", post(routes::webhooks::create).get(routes::webhooks::list))
+        .route("/v1/webhooks/{id}", get(routes::webhooks::get).patch(routes::webhooks::patch).delete(routes::webhooks::delete))
+        .route("/v1/webhooks/{id}/rotate-secret", post(routes::webhooks::rotate))
+        .route("/v1/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))
+        .route("/v1/webhooks/{id}/deliveries/{msg_id}/retry", post(routes::webhooks::retry))
         .route("/v1/queues", get(routes::queues::stats))
         .route("/v1/dead", get(routes::queues::dead))
         .route("/v1/dead/{id}/retry", post(routes::queues::retry))
@@ -134,6 +143,7 @@ fn request_span(request: &Request<Body>) -> tracing::Span {
         method = %request.method(),
         path = %request.uri().path(),
         tenant = tracing::field::Empty,
+        key_id = tracing::field::Empty,
         task_id = tracing::field::Empty,
     )
 }

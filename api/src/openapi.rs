@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, views};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, views, webhooks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -31,6 +31,14 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         schedules::get,
         schedules::patch,
         schedules::delete,
+        webhooks::create,
+        webhooks::list,
+        webhooks::get,
+        webhooks::patch,
+        webhooks::delete,
+        webhooks::rotate,
+        webhooks::deliveries,
+        webhooks::retry,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -70,12 +78,23 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         flotilla_shared::schedule::Schedule,
         flotilla_shared::schedule::Overlap,
         schedules::ScheduleList,
+        flotilla_shared::webhooks::NewEndpoint,
+        flotilla_shared::webhooks::EndpointPatch,
+        flotilla_shared::webhooks::Endpoint,
+        flotilla_shared::webhooks::EventType,
+        flotilla_shared::webhooks::Delivery,
+        flotilla_shared::webhooks::DeliveryStatus,
+        webhooks::EndpointCreated,
+        webhooks::EndpointPage,
+        webhooks::DeliveryPage,
+        webhooks::SecretRotated,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
+        (name = "webhooks", description = "Signed callbacks (Standard Webhooks) for task and batch outcomes, with a delivery log"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
     )
@@ -90,7 +109,18 @@ impl Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("An API key")).build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key (flt_…); a read key may only GET"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "admin",
+            SecurityScheme::Http(
+                HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("The admin key (FLOTILLA_ADMIN_KEY)")).build(),
+            ),
         );
     }
 }

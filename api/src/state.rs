@@ -8,9 +8,9 @@ use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::ApiKeys;
 use crate::feed::Tails;
 use crate::hub::Hub;
+use crate::keys::LiveKeys;
 
 /// The state of the API, handed to every handler.
 #[derive(Clone)]
@@ -21,7 +21,7 @@ pub struct AppState {
 struct Inner {
     config: Config,
     queue: Queue,
-    keys: ApiKeys,
+    keys: Arc<LiveKeys>,
     blobs: Option<BlobStore>,
     hub: Hub,
     tails: Tails,
@@ -38,7 +38,7 @@ impl AppState {
     /// State that also presigns links to what tasks stored in `blobs`.
     /// Starts the process's event [`Hub`], so it needs a Tokio runtime.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
-        let keys = ApiKeys::new(&config.api.keys);
+        let keys = Arc::new(LiveKeys::new(&config.auth));
         let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, shutdown }) }
@@ -67,7 +67,8 @@ impl AppState {
         &self.inner.queue
     }
 
-    pub fn keys(&self) -> &ApiKeys {
+    /// The API keys in force (reloaded from the keys file while running).
+    pub fn keys(&self) -> &Arc<LiveKeys> {
         &self.inner.keys
     }
 

@@ -3,6 +3,11 @@
 //!
 //! Everything here reads `serde_json::Value`s and tolerates missing or
 //! unexpected fields, so a newer API never breaks an older client's display.
+//!
+//! Every line goes out through [`printable`]: text from the API (prompts,
+//! model reasoning, error messages) is written by tasks and models, and an
+//! escape sequence in it must not reach the terminal, where it could retitle
+//! the window, rewrite earlier lines or hide what is shown.
 
 use std::io::{self, Write};
 
@@ -17,14 +22,27 @@ const MAX_VALUE: usize = 80;
 /// Longest prompt in the task table.
 const MAX_PROMPT: usize = 40;
 
-/// Writes one line to stdout; a closed pipe comes back as an error.
+/// Writes one line to stdout, without control characters; a closed pipe
+/// comes back as an error.
 pub fn out(line: &str) -> io::Result<()> {
-    writeln!(io::stdout().lock(), "{line}")
+    writeln!(io::stdout().lock(), "{}", printable(line))
 }
 
-/// Writes one line to stderr, ignoring failures: there is nowhere left to report them.
+/// Writes one line to stderr, without control characters, ignoring
+/// failures: there is nowhere left to report them.
 pub fn warn(line: &str) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    let _ = writeln!(io::stderr().lock(), "{}", printable(line));
+}
+
+/// `text` safe for a terminal: every control character (C0 such as ESC and
+/// BEL, DEL, C1 such as CSI) and every bidirectional override becomes
+/// U+FFFD; only newlines and tabs stay.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if matches!(c, '\n' | '\t') || !is_unsafe(c) { c } else { '\u{fffd}' }).collect()
+}
+
+fn is_unsafe(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// The one line a failed command prints.
@@ -253,6 +271,20 @@ fn created(value: Option<&Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Finding "Terminal escapes": event text with ESC and other control
+    /// characters reached the terminal as they were.
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let event = serde_json::json!({
+            "type": "reasoning", "ts": "2026-01-01T00:00:00Z",
+            "text": "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m\u{202e}evil\u{7f}"
+        });
+        let line = printable(&event_line(&event));
+        assert!(!line.chars().any(is_unsafe), "{line:?}");
+        assert!(line.contains("]0;owned") && line.contains("evil"), "the text stays readable: {line:?}");
+        assert_eq!(printable("a\tb\nc"), "a\tb\nc", "tabs and newlines stay");
+    }
     use crate::client::{ApiError, ClientError};
     use serde_json::json;
 

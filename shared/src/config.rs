@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`), `telemetry`, `tenants` and `streams`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry`, `tenants`, `streams` and `webhooks`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -24,23 +24,29 @@ use std::path::Path;
 use std::time::Duration;
 
 mod api;
+mod auth;
 mod computer_use;
+mod isolation;
 mod live_view;
 mod providers;
 mod queue;
 mod streams;
 mod telemetry;
 mod tenants;
+mod webhooks;
 mod worker;
 
 pub use api::ApiConfig;
+pub use auth::AuthConfig;
 pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
+pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use tenants::{TenantSettings, TenantsConfig};
+pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
 
 /// Every variable the configuration reads, with the key a TOML file uses for it.
@@ -50,6 +56,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_KEY_PREFIX", "key_prefix"),
     ("FLOTILLA_API_ADDR", "api_addr"),
     ("FLOTILLA_API_KEYS", "api_keys"),
+    ("FLOTILLA_API_KEY_SECRET", "api_key_secret"),
+    ("FLOTILLA_API_KEYS_FILE", "api_keys_file"),
+    ("FLOTILLA_ADMIN_KEY", "admin_key"),
     ("FLOTILLA_BODY_LIMIT", "body_limit"),
     ("FLOTILLA_BATCH_BODY_LIMIT", "batch_body_limit"),
     ("FLOTILLA_WORKER_CONCURRENCY", "worker_concurrency"),
@@ -66,6 +75,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_WARM", "sandbox_warm"),
     ("FLOTILLA_SANDBOX_MAX", "sandbox_max"),
     ("FLOTILLA_SANDBOX_FLEET_MAX", "sandbox_fleet_max"),
+    ("FLOTILLA_SANDBOX_ISOLATION", "sandbox_isolation"),
+    ("FLOTILLA_SANDBOX_NETWORK", "sandbox_network"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -89,6 +100,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
     ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),
+    ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "webhook_allow_http"),
+    ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private"),
+    ("FLOTILLA_WEBHOOK_RETRY_MS", "webhook_retry_ms"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
     ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
@@ -148,6 +162,8 @@ pub struct Config {
     /// tests set a unique one.
     pub key_prefix: String,
     pub api: ApiConfig,
+    /// API keys (as digests), the keys file the API reloads, the admin key.
+    pub auth: AuthConfig,
     pub worker: WorkerConfig,
     pub queue: QueueConfig,
     pub sandbox: SandboxConfig,
@@ -161,6 +177,10 @@ pub struct Config {
     pub streams: StreamsConfig,
     /// Live views of tasks' desktops.
     pub live_view: LiveViewConfig,
+    /// Webhook targets and retries.
+    pub webhooks: WebhooksConfig,
+    /// How local sandboxes are walled off from the host and each other.
+    pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
 }
@@ -185,8 +205,11 @@ impl Config {
             }
         }
         let settings = Settings(settings);
-        let tenants = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))?;
-        Ok(Self { tenants, ..Self::from_settings(&settings)? })
+        let loaded = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))
+            .and_then(|tenants| Ok(Self { tenants, ..Self::from_settings(&settings)? }));
+        wipe_secrets(settings.0);
+        wipe_secrets(env);
+        loaded
     }
 
     /// Loads the configuration from the process environment.
@@ -199,6 +222,7 @@ impl Config {
             redis: parse_redis_target(s.text("FLOTILLA_REDIS_URL", "redis://127.0.0.1:6379"))?,
             key_prefix: parse_key_prefix(s.text("FLOTILLA_KEY_PREFIX", "flotilla"))?,
             api: ApiConfig::load(s)?,
+            auth: AuthConfig::load(s)?,
             worker: WorkerConfig::load(s)?,
             queue: QueueConfig::load(s)?,
             sandbox: SandboxConfig::load(s)?,
@@ -209,14 +233,19 @@ impl Config {
             telemetry: TelemetryConfig::load(s)?,
             streams: StreamsConfig::from_settings(s)?,
             live_view: LiveViewConfig::from_settings(s)?,
+            webhooks: WebhooksConfig::from_settings(s)?,
+            isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),
         })
     }
 
     /// The API refuses to start without at least one key.
     pub fn require_api_keys(&self) -> Result<(), ConfigError> {
-        if self.api.keys.is_empty() {
-            return Err(ConfigError::new("FLOTILLA_API_KEYS", "is required: key=tenant[,key2=tenant2]"));
+        if !self.auth.has_keys() {
+            return Err(ConfigError::new(
+                "FLOTILLA_API_KEYS",
+                "is required (or FLOTILLA_API_KEYS_FILE): key=tenant[,key2=tenant2]",
+            ));
         }
         Ok(())
     }
@@ -314,6 +343,17 @@ fn toml_text(key: &str, value: toml::Value) -> Result<String, String> {
     }
 }
 
+/// Overwrites the text of settings that hold secrets once they are digested
+/// or copied, so no stray copy outlives the load.
+fn wipe_secrets(mut settings: HashMap<String, String>) {
+    use zeroize::Zeroize;
+    for var in ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY"] {
+        if let Some(value) = settings.get_mut(var) {
+            value.zeroize();
+        }
+    }
+}
+
 fn parse_redis_target(raw: &str) -> Result<RedisTarget, ConfigError> {
     let urls: Vec<String> = raw.split(',').map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect();
     for url in &urls {
@@ -355,15 +395,6 @@ mod tests {
         assert_eq!(config.queue.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(config.api.body_limit, 1024 * 1024);
         assert_eq!(config.api.batch_body_limit, 64 * 1024 * 1024);
-    }
-
-    #[test]
-    fn api_keys_map_keys_to_tenants() {
-        let config = load(&[("FLOTILLA_API_KEYS", "secret-one=acme, secret-two=globex")]).expect("loads");
-        let tenants: Vec<&str> = config.api.keys.iter().map(|(_, t)| t.as_str()).collect();
-        assert_eq!(tenants, ["acme", "globex"]);
-        assert_eq!(config.api.keys[0].0.expose(), "secret-one");
-        assert!(!format!("{config:?}").contains("secret-one"), "keys never print");
     }
 
     #[test]

@@ -78,6 +78,32 @@ prefixed_id!(
     "sch_"
 );
 
+prefixed_id!(
+    /// A webhook endpoint: `whk_` and a ULID.
+    WebhookId,
+    "whk_"
+);
+
+prefixed_id!(
+    /// A webhook message to one endpoint: `msg_` and a ULID, the same on
+    /// every retry (the `webhook-id` header).
+    MessageId,
+    "msg_"
+);
+
+impl MessageId {
+    /// The id of the message that reports one event to one endpoint: its
+    /// time is the event's, the rest a digest of what it reports, so the
+    /// same event read twice makes the same message.
+    pub fn derived(ms: u64, what: &str) -> Self {
+        let digest = blake3::hash(what.as_bytes());
+        let mut random = [0u8; 16];
+        random[6..].copy_from_slice(&digest.as_bytes()[..10]);
+        let ulid = ulid::Ulid::from_parts(ms, u128::from_be_bytes(random));
+        Self(format!("msg_{}", ulid.to_string().to_lowercase()))
+    }
+}
+
 /// A tenant: 1–64 of `a-z 0-9 - _`. Every task belongs to exactly one.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(transparent)]

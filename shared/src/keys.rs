@@ -50,6 +50,12 @@ impl Keys {
         format!("{}:{{q}}:lane:{}", self.prefix, priority.as_str())
     }
 
+    /// String with a TTL: `tenant` stored the screen with content hash
+    /// `hash` (its `dedup` flag is per tenant).
+    pub fn tenant_screen(&self, tenant: &TenantId, hash: &str) -> String {
+        format!("{}:{{{tenant}}}:screen:{hash}", self.prefix)
+    }
+
     /// Sorted set: task ids of one lane by the epoch ms they become due
     /// (retries after backoff, and `not_before`).
     pub fn due(&self, priority: Priority) -> String {
@@ -174,6 +180,45 @@ impl Keys {
     /// trimmed to the retention window by housekeeping.
     pub fn tenant_feed(&self, tenant: &TenantId) -> String {
         format!("{}:events:feed:{{{tenant}}}", self.prefix)
+    }
+
+    /// Hash: one webhook endpoint of a tenant (`url`, `events`, `batch`,
+    /// `disabled`, `secret`, `old_secret`, `old_until`, `created_at`).
+    pub fn webhook(&self, tenant: &TenantId, id: &str) -> String {
+        format!("{}:tenant:{{{tenant}}}:webhook:{id}", self.prefix)
+    }
+
+    /// Sorted set (all scores 0): a tenant's webhook ids, which sort by time.
+    pub fn tenant_webhooks(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:webhooks", self.prefix)
+    }
+
+    /// Set: tenants with at least one webhook endpoint, whose feeds the
+    /// dispatcher reads.
+    pub fn webhook_tenants(&self) -> String {
+        format!("{}:{{w}}:tenants", self.prefix)
+    }
+
+    /// Hash: one webhook message to one endpoint and its delivery state.
+    pub fn webhook_message(&self, msg: &str) -> String {
+        format!("{}:{{w}}:msg:{msg}", self.prefix)
+    }
+
+    /// Sorted set: message ids by the epoch ms their next attempt is due
+    /// (a message being sent is pushed a lease ahead).
+    pub fn webhook_due(&self) -> String {
+        format!("{}:{{w}}:due", self.prefix)
+    }
+
+    /// Sorted set (all scores 0): an endpoint's message ids, which sort by time.
+    pub fn webhook_deliveries(&self, endpoint: &str) -> String {
+        format!("{}:{{w}}:deliveries:{endpoint}", self.prefix)
+    }
+
+    /// Set: the tasks of a batch whose terminal event the webhook dispatcher
+    /// has seen, to tell when the batch has completed.
+    pub fn batch_ended(&self, id: &BatchId) -> String {
+        format!("{}:batch:{{{id}}}:ended", self.prefix)
     }
 
     /// What the task scripts take as their first argument: the channel

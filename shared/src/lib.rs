@@ -7,6 +7,7 @@
 //! status codes in one place.
 
 pub mod action;
+pub mod apikey;
 pub mod blobstore;
 pub mod clock;
 pub mod config;
@@ -20,7 +21,8 @@ pub mod redis_conn;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
+pub mod webhooks;
 
 pub use config::Config;
 pub use error::{QueueError, ValidationError};
-pub use ids::{BatchId, ScheduleId, TaskId, TenantId};
+pub use ids::{BatchId, MessageId, ScheduleId, TaskId, TenantId, WebhookId};

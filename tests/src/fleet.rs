@@ -13,8 +13,18 @@ use tokio_util::sync::CancellationToken;
 use crate::redis_server::RedisUnderTest;
 
 /// The API key every test uses, for tenant `acme`.
-pub fn api_key() -> &'static str {
-    "test-key-acme"
+pub const fn api_key() -> &'static str {
+    "flt_testacme00000000000000000000000000000"
+}
+
+/// The API key of tenant `globex`, for tests of tenant isolation.
+pub const fn globex_key() -> &'static str {
+    "flt_testglobex000000000000000000000000000"
+}
+
+/// The admin key, for `/metrics`.
+pub const fn admin_key() -> &'static str {
+    "flt_testadmin0000000000000000000000000000"
 }
 
 /// A key prefix no other test uses.
@@ -29,7 +39,8 @@ pub fn test_env(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]
     let mut env = vec![
         ("FLOTILLA_REDIS_URL".to_owned(), redis.url()),
         ("FLOTILLA_KEY_PREFIX".to_owned(), prefix.to_owned()),
-        ("FLOTILLA_API_KEYS".to_owned(), format!("{}=acme,test-key-globex=globex", api_key())),
+        ("FLOTILLA_API_KEYS".to_owned(), format!("{}=acme,{}=globex", api_key(), globex_key())),
+        ("FLOTILLA_ADMIN_KEY".to_owned(), admin_key().to_owned()),
         ("FLOTILLA_RETRY_BASE_MS".to_owned(), "50".to_owned()),
         ("FLOTILLA_RETRY_MAX_MS".to_owned(), "500".to_owned()),
     ];

@@ -14,7 +14,9 @@ pub mod s3_server;
 pub mod sse;
 
 pub use api_client::ApiClient;
-pub use fleet::{api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer, WorkerProcess};
+pub use fleet::{
+    admin_key, api_key, globex_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer, WorkerProcess,
+};
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
 pub use sse::{SseFrame, SseReader};

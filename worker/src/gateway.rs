@@ -10,15 +10,33 @@
 //! in the real key and forwards the call to the configured provider,
 //! streaming the answer (server-sent events) back unchanged.
 //!
-//! The gateway listens on a loopback port by default, which local sandboxes
-//! reach since they share the host's network. Sandboxes elsewhere need an
-//! address they can reach: set `FLOTILLA_GATEWAY_ADDR` to listen there and
-//! `FLOTILLA_GATEWAY_URL` to the URL they should call. It starts with the
-//! first task that needs it and stops when the worker drops it.
+//! A jailed local sandbox has no network path to the worker: its token is
+//! granted on a Unix socket of its own (bind-mounted into that sandbox
+//! alone, relayed by a forwarder inside), and the token is valid on that
+//! socket only, so it is bound to its sandbox. Other sandboxes (E2B) call
+//! the TCP listener: a loopback port by default; set `FLOTILLA_GATEWAY_ADDR`
+//! to listen elsewhere and `FLOTILLA_GATEWAY_URL` to the URL they should
+//! call. The TCP listener starts with the first task that needs it and stops
+//! when the worker drops it.
+//!
+//! Each token carries limits ([`GrantLimits`]): the models it may call,
+//! how many requests and how many tokens (input plus output, counted from
+//! the provider's `usage` as answers stream through) it may spend, and how
+//! many calls it may have open at once; past a limit the gateway answers
+//! 429. Only an exact allowlist of (method, path) pairs is forwarded, checked
+//! on the raw path before anything normalises it ([`policy`]); bodies are
+//! capped at [`MAX_REQUEST_BYTES`].
+
+#[cfg(test)]
+mod limits_tests;
+mod policy;
+mod usage;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,13 +47,20 @@ use axum::response::Response;
 use flotilla_shared::config::Secret;
 use flotilla_shared::ids::TaskId;
 use flotilla_shared::Config;
+use futures::StreamExt;
 use rand::Rng;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::sandbox::GatewayBridge;
+
 /// The largest request body forwarded (a long conversation with images).
-const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+/// How many calls one token may have open at once.
+pub const MAX_CONCURRENT_PER_TOKEN: u32 = 4;
+/// How many requests a token may make when its grant names no limit.
+pub const DEFAULT_MAX_REQUESTS: u32 = 2_000;
 /// How long connecting to the provider may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// What every task token starts with, so one is recognisable in a log.
@@ -90,6 +115,8 @@ impl GatewayConfig {
 pub enum GatewayError {
     #[error("the model gateway cannot listen on {addr} (FLOTILLA_GATEWAY_ADDR): {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the model gateway cannot listen on the sandbox's socket {path}: {source}")]
+    BindSocket { path: PathBuf, source: std::io::Error },
     #[error("the model gateway cannot build its HTTP client: {0}")]
     Client(String),
 }
@@ -107,8 +134,37 @@ struct Inner {
     upstream: String,
     api_key: Secret,
     grants: Arc<Grants>,
+    forwarder: OnceCell<Arc<Forwarder>>,
     server: OnceCell<Server>,
+    /// Numbers the per-sandbox listeners.
+    next_listener: AtomicU64,
     stop: CancellationToken,
+}
+
+/// What one task's token may spend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantLimits {
+    /// The models it may name; any when `None`.
+    pub models: Option<Vec<String>>,
+    /// Requests in all.
+    pub max_requests: u32,
+    /// Input plus output tokens in all; no limit when `None`.
+    pub max_tokens: Option<u64>,
+}
+
+impl Default for GrantLimits {
+    fn default() -> Self {
+        Self { models: None, max_requests: DEFAULT_MAX_REQUESTS, max_tokens: None }
+    }
+}
+
+/// Where a token is valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    /// The shared TCP listener.
+    Tcp,
+    /// One sandbox's Unix socket.
+    Socket(u64),
 }
 
 /// The running server, as sandboxes reach it.
@@ -116,7 +172,15 @@ struct Server {
     url: String,
 }
 
-/// What the request handler shares.
+/// What a request handler knows: the shared forwarder and which listener
+/// the request came in on.
+#[derive(Clone)]
+struct Route {
+    forwarder: Arc<Forwarder>,
+    listener: Listener,
+}
+
+/// What the request handlers share.
 struct Forwarder {
     upstream: String,
     api_key: Secret,
@@ -134,6 +198,17 @@ struct Grants {
 struct Grant {
     task: TaskId,
     expires: Instant,
+    listener: Listener,
+    limits: GrantLimits,
+    spent: Arc<Spent>,
+}
+
+/// What a token has spent so far.
+#[derive(Debug, Default)]
+struct Spent {
+    requests: AtomicU32,
+    tokens: AtomicU64,
+    open: AtomicU32,
 }
 
 impl Drop for Inner {
@@ -152,7 +227,9 @@ impl ModelGateway {
             upstream: config.upstream.trim_end_matches('/').to_owned(),
             api_key: config.api_key,
             grants: Arc::default(),
+            forwarder: OnceCell::new(),
             server: OnceCell::new(),
+            next_listener: AtomicU64::new(1),
             stop: CancellationToken::new(),
         };
         Self { inner: Arc::new(inner) }
@@ -161,12 +238,77 @@ impl ModelGateway {
     /// A token for `task`, valid until it drops or `ttl` passes, whichever
     /// comes first. Starts the server if it is not running yet.
     pub async fn grant(&self, task: &TaskId, ttl: Duration) -> Result<TaskToken, GatewayError> {
-        let server = self.inner.server.get_or_try_init(|| self.start()).await?;
+        self.grant_with(task, ttl, GrantLimits::default(), None).await
+    }
+
+    /// A token for `task` with `limits`. With a `bridge`, the gateway
+    /// listens on the bridge's socket for this token alone (and the token is
+    /// valid nowhere else) until the token drops; without, the token is
+    /// valid on the TCP listener, started if it is not running yet.
+    pub async fn grant_with(
+        &self,
+        task: &TaskId,
+        ttl: Duration,
+        limits: GrantLimits,
+        bridge: Option<&GatewayBridge>,
+    ) -> Result<TaskToken, GatewayError> {
         let token = new_token();
-        let grant = Grant { task: task.clone(), expires: Instant::now() + ttl };
+        let (listener, base_url, socket) = match bridge {
+            None => {
+                let server = self.inner.server.get_or_try_init(|| self.start()).await?;
+                (Listener::Tcp, server.url.clone(), None)
+            }
+            Some(bridge) => {
+                let id = self.inner.next_listener.fetch_add(1, Ordering::Relaxed);
+                let stop = self.serve_socket(bridge, Listener::Socket(id)).await?;
+                (Listener::Socket(id), bridge.url.clone(), Some((stop, bridge.socket.clone())))
+            }
+        };
+        let grant = Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::default() };
         self.inner.grants.insert(&token, grant);
-        debug!(task_id = %task, ttl_s = ttl.as_secs(), "model gateway token granted");
-        Ok(TaskToken { token, base_url: server.url.clone(), grants: Arc::clone(&self.inner.grants) })
+        debug!(task_id = %task, ttl_s = ttl.as_secs(), bridged = socket.is_some(), "model gateway token granted");
+        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket })
+    }
+
+    /// Serves the gateway on `bridge`'s Unix socket as `listener` until the
+    /// returned token is cancelled (or the gateway stops).
+    async fn serve_socket(&self, bridge: &GatewayBridge, listener: Listener) -> Result<CancellationToken, GatewayError> {
+        let forwarder = self.forwarder()?;
+        let path = &bridge.socket;
+        let bind_error = |source| GatewayError::BindSocket { path: path.clone(), source };
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(bind_error(e)),
+            _ => {}
+        }
+        let socket = tokio::net::UnixListener::bind(path).map_err(bind_error)?;
+        let app = axum::Router::new().fallback(forward).with_state(Route { forwarder, listener });
+        let stop = self.inner.stop.child_token();
+        let until = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(socket, app).with_graceful_shutdown(until.cancelled_owned()).await {
+                warn!(error = %e, "model gateway socket stopped");
+            }
+        });
+        Ok(stop)
+    }
+
+    fn forwarder(&self) -> Result<Arc<Forwarder>, GatewayError> {
+        let inner = &self.inner;
+        if let Some(forwarder) = inner.forwarder.get() {
+            return Ok(Arc::clone(forwarder));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| GatewayError::Client(e.to_string()))?;
+        let forwarder = Arc::new(Forwarder {
+            upstream: inner.upstream.clone(),
+            api_key: inner.api_key.clone(),
+            client,
+            grants: Arc::clone(&inner.grants),
+        });
+        let _ = inner.forwarder.set(Arc::clone(&forwarder));
+        Ok(inner.forwarder.get().map_or(forwarder, Arc::clone))
     }
 
     /// The URL sandboxes call, once the server runs.
@@ -186,17 +328,8 @@ impl ModelGateway {
             .await
             .map_err(|source| GatewayError::Bind { addr: inner.listen, source })?;
         let bound = listener.local_addr().map_err(|source| GatewayError::Bind { addr: inner.listen, source })?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| GatewayError::Client(e.to_string()))?;
-        let forwarder = Forwarder {
-            upstream: inner.upstream.clone(),
-            api_key: inner.api_key.clone(),
-            client,
-            grants: Arc::clone(&inner.grants),
-        };
-        let app = axum::Router::new().fallback(forward).with_state(Arc::new(forwarder));
+        let forwarder = self.forwarder()?;
+        let app = axum::Router::new().fallback(forward).with_state(Route { forwarder, listener: Listener::Tcp });
         let stop = inner.stop.clone();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
@@ -214,6 +347,8 @@ pub struct TaskToken {
     token: String,
     base_url: String,
     grants: Arc<Grants>,
+    /// The sandbox's own listener, stopped (and its socket removed) on drop.
+    socket: Option<(CancellationToken, PathBuf)>,
 }
 
 impl TaskToken {
@@ -237,6 +372,10 @@ impl fmt::Debug for TaskToken {
 impl Drop for TaskToken {
     fn drop(&mut self) {
         self.grants.revoke(&self.token);
+        if let Some((stop, path)) = &self.socket {
+            stop.cancel();
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -256,10 +395,10 @@ impl Grants {
         self.lock().remove(token);
     }
 
-    /// The task a token belongs to, if it is live.
-    fn task_of(&self, token: &str) -> Option<TaskId> {
+    /// The grant of a token, if it is live.
+    fn get(&self, token: &str) -> Option<Grant> {
         let live = self.lock();
-        live.get(token).filter(|g| g.expires > Instant::now()).map(|g| g.task.clone())
+        live.get(token).filter(|g| g.expires > Instant::now()).cloned()
     }
 
     fn sweep(&self) {
@@ -288,30 +427,48 @@ fn presented_token(headers: &HeaderMap) -> Option<&str> {
     auth.strip_prefix("Bearer ").map(str::trim)
 }
 
-/// The provider paths a task may call: model calls and their helpers.
-fn forwardable(path: &str) -> bool {
-    path == "/v1/messages" || path == "/v1/messages/count_tokens" || path == "/v1/models" || path.starts_with("/v1/models/")
+/// Why a call was refused, before or instead of reaching the provider.
+fn refusal(status: StatusCode, kind: &str, message: &str) -> Response {
+    api_error(status, kind, message)
 }
 
-async fn forward(State(forwarder): State<Arc<Forwarder>>, request: Request) -> Response {
+async fn forward(State(route): State<Route>, request: Request) -> Response {
+    let forwarder = &route.forwarder;
     let (parts, body) = request.into_parts();
     if parts.uri.path() == "/" && matches!(parts.method, Method::HEAD | Method::GET) {
         // The CLI opens a connection to its base URL before the first call.
         return Response::new(Body::empty());
     }
-    let Some(task) = presented_token(&parts.headers).and_then(|t| forwarder.grants.task_of(t)) else {
-        return api_error(StatusCode::UNAUTHORIZED, "authentication_error", "invalid x-api-key");
+    let Some(grant) = presented_token(&parts.headers).and_then(|t| forwarder.grants.get(t)) else {
+        return refusal(StatusCode::UNAUTHORIZED, "authentication_error", "invalid x-api-key");
     };
-    if !forwardable(parts.uri.path()) {
-        return api_error(StatusCode::NOT_FOUND, "not_found_error", "the model gateway does not forward this path");
+    if grant.listener != route.listener {
+        warn!(task_id = %grant.task, "a gateway token was presented outside its sandbox");
+        return refusal(StatusCode::UNAUTHORIZED, "authentication_error", "invalid x-api-key");
     }
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await else {
-        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", "the request body is too large or was cut off");
+    let Some(call) = policy::Call::of(&parts.method, parts.uri.path()) else {
+        return refusal(StatusCode::FORBIDDEN, "permission_error", "the model gateway does not forward this call");
     };
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{}{path_and_query}", forwarder.upstream);
-    debug!(task_id = %task, method = %parts.method, path = parts.uri.path(), "forwarding a model call");
+    let Some(query) = policy::checked_query(parts.uri.query()) else {
+        return refusal(StatusCode::FORBIDDEN, "permission_error", "the model gateway does not forward this query");
+    };
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await else {
+        return refusal(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", "the request body is too large or was cut off");
+    };
+    if let Err(over) = check_limits(&grant, &call, &bytes) {
+        return over.response();
+    }
+    let open = Open::enter(&grant.spent);
+    if open.is_none() {
+        return refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "too many calls of this task at once");
+    }
+    let url = match query {
+        Some(query) => format!("{}{}?{query}", forwarder.upstream, call.path()),
+        None => format!("{}{}", forwarder.upstream, call.path()),
+    };
+    debug!(task_id = %grant.task, method = %parts.method, path = %call.path(), "forwarding a model call");
     let mut headers = forwardable_headers(&parts.headers);
+    policy::filter_betas(&mut headers);
     match HeaderValue::from_str(forwarder.api_key.expose()) {
         Ok(mut key) => {
             key.set_sensitive(true);
@@ -327,20 +484,90 @@ async fn forward(State(forwarder): State<Arc<Forwarder>>, request: Request) -> R
     }
     let sent = forwarder.client.request(parts.method, url).headers(headers).body(bytes).send().await;
     match sent {
-        Ok(answer) => relay(answer),
+        Ok(answer) => relay(answer, open, Arc::clone(&grant.spent)),
         Err(e) => {
-            warn!(task_id = %task, error = %e, "model provider unreachable");
+            warn!(task_id = %grant.task, error = %e.without_url(), "model provider unreachable");
             api_error(StatusCode::BAD_GATEWAY, "api_error", "the model gateway could not reach the model provider")
         }
     }
 }
 
+/// Which of a token's limits a call would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OverLimit {
+    Model,
+    Tokens,
+    Requests,
+}
+
+impl OverLimit {
+    fn response(self) -> Response {
+        match self {
+            OverLimit::Model => refusal(StatusCode::FORBIDDEN, "permission_error", "this task may not call that model"),
+            OverLimit::Tokens => refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "this task's token budget is spent"),
+            OverLimit::Requests => {
+                refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "this task's request budget is spent")
+            }
+        }
+    }
+}
+
+/// Counts the request against the token's limits, or says which it passes.
+fn check_limits(grant: &Grant, call: &policy::Call, body: &[u8]) -> Result<(), OverLimit> {
+    let limits = &grant.limits;
+    if let (Some(models), true) = (&limits.models, call.has_model()) {
+        let named = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("model").and_then(serde_json::Value::as_str).map(str::to_owned));
+        if !named.as_ref().is_some_and(|m| models.contains(m)) {
+            return Err(OverLimit::Model);
+        }
+    }
+    if let Some(max) = limits.max_tokens {
+        if grant.spent.tokens.load(Ordering::Relaxed) >= max {
+            return Err(OverLimit::Tokens);
+        }
+    }
+    let made = grant.spent.requests.fetch_add(1, Ordering::Relaxed);
+    if made >= limits.max_requests {
+        return Err(OverLimit::Requests);
+    }
+    Ok(())
+}
+
+/// One open call of a token; leaving (on drop) frees its place.
+struct Open(Arc<Spent>);
+
+impl Open {
+    fn enter(spent: &Arc<Spent>) -> Option<Self> {
+        let before = spent.open.fetch_add(1, Ordering::AcqRel);
+        let open = Self(Arc::clone(spent));
+        (before < MAX_CONCURRENT_PER_TOKEN).then_some(open)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The provider's answer as the sandbox gets it: status, headers and a body
-/// streamed through as it arrives.
-fn relay(answer: reqwest::Response) -> Response {
+/// streamed through as it arrives, its `usage` counted on the way; the call
+/// stays open until the body has been read.
+fn relay(answer: reqwest::Response, open: Option<Open>, spent: Arc<Spent>) -> Response {
     let status = answer.status();
     let headers = forwardable_headers(answer.headers());
-    let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+    let mut counter = usage::Counter::new(usage::Format::of(headers.get("content-type")));
+    let stream = answer.bytes_stream().map(move |chunk| {
+        let _open = &open;
+        if let Ok(bytes) = &chunk {
+            let added = counter.push(bytes);
+            spent.tokens.fetch_add(added, Ordering::Relaxed);
+        }
+        chunk
+    });
+    let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
@@ -420,14 +647,6 @@ mod tests {
         let token = gateway.grant(&task(), Duration::from_secs(60)).await.expect("granted");
         let answer = reqwest::Client::new().head(format!("{}/", token.base_url())).send().await.expect("answers");
         assert_eq!(answer.status(), 200);
-    }
-
-    #[test]
-    fn only_model_paths_are_forwarded() {
-        assert!(forwardable("/v1/messages"));
-        assert!(forwardable("/v1/messages/count_tokens"));
-        assert!(!forwardable("/v1/messages/batches"));
-        assert!(!forwardable("/v1/organizations/api_keys"));
     }
 
     #[test]

@@ -15,8 +15,10 @@ pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod provider_http;
 pub mod sandbox;
 pub mod tools;
+pub mod webhooks;
 pub mod worker;
 
 pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};

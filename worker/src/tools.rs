@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
+use flotilla_shared::config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 use flotilla_shared::keys::Keys;
 use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::Config;
@@ -17,7 +18,8 @@ use tracing::{info, warn};
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
 use crate::sandbox::{
-    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider,
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, Isolation, LocalConfig, LocalProvider, Network, PoolConfig, SandboxPool,
+    SandboxProvider,
 };
 
 /// Sandboxes and storage for the tasks of one worker.
@@ -44,7 +46,7 @@ impl Tools {
         let sandboxes = match config.sandbox.provider {
             None => None,
             Some(kind) => {
-                let provider = provider(config, kind)?;
+                let provider = provider(config, kind).await?;
                 let pool_config = pool_config(config, provider.name());
                 Some(SandboxPool::new(provider, pool_config))
             }
@@ -71,9 +73,9 @@ impl Tools {
     }
 }
 
-fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
+async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
-        SandboxProviderKind::Local => Ok(Arc::new(LocalProvider::new(LocalConfig::default()))),
+        SandboxProviderKind::Local => Ok(Arc::new(local_provider(config.isolation).await?)),
         SandboxProviderKind::E2b => {
             let key = config
                 .e2b
@@ -84,6 +86,24 @@ fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dy
             Ok(Arc::new(e2b))
         }
     }
+}
+
+/// The local provider, refused when its jail does not work here.
+async fn local_provider(settings: IsolationConfig) -> anyhow::Result<LocalProvider> {
+    let config = LocalConfig {
+        isolation: match settings.isolation {
+            SandboxIsolation::Full => Isolation::Full,
+            SandboxIsolation::None => Isolation::None,
+        },
+        network: match settings.network {
+            SandboxNetwork::Egress => Network::Egress,
+            SandboxNetwork::Offline => Network::Offline,
+        },
+        ..LocalConfig::default()
+    };
+    LocalProvider::start(config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))
 }
 
 fn pool_config(config: &Config, provider: &str) -> PoolConfig {

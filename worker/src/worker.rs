@@ -27,6 +27,7 @@ use crate::live::LiveDesktops;
 use crate::metrics::WorkerMetrics;
 use crate::pipeline::Registry;
 use crate::tools::Tools;
+use crate::webhooks;
 
 /// How long one blocking read waits before the loop looks around again.
 const BLOCK_FOR: Duration = Duration::from_millis(250);
@@ -79,6 +80,8 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
+    let webhooks =
+        tokio::spawn(webhooks::run(queue.clone(), config.webhooks.clone(), config.worker.id.clone(), shutdown.clone()));
     let slots = Arc::new(Semaphore::new(config.worker.concurrency));
     let tracker = TaskTracker::new();
     let abandon = CancellationToken::new();
@@ -105,6 +108,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     drop(claimer);
     tools.shutdown().await;
     housekeeping.await.ok();
+    webhooks.await.ok();
     acker_task.await.ok();
     if let Some(http) = http {
         http.await.ok();

@@ -1,5 +1,6 @@
 //! Endpoints for operators and tools: liveness, readiness, metrics and the
-//! OpenAPI document. None needs an API key.
+//! OpenAPI document. Only the metrics need a key: the admin key
+//! (`FLOTILLA_ADMIN_KEY`), since they are the whole fleet's figures.
 
 use std::sync::LazyLock;
 
@@ -10,6 +11,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
+use crate::auth::Admin;
 use crate::error::{ApiError, ErrorBody};
 use crate::metrics;
 use crate::openapi::ApiDoc;
@@ -45,17 +47,20 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     }
 }
 
-/// Queue figures in the Prometheus text format.
+/// Fleet-wide queue figures in the Prometheus text format, for the admin key
+/// only (no tenant key reads them).
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
+    security(("admin" = [])),
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 401, description = "Missing or not the admin key", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     )
 )]
-pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let stats = state.queue().stats(None).await?;
     Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&stats)))
 }

@@ -109,6 +109,20 @@ impl BlobConfig {
         Self::from_env(config, std::env::vars())
     }
 
+    /// The origin (`scheme://host[:port]`) presigned URLs point at: the
+    /// endpoint's for an S3-compatible store (path-style), else the bucket's
+    /// virtual host on AWS.
+    pub fn origin(&self) -> String {
+        match &self.endpoint {
+            Some(url) => {
+                let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+                let host = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+                format!("{scheme}://{host}")
+            }
+            None => format!("https://{}.s3.{}.amazonaws.com", self.bucket, self.region),
+        }
+    }
+
     /// Where requests go, for error messages.
     pub fn endpoint_label(&self) -> String {
         match &self.endpoint {

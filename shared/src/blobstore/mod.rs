@@ -34,7 +34,7 @@ pub use config::{BlobConfig, DedupStrategy, S3Credentials, DEFAULT_REGION};
 pub use dedup::{KnownHashes, KNOWN_HASH_TTL};
 pub use error::BlobError;
 pub use keys::{content_hash, looks_like_png, KeyLayout};
-pub use s3::{ObjectInfo, MAX_PRESIGN_TTL};
+pub use s3::{Delivery, ObjectInfo, MAX_PRESIGN_TTL};
 pub use uploader::{Queued, StoredFeed, UploadError, Uploader, UploaderOptions};
 
 use dedup::{InflightUploads, RecentHashes};
@@ -127,6 +127,7 @@ pub struct BlobStore {
 struct Inner {
     bucket: S3Bucket,
     bucket_name: String,
+    origin: String,
     layout: KeyLayout,
     conditional_put: AtomicBool,
     recent: Mutex<RecentHashes>,
@@ -154,6 +155,7 @@ impl BlobStore {
         let inner = Inner {
             bucket: S3Bucket::new(&config),
             bucket_name: config.bucket.clone(),
+            origin: config.origin(),
             layout: config.layout.clone(),
             conditional_put: AtomicBool::new(config.dedup == DedupStrategy::ConditionalPut),
             recent: Mutex::new(RecentHashes::new(config.recent_hashes, config.recent_ttl)),
@@ -166,6 +168,11 @@ impl BlobStore {
 
     pub fn bucket(&self) -> &str {
         &self.inner.bucket_name
+    }
+
+    /// The origin presigned URLs point at (see [`BlobConfig::origin`]).
+    pub fn origin(&self) -> &str {
+        &self.inner.origin
     }
 
     pub fn layout(&self) -> &KeyLayout {
@@ -330,9 +337,11 @@ impl BlobStore {
 
     /// A URL that lets its holder `GET` the object at `key` for `ttl`
     /// (1 s to 7 days). Signing is local: no request is made, and the URL is
-    /// handed out whether or not the object exists.
+    /// handed out whether or not the object exists. Anything but a raster
+    /// image is signed to download as an opaque file, never to render on the
+    /// store's origin.
     pub async fn presigned_get(&self, key: &str, ttl: Duration) -> Result<PresignedUrl, BlobError> {
-        let url = self.inner.bucket.presign_get(key, ttl).await?;
+        let url = self.inner.bucket.presign_get(key, ttl, delivery_of(key)).await?;
         Ok(PresignedUrl { url, expires_in: ttl })
     }
 
@@ -373,12 +382,22 @@ impl BlobStore {
 }
 
 /// A content type for common artifact files, by extension.
+/// Raster images are shown in place; everything else (HTML, SVG, text a
+/// browser might sniff) downloads.
+fn delivery_of(key: &str) -> Delivery {
+    match content_type_of(key) {
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" => Delivery::Inline,
+        _ => Delivery::Download,
+    }
+}
+
 fn content_type_of(path: &str) -> &'static str {
     let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
     match ext.as_str() {
         "png" => "image/png",
         "jpg" | "jpeg" => "image/jpeg",
         "gif" => "image/gif",
+        "webp" => "image/webp",
         "svg" => "image/svg+xml",
         "pdf" => "application/pdf",
         "json" => "application/json",
@@ -394,6 +413,18 @@ fn content_type_of(path: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Finding "Inline HTML artifacts": only raster images are presigned to
+    /// show in place; HTML, SVG and the rest download.
+    #[test]
+    fn only_raster_images_are_shown_in_place() {
+        for key in ["screenshots/ab.png", "a/photo.JPG", "a/b.gif", "a/c.webp"] {
+            assert_eq!(delivery_of(key), Delivery::Inline, "{key}");
+        }
+        for key in ["a/page.html", "a/page.HTM", "a/logo.svg", "a/notes.txt", "a/data.json", "a/noext", "a/doc.pdf"] {
+            assert_eq!(delivery_of(key), Delivery::Download, "{key}");
+        }
+    }
 
     #[test]
     fn artifact_content_types_follow_the_extension() {

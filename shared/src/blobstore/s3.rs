@@ -25,6 +25,19 @@ use bytes::Bytes;
 use super::config::BlobConfig;
 use super::error::BlobError;
 
+/// The type a downloaded object is served with: nothing a browser renders.
+const DOWNLOAD_TYPE: &str = "application/octet-stream";
+
+/// How a presigned object reaches a browser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Shown in place: raster images only.
+    Inline,
+    /// Saved as a file, with a type no browser renders, so agent-written
+    /// HTML or SVG never runs on the store's origin.
+    Download,
+}
+
 /// Longest validity S3 accepts for a SigV4 presigned URL.
 pub const MAX_PRESIGN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -172,19 +185,19 @@ impl S3Bucket {
     }
 
     /// A URL that lets anyone holding it `GET` the object for `ttl`.
-    pub async fn presign_get(&self, key: &str, ttl: Duration) -> Result<String, BlobError> {
+    /// `delivery` says whether a browser may show it in place or must
+    /// download it (the signed `response-content-disposition` and
+    /// `response-content-type` overrides).
+    pub async fn presign_get(&self, key: &str, ttl: Duration, delivery: Delivery) -> Result<String, BlobError> {
         if ttl < Duration::from_secs(1) || ttl > MAX_PRESIGN_TTL {
             return Err(BlobError::Config(format!("a presigned URL lives between 1 s and 7 days, not {ttl:?}")));
         }
         let presigning = PresigningConfig::expires_in(ttl).map_err(|e| BlobError::Config(e.to_string()))?;
-        let request = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .presigned(presigning)
-            .await
-            .map_err(|e| self.classify(e, key))?;
+        let mut get = self.client.get_object().bucket(&self.bucket).key(key);
+        if delivery == Delivery::Download {
+            get = get.response_content_disposition("attachment").response_content_type(DOWNLOAD_TYPE);
+        }
+        let request = get.presigned(presigning).await.map_err(|e| self.classify(e, key))?;
         Ok(request.uri().to_owned())
     }
 

@@ -24,6 +24,7 @@ mod batch_spec;
 mod claim;
 mod feed;
 mod record;
+mod screens;
 pub mod scripts;
 mod stats;
 mod submit;

@@ -16,7 +16,7 @@ pub const CANDIDATE_TOKENS: u64 = 41;
 pub const THOUGHT_TOKENS: u64 = 120;
 
 /// The signature the first function call of a turn carries.
-pub const THOUGHT_SIGNATURE: &str = "CiQB0e2Kb7c6Yq0sVd1nO2zJfZ8Xy4Qm9a3B5c7D9e1F3g5H7i9=";
+pub const THOUGHT_SIGNATURE: &str = "CiQB0e2Kb7c6Yq0sVd1nO2zJfZ8Xy4Qma3ecHnOw99XuF3kfTg==";
 
 /// An answer whose model content holds `parts`.
 pub fn response(parts: Vec<Value>) -> Value {

@@ -1,7 +1,8 @@
 //! Realistic OpenAI Responses API answers for the scripted server: a
 //! response around output items, and the items a computer-use model sends
 //! (reasoning, computer calls with one action or a GA batch, pending safety
-//! checks, a final message), shaped as the API sends them.
+//! checks, a final message), shaped as the API sends them. The
+//! `sdk_checks` suite parses each of them with the official Python SDK.
 
 use serde_json::{json, Value};
 
@@ -16,12 +17,17 @@ pub fn response(id: &str, output: Vec<Value>, input_tokens: u64, output_tokens: 
         "status": "completed",
         "model": "computer-use-preview-2025-03-11",
         "output": output,
+        "error": null,
+        "incomplete_details": null,
+        "metadata": {},
         "parallel_tool_calls": true,
         "previous_response_id": null,
+        "tool_choice": "auto",
+        "tools": [{"type": "computer"}],
         "truncation": "auto",
         "usage": {
             "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input_tokens + output_tokens,

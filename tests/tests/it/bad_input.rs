@@ -14,7 +14,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT
 use reqwest::Method;
 use serde_json::{json, Value};
 
-const GLOBEX_KEY: &str = "test-key-globex";
+const GLOBEX_KEY: &str = flotilla_tests::fleet::globex_key();
 
 /// What a row must get back.
 #[derive(Debug)]
@@ -519,7 +519,7 @@ async fn redis_down_answers_503_with_retry_after_and_recovers() {
         Row::get("queues", "/v1/queues"),
         Row::get("events", format!("/v1/tasks/{task}/events")),
         Row::get("readiness", "/readyz").without_header("authorization"),
-        Row::get("metrics", "/metrics").without_header("authorization"),
+        Row::get("metrics", "/metrics").header("authorization", format!("Bearer {}", flotilla_tests::admin_key())),
     ];
     for row in &requests {
         let response = send(&api, row).await;
@@ -551,7 +551,7 @@ async fn operator_endpoints_answer_in_their_formats() {
     let api = spawn_api(test_config(&redis, &prefix, &[])).await;
     wait_ready(&api).await;
 
-    let metrics = client().get(api.url("/metrics")).send().await.expect("metrics");
+    let metrics = client().get(api.url("/metrics")).bearer_auth(flotilla_tests::admin_key()).send().await.expect("metrics");
     assert_eq!(metrics.status().as_u16(), 200);
     let content_type = metrics.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     assert_eq!(content_type, "text/plain; version=0.0.4");

@@ -15,7 +15,7 @@ use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
 /// The other tenant's key (see `test_env`).
-const GLOBEX_KEY: &str = "test-key-globex";
+const GLOBEX_KEY: &str = flotilla_tests::fleet::globex_key();
 
 struct Fleet {
     redis: RedisServer,

@@ -188,7 +188,7 @@ async fn sandbox_claude_code_files_it_writes_come_back_as_artifacts() {
         assert_eq!(&fetched[..], want);
     }
     assert_eq!(
-        ApiClient::new(&api, "test-key-globex").get(&format!("/v1/tasks/{id}")).await.0,
+        ApiClient::new(&api, flotilla_tests::fleet::globex_key()).get(&format!("/v1/tasks/{id}")).await.0,
         404,
         "another tenant sees nothing"
     );
@@ -259,8 +259,9 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
     assert!(!env.contains(REAL_KEY), "the real key never enters the sandbox");
     let token = env.lines().find_map(|l| l.strip_prefix("ANTHROPIC_API_KEY=")).expect("the CLI has a key").to_owned();
     assert!(token.starts_with("flt-task-") && token != REAL_KEY, "{token}");
-    let gateway_url = fleet.gateway.url().expect("the gateway runs").to_owned();
-    assert!(env.lines().any(|l| l == format!("ANTHROPIC_BASE_URL={gateway_url}")), "{env}");
+    // The CLI calls the forwarder in its own network, which relays to the
+    // gateway's socket for this sandbox.
+    assert!(env.lines().any(|l| l == "ANTHROPIC_BASE_URL=http://127.0.0.1:4780"), "{env}");
 
     // Only the gateway-to-API hop carries the real key.
     let calls = fleet.model_calls();
@@ -273,8 +274,10 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
     let raw = fleet.queue.events_after(&id, 0).await.expect("events");
     assert!(raw.iter().all(|e| !e.contains(REAL_KEY)), "the real key never appears in events");
 
-    // The token died with its task.
+    // The token died with its task (and was only ever valid on its sandbox's socket).
     assert_eq!(fleet.gateway.live_tokens(), 0);
+    let tcp = fleet.gateway.grant(&TaskId::generate(), Duration::from_secs(60)).await.expect("the TCP listener starts");
+    let gateway_url = tcp.base_url().to_owned();
     let answer = reqwest::Client::new()
         .post(format!("{gateway_url}/v1/messages"))
         .header("x-api-key", &token)

@@ -135,3 +135,332 @@ fn redis_keeps_accepted_tasks() {
     let text = k8s.1["data"]["redis.conf"].as_str().expect("redis.conf");
     assert!(text.contains("appendonly yes") && text.contains("maxmemory-policy noeviction"));
 }
+
+/// A redis-server started with the shipped ACL file (its password hashes
+/// filled in), killed when dropped.
+struct AclRedis {
+    port: u16,
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl AclRedis {
+    fn start(api_password: &str, worker_password: &str) -> Self {
+        use sha2::Digest;
+        let hex = |p: &str| sha2::Sha256::digest(p.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let acl = std::fs::read_to_string(deploy_dir().join("redis-users.acl")).expect("deploy/redis-users.acl");
+        let acl = acl.replace("API_PASSWORD_SHA256", &hex(api_password)).replace("WORKER_PASSWORD_SHA256", &hex(worker_password));
+        let port = flotilla_tests::redis_server::free_port();
+        let dir = std::env::temp_dir().join(format!("flotilla-acl-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("users.acl"), acl).expect("acl file");
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--aclfile")
+            .arg(dir.join("users.acl"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "redis-server with the ACL file did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self { port, child, dir }
+    }
+
+    fn url(&self, user: &str, password: &str) -> String {
+        format!("redis://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for AclRedis {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+/// Finding "Deployment defaults": Redis ran without a password or ACL. The
+/// shipped ACL file turns the default user off and gives the API and the
+/// workers users of their own, limited to the fleet's keys and to data
+/// commands; the fleet runs a task through them, and neither an
+/// unauthenticated client nor an admin command gets through.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_runs_on_the_shipped_redis_acl_users() {
+    use flotilla_tests::{api_key, spawn_api, ApiClient, WorkerProcess};
+    let redis = AclRedis::start("api-password-for-test", "worker-password-for-test");
+    let base = |url: String| {
+        vec![
+            ("FLOTILLA_REDIS_URL".to_owned(), url),
+            ("FLOTILLA_KEY_PREFIX".to_owned(), "flotilla".to_owned()),
+            ("FLOTILLA_API_KEYS".to_owned(), format!("{}=acme", api_key())),
+        ]
+    };
+    let api_env = base(redis.url("flotilla-api", "api-password-for-test"));
+    let api = spawn_api(flotilla_shared::Config::from_env(api_env).expect("api config")).await;
+    let mut worker = WorkerProcess::spawn(&base(redis.url("flotilla-worker", "worker-password-for-test")), "acl-worker");
+
+    let client = ApiClient::new(&api, api_key());
+    let spec = serde_json::json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 10}]});
+    let (status, body) = client.post("/v1/tasks", &spec).await;
+    assert_eq!(status, 202, "the API submits through its user: {body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, task) = client.get(&format!("/v1/tasks/{id}")).await;
+        if task["status"] == "succeeded" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the worker runs the task through its user: {task}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    worker.child.kill().ok();
+
+    let anonymous = redis::Client::open(format!("redis://127.0.0.1:{}", redis.port)).expect("client");
+    let mut conn = anonymous.get_multiplexed_async_connection().await.expect("connection");
+    let refused: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+    assert!(refused.is_err(), "the default user is off");
+    let api_user = redis::Client::open(redis.url("flotilla-api", "api-password-for-test")).expect("client");
+    let mut conn = api_user.get_multiplexed_async_connection().await.expect("connection");
+    for command in
+        [redis::cmd("FLUSHALL"), redis::cmd("CONFIG").arg("GET").arg("*").to_owned(), redis::cmd("KEYS").arg("*").to_owned()]
+    {
+        let refused: redis::RedisResult<redis::Value> = command.query_async(&mut conn).await;
+        assert!(refused.is_err(), "{command:?} is refused");
+    }
+    let other: redis::RedisResult<redis::Value> = redis::cmd("SET").arg("elsewhere").arg(1).query_async(&mut conn).await;
+    assert!(other.is_err(), "keys outside the fleet's prefix are refused");
+}
+
+/// Whether an environment variable carries a secret.
+fn is_secret(name: &str) -> bool {
+    name != "FLOTILLA_KEY_PREFIX"
+        && !name.ends_with("_KEY_ID")
+        && (name.contains("KEY") || name.contains("SECRET") || name.contains("PASSWORD") || name == "FLOTILLA_REDIS_URL")
+}
+
+/// Finding "Deployment defaults": compose shipped a default API key and the
+/// manifests could carry secrets in plain values. Every secret a manifest
+/// sets comes from a Secret, no ConfigMap holds one, and compose has no
+/// default for any (`${VAR:?…}` makes `up` stop until it is set).
+#[test]
+fn secrets_come_from_secrets_and_have_no_defaults() {
+    let mut checked = 0;
+    for (file, doc) in documents() {
+        for container in containers(&doc) {
+            for var in container["env"].as_vec().into_iter().flatten() {
+                let name = var["name"].as_str().unwrap_or("");
+                if is_secret(name) {
+                    checked += 1;
+                    assert!(var["value"].is_badvalue(), "{file}: {name} has a plain value");
+                    assert!(var["valueFrom"]["secretKeyRef"]["name"].as_str().is_some(), "{file}: {name} is not from a Secret");
+                }
+            }
+        }
+        if kind(&doc) == "ConfigMap" {
+            for (key, _) in doc["data"].as_hash().into_iter().flatten() {
+                let key = key.as_str().unwrap_or("");
+                assert!(!is_secret(key), "{file}: the ConfigMap holds {key}");
+            }
+        }
+        for (service, spec) in doc["services"].as_hash().into_iter().flatten() {
+            for (name, value) in spec["environment"].as_hash().into_iter().flatten() {
+                let (name, value) = (name.as_str().unwrap_or(""), value.as_str().unwrap_or(""));
+                if is_secret(name) || name.contains("PASSWORD") {
+                    checked += 1;
+                    assert!(value.contains(":?"), "{file}: {service:?} gives {name} a default: {value}");
+                }
+            }
+        }
+    }
+    assert!(checked >= 8, "the secrets were found ({checked})");
+}
+
+/// Finding "Deployment defaults": Redis took plaintext connections from
+/// anyone. In Kubernetes it listens only with TLS, knows only the ACL
+/// users, and both ship as Secrets; the users file turns `default` off.
+#[test]
+fn redis_takes_only_tls_and_acl_users() {
+    let docs = documents();
+    let k8s =
+        docs.iter().find(|(_, d)| d["metadata"]["name"].as_str() == Some("flotilla-redis-config")).expect("redis ConfigMap");
+    let conf = k8s.1["data"]["redis.conf"].as_str().expect("redis.conf");
+    for line in ["port 0", "tls-port 6379", "aclfile /etc/redis-acl/users.acl"] {
+        assert!(conf.lines().any(|l| l.trim() == line), "redis.conf lacks {line:?}");
+    }
+    let acl = std::fs::read_to_string(deploy_dir().join("redis-users.acl")).expect("users file");
+    assert!(acl.lines().any(|l| l.trim() == "user default off"), "{acl}");
+    for user in ["flotilla-api", "flotilla-worker"] {
+        assert!(acl.lines().any(|l| l.starts_with(&format!("user {user} on #"))), "{user} has a hashed password: {acl}");
+    }
+    let config = std::fs::read_to_string(deploy_dir().join("k8s/config.yaml")).expect("config.yaml");
+    assert!(
+        config.contains("rediss://flotilla-api:") && config.contains("rediss://flotilla-worker:"),
+        "the URLs use TLS and a user"
+    );
+}
+
+/// Finding "Deployment defaults": there was no NetworkPolicy. Ingress is
+/// denied by default; Redis admits only the API and the workers; the
+/// workers (health, metrics, desktop view ports) admit only the API, and
+/// their metrics port the monitoring namespace.
+#[test]
+fn only_the_api_reaches_the_workers() {
+    let docs = documents();
+    let policy = |name: &str| {
+        docs.iter()
+            .find(|(_, d)| kind(d) == "NetworkPolicy" && d["metadata"]["name"].as_str() == Some(name))
+            .map(|(_, d)| d.clone())
+    };
+    let deny = policy("flotilla-default-deny").expect("a default-deny policy");
+    assert!(deny["spec"]["podSelector"].as_hash().is_some_and(|h| h.is_empty()), "it selects every pod");
+    assert!(deny["spec"]["ingress"].is_badvalue(), "and lets nothing in");
+    let apps = |rule: &Yaml| -> Vec<String> {
+        rule["from"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["podSelector"]["matchLabels"]["app"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let redis = policy("flotilla-redis-ingress").expect("redis policy");
+    let rules = redis["spec"]["ingress"].as_vec().expect("rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(apps(&rules[0]), ["flotilla-api", "flotilla-worker"]);
+    let worker = policy("flotilla-worker-ingress").expect("worker policy");
+    let rules = worker["spec"]["ingress"].as_vec().expect("rules");
+    assert_eq!(apps(&rules[0]), ["flotilla-api"], "every worker port: the API only");
+    for rule in &rules[1..] {
+        assert!(apps(rule).is_empty(), "no other pod");
+        let ports: Vec<i64> = rule["ports"].as_vec().into_iter().flatten().filter_map(|p| p["port"].as_i64()).collect();
+        assert_eq!(ports, [9090], "others reach only the metrics port");
+    }
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = std::process::Command::new("openssl").args(args).current_dir(dir).stderr(std::process::Stdio::null()).status();
+    assert!(status.is_ok_and(|s| s.success()), "openssl {args:?}");
+}
+
+/// Finding "Deployment defaults": `rediss://` in the Kubernetes example must
+/// work. A worker reaches a redis-server's TLS port over `rediss://`,
+/// verifying it against the CA named by `SSL_CERT_FILE`, and runs a task; a
+/// worker that does not trust that CA never connects.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
+    use flotilla_tests::WorkerProcess;
+    let port = flotilla_tests::redis_server::free_port();
+    // The test itself submits over a plaintext port (it cannot trust a CA
+    // by environment); the workers know only the TLS port.
+    let plain = flotilla_tests::redis_server::free_port();
+    let dir = std::env::temp_dir().join(format!("flotilla-tls-{port}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    );
+    openssl(&dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost"]);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost\n").expect("ext");
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &plain.to_string(),
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args([
+            "--tls-cert-file",
+            "tls.crt",
+            "--tls-key-file",
+            "tls.key",
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "no",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "TLS redis-server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let url = format!("rediss://localhost:{port}");
+    let env = |trust: bool| {
+        let mut env = vec![("FLOTILLA_REDIS_URL".to_owned(), url.clone()), ("FLOTILLA_KEY_PREFIX".to_owned(), "tls".to_owned())];
+        if trust {
+            env.push(("SSL_CERT_FILE".to_owned(), dir.join("ca.crt").display().to_string()));
+        }
+        env
+    };
+    let plain_url = format!("redis://127.0.0.1:{plain}");
+    let config = flotilla_shared::Config::from_env([("FLOTILLA_REDIS_URL", plain_url), ("FLOTILLA_KEY_PREFIX", "tls".into())])
+        .expect("config");
+    let queue = flotilla_shared::queue::Queue::connect(&config).await.expect("the test reaches redis");
+    let id = queue.submit(&flotilla_tests::tasks::tenant(), flotilla_tests::tasks::wait_spec(10)).await.expect("submit").id;
+    let mut untrusting = WorkerProcess::spawn(&env(false), "untrusting");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let task = flotilla_tests::tasks::record(&queue, &id).await;
+    assert_eq!(
+        task.status,
+        flotilla_shared::task::TaskStatus::Queued,
+        "a worker that does not trust the server's CA never connects"
+    );
+    untrusting.child.kill().ok();
+    let mut worker = WorkerProcess::spawn(&env(true), "trusting");
+    let ended =
+        flotilla_tests::tasks::wait_all_ended(&queue, std::slice::from_ref(&id), std::time::Duration::from_secs(30)).await;
+    assert_eq!(ended[0].status, flotilla_shared::task::TaskStatus::Succeeded, "the worker ran the task over rediss://");
+    worker.child.kill().ok();
+    server.kill().ok();
+    server.wait().ok();
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -10,7 +10,7 @@ use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, 
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-const GLOBEX: &str = "test-key-globex";
+const GLOBEX: &str = flotilla_tests::fleet::globex_key();
 /// How long one wait for a frame may take before the test fails.
 const STEP: Duration = Duration::from_secs(60);
 

@@ -294,7 +294,7 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
     let (a, _) = hold_desktop(&live.owner).await;
     let (b, _) = hold_desktop(&live.owner).await;
 
-    let other_tenant = ApiClient::new(&live.api, "test-key-globex");
+    let other_tenant = ApiClient::new(&live.api, flotilla_tests::fleet::globex_key());
     let (status, body) = other_tenant.get(&format!("/v1/tasks/{a}/view")).await;
     assert_eq!(status, 404, "{body}");
     let (status, body) = live.owner.get(&format!("/v1/tasks/{a}/view?mode=watch")).await;

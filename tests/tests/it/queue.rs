@@ -11,38 +11,10 @@ use flotilla_shared::queue::StartOutcome;
 use flotilla_shared::task::{Pipeline as PipelineKind, TaskStatus};
 use flotilla_shared::{clock, Config, QueueError};
 use flotilla_tests::tasks::{assert_history_whole, events, queue, record, submit_many, tenant, wait_all_ended, wait_spec};
-use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio_util::sync::CancellationToken;
-
-/// A worker running in this process until the guard drops.
-struct InProcessWorker {
-    shutdown: CancellationToken,
-    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
-impl InProcessWorker {
-    fn start(config: Config, registry: Registry) -> Self {
-        let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
-        Self { shutdown, handle: Some(handle) }
-    }
-
-    async fn stop(mut self) {
-        self.shutdown.cancel();
-        if let Some(h) = self.handle.take() {
-            h.await.expect("worker task").expect("worker ran");
-        }
-    }
-}
-
-impl Drop for InProcessWorker {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
 
 /// A pipeline that fails retryably every time, counting its runs.
 struct AlwaysFlaky(Arc<AtomicU32>);

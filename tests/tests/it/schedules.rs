@@ -92,7 +92,7 @@ async fn schedules_over_http_are_created_listed_changed_and_deleted_per_tenant()
     let config = test_config(&redis, &unique_prefix(), &[]);
     let api = spawn_api(config).await;
     let acme = ApiClient::new(&api, flotilla_tests::api_key());
-    let globex = ApiClient::new(&api, "test-key-globex");
+    let globex = ApiClient::new(&api, flotilla_tests::fleet::globex_key());
     let deadline = Instant::now() + Duration::from_secs(10);
     while acme.get("/readyz").await.0 != 200 {
         assert!(Instant::now() < deadline, "the api never became ready");

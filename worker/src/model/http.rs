@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use flotilla_shared::config::Secret;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 use serde_json::Value;
 use tracing::Instrument;
 
 use super::ModelError;
+use crate::provider_http::{excerpt, retry_after};
 
 /// The longest `Retry-After` honoured; a longer one fails the call.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
@@ -170,17 +171,6 @@ fn describe_send_error(error: reqwest::Error) -> String {
     }
 }
 
-/// `Retry-After` as a wait: delta seconds, or an HTTP date from now.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
-    let wait = at.duration_since(jiff::Timestamp::now());
-    Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
-}
-
 /// The provider's own error message (`{"error": {"message"}}`, as both
 /// OpenAI and Anthropic send it), else the start of the body.
 fn error_message(body: &str) -> String {
@@ -210,35 +200,9 @@ fn mask(text: String, key: &str) -> String {
     text.replace(key, "***")
 }
 
-/// The first 200 characters of a body, for an error message.
-pub fn excerpt(text: &str) -> String {
-    let mut cut: String = text.chars().take(200).collect();
-    if cut.len() < text.len() {
-        cut.push('…');
-    }
-    cut
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(value: &str) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        map.insert(RETRY_AFTER, HeaderValue::from_str(value).expect("header"));
-        map
-    }
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        assert_eq!(retry_after(&headers("3")), Some(Duration::from_secs(3)));
-        assert_eq!(retry_after(&headers("Sun, 06 Nov 1994 08:49:37 GMT")), Some(Duration::ZERO));
-        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(30);
-        let date = jiff::fmt::rfc2822::to_string(&later.to_zoned(jiff::tz::TimeZone::UTC)).expect("date");
-        let wait = retry_after(&headers(&date)).expect("a date parses");
-        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30), "{wait:?}");
-        assert_eq!(retry_after(&headers("soon")), None);
-    }
 
     #[test]
     fn error_messages_come_from_the_provider_body() {

@@ -197,7 +197,7 @@ async fn timed(
     let answer = call.await;
     let outcome = answer.as_ref().map_or_else(ModelError::kind, |_| "ok");
     run.metrics.model_called(provider, outcome, started.elapsed());
-    answer.map_err(model_failure)
+    answer.map_err(PipelineError::from)
 }
 
 /// Takes a screenshot and scales it for the model.
@@ -312,17 +312,4 @@ async fn cursor_position(session: &Session, scale: &Scale) -> Result<String, Pip
     };
     let (mx, my) = scale.to_model(x, y);
     Ok(format!("X={mx},Y={my}"))
-}
-
-/// A model fault as the attempt's outcome: worth another attempt when the
-/// provider may recover, fatal when the request or key is wrong.
-pub(super) fn model_failure(error: ModelError) -> PipelineError {
-    match error {
-        ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => {
-            PipelineError::Retryable(error.to_string())
-        }
-        ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
-            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-        }
-    }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use flotilla_shared::task::{SandboxSpec, StopCode};
 use tokio_util::sync::CancellationToken;
 
-use super::PipelineError;
+use super::error::PipelineError;
 use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// What the task's `sandbox` field asks for.
@@ -79,7 +79,7 @@ impl Held {
     ) -> Result<Self, PipelineError> {
         match choice {
             SandboxChoice::New { request, keep_alive } => {
-                let lease = pool.acquire(request, cancel).await.map_err(super::session::sandbox_failure)?;
+                let lease = pool.acquire(request, cancel).await.map_err(PipelineError::from)?;
                 Ok(Self::Leased { lease, keep_alive: *keep_alive })
             }
             SandboxChoice::Existing { id, .. } => {
@@ -168,7 +168,7 @@ fn existing_failure(id: &SandboxId, error: SandboxError) -> PipelineError {
         SandboxError::NotFound(_) | SandboxError::Expired(_) => {
             problem(format!("the sandbox {id} named by sandbox.id does not exist or has ended"))
         }
-        other => super::session::sandbox_failure(other),
+        other => PipelineError::from(other),
     }
 }
 

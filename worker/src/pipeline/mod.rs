@@ -4,6 +4,7 @@
 
 mod claude_code;
 pub mod computer_use;
+pub mod error;
 mod held;
 pub mod planner;
 pub mod providers;
@@ -16,13 +17,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use flotilla_shared::queue::Attempt;
-use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
-use flotilla_shared::QueueError;
+use flotilla_shared::task::Pipeline as PipelineKind;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use claude_code::ClaudeCode;
 pub use computer_use::{ComputerUse, ModelFactory};
+pub use error::PipelineError;
 use flotilla_shared::Config;
 pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;
@@ -46,37 +47,6 @@ pub struct TaskRun {
 pub enum Outcome {
     /// The task is done; this is its result.
     Succeeded(serde_json::Value),
-}
-
-/// How a pipeline ended badly.
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
-    /// A fault that another attempt may not hit (a model 5xx, Redis blip).
-    #[error("{0}")]
-    Retryable(String),
-    /// The task cannot succeed as asked; retrying would not help.
-    #[error("{message}")]
-    Fatal { code: StopCode, message: String },
-    /// The sandbox refused an action as given (a key it does not know, a
-    /// point off the screen). Ends the task with code `problem`, unless the
-    /// pipeline can tell its model instead.
-    #[error("{0}")]
-    Refused(String),
-    /// The run noticed its cancel token.
-    #[error("cancelled")]
-    Cancelled,
-    /// Another attempt owns the task now.
-    #[error("this attempt no longer owns the task")]
-    Fenced,
-}
-
-impl From<QueueError> for PipelineError {
-    fn from(e: QueueError) -> Self {
-        match e {
-            QueueError::Fenced => PipelineError::Fenced,
-            other => PipelineError::Retryable(other.to_string()),
-        }
-    }
 }
 
 /// Runs tasks of one pipeline kind.

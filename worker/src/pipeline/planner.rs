@@ -18,10 +18,10 @@ use flotilla_shared::task::{Decision, StopCode};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::computer_use::model_failure;
-use super::{PipelineError, Steps};
-use crate::model::http::excerpt;
+use super::error::PipelineError;
+use super::session::Steps;
 use crate::model::{ModelError, TextModel, Usage};
+use crate::provider_http::excerpt;
 
 /// How often the planner may ask a human to clarify one task.
 pub const MAX_CLARIFICATIONS: usize = 3;
@@ -76,9 +76,9 @@ pub async fn plan(prompt: &str, steps: &Steps, model: &dyn TextModel) -> Result<
     let mut usage = Usage::default();
     loop {
         let request = planning_request(prompt, &clarifications);
-        let completion = steps.guard(async { model.complete(INSTRUCTIONS, &request).await.map_err(model_failure) }).await?;
+        let completion = steps.guard(async { model.complete(INSTRUCTIONS, &request).await.map_err(PipelineError::from) }).await?;
         usage += completion.usage;
-        match read_plan(&completion.text).map_err(model_failure)? {
+        match read_plan(&completion.text).map_err(PipelineError::from)? {
             PlanAnswer::Plan(plan) => {
                 announce(steps.attempt(), &plan).await?;
                 return Ok(Planned { plan, clarifications, usage });

@@ -13,8 +13,9 @@ use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
 use flotilla_shared::task::StopCode;
 use flotilla_shared::Config;
 
-use super::computer_use::{model_failure, ModelFactory};
-use super::{PipelineError, TaskRun};
+use super::computer_use::ModelFactory;
+use super::error::PipelineError;
+use super::TaskRun;
 use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, AnthropicText, ComputerTool, ToolMemory};
 use crate::model::gemini::{GeminiComputerUse, GeminiConfig, GeminiText, GRID};
 use crate::model::http::Endpoint;
@@ -73,11 +74,11 @@ impl<P: Provider> ModelFactory for Models<P> {
     }
 
     fn open(&self, run: &TaskRun, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, PipelineError> {
-        P::conversation(self.settings_for(run)?, display).map_err(model_failure)
+        P::conversation(self.settings_for(run)?, display).map_err(PipelineError::from)
     }
 
     fn planner(&self, run: &TaskRun) -> Result<Box<dyn TextModel>, PipelineError> {
-        P::text(&self.settings_for(run)?).map_err(model_failure)
+        P::text(&self.settings_for(run)?).map_err(PipelineError::from)
     }
 
     fn grid(&self) -> Option<(u32, u32)> {

@@ -35,13 +35,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
 
+use super::error::PipelineError;
 use super::held::{Held, SandboxChoice};
-use super::{PipelineError, TaskRun};
+use super::TaskRun;
 use crate::live::ShowGuard;
 use crate::metrics::WorkerMetrics;
-use crate::sandbox::{
-    KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot,
-};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
 const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -288,10 +287,10 @@ impl Session {
         let provider = self.pool.provider();
         let deadline = Instant::now() + SETTLE_MAX;
         tokio::time::sleep(SETTLE_FIRST).await;
-        let mut shot = provider.screenshot(id).await.map_err(sandbox_failure)?;
+        let mut shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
         while Instant::now() < deadline {
             tokio::time::sleep(SETTLE_POLL).await;
-            let next = provider.screenshot(id).await.map_err(sandbox_failure)?;
+            let next = provider.screenshot(id).await.map_err(PipelineError::from)?;
             let settled = next.png == shot.png;
             shot = next;
             if settled {
@@ -305,7 +304,7 @@ impl Session {
     pub async fn act(&mut self, action: &Action) -> Result<(), PipelineError> {
         let id = self.held()?.sandbox().id.clone();
         let provider = Arc::clone(self.pool.provider());
-        self.steps.take(action, async { provider.act(&id, action).await.map_err(sandbox_failure) }).await
+        self.steps.take(action, async { provider.act(&id, action).await.map_err(PipelineError::from) }).await
     }
 
     /// The sandbox's provider and id, for pipelines that run commands or
@@ -360,7 +359,17 @@ impl ScreenshotLog {
         let attempt = Arc::clone(attempt);
         let events = tokio::spawn(async move {
             while let Some((_, image)) = feed.next().await {
-                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup: image.dedup };
+                // `dedup` as the tenant sees it: true only when this tenant
+                // stored these bytes before, never because another did.
+                let seen = match attempt.queue().tenant_stored_before(attempt.tenant(), &image.hash).await {
+                    Ok(seen) => seen,
+                    Err(e) => {
+                        warn!(error = %e, "could not record a tenant's stored screen");
+                        false
+                    }
+                };
+                let dedup = image.dedup && seen;
+                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup };
                 if let Err(e) = attempt.emit(event, &[]).await {
                     warn!(error = %e, "could not record a stored screenshot");
                     return;
@@ -398,18 +407,6 @@ async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &Sand
 /// its tokened URLs.
 fn stream_url(task: &TaskId) -> String {
     format!("/v1/tasks/{task}/view")
-}
-
-/// A sandbox fault as the attempt's outcome: a bad action is the task's
-/// fault; a gone or failing sandbox is worth another attempt on a new one.
-pub(crate) fn sandbox_failure(error: SandboxError) -> PipelineError {
-    match error {
-        SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
-        SandboxError::InvalidRequest(_) | SandboxError::Unauthorized(_) => {
-            PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-        }
-        other => PipelineError::Retryable(other.to_string()),
-    }
 }
 
 /// Resolves once the sandbox could not be kept; never without a keeper.

@@ -30,7 +30,7 @@ pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
-pub use local::{Isolation, LocalConfig, LocalProvider};
+pub use local::{DisplayAccess, Isolation, LocalConfig, LocalProvider, Network};
 pub use memory::MemoryProvider;
 pub use pool::{Lease, PoolConfig, SandboxPool};
 
@@ -229,6 +229,25 @@ pub trait SandboxProvider: Send + Sync + 'static {
         let _ = id;
         None
     }
+
+    /// How sandbox `id` reaches the worker's model gateway when it has no
+    /// network path to it: a Unix socket the gateway listens on for this
+    /// sandbox alone, and the URL the sandbox's programs call (a forwarder
+    /// inside relays it to the socket). `None`, this default: the sandbox
+    /// calls the gateway's own URL.
+    fn gateway_bridge<'a>(&'a self, _id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
+        async { Ok(None) }.boxed()
+    }
+}
+
+/// A per-sandbox way to the model gateway; see
+/// [`SandboxProvider::gateway_bridge`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayBridge {
+    /// Where the gateway listens, on the worker's host.
+    pub socket: std::path::PathBuf,
+    /// What the sandbox's programs call: `http://127.0.0.1:<port>`.
+    pub url: String,
 }
 
 #[cfg(test)]

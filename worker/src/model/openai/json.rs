@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::model::http::excerpt;
 use crate::model::ModelError;
+use crate::provider_http::excerpt;
 
 /// A value inside an answer and the path that leads to it.
 #[derive(Debug, Clone)]

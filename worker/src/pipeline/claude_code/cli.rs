@@ -45,7 +45,7 @@ pub(super) struct Invocation<'a> {
 /// The bash command that runs the CLI headless in the work directory, with
 /// the gateway's URL and the task's token as its only credentials.
 pub(super) fn command(invocation: &Invocation<'_>) -> String {
-    let mut env = [
+    let mut env = vec![
         ("IS_SANDBOX", "1".to_owned()),
         ("ANTHROPIC_BASE_URL", invocation.token.base_url().to_owned()),
         ("ANTHROPIC_API_KEY", invocation.token.token().to_owned()),
@@ -55,6 +55,11 @@ pub(super) fn command(invocation: &Invocation<'_>) -> String {
         ("DISABLE_ERROR_REPORTING", "1".to_owned()),
         ("CLAUDE_CODE_MAX_RETRIES", MODEL_RETRIES.to_string()),
     ];
+    if let Some(model) = invocation.model {
+        // The token is valid for this model alone: the CLI's helper calls use it too.
+        env.push(("ANTHROPIC_SMALL_FAST_MODEL", model.to_owned()));
+        env.push(("ANTHROPIC_DEFAULT_HAIKU_MODEL", model.to_owned()));
+    }
     env.sort_by_key(|(name, _)| *name);
     let assignments: Vec<String> = env.iter().map(|(name, value)| format!("{name}={}", quoted(value))).collect();
     let mut args = vec!["-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"]

@@ -32,9 +32,9 @@ use tokio::sync::mpsc;
 use self::cli::{Finished, Invocation};
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
-use super::session::sandbox_failure;
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
-use crate::gateway::{ModelGateway, TaskToken};
+use crate::gateway::{GrantLimits, ModelGateway, TaskToken};
+use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
 /// that the task's own limit, not the token, is what stops it.
@@ -97,7 +97,8 @@ async fn run_in_sandbox(
     let before = session.guard(workdir::snapshot(sandbox)).await?;
 
     let deadline = session.steps().limits().deadline;
-    let token = grant(gateway, run, deadline).await?;
+    let bridge = sandbox.provider.gateway_bridge(sandbox.id).await?;
+    let token = grant(gateway, run, deadline, bridge.as_ref()).await?;
     let invocation = Invocation {
         work_dir: WORK_DIR,
         model: attempt.spec.model.as_deref(),
@@ -119,10 +120,18 @@ async fn run_in_sandbox(
     Ok(result_of(&finished, &artifacts, &skipped, saved.as_ref()))
 }
 
-/// A gateway token for the task, valid a little past its deadline.
-async fn grant(gateway: &ModelGateway, run: &TaskRun, deadline: Instant) -> Result<TaskToken, PipelineError> {
+/// A gateway token for the task, valid a little past its deadline, on the
+/// sandbox's own bridge when it has one, for the task's model alone when it
+/// names one.
+async fn grant(
+    gateway: &ModelGateway,
+    run: &TaskRun,
+    deadline: Instant,
+    bridge: Option<&GatewayBridge>,
+) -> Result<TaskToken, PipelineError> {
     let ttl = deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE;
-    gateway.grant(run.attempt.task_id(), ttl).await.map_err(|e| PipelineError::Retryable(e.to_string()))
+    let limits = GrantLimits { models: run.attempt.spec.model.clone().map(|m| vec![m]), ..GrantLimits::default() };
+    gateway.grant_with(run.attempt.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
 }
 
 /// Runs the CLI, relaying its output lines as `block` events as they come,
@@ -130,7 +139,8 @@ async fn grant(gateway: &ModelGateway, run: &TaskRun, deadline: Instant) -> Resu
 async fn run_cli(run: &TaskRun, sandbox: Sandbox<'_>, command: &str, deadline: Instant) -> Result<Finished, PipelineError> {
     let timeout = deadline.saturating_duration_since(Instant::now());
     let (lines, received) = mpsc::unbounded_channel();
-    let running = async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(sandbox_failure) };
+    let running =
+        async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(PipelineError::from) };
     let (output, stream) = tokio::try_join!(running, cli::relay_blocks(&run.attempt, received))?;
     tracing::debug!(exit_code = output.exit_code, blocks = stream.blocks, "claude finished");
     cli::judge(&stream, &output)

@@ -13,7 +13,6 @@ use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::task::{StopCode, TaskFiles};
 use serde::Serialize;
 
-use crate::pipeline::session::sandbox_failure;
 use crate::pipeline::PipelineError;
 use crate::sandbox::{CommandOutput, SandboxError, SandboxId, SandboxProvider};
 
@@ -39,7 +38,7 @@ pub(super) struct Sandbox<'a> {
 impl Sandbox<'_> {
     /// Runs a bash command that must succeed.
     pub async fn run(&self, command: &str) -> Result<CommandOutput, PipelineError> {
-        let output = self.provider.run(self.id, command, LIST_TIMEOUT).await.map_err(sandbox_failure)?;
+        let output = self.provider.run(self.id, command, LIST_TIMEOUT).await.map_err(PipelineError::from)?;
         if !output.success() {
             return Err(PipelineError::Retryable(format!(
                 "a command in the sandbox failed with status {}: {}",
@@ -51,11 +50,11 @@ impl Sandbox<'_> {
     }
 
     pub async fn read(&self, path: &str) -> Result<Vec<u8>, PipelineError> {
-        self.provider.read_file(self.id, path).await.map_err(sandbox_failure)
+        self.provider.read_file(self.id, path).await.map_err(PipelineError::from)
     }
 
     pub async fn write(&self, path: &str, bytes: &[u8]) -> Result<(), PipelineError> {
-        self.provider.write_file(self.id, path, bytes).await.map_err(sandbox_failure)
+        self.provider.write_file(self.id, path, bytes).await.map_err(PipelineError::from)
     }
 }
 
@@ -187,7 +186,7 @@ pub(super) async fn store_artifacts(
                 skipped.push(Skipped { path: path.clone(), reason: message });
                 continue;
             }
-            Err(error) => return Err(sandbox_failure(error)),
+            Err(error) => return Err(PipelineError::from(error)),
         };
         match blobs.put_artifact(task, path, bytes).await {
             Ok(artifact) => stored.push(Artifact::stored(path, artifact)),

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::model::http::{excerpt, retry_after};
+use crate::provider_http::{excerpt, retry_after};
 
 /// The header that carries the API key.
 pub(crate) const API_KEY_HEADER: &str = "x-api-key";

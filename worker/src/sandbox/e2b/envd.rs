@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::api::describe_send_error;
 use super::connect::{self, ConnectError, Decoder, Frame, FLAG_MESSAGE};
-use crate::model::http::excerpt;
+use crate::provider_http::excerpt;
 
 /// The port envd listens on inside a sandbox.
 pub(crate) const ENVD_PORT: u16 = 49983;

@@ -1,5 +1,11 @@
 //! Bringing up and tearing down one local desktop. Xvfb picks a free display
-//! itself (`-displayfd`) and says so once it accepts connections; openbox
+//! itself (`-displayfd`) and says so once it accepts connections; it listens
+//! on no TCP port and admits only clients with the sandbox's
+//! [cookie](super::xauth). It keeps its abstract socket: that is what makes
+//! `-displayfd`'s choice safe (without it, a starting server unlinks a live
+//! server's path socket while it probes a number), and abstract sockets
+//! belong to a network namespace, so no jailed sandbox can reach one. With isolation, the
+//! [jail](super::jail)'s namespace holder and network come up next; openbox
 //! says it is ready through its `--startup` command; the terminal is ready
 //! once openbox manages a mapped window with its title. Every wait is for a
 //! signal, with a deadline. All processes join the Xvfb's process group and
@@ -14,8 +20,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
 use super::display::Display;
+use super::jail::{self, Jail, JailSettings};
 use super::launch::{self, Launcher, MARKER_VAR};
 use super::process::{self, Signal};
+use super::xauth::Cookie;
 use crate::sandbox::SandboxError;
 
 /// The title of the terminal every desktop starts with.
@@ -36,12 +44,13 @@ pub(crate) struct Desktop {
     pub launcher: Launcher,
 }
 
-/// Starts Xvfb, openbox and a terminal for sandbox `marker` in `dir`.
+/// Starts Xvfb, the jail (with `jail` settings) or nothing (without),
+/// openbox and a terminal for sandbox `marker` in `dir`.
 pub(crate) async fn start(
     marker: &str,
     dir: &Path,
     resolution: (u32, u32),
-    bubblewrap: bool,
+    jail: Option<&JailSettings>,
     timeout: Duration,
 ) -> Result<Desktop, SandboxError> {
     let home = dir.join("home");
@@ -50,8 +59,14 @@ pub(crate) async fn start(
     for path in [&home, &tmp, &logs] {
         tokio::fs::create_dir_all(path).await?;
     }
+    let cookie = Cookie::generate();
+    let xauthority = dir.join("Xauthority");
+    cookie.write(&xauthority)?;
+    if let Some(settings) = jail {
+        jail::prepare_files(dir, &home, settings.network)?;
+    }
     let deadline = Instant::now() + timeout;
-    let (xvfb, display_number) = start_xvfb(marker, dir, resolution, deadline).await?;
+    let (xvfb, display_number) = start_xvfb(marker, dir, &xauthority, resolution, deadline).await?;
     let pgid = xvfb.id();
     let mut processes = Processes {
         marker: marker.to_owned(),
@@ -62,8 +77,18 @@ pub(crate) async fn start(
         children: Vec::new(),
         stopped: false,
     };
-    let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, bubblewrap };
-    match bring_up(&mut processes, &launcher, &logs, deadline).await {
+    let walls = match jail {
+        Some(settings) => match build_jail(&mut processes, marker, dir, settings, deadline).await {
+            Ok(walls) => Some(walls),
+            Err(error) => {
+                processes.stop(Duration::ZERO).await;
+                return Err(error);
+            }
+        },
+        None => None,
+    };
+    let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls };
+    match bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await {
         Ok(display) => Ok(Desktop { processes, display, launcher }),
         Err(error) => {
             processes.stop(Duration::ZERO).await;
@@ -72,16 +97,38 @@ pub(crate) async fn start(
     }
 }
 
+/// The namespace holder, the network and the routes of one sandbox; its
+/// processes join the desktop's group and `processes`.
+async fn build_jail(
+    processes: &mut Processes,
+    marker: &str,
+    dir: &Path,
+    settings: &JailSettings,
+    deadline: Instant,
+) -> Result<Jail, SandboxError> {
+    let tools = &settings.tools;
+    let (holder, pid) = jail::start_holder(tools, marker, processes.pgid, deadline).await?;
+    processes.children.push(holder);
+    if settings.network == jail::Network::Egress {
+        processes.children.push(jail::start_egress(tools, marker, processes.pgid, pid, deadline).await?);
+    }
+    jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
+    Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
+}
+
 async fn start_xvfb(
     marker: &str,
     dir: &Path,
+    xauthority: &Path,
     (width, height): (u32, u32),
     deadline: Instant,
 ) -> Result<(Child, u32), SandboxError> {
     let log = dir.join("logs").join("xvfb.log");
     let mut command = Command::new("Xvfb");
     command
-        .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp", "-noreset"])
+        .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp"])
+        .args(["-noreset", "-auth"])
+        .arg(xauthority)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env(MARKER_VAR, marker)
@@ -109,11 +156,13 @@ async fn start_xvfb(
 async fn bring_up(
     processes: &mut Processes,
     launcher: &Launcher,
+    cookie: &Cookie,
     logs: &Path,
     deadline: Instant,
 ) -> Result<Arc<Display>, SandboxError> {
     let number = launcher.display;
-    let display = tokio::task::spawn_blocking(move || Display::connect(number))
+    let cookie = cookie.clone();
+    let display = tokio::task::spawn_blocking(move || Display::connect(number, &cookie))
         .await
         .map_err(|e| SandboxError::Display(e.to_string()))??;
     let display = Arc::new(display);
@@ -164,7 +213,12 @@ async fn bring_up(
     }
 }
 
-fn spawn_in_group(command: &mut Command, pgid: Option<u32>, log: &Path, pipe_stdout: bool) -> Result<Child, SandboxError> {
+pub(crate) fn spawn_in_group(
+    command: &mut Command,
+    pgid: Option<u32>,
+    log: &Path,
+    pipe_stdout: bool,
+) -> Result<Child, SandboxError> {
     command.stdout(if pipe_stdout { Stdio::piped() } else { log_file(log)?.into() }).stderr(log_file(log)?);
     if let Some(pgid) = pgid {
         command.process_group(i32::try_from(pgid).unwrap_or(0));
@@ -226,6 +280,11 @@ impl Processes {
 
     pub fn pgid(&self) -> Option<u32> {
         self.pgid
+    }
+
+    /// Takes a process started later (in the group) into the sandbox's set.
+    pub fn adopt(&mut self, child: Child) {
+        self.children.push(child);
     }
 
     /// Sends TERM to everything, KILL to what is left after `grace`, reaps

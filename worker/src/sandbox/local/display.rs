@@ -15,7 +15,10 @@ use x11rb::protocol::xproto::{
     KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
 };
 use x11rb::protocol::xtest::{self, ConnectionExt as _};
-use x11rb::rust_connection::RustConnection;
+use x11rb::rust_connection::{DefaultStream, RustConnection};
+
+use super::launch::x_socket;
+use super::xauth::{self, Cookie};
 
 use crate::sandbox::keys::Keysym;
 use crate::sandbox::{SandboxError, Screenshot};
@@ -42,9 +45,19 @@ fn x_error(error: impl std::fmt::Display) -> SandboxError {
 }
 
 impl Display {
-    /// Connects to display `:n` of this host and checks it has XTEST.
-    pub fn connect(display: u32) -> Result<Self, SandboxError> {
-        let (conn, screen_num) = RustConnection::connect(Some(&format!(":{display}"))).map_err(x_error)?;
+    /// Connects to display `:n` of this host with its cookie and checks it
+    /// has XTEST.
+    pub fn connect(display: u32, cookie: &Cookie) -> Result<Self, SandboxError> {
+        let stream = std::os::unix::net::UnixStream::connect(x_socket(display)).map_err(x_error)?;
+        let (stream, _) = DefaultStream::from_unix_stream(stream).map_err(x_error)?;
+        let screen_num = 0;
+        let conn = RustConnection::connect_to_stream_with_auth_info(
+            stream,
+            screen_num,
+            xauth::PROTOCOL.as_bytes().to_vec(),
+            cookie.bytes().to_vec(),
+        )
+        .map_err(x_error)?;
         if conn.extension_information(xtest::X11_EXTENSION_NAME).map_err(x_error)?.is_none() {
             return Err(SandboxError::Unavailable("the display has no XTEST extension".into()));
         }

@@ -1,9 +1,14 @@
 //! The local sandbox provider: a real desktop per sandbox on this machine.
 //! Each sandbox is its own Xvfb display (picked free by the server), openbox,
 //! and a maximized xterm titled `flotilla-terminal` running a clean bash; a
-//! home under `root/<id>`; one process group; bubblewrap around everything
-//! but the display server when it works here. Input goes through XTEST and
-//! screenshots through `GetImage`, both over one native X connection.
+//! home under `root/<id>`; one process group; every program but the display
+//! server inside the sandbox's [jail](jail) (own network with egress to the
+//! internet only, own user without capabilities, seccomp, a minimal view of
+//! the host). A provider whose jail does not work here refuses to start: it
+//! never falls back to weaker walls; `Isolation::None` (development only)
+//! runs plain processes and says so at error level. Input goes through XTEST
+//! and screenshots through `GetImage`, both over one native X connection
+//! that presents the display's cookie.
 //!
 //! Deadlines: every call checks the sandbox's deadline, and a reaper task
 //! kills sandboxes past it between calls. A killed or expired sandbox leaves
@@ -12,12 +17,18 @@
 
 mod desktop;
 mod display;
+#[cfg(test)]
+mod isolation_tests;
+mod jail;
 mod launch;
 pub(crate) mod process;
+mod seccomp;
 #[cfg(test)]
 mod tests;
+mod xauth;
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -32,10 +43,15 @@ use tokio_util::sync::CancellationToken;
 
 use self::desktop::Processes;
 use self::display::Display;
+use self::jail::{Jail, JailSettings};
 use self::launch::Launcher;
-use super::{keys, CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot};
+use super::{
+    keys, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
+    Screenshot,
+};
 
 pub use self::desktop::TERMINAL_TITLE;
+pub use self::jail::Network;
 pub use self::launch::Isolation;
 
 /// The smallest and largest screens a local sandbox may have.
@@ -48,6 +64,10 @@ const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
 /// How many ids of expired sandboxes are remembered, to answer `Expired`
 /// rather than `NotFound`.
 const MAX_TOMBSTONES: usize = 4096;
+/// The port of the gateway forwarder inside a sandbox's own network.
+const GATEWAY_PORT: u16 = 4780;
+/// How long building the probe jail may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The one template: a desktop with a terminal.
 const DESKTOP_TEMPLATE: &str = "desktop";
 
@@ -57,6 +77,11 @@ pub struct LocalConfig {
     /// Where sandbox directories go: `root/<id>/{home,tmp,logs}`.
     pub root: PathBuf,
     pub isolation: Isolation,
+    /// Whether sandboxes reach the internet (with `Isolation::Full`).
+    pub network: Network,
+    /// Blocked addresses that egress reaches anyway. Not a setting: tests
+    /// use one of this host's own addresses as a stand-in for the internet.
+    pub egress_exceptions: Vec<Ipv4Addr>,
     /// How often the reaper looks for expired sandboxes.
     pub reap_interval: Duration,
     /// How long a killed sandbox has between TERM and KILL.
@@ -71,7 +96,9 @@ impl Default for LocalConfig {
     fn default() -> Self {
         Self {
             root: std::env::temp_dir().join("flotilla-sandboxes"),
-            isolation: Isolation::Auto,
+            isolation: Isolation::Full,
+            network: Network::Egress,
+            egress_exceptions: Vec::new(),
             reap_interval: Duration::from_secs(1),
             kill_grace: Duration::from_millis(200),
             key_delay: Duration::ZERO,
@@ -91,7 +118,19 @@ struct Inner {
     sandboxes: Mutex<HashMap<SandboxId, Arc<LocalSandbox>>>,
     /// Ids of sandboxes killed for expiry, with when.
     expired: Mutex<HashMap<SandboxId, Instant>>,
-    bubblewrap: OnceCell<bool>,
+    /// How to build a jail here (probed once by building one), or why it
+    /// cannot be built.
+    jail: OnceCell<Result<JailSettings, String>>,
+}
+
+/// How a worker-side program (a screenshot tool, a VNC server) attaches to
+/// a local sandbox's display: `DISPLAY=:<display> XAUTHORITY=<xauthority>`,
+/// or `x11vnc -display :<display> -auth <xauthority>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisplayAccess {
+    pub display: u32,
+    /// The display's cookie file on the host (mode 0600, the worker's).
+    pub xauthority: PathBuf,
 }
 
 /// One running sandbox.
@@ -102,6 +141,8 @@ struct LocalSandbox {
     launcher: Launcher,
     processes: tokio::sync::Mutex<Processes>,
     deadline: Mutex<Deadline>,
+    /// The gateway forwarder, once started.
+    forwarder: OnceCell<()>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -134,8 +175,14 @@ impl LocalProvider {
             config,
             sandboxes: Mutex::new(HashMap::new()),
             expired: Mutex::new(HashMap::new()),
-            bubblewrap: OnceCell::new(),
+            jail: OnceCell::new(),
         });
+        if inner.config.isolation == Isolation::None {
+            tracing::error!(
+                "local sandboxes are NOT isolated (FLOTILLA_SANDBOX_ISOLATION=none): agents share this worker's user, network \
+                 and files; for development only"
+            );
+        }
         let reaper = CancellationToken::new();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(reap(Arc::downgrade(&inner), inner.config.reap_interval, reaper.clone()));
@@ -143,9 +190,26 @@ impl LocalProvider {
         Self { inner, reaper }
     }
 
-    /// Whether sandboxes run under bubblewrap (probed on first use).
-    pub async fn uses_bubblewrap(&self) -> bool {
-        self.inner.bubblewrap().await
+    /// A provider whose jail is checked now: with `Isolation::Full`, one
+    /// that cannot isolate sandboxes on this machine is refused with the
+    /// reason, so a worker refuses to start rather than run agents unjailed.
+    pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        let provider = Self::new(config);
+        if provider.inner.config.isolation == Isolation::Full {
+            provider.inner.check_jail().await?;
+        }
+        Ok(provider)
+    }
+
+    /// Whether sandboxes run in their jail.
+    pub fn isolated(&self) -> bool {
+        self.inner.config.isolation == Isolation::Full
+    }
+
+    /// How a worker-side program attaches to sandbox `id`'s display.
+    pub async fn display_access(&self, id: &SandboxId) -> Result<DisplayAccess, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        Ok(DisplayAccess { display: sandbox.launcher.display, xauthority: sandbox.launcher.xauthority.clone() })
     }
 
     /// The process group of a sandbox's desktop, for checks from outside.
@@ -178,18 +242,14 @@ impl LocalProvider {
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
         check_request(request)?;
         let inner = &self.inner;
-        let bubblewrap = match (inner.config.isolation, inner.bubblewrap().await) {
-            (Isolation::None, _) => false,
-            (Isolation::Auto, works) => works,
-            (Isolation::Bubblewrap, true) => true,
-            (Isolation::Bubblewrap, false) => {
-                return Err(SandboxError::Unavailable("bubblewrap is required but does not work here".into()));
-            }
+        let jail = match inner.config.isolation {
+            Isolation::Full => Some(inner.check_jail().await?),
+            Isolation::None => None,
         };
         let id = SandboxId::parse(&format!("local-{:016x}", rand::random::<u64>()))?;
         let dir = inner.config.root.join(id.as_str());
         let started = Instant::now();
-        let desktop = desktop::start(id.as_str(), &dir, request.resolution, bubblewrap, inner.config.start_timeout).await?;
+        let desktop = desktop::start(id.as_str(), &dir, request.resolution, jail.as_ref(), inner.config.start_timeout).await?;
         let sandbox = Arc::new(LocalSandbox {
             id: id.clone(),
             resolution: desktop.display.size(),
@@ -197,8 +257,9 @@ impl LocalProvider {
             launcher: desktop.launcher,
             processes: tokio::sync::Mutex::new(desktop.processes),
             deadline: Mutex::new(Deadline::after(request.timeout)),
+            forwarder: OnceCell::new(),
         });
-        tracing::debug!(sandbox = %id, bubblewrap, ms = started.elapsed().as_millis() as u64, "sandbox created");
+        tracing::debug!(sandbox = %id, isolated = jail.is_some(), ms = started.elapsed().as_millis() as u64, "sandbox created");
         let handle = sandbox.handle();
         lock(&inner.sandboxes).insert(id, sandbox);
         Ok(handle)
@@ -276,6 +337,18 @@ impl LocalProvider {
         Ok(())
     }
 
+    /// With a jail, the sandbox's gateway socket and a `socat` inside that
+    /// relays `127.0.0.1:GATEWAY_PORT` (in the sandbox's own network) to it.
+    async fn bridge(&self, id: &SandboxId) -> Result<Option<GatewayBridge>, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let Some(walls) = &sandbox.launcher.jail else {
+            return Ok(None);
+        };
+        let socket = walls.dir.join("run").join("gateway.sock");
+        sandbox.forwarder.get_or_try_init(|| start_forwarder(&sandbox, &walls.dir)).await?;
+        Ok(Some(GatewayBridge { socket, url: format!("http://127.0.0.1:{GATEWAY_PORT}") }))
+    }
+
     async fn perform(&self, id: &SandboxId, action: &Action) -> Result<(), SandboxError> {
         action.validate().map_err(|e| SandboxError::InvalidAction(e.to_string()))?;
         let sandbox = self.inner.get(id).await?;
@@ -316,17 +389,10 @@ impl LocalProvider {
 }
 
 impl Inner {
-    async fn bubblewrap(&self) -> bool {
-        *self
-            .bubblewrap
-            .get_or_init(|| async {
-                let works = launch::bubblewrap_works().await;
-                if !works && self.config.isolation == Isolation::Auto {
-                    tracing::warn!("bubblewrap does not work here; local sandboxes run as plain process groups");
-                }
-                works
-            })
-            .await
+    /// How to build a jail, once one was built here to see it works.
+    async fn check_jail(&self) -> Result<JailSettings, SandboxError> {
+        let result = self.jail.get_or_init(|| probe_jail(&self.config)).await;
+        result.clone().map_err(|reason| SandboxError::Unavailable(format!("local sandboxes cannot be isolated here: {reason}")))
     }
 
     /// The live sandbox `id`; one past its deadline is killed first and
@@ -382,6 +448,77 @@ impl Drop for LocalProvider {
             }
         }
     }
+}
+
+/// Starts the gateway forwarder of `sandbox` and waits until it listens.
+async fn start_forwarder(sandbox: &LocalSandbox, dir: &std::path::Path) -> Result<(), SandboxError> {
+    let listen = format!("TCP-LISTEN:{GATEWAY_PORT},bind=127.0.0.1,fork,reuseaddr");
+    let target = format!("UNIX-CONNECT:{}/gateway.sock", jail::RUN_DIR);
+    let mut command = sandbox.launcher.command("socat", &[&listen, &target]);
+    let mut processes = sandbox.processes.lock().await;
+    let child = desktop::spawn_in_group(&mut command, processes.pgid(), &dir.join("logs").join("forwarder.log"), false)?;
+    processes.adopt(child);
+    drop(processes);
+    let wait = format!(
+        "for i in $(seq 500); do (exec 3<>/dev/tcp/127.0.0.1/{GATEWAY_PORT}) 2>/dev/null && exit 0; sleep 0.01; done; exit 1"
+    );
+    let check = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", &wait]);
+    let output = process::run(check, None, Duration::from_secs(10), 4096).await?;
+    if output.exit_code != 0 {
+        return Err(SandboxError::Unavailable("the gateway forwarder (socat) did not start in the sandbox".into()));
+    }
+    Ok(())
+}
+
+/// Builds a throwaway jail under `root` and runs `true` in it; the reason
+/// it failed, in one line.
+async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
+    let tools = Arc::new(jail::HostTools::find(config.network)?);
+    let settings = JailSettings { tools, network: config.network, exceptions: config.egress_exceptions.clone() };
+    let dir = config.root.join(format!("probe-{:016x}", rand::random::<u64>()));
+    let result = run_probe(&dir, &settings).await.map_err(|e| match e {
+        SandboxError::Unavailable(reason) => reason,
+        other => other.to_string(),
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map(|()| settings)
+}
+
+async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(), SandboxError> {
+    let (home, tmp) = (dir.join("home"), dir.join("tmp"));
+    for path in [&home, &tmp] {
+        std::fs::create_dir_all(path)?;
+    }
+    jail::prepare_files(dir, &home, settings.network)?;
+    let marker = format!("probe-{:016x}", rand::random::<u64>());
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let mut children = Vec::new();
+    let result = async {
+        let tools = &settings.tools;
+        let (holder, pid) = jail::start_holder(tools, &marker, None, deadline).await?;
+        children.push(holder);
+        if settings.network == Network::Egress {
+            children.push(jail::start_egress(tools, &marker, None, pid, deadline).await?);
+        }
+        jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
+        let walls = Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() };
+        let (program, args) = walls.wrap(&home, &tmp, None, "true", &[]);
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        let output = process::run(command, None, PROBE_TIMEOUT, 64 * 1024).await?;
+        if output.exit_code != 0 {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let line = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_owned();
+            return Err(SandboxError::Unavailable(format!("bubblewrap failed (exit {}): {line}", output.exit_code)));
+        }
+        Ok(())
+    }
+    .await;
+    for mut child in children {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    result
 }
 
 /// Kills expired sandboxes every `interval` until cancelled or the provider is gone.
@@ -471,7 +608,14 @@ impl SandboxProvider for LocalProvider {
 
     fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
         let sandboxes = self.inner.sandboxes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        sandboxes.get(id).map(|sandbox| crate::live::X11Display { number: sandbox.launcher.display, xauthority: None })
+        sandboxes.get(id).map(|sandbox| crate::live::X11Display {
+            number: sandbox.launcher.display,
+            xauthority: Some(sandbox.launcher.xauthority.clone()),
+        })
+    }
+
+    fn gateway_bridge<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
+        self.bridge(id).boxed()
     }
 }
 

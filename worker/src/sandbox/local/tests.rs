@@ -52,44 +52,44 @@ fn leftovers(pgid: Option<u32>, id: &SandboxId) -> Vec<String> {
 
 #[tokio::test]
 async fn sandbox_suite_typing_runs_a_command() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::typing_runs_a_command(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_screenshots_have_the_requested_size() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::screenshot_has_the_requested_size(fixture.provider(), (1024, 768)).await;
     suite::screenshot_has_the_requested_size(fixture.provider(), (800, 600)).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_pointer_actions_take_effect() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::pointer_actions_take_effect(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_keypress_chords_take_effect() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::keypress_chords_take_effect(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_files_and_commands_round_trip() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::files_and_commands_round_trip(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_extend_moves_the_deadline() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::extend_moves_the_deadline(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn sandbox_suite_unknown_and_killed_ids_are_not_found() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     suite::unknown_and_killed_ids_are_not_found(fixture.provider()).await;
 }
 
@@ -102,7 +102,7 @@ async fn sandbox_suite_runs_on_plain_process_groups() {
 
 #[tokio::test]
 async fn expired_sandbox_is_killed() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     let id = suite::expired_sandboxes_report_expired(fixture.provider()).await;
     // The reaper may still be tearing it down when calls already say Expired.
     let dir = fixture.root.join(id.as_str());
@@ -147,7 +147,7 @@ fn socket_inode(display: u32) -> Option<u64> {
 
 #[tokio::test]
 async fn kill_leaves_no_process_or_file() {
-    kill_leaves_nothing(Isolation::Auto).await;
+    kill_leaves_nothing(Isolation::Full).await;
 }
 
 #[tokio::test]
@@ -157,14 +157,14 @@ async fn kill_leaves_no_process_or_file_without_bubblewrap() {
 
 #[tokio::test]
 async fn two_sandboxes_run_at_once_on_different_displays() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     let provider = fixture.provider();
     let (a, b) = suite::sandboxes_are_independent(provider).await;
     let display =
         |id: SandboxId| async move { provider.run(&id, "echo $DISPLAY", Duration::from_secs(10)).await.expect("run").stdout };
     let (display_a, display_b) = (display(a.id.clone()).await, display(b.id.clone()).await);
     assert_ne!(display_a, display_b);
-    if provider.uses_bubblewrap().await {
+    if provider.isolated() {
         provider.write_file(&a.id, "/tmp/mine.txt", b"a").await.expect("write");
         assert!(provider.read_file(&b.id, "/tmp/mine.txt").await.is_err(), "b sees a's /tmp");
         let root = provider.run(&a.id, "touch /usr/escape", Duration::from_secs(10)).await.expect("run");
@@ -176,7 +176,7 @@ async fn two_sandboxes_run_at_once_on_different_displays() {
 
 #[tokio::test]
 async fn dropping_the_provider_kills_its_sandboxes() {
-    let mut fixture = Fixture::new(Isolation::Auto);
+    let mut fixture = Fixture::new(Isolation::Full);
     let provider = fixture.provider();
     let (a, b) = tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
     let groups = (provider.process_group(&a.id).await.expect("a"), provider.process_group(&b.id).await.expect("b"));
@@ -189,7 +189,7 @@ async fn dropping_the_provider_kills_its_sandboxes() {
 
 #[tokio::test]
 async fn sandbox_pointer_matches_the_display() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
     for (x, y) in [(0, 0), (799, 599), (123, 456)] {
@@ -201,7 +201,7 @@ async fn sandbox_pointer_matches_the_display() {
 
 #[tokio::test]
 async fn bad_sandbox_requests_are_refused() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     let provider = fixture.provider();
     let bad = [
         SandboxRequest { resolution: (10, 10), ..SandboxRequest::default() },
@@ -220,7 +220,7 @@ async fn bad_sandbox_requests_are_refused() {
 #[tokio::test]
 #[ignore = "a measurement, not a check"]
 async fn sandbox_timings() {
-    let fixture = Fixture::new(Isolation::Auto);
+    let fixture = Fixture::new(Isolation::Full);
     let provider = fixture.provider();
     let median = |mut v: Vec<Duration>| {
         v.sort();
@@ -248,8 +248,8 @@ async fn sandbox_timings() {
         clicks.push(started.elapsed());
     }
     println!(
-        "bubblewrap: {}, create median {:?} (of {creates:?}), screenshot median {:?} ({size} bytes), move median {:?}",
-        provider.uses_bubblewrap().await,
+        "isolated: {}, create median {:?} (of {creates:?}), screenshot median {:?} ({size} bytes), move median {:?}",
+        provider.isolated(),
         median(creates.clone()),
         median(shots),
         median(clicks)

@@ -119,7 +119,7 @@ impl FakeE2b {
     /// Starts both servers on free loopback ports with a fresh API key.
     pub async fn start() -> Self {
         let root = std::env::temp_dir().join(format!("flotilla-e2b-fake-{:016x}", rand::random::<u64>()));
-        let local = LocalProvider::new(LocalConfig { root: root.clone(), isolation: Isolation::Auto, ..LocalConfig::default() });
+        let local = LocalProvider::new(LocalConfig { root: root.clone(), isolation: Isolation::Full, ..LocalConfig::default() });
         let state = Arc::new(State {
             api_key: format!("e2b_{:032x}", rand::random::<u128>()),
             desktops: Desktops { provider: Some(local), root },

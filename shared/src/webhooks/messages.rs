@@ -1,0 +1,282 @@
+//! Webhook messages: one per event and endpoint, with its delivery state,
+//! in the due set until it has succeeded or failed for good, and in its
+//! endpoint's delivery log until it expires after the retention.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::{AsyncCommands, Script};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{lex_page, EventType, Order, Page, WebhookError, Webhooks};
+use crate::clock;
+use crate::error::QueueError;
+use crate::ids::{MessageId, TenantId, WebhookId};
+
+/// How long a taken message is not taken again (longer than one attempt).
+pub const LEASE_MS: i64 = 60_000;
+
+/// Where a message stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    /// Not delivered yet; an attempt is due or running.
+    Pending,
+    Succeeded,
+    /// Every attempt failed, the endpoint answered `410 Gone`, or it is gone.
+    Failed,
+}
+
+/// One message in an endpoint's delivery log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Delivery {
+    /// The `webhook-id` it is sent with.
+    #[schema(value_type = String)]
+    pub msg_id: MessageId,
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    /// The status code of the last answer, if there was one.
+    pub response_code: Option<u16>,
+    /// How long the last attempt took.
+    pub latency_ms: Option<u64>,
+    /// Why the last attempt failed (refused target, timeout, status).
+    pub error: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339, of the last attempt.
+    pub last_attempt_at: Option<String>,
+    /// RFC 3339, of the next attempt while pending.
+    pub next_attempt_at: Option<String>,
+}
+
+/// Stores a message unless it exists, puts it in the due set and its
+/// endpoint's log. `KEYS` the message, the due set, the log; `ARGV` the
+/// message id, now (ms), retention (ms), then field/value pairs.
+/// Returns 1 when stored, 0 when it existed.
+static CREATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], 0, ARGV[1])
+return 1
+"#,
+    )
+});
+
+/// Takes up to `ARGV[3]` messages due at `ARGV[1]` (ms) from the due set
+/// `KEYS[1]`, pushing each to `ARGV[2]` (the lease's end) so no one else
+/// takes it meanwhile. Returns their ids.
+static TAKE_DUE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[2], id) end
+return ids
+"#,
+    )
+});
+
+/// A message as stored, for the deliverer.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub id: MessageId,
+    pub tenant: TenantId,
+    pub endpoint: String,
+    pub body: String,
+    pub status: String,
+    pub attempts: u32,
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    pub response_code: Option<u16>,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+}
+
+/// What happens to a message after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Done(DeliveryStatus),
+    RetryAt(i64),
+}
+
+impl Webhooks {
+    /// Stores the message `id` of `kind` for `endpoint` with `body`, due now;
+    /// false when it was already stored.
+    pub(super) async fn create_message(
+        &self,
+        id: &MessageId,
+        tenant: &TenantId,
+        endpoint: &WebhookId,
+        kind: EventType,
+        body: &str,
+    ) -> Result<bool, QueueError> {
+        let now = clock::now_ms();
+        let mut inv = CREATE.prepare_invoke();
+        inv.key(self.keys.webhook_message(id.as_str()))
+            .key(self.keys.webhook_due())
+            .key(self.keys.webhook_deliveries(endpoint.as_str()));
+        inv.arg(id.as_str()).arg(now).arg(self.retention_ms);
+        let fields = [
+            ("tenant", tenant.as_str()),
+            ("endpoint", endpoint.as_str()),
+            ("type", kind.as_str()),
+            ("body", body),
+            ("status", "pending"),
+            ("attempts", "0"),
+        ];
+        for (field, value) in fields {
+            inv.arg(field).arg(value);
+        }
+        inv.arg("created_at").arg(now).arg("next_at").arg(now);
+        let created: i64 = inv.invoke_async(&mut self.redis.shared()).await?;
+        Ok(created == 1)
+    }
+
+    /// Takes up to `most` due messages for a lease.
+    pub async fn take_due(&self, most: usize) -> Result<Vec<MessageId>, QueueError> {
+        let now = clock::now_ms();
+        let mut inv = TAKE_DUE.prepare_invoke();
+        inv.key(self.keys.webhook_due()).arg(now).arg(now + LEASE_MS).arg(most);
+        let ids: Vec<String> = inv.invoke_async(&mut self.redis.shared()).await?;
+        Ok(ids.iter().filter_map(|id| MessageId::parse(id).ok()).collect())
+    }
+
+    /// A stored message; `None` when it has expired.
+    pub async fn message(&self, id: &MessageId) -> Result<Option<Message>, QueueError> {
+        let mut conn = self.redis.shared();
+        let mut hash: HashMap<String, String> = conn.hgetall(self.keys.webhook_message(id.as_str())).await?;
+        let tenant = hash.get("tenant").and_then(|t| TenantId::parse(t).ok());
+        let (Some(tenant), Some(endpoint), Some(body)) = (tenant, hash.remove("endpoint"), hash.remove("body")) else {
+            return Ok(None);
+        };
+        Ok(Some(Message {
+            id: id.clone(),
+            tenant,
+            endpoint,
+            body,
+            status: hash.remove("status").unwrap_or_default(),
+            attempts: hash.get("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
+        }))
+    }
+
+    /// Writes what an attempt came to and what happens next.
+    pub(super) async fn record_attempt(&self, message: &Message, attempt: &AttemptRecord, next: Next) -> Result<(), QueueError> {
+        let key = self.keys.webhook_message(message.id.as_str());
+        let now = clock::now_ms();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.hincr(&key, "attempts", 1).ignore();
+        pipe.hset(&key, "last_at", now).ignore();
+        pipe.hset(&key, "latency_ms", attempt.latency_ms).ignore();
+        match attempt.response_code {
+            Some(code) => pipe.hset(&key, "code", code).ignore(),
+            None => pipe.hdel(&key, "code").ignore(),
+        };
+        match &attempt.error {
+            Some(error) => pipe.hset(&key, "error", error).ignore(),
+            None => pipe.hdel(&key, "error").ignore(),
+        };
+        self.add_next(&mut pipe, message, next);
+        let () = pipe.query_async(&mut self.redis.shared()).await?;
+        Ok(())
+    }
+
+    /// Ends a message without an attempt (its endpoint is gone or disabled).
+    pub(super) async fn settle(&self, message: &Message, error: &str) -> Result<(), QueueError> {
+        let key = self.keys.webhook_message(message.id.as_str());
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.hset(&key, "error", error).ignore();
+        self.add_next(&mut pipe, message, Next::Done(DeliveryStatus::Failed));
+        let () = pipe.query_async(&mut self.redis.shared()).await?;
+        Ok(())
+    }
+
+    /// Drops a message that expired from the due set.
+    pub(super) async fn forget_due(&self, id: &MessageId) -> Result<(), QueueError> {
+        let () = self.redis.shared().zrem(self.keys.webhook_due(), id.as_str()).await?;
+        Ok(())
+    }
+
+    fn add_next(&self, pipe: &mut redis::Pipeline, message: &Message, next: Next) {
+        let key = self.keys.webhook_message(message.id.as_str());
+        match next {
+            Next::Done(status) => {
+                let text = if status == DeliveryStatus::Succeeded { "succeeded" } else { "failed" };
+                pipe.hset(&key, "status", text).ignore();
+                pipe.hdel(&key, "next_at").ignore();
+                pipe.zrem(self.keys.webhook_due(), message.id.as_str()).ignore();
+            }
+            Next::RetryAt(at) => {
+                pipe.hset(&key, "next_at", at).ignore();
+                pipe.zadd(self.keys.webhook_due(), message.id.as_str(), at).ignore();
+            }
+        }
+    }
+
+    /// A page of an endpoint's delivery log, newest first.
+    pub async fn deliveries(
+        &self,
+        tenant: &TenantId,
+        endpoint: &WebhookId,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<Page<Delivery>, WebhookError> {
+        self.stored(tenant, endpoint.as_str()).await?;
+        let page = lex_page(&self.redis, &self.keys.webhook_deliveries(endpoint.as_str()), limit, cursor, Order::Newest).await?;
+        let reads = page.items.iter().map(|id| redis::Cmd::hgetall(self.keys.webhook_message(id))).collect();
+        let hashes: Vec<HashMap<String, String>> = self.redis.query_many(reads).await?;
+        let items = page.items.iter().zip(hashes).filter_map(|(id, hash)| delivery_from_hash(id, hash)).collect();
+        Ok(Page { items, next_cursor: page.next_cursor })
+    }
+
+    /// Sends a message of `endpoint` again now (one more attempt).
+    pub async fn retry(&self, tenant: &TenantId, endpoint: &WebhookId, id: &MessageId) -> Result<Delivery, WebhookError> {
+        self.stored(tenant, endpoint.as_str()).await?;
+        let message = self.message(id).await?.ok_or(WebhookError::NoMessage)?;
+        if message.tenant != *tenant || message.endpoint != endpoint.as_str() {
+            return Err(WebhookError::NoMessage);
+        }
+        let now = clock::now_ms();
+        let key = self.keys.webhook_message(id.as_str());
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.hset(&key, "status", "pending").ignore();
+        pipe.hset(&key, "next_at", now).ignore();
+        pipe.zadd(self.keys.webhook_due(), id.as_str(), now).ignore();
+        pipe.hgetall(&key);
+        let (hash,): (HashMap<String, String>,) = pipe.query_async(&mut self.redis.shared()).await?;
+        delivery_from_hash(id.as_str(), hash).ok_or(WebhookError::NoMessage)
+    }
+}
+
+fn delivery_from_hash(id: &str, hash: HashMap<String, String>) -> Option<Delivery> {
+    let kind = serde_json::from_value(serde_json::Value::String(hash.get("type")?.clone())).ok()?;
+    let status = match hash.get("status")?.as_str() {
+        "succeeded" => DeliveryStatus::Succeeded,
+        "failed" => DeliveryStatus::Failed,
+        _ => DeliveryStatus::Pending,
+    };
+    let time = |field: &str| hash.get(field).and_then(|v| v.parse::<i64>().ok()).map(clock::rfc3339);
+    Some(Delivery {
+        msg_id: MessageId::parse(id).ok()?,
+        kind,
+        status,
+        attempts: hash.get("attempts").and_then(|a| a.parse().ok()).unwrap_or(0),
+        response_code: hash.get("code").and_then(|c| c.parse().ok()),
+        latency_ms: hash.get("latency_ms").and_then(|l| l.parse().ok()),
+        error: hash.get("error").cloned(),
+        created_at: time("created_at").unwrap_or_default(),
+        last_attempt_at: time("last_at"),
+        next_attempt_at: if status == DeliveryStatus::Pending { time("next_at") } else { None },
+    })
+}

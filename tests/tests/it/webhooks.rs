@@ -1,0 +1,349 @@
+//! Webhooks end to end: the API, `flotilla-worker` processes and a real
+//! redis-server, posting to a receiver written here. Signatures are checked
+//! by the Standard Webhooks reference library (PyPI `standardwebhooks`),
+//! not by Flotilla's code.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use flotilla_tests::fleet::test_env;
+use flotilla_tests::python::venv_python;
+use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, RedisServer, WorkerProcess};
+use serde_json::{json, Value};
+
+/// How the receiver answers.
+const OK: u8 = 0;
+const FLAKY: u8 = 1;
+const REDIRECT: u8 = 2;
+
+/// One request the receiver got, and whether it answered 2xx.
+#[derive(Debug, Clone)]
+struct Received {
+    id: String,
+    timestamp: String,
+    signature: String,
+    body: String,
+    accepted: bool,
+}
+
+#[derive(Clone)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Received>>>,
+    mode: Arc<AtomicU8>,
+}
+
+impl Receiver {
+    async fn start(mode: u8) -> (Self, SocketAddr) {
+        let receiver = Self { got: Arc::default(), mode: Arc::new(AtomicU8::new(mode)) };
+        let app = Router::new().route("/hook", post(receive)).with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+        (receiver, addr)
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.got.lock().expect("lock").clone()
+    }
+}
+
+async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: String) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let answer = match receiver.mode.load(Ordering::Relaxed) {
+        FLAKY if rand::random::<f64>() < 0.3 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        REDIRECT => (StatusCode::FOUND, [("location", "http://127.0.0.1:1/elsewhere")]).into_response(),
+        _ => StatusCode::NO_CONTENT.into_response(),
+    };
+    let accepted = answer.status().is_success();
+    let got = Received {
+        id: header("webhook-id"),
+        timestamp: header("webhook-timestamp"),
+        signature: header("webhook-signature"),
+        body,
+        accepted,
+    };
+    receiver.got.lock().expect("lock").push(got);
+    answer
+}
+
+/// Checks deliveries with the reference library: how many verify under
+/// `secret`, how many a wrong secret rejects, and how many re-signed with a
+/// timestamp six minutes old are rejected.
+fn verify(secret: &str, deliveries: &[Received]) -> Value {
+    const SCRIPT: &str = r#"
+import datetime, json, sys
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+req = json.load(sys.stdin)
+wh, wrong = Webhook(req["secret"]), Webhook(req["wrong"])
+out = {"verified": 0, "wrong_rejected": 0, "old_rejected": 0, "errors": []}
+old = datetime.datetime.now(tz=datetime.timezone.utc) - datetime.timedelta(minutes=6)
+for d in req["deliveries"]:
+    h = {"webhook-id": d["id"], "webhook-timestamp": d["ts"], "webhook-signature": d["sig"]}
+    try:
+        wh.verify(d["body"], h)
+        out["verified"] += 1
+    except WebhookVerificationError as e:
+        out["errors"].append(str(e))
+    try:
+        wrong.verify(d["body"], h)
+    except WebhookVerificationError:
+        out["wrong_rejected"] += 1
+    stale = {"webhook-id": d["id"], "webhook-timestamp": str(int(old.timestamp())), "webhook-signature": wh.sign(d["id"], old, d["body"])}
+    try:
+        wh.verify(d["body"], stale)
+    except WebhookVerificationError:
+        out["old_rejected"] += 1
+print(json.dumps(out))
+"#;
+    let deliveries: Vec<Value> =
+        deliveries.iter().map(|d| json!({"id": d.id, "ts": d.timestamp, "sig": d.signature, "body": d.body})).collect();
+    let input = json!({"secret": secret, "wrong": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "deliveries": deliveries});
+    let mut child = Command::new(venv_python())
+        .arg("-c")
+        .arg(SCRIPT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    child.stdin.take().expect("stdin").write_all(input.to_string().as_bytes()).expect("write");
+    let out = child.wait_with_output().expect("python ends");
+    serde_json::from_slice(&out.stdout).expect("verifier prints JSON")
+}
+
+async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_ready(api: &ApiClient) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.get("/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "the api never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn scripted(n: usize) -> Value {
+    let tasks: Vec<Value> = (0..n).map(|i| json!({"prompt": format!("row {i}")})).collect();
+    json!({"defaults": {"pipeline": "scripted", "actions": [{"type": "wait", "ms": 5}]}, "tasks": tasks})
+}
+
+async fn create_hook(api: &ApiClient, url: &str, events: Value) -> (String, String) {
+    let (status, body) = api.post("/v1/webhooks", &json!({"url": url, "events": events})).await;
+    assert_eq!(status, 201, "{body}");
+    (body["id"].as_str().expect("id").to_owned(), body["secret"].as_str().expect("secret").to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_verify_with_the_reference_library_and_the_log_shows_them() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1")];
+    let api = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let acme = ApiClient::new(&api, api_key());
+    let globex = ApiClient::new(&api, flotilla_tests::globex_key());
+    wait_ready(&acme).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-1");
+    let (receiver, addr) = Receiver::start(OK).await;
+    let url = format!("http://{addr}/hook");
+    let (id, secret) = create_hook(&acme, &url, json!(["task.succeeded", "batch.completed"])).await;
+    assert!(id.starts_with("whk_") && secret.starts_with("whsec_"), "{id} {secret}");
+    assert_eq!(globex.get(&format!("/v1/webhooks/{id}")).await.0, 404, "another tenant does not see it");
+
+    let (status, batch) = acme.post("/v1/batches", &scripted(5)).await;
+    assert_eq!(status, 202, "{batch}");
+    eventually("six deliveries", Duration::from_secs(60), || receiver.received().len() >= 6).await;
+    let got = receiver.received();
+    let types: Vec<String> = got
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(&d.body).expect("json")["type"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(types.iter().filter(|t| *t == "task.succeeded").count(), 5, "{types:?}");
+    assert_eq!(types.iter().filter(|t| *t == "batch.completed").count(), 1, "{types:?}");
+    let completed: Value =
+        serde_json::from_str(&got[types.iter().position(|t| t == "batch.completed").expect("completed")].body).expect("json");
+    assert_eq!(completed["data"]["id"], batch["id"]);
+    assert_eq!(completed["data"]["counts"]["succeeded"], 5);
+    let task: Value = serde_json::from_str(&got[0].body).expect("json");
+    assert_eq!(task["data"]["status"], "succeeded", "data is the task as GET shows it: {task}");
+
+    let checked = verify(&secret, &got);
+    assert_eq!(checked["verified"], 6, "{checked}");
+    assert_eq!(checked["wrong_rejected"], 6, "a wrong secret fails: {checked}");
+    assert_eq!(checked["old_rejected"], 6, "a timestamp 6 minutes old fails: {checked}");
+
+    let (status, log) = acme.get(&format!("/v1/webhooks/{id}/deliveries?limit=4")).await;
+    assert_eq!(status, 200, "{log}");
+    let first = log["deliveries"].as_array().expect("deliveries").clone();
+    assert_eq!(first.len(), 4);
+    let cursor = log["next_cursor"].as_str().expect("a second page");
+    let (_, rest) = acme.get(&format!("/v1/webhooks/{id}/deliveries?limit=4&cursor={cursor}")).await;
+    let all: Vec<Value> = first.into_iter().chain(rest["deliveries"].as_array().expect("deliveries").clone()).collect();
+    assert_eq!(all.len(), 6);
+    assert!(rest["next_cursor"].is_null());
+    for d in &all {
+        assert_eq!(
+            (d["status"].as_str(), d["attempts"].as_u64(), d["response_code"].as_u64()),
+            (Some("succeeded"), Some(1), Some(204)),
+            "{d}"
+        );
+        assert!(d["latency_ms"].is_u64(), "{d}");
+    }
+
+    // A rotated secret: both sign during the grace period.
+    let (status, rotated) = acme.post_empty(&format!("/v1/webhooks/{id}/rotate-secret?grace_s=600")).await;
+    assert_eq!(status, 200, "{rotated}");
+    let new_secret = rotated["secret"].as_str().expect("secret").to_owned();
+    let msg = all[0]["msg_id"].as_str().expect("msg id");
+    let (status, _) = acme.post_empty(&format!("/v1/webhooks/{id}/deliveries/{msg}/retry")).await;
+    assert_eq!(status, 202);
+    eventually("the retried delivery", Duration::from_secs(30), || receiver.received().len() >= 7).await;
+    let again = receiver.received()[6].clone();
+    assert_eq!(again.id, msg, "a retry keeps its webhook-id");
+    assert_eq!(verify(&new_secret, std::slice::from_ref(&again))["verified"], 1);
+    assert_eq!(verify(&secret, std::slice::from_ref(&again))["verified"], 1, "the old secret still signs in its grace");
+
+    // A redirect is not followed, and the log says so.
+    receiver.mode.store(REDIRECT, Ordering::Relaxed);
+    let (status, _) = acme.post_empty(&format!("/v1/webhooks/{id}/deliveries/{msg}/retry")).await;
+    assert_eq!(status, 202);
+    let path = format!("/v1/webhooks/{id}/deliveries?limit=500");
+    let mut error = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !error.contains("not followed") {
+        assert!(Instant::now() < deadline, "no redirect in the log: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (_, log) = acme.get(&path).await;
+        let entry = log["deliveries"].as_array().expect("log").iter().find(|d| d["msg_id"] == msg).cloned().unwrap_or_default();
+        error = entry["error"].as_str().unwrap_or("").to_owned();
+    }
+    assert!(error.contains("127.0.0.1:1"), "{error}");
+
+    let (status, page) = acme.get("/v1/webhooks?limit=1").await;
+    assert_eq!((status, page["webhooks"][0]["id"].as_str()), (200, Some(id.as_str())), "{page}");
+    assert_eq!(acme.delete(&format!("/v1/webhooks/{id}")).await.0, 204);
+    assert_eq!(acme.get(&format!("/v1/webhooks/{id}")).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn non_public_targets_are_refused_with_the_reason_in_the_delivery_log() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_RETRY_MS", "60000")];
+    let api = spawn_api(test_config(&redis, &prefix, &[("FLOTILLA_WEBHOOK_RETRY_MS", "60000")])).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let (status, body) = acme.post("/v1/webhooks", &json!({"url": "http://example.com/", "events": ["task.cancelled"]})).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("url")), "plain http needs the operator's consent: {body}");
+
+    let api_http = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let acme = ApiClient::new(&api_http, api_key());
+    wait_ready(&acme).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-ssrf");
+    let (receiver, addr) = Receiver::start(OK).await;
+    let cases = [
+        (format!("http://127.0.0.1:{}/hook", addr.port()), "127.0.0.1 is a loopback address"),
+        ("http://10.0.0.1/hook".to_owned(), "10.0.0.1 is a private address"),
+        ("http://169.254.169.254/latest/meta-data".to_owned(), "169.254.169.254 is a link-local address"),
+        (format!("http://[::1]:{}/hook", addr.port()), "::1 is a loopback address"),
+        (format!("http://localhost:{}/hook", addr.port()), "is a loopback address"),
+    ];
+    let mut hooks = Vec::new();
+    for (url, _) in &cases {
+        hooks.push(create_hook(&acme, url, json!(["task.cancelled"])).await.0);
+    }
+    let (_, task) = acme
+        .post("/v1/tasks", &json!({"prompt": "never runs", "pipeline": "openai-cua", "not_before": "2999-01-01T00:00:00Z"}))
+        .await;
+    let task = task["id"].as_str().expect("id");
+    assert!(acme.post_empty(&format!("/v1/tasks/{task}/cancel")).await.0 < 300);
+
+    for (hook, (url, reason)) in hooks.iter().zip(&cases) {
+        let path = format!("/v1/webhooks/{hook}/deliveries");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, log) = acme.get(&path).await;
+            let error = log["deliveries"][0]["error"].as_str().unwrap_or("").to_owned();
+            if !error.is_empty() {
+                assert!(error.starts_with("refused: ") && error.contains(reason), "{url}: {error}");
+                assert_eq!(log["deliveries"][0]["status"], "pending", "{url}: retried later");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{url}: no attempt logged");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(receiver.received().is_empty(), "nothing reached the loopback receiver");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_terminal_event_of_500_tasks_arrives_through_a_flaky_endpoint_a_killed_worker_and_a_redis_restart() {
+    let mut redis = RedisServer::start_with_aof();
+    let prefix = unique_prefix();
+    let extra = [
+        ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"),
+        ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1"),
+        ("FLOTILLA_WEBHOOK_RETRY_MS", "50,100,200,400,800,1000,1000,1000,1000,1000"),
+        ("FLOTILLA_LEASE_MS", "3000"),
+        ("FLOTILLA_WORKER_CONCURRENCY", "16"),
+    ];
+    let api = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let env = test_env(&redis, &prefix, &extra);
+    let mut doomed = WorkerProcess::spawn(&env, "hooks-doomed");
+    let _survivor = WorkerProcess::spawn(&env, "hooks-survivor");
+    let (receiver, addr) = Receiver::start(FLAKY).await;
+    create_hook(&acme, &format!("http://{addr}/hook"), json!(["task.succeeded", "task.failed"])).await;
+
+    let body = {
+        let tasks: Vec<Value> = (0..500).map(|i| json!({"prompt": format!("row {i}")})).collect();
+        json!({"defaults": {"pipeline": "scripted", "actions": [{"type": "wait", "ms": 20}]}, "tasks": tasks})
+    };
+    let (status, batch) = acme.post("/v1/batches", &body).await;
+    assert_eq!(status, 202, "{batch}");
+    let tasks: BTreeSet<String> =
+        batch["task_ids"].as_array().expect("ids").iter().map(|t| t.as_str().expect("id").to_owned()).collect();
+    let accepted_tasks = |receiver: &Receiver| -> BTreeSet<String> {
+        receiver
+            .received()
+            .iter()
+            .filter(|d| d.accepted)
+            .filter_map(|d| serde_json::from_str::<Value>(&d.body).ok()?["data"]["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    eventually("some deliveries", Duration::from_secs(60), || accepted_tasks(&receiver).len() >= 50).await;
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(5), "the worker died");
+    eventually("more deliveries", Duration::from_secs(60), || accepted_tasks(&receiver).len() >= 150).await;
+    redis.restart();
+    eventually("every task's terminal event", Duration::from_secs(240), || accepted_tasks(&receiver) == tasks).await;
+
+    let mut ids_by_task: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let mut bodies_by_id: HashMap<String, BTreeSet<String>> = HashMap::new();
+    let received = receiver.received();
+    for d in &received {
+        let body: Value = serde_json::from_str(&d.body).expect("json");
+        let task = body["data"]["id"].as_str().expect("task id").to_owned();
+        ids_by_task.entry(task).or_default().insert(d.id.clone());
+        bodies_by_id.entry(d.id.clone()).or_default().insert(d.body.clone());
+    }
+    assert!(ids_by_task.values().all(|ids| ids.len() == 1), "each task's event has one webhook-id however often it came");
+    assert!(bodies_by_id.values().all(|b| b.len() == 1), "a webhook-id always carries the same body");
+    let retried = received.len() - tasks.len();
+    eprintln!("{} requests for {} tasks ({retried} repeats: failures answered and redeliveries)", received.len(), tasks.len());
+    assert!(received.iter().any(|d| !d.accepted), "the endpoint did fail some");
+}

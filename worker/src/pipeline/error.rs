@@ -1,0 +1,70 @@
+//! How a pipeline ends badly, and how the faults of the parts it uses (the
+//! queue, a model, a sandbox) become such an end: whether another attempt may
+//! help, or the task cannot succeed as asked. Every pipeline file maps faults
+//! through these `From` impls, so the policy lives in one place.
+
+use flotilla_shared::task::StopCode;
+use flotilla_shared::QueueError;
+
+use crate::model::ModelError;
+use crate::sandbox::SandboxError;
+
+/// How a pipeline ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A fault that another attempt may not hit (a model 5xx, Redis blip).
+    #[error("{0}")]
+    Retryable(String),
+    /// The task cannot succeed as asked; retrying would not help.
+    #[error("{message}")]
+    Fatal { code: StopCode, message: String },
+    /// The sandbox refused an action as given (a key it does not know, a
+    /// point off the screen). Ends the task with code `problem`, unless the
+    /// pipeline can tell its model instead.
+    #[error("{0}")]
+    Refused(String),
+    /// The run noticed its cancel token.
+    #[error("cancelled")]
+    Cancelled,
+    /// Another attempt owns the task now.
+    #[error("this attempt no longer owns the task")]
+    Fenced,
+}
+
+impl From<QueueError> for PipelineError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::Fenced => PipelineError::Fenced,
+            other => PipelineError::Retryable(other.to_string()),
+        }
+    }
+}
+
+/// A model fault: throttling, an outage or a garbled answer is worth another
+/// attempt; a refused key or request is not.
+impl From<ModelError> for PipelineError {
+    fn from(error: ModelError) -> Self {
+        match error {
+            ModelError::RateLimited { .. } | ModelError::Unavailable(_) | ModelError::Malformed(_) => {
+                PipelineError::Retryable(error.to_string())
+            }
+            ModelError::Unauthorized { .. } | ModelError::Rejected { .. } => {
+                PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
+            }
+        }
+    }
+}
+
+/// A sandbox fault: a bad action is the task's fault; a gone or failing
+/// sandbox is worth another attempt on a new one.
+impl From<SandboxError> for PipelineError {
+    fn from(error: SandboxError) -> Self {
+        match error {
+            SandboxError::InvalidAction(_) => PipelineError::Refused(error.to_string()),
+            SandboxError::InvalidRequest(_) | SandboxError::Unauthorized(_) => {
+                PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
+            }
+            other => PipelineError::Retryable(other.to_string()),
+        }
+    }
+}

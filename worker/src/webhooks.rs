@@ -1,0 +1,88 @@
+//! Webhook delivery beside the task path: the dispatcher turns the tenant
+//! feeds' events into messages, the deliverer posts due ones, each on its
+//! own timer and with its own concurrency, so a slow or dead endpoint holds
+//! up only its own deliveries, never a task. Any number of workers run
+//! this; messages are taken under a lease, so each attempt runs once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::config::WebhooksConfig;
+use flotilla_shared::queue::Queue;
+use flotilla_shared::webhooks::deliver::Deliverer;
+use flotilla_shared::webhooks::dispatch::Dispatcher;
+use flotilla_shared::webhooks::Webhooks;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+/// How often the feeds are read for new events.
+const DISPATCH_EVERY: Duration = Duration::from_millis(100);
+/// How often due messages are taken.
+const DELIVER_EVERY: Duration = Duration::from_millis(100);
+/// Attempts one worker runs at once.
+const IN_FLIGHT: usize = 64;
+
+/// Runs until `shutdown` is cancelled; attempts under way are abandoned
+/// then, and come due again when their lease ends.
+pub async fn run(queue: Queue, config: WebhooksConfig, consumer: String, shutdown: CancellationToken) {
+    let hooks = Webhooks::of_queue(&queue, config);
+    let dispatcher = Dispatcher::new(queue, hooks.clone(), consumer);
+    let deliverer = Deliverer::new(hooks);
+    tokio::join!(dispatch(dispatcher, shutdown.clone()), deliver(deliverer, shutdown));
+}
+
+async fn dispatch(dispatcher: Dispatcher, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(DISPATCH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(error) = dispatcher.run_once().await {
+            warn!(%error, "reading events for webhooks failed");
+        }
+    }
+}
+
+async fn deliver(deliverer: Deliverer, shutdown: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let tracker = TaskTracker::new();
+    let mut tick = tokio::time::interval(DELIVER_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let free = slots.available_permits();
+        if free == 0 {
+            continue;
+        }
+        let due = match deliverer.hooks().take_due(free).await {
+            Ok(due) => due,
+            Err(error) => {
+                warn!(%error, "taking due webhook messages failed");
+                continue;
+            }
+        };
+        for id in due {
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else { break };
+            let deliverer = deliverer.clone();
+            let stop = shutdown.clone();
+            tracker.spawn(async move {
+                let _permit = permit;
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    done = deliverer.deliver(&id) => if let Err(error) = done {
+                        warn!(msg_id = %id, %error, "recording a webhook attempt failed");
+                    },
+                }
+            });
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+}
