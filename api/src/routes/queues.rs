@@ -38,7 +38,8 @@ pub struct DeadParams {
     pub limit: Option<String>,
 }
 
-/// Depth, pending, delay and age of every lane, and the caller's dead count.
+/// The caller's own figures: depth, pending, delay and age of its lanes, its
+/// queued and running tasks and settings, and its dead count.
 #[utoipa::path(
     get,
     path = "/v1/queues",
@@ -51,7 +52,7 @@ pub struct DeadParams {
     security(("bearer" = []))
 )]
 pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Result<Json<QueueStats>, ApiError> {
-    Ok(Json(state.queue().stats(Some(&tenant)).await?))
+    Ok(Json(state.queue().stats(&tenant).await?))
 }
 
 /// The caller's tasks whose attempts are spent, newest first.
