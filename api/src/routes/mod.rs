@@ -9,6 +9,7 @@ pub mod ops;
 pub mod queues;
 pub mod schedules;
 pub mod sse;
+pub mod takeover;
 pub mod tasks;
 pub mod views;
 pub mod webhooks;
