@@ -21,6 +21,7 @@ mod hardening;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;
+mod pagination;
 mod planner;
 mod queue;
 mod sandbox_isolation;
