@@ -22,7 +22,7 @@ mod extract;
 mod feed;
 pub mod hub;
 mod keys;
-mod metrics;
+pub mod metrics;
 mod openapi;
 mod presign;
 mod routes;

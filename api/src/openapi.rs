@@ -61,6 +61,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         flotilla_shared::action::Action,
         flotilla_shared::queue::QueueStats,
         flotilla_shared::queue::LaneStats,
+        flotilla_shared::queue::TenantLoad,
         tasks::TaskAccepted,
         tasks::TaskPage,
         tasks::Cancelled,

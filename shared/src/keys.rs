@@ -2,16 +2,41 @@
 //!
 //! All keys start with the configured prefix, so tests (and several fleets)
 //! share one Redis without colliding. Hash tags keep what one script touches
-//! in one cluster slot: a task is one hash, under `{task id}`;
-//! all lanes, due sets and queue counters share `{q}`; a tenant's index,
-//! dead letters and idempotency records share `{tenant}`; a batch's record
-//! and task list share `{batch id}`; every schedule key shares `{s}`.
+//! in one cluster slot: a task is one hash, under `{task id}`; a tenant's
+//! index, dead letters and idempotency records share `{tenant}`; a batch's
+//! record and task list share `{batch id}`; every schedule key shares `{s}`;
+//! the finished index and the tenant set share `{q}`.
+//!
+//! The queue itself is split into scheduler shards, each under a hash tag
+//! of its own, `{f<n>}` (one shard on a single server, [`CLUSTER_SHARDS`] on
+//! a cluster, so the masters share the work). A tenant belongs to one shard
+//! (a hash of its name); everything the scheduler reads or writes in one
+//! step lives in that shard, under the shard base `<prefix>:{f<n>}:`:
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `sched` | hash | `clock` (virtual time of the last turn), the shard's `queued`, `running`, `delayed` |
+//! | `active` | sorted set | tenants with queued tasks below their `max_running`, by virtual time |
+//! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
+//! | `trim` | set | tenants with acknowledged entries to trim |
+//! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
+//! | `tenants` | set | tenants with lanes in the shard |
+//! | `due` | sorted set | `<lane>:<tenant>:<task id>` by the epoch ms it becomes due |
+//! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed` |
+//! | `t:<tenant>:lane:<priority>` | stream | the tenant's lane of one priority, entries carry a task id (`t`) |
 
 use crate::ids::{BatchId, ScheduleId, TaskId, TenantId};
 use crate::task::Priority;
 
 /// The consumer group every worker reads the lanes with.
 pub const GROUP: &str = "workers";
+
+/// Scheduler shards on a Redis Cluster.
+pub const CLUSTER_SHARDS: u16 = 16;
+
+/// One scheduler shard: the hash tag a tenant's queue lives under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shard(pub u16);
 
 /// The task-hash field holding the task's event number `seq`.
 pub fn event_field(seq: u64) -> String {
@@ -22,11 +47,50 @@ pub fn event_field(seq: u64) -> String {
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    shards: u16,
 }
 
 impl Keys {
+    /// Keys under this prefix, with one scheduler shard.
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into() }
+        Self { prefix: prefix.into(), shards: 1 }
+    }
+
+    /// The same keys with the queue split into `shards` scheduler shards.
+    pub fn with_shards(self, shards: u16) -> Self {
+        Self { shards: shards.max(1), ..self }
+    }
+
+    /// Every scheduler shard.
+    pub fn shards(&self) -> impl Iterator<Item = Shard> + use<> {
+        (0..self.shards).map(Shard)
+    }
+
+    /// The shard a tenant's queue lives in (FNV-1a of its name).
+    pub fn shard_of(&self, tenant: &TenantId) -> Shard {
+        let hash =
+            tenant.as_str().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        Shard((hash % u64::from(self.shards)) as u16)
+    }
+
+    /// What every key of a shard starts with: `<prefix>:{f<n>}:`.
+    pub fn shard_base(&self, shard: Shard) -> String {
+        format!("{}:{{f{}}}:", self.prefix, shard.0)
+    }
+
+    /// Hash: the shard's virtual clock and totals (see the table above).
+    pub fn sched(&self, shard: Shard) -> String {
+        format!("{}sched", self.shard_base(shard))
+    }
+
+    /// Sorted set: the shard's tenants that may take a turn, by virtual time.
+    pub fn active(&self, shard: Shard) -> String {
+        format!("{}active", self.shard_base(shard))
+    }
+
+    /// Hash: one tenant's scheduler state and settings.
+    pub fn tenant_state(&self, tenant: &TenantId) -> String {
+        format!("{}t:{tenant}", self.shard_base(self.shard_of(tenant)))
     }
 
     pub fn prefix(&self) -> &str {
@@ -45,9 +109,16 @@ impl Keys {
         format!("{}:task:", self.prefix)
     }
 
-    /// Stream: the lane of one priority; entries carry only a task id (`t`).
-    pub fn lane(&self, priority: Priority) -> String {
-        format!("{}:{{q}}:lane:{}", self.prefix, priority.as_str())
+    /// Stream: a tenant's lane of one priority; entries carry only a task id (`t`).
+    pub fn lane(&self, tenant: &TenantId, priority: Priority) -> String {
+        format!("{}:lane:{}", self.tenant_state(tenant), priority.as_str())
+    }
+
+    /// Sorted set: a shard's tasks waiting for a time (retries after
+    /// backoff, and `not_before`), as `<lane>:<tenant>:<task id>`, by the
+    /// epoch ms they become due.
+    pub fn due(&self, shard: Shard) -> String {
+        format!("{}due", self.shard_base(shard))
     }
 
     /// String with a TTL: `tenant` stored the screen with content hash
@@ -56,15 +127,16 @@ impl Keys {
         format!("{}:{{{tenant}}}:screen:{hash}", self.prefix)
     }
 
-    /// Sorted set: task ids of one lane by the epoch ms they become due
-    /// (retries after backoff, and `not_before`).
-    pub fn due(&self, priority: Priority) -> String {
-        format!("{}:{{q}}:due:{}", self.prefix, priority.as_str())
+    /// Hash: counters of the shard's finished tasks by outcome, kept in the
+    /// shard's slot so an acknowledgement and its count are one step; the
+    /// fleet's counts are the sum over shards.
+    pub fn outcomes(&self, shard: Shard) -> String {
+        format!("{}outcomes", self.shard_base(shard))
     }
 
-    /// Hash: fleet-wide counters of finished tasks by outcome.
-    pub fn outcomes(&self) -> String {
-        format!("{}:{{q}}:outcomes", self.prefix)
+    /// The outcome counts of the shard `tenant` lives in.
+    pub fn tenant_outcomes(&self, tenant: &TenantId) -> String {
+        self.outcomes(self.shard_of(tenant))
     }
 
     /// Sorted set: tasks a worker ended on a single server, by when they
@@ -237,14 +309,29 @@ mod tests {
     }
 
     #[test]
+    fn tenants_spread_over_the_shards() {
+        let keys = Keys::new("p").with_shards(CLUSTER_SHARDS);
+        let mut per_shard = [0_u32; CLUSTER_SHARDS as usize];
+        for n in 0..1600 {
+            per_shard[keys.shard_of(&TenantId::parse(&format!("tenant-{n}")).expect("tenant")).0 as usize] += 1;
+        }
+        assert!(per_shard.iter().all(|n| (50..=150).contains(n)), "{per_shard:?}");
+        assert_eq!(Keys::new("p").shard_of(&TenantId::parse("acme").expect("tenant")), Shard(0));
+    }
+
+    #[test]
     fn keys_used_together_share_a_slot() {
         let keys = Keys::new("p");
         let tag = |k: &str| k[k.find('{').expect("tag")..=k.find('}').expect("tag")].to_owned();
-        assert_eq!(tag(&keys.lane(Priority::High)), tag(&keys.due(Priority::Low)));
+        let tenant = TenantId::parse("acme").expect("tenant");
+        let keys = keys.with_shards(CLUSTER_SHARDS);
+        let shard = keys.shard_of(&tenant);
+        assert_eq!(tag(&keys.lane(&tenant, Priority::High)), tag(&keys.sched(shard)));
+        assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.due(shard)));
+        assert_eq!(tag(&keys.active(shard)), tag(&keys.sched(shard)));
         let batch = BatchId::generate();
         assert_eq!(tag(&keys.batch(&batch)), tag(&keys.batch_tasks(&batch)));
         let schedule = ScheduleId::generate();
-        let tenant = TenantId::parse("acme").expect("tenant");
         assert_eq!(tag(&keys.schedule(&schedule)), tag(&keys.schedules_due()));
         assert_eq!(tag(&keys.schedule(&schedule)), tag(&keys.tenant_schedules(&tenant)));
     }

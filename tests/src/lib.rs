@@ -20,6 +20,7 @@ pub use fleet::{
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};
 pub use sse::{SseFrame, SseReader};
+pub mod fair_scenarios;
 pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;

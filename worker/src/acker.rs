@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::{Attempt, Delivery, Ending, Queue, Terminal};
+use flotilla_shared::queue::{Attempt, Delivery, Ending, Outcome, Queue, Terminal};
 use flotilla_shared::QueueError;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -27,7 +27,7 @@ enum Work {
     /// the entry.
     Finish(Arc<Attempt>, Terminal, i64),
     /// Only acknowledge the entry, counting this outcome if any.
-    Ack(Delivery, Option<&'static str>),
+    Ack(Delivery, Option<Outcome>),
 }
 
 /// Where finished work is sent.
@@ -51,7 +51,7 @@ impl Acker {
     }
 
     /// Acknowledges an entry whose task needs nothing more.
-    pub fn ack(&self, delivery: Delivery, outcome: Option<&'static str>) {
+    pub fn ack(&self, delivery: Delivery, outcome: Option<Outcome>) {
         self.send(Work::Ack(delivery, outcome));
     }
 
@@ -92,7 +92,7 @@ async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>, metr
 /// left for a reclaim, which finds the task ended and acknowledges it.
 async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
     let mut ends: Vec<Ending<'_>> = Vec::new();
-    let mut acks: Vec<(Delivery, Option<&'static str>)> = Vec::new();
+    let mut acks: Vec<(Delivery, Option<Outcome>)> = Vec::new();
     for work in batch {
         match work {
             Work::Finish(attempt, terminal, at_ms) => ends.push((attempt.as_ref(), terminal.clone(), *at_ms)),

@@ -92,7 +92,7 @@ impl Executor {
                 return "retrying";
             }
         };
-        let outcome = terminal.outcome();
+        let outcome = terminal.outcome().as_str();
         self.acker.finish(attempt, terminal);
         outcome
     }
@@ -125,7 +125,7 @@ impl Executor {
             .await;
         match written {
             Ok(Some(_)) => self.acker.ack(attempt.delivery.clone(), None),
-            Ok(None) => self.acker.ack(attempt.delivery.clone(), Some("failed")),
+            Ok(None) => self.acker.ack(attempt.delivery.clone(), Some(flotilla_shared::queue::Outcome::Failed)),
             Err(QueueError::Fenced) => info!("another attempt took the task over before it was handed back"),
             Err(e) => warn!(error = %e, "could not hand the task back; it will be reclaimed"),
         }

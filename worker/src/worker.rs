@@ -6,12 +6,10 @@
 //! Redis going away is not fatal: every loop logs, backs off and tries again,
 //! and the shared connection reconnects by itself.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::queue::{Delivery, Queue, StartOutcome};
+use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome};
 use flotilla_shared::{Config, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -27,11 +25,11 @@ use crate::pipeline::Registry;
 use crate::tools::Tools;
 use crate::webhooks;
 
-/// How long one blocking read waits before the loop looks around again.
-const BLOCK_FOR: Duration = Duration::from_millis(250);
-/// With fewer free slots than lanes, the loop polls at this pace instead of
-/// blocking (a blocking read may hand over one entry per lane).
-const NEARLY_FULL_POLL: Duration = Duration::from_millis(5);
+/// How long the loop first waits when there was nothing to claim; each
+/// empty claim doubles it, up to [`IDLE_MAX`].
+const IDLE_MIN: Duration = Duration::from_millis(2);
+/// The longest wait between claims when there is nothing to run.
+const IDLE_MAX: Duration = Duration::from_millis(25);
 
 /// Runs a worker with the standard pipelines until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -80,16 +78,9 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let abandon = CancellationToken::new();
     info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
-    let claimer = Claimer {
-        queue,
-        executor,
-        slots,
-        tracker: tracker.clone(),
-        abandon: abandon.clone(),
-        running: Arc::default(),
-        lease: config.queue.lease,
-    };
-    claimer.claim_until(&shutdown).await;
+    let mut source = queue.claimer(config.worker.id.clone());
+    let claimer = Claimer { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
+    claimer.claim_until(&mut source, &shutdown).await;
 
     info!(running = tracker.len(), deadline_s = config.worker.drain_deadline.as_secs(), "stopping: draining running tasks");
     tracker.close();
@@ -126,31 +117,19 @@ async fn connect_patiently(config: &Config, shutdown: &CancellationToken) -> any
     }
 }
 
-/// What one claim brought.
-enum Claimed {
-    /// Entries whose attempts are still to start.
-    Entries(Vec<Delivery>),
-    /// Entries claimed and started in the same round trip.
-    Started(Vec<(Delivery, Result<StartOutcome, QueueError>)>),
-}
-
-/// Claims entries and hands each to an executor under a slot.
+/// Claims work through the queue's seam and runs each attempt under a slot.
 #[derive(Clone)]
 struct Claimer {
-    queue: Queue,
     executor: Executor,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
     abandon: CancellationToken,
-    /// Tasks this worker runs now, so a second delivery of one is not started twice here.
-    running: Arc<Mutex<HashSet<TaskId>>>,
-    lease: Duration,
 }
 
 impl Claimer {
-    async fn claim_until(&self, shutdown: &CancellationToken) {
-        let mut last_reclaim = Instant::now() - self.lease;
+    async fn claim_until(&self, source: &mut WorkSource, shutdown: &CancellationToken) {
         let mut backoff = Duration::from_millis(50);
+        let mut idle = IDLE_MIN;
         loop {
             let first = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -163,24 +142,23 @@ impl Claimer {
             // one claim serves them all.
             tokio::task::yield_now().await;
             let free = 1 + self.slots.available_permits();
-            let claimed = if last_reclaim.elapsed() >= self.lease / 4 {
-                last_reclaim = Instant::now();
-                self.reclaim_then_claim(free, shutdown).await
-            } else {
-                self.claim(free, shutdown).await
-            };
-            match claimed {
-                Ok(Claimed::Entries(deliveries)) => {
+            match source.next(free).await {
+                Ok(claims) if claims.is_empty() => {
+                    drop(first);
                     backoff = Duration::from_millis(50);
-                    if !deliveries.is_empty() {
-                        self.dispatch(first, deliveries);
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(idle) => {}
                     }
+                    idle = (idle * 2).min(IDLE_MAX);
                 }
-                Ok(Claimed::Started(started)) => {
+                Ok(claims) => {
                     backoff = Duration::from_millis(50);
-                    self.run_started(first, started);
+                    idle = IDLE_MIN;
+                    self.run_claims(first, claims);
                 }
                 Err(e) => {
+                    drop(first);
                     self.executor.metrics.redis_error();
                     warn!(error = %e, "claiming failed; retrying");
                     tokio::select! {
@@ -193,98 +171,16 @@ impl Claimer {
         }
     }
 
-    /// Takes over entries of workers presumed dead, or, when there are none,
-    /// claims new ones.
-    async fn reclaim_then_claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Claimed, QueueError> {
-        let reclaimed = self.queue.reclaim(&self.executor.worker_id, free).await?;
-        if reclaimed.is_empty() {
-            return self.claim(free, shutdown).await;
-        }
-        Ok(Claimed::Entries(reclaimed))
-    }
-
-    /// Claims new entries: on a single server claimed and started in one
-    /// round trip; when the lanes are empty, waits for one with a blocking
-    /// read.
-    async fn claim(&self, free: usize, shutdown: &CancellationToken) -> Result<Claimed, QueueError> {
-        let worker = &self.executor.worker_id;
-        if self.queue.redis().is_cluster() {
-            let got = self.queue.claim_now(worker, free).await?;
-            if !got.is_empty() {
-                return Ok(Claimed::Entries(got));
-            }
-        } else {
-            let started = self.queue.claim_and_start(worker, free).await?;
-            if !started.is_empty() {
-                return Ok(Claimed::Started(started));
-            }
-        }
-        if free < 3 {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(NEARLY_FULL_POLL) => {}
-            }
-            return Ok(Claimed::Entries(Vec::new()));
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => Ok(Claimed::Entries(Vec::new())),
-            got = self.queue.claim_blocking(worker, BLOCK_FOR) => got.map(Claimed::Entries),
-        }
-    }
-
-    /// Runs attempts the claim already started, each under a slot.
-    fn run_started(&self, first: OwnedSemaphorePermit, started: Vec<(Delivery, Result<StartOutcome, QueueError>)>) {
+    /// Runs the started attempts, each under a slot.
+    fn run_claims(&self, first: OwnedSemaphorePermit, claims: Vec<Claim>) {
         let mut first = Some(first);
-        for (delivery, outcome) in started {
+        for Claim { delivery, outcome } in claims {
             // Only the claim loop takes slots, so there is one for each claimed entry.
             let Some(permit) = first.take().or_else(|| self.slots.clone().try_acquire_owned().ok()) else {
                 warn!(entry = %delivery.entry_id, "no free slot for a started task; it will be reclaimed");
                 continue;
             };
-            if let Some(id) = &delivery.task_id {
-                self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
-            }
             self.run_outcome(&delivery, outcome, permit);
-        }
-    }
-
-    /// Starts the claimed entries' attempts in one round trip and runs each
-    /// under a slot of its own. The round trip runs beside the claim loop,
-    /// so the next claim does not wait for it.
-    fn dispatch(&self, first: OwnedSemaphorePermit, deliveries: Vec<Delivery>) {
-        let mut permits = vec![first];
-        let mut fresh = Vec::with_capacity(deliveries.len());
-        {
-            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-            for delivery in deliveries {
-                // A task already running here keeps its entry by its heartbeat.
-                if delivery.task_id.as_ref().is_none_or(|id| running.insert(id.clone())) {
-                    fresh.push(delivery);
-                }
-            }
-        }
-        // Only the claim loop takes slots, so there is one for each claimed entry.
-        while permits.len() < fresh.len() {
-            match self.slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
-        let this = self.clone();
-        self.tracker.spawn(async move { this.start_and_run(fresh, permits).await });
-    }
-
-    async fn start_and_run(&self, fresh: Vec<Delivery>, permits: Vec<OwnedSemaphorePermit>) {
-        let started = match self.queue.start_many(&fresh, &self.executor.worker_id).await {
-            Ok(started) => started,
-            Err(e) => {
-                warn!(error = %e, entries = fresh.len(), "could not start claimed tasks; they will be reclaimed");
-                self.forget_running(&fresh);
-                return;
-            }
-        };
-        for ((delivery, outcome), permit) in fresh.iter().zip(started).zip(permits) {
-            self.run_outcome(delivery, outcome, permit);
         }
     }
 
@@ -296,34 +192,22 @@ impl Claimer {
                 let this = self.clone();
                 this.executor.metrics.task_started();
                 self.tracker.spawn(async move {
-                    let task_id = attempt.task_id().clone();
                     this.executor.execute(*attempt, this.abandon.clone()).await;
-                    this.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task_id);
                     this.executor.metrics.task_left();
                     drop(permit);
                 });
             }
             Ok(StartOutcome::AlreadyEnded(outcome)) => {
-                debug!(outcome, entry = %delivery.entry_id, "task had ended; acknowledging its entry");
-                self.forget_running(std::slice::from_ref(delivery));
+                debug!(outcome = outcome.as_str(), entry = %delivery.entry_id, "task had ended; acknowledging its entry");
                 self.executor.acker.ack(delivery.clone(), None);
             }
             Ok(StartOutcome::Nothing(reason)) => {
-                debug!(reason, entry = %delivery.entry_id, "nothing to run for entry");
-                self.forget_running(std::slice::from_ref(delivery));
+                debug!(?reason, entry = %delivery.entry_id, "nothing to run for entry");
                 self.executor.acker.ack(delivery.clone(), None);
             }
             Err(e) => {
                 warn!(error = %e, entry = %delivery.entry_id, "could not start task; it will be reclaimed");
-                self.forget_running(std::slice::from_ref(delivery));
             }
-        }
-    }
-
-    fn forget_running(&self, deliveries: &[Delivery]) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        for id in deliveries.iter().filter_map(|d| d.task_id.as_ref()) {
-            running.remove(id);
         }
     }
 }

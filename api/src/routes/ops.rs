@@ -61,7 +61,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     )
 )]
 pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let stats = state.queue().stats(None).await?;
+    let stats = state.queue().fleet_stats().await?;
     Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&stats)))
 }
 

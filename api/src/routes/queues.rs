@@ -36,7 +36,8 @@ pub struct Requeued {
     pub status: TaskStatus,
 }
 
-/// Depth, pending, delay and age of every lane, and the caller's dead count.
+/// The caller's own figures: depth, pending, delay and age of its lanes, its
+/// queued and running tasks and settings, and its dead count.
 #[utoipa::path(
     get,
     path = "/v1/queues",
@@ -49,7 +50,7 @@ pub struct Requeued {
     security(("bearer" = []))
 )]
 pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Result<Json<QueueStats>, ApiError> {
-    Ok(Json(state.queue().stats(Some(&tenant)).await?))
+    Ok(Json(state.queue().stats(&tenant).await?))
 }
 
 /// The caller's tasks whose attempts are spent, newest first, a page at a time.

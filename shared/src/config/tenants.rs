@@ -44,6 +44,11 @@ impl Default for TenantSettings {
 }
 
 impl TenantSettings {
+    /// The defaults with this weight.
+    pub fn weighted(weight: u32) -> Self {
+        Self { weight, ..Self::default() }
+    }
+
     /// Checks the ranges; the error names the setting as `tenants.<name>.<key>`.
     fn validate(&self, tenant: &str) -> Result<(), ConfigError> {
         if self.weight == 0 || self.weight > MAX_WEIGHT {

@@ -6,33 +6,63 @@
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use redis::AsyncCommands;
 
-use super::{origin, scripts, Delivery, Queue};
+use super::{fair_scripts, origin, scripts, Delivery, Queue};
 use crate::clock;
 use crate::error::QueueError;
 use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
-use crate::keys::GROUP;
-use crate::task::{HumanInput, Priority, StopCode, TaskSpec};
+use crate::keys::{Shard, GROUP};
+use crate::task::{HumanInput, StopCode, TaskSpec};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
+
+/// How a task ended, as the queue counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why a delivery started nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skipped {
+    /// The task's hash is gone (expired or deleted).
+    Gone,
+    /// A second new entry of a task that runs already.
+    Duplicate,
+    /// A cancel was waiting for it: it is cancelled now (and counted).
+    Cancelled,
+    /// Its attempts were spent: it is dead-lettered now (and counted).
+    Dead,
+    /// The entry names no valid task.
+    Malformed,
+}
 
 /// What a delivery turned into.
 #[derive(Debug)]
 pub enum StartOutcome {
     /// This worker now runs the attempt.
     Started(Box<Attempt>),
-    /// Nothing to run: the task is gone, or cancelled or dead-lettered just
-    /// now (and counted), or the entry is a second new entry of a task that
-    /// runs already. The entry can be acknowledged.
-    Nothing(&'static str),
+    /// Nothing to run; the entry can be acknowledged.
+    Nothing(Skipped),
     /// The task had ended but this entry was still pending: it was
     /// cancelled while queued, or it is a second delivery of a task another
     /// entry already ran. Acknowledge it; its outcome was counted when the
     /// task ended.
-    AlreadyEnded(&'static str),
+    AlreadyEnded(Outcome),
 }
 
 /// An attempt, how it ends its task, and when (epoch ms).
@@ -62,12 +92,12 @@ pub enum Terminal {
 }
 
 impl Terminal {
-    /// The outcome name counted in the queue's figures.
-    pub fn outcome(&self) -> &'static str {
+    /// The outcome counted in the queue's figures.
+    pub fn outcome(&self) -> Outcome {
         match self {
-            Terminal::Succeeded(_) => "succeeded",
-            Terminal::Failed(..) => "failed",
-            Terminal::Cancelled => "cancelled",
+            Terminal::Succeeded(_) => Outcome::Succeeded,
+            Terminal::Failed(..) => Outcome::Failed,
+            Terminal::Cancelled => Outcome::Cancelled,
         }
     }
 
@@ -98,11 +128,11 @@ impl Terminal {
 }
 
 /// The outcome to count for a task found ended at start.
-fn ended_outcome(status: Option<&String>) -> &'static str {
+fn ended_outcome(status: Option<&String>) -> Outcome {
     match status.map(String::as_str) {
-        Some("succeeded") => "succeeded",
-        Some("cancelled") => "cancelled",
-        _ => "failed",
+        Some("succeeded") => Outcome::Succeeded,
+        Some("cancelled") => Outcome::Cancelled,
+        _ => Outcome::Failed,
     }
 }
 
@@ -148,7 +178,7 @@ enum Unstarted {
     /// Its attempts were spent: it goes to the tenant's dead letters.
     Dead(TenantId, TaskId),
     /// A cancel was waiting for it.
-    Cancelled,
+    Cancelled(TenantId),
 }
 
 /// A running attempt.
@@ -168,7 +198,7 @@ pub struct Attempt {
 impl Queue {
     /// Starts the next attempt of the delivered task for worker `owner`.
     pub async fn start(&self, delivery: &Delivery, owner: &str) -> Result<StartOutcome, QueueError> {
-        self.start_many(std::slice::from_ref(delivery), owner).await?.pop().unwrap_or(Ok(StartOutcome::Nothing("gone")))
+        self.start_many(std::slice::from_ref(delivery), owner).await?.pop().unwrap_or(Ok(StartOutcome::Nothing(Skipped::Gone)))
     }
 
     /// Starts the next attempt of each delivered task, in one round trip.
@@ -196,7 +226,7 @@ impl Queue {
         let mut counted = Vec::new();
         for delivery in deliveries {
             let Some(task_id) = &delivery.task_id else {
-                outcomes.push(Ok(StartOutcome::Nothing("malformed")));
+                outcomes.push(Ok(StartOutcome::Nothing(Skipped::Malformed)));
                 continue;
             };
             let Some(reply) = replies.next() else { break };
@@ -206,37 +236,28 @@ impl Queue {
         Ok(outcomes)
     }
 
-    /// Claims up to `count` new entries (high lane first) and starts their
-    /// tasks in one round trip. Only on a single server: a cluster claims with
-    /// [`Queue::claim_now`] and starts with [`Queue::start_many`].
-    pub async fn claim_and_start(
+    /// Takes turns and starts the tasks in one round trip: up to `count`
+    /// entries. Only on a single server (one shard): a cluster claims with
+    /// [`Queue::claim_turns`] and starts with [`Queue::start_many`].
+    pub(super) async fn claim_and_start(
         &self,
         owner: &str,
         count: usize,
     ) -> Result<Vec<(Delivery, Result<StartOutcome, QueueError>)>, QueueError> {
-        let mut inv = scripts::CLAIM_AND_START.prepare_invoke();
-        for lane in Priority::ALL {
-            inv.key(self.keys.lane(lane));
-        }
+        let shard = Shard(0);
+        let mut inv = fair_scripts::CLAIM_AND_START.prepare_invoke();
+        inv.key(self.keys.sched(shard));
         StartArgs::new(self, owner).add_to(&mut inv);
-        inv.arg(GROUP).arg(count).arg(self.keys.task_prefix());
+        inv.arg(GROUP).arg(count).arg(self.keys.task_prefix()).arg(self.keys.shard_base(shard));
         let mut conn = self.redis.shared();
-        let claimed: Vec<(String, String, String, Vec<String>)> = match inv.invoke_async(&mut conn).await {
-            Ok(claimed) => claimed,
-            Err(e) if e.to_string().contains("NOGROUP") => {
-                self.ensure_groups().await?;
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let claimed: Vec<(String, String, String, String, Vec<String>)> = inv.invoke_async(&mut conn).await?;
         let mut counted = Vec::new();
         let mut outcomes = Vec::with_capacity(claimed.len());
-        for (lane, entry_id, task, reply) in claimed {
-            let Some(lane) = Priority::from_lane_number(&lane) else { continue };
-            let delivery = Delivery { lane, entry_id, task_id: TaskId::parse(&task).ok(), reclaimed: false };
+        for (lane, entry_id, task, tenant, reply) in claimed {
+            let Some(delivery) = Delivery::from_reply(&lane, entry_id, &task, &tenant, false) else { continue };
             let outcome = match &delivery.task_id {
                 Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
-                None => Ok(StartOutcome::Nothing("malformed")),
+                None => Ok(StartOutcome::Nothing(Skipped::Malformed)),
             };
             outcomes.push((delivery, outcome));
         }
@@ -275,14 +296,14 @@ impl Queue {
             Some("dead") => {
                 let tenant = reply.get(2).and_then(|t| TenantId::parse(t).ok()).ok_or_else(corrupt)?;
                 counted.push(Unstarted::Dead(tenant, task_id.clone()));
-                Ok(StartOutcome::Nothing("dead"))
+                Ok(StartOutcome::Nothing(Skipped::Dead))
             }
             Some("cancelled") => {
-                counted.push(Unstarted::Cancelled);
-                Ok(StartOutcome::Nothing("cancelled"))
+                counted.push(Unstarted::Cancelled(delivery.tenant.clone()));
+                Ok(StartOutcome::Nothing(Skipped::Cancelled))
             }
-            Some("gone") => Ok(StartOutcome::Nothing("gone")),
-            Some("duplicate") => Ok(StartOutcome::Nothing("duplicate")),
+            Some("gone") => Ok(StartOutcome::Nothing(Skipped::Gone)),
+            Some("duplicate") => Ok(StartOutcome::Nothing(Skipped::Duplicate)),
             Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
             _ => Err(corrupt()),
         }
@@ -298,10 +319,10 @@ impl Queue {
             match ended {
                 Unstarted::Dead(tenant, id) => {
                     cmds.push(redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()));
-                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "failed", 1));
-                    cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "dead", 1));
+                    cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "failed", 1));
+                    cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "dead", 1));
                 }
-                Unstarted::Cancelled => cmds.push(redis::Cmd::hincr(self.keys.outcomes(), "cancelled", 1)),
+                Unstarted::Cancelled(tenant) => cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1)),
             }
         }
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
@@ -311,7 +332,7 @@ impl Queue {
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
         let cmds = vec![
             redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()),
-            redis::Cmd::hincr(self.keys.outcomes(), "dead", 1),
+            redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "dead", 1),
         ];
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
         Ok(())
@@ -350,7 +371,7 @@ impl Queue {
     pub async fn finish_and_ack(
         &self,
         ends: &[Ending<'_>],
-        acks: &[(Delivery, Option<&'static str>)],
+        acks: &[(Delivery, Option<Outcome>)],
     ) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
         if self.redis.is_cluster() {
             let written = self.finish_many(ends).await?;
@@ -366,19 +387,18 @@ impl Queue {
         if ends.is_empty() && acks.is_empty() {
             return Ok(Vec::new());
         }
-        let mut inv = scripts::FINISH_AND_ACK.prepare_invoke();
-        for lane in Priority::ALL {
-            inv.key(self.keys.lane(lane));
-        }
-        inv.key(self.keys.outcomes()).key(self.keys.finished());
-        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len());
+        let shard = Shard(0);
+        let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
+        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.finished());
+        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
         for ending in ends {
             self.add_ending(&mut inv, ending);
             let delivery = &ending.0.delivery;
             inv.arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
         }
         for (delivery, outcome) in acks {
-            inv.arg(delivery.lane.lane_number()).arg(&delivery.entry_id).arg(outcome.unwrap_or(""));
+            inv.arg(delivery.tenant.as_str()).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
+            inv.arg(outcome.map_or("", |o| o.as_str()));
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
@@ -535,8 +555,11 @@ impl Attempt {
         let mut inv = self.fenced(&scripts::RETRY, kind);
         inv.arg("error").arg(error).arg("retry_at").arg(due);
         self.run_fenced(inv).await?;
-        let mut conn = self.queue.redis.shared();
-        let _: i64 = conn.zadd(self.queue.keys.due(self.spec.priority()), self.task_id().as_str(), due).await?;
+        let q = &self.queue;
+        let mut inv = q.shard_call(&fair_scripts::DEFER, q.keys.shard_of(self.tenant()));
+        inv.arg(self.tenant().as_str()).arg(self.spec.priority().lane_number()).arg(self.task_id().as_str()).arg(due);
+        let mut conn = q.redis.shared();
+        let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(Some(delay))
     }
 

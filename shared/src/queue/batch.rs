@@ -220,7 +220,7 @@ impl Queue {
         }
         if result.cancelled > 0 {
             let mut conn = self.redis.shared();
-            let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", result.cancelled).await?;
+            let _: i64 = conn.hincr(self.keys.tenant_outcomes(&batch.tenant), "cancelled", result.cancelled).await?;
         }
         Ok(result)
     }

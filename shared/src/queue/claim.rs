@@ -1,20 +1,20 @@
-//! The worker's side of the lanes: reading new entries in priority order,
-//! taking over entries of workers presumed dead, promoting due tasks, and
-//! acknowledging finished ones.
+//! The worker's side of the lanes below the claim seam: taking turns on a
+//! shard, taking over entries of workers presumed dead, promoting due
+//! tasks, acknowledging finished ones, and the lanes' upkeep. Every call
+//! runs one of [`fair_scripts`] on one scheduler shard.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
 
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
-use redis::AsyncCommands;
-
-use super::{scripts, Queue};
+use super::{fair_scripts, scripts, Queue};
 use crate::clock;
 use crate::error::QueueError;
-use crate::ids::TaskId;
-use crate::keys::GROUP;
+use crate::ids::{TaskId, TenantId};
+use crate::keys::{Shard, GROUP};
 use crate::task::Priority;
 
-/// How many due tasks one promoter pass moves per lane.
+use super::attempt::Outcome;
+
+/// How many due tasks one promoter pass moves per shard.
 const PROMOTE_BATCH: usize = 500;
 /// How many finished tasks one sweep call deletes at most.
 const SWEEP_BATCH: usize = 500;
@@ -25,6 +25,8 @@ const SWEEP_ROUNDS: usize = 20;
 /// One stream entry handed to a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// The tenant whose lane holds the entry.
+    pub tenant: TenantId,
     pub lane: Priority,
     pub entry_id: String,
     /// `None` when the entry is malformed; it is acknowledged and dropped.
@@ -36,114 +38,81 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    fn from_entry(lane: Priority, entry: &StreamId, reclaimed: bool) -> Self {
-        let task_id = entry.get::<String>("t").and_then(|t| TaskId::parse(&t).ok());
-        Self { lane, entry_id: entry.id.clone(), task_id, reclaimed }
+    /// An entry as the scheduler scripts report it: lane index, entry id,
+    /// task id, tenant.
+    pub(super) fn from_reply(lane: &str, entry_id: String, task: &str, tenant: &str, reclaimed: bool) -> Option<Self> {
+        Some(Self {
+            tenant: TenantId::parse(tenant).ok()?,
+            lane: Priority::from_lane_number(lane)?,
+            entry_id,
+            task_id: TaskId::parse(task).ok(),
+            reclaimed,
+        })
     }
 }
 
 impl Queue {
-    /// Creates the consumer group on every lane (reading from the start, so
-    /// tasks queued before any worker existed are delivered).
-    pub async fn ensure_groups(&self) -> Result<(), QueueError> {
+    /// A scheduler script call on one shard: `KEYS[1]` its `sched`,
+    /// `ARGV[1]` its key base.
+    pub(super) fn shard_call<'a>(&self, script: &'a redis::Script, shard: Shard) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(self.keys.sched(shard)).arg(self.keys.shard_base(shard));
+        inv
+    }
+
+    /// Writes the configured tenants' weights and limits where the
+    /// scheduler reads them (each tenant's settings are also written with
+    /// its tasks).
+    pub async fn write_tenant_settings(&self) -> Result<(), QueueError> {
+        let mut by_shard: BTreeMap<Shard, Vec<(&TenantId, u32, u32)>> = BTreeMap::new();
+        for (tenant, settings) in self.settings.tenants.iter() {
+            let entry = (tenant, settings.weight, settings.max_running.unwrap_or(0));
+            by_shard.entry(self.keys.shard_of(tenant)).or_default().push(entry);
+        }
         let mut conn = self.redis.shared();
-        for lane in Priority::ALL {
-            let created: Result<(), redis::RedisError> = conn.xgroup_create_mkstream(self.keys.lane(lane), GROUP, "0").await;
-            match created {
-                Ok(()) => {}
-                Err(e) if e.code() == Some("BUSYGROUP") => {}
-                Err(e) => return Err(e.into()),
+        for (shard, tenants) in by_shard {
+            let mut inv = self.shard_call(&fair_scripts::SET_SETTINGS, shard);
+            for (tenant, weight, max) in tenants {
+                inv.arg(tenant.as_str()).arg(weight).arg(max);
             }
+            let _: i64 = inv.invoke_async(&mut conn).await?;
         }
         Ok(())
     }
 
-    /// Reads up to `count` new entries, high lane first, without waiting.
-    pub async fn claim_now(&self, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
-        let mut conn = self.redis.shared();
-        let mut inv = scripts::CLAIM.prepare_invoke();
-        for lane in Priority::ALL {
-            inv.key(self.keys.lane(lane));
-        }
+    /// Takes turns on one shard for `consumer` without starting the tasks:
+    /// up to `count` entries.
+    pub async fn claim_turns(&self, shard: Shard, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
+        let mut inv = self.shard_call(&fair_scripts::CLAIM_TURNS, shard);
         inv.arg(GROUP).arg(consumer).arg(count);
-        let flat: Vec<String> = match inv.invoke_async(&mut conn).await {
-            Ok(flat) => flat,
-            Err(e) if e.to_string().contains("NOGROUP") => {
-                // Redis lost the group (restarted without persistence): make it again.
-                self.ensure_groups().await?;
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        Ok(flat
-            .chunks_exact(3)
-            .filter_map(|c| {
-                let lane = Priority::from_lane_number(&c[0])?;
-                Some(Delivery { lane, entry_id: c[1].clone(), task_id: TaskId::parse(&c[2]).ok(), reclaimed: false })
-            })
+        let mut conn = self.redis.shared();
+        let got: Vec<(String, String, String, String, redis::Value)> = inv.invoke_async(&mut conn).await?;
+        Ok(got
+            .into_iter()
+            .filter_map(|(lane, entry, task, tenant, _)| Delivery::from_reply(&lane, entry, &task, &tenant, false))
             .collect())
     }
 
-    /// Waits up to `block` for one new entry on any lane; at most one per lane
-    /// comes back.
-    pub async fn claim_blocking(&self, consumer: &str, block: Duration) -> Result<Vec<Delivery>, QueueError> {
-        let mut conn = self.redis.dedicated().await?;
-        let lanes: Vec<String> = Priority::ALL.iter().map(|p| self.keys.lane(*p)).collect();
-        let opts = StreamReadOptions::default().group(GROUP, consumer).count(1).block(block.as_millis() as usize);
-        let reply: Option<StreamReadReply> = self.read_group(&mut conn, &lanes, opts).await?;
-        let mut got = deliveries(reply);
-        got.sort_by_key(|d| d.lane.lane_number());
-        Ok(got)
-    }
-
-    async fn read_group<C: redis::aio::ConnectionLike + Send + Sync>(
-        &self,
-        conn: &mut C,
-        lanes: &[String],
-        opts: StreamReadOptions,
-    ) -> Result<Option<StreamReadReply>, QueueError> {
-        let ids: Vec<&str> = lanes.iter().map(|_| ">").collect();
-        let read: Result<Option<StreamReadReply>, redis::RedisError> = conn.xread_options(lanes, &ids, &opts).await;
-        match read {
-            Ok(reply) => Ok(reply.map(|mut r| {
-                for key in &mut r.keys {
-                    key.key = self.lane_name(&key.key).to_owned();
-                }
-                r
-            })),
-            Err(e) if e.code() == Some("NOGROUP") => {
-                // Redis lost the group (restarted without persistence): make it again.
-                self.ensure_groups().await?;
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The lane name (`high`, …) of a lane key.
-    fn lane_name<'a>(&self, key: &'a str) -> &'a str {
-        key.rsplit(':').next().unwrap_or(key)
-    }
-
     /// Takes over up to `count` entries that have been pending longer than
-    /// the lease: their worker is presumed dead.
+    /// the lease: their worker is presumed dead. They keep their tenant's
+    /// running slot.
     pub async fn reclaim(&self, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.redis.shared();
-        let min_idle = self.settings.lease.as_millis() as usize;
+        let min_idle = self.settings.lease.as_millis() as u64;
         let mut got = Vec::new();
-        for lane in Priority::ALL {
+        for shard in self.keys.shards() {
             let wanted = count - got.len();
             if wanted == 0 {
                 break;
             }
-            let opts = StreamAutoClaimOptions::default().count(wanted);
-            let reply: Result<StreamAutoClaimReply, redis::RedisError> =
-                conn.xautoclaim_options(self.keys.lane(lane), GROUP, consumer, min_idle, "0-0", opts).await;
-            match reply {
-                Ok(reply) => got.extend(reply.claimed.iter().map(|e| Delivery::from_entry(lane, e, true))),
-                Err(e) if e.code() == Some("NOGROUP") => self.ensure_groups().await?,
-                Err(e) => return Err(e.into()),
-            }
+            let mut inv = self.shard_call(&fair_scripts::RECLAIM, shard);
+            inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted);
+            let taken: Vec<(String, String, String, String)> = inv.invoke_async(&mut conn).await?;
+            got.extend(
+                taken
+                    .into_iter()
+                    .filter_map(|(lane, entry, task, tenant)| Delivery::from_reply(&lane, entry, &task, &tenant, true)),
+            );
         }
         Ok(got)
     }
@@ -162,7 +131,7 @@ impl Queue {
     async fn set_idle(&self, consumer: &str, delivery: &Delivery, idle_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let _: redis::Value = redis::cmd("XCLAIM")
-            .arg(self.keys.lane(delivery.lane))
+            .arg(self.keys.lane(&delivery.tenant, delivery.lane))
             .arg(GROUP)
             .arg(consumer)
             .arg(0)
@@ -175,42 +144,40 @@ impl Queue {
         Ok(())
     }
 
-    /// Acknowledges finished entries, counting outcomes
-    /// (`succeeded`, `failed`, …) in the same round trip.
-    pub async fn ack(&self, done: &[(Delivery, Option<&'static str>)]) -> Result<(), QueueError> {
-        if done.is_empty() {
-            return Ok(());
+    /// Acknowledges finished entries and counts their outcomes
+    /// (`succeeded`, `failed`, …) in one step per shard, so an entry is
+    /// counted exactly when it is acknowledged; each acknowledged entry frees
+    /// its tenant's running slot.
+    pub async fn ack(&self, done: &[(Delivery, Option<Outcome>)]) -> Result<(), QueueError> {
+        let mut by_shard: BTreeMap<Shard, Vec<&(Delivery, Option<Outcome>)>> = BTreeMap::new();
+        for item in done {
+            by_shard.entry(self.keys.shard_of(&item.0.tenant)).or_default().push(item);
         }
-        let mut pipe = redis::pipe();
-        for lane in Priority::ALL {
-            let ids: Vec<&str> = done.iter().filter(|(d, _)| d.lane == lane).map(|(d, _)| d.entry_id.as_str()).collect();
-            if ids.is_empty() {
-                continue;
-            }
-            pipe.xack(self.keys.lane(lane), GROUP, &ids).ignore();
-        }
-        let mut counts: Vec<(&str, i64)> = Vec::new();
-        for outcome in done.iter().filter_map(|(_, o)| *o) {
-            match counts.iter_mut().find(|(name, _)| *name == outcome) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((outcome, 1)),
-            }
-        }
-        for (outcome, n) in counts {
-            pipe.hincr(self.keys.outcomes(), outcome, n).ignore();
-        }
-        let mut conn = self.redis.shared();
-        let () = pipe.query_async(&mut conn).await?;
+        let calls: Vec<_> = by_shard
+            .into_iter()
+            .map(|(shard, items)| {
+                let mut inv = self.shard_call(&fair_scripts::ACK, shard);
+                inv.key(self.keys.outcomes(shard));
+                inv.arg(GROUP);
+                for (delivery, outcome) in items {
+                    inv.arg(delivery.tenant.as_str()).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
+                    inv.arg(outcome.map_or("", Outcome::as_str));
+                }
+                inv
+            })
+            .collect();
+        let _: Vec<i64> = self.invoke_each(&calls).await?;
         Ok(())
     }
 
-    /// Drops acknowledged entries from the head of every lane (see
-    /// [`scripts::TRIM`]). Returns how many went.
+    /// Drops acknowledged entries from the head of the lanes that had
+    /// acknowledgements since the last pass (see [`fair_scripts::TRIM`]).
+    /// Returns how many entries went.
     pub async fn trim_lanes(&self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
         let mut trimmed = 0;
-        for lane in Priority::ALL {
-            let n: usize = scripts::TRIM.key(self.keys.lane(lane)).arg(GROUP).invoke_async(&mut conn).await?;
+        for shard in self.keys.shards() {
+            let n: usize = self.shard_call(&fair_scripts::TRIM, shard).arg(GROUP).invoke_async(&mut conn).await?;
             trimmed += n;
         }
         Ok(trimmed)
@@ -223,15 +190,17 @@ impl Queue {
         let mut conn = self.redis.shared();
         let gone_after_ms = self.settings.lease.as_millis() as u64 * 10;
         let mut removed = Vec::new();
-        for lane in Priority::ALL {
-            let names: Vec<String> = scripts::FORGET_GONE_CONSUMERS
-                .key(self.keys.lane(lane))
+        for shard in self.keys.shards() {
+            let names: Vec<String> = self
+                .shard_call(&fair_scripts::FORGET_GONE_CONSUMERS, shard)
                 .arg(GROUP)
                 .arg(gone_after_ms)
                 .invoke_async(&mut conn)
                 .await?;
             removed.extend(names);
         }
+        removed.sort();
+        removed.dedup();
         Ok(removed)
     }
 
@@ -267,10 +236,10 @@ impl Queue {
         let mut conn = self.redis.shared();
         let now = clock::now_ms();
         let mut moved = 0;
-        for lane in Priority::ALL {
-            let n: usize = scripts::PROMOTE
-                .key(self.keys.due(lane))
-                .key(self.keys.lane(lane))
+        for shard in self.keys.shards() {
+            let n: usize = self
+                .shard_call(&fair_scripts::PROMOTE, shard)
+                .arg(GROUP)
                 .arg(now)
                 .arg(PROMOTE_BATCH)
                 .invoke_async(&mut conn)
@@ -279,14 +248,4 @@ impl Queue {
         }
         Ok(moved)
     }
-}
-
-fn deliveries(reply: Option<StreamReadReply>) -> Vec<Delivery> {
-    let Some(reply) = reply else { return Vec::new() };
-    let mut got = Vec::new();
-    for key in &reply.keys {
-        let Some(lane) = Priority::parse(&key.key) else { continue };
-        got.extend(key.ids.iter().map(|e| Delivery::from_entry(lane, e, false)));
-    }
-    got
 }

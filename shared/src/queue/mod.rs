@@ -1,15 +1,17 @@
 //! The task queue on Redis Streams.
 //!
-//! Layout (see [`crate::keys`]): one stream per priority lane, read by the
-//! consumer group `workers`; a stream entry carries only a task id, and the
-//! task's spec and state live in its own hash beside a list of its events.
-//! A lane's due set holds tasks waiting for a time (retry backoff,
-//! `not_before`) until the promoter moves them into the stream.
+//! Layout (see [`crate::keys`]): each tenant has one stream per priority
+//! lane, read by the consumer group `workers`; a stream entry carries only a
+//! task id, and the task's spec and state live in its own hash beside its
+//! events. A shard's due set holds tasks waiting for a time (retry backoff,
+//! `not_before`) until the promoter moves them into their lanes.
 //!
-//! Delivery: workers read lanes high → normal → low with `XREADGROUP`. A
-//! running attempt renews its lease every heartbeat; an entry idle in the
-//! pending list for longer than the lease belongs to a worker presumed dead
-//! and is taken over with `XAUTOCLAIM`. Taking over starts a new attempt, and
+//! Delivery: tenants take turns by weight ([`fair_scripts`]); a turn reads
+//! the tenant's lanes high → normal → low with `XREADGROUP`. Workers ask for
+//! work through one seam, [`Claimer::next`]. A running attempt renews its
+//! lease every heartbeat; an entry idle in the pending list for longer than
+//! the lease belongs to a worker presumed dead and is taken over with
+//! `XAUTOCLAIM`. Taking over starts a new attempt, and
 //! every write of the old one is refused by the fenced scripts of
 //! [`scripts`]. An entry is acknowledged and deleted only after the task's
 //! terminal state (or its hand-back for retry) is written, so a crash at any
@@ -22,29 +24,33 @@ mod attempt;
 mod batch;
 mod batch_spec;
 mod claim;
+pub mod fair_scripts;
 mod feed;
+mod next;
 mod record;
 mod screens;
 pub mod scripts;
 mod stats;
 mod submit;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-pub use attempt::{Attempt, Ending, HeartbeatOutcome, StartOutcome, Terminal};
+pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
 pub use claim::Delivery;
 pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
+pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
-pub use stats::{LaneStats, QueueStats};
+pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 
-use crate::config::Config;
+use crate::config::{Config, TenantsConfig};
 use crate::error::QueueError;
 use crate::event::EventOrigin;
 use crate::ids::{BatchId, TaskId, TenantId};
-use crate::keys::Keys;
+use crate::keys::{Keys, CLUSTER_SHARDS};
 use crate::redis_conn::Redis;
 
 /// Timing rules of the queue.
@@ -54,6 +60,8 @@ pub struct QueueSettings {
     pub retention: Duration,
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// Each tenant's weight and limits.
+    pub tenants: Arc<TenantsConfig>,
 }
 
 impl QueueSettings {
@@ -63,6 +71,7 @@ impl QueueSettings {
             retention: config.queue.retention,
             retry_base: config.queue.retry_base,
             retry_max: config.queue.retry_max,
+            tenants: Arc::new(config.tenants.clone()),
         }
     }
 }
@@ -82,15 +91,19 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
+    /// The queue on this connection; on a cluster its keys are split over
+    /// [`CLUSTER_SHARDS`] scheduler shards.
     pub fn new(redis: Redis, keys: Keys, settings: QueueSettings) -> Self {
+        let keys = keys.with_shards(if redis.is_cluster() { CLUSTER_SHARDS } else { 1 });
         Self { redis, keys, settings }
     }
 
-    /// Connects to Redis as configured and makes sure the lanes exist.
+    /// Connects to Redis as configured and writes the configured tenants'
+    /// settings where the scheduler reads them.
     pub async fn connect(config: &Config) -> Result<Self, QueueError> {
         let redis = Redis::connect(&config.redis).await?;
         let queue = Self::new(redis, Keys::new(config.key_prefix.clone()), QueueSettings::from_config(config));
-        queue.ensure_groups().await?;
+        queue.write_tenant_settings().await?;
         Ok(queue)
     }
 

@@ -34,7 +34,7 @@ use redis::Script;
 /// then publishes the event on the task's, batch's and tenant's channels; `body` is the header and the
 /// draft's fields (`with_hdr`). Sequence and attempt numbers stay strings in
 /// the scripts: turning a Lua number into text costs more than it seems.
-const PRELUDE: &str = r#"
+pub(super) const PRELUDE: &str = r#"
 local CHANNELS = ARGV[1]
 local FEED = string.byte(CHANNELS, -1) == 43
 if FEED then CHANNELS = string.sub(CHANNELS, 1, -2) end
@@ -74,13 +74,13 @@ end
 local ONE = {KEYS[1], ARGV[2]}
 "#;
 
-/// Starting one task's next attempt, shared by [`START`] and
-/// [`CLAIM_AND_START`]. Reads `ARGV[2..7]` as [`START`] documents them.
+/// Starting one task's next attempt, shared by [`START`] and the
+/// scheduler's claim (`fair_scripts::CLAIM_AND_START`). Reads `ARGV[2..7]` as [`START`] documents them.
 /// `reclaimed` says the entry was taken over from a worker presumed dead:
 /// only then does a running task get a new attempt. A new entry of a
 /// running task is a second one (a retry's promotion raced the reclaim of
 /// the first), and the attempt holding the first entry runs the task.
-const START_FN: &str = r#"
+pub(super) const START_FN: &str = r#"
 local function start(t, reclaimed)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
   if not st[1] then return {'gone'} end
@@ -107,31 +107,6 @@ local function start(t, reclaimed)
   end
   record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2), fields)
   return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
-end
-"#;
-
-/// Reading new entries from the lanes `KEYS` in priority order, shared by
-/// [`CLAIM`] and [`CLAIM_AND_START`]: up to `wanted` entries for `consumer`
-/// of `group`, each as `{lane index, entry id, task id}`.
-const READ_LANES_FN: &str = r#"
-local function read_lanes(group, consumer, wanted)
-  local got = {}
-  for lane = 1, #KEYS do
-    if wanted <= 0 then break end
-    local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', wanted, 'STREAMS', KEYS[lane], '>')
-    if reply then
-      for _, entry in ipairs(reply[1][2]) do
-        local task = ''
-        local fields = entry[2]
-        for i = 1, #fields, 2 do
-          if fields[i] == 't' then task = fields[i + 1] end
-        end
-        got[#got + 1] = {tostring(lane), entry[1], task}
-        wanted = wanted - 1
-      end
-    end
-  end
-  return got
 end
 "#;
 
@@ -198,13 +173,13 @@ return replies
 pub const FINISH_GROUP: usize = 11;
 
 /// Ending one owning attempt's task, shared by [`FINISH`] and
-/// [`FINISH_AND_ACK`]: `t` the task, `a` where its [`FINISH_GROUP`]
+/// `fair_scripts::FINISH_AND_ACK`: `t` the task, `a` where its [`FINISH_GROUP`]
 /// arguments start (`id, attempt, worker id, body, status, code, field,
 /// value, finished_at, tenant, batch`; `field` is `result` or `error`, or
 /// empty; `body` the event after its seq). With `expire`, the task expires
 /// after `ARGV[2]`, the retention ms.
 /// Returns the terminal event's seq, or -1 when fenced.
-const FINISH_FN: &str = r#"
+pub(super) const FINISH_FN: &str = r#"
 local function finish(t, a, expire)
   local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'cancel', 'seq')
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
@@ -233,61 +208,6 @@ for i = 1, #KEYS do
   local a = 3 + (i - 1) * 11 -- FINISH_GROUP
   replies[i] = finish(task_at(i, ARGV[a]), a, true)
 end
-return replies
-"#
-    ))
-});
-
-/// Arguments per ended task of [`FINISH_AND_ACK`]: the [`FINISH_GROUP`] and
-/// the entry's lane index and id.
-pub const FINISH_AND_ACK_GROUP: usize = FINISH_GROUP + 2;
-
-/// Ends owning attempts, acknowledges their entries and counts their
-/// outcomes in one step, so a task is counted exactly when it ends; on a
-/// single server only (the queue's keys and the tasks' keys are in one
-/// call). Instead of a TTL each, the ended tasks go into the finished index
-/// in one command, and [`SWEEP_FINISHED`] deletes them after the retention.
-/// `KEYS[1..3]` the lanes in priority order, `KEYS[4]` the outcome counts,
-/// `KEYS[5]` the finished index, then the key of each ended task.
-/// `ARGV[2]` retention ms (unused here), `ARGV[3]`
-/// the group, `ARGV[4]` how many tasks end; from `ARGV[5]`
-/// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
-/// acknowledge only, as `lane index, entry id, outcome to count (or empty)`.
-/// An entry whose task another attempt owns is left pending.
-/// Returns per ended task the terminal event's seq, or -1 when fenced.
-pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}\n{FINISH_FN}\n{}",
-        r#"
-local acks = {{}, {}, {}}
-local counts = {}
-local finished = {}
-local function settle(lane, entry, outcome)
-  local ids = acks[tonumber(lane)]
-  ids[#ids + 1] = entry
-  if outcome ~= '' then counts[outcome] = (counts[outcome] or 0) + 1 end
-end
-local ended = tonumber(ARGV[4])
-local replies = {}
-for i = 1, ended do
-  local a = 5 + (i - 1) * 13 -- FINISH_AND_ACK_GROUP
-  replies[i] = finish(task_at(i, ARGV[a], 6), a, false)
-  if replies[i] ~= -1 then
-    settle(ARGV[a + 11], ARGV[a + 12], ARGV[a + 4])
-    finished[#finished + 1] = ARGV[a + 8]
-    finished[#finished + 1] = ARGV[a]
-  end
-end
-for j = 5 + ended * 13, #ARGV, 3 do
-  settle(ARGV[j], ARGV[j + 1], ARGV[j + 2])
-end
-for lane = 1, 3 do
-  if #acks[lane] > 0 then redis.call('XACK', KEYS[lane], ARGV[3], unpack(acks[lane])) end
-end
-for outcome, n in pairs(counts) do
-  redis.call('HINCRBY', KEYS[4], outcome, n)
-end
-if #finished > 0 then redis.call('ZADD', KEYS[5], unpack(finished)) end
 return replies
 "#
     ))
@@ -438,121 +358,6 @@ for _, id in ipairs(ids) do
   local st = redis.call('HMGET', key, 'status', 'finished_at')
   local ended = st[1] == 'succeeded' or st[1] == 'failed' or st[1] == 'cancelled'
   if ended and (tonumber(st[2]) or 0) <= cutoff then redis.call('DEL', key) end
-end
-if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
-return #ids
-"#,
-    )
-});
-
-/// Claims and starts in one step, on a single server (the task keys are
-/// computed here, so this cannot run on a cluster): reads up to `ARGV[9]`
-/// new entries for consumer `ARGV[4]` of group `ARGV[8]` from the lanes
-/// `KEYS` in priority order and starts each one's task as [`START`] does
-/// (`ARGV[1..7]` as there; `ARGV[10]` the task key prefix `<prefix>:task:`).
-/// Returns per entry `{lane index, entry id, task id, start reply}`.
-pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}\n{START_FN}\n{READ_LANES_FN}\n{}",
-        r#"
-local out = {}
-for _, got in ipairs(read_lanes(ARGV[8], ARGV[4], tonumber(ARGV[9]))) do
-  local id = got[3]
-  local started = {'malformed'}
-  if id ~= '' then
-    local key = ARGV[10] .. '{' .. id .. '}'
-    started = start({key, id}, false)
-  end
-  out[#out + 1] = {got[1], got[2], id, started}
-end
-return out
-"#
-    ))
-});
-
-/// Reads up to `ARGV[3]` new entries for consumer `ARGV[2]` of group
-/// `ARGV[1]` from the lanes `KEYS` in order, so higher lanes are served
-/// first, in one round trip. Returns a flat list: lane index (1-based),
-/// entry id, task id, and so on.
-pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{READ_LANES_FN}\n{}",
-        r#"
-local out = {}
-for _, got in ipairs(read_lanes(ARGV[1], ARGV[2], tonumber(ARGV[3]))) do
-  out[#out + 1] = got[1]
-  out[#out + 1] = got[2]
-  out[#out + 1] = got[3]
-end
-return out
-"#
-    ))
-});
-
-/// Removes consumers of group `ARGV[1]` on lane `KEYS[1]` that have been
-/// idle longer than `ARGV[2]` ms and hold no pending entry: workers gone for
-/// good, whose entries were already taken over. Checking and removing in one
-/// script means an entry can never be stranded with a removed consumer.
-/// Returns the names removed.
-pub static FORGET_GONE_CONSUMERS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local removed = {}
-for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
-  local name, pending, idle
-  for i = 1, #consumer, 2 do
-    if consumer[i] == 'name' then name = consumer[i + 1] end
-    if consumer[i] == 'pending' then pending = consumer[i + 1] end
-    if consumer[i] == 'idle' then idle = consumer[i + 1] end
-  end
-  if name and pending == 0 and idle > tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
-    removed[#removed + 1] = name
-  end
-end
-return removed
-"#,
-    )
-});
-
-/// Drops acknowledged entries from the head of a lane: everything before
-/// the oldest pending entry, or, with none pending, everything delivered.
-/// Entries are removed whole listpack nodes at a time (`MINID ~`), which
-/// costs far less than deleting each one. `KEYS[1]` the lane, `ARGV[1]` the
-/// group. Returns how many entries went.
-pub static TRIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
-local floor
-if pending[1] > 0 then
-  floor = pending[2]
-else
-  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-    for i = 1, #group, 2 do
-      if group[i] == 'name' and group[i + 1] == ARGV[1] then
-        for j = 1, #group, 2 do
-          if group[j] == 'last-delivered-id' then floor = group[j + 1] end
-        end
-      end
-    end
-  end
-end
-if not floor or floor == '0-0' then return 0 end
-return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)
-"#,
-    )
-});
-
-/// Moves due task ids from a lane's due set into its stream. `KEYS[1]` the
-/// due set, `KEYS[2]` the lane; `ARGV[1]` now, `ARGV[2]` the most to move.
-/// Returns how many moved.
-pub static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
-for _, id in ipairs(ids) do
-  redis.call('XADD', KEYS[2], '*', 't', id)
 end
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
 return #ids

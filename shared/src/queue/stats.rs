@@ -1,4 +1,5 @@
-//! Queue figures for operators: `GET /v1/queues` and the metrics page.
+//! Queue figures: a tenant's own (`GET /v1/queues`) and the fleet's (the
+//! metrics page, autoscaling).
 
 use std::collections::HashMap;
 
@@ -13,7 +14,7 @@ use crate::ids::TenantId;
 use crate::keys::GROUP;
 use crate::task::Priority;
 
-/// One lane's figures.
+/// One of the caller's lanes.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LaneStats {
     pub lane: Priority,
@@ -28,35 +29,98 @@ pub struct LaneStats {
     pub consumers: u64,
 }
 
-/// The queue's figures.
+/// A tenant's load and settings.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TenantLoad {
+    pub tenant: TenantId,
+    /// Tasks ready to run, waiting for a turn (or a free slot under `max_running`).
+    pub queued: u64,
+    /// Tasks handed to workers and not yet ended or handed back.
+    pub running: u64,
+    /// Tasks waiting for a retry backoff or their `not_before`.
+    pub delayed: u64,
+    pub weight: u32,
+    /// Tasks of the tenant running at once, fleet-wide; none when unset.
+    pub max_running: Option<u32>,
+}
+
+/// The caller's queue figures: `GET /v1/queues`. Nothing in it is another
+/// tenant's.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct QueueStats {
+    /// The caller's lanes.
     pub lanes: Vec<LaneStats>,
+    /// Queued and running tasks per tenant: the caller's only.
+    pub tenants: Vec<TenantLoad>,
     /// The caller's dead-lettered tasks.
     pub dead: u64,
-    /// Finished tasks by outcome, fleet-wide, since the queue was created.
+}
+
+/// Fleet-wide figures for operators (the metrics page, autoscaling).
+#[derive(Debug, Clone, Default)]
+pub struct FleetStats {
+    /// Tasks ready to run, every tenant's.
+    pub queued: u64,
+    /// Tasks handed to workers and not yet ended or handed back.
+    pub running: u64,
+    /// Tasks waiting for a retry backoff or their `not_before`.
+    pub delayed: u64,
+    /// Finished tasks by outcome since the queue was created.
     pub outcomes: HashMap<String, u64>,
 }
 
 impl Queue {
-    /// Figures for every lane, and `tenant`'s dead letters.
-    pub async fn stats(&self, tenant: Option<&TenantId>) -> Result<QueueStats, QueueError> {
+    /// The caller's figures: its lanes, its load and its dead letters.
+    pub async fn stats(&self, tenant: &TenantId) -> Result<QueueStats, QueueError> {
+        let mut conn = self.redis.shared();
+        let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
+        let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
         let mut lanes = Vec::new();
         for lane in Priority::ALL {
-            lanes.push(self.lane_stats(lane).await?);
+            lanes.push(self.lane_stats(tenant, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
         }
-        let mut conn = self.redis.shared();
-        let dead: u64 = match tenant {
-            Some(t) => conn.zcard(self.keys.dead(t)).await?,
-            None => 0,
+        let settings = self.settings.tenants.get(tenant);
+        let load = TenantLoad {
+            tenant: tenant.clone(),
+            queued: field("queued"),
+            running: field("running"),
+            delayed: field("delayed"),
+            weight: settings.weight,
+            max_running: settings.max_running,
         };
-        let outcomes: HashMap<String, u64> = conn.hgetall(self.keys.outcomes()).await?;
-        Ok(QueueStats { lanes, dead, outcomes })
+        let dead: u64 = conn.zcard(self.keys.dead(tenant)).await?;
+        Ok(QueueStats { lanes, tenants: vec![load], dead })
     }
 
-    async fn lane_stats(&self, lane: Priority) -> Result<LaneStats, QueueError> {
+    /// Every shard's totals, summed, and the outcome counts.
+    pub async fn fleet_stats(&self) -> Result<FleetStats, QueueError> {
+        let cmds = self
+            .keys
+            .shards()
+            .flat_map(|s| [redis::Cmd::hgetall(self.keys.sched(s)), redis::Cmd::hgetall(self.keys.outcomes(s))]);
+        let replies: Vec<HashMap<String, String>> = self.redis.query_many(cmds.collect()).await?;
+        let (shards, outcomes): (Vec<_>, Vec<_>) = replies.chunks(2).map(|pair| (&pair[0], &pair[1])).unzip();
+        let mut fleet = FleetStats::default();
+        for shard in &shards {
+            let field = |name: &str| shard.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+            fleet.queued += field("queued");
+            fleet.running += field("running");
+            fleet.delayed += field("delayed");
+        }
+        for (outcome, n) in outcomes.iter().flat_map(|counts| counts.iter()) {
+            *fleet.outcomes.entry(outcome.clone()).or_default() += n.parse::<u64>().unwrap_or(0);
+        }
+        Ok(fleet)
+    }
+
+    async fn lane_stats(&self, tenant: &TenantId, lane: Priority, delayed: u64) -> Result<LaneStats, QueueError> {
         let mut conn = self.redis.shared();
-        let key = self.keys.lane(lane);
+        let key = self.keys.lane(tenant, lane);
+        let exists: bool = conn.exists(&key).await?;
+        if !exists {
+            // A tenant that never queued has no lanes.
+            return Ok(LaneStats { lane, depth: 0, pending: 0, delayed, oldest_age_ms: 0, consumers: 0 });
+        }
         let groups: Vec<HashMap<String, redis::Value>> =
             redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
         let group = groups.iter().find(|g| g.get("name").and_then(as_text).as_deref() == Some(GROUP));
@@ -64,8 +128,10 @@ impl Queue {
         let len: u64 = conn.xlen(&key).await?;
         let pending = number("pending").unwrap_or(0);
         let depth = number("lag").unwrap_or_else(|| len.saturating_sub(pending));
-        let oldest_age_ms = self.oldest_open_entry_ms(&key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64);
-        let delayed: u64 = conn.zcard(self.keys.due(lane)).await?;
+        let oldest_age_ms = match group {
+            Some(_) => self.oldest_open_entry_ms(&key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64),
+            None => 0,
+        };
         Ok(LaneStats { lane, depth, pending, delayed, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
     }
 }

@@ -1,19 +1,23 @@
 //! The API's side of the queue: accepting tasks (with idempotency), reading
 //! them back, cancelling them and reviving dead letters.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
-use super::{origin, scripts, Queue, TaskRecord};
+use super::{fair_scripts, origin, scripts, Queue, TaskRecord};
 use crate::clock;
 use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
-use crate::keys::event_field;
+use crate::keys::{event_field, Shard, GROUP};
 use crate::page::{score_page, Page, ScoreCursor};
-use crate::task::{HumanInput, TaskSpec, TaskStatus};
+use crate::task::{HumanInput, Priority, TaskSpec, TaskStatus};
+
+/// A task to put in a lane: its tenant, priority, id and, when it must
+/// wait, the epoch ms it becomes due.
+type Queued<'a> = (&'a TenantId, Priority, &'a TaskId, Option<i64>);
 
 /// The most events one read asks for.
 const EVENTS_PER_READ: usize = 1_000;
@@ -157,6 +161,9 @@ impl Queue {
     /// Returns the creation time given to them.
     pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
         let now = clock::now_ms();
+        if tasks.is_empty() {
+            return Ok(now);
+        }
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
         let traceparent = crate::telemetry::current_traceparent().unwrap_or_default();
         let mut creates = Vec::new();
@@ -178,27 +185,49 @@ impl Queue {
         }
         let _created: Vec<i64> = self.invoke_each(&creates).await?;
 
-        let mut indexes = Vec::with_capacity(tasks.len());
-        let mut lanes = redis::pipe();
+        let indexes: Vec<_> =
+            tasks.iter().map(|t| redis::Cmd::zadd(self.keys.tenant_tasks(&t.tenant), t.id.as_str(), 0)).collect();
+        let mut tenants = redis::pipe();
         let mut tenants_seen: Vec<&TenantId> = Vec::new();
         for task in &tasks {
-            indexes.push(redis::Cmd::zadd(self.keys.tenant_tasks(&task.tenant), task.id.as_str(), 0));
             if !tenants_seen.contains(&&task.tenant) {
                 tenants_seen.push(&task.tenant);
+                tenants.sadd(self.keys.tenants(), task.tenant.as_str()).ignore();
             }
-            let priority = task.spec.priority();
-            match task.spec.not_before_ms().filter(|t| *t > now) {
-                Some(due) => lanes.zadd(self.keys.due(priority), task.id.as_str(), due).ignore(),
-                None => lanes.xadd(self.keys.lane(priority), "*", &[("t", task.id.as_str())]).ignore(),
-            };
-        }
-        for tenant in tenants_seen {
-            lanes.sadd(self.keys.tenants(), tenant.as_str()).ignore();
         }
         let _: Vec<redis::Value> = self.redis.query_many(indexes).await?;
         let mut conn = self.redis.shared();
-        let () = lanes.query_async(&mut conn).await?;
+        let () = tenants.query_async(&mut conn).await?;
+        let queued: Vec<Queued<'_>> = tasks
+            .iter()
+            .map(|t| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now)))
+            .collect();
+        self.enqueue(&queued, now).await?;
         Ok(now)
+    }
+
+    /// Puts tasks into their tenants' lanes (or due sets), one call per
+    /// scheduler shard, with each tenant's settings.
+    async fn enqueue(&self, tasks: &[Queued<'_>], now: i64) -> Result<(), QueueError> {
+        let mut by_shard: BTreeMap<Shard, Vec<&Queued<'_>>> = BTreeMap::new();
+        for task in tasks {
+            by_shard.entry(self.keys.shard_of(task.0)).or_default().push(task);
+        }
+        let calls: Vec<_> = by_shard
+            .into_iter()
+            .map(|(shard, tasks)| {
+                let mut inv = self.shard_call(&fair_scripts::ENQUEUE, shard);
+                inv.arg(GROUP).arg(now);
+                for (tenant, priority, id, due) in tasks {
+                    let settings = self.settings.tenants.get(tenant);
+                    inv.arg(tenant.as_str()).arg(settings.weight).arg(settings.max_running.unwrap_or(0));
+                    inv.arg(priority.lane_number()).arg(id.as_str()).arg(due.unwrap_or(0));
+                }
+                inv
+            })
+            .collect();
+        let _: Vec<i64> = self.invoke_each(&calls).await?;
+        Ok(())
     }
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
@@ -334,7 +363,7 @@ impl Queue {
         match outcome.as_str() {
             "missing" => Err(QueueError::NotFound),
             "now-cancelled" => {
-                let _: i64 = conn.hincr(self.keys.outcomes(), "cancelled", 1).await?;
+                let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
                 Ok(CancelOutcome::Cancelled)
             }
             "cancelling" => Ok(CancelOutcome::Cancelling),
@@ -384,12 +413,8 @@ impl Queue {
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
             "requeued" => {
-                let cmds = vec![
-                    redis::Cmd::zrem(&dead_index, id.as_str()),
-                    redis::Cmd::xadd(self.keys.lane(record.priority), "*", &[("t", id.as_str())]),
-                ];
-                let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
-                Ok(())
+                let _: i64 = conn.zrem(&dead_index, id.as_str()).await?;
+                self.enqueue(&[(tenant, record.priority, id, None)], clock::now_ms()).await
             }
             "missing" => Err(QueueError::NotFound),
             other => Err(QueueError::WrongStatus(other.to_owned())),

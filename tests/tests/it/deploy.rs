@@ -7,8 +7,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use flotilla_shared::config::KNOWN_VARS;
-use flotilla_shared::keys::{Keys, GROUP};
-use flotilla_shared::task::Priority;
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn deploy_dir() -> PathBuf {
@@ -75,18 +73,16 @@ fn every_variable_the_deployment_sets_is_one_the_configuration_reads() {
 }
 
 #[test]
-fn keda_scales_on_the_lanes_and_group_the_workers_read() {
-    let keys = Keys::new("flotilla");
+fn keda_scales_on_the_fleet_backlog_the_api_reports() {
     let docs = documents();
     let scaled = docs.iter().find(|(_, d)| kind(d) == "ScaledObject").expect("a KEDA ScaledObject");
     let triggers = scaled.1["spec"]["triggers"].as_vec().expect("triggers");
-    let streams: BTreeSet<&str> = triggers.iter().filter_map(|t| t["metadata"]["stream"].as_str()).collect();
-    let lanes: BTreeSet<String> = Priority::ALL.iter().map(|p| keys.lane(*p)).collect();
-    assert_eq!(streams, lanes.iter().map(String::as_str).collect(), "one trigger per lane, named as the workers name them");
-    for trigger in triggers {
-        assert_eq!(trigger["type"].as_str(), Some("redis-streams"));
-        assert_eq!(trigger["metadata"]["consumerGroup"].as_str(), Some(GROUP));
-    }
+    assert_eq!(triggers.len(), 1);
+    assert_eq!(triggers[0]["type"].as_str(), Some("prometheus"));
+    let query = triggers[0]["metadata"]["query"].as_str().expect("query");
+    assert!(query.contains("flotilla_queue_depth"), "scales on the metric the API serves: {query}");
+    let fleet = flotilla_shared::queue::FleetStats { queued: 3, ..Default::default() };
+    assert!(flotilla_api::metrics::render(&fleet).contains("\nflotilla_queue_depth 3\n"), "the API serves it");
     assert_eq!(scaled.1["spec"]["scaleTargetRef"]["name"].as_str(), Some("flotilla-worker"));
 }
 

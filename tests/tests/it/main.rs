@@ -15,6 +15,7 @@ mod dashboard;
 mod demo;
 mod deploy;
 mod desktop_tasks;
+mod fairness;
 mod faults;
 mod feeds;
 mod hardening;

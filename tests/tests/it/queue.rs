@@ -60,7 +60,13 @@ async fn higher_lanes_are_read_first() {
     let low_id = q.submit(&tenant(), low).await.expect("submit").id;
     let normal_id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let high_id = q.submit(&tenant(), high).await.expect("submit").id;
-    let order: Vec<_> = q.claim_now("reader", 3).await.expect("claim").into_iter().filter_map(|d| d.task_id).collect();
+    let order: Vec<_> = q
+        .claim_turns(q.keys().shard_of(&tenant()), "reader", 3)
+        .await
+        .expect("claim")
+        .into_iter()
+        .filter_map(|d| d.task_id)
+        .collect();
     assert_eq!(order, [high_id, normal_id, low_id]);
 }
 
@@ -114,7 +120,7 @@ async fn a_stale_attempt_cannot_write_after_another_took_over() {
     let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
-    let delivery = q.claim_now("old-worker", 1).await.expect("claim").remove(0);
+    let delivery = q.claim_turns(q.keys().shard_of(&tenant()), "old-worker", 1).await.expect("claim").remove(0);
     let StartOutcome::Started(stale) = q.start(&delivery, "old-worker").await.expect("start") else {
         panic!("first delivery starts")
     };
@@ -155,9 +161,10 @@ async fn cancelling_a_queued_task_ends_it_and_no_worker_runs_it() {
     let history = events(&q, &id).await;
     assert_history_whole(&id, &history);
     assert!(history.iter().all(|e| e.kind.name() != "started"), "a cancelled task never starts");
-    let stats = q.stats(Some(&tenant())).await.expect("stats");
+    let stats = q.stats(&tenant()).await.expect("stats");
     assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "its entry was acknowledged: {stats:?}");
-    assert_eq!(stats.outcomes.get("cancelled"), Some(&1), "counted once, when it was cancelled: {stats:?}");
+    let outcomes = q.fleet_stats().await.expect("stats").outcomes;
+    assert_eq!(outcomes.get("cancelled"), Some(&1), "counted once, when it was cancelled: {outcomes:?}");
     worker.stop().await;
 }
 
@@ -274,14 +281,13 @@ async fn a_second_delivery_after_the_end_is_acknowledged_and_not_counted_again()
     let worker = InProcessWorker::start(config, Registry::standard());
     wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
     // The entry a retry's promotion adds while the earlier one is reclaimed.
-    let mut conn = q.redis().shared();
-    let lane = q.keys().lane(flotilla_shared::task::Priority::Normal);
-    let _: String = redis::cmd("XADD").arg(&lane).arg("*").arg("t").arg(id.as_str()).query_async(&mut conn).await.expect("XADD");
+    queue_entry_again(&q, &id).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let stats = q.stats(Some(&tenant())).await.expect("stats");
+        let stats = q.stats(&tenant()).await.expect("stats");
         if stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0) {
-            assert_eq!(stats.outcomes.get("succeeded"), Some(&1), "counted once: {stats:?}");
+            let outcomes = q.fleet_stats().await.expect("stats").outcomes;
+            assert_eq!(outcomes.get("succeeded"), Some(&1), "counted once: {outcomes:?}");
             break;
         }
         assert!(Instant::now() < deadline, "the second entry was acknowledged: {stats:?}");
@@ -299,9 +305,7 @@ async fn a_second_new_entry_of_a_running_task_starts_no_second_attempt() {
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(300)).await.expect("submit").id;
     // The entry a retry's promotion adds while the earlier one is reclaimed.
-    let mut conn = q.redis().shared();
-    let lane = q.keys().lane(flotilla_shared::task::Priority::Normal);
-    let _: String = redis::cmd("XADD").arg(&lane).arg("*").arg("t").arg(id.as_str()).query_async(&mut conn).await.expect("XADD");
+    queue_entry_again(&q, &id).await;
     let worker = InProcessWorker::start(config, Registry::standard());
     let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
     assert_eq!(records[0].status, TaskStatus::Succeeded);
@@ -309,9 +313,11 @@ async fn a_second_new_entry_of_a_running_task_starts_no_second_attempt() {
     let history = events(&q, &id).await;
     assert_history_whole(&id, &history);
     assert_eq!(history.iter().filter(|e| e.kind.name() == "started").count(), 1, "it ran once");
-    let stats = q.stats(Some(&tenant())).await.expect("stats");
+    let stats = q.stats(&tenant()).await.expect("stats");
     assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "both entries acknowledged: {stats:?}");
-    assert_eq!(stats.outcomes.get("succeeded"), Some(&1), "counted once: {stats:?}");
+    assert_eq!(stats.tenants[0].running, 0, "both slots given back: {stats:?}");
+    let outcomes = q.fleet_stats().await.expect("stats").outcomes;
+    assert_eq!(outcomes.get("succeeded"), Some(&1), "counted once: {outcomes:?}");
     worker.stop().await;
 }
 
@@ -356,7 +362,7 @@ async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_ove
     let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
-    let held = q.claim_now("vanished", 1).await.expect("claim");
+    let held = q.claim_turns(q.keys().shard_of(&tenant()), "vanished", 1).await.expect("claim");
     assert_eq!(held.len(), 1);
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     assert!(q.forget_gone_consumers().await.expect("forget").is_empty(), "a consumer holding an entry stays");
@@ -368,4 +374,25 @@ async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_ove
     let StartOutcome::Started(attempt) = q.start(&taken[0], "survivor").await.expect("start") else { panic!("starts") };
     attempt.succeed(serde_json::json!({})).await.expect("finish");
     assert_eq!(record(&q, &id).await.status, TaskStatus::Succeeded);
+}
+
+/// Adds a second lane entry for a task, as a retry's promotion does while
+/// the earlier entry is reclaimed.
+async fn queue_entry_again(q: &flotilla_shared::queue::Queue, id: &flotilla_shared::TaskId) {
+    let shard = q.keys().shard_of(&tenant());
+    let mut conn = q.redis().shared();
+    let _: i64 = flotilla_shared::queue::fair_scripts::ENQUEUE
+        .key(q.keys().sched(shard))
+        .arg(q.keys().shard_base(shard))
+        .arg(flotilla_shared::keys::GROUP)
+        .arg(0)
+        .arg(tenant().as_str())
+        .arg(1)
+        .arg(0)
+        .arg(flotilla_shared::task::Priority::Normal.lane_number())
+        .arg(id.as_str())
+        .arg(0)
+        .invoke_async(&mut conn)
+        .await
+        .expect("ENQUEUE");
 }

@@ -23,7 +23,6 @@ use flotilla_shared::Config;
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use redis::AsyncCommands;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -128,9 +127,8 @@ async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
 }
 
 async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
-    let mut conn = queue.redis().shared();
-    let n: Option<u64> = conn.hget(queue.keys().outcomes(), "succeeded").await?;
-    Ok(n.unwrap_or(0))
+    let fleet = queue.fleet_stats().await?;
+    Ok(fleet.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 fn start_worker(

@@ -156,9 +156,9 @@ impl Bench {
             ..TaskSpec::default()
         };
         self.queue.create_tasks(vec![NewTask { id: TaskId::generate(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
-        let claimed = self.queue.claim_and_start("step-bench", 1).await?;
-        match claimed.into_iter().next() {
-            Some((_, Ok(StartOutcome::Started(attempt)))) => Ok(*attempt),
+        let claimed = self.queue.claimer("step-bench").next(1).await?;
+        match claimed.into_iter().next().map(|c| c.outcome) {
+            Some(Ok(StartOutcome::Started(attempt))) => Ok(*attempt),
             _ => bail!("the bench task could not be claimed"),
         }
     }
@@ -407,7 +407,6 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let prefix = format!("step-bench-{}", std::process::id());
     let config = Config::from_env([("FLOTILLA_REDIS_URL", url.as_str()), ("FLOTILLA_KEY_PREFIX", prefix.as_str())])?;
     let queue = Queue::connect(&config).await?;
-    queue.ensure_groups().await?;
     let (blobs, uploads) = match &s3 {
         Some((_, endpoint)) => {
             let (session_store, bench_store) =

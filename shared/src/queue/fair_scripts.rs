@@ -1,0 +1,497 @@
+//! The scheduler's Lua scripts: queueing into a tenant's lanes, taking
+//! turns between tenants, settling acknowledged entries, reclaiming,
+//! promoting due tasks and trimming. Each runs on one scheduler shard: every
+//! key it touches carries the shard's hash tag (see [`crate::keys`]), and the
+//! shard's key base `<prefix>:{fN}:` comes in as an argument, from which the
+//! script builds the tenant keys (`<base>t:<tenant>`, `<base>t:<tenant>:lane:<lane>`).
+//! `KEYS[1]` is always the shard's `sched` hash, so a cluster routes the
+//! call to the shard's slot.
+//!
+//! Counters of a tenant (hash `<base>t:<tenant>`): `queued` (entries in its
+//! lanes not yet delivered), `running` (entries delivered and not yet
+//! acknowledged, which is at least the tasks running: an entry is
+//! acknowledged only after its task's end or hand-back is written),
+//! `delayed` (tasks in the due set), `vt` (its virtual time), `weight` and
+//! `max` (max_running, 0 for none). The shard's `sched` hash has `clock`
+//! (the virtual time of the last turn) and the shard's totals `queued`,
+//! `running` and `delayed`.
+//!
+//! Invariants: a tenant is in the shard's `active` set exactly when it has
+//! queued entries and is below its `max`; `running` changes only in the
+//! claim (up, by the entries read) and in [`SETTLE_FN`] (down, by what
+//! `XACK` really acknowledged), so a reclaimed entry keeps its slot and an
+//! entry acknowledged twice frees it once.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::scripts::{FINISH_FN, PRELUDE, START_FN};
+
+/// One unit of virtual time: a task of a tenant of weight `w` advances the
+/// tenant's virtual time by `STRIDE_UNIT / w`.
+pub const STRIDE_UNIT: u32 = 10_000;
+
+/// How many tasks ahead of the clock a tenant that comes back from idle may
+/// start: it joins at `max(its own virtual time, clock - HEAD_START_TURNS
+/// strides)`. Bounded and never accumulated while idle, it lets a quiet
+/// tenant's few tasks start at once beside a backlogged one.
+pub const HEAD_START_TURNS: u32 = 4;
+
+/// Helpers of every scheduler script. `LANES` are the lane names in
+/// priority order; `with_group` runs a consumer-group command on a lane and,
+/// when Redis lost the group (restarted without persistence) or the lane,
+/// makes both again and retries: the one place that recovers from NOGROUP.
+const FAIR_FN: &str = r#"
+local LANES = {'high', 'normal', 'low'}
+local STRIDE_UNIT = 10000
+local HEAD_START = 4 -- HEAD_START_TURNS
+local function num(x) return string.format('%.17g', x) end
+local function tkey(S, tenant) return S .. 't:' .. tenant end
+local function lkey(S, tenant, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] end
+local function make_group(lane, group)
+  local r = redis.pcall('XGROUP', 'CREATE', lane, group, '0', 'MKSTREAM')
+  if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP') then error(r) end
+end
+local function with_group(lane, group, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'NOGROUP') then error(r) end
+    make_group(lane, group)
+    r = redis.call(...)
+  end
+  return r
+end
+local function activate(S, tenant)
+  local st = redis.call('HMGET', tkey(S, tenant), 'queued', 'running', 'max', 'vt', 'weight')
+  local queued, running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  if queued <= 0 or (max > 0 and running >= max) then
+    redis.call('ZREM', S .. 'active', tenant)
+    return
+  end
+  if redis.call('ZSCORE', S .. 'active', tenant) then return end
+  local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+  local head_start = HEAD_START * STRIDE_UNIT / math.max(tonumber(st[5]) or 1, 1)
+  redis.call('ZADD', S .. 'active', num(math.max(tonumber(st[4]) or 0, clock - head_start)), tenant)
+end
+local function bump(S, tenant, field, n)
+  if n ~= 0 then
+    redis.call('HINCRBY', tkey(S, tenant), field, n)
+    redis.call('HINCRBY', S .. 'sched', field, n)
+  end
+end
+local function bump_delayed(S, tenant, lane, n)
+  bump(S, tenant, 'delayed', n)
+  redis.call('HINCRBY', tkey(S, tenant), 'delayed:' .. LANES[tonumber(lane)], n)
+end
+"#;
+
+/// Acknowledging entries of one shard: `entries` is a list of
+/// `{tenant, lane index, entry id}`. Each tenant's `running` goes down by
+/// what `XACK` acknowledged; a tenant that was at its limit may take turns
+/// again; its lanes are marked for trimming.
+const SETTLE_FN: &str = r#"
+local function settle(S, group, entries)
+  local by_lane = {}
+  local order = {}
+  for _, e in ipairs(entries) do
+    local key = e[1] .. '\0' .. e[2]
+    if not by_lane[key] then
+      by_lane[key] = {e[1], tonumber(e[2]), {}}
+      order[#order + 1] = key
+    end
+    local ids = by_lane[key][3]
+    ids[#ids + 1] = e[3]
+  end
+  local freed = {}
+  for _, key in ipairs(order) do
+    local l = by_lane[key]
+    local n = redis.call('XACK', lkey(S, l[1], l[2]), group, unpack(l[3]))
+    if n > 0 then freed[l[1]] = (freed[l[1]] or 0) + n end
+  end
+  for tenant, n in pairs(freed) do
+    bump(S, tenant, 'running', -n)
+    if (tonumber(redis.call('HGET', tkey(S, tenant), 'running')) or 0) <= 0 then
+      redis.call('SREM', S .. 'busy', tenant)
+    end
+    redis.call('SADD', S .. 'trim', tenant)
+    activate(S, tenant)
+  end
+end
+"#;
+
+/// Taking turns on one shard: reads up to `wanted` new entries for
+/// `consumer`, a turn at a time to the tenant of lowest virtual time, each
+/// turn reading the tenant's lanes high → normal → low. A turn takes as many
+/// entries as keep the tenant's virtual time within one stride of the next
+/// tenant's (all of them with one tenant), and never more than its `max`
+/// leaves room for. With `start`, each entry's task is started in the same
+/// step (single server only: the task keys are made from `task_prefix`).
+/// Returns `{entry, …}` with each `{lane index, entry id, task id, tenant,
+/// start reply}`.
+const TURNS_FN: &str = r#"
+local function take_turns(S, group, consumer, wanted, do_start, task_prefix)
+  local A = S .. 'active'
+  local out = {}
+  while wanted > 0 do
+    local top = redis.call('ZRANGE', A, 0, 1, 'WITHSCORES')
+    if #top == 0 then break end
+    local tenant, vt = top[1], tonumber(top[2])
+    local t = tkey(S, tenant)
+    local st = redis.call('HMGET', t, 'weight', 'max', 'running', 'queued')
+    local weight, max = tonumber(st[1]) or 1, tonumber(st[2]) or 0
+    local running, queued = tonumber(st[3]) or 0, tonumber(st[4]) or 0
+    local stride = STRIDE_UNIT / math.max(weight, 1)
+    local k = math.min(wanted, queued)
+    if max > 0 then k = math.min(k, max - running) end
+    if top[4] then k = math.min(k, math.floor((tonumber(top[4]) - vt) / stride) + 1) end
+    if k <= 0 then
+      redis.call('ZREM', A, tenant)
+    else
+      local got = 0
+      for lane = 1, 3 do
+        if got >= k then break end
+        local key = lkey(S, tenant, lane)
+        local reply = with_group(key, group, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', k - got, 'STREAMS', key, '>')
+        if reply then
+          for _, entry in ipairs(reply[1][2]) do
+            local id = ''
+            local fields = entry[2]
+            for i = 1, #fields, 2 do
+              if fields[i] == 't' then id = fields[i + 1] end
+            end
+            local started = {}
+            if do_start then
+              started = {'malformed'}
+              if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false) end
+            end
+            out[#out + 1] = {tostring(lane), entry[1], id, tenant, started}
+            got = got + 1
+          end
+        end
+      end
+      -- Fewer than asked: the lanes are empty, whatever the count said.
+      local left = queued - got
+      if got < k then left = 0 end
+      bump(S, tenant, 'queued', left - queued)
+      bump(S, tenant, 'running', got)
+      if got > 0 then
+        redis.call('HSET', t, 'vt', num(vt + got * stride))
+        redis.call('SADD', S .. 'busy', tenant)
+        local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+        if vt > clock then redis.call('HSET', S .. 'sched', 'clock', num(vt)) end
+      end
+      redis.call('ZREM', A, tenant)
+      activate(S, tenant)
+      wanted = wanted - got
+    end
+  end
+  return out
+end
+"#;
+
+fn fair_script(body: &str) -> Script {
+    Script::new(&format!("{FAIR_FN}\n{body}"))
+}
+
+/// Arguments per task of [`ENQUEUE`].
+pub const ENQUEUE_GROUP: usize = 6;
+
+/// Puts tasks into their tenants' lanes (or the due set) on one shard and
+/// lets those tenants take turns. `KEYS[1]` the shard's `sched`; `ARGV[1]`
+/// the shard base, `ARGV[2]` the group, `ARGV[3]` now (epoch ms); then per
+/// task `tenant, weight, max_running (0 none), lane index, task id, due ms
+/// (0 now)` ([`ENQUEUE_GROUP`] values). A tenant's settings are written with
+/// its tasks, so a restart with new settings takes effect at the next
+/// submit. Returns how many went into lanes.
+pub static ENQUEUE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, group, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local touched, order = {}, {}
+local queued = 0
+for a = 4, #ARGV, 6 do -- ENQUEUE_GROUP
+  local tenant, lane, id, due = ARGV[a], tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5])
+  if not touched[tenant] then
+    touched[tenant] = true
+    order[#order + 1] = tenant
+    if redis.call('SADD', S .. 'tenants', tenant) == 1 then
+      for l = 1, 3 do make_group(lkey(S, tenant, l), group) end
+    end
+    redis.call('HSET', tkey(S, tenant), 'weight', ARGV[a + 1], 'max', ARGV[a + 2])
+  end
+  if due > now then
+    redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. id)
+    bump_delayed(S, tenant, lane, 1)
+  else
+    redis.call('XADD', lkey(S, tenant, lane), '*', 't', id)
+    bump(S, tenant, 'queued', 1)
+    queued = queued + 1
+  end
+end
+for _, tenant in ipairs(order) do activate(S, tenant) end
+return queued
+"#,
+    )
+});
+
+/// Writes tenants' settings on one shard (at start, from the config file)
+/// and lets a tenant whose limit rose take turns again. `KEYS[1]` the
+/// shard's `sched`; `ARGV[1]` the shard base; then per tenant
+/// `tenant, weight, max_running (0 none)`.
+pub static SET_SETTINGS: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S = ARGV[1]
+for a = 2, #ARGV, 3 do
+  redis.call('HSET', tkey(S, ARGV[a]), 'weight', ARGV[a + 1], 'max', ARGV[a + 2])
+  activate(S, ARGV[a])
+end
+return 0
+"#,
+    )
+});
+
+/// Takes turns on one shard without starting the tasks (a cluster starts
+/// them on their own slots next). `KEYS[1]` the shard's `sched`; `ARGV[1]`
+/// the shard base, `ARGV[2]` the group, `ARGV[3]` the consumer, `ARGV[4]`
+/// the most entries. Returns what `take_turns` returns.
+pub static CLAIM_TURNS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",
+        r#"
+return take_turns(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), false, '')
+"#
+    ))
+});
+
+/// Takes turns and starts the tasks in one step, on a single server.
+/// `ARGV[1..7]` as [`super::scripts::START`] reads them; `ARGV[8]` the
+/// group, `ARGV[9]` the most entries, `ARGV[10]` the task key prefix,
+/// `ARGV[11]` the shard base. `KEYS[1]` the shard's `sched`.
+pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",
+        r#"
+return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10])
+"#
+    ))
+});
+
+/// Acknowledges entries of one shard and counts outcomes. `KEYS[1]` the
+/// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the shard base, `ARGV[2]` the
+/// group; then per entry `tenant, lane index, entry id, outcome (or empty)`.
+pub static ACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{FAIR_FN}\n{SETTLE_FN}\n{}",
+        r#"
+local entries, counts = {}, {}
+for a = 3, #ARGV, 4 do
+  entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2]}
+  if ARGV[a + 3] ~= '' then counts[ARGV[a + 3]] = (counts[ARGV[a + 3]] or 0) + 1 end
+end
+settle(ARGV[1], ARGV[2], entries)
+for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
+return #entries
+"#
+    ))
+});
+
+/// Takes over, for `ARGV[3]`, up to `ARGV[5]` entries of one shard pending
+/// longer than `ARGV[4]` ms: their worker is presumed dead. Only tenants
+/// with entries pending (`busy`) are looked at. `KEYS[1]` the shard's
+/// `sched`; `ARGV[1]` the shard base, `ARGV[2]` the group. The entries keep
+/// their slot of `running`. Returns `{lane index, entry id, task id, tenant}`
+/// per entry.
+pub static RECLAIM: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, group, consumer, idle, wanted = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local out = {}
+for _, tenant in ipairs(redis.call('SMEMBERS', S .. 'busy')) do
+  for lane = 1, 3 do
+    if wanted <= 0 then return out end
+    local key = lkey(S, tenant, lane)
+    local reply = with_group(key, group, 'XAUTOCLAIM', key, group, consumer, idle, '0-0', 'COUNT', wanted)
+    for _, entry in ipairs(reply[2]) do
+      local id = ''
+      local fields = entry[2] or {}
+      for i = 1, #fields, 2 do
+        if fields[i] == 't' then id = fields[i + 1] end
+      end
+      out[#out + 1] = {tostring(lane), entry[1], id, tenant}
+      wanted = wanted - 1
+    end
+  end
+end
+return out
+"#,
+    )
+});
+
+/// Moves due tasks of one shard into their tenants' lanes. `KEYS[1]` the
+/// shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the group,
+/// `ARGV[3]` now, `ARGV[4]` the most to move. Returns how many moved.
+pub static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, group = ARGV[1], ARGV[2]
+local members = redis.call('ZRANGE', S .. 'due', '-inf', ARGV[3], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
+local touched = {}
+for _, m in ipairs(members) do
+  local lane, tenant, id = string.match(m, '^(%d):([^:]+):(.+)$')
+  if lane then
+    if redis.call('SADD', S .. 'tenants', tenant) == 1 then
+      for l = 1, 3 do make_group(lkey(S, tenant, l), group) end
+    end
+    redis.call('XADD', lkey(S, tenant, tonumber(lane)), '*', 't', id)
+    bump_delayed(S, tenant, lane, -1)
+    bump(S, tenant, 'queued', 1)
+    touched[tenant] = true
+  end
+end
+if #members > 0 then redis.call('ZREM', S .. 'due', unpack(members)) end
+for tenant in pairs(touched) do activate(S, tenant) end
+return #members
+"#,
+    )
+});
+
+/// Drops acknowledged entries from the head of the lanes of tenants marked
+/// since the last pass (everything before the oldest pending entry, or,
+/// with none pending, everything delivered), whole listpack nodes at a
+/// time. `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base,
+/// `ARGV[2]` the group. Returns how many entries went.
+pub static TRIM: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, group = ARGV[1], ARGV[2]
+local trimmed = 0
+local tenants = redis.call('SMEMBERS', S .. 'trim')
+redis.call('DEL', S .. 'trim')
+for _, tenant in ipairs(tenants) do
+  for lane = 1, 3 do
+    local key = lkey(S, tenant, lane)
+    if redis.call('EXISTS', key) == 1 then
+      local pending = with_group(key, group, 'XPENDING', key, group)
+      local floor
+      if pending[1] > 0 then
+        floor = pending[2]
+      else
+        for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+          local name, last
+          for i = 1, #g, 2 do
+            if g[i] == 'name' then name = g[i + 1] end
+            if g[i] == 'last-delivered-id' then last = g[i + 1] end
+          end
+          if name == group then floor = last end
+        end
+      end
+      if floor and floor ~= '0-0' then trimmed = trimmed + redis.call('XTRIM', key, 'MINID', '~', floor) end
+    end
+  end
+end
+return trimmed
+"#,
+    )
+});
+
+/// Removes, on one shard, the consumers idle longer than `ARGV[3]` ms that
+/// hold no pending entry (workers gone for good) from every tenant's lanes.
+/// `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the
+/// group. Returns the names removed.
+pub static FORGET_GONE_CONSUMERS: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, group, after = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local removed, seen = {}, {}
+for _, tenant in ipairs(redis.call('SMEMBERS', S .. 'tenants')) do
+  for lane = 1, 3 do
+    local key = lkey(S, tenant, lane)
+    if redis.call('EXISTS', key) == 1 then
+      for _, consumer in ipairs(with_group(key, group, 'XINFO', 'CONSUMERS', key, group)) do
+        local name, pending, idle
+        for i = 1, #consumer, 2 do
+          if consumer[i] == 'name' then name = consumer[i + 1] end
+          if consumer[i] == 'pending' then pending = consumer[i + 1] end
+          if consumer[i] == 'idle' then idle = consumer[i + 1] end
+        end
+        if name and pending == 0 and idle > after then
+          redis.call('XGROUP', 'DELCONSUMER', key, group, name)
+          if not seen[name] then
+            seen[name] = true
+            removed[#removed + 1] = name
+          end
+        end
+      end
+    end
+  end
+end
+return removed
+"#,
+    )
+});
+
+/// Puts a task handed back for retry into one shard's due set.
+/// `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the
+/// tenant, `ARGV[3]` lane index, `ARGV[4]` task id, `ARGV[5]` due ms.
+pub static DEFER: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, tenant = ARGV[1], ARGV[2]
+if redis.call('ZADD', S .. 'due', ARGV[5], ARGV[3] .. ':' .. tenant .. ':' .. ARGV[4]) == 1 then
+  bump_delayed(S, tenant, ARGV[3], 1)
+end
+return 0
+"#,
+    )
+});
+
+/// Arguments per ended task of [`FINISH_AND_ACK`]: the
+/// [`super::scripts::FINISH_GROUP`] and the entry's lane index and id.
+pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 2;
+
+/// Ends owning attempts, acknowledges their entries and counts their
+/// outcomes in one step, so a task is counted exactly when it ends and its
+/// tenant's slot frees with it; on a single server only (the tasks' keys
+/// and the shard's are in one call). Instead of a TTL each, the ended tasks
+/// go into the finished index in one command. `KEYS[1]` the shard's
+/// `sched`, `KEYS[2]` the shard's outcome counts, `KEYS[3]` the finished index,
+/// then the key of each ended task. `ARGV[1]` the channel prefix,
+/// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
+/// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`
+/// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
+/// acknowledge only, as `tenant, lane index, entry id, outcome (or empty)`.
+/// An entry whose task another attempt owns is left pending.
+/// Returns per ended task the terminal event's seq, or -1 when fenced.
+pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}\n{FINISH_FN}\n{FAIR_FN}\n{SETTLE_FN}\n{}",
+        r#"
+local entries, counts, finished = {}, {}, {}
+local function count(outcome)
+  if outcome ~= '' then counts[outcome] = (counts[outcome] or 0) + 1 end
+end
+local ended = tonumber(ARGV[4])
+local replies = {}
+for i = 1, ended do
+  local a = 6 + (i - 1) * 13 -- FINISH_AND_ACK_GROUP
+  replies[i] = finish(task_at(i, ARGV[a], 4), a, false)
+  if replies[i] ~= -1 then
+    entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12]}
+    count(ARGV[a + 4])
+    finished[#finished + 1] = ARGV[a + 8]
+    finished[#finished + 1] = ARGV[a]
+  end
+end
+for j = 6 + ended * 13, #ARGV, 4 do
+  entries[#entries + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2]}
+  count(ARGV[j + 3])
+end
+settle(ARGV[5], ARGV[3], entries)
+for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
+if #finished > 0 then redis.call('ZADD', KEYS[3], unpack(finished)) end
+return replies
+"#
+    ))
+});

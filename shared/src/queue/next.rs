@@ -1,0 +1,104 @@
+//! The one seam between the queue and a worker's claim loop:
+//! [`Claimer::next`] hands a worker up to as many started attempts as it has
+//! free slots. Behind it: taking over the entries of workers presumed dead
+//! (every quarter lease), tenants taking turns by weight within their
+//! `max_running`, and starting each task's attempt — on a single server
+//! claimed and started in one script, on a cluster one shard at a time
+//! (lowest virtual time first), started on the tasks' own slots next. The
+//! worker never branches on topology.
+
+use std::time::{Duration, Instant};
+
+use super::{Delivery, Queue, StartOutcome};
+use crate::error::QueueError;
+use crate::keys::Shard;
+
+/// One entry handed to a worker and what starting it gave.
+#[derive(Debug)]
+pub struct Claim {
+    pub delivery: Delivery,
+    /// An error means the attempt did not start; the entry will be
+    /// reclaimed.
+    pub outcome: Result<StartOutcome, QueueError>,
+}
+
+/// A worker's source of work; see the module doc.
+#[derive(Debug)]
+pub struct Claimer {
+    queue: Queue,
+    worker: String,
+    last_reclaim: Option<Instant>,
+}
+
+impl Queue {
+    /// The claim seam for worker `worker`.
+    pub fn claimer(&self, worker: impl Into<String>) -> Claimer {
+        Claimer { queue: self.clone(), worker: worker.into(), last_reclaim: None }
+    }
+}
+
+impl Claimer {
+    /// Up to `free` entries with their attempts started, entries of workers
+    /// presumed dead first. Empty when there is nothing to run now (the
+    /// caller waits a little and asks again).
+    pub async fn next(&mut self, free: usize) -> Result<Vec<Claim>, QueueError> {
+        if free == 0 {
+            return Ok(Vec::new());
+        }
+        if self.reclaim_due() {
+            self.last_reclaim = Some(Instant::now());
+            let taken = self.queue.reclaim(&self.worker, free).await?;
+            if !taken.is_empty() {
+                return self.start(taken).await;
+            }
+        }
+        if !self.queue.redis.is_cluster() {
+            let started = self.queue.claim_and_start(&self.worker, free).await?;
+            return Ok(started.into_iter().map(|(delivery, outcome)| Claim { delivery, outcome }).collect());
+        }
+        let got = self.claim_on_cluster(free).await?;
+        self.start(got).await
+    }
+
+    /// The worker's id, as its entries' consumer.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    fn reclaim_due(&self) -> bool {
+        let every: Duration = self.queue.settings.lease / 4;
+        self.last_reclaim.is_none_or(|at| at.elapsed() >= every)
+    }
+
+    /// Takes turns shard by shard, the shard whose next tenant has the
+    /// lowest virtual time first, so turns stay fair across shards.
+    async fn claim_on_cluster(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
+        let shards: Vec<Shard> = self.queue.keys.shards().collect();
+        let heads =
+            shards.iter().map(|s| redis::cmd("ZRANGE").arg(self.queue.keys.active(*s)).arg(0).arg(0).arg("WITHSCORES").clone());
+        let heads: Vec<Vec<(String, f64)>> = self.queue.redis.query_many(heads.collect()).await?;
+        let mut order: Vec<(f64, Shard)> =
+            shards.iter().zip(&heads).filter_map(|(shard, head)| head.first().map(|(_, vt)| (*vt, *shard))).collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut got = Vec::new();
+        for (_, shard) in order {
+            if got.len() >= free {
+                break;
+            }
+            got.extend(self.queue.claim_turns(shard, &self.worker, free - got.len()).await?);
+        }
+        Ok(got)
+    }
+
+    async fn start(&self, deliveries: Vec<Delivery>) -> Result<Vec<Claim>, QueueError> {
+        let outcomes = self.queue.start_many(&deliveries, &self.worker).await?;
+        let mut outcomes = outcomes.into_iter();
+        Ok(deliveries
+            .into_iter()
+            .map(|delivery| {
+                let outcome = outcomes.next().unwrap_or(Err(QueueError::Corrupt("start gave fewer answers than entries".into())));
+                Claim { delivery, outcome }
+            })
+            .collect())
+    }
+}
