@@ -46,6 +46,12 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("redis is unreachable")]
     Unavailable,
+    #[error("the task holds no desktop that can be shown now")]
+    NotViewable,
+    #[error("the view token is unknown, expired or for another task")]
+    ViewTokenRefused,
+    #[error("the worker holding the task cannot be reached: {0}")]
+    WorkerUnreachable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -123,6 +129,12 @@ impl ApiError {
                 Reply::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", self.to_string())
             }
             ApiError::MethodNotAllowed => Reply::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", self.to_string()),
+            ApiError::NotViewable => Reply::new(StatusCode::CONFLICT, "conflict", self.to_string()),
+            ApiError::ViewTokenRefused => Reply::new(StatusCode::UNAUTHORIZED, "unauthorized", self.to_string()),
+            ApiError::WorkerUnreachable(cause) => {
+                tracing::warn!(%cause, "cannot reach the worker of a live view");
+                Reply::new(StatusCode::BAD_GATEWAY, "unavailable", "the worker holding the task cannot be reached")
+            }
             ApiError::Hub(HubError::TooManyStreams(_)) => {
                 Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
             }

@@ -13,7 +13,9 @@
 //! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
-//! `/` that people watch the fleet with.
+//! `/` that people watch the fleet with; `routes::views` hands out live views
+//! of tasks' desktops and bridges their WebSockets to workers, beside the
+//! noVNC page served under `/novnc`.
 
 mod auth;
 mod dashboard;
@@ -43,6 +45,7 @@ use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::services::ServeDir;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
@@ -93,6 +96,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/tasks/{id}/view", get(routes::views::view))
+        .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
+        .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
         .route("/v1/events", get(routes::feed_events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))

@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, webhooks};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, views, webhooks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -18,6 +18,8 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::get,
         tasks::cancel,
         tasks::input,
+        views::view,
+        views::socket,
         events::stream,
         feed_events::stream,
         batches::create,
@@ -66,6 +68,8 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::TaskPage,
         tasks::Cancelled,
         tasks::InputAccepted,
+        views::ViewLink,
+        flotilla_shared::live::ViewMode,
         flotilla_shared::task::HumanInput,
         flotilla_shared::task::Decision,
         queues::DeadTasks,

@@ -11,6 +11,7 @@ pub mod queues;
 pub mod schedules;
 pub mod sse;
 pub mod tasks;
+pub mod views;
 pub mod webhooks;
 
 /// Answers a path no route matches.

@@ -19,6 +19,7 @@ mod fairness;
 mod faults;
 mod feeds;
 mod hardening;
+mod live_view;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;

@@ -12,6 +12,9 @@
 //! could not be extended, as retryable when it was ended from outside (the
 //! next attempt gets a new sandbox).
 //!
+//! A desktop the worker can show goes on show for live views while the
+//! session holds it (`stream_url` names where to ask for a view).
+//!
 //! Screenshots go to the [`Uploader`] the moment they are taken and the loop
 //! goes on; a background feed emits each `screenshot` event once its image
 //! is stored, in step order. Closing a session that succeeded waits until
@@ -27,7 +30,7 @@ use flotilla_shared::blobstore::{BlobStore, UploadError, Uploader, UploaderOptio
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
-use flotilla_shared::QueueError;
+use flotilla_shared::{QueueError, TaskId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
@@ -35,6 +38,7 @@ use tracing::{warn, Instrument};
 use super::error::PipelineError;
 use super::held::{Held, SandboxChoice};
 use super::TaskRun;
+use crate::live::ShowGuard;
 use crate::metrics::WorkerMetrics;
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
@@ -180,6 +184,8 @@ pub struct Session {
     held: Option<Held>,
     screenshots: Option<ScreenshotLog>,
     steps: Steps,
+    /// The desktop on show for live views, while the session holds it.
+    live: Option<ShowGuard>,
 }
 
 /// The task's screenshots on their way to the store, and the feed that
@@ -217,12 +223,14 @@ impl Session {
         let sandbox = held.sandbox();
         steps.keeper =
             Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
+        let live = show_live(run, pool.provider(), &sandbox.id).await;
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
             held: None,
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.attempt)),
             steps,
+            live,
         };
         let announced = session.announce(&held).await;
         session.held = Some(held);
@@ -231,11 +239,12 @@ impl Session {
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
         let sandbox = held.sandbox();
+        let stream_url = self.live.as_ref().map(|_| stream_url(self.attempt.task_id()));
         let record =
-            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": null });
+            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": stream_url });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),
-            stream_url: None,
+            stream_url,
             warm: held.warm(),
             ms: held.waited().as_millis() as u64,
         };
@@ -321,6 +330,7 @@ impl Session {
             }
             (result, None) => result,
         };
+        drop(self.live.take());
         let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
         if let Some(held) = self.held.take() {
             held.settle(&self.pool, &result, expires_at).await;
@@ -383,6 +393,20 @@ impl ScreenshotLog {
     fn abandon(self) {
         self.events.abort();
     }
+}
+
+/// Puts the task's desktop on show for live views, when the worker serves
+/// them and the provider can show this sandbox.
+async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &SandboxId) -> Option<ShowGuard> {
+    let live = run.tools.live.as_ref()?;
+    let display = provider.live_display(id)?;
+    Some(live.show(run.attempt.task_id(), display).await)
+}
+
+/// The stable form of a task's view URL: the API endpoint that hands out
+/// its tokened URLs.
+fn stream_url(task: &TaskId) -> String {
+    format!("/v1/tasks/{task}/view")
 }
 
 /// Resolves once the sandbox could not be kept; never without a keeper.
