@@ -16,6 +16,7 @@ pub mod event;
 pub mod ids;
 pub mod keys;
 pub mod live;
+pub mod page;
 pub mod queue;
 pub mod redis_conn;
 pub mod schedule;

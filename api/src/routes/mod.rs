@@ -6,6 +6,7 @@ pub mod batches;
 pub mod events;
 pub mod feed_events;
 pub mod ops;
+pub mod paging;
 pub mod queues;
 pub mod schedules;
 pub mod sse;

@@ -23,6 +23,7 @@ mod live_view;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;
+mod pagination;
 mod planner;
 mod queue;
 mod sandbox_isolation;
