@@ -52,12 +52,16 @@ APT_TOOLS=(
   "xwd:x11-apps"
   # The dashboard test drives a headless browser over its DevTools pipe.
   "chromium:chromium"
+  # Live views: a VNC server attached to a task's display on the worker.
+  "x11vnc:x11vnc"
 )
 
 # Packages that install no command, checked with dpkg: the sandbox
 # terminal's font (`xterm -fa Monospace`).
 APT_PACKAGES=(
   "fonts-dejavu-core"
+  # The noVNC page the API serves for live views (/usr/share/novnc).
+  "novnc"
 )
 
 ensure_apt_packages() {

@@ -51,6 +51,12 @@ pub enum ApiError {
     Quota(QuotaError),
     #[error("the request took longer than {0} ms")]
     TimedOut(u128),
+    #[error("the task holds no desktop that can be shown now")]
+    NotViewable,
+    #[error("the view token is unknown, expired or for another task")]
+    ViewTokenRefused,
+    #[error("the worker holding the task cannot be reached: {0}")]
+    WorkerUnreachable(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -136,6 +142,12 @@ impl ApiError {
                 e @ (QuotaError::QueueFull { .. } | QuotaError::TokensSpent { .. } | QuotaError::SchedulesFull { .. }),
             ) => Reply::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", e.to_string()),
             ApiError::TimedOut(_) => Reply::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", self.to_string()),
+            ApiError::NotViewable => Reply::new(StatusCode::CONFLICT, "conflict", self.to_string()),
+            ApiError::ViewTokenRefused => Reply::new(StatusCode::UNAUTHORIZED, "unauthorized", self.to_string()),
+            ApiError::WorkerUnreachable(cause) => {
+                tracing::warn!(%cause, "cannot reach the worker of a live view");
+                Reply::new(StatusCode::BAD_GATEWAY, "unavailable", "the worker holding the task cannot be reached")
+            }
             ApiError::Hub(HubError::TooManyStreams(_)) => {
                 Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
             }

@@ -14,7 +14,9 @@
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with; `limits` bounds every request's
-//! time.
+//! time; `routes::views` hands out live views of tasks' desktops and
+//! bridges their WebSockets to workers, beside the noVNC page served under
+//! `/novnc`.
 
 mod auth;
 mod dashboard;
@@ -46,6 +48,7 @@ use flotilla_shared::Config;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::services::ServeDir;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
@@ -86,12 +89,15 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 }
 
 /// The whole application: every route, the body limits (a larger one for
-/// batches), a time limit on every route but the event streams, the cap on
+/// batches), a time limit on every route but the event streams, the live
+/// view's socket and the noVNC files, the cap on
 /// requests served at once, and request tracing.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config().api.body_limit;
     let limits = &state.config().limits;
     let streams = Router::new()
+        .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
+        .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
         .route("/v1/events", get(routes::feed_events::stream));
@@ -118,6 +124,9 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/v1/tasks/{id}", get(routes::tasks::get))
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
+        .route("/v1/tasks/{id}/takeover", post(routes::takeover::takeover))
+        .route("/v1/tasks/{id}/release", post(routes::takeover::release))
+        .route("/v1/tasks/{id}/view", get(routes::views::view))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))

@@ -6,7 +6,9 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, usage, webhooks};
+use crate::routes::{
+    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
+};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -18,6 +20,10 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::get,
         tasks::cancel,
         tasks::input,
+        takeover::takeover,
+        takeover::release,
+        views::view,
+        views::socket,
         events::stream,
         feed_events::stream,
         batches::create,
@@ -50,6 +56,11 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
     components(schemas(
         ErrorBody,
         ErrorDetail,
+        flotilla_shared::TaskId,
+        flotilla_shared::BatchId,
+        flotilla_shared::ScheduleId,
+        flotilla_shared::WebhookId,
+        flotilla_shared::MessageId,
         flotilla_shared::task::TaskSpec,
         flotilla_shared::queue::TaskRecord,
         flotilla_shared::event::Event,
@@ -62,6 +73,11 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::TaskPage,
         tasks::Cancelled,
         tasks::InputAccepted,
+        views::ViewLink,
+        takeover::TakenOver,
+        takeover::Release,
+        takeover::Released,
+        flotilla_shared::live::ViewMode,
         flotilla_shared::task::HumanInput,
         flotilla_shared::task::Decision,
         queues::DeadTasks,
@@ -182,6 +198,49 @@ mod tests {
         assert!(doc["paths"]["/v1/tasks"]["post"]["security"].is_array());
         assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
         assert!(doc["paths"]["/"]["get"]["security"].is_null(), "the page itself needs no key");
+    }
+
+    /// The schema `schema` names, following one `$ref`.
+    fn resolve<'a>(doc: &'a serde_json::Value, schema: &'a serde_json::Value) -> &'a serde_json::Value {
+        match schema["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/")) {
+            Some(name) => &doc["components"]["schemas"][name],
+            None => schema,
+        }
+    }
+
+    /// Every `GET` whose answer holds a list takes `limit` (1 to 500) and a
+    /// `cursor` with the form its `next_cursor` has, and answers `next_cursor`.
+    #[test]
+    fn every_list_pages() {
+        let doc = document();
+        let mut lists = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            let Some(get) = item.get("get") else { continue };
+            let body = resolve(&doc, &get["responses"]["200"]["content"]["application/json"]["schema"]);
+            let Some(properties) = body["properties"].as_object() else { continue };
+            // A collection is a path not ending in an id; the queue's figures
+            // hold one entry per lane: bounded, not a list.
+            let collection = !path.ends_with('}') && path != "/v1/queues";
+            if !collection || !properties.values().any(|p| p["type"] == "array") {
+                continue;
+            }
+            lists.push(path.as_str());
+            assert!(properties.contains_key("next_cursor"), "{path} answers no next_cursor");
+            let params = get["parameters"].as_array().expect("parameters");
+            let param = |name: &str| params.iter().find(|p| p["name"] == name && p["in"] == "query");
+            let limit = param("limit").unwrap_or_else(|| panic!("{path} takes no limit"));
+            assert_eq!(
+                (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+                (&serde_json::json!(1), &serde_json::json!(500)),
+                "{path}"
+            );
+            let cursor = resolve(&doc, &param("cursor").unwrap_or_else(|| panic!("{path} takes no cursor"))["schema"]);
+            let typed = cursor["pattern"].is_string()
+                || cursor["oneOf"].as_array().is_some_and(|o| o.iter().any(|s| resolve(&doc, s)["pattern"].is_string()));
+            assert!(typed, "{path}: the cursor states its form: {cursor}");
+        }
+        lists.sort_unstable();
+        assert_eq!(lists, ["/v1/dead", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]);
     }
 
     #[test]

@@ -11,6 +11,10 @@ use serde_json::Value;
 /// How long a plain request may take; event streams have no such limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Items asked for per page when a command reads a whole list.
+const PAGE: usize = 500;
+/// The most pages a command reads of one list.
+const MAX_PAGES: usize = 200;
 /// Lets the OS notice a dead peer on a long, quiet event stream.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 /// How much of a non-JSON error body is worth showing.
@@ -181,6 +185,23 @@ impl Client {
         }
         let request = self.authorized(self.http.get(url))?.timeout(REQUEST_TIMEOUT);
         read_json(self.send(request).await?).await
+    }
+
+    /// Every item of a list (`field` of each page), following `next_cursor`
+    /// a full page at a time, up to [`MAX_PAGES`] pages.
+    pub async fn get_all(&self, segments: &[&str], field: &str) -> Result<Vec<Value>, ClientError> {
+        let mut items = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_PAGES {
+            let query = [("limit", Some(PAGE.to_string())), ("cursor", cursor.take())];
+            let page = self.get(segments, &query).await?.value;
+            items.extend(page.get(field).and_then(Value::as_array).cloned().unwrap_or_default());
+            cursor = page.get("next_cursor").and_then(Value::as_str).map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(items)
     }
 
     /// `POST` a JSON body, or none.

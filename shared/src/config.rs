@@ -28,6 +28,7 @@ mod auth;
 mod computer_use;
 mod isolation;
 mod limits;
+mod live_view;
 mod providers;
 mod queue;
 mod streams;
@@ -41,6 +42,7 @@ pub use auth::AuthConfig;
 pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
 pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use limits::Limits;
+pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
@@ -108,6 +110,10 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
     ("FLOTILLA_API_CONCURRENCY", "api_concurrency"),
     ("FLOTILLA_TENANT_METRICS", "tenant_metrics"),
+    ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
+    ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
+    ("FLOTILLA_PUBLIC_URL", "public_url"),
+    ("FLOTILLA_WORKER_VIEW_URL", "worker_view_url"),
 ];
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
@@ -174,6 +180,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Limits on the API's event streams.
     pub streams: StreamsConfig,
+    /// Live views of tasks' desktops.
+    pub live_view: LiveViewConfig,
     /// Webhook targets and retries.
     pub webhooks: WebhooksConfig,
     /// How local sandboxes are walled off from the host and each other.
@@ -231,6 +239,7 @@ impl Config {
             s3: S3Config::load(s)?,
             telemetry: TelemetryConfig::load(s)?,
             streams: StreamsConfig::from_settings(s)?,
+            live_view: LiveViewConfig::from_settings(s)?,
             webhooks: WebhooksConfig::from_settings(s)?,
             isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),

@@ -12,12 +12,15 @@ use crate::error::ValidationError;
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
         impl $name {
             pub const PREFIX: &'static str = $prefix;
+            /// What [`Self::parse`] accepts, as a regular expression: the
+            /// prefix and a lowercase ULID (Crockford base32, at most 7ff…).
+            pub const PATTERN: &'static str = concat!("^", $prefix, "[0-7][0-9a-hjkmnp-tv-z]{25}$");
 
             /// A fresh id.
             pub fn generate() -> Self {
@@ -40,6 +43,18 @@ macro_rules! prefixed_id {
                 &self.0
             }
         }
+
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some(Self::PATTERN))
+                    .description(Some(concat!("`", $prefix, "` and a lowercase ULID")))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for $name {}
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -230,6 +230,17 @@ impl Keys {
         format!("{}:{{sandboxes}}:{provider}:slots", self.prefix)
     }
 
+    /// String: the grant of one live-view token, under the SHA-256 of the
+    /// token (hex); expires with the token.
+    pub fn view_token(&self, digest: &str) -> String {
+        format!("{}:view:token:{digest}", self.prefix)
+    }
+
+    /// String: the URL of the worker serving a task's live view.
+    pub fn view_route(&self, id: &TaskId) -> String {
+        format!("{}:view:route:{id}", self.prefix)
+    }
+
     /// What every event channel name starts with.
     pub fn channel_prefix(&self) -> String {
         format!("{}:events:", self.prefix)

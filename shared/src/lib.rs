@@ -15,6 +15,8 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod keys;
+pub mod live;
+pub mod page;
 pub mod queue;
 pub mod quota;
 pub mod redis_conn;

@@ -24,3 +24,4 @@ pub mod fair_scenarios;
 pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;
+pub mod vnc;

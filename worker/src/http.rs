@@ -1,6 +1,7 @@
 //! The worker's small HTTP side, when `FLOTILLA_WORKER_HTTP_ADDR` is set:
 //! `/metrics` for Prometheus, `/healthz` (the process answers) and `/readyz`
-//! (Redis answers) for Kubernetes probes.
+//! (Redis answers) for Kubernetes probes, and `/live/{task}` for the API's
+//! live views of the desktops this worker holds.
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -11,6 +12,7 @@ use flotilla_shared::queue::Queue;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use crate::live::LiveDesktops;
 use crate::metrics::WorkerMetrics;
 
 #[derive(Clone)]
@@ -41,8 +43,19 @@ async fn ready(State(state): State<HttpState>) -> StatusCode {
 }
 
 /// Serves until `shutdown` is cancelled.
-pub async fn serve(listener: tokio::net::TcpListener, queue: Queue, metrics: WorkerMetrics, shutdown: CancellationToken) {
-    let served = axum::serve(listener, router(queue, metrics)).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+/// With `live`, it also serves the live views of the desktops this worker holds.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    queue: Queue,
+    metrics: WorkerMetrics,
+    live: Option<LiveDesktops>,
+    shutdown: CancellationToken,
+) {
+    let mut app = router(queue, metrics);
+    if let Some(live) = live {
+        app = app.merge(crate::live::socket::router(live));
+    }
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
     if let Err(e) = served {
         warn!(error = %e, "the worker's HTTP server stopped");
     }

@@ -11,6 +11,7 @@ pub mod gateway;
 pub mod housekeeping;
 pub mod http;
 pub mod image;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod pipeline;

@@ -16,6 +16,7 @@ use flotilla_shared::Config;
 use tracing::{info, warn};
 
 use crate::gateway::{GatewayConfig, ModelGateway};
+use crate::live::LiveDesktops;
 use crate::sandbox::{
     E2bConfig, E2bProvider, FleetCap, FleetCapConfig, Isolation, LocalConfig, LocalProvider, Network, PoolConfig, SandboxPool,
     SandboxProvider,
@@ -30,6 +31,8 @@ pub struct Tools {
     /// The gateway sandboxed agents call models through; present when the
     /// configuration has a model provider key.
     pub gateway: Option<ModelGateway>,
+    /// The desktops this worker shows live; present when its HTTP side runs.
+    pub live: Option<LiveDesktops>,
 }
 
 impl Tools {
@@ -56,11 +59,14 @@ impl Tools {
             warn!("screenshots are not kept: set FLOTILLA_S3_BUCKET to store them");
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway })
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None })
     }
 
     /// Ends every pooled sandbox.
     pub async fn shutdown(&self) {
+        if let Some(live) = &self.live {
+            live.shutdown().await;
+        }
         if let Some(pool) = &self.sandboxes {
             pool.shutdown().await;
         }

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::live::LiveViews;
 use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome};
 use flotilla_shared::{Config, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -20,6 +21,7 @@ use crate::acker::Acker;
 use crate::execute::Executor;
 use crate::housekeeping;
 use crate::http;
+use crate::live::LiveDesktops;
 use crate::metrics::WorkerMetrics;
 use crate::pipeline::Registry;
 use crate::tools::Tools;
@@ -48,17 +50,22 @@ pub async fn run_with(config: Config, registry: Registry, shutdown: Cancellation
 /// Runs a worker with these pipelines and tools until `shutdown` is cancelled.
 pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, shutdown: CancellationToken) -> anyhow::Result<()> {
     let metrics = WorkerMetrics::with_tools(&tools);
-    let tools = Arc::new(tools);
+    let mut tools = tools;
     let queue = connect_patiently(&config, &shutdown).await?;
     let http = match config.worker.http_addr {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| anyhow::anyhow!("FLOTILLA_WORKER_HTTP_ADDR: cannot listen on {addr}: {e}"))?;
-            Some(tokio::spawn(http::serve(listener, queue.clone(), metrics.clone(), shutdown.clone())))
+            if tools.live.is_none() {
+                tools.live = live_desktops(&config, &listener, &queue);
+            }
+            let live = tools.live.clone();
+            Some(tokio::spawn(http::serve(listener, queue.clone(), metrics.clone(), live, shutdown.clone())))
         }
         None => None,
     };
+    let tools = Arc::new(tools);
     let (acker, acker_task) = Acker::spawn(queue.clone(), metrics.clone());
     let executor = Executor {
         queue: queue.clone(),
@@ -99,6 +106,24 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     }
     info!("worker stopped");
     Ok(())
+}
+
+/// Live views over the worker's HTTP side, reached at
+/// `FLOTILLA_WORKER_VIEW_URL` or the address it listens on; none when that
+/// address is a wildcard and no URL is set.
+fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Queue) -> Option<LiveDesktops> {
+    let endpoint = match &config.live_view.worker_view_url {
+        Some(url) => url.clone(),
+        None => {
+            let addr = listener.local_addr().ok()?;
+            if addr.ip().is_unspecified() {
+                warn!("live views are off: set FLOTILLA_WORKER_VIEW_URL to the address the API reaches this worker at");
+                return None;
+            }
+            format!("http://{addr}")
+        }
+    };
+    Some(LiveDesktops::new(endpoint, LiveViews::new(queue.redis().clone(), queue.keys().clone())))
 }
 
 /// Connects, retrying while Redis is not there yet, until shutdown.

@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use flotilla_shared::queue::FeedId;
+use flotilla_shared::BatchId;
 
 use super::batches::BatchIdPath;
 use super::feed_events::{FeedParams, POSITION};
@@ -27,7 +28,7 @@ use crate::state::AppState;
     path = "/v1/batches/{id}/events",
     tag = "batches",
     params(
-        ("id" = String, Path, description = "Batch id"),
+        ("id" = BatchId, Path, description = "Batch id"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this position (the `id` of the last frame received)"),
         FeedParams,
     ),

@@ -166,7 +166,7 @@ pub async fn create(
     get,
     path = "/v1/batches/{id}",
     tag = "batches",
-    params(("id" = String, Path, description = "Batch id, `bat_` and 26 characters")),
+    params(("id" = BatchId, Path, description = "Batch id, `bat_` and 26 characters")),
     responses(
         (status = 200, description = "The batch", body = BatchView),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -197,7 +197,7 @@ pub async fn get(
     post,
     path = "/v1/batches/{id}/cancel",
     tag = "batches",
-    params(("id" = String, Path, description = "Batch id")),
+    params(("id" = BatchId, Path, description = "Batch id")),
     responses(
         (status = 202, description = "Queued tasks cancelled, running ones stopping", body = BatchCancelled),
         (status = 400, description = "Malformed id", body = ErrorBody),

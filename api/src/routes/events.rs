@@ -6,7 +6,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use flotilla_shared::QueueError;
+use flotilla_shared::{QueueError, TaskId};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -37,7 +37,7 @@ pub struct EventsParams {
     path = "/v1/tasks/{id}/events",
     tag = "tasks",
     params(
-        ("id" = String, Path, description = "Task id"),
+        ("id" = TaskId, Path, description = "Task id"),
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this seq"),
         EventsParams,
     ),

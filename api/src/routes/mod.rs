@@ -6,11 +6,14 @@ pub mod batches;
 pub mod events;
 pub mod feed_events;
 pub mod ops;
+pub mod paging;
 pub mod queues;
 pub mod schedules;
 pub mod sse;
+pub mod takeover;
 pub mod tasks;
 pub mod usage;
+pub mod views;
 pub mod webhooks;
 
 /// Answers a path no route matches.

@@ -3,22 +3,30 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use flotilla_shared::page::ScoreCursor;
 use flotilla_shared::queue::{QueueStats, TaskRecord};
 use flotilla_shared::task::TaskStatus;
 use flotilla_shared::TaskId;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{parse_limit, QueryParams, TaskIdPath};
-use crate::routes::tasks::{DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
+use crate::extract::{QueryParams, TaskIdPath};
+use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
-/// The tenant's dead-lettered tasks.
+/// A page of the tenant's dead-lettered tasks, newest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeadTasks {
     pub tasks: Vec<TaskRecord>,
+    /// Pass as `cursor` for the next page (`<ms>:<task id>`); `null` on the last one.
+    pub next_cursor: Option<String>,
+}
+
+/// Reads a dead-letter cursor.
+fn dead_cursor(text: &str) -> Option<ScoreCursor> {
+    ScoreCursor::parse(text).filter(|c| c.score >= 0 && TaskId::parse(&c.member).is_ok())
 }
 
 /// The answer to a dead-letter retry.
@@ -26,16 +34,6 @@ pub struct DeadTasks {
 pub struct Requeued {
     pub id: TaskId,
     pub status: TaskStatus,
-}
-
-/// Parameters of `GET /v1/dead`.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct DeadParams {
-    /// At most this many tasks, 1 to 500; default 50.
-    #[param(value_type = Option<u32>)]
-    pub limit: Option<String>,
 }
 
 /// The caller's own figures: depth, pending, delay and age of its lanes, its
@@ -55,15 +53,15 @@ pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Res
     Ok(Json(state.queue().stats(&tenant).await?))
 }
 
-/// The caller's tasks whose attempts are spent, newest first.
+/// The caller's tasks whose attempts are spent, newest first, a page at a time.
 #[utoipa::path(
     get,
     path = "/v1/dead",
     tag = "queues",
-    params(DeadParams),
+    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page", pattern = r"^[0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$")),
     responses(
-        (status = 200, description = "Dead-lettered tasks", body = DeadTasks),
-        (status = 400, description = "Bad limit", body = ErrorBody),
+        (status = 200, description = "One page; follow `next_cursor` until it is null", body = DeadTasks),
+        (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
@@ -72,10 +70,11 @@ pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Res
 pub async fn dead(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-    QueryParams(params): QueryParams<DeadParams>,
+    QueryParams(params): QueryParams<PageParams>,
 ) -> Result<Json<DeadTasks>, ApiError> {
-    let limit = parse_limit(params.limit.as_deref(), DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)?;
-    Ok(Json(DeadTasks { tasks: state.queue().dead(&tenant, limit).await? }))
+    let cursor = params.cursor(dead_cursor)?;
+    let page = state.queue().dead(&tenant, params.limit()?, cursor.as_ref()).await?;
+    Ok(Json(DeadTasks { tasks: page.items, next_cursor: page.next_cursor }))
 }
 
 /// Queue a dead-lettered task again, with fresh attempts.
@@ -83,7 +82,7 @@ pub async fn dead(
     post,
     path = "/v1/dead/{id}/retry",
     tag = "queues",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = TaskId, Path, description = "Task id")),
     responses(
         (status = 202, description = "Queued again", body = Requeued),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -102,4 +101,20 @@ pub async fn retry(
     state.queue().revive(&tenant, &id).await?;
     tracing::info!("dead task queued again");
     Ok((StatusCode::ACCEPTED, Json(Requeued { id, status: TaskStatus::Queued })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_dead_cursor_is_the_one_the_server_reads() {
+        let id = TaskId::generate();
+        assert!(dead_cursor(&format!("1732500000000:{id}")).is_some());
+        for bad in ["1732500000000", "-1:x", &format!("-5:{id}"), &format!("x:{id}"), "12:tsk_"] {
+            assert!(dead_cursor(bad).is_none(), "{bad}");
+        }
+        let pattern = format!("^[0-9]{{1,15}}:{}", TaskId::PATTERN.trim_start_matches('^'));
+        assert_eq!(pattern, r"^[0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$");
+    }
 }

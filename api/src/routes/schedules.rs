@@ -14,15 +14,19 @@ use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, QueryParams};
+use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
 const NOT_FOUND: ApiError = ApiError::NotFound("no such schedule");
 
-/// The tenant's schedules.
+/// A page of the tenant's schedules, newest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ScheduleList {
     pub schedules: Vec<Schedule>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    #[schema(value_type = Option<ScheduleId>)]
+    pub next_cursor: Option<String>,
 }
 
 /// The `{id}` segment of a path, as a schedule id.
@@ -71,20 +75,28 @@ pub async fn create(
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(schedule)).into_response())
 }
 
-/// The tenant's schedules, newest first.
+/// The tenant's schedules, newest first, a page at a time.
 #[utoipa::path(
     get,
     path = "/v1/schedules",
     tag = "schedules",
+    params(PageParams, ("cursor" = Option<ScheduleId>, Query, description = "The `next_cursor` of the previous page")),
     responses(
-        (status = 200, description = "Every schedule of the tenant", body = ScheduleList),
+        (status = 200, description = "One page; follow `next_cursor` until it is null", body = ScheduleList),
+        (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> Result<Json<ScheduleList>, ApiError> {
-    Ok(Json(ScheduleList { schedules: state.queue().schedules().list(&tenant).await? }))
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    QueryParams(params): QueryParams<PageParams>,
+) -> Result<Json<ScheduleList>, ApiError> {
+    let cursor = params.cursor(|c| ScheduleId::parse(c).ok())?;
+    let page = state.queue().schedules().list(&tenant, params.limit()?, cursor.as_ref()).await?;
+    Ok(Json(ScheduleList { schedules: page.items, next_cursor: page.next_cursor }))
 }
 
 /// A schedule, with its next and last run.
@@ -92,7 +104,7 @@ pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> Resu
     get,
     path = "/v1/schedules/{id}",
     tag = "schedules",
-    params(("id" = String, Path, description = "Schedule id, `sch_` and 26 characters")),
+    params(("id" = ScheduleId, Path, description = "Schedule id, `sch_` and 26 characters")),
     responses(
         (status = 200, description = "The schedule", body = Schedule),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -115,7 +127,7 @@ pub async fn get(
     patch,
     path = "/v1/schedules/{id}",
     tag = "schedules",
-    params(("id" = String, Path, description = "Schedule id")),
+    params(("id" = ScheduleId, Path, description = "Schedule id")),
     request_body = SchedulePatch,
     responses(
         (status = 200, description = "The changed schedule; a new rule or a resume counts from now", body = Schedule),
@@ -146,7 +158,7 @@ pub async fn patch(
     delete,
     path = "/v1/schedules/{id}",
     tag = "schedules",
-    params(("id" = String, Path, description = "Schedule id")),
+    params(("id" = ScheduleId, Path, description = "Schedule id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "Malformed id", body = ErrorBody),

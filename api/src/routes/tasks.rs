@@ -82,13 +82,13 @@ pub struct ListParams {
     #[param(value_type = Option<TaskStatus>)]
     pub status: Option<String>,
     /// Only tasks of this batch.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<BatchId>)]
     pub batch: Option<String>,
     /// At most this many tasks, 1 to 500; default 50.
-    #[param(value_type = Option<u32>)]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<TaskId>)]
     pub cursor: Option<String>,
 }
 
@@ -170,7 +170,7 @@ pub async fn release(state: &AppState, admitted: &Admitted) {
     get,
     path = "/v1/tasks/{id}",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id, `tsk_` and 26 characters")),
+    params(("id" = TaskId, Path, description = "Task id, `tsk_` and 26 characters")),
     responses(
         (status = 200, description = "The task", body = TaskRecord),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -219,7 +219,7 @@ pub async fn list(
     post,
     path = "/v1/tasks/{id}/cancel",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = TaskId, Path, description = "Task id")),
     responses(
         (status = 202, description = "Cancelled, or being cancelled", body = Cancelled),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -264,7 +264,7 @@ pub struct InputAccepted {
     post,
     path = "/v1/tasks/{id}/input",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = TaskId, Path, description = "Task id")),
     request_body = HumanInput,
     responses(
         (status = 202, description = "Handed to the task", body = InputAccepted),

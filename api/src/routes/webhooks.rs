@@ -8,18 +8,17 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_shared::clock;
-use flotilla_shared::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks, MAX_PAGE};
+use flotilla_shared::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks};
 use flotilla_shared::{MessageId, ValidationError, WebhookId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{parse_limit, JsonBody, QueryParams};
+use crate::extract::{JsonBody, QueryParams};
+use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
-/// Items on a page when `limit` is not given.
-const DEFAULT_LIMIT: usize = 50;
 /// How long a rotated-out secret keeps signing when `grace_s` is not given.
 const DEFAULT_GRACE_S: i64 = 24 * 3600;
 
@@ -54,33 +53,6 @@ pub struct SecretRotated {
     pub secret: String,
     /// RFC 3339: until then the previous secret signs too.
     pub previous_valid_until: String,
-}
-
-/// `limit` and `cursor` of a list.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct PageParams {
-    /// Items per page, 1 to 500 (default 50).
-    #[param(value_type = Option<u32>)]
-    pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
-
-impl PageParams {
-    fn limit(&self) -> Result<usize, ValidationError> {
-        parse_limit(self.limit.as_deref(), DEFAULT_LIMIT, MAX_PAGE)
-    }
-
-    /// The cursor, checked to be an id of the listed kind.
-    fn cursor(&self, parse: impl Fn(&str) -> bool) -> Result<Option<&str>, ValidationError> {
-        match self.cursor.as_deref().filter(|c| !c.is_empty()) {
-            None => Ok(None),
-            Some(c) if parse(c) => Ok(Some(c)),
-            Some(_) => Err(ValidationError::at("cursor", "cursor must be the next_cursor of an earlier page")),
-        }
-    }
 }
 
 /// Parameters of a rotation.
@@ -143,7 +115,7 @@ pub async fn create(
     get,
     path = "/v1/webhooks",
     tag = "webhooks",
-    params(PageParams),
+    params(PageParams, ("cursor" = Option<WebhookId>, Query, description = "The `next_cursor` of the previous page")),
     responses(
         (status = 200, description = "One page; follow `next_cursor` until it is absent", body = EndpointPage),
         (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
@@ -157,8 +129,8 @@ pub async fn list(
     Tenant(tenant): Tenant,
     QueryParams(params): QueryParams<PageParams>,
 ) -> Result<Json<EndpointPage>, ApiError> {
-    let cursor = params.cursor(|c| WebhookId::parse(c).is_ok())?;
-    let page = store(&state).list(&tenant, params.limit()?, cursor).await?;
+    let cursor = params.cursor(|c| WebhookId::parse(c).ok())?;
+    let page = store(&state).list(&tenant, params.limit()?, cursor.as_ref().map(WebhookId::as_str)).await?;
     Ok(Json(EndpointPage { webhooks: page.items, next_cursor: page.next_cursor }))
 }
 
@@ -167,7 +139,7 @@ pub async fn list(
     get,
     path = "/v1/webhooks/{id}",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id")),
+    params(("id" = WebhookId, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The endpoint", body = Endpoint),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -190,7 +162,7 @@ pub async fn get(
     patch,
     path = "/v1/webhooks/{id}",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id")),
+    params(("id" = WebhookId, Path, description = "Webhook id")),
     request_body = EndpointPatch,
     responses(
         (status = 200, description = "The endpoint as changed", body = Endpoint),
@@ -215,7 +187,7 @@ pub async fn patch(
     delete,
     path = "/v1/webhooks/{id}",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id")),
+    params(("id" = WebhookId, Path, description = "Webhook id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -239,7 +211,7 @@ pub async fn delete(
     post,
     path = "/v1/webhooks/{id}/rotate-secret",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id"), RotateParams),
+    params(("id" = WebhookId, Path, description = "Webhook id"), RotateParams),
     responses(
         (status = 200, description = "The new secret; until `previous_valid_until` each message carries two signatures", body = SecretRotated),
         (status = 400, description = "Malformed id or `grace_s`", body = ErrorBody),
@@ -265,7 +237,11 @@ pub async fn rotate(
     get,
     path = "/v1/webhooks/{id}/deliveries",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id"), PageParams),
+    params(
+        ("id" = WebhookId, Path, description = "Webhook id"),
+        PageParams,
+        ("cursor" = Option<MessageId>, Query, description = "The `next_cursor` of the previous page"),
+    ),
     responses(
         (status = 200, description = "One page of messages with status, attempts, last response code, latency and error; follow `next_cursor` until it is absent", body = DeliveryPage),
         (status = 400, description = "Malformed id, `limit` or `cursor`", body = ErrorBody),
@@ -281,8 +257,8 @@ pub async fn deliveries(
     WebhookIdPath(id): WebhookIdPath,
     QueryParams(params): QueryParams<PageParams>,
 ) -> Result<Json<DeliveryPage>, ApiError> {
-    let cursor = params.cursor(|c| MessageId::parse(c).is_ok())?;
-    let page = store(&state).deliveries(&tenant, &id, params.limit()?, cursor).await?;
+    let cursor = params.cursor(|c| MessageId::parse(c).ok())?;
+    let page = store(&state).deliveries(&tenant, &id, params.limit()?, cursor.as_ref().map(MessageId::as_str)).await?;
     Ok(Json(DeliveryPage { deliveries: page.items, next_cursor: page.next_cursor }))
 }
 
@@ -291,7 +267,7 @@ pub async fn deliveries(
     post,
     path = "/v1/webhooks/{id}/deliveries/{msg_id}/retry",
     tag = "webhooks",
-    params(("id" = String, Path, description = "Webhook id"), ("msg_id" = String, Path, description = "Message id")),
+    params(("id" = WebhookId, Path, description = "Webhook id"), ("msg_id" = MessageId, Path, description = "Message id")),
     responses(
         (status = 202, description = "Due now; the message as it stands", body = Delivery),
         (status = 400, description = "Malformed id", body = ErrorBody),

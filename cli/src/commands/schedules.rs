@@ -53,12 +53,11 @@ async fn set_paused(client: &Client, id: &str, paused: bool) -> anyhow::Result<A
 }
 
 async fn list(client: &Client, format: Format) -> anyhow::Result<Outcome> {
-    let response = client.get(&["v1", "schedules"], &[]).await?;
+    let schedules = client.get_all(&["v1", "schedules"], "schedules").await?;
     if format == Format::Json {
-        out(&response.raw)?;
+        out(&json!({ "schedules": schedules }).to_string())?;
         return Ok(Outcome::Success);
     }
-    let schedules = response.value.get("schedules").and_then(Value::as_array).cloned().unwrap_or_default();
     if schedules.is_empty() {
         warn("no schedules");
         return Ok(Outcome::Success);

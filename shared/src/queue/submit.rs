@@ -12,6 +12,7 @@ use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::{event_field, Shard, GROUP};
+use crate::page::{score_page, Page, ScoreCursor};
 use crate::task::{HumanInput, Priority, TaskSpec, TaskStatus};
 
 /// A task to put in a lane: its tenant, priority, id and, when it must
@@ -373,12 +374,16 @@ impl Queue {
         }
     }
 
-    /// A tenant's dead-lettered tasks, newest first.
-    pub async fn dead(&self, tenant: &TenantId, limit: usize) -> Result<Vec<TaskRecord>, QueueError> {
-        let mut conn = self.redis.shared();
+    /// A page of a tenant's dead-lettered tasks, newest first, after `cursor`.
+    pub async fn dead(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+        cursor: Option<&ScoreCursor>,
+    ) -> Result<Page<TaskRecord>, QueueError> {
         let index = self.keys.dead(tenant);
-        let ids: Vec<String> = conn.zrevrange(&index, 0, limit.clamp(1, MAX_LIST_LIMIT) as isize - 1).await?;
-        let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
+        let page = score_page(&self.redis, &index, limit.min(MAX_LIST_LIMIT), cursor).await?;
+        let ids: Vec<TaskId> = page.items.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
         let hashes = self.task_hashes(&ids).await?;
         let mut records = Vec::new();
         let mut gone = Vec::new();
@@ -389,7 +394,7 @@ impl Queue {
             }
         }
         self.forget(&index, gone).await?;
-        Ok(records)
+        Ok(Page { items: records, next_cursor: page.next_cursor })
     }
 
     /// Puts a dead-lettered task back in its lane with fresh attempts.

@@ -19,6 +19,7 @@ use super::CronRule;
 use crate::clock;
 use crate::error::{QueueError, ValidationError};
 use crate::ids::{ScheduleId, TaskId, TenantId};
+use crate::page::{lex_page, Order, Page};
 use crate::queue::Queue;
 use crate::task::{Pipeline, TaskSpec};
 
@@ -287,12 +288,13 @@ impl Schedules<'_> {
         Schedule::from_hash(id, &hash)
     }
 
-    /// A tenant's schedules, newest first.
-    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<Schedule>, QueueError> {
+    /// A page of a tenant's schedules, newest first, after `cursor` (a
+    /// schedule id).
+    pub async fn list(&self, tenant: &TenantId, limit: usize, cursor: Option<&ScheduleId>) -> Result<Page<Schedule>, QueueError> {
         let keys = self.queue.keys();
-        let mut conn = self.queue.redis().shared();
-        let raw: Vec<String> = conn.zrevrangebylex(keys.tenant_schedules(tenant), "+", "-").await?;
-        let ids: Vec<ScheduleId> = raw.iter().filter_map(|i| ScheduleId::parse(i).ok()).collect();
+        let index = keys.tenant_schedules(tenant);
+        let page = lex_page(self.queue.redis(), &index, limit, cursor.map(ScheduleId::as_str), Order::Newest).await?;
+        let ids: Vec<ScheduleId> = page.items.iter().filter_map(|i| ScheduleId::parse(i).ok()).collect();
         let reads = ids.iter().map(|id| redis::Cmd::hgetall(keys.schedule(id))).collect();
         let hashes: Vec<HashMap<String, String>> = self.queue.redis().query_many(reads).await?;
         let mut schedules = Vec::with_capacity(ids.len());
@@ -301,7 +303,7 @@ impl Schedules<'_> {
                 schedules.push(schedule);
             }
         }
-        Ok(schedules)
+        Ok(Page { items: schedules, next_cursor: page.next_cursor })
     }
 
     /// Applies checked settings to a schedule. A new rule, a new time zone or

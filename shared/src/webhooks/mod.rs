@@ -29,6 +29,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub use crate::page::{lex_page, Order, Page, MAX_PAGE};
 pub use messages::{Delivery, DeliveryStatus};
 
 use crate::clock;
@@ -41,8 +42,6 @@ use target::Policy;
 
 /// The consumer group the dispatcher reads the tenant feeds with.
 pub const GROUP: &str = "webhooks";
-/// The most items one page of a list holds.
-pub const MAX_PAGE: usize = 500;
 
 /// What a webhook reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -169,13 +168,6 @@ impl From<redis::RedisError> for WebhookError {
     fn from(e: redis::RedisError) -> Self {
         Self::Queue(e.into())
     }
-}
-
-/// A page of a list and where the next one starts.
-#[derive(Debug, Clone)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    pub next_cursor: Option<String>,
 }
 
 /// The webhook store of one fleet.
@@ -374,40 +366,4 @@ fn endpoint_from_hash(id: &str, mut hash: HashMap<String, String>) -> Option<Sto
         created_at: clock::rfc3339(created_ms),
     };
     Some(StoredEndpoint { view, secret, old_secret })
-}
-
-/// Which end of a list a page starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    Oldest,
-    Newest,
-}
-
-/// A page of the members of a sorted set whose scores are all 0 and whose
-/// members sort by time: up to `limit` after `cursor` (a member), with the
-/// last member as the next cursor when more follow.
-pub async fn lex_page(
-    redis: &Redis,
-    key: &str,
-    limit: usize,
-    cursor: Option<&str>,
-    order: Order,
-) -> Result<Page<String>, QueueError> {
-    let limit = limit.clamp(1, MAX_PAGE);
-    let mut cmd = redis::cmd("ZRANGE");
-    cmd.arg(key);
-    match order {
-        Order::Oldest => cmd.arg(cursor.map_or("-".to_owned(), |c| format!("({c}"))).arg("+").arg("BYLEX"),
-        Order::Newest => cmd.arg(cursor.map_or("+".to_owned(), |c| format!("({c}"))).arg("-").arg("BYLEX").arg("REV"),
-    };
-    cmd.arg("LIMIT").arg(0).arg(limit + 1);
-    let mut conn = redis.shared();
-    let mut items: Vec<String> = cmd.query_async(&mut conn).await?;
-    let next_cursor = if items.len() > limit {
-        items.truncate(limit);
-        items.last().cloned()
-    } else {
-        None
-    };
-    Ok(Page { items, next_cursor })
 }

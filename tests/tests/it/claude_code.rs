@@ -76,6 +76,7 @@ impl CodeFleet {
             blobs: Some(store.clone()),
             uploads: UploaderOptions::default(),
             gateway: Some(gateway.clone()),
+            live: None,
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
         Self { queue: queue(&config).await, _redis: redis, _s3: s3, store, config, api, gateway, pool, worker: Some(worker) }

@@ -96,12 +96,12 @@ async fn a_retryable_failure_retries_with_backoff_then_dead_letters_and_can_be_r
         .collect();
     assert_eq!(retries.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 3]);
     assert!(retries.iter().all(|(_, d)| *d <= 500), "delays stay under the configured maximum: {retries:?}");
-    let dead = q.dead(&tenant(), 10).await.expect("dead");
+    let dead = q.dead(&tenant(), 10, None).await.expect("dead").items;
     assert_eq!(dead.iter().map(|t| &t.id).collect::<Vec<_>>(), [&id]);
 
     let runs_before = runs.load(Ordering::SeqCst);
     q.revive(&tenant(), &id).await.expect("revive");
-    assert!(q.dead(&tenant(), 10).await.expect("dead").is_empty(), "revived tasks leave the dead-letter list");
+    assert!(q.dead(&tenant(), 10, None).await.expect("dead").items.is_empty(), "revived tasks leave the dead-letter list");
     wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(15)).await;
     assert_eq!(runs.load(Ordering::SeqCst), runs_before + 3, "a revived task gets fresh attempts");
     let history = events(&q, &id).await;

@@ -419,7 +419,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     };
     let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new(LocalConfig::default()));
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
-    let tools = Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None });
+    let tools =
+        Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None, live: None });
     let bench = Bench { queue, tools, uploads, tenant: TenantId::parse("bench")?, target: args.target, steps: args.steps };
     let mut sizes = Vec::new();
     for size in &args.sizes {

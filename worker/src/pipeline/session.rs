@@ -12,6 +12,9 @@
 //! could not be extended, as retryable when it was ended from outside (the
 //! next attempt gets a new sandbox).
 //!
+//! A desktop the worker can show goes on show for live views while the
+//! session holds it (`stream_url` names where to ask for a view).
+//!
 //! Screenshots go to the [`Uploader`] the moment they are taken and the loop
 //! goes on; a background feed emits each `screenshot` event once its image
 //! is stored, in step order. Closing a session that succeeded waits until
@@ -28,7 +31,7 @@ use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
 use flotilla_shared::usage::Amount;
-use flotilla_shared::QueueError;
+use flotilla_shared::{QueueError, TaskId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
@@ -37,6 +40,7 @@ use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
 use super::held::{Held, SandboxChoice};
 use super::TaskRun;
+use crate::live::ShowGuard;
 use crate::metrics::WorkerMetrics;
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
@@ -84,6 +88,21 @@ pub struct Steps {
     /// The time the task's sandbox was held and not yet counted.
     sandbox_clock: Option<SandboxClock>,
     metrics: WorkerMetrics,
+    /// Who drives the desktop now, as far as the steps know.
+    hand: Hand,
+}
+
+/// Who drives a task's desktop: its agent, or a person who took it over
+/// through the API. Steps pause while a person holds it; the hand-back
+/// (the person's message) stays here until the pipeline takes it up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Hand {
+    /// The agent drives; nothing was handed back since it last looked.
+    #[default]
+    Agent,
+    /// A person held the desktop and handed it back with this message; the
+    /// agent has not taken it up yet.
+    HandedBack(Option<String>),
 }
 
 impl Steps {
@@ -96,6 +115,7 @@ impl Steps {
             keeper: None,
             sandbox_clock: None,
             metrics: run.metrics.clone(),
+            hand: Hand::Agent,
         }
     }
 
@@ -137,6 +157,12 @@ impl Steps {
     /// until a human answers through the API.
     pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
         self.attempt.wait_for_human(code, message).await?;
+        self.next_input().await
+    }
+
+    /// The next input a human gives the waiting task (an answer or a
+    /// hand-back), polled under the guard.
+    async fn next_input(&self) -> Result<HumanInput, PipelineError> {
         self.guard(async {
             loop {
                 match self.attempt.take_input().await {
@@ -149,6 +175,31 @@ impl Steps {
             }
         })
         .await
+    }
+
+    /// Waits, under the guard, while a person holds the desktop; once they
+    /// hand it back, their message is kept as [`Hand::HandedBack`]. A
+    /// moment's trouble reading Redis is not a takeover: the steps go on.
+    pub async fn pause_while_held(&mut self) -> Result<(), PipelineError> {
+        match self.attempt.held_by_person().await {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) => {
+                warn!(error = %e, "could not learn whether a person holds the desktop; going on");
+                return Ok(());
+            }
+        }
+        let input = self.next_input().await?;
+        self.hand = Hand::HandedBack(input.message);
+        Ok(())
+    }
+
+    /// Takes up a hand-back, if one came since the last call.
+    pub fn take_hand_back(&mut self) -> Option<Option<String>> {
+        match std::mem::take(&mut self.hand) {
+            Hand::Agent => None,
+            Hand::HandedBack(message) => Some(message),
+        }
     }
 
     /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
@@ -164,6 +215,7 @@ impl Steps {
                 message: format!("the task reached its max_steps ({})", self.limits.max_steps),
             });
         }
+        self.pause_while_held().await?;
         let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
         self.take_traced(action, perform).instrument(span).await
     }
@@ -194,6 +246,8 @@ pub struct Session {
     held: Option<Held>,
     screenshots: Option<ScreenshotLog>,
     steps: Steps,
+    /// The desktop on show for live views, while the session holds it.
+    live: Option<ShowGuard>,
 }
 
 /// The task's screenshots on their way to the store, and the feed that
@@ -232,12 +286,14 @@ impl Session {
         let sandbox = held.sandbox();
         steps.keeper =
             Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
+        let live = show_live(run, pool.provider(), &sandbox.id).await;
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
             held: None,
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.attempt)),
             steps,
+            live,
         };
         let announced = session.announce(&held).await;
         session.held = Some(held);
@@ -246,11 +302,12 @@ impl Session {
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
         let sandbox = held.sandbox();
+        let stream_url = self.live.as_ref().map(|_| stream_url(self.attempt.task_id()));
         let record =
-            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": null });
+            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": stream_url });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),
-            stream_url: None,
+            stream_url,
             warm: held.warm(),
             ms: held.waited().as_millis() as u64,
         };
@@ -266,6 +323,11 @@ impl Session {
     /// The task's step count and limits.
     pub fn steps(&self) -> &Steps {
         &self.steps
+    }
+
+    /// The task's steps, to pause them for a person or take up a hand-back.
+    pub fn steps_mut(&mut self) -> &mut Steps {
+        &mut self.steps
     }
 
     /// Runs `work` unless the task is cancelled or out of time first.
@@ -341,6 +403,7 @@ impl Session {
                 warn!(error = %e, "could not count the last of the sandbox's time");
             }
         }
+        drop(self.live.take());
         let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
         if let Some(held) = self.held.take() {
             held.settle(&self.pool, &result, expires_at).await;
@@ -408,6 +471,20 @@ impl ScreenshotLog {
     fn abandon(self) {
         self.events.abort();
     }
+}
+
+/// Puts the task's desktop on show for live views, when the worker serves
+/// them and the provider can show this sandbox.
+async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &SandboxId) -> Option<ShowGuard> {
+    let live = run.tools.live.as_ref()?;
+    let display = provider.live_display(id)?;
+    Some(live.show(run.attempt.task_id(), display).await)
+}
+
+/// The stable form of a task's view URL: the API endpoint that hands out
+/// its tokened URLs.
+fn stream_url(task: &TaskId) -> String {
+    format!("/v1/tasks/{task}/view")
 }
 
 /// Resolves once the sandbox could not be kept; never without a keeper.

@@ -222,6 +222,14 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// one with [`SandboxProvider::screenshot`]); `wait` sleeps.
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>>;
 
+    /// The display a VNC server on this host can attach to for a live view
+    /// of the sandbox; `None` when the provider shows it some other way or
+    /// not at all.
+    fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
+        let _ = id;
+        None
+    }
+
     /// How sandbox `id` reaches the worker's model gateway when it has no
     /// network path to it: a Unix socket the gateway listens on for this
     /// sandbox alone, and the URL the sandbox's programs call (a forwarder

@@ -606,6 +606,14 @@ impl SandboxProvider for LocalProvider {
         self.perform(id, action).boxed()
     }
 
+    fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
+        let sandboxes = self.inner.sandboxes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        sandboxes.get(id).map(|sandbox| crate::live::X11Display {
+            number: sandbox.launcher.display,
+            xauthority: Some(sandbox.launcher.xauthority.clone()),
+        })
+    }
+
     fn gateway_bridge<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
         self.bridge(id).boxed()
     }

@@ -1,0 +1,244 @@
+//! Live views of a task's desktop: `GET /v1/tasks/{id}/view` hands out a
+//! URL of the noVNC page (served by the API under `/novnc`) with a token
+//! scoped to the task and a mode; the page's WebSocket,
+//! `GET /v1/tasks/{id}/view/socket?token=…`, is bridged here to the worker
+//! that holds the task, so browsers need no route to workers.
+//!
+//! Tokens travel only in query strings, which request logs leave out.
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::Response;
+use axum::Json;
+use bytes::Bytes;
+use flotilla_shared::live::{LiveViews, ViewGrant, ViewMode};
+use flotilla_shared::task::TaskStatus;
+use flotilla_shared::{clock, QueueError, TaskId, ValidationError};
+use futures::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message as WireMessage;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{QueryParams, TaskIdPath};
+use crate::state::AppState;
+
+/// Where the noVNC page is served.
+pub const NOVNC_PATH: &str = "/novnc";
+/// The WebSocket subprotocol noVNC may ask for.
+const SUBPROTOCOL: &str = "binary";
+
+/// A view of a task's desktop.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ViewLink {
+    /// The noVNC page, with a token for this task and mode.
+    pub url: String,
+    pub mode: ViewMode,
+    /// RFC 3339: after this the token opens nothing; an open view stays open.
+    pub expires_at: String,
+}
+
+/// The query of `GET /v1/tasks/{id}/view`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ViewParams {
+    /// `view` (the default: input is ignored) or `control`.
+    #[param(value_type = Option<ViewMode>)]
+    pub mode: Option<String>,
+}
+
+/// The query of the view's WebSocket.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SocketParams {
+    /// The token of a view URL.
+    pub token: String,
+}
+
+/// A URL of the task's live desktop.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/view",
+    tag = "tasks",
+    params(("id" = String, Path, description = "Task id"), ViewParams),
+    responses(
+        (status = 200, description = "A view URL and when its token expires", body = ViewLink),
+        (status = 400, description = "Malformed id or mode", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 404, description = "No such task for this tenant", body = ErrorBody),
+        (status = 409, description = "The task holds no desktop that can be shown now (`conflict`)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn view(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    TaskIdPath(id): TaskIdPath,
+    QueryParams(params): QueryParams<ViewParams>,
+    headers: HeaderMap,
+) -> Result<Json<ViewLink>, ApiError> {
+    let mode = match params.mode.as_deref().filter(|m| !m.is_empty()) {
+        None => ViewMode::View,
+        Some(m) => ViewMode::parse(m).ok_or_else(|| ValidationError::at("mode", "mode must be view or control"))?,
+    };
+    let link = view_link(&state, &tenant, &id, mode, &headers).await?;
+    tracing::info!(mode = mode.as_str(), "view handed out");
+    Ok(Json(link))
+}
+
+/// A tokened view URL of a task of `tenant` that shows its desktop now.
+pub async fn view_link(
+    state: &AppState,
+    tenant: &flotilla_shared::TenantId,
+    id: &TaskId,
+    mode: ViewMode,
+    headers: &HeaderMap,
+) -> Result<ViewLink, ApiError> {
+    let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
+    if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
+        return Err(QueueError::WrongStatus(task.status.as_str().to_owned()).into());
+    }
+    let views = live_views(state);
+    if views.route(id).await?.is_none() {
+        return Err(ApiError::NotViewable);
+    }
+    let expires_at_ms = clock::now_ms() + state.config().live_view.token_ttl.as_millis() as i64;
+    let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms };
+    let token = views.mint(&grant).await?;
+    let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
+    let url = format!(
+        "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}&path={}",
+        public_base(state, headers),
+        mode == ViewMode::View,
+        encode_component(&socket)
+    );
+    Ok(ViewLink { url, mode, expires_at: clock::rfc3339(expires_at_ms) })
+}
+
+/// The WebSocket of a view page, bridged to the worker holding the task.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/view/socket",
+    tag = "tasks",
+    params(("id" = String, Path, description = "Task id"), SocketParams),
+    responses(
+        (status = 101, description = "Switching to a WebSocket that carries RFB (VNC) in binary messages"),
+        (status = 400, description = "Malformed id or not a WebSocket request", body = ErrorBody),
+        (status = 401, description = "The token is unknown, expired or for another task", body = ErrorBody),
+        (status = 409, description = "The task holds no desktop that can be shown now (`conflict`)", body = ErrorBody),
+        (status = 502, description = "The worker holding the task cannot be reached (`unavailable`)", body = ErrorBody),
+    )
+)]
+pub async fn socket(
+    State(state): State<AppState>,
+    TaskIdPath(id): TaskIdPath,
+    QueryParams(params): QueryParams<SocketParams>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let upgrade = upgrade.map_err(|rejection| ApiError::from_rejection(rejection.status(), rejection.body_text()))?;
+    let views = live_views(&state);
+    match views.redeem(&params.token).await? {
+        Some(grant) if grant.task == id => {}
+        _ => return Err(ApiError::ViewTokenRefused),
+    }
+    let endpoint = views.route(&id).await?.ok_or(ApiError::NotViewable)?;
+    let worker = connect_worker(&endpoint, &id, &params.token).await?;
+    let shutdown = state.shutdown().clone();
+    Ok(upgrade.protocols([SUBPROTOCOL]).on_upgrade(move |browser| async move {
+        tokio::select! {
+            () = bridge(browser, worker) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }))
+}
+
+type WorkerSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens the worker's end of the view.
+async fn connect_worker(endpoint: &str, id: &TaskId, token: &str) -> Result<WorkerSocket, ApiError> {
+    let base = endpoint.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
+    let mut request = format!("{base}/live/{id}?token={token}")
+        .into_client_request()
+        .map_err(|e| ApiError::WorkerUnreachable(e.to_string()))?;
+    request.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, header::HeaderValue::from_static(SUBPROTOCOL));
+    let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| match e {
+        tokio_tungstenite::tungstenite::Error::Http(response) if response.status() == 404 => ApiError::NotViewable,
+        tokio_tungstenite::tungstenite::Error::Http(response) => {
+            ApiError::WorkerUnreachable(format!("status {}", response.status()))
+        }
+        other => ApiError::WorkerUnreachable(other.to_string()),
+    })?;
+    Ok(socket)
+}
+
+/// Carries messages both ways until either side closes.
+async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
+    loop {
+        tokio::select! {
+            message = browser.recv() => {
+                let forward = match message {
+                    Some(Ok(AxumMessage::Binary(data))) => WireMessage::Binary(data),
+                    Some(Ok(AxumMessage::Text(text))) => WireMessage::Binary(Bytes::from(text.as_str().to_owned())),
+                    Some(Ok(AxumMessage::Ping(_) | AxumMessage::Pong(_))) => continue,
+                    Some(Ok(AxumMessage::Close(_)) | Err(_)) | None => break,
+                };
+                if worker.send(forward).await.is_err() {
+                    break;
+                }
+            }
+            message = worker.next() => {
+                let forward = match message {
+                    Some(Ok(WireMessage::Binary(data))) => AxumMessage::Binary(data),
+                    Some(Ok(WireMessage::Text(text))) => AxumMessage::Binary(Bytes::from(text.as_str().to_owned())),
+                    Some(Ok(WireMessage::Ping(_) | WireMessage::Pong(_) | WireMessage::Frame(_))) => continue,
+                    Some(Ok(WireMessage::Close(_)) | Err(_)) | None => break,
+                };
+                if browser.send(forward).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = browser.send(AxumMessage::Close(None)).await;
+    let _ = worker.close(None).await;
+}
+
+fn live_views(state: &AppState) -> LiveViews {
+    LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
+}
+
+/// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else
+/// the request's `Host`.
+fn public_base(state: &AppState, headers: &HeaderMap) -> String {
+    if let Some(url) = &state.config().live_view.public_url {
+        return url.clone();
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+/// Percent-encodes what a query value may not hold as is.
+fn encode_component(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | '_' | '.' | '~' => c.to_string(),
+            other => format!("%{:02X}", other as u32),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_path_survives_a_query_value() {
+        assert_eq!(encode_component("v1/tasks/x/view/socket?token=ab"), "v1%2Ftasks%2Fx%2Fview%2Fsocket%3Ftoken%3Dab");
+    }
+}

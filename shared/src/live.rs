@@ -1,0 +1,182 @@
+//! Live views of a task's desktop, as the API and the workers share them in
+//! Redis: the short-lived tokens a view URL carries, and where the worker
+//! that holds a task serves its view.
+//!
+//! A token is 32 random bytes, hex; Redis keeps only its SHA-256 digest,
+//! under a key that expires with the token, so neither a Redis dump nor a
+//! log line holds a usable token. A token opens one task in one
+//! [`ViewMode`] until it expires; it may open several connections (a page
+//! reconnecting) in that time. The API checks it before it bridges a
+//! browser to a worker and the worker checks it again before it bridges the
+//! connection to the desktop, so neither trusts the other's network.
+//!
+//! The worker holding a task writes its view endpoint under the task's
+//! route key while the task holds a desktop, and deletes it when the
+//! desktop is let go; the key's expiry bounds what a killed worker leaves.
+
+use std::time::Duration;
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::QueueError;
+use crate::ids::{TaskId, TenantId};
+use crate::keys::Keys;
+use crate::redis_conn::Redis;
+
+/// How long a route outlives the worker that wrote it, at most.
+const ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// What a view lets a person do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ViewMode {
+    /// Watch only: input from the viewer never reaches the desktop.
+    View,
+    /// Watch and use the keyboard and mouse.
+    Control,
+}
+
+impl ViewMode {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "view" => Some(Self::View),
+            "control" => Some(Self::Control),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::View => "view",
+            Self::Control => "control",
+        }
+    }
+}
+
+/// What a token opens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewGrant {
+    pub tenant: TenantId,
+    pub task: TaskId,
+    pub mode: ViewMode,
+    /// When the token stops opening the view, epoch ms.
+    pub expires_at_ms: i64,
+}
+
+/// A view token as handed to a person: its `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ViewToken(String);
+
+impl ViewToken {
+    /// The token itself, for the URL that carries it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ViewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ViewToken(***)")
+    }
+}
+
+/// View tokens and view routes in Redis.
+#[derive(Clone)]
+pub struct LiveViews {
+    redis: Redis,
+    keys: Keys,
+}
+
+impl LiveViews {
+    pub fn new(redis: Redis, keys: Keys) -> Self {
+        Self { redis, keys }
+    }
+
+    /// A new token for `grant`, kept until its expiry.
+    pub async fn mint(&self, grant: &ViewGrant) -> Result<ViewToken, QueueError> {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        let token = hex(&bytes);
+        let ttl_ms = (grant.expires_at_ms - crate::clock::now_ms()).max(1);
+        let value = serde_json::to_string(grant).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        let mut conn = self.redis.shared();
+        let () = redis::cmd("SET")
+            .arg(self.keys.view_token(&digest(&token)))
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut conn)
+            .await?;
+        Ok(ViewToken(token))
+    }
+
+    /// What `token` opens, if it is known and not expired. Malformed tokens
+    /// are unknown ones.
+    pub async fn redeem(&self, token: &str) -> Result<Option<ViewGrant>, QueueError> {
+        if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
+        let mut conn = self.redis.shared();
+        let stored: Option<String> = redis::cmd("GET").arg(self.keys.view_token(&digest(token))).query_async(&mut conn).await?;
+        let Some(stored) = stored else { return Ok(None) };
+        let grant: ViewGrant = serde_json::from_str(&stored).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        Ok((grant.expires_at_ms > crate::clock::now_ms()).then_some(grant))
+    }
+
+    /// Records that `task`'s view is served at `endpoint` (a worker's URL).
+    pub async fn set_route(&self, task: &TaskId, endpoint: &str) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let () = redis::cmd("SET")
+            .arg(self.keys.view_route(task))
+            .arg(endpoint)
+            .arg("PX")
+            .arg(ROUTE_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Where `task`'s view is served, while a worker serves it.
+    pub async fn route(&self, task: &TaskId) -> Result<Option<String>, QueueError> {
+        let mut conn = self.redis.shared();
+        Ok(redis::cmd("GET").arg(self.keys.view_route(task)).query_async(&mut conn).await?)
+    }
+
+    /// Forgets `task`'s view route.
+    pub async fn clear_route(&self, task: &TaskId) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let _: i64 = redis::cmd("DEL").arg(self.keys.view_route(task)).query_async(&mut conn).await?;
+        Ok(())
+    }
+}
+
+/// The SHA-256 of a token, hex.
+fn digest(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_as_the_contract_spells_them() {
+        assert_eq!(ViewMode::parse("view"), Some(ViewMode::View));
+        assert_eq!(ViewMode::parse("control"), Some(ViewMode::Control));
+        assert_eq!(ViewMode::parse("Control"), None);
+        assert_eq!(ViewMode::Control.as_str(), "control");
+    }
+
+    #[test]
+    fn tokens_never_print() {
+        let token = ViewToken("a".repeat(64));
+        assert_eq!(format!("{token:?}"), "ViewToken(***)");
+        assert_eq!(digest("abc").len(), 64);
+    }
+}

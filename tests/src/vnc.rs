@@ -1,0 +1,150 @@
+//! Live views from the outside: a minimal RFB viewer over the API's view
+//! WebSocket (handshake, key events, nothing drawn), and the VNC server
+//! processes of a task as `/proc` shows them.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The variable the worker marks a task's VNC server with.
+pub const TASK_VAR: &str = "FLOTILLA_LIVE_VIEW_TASK";
+/// How long one handshake step may take.
+const STEP: Duration = Duration::from_secs(15);
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// One RFB viewer past the handshake.
+pub struct RfbViewer {
+    socket: Socket,
+    pending: Vec<u8>,
+    /// The desktop's size as the server announced it.
+    pub size: (u16, u16),
+}
+
+/// The WebSocket URL a view URL's page would open: `ws://` + host + the
+/// `path` query parameter, decoded.
+pub fn socket_url(view_url: &str) -> anyhow::Result<String> {
+    let rest = view_url.strip_prefix("http://").context("an http view URL")?;
+    let host = rest.split('/').next().context("a host")?;
+    let query = rest.split_once('?').context("a query")?.1;
+    let path = query.split('&').find_map(|p| p.strip_prefix("path=")).context("a path parameter")?;
+    Ok(format!("ws://{host}/{}", percent_decode(path)))
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl RfbViewer {
+    /// Opens `url` (a view socket) and completes the RFB handshake as a
+    /// shared viewer without a password.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("binary"));
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        let mut viewer = Self { socket, pending: Vec::new(), size: (0, 0) };
+        let version = viewer.read(12).await?;
+        if !version.starts_with(b"RFB 003.") {
+            bail!("not an RFB server: {version:?}");
+        }
+        viewer.send(b"RFB 003.008\n").await?;
+        let count = viewer.read(1).await?[0];
+        let types = viewer.read(usize::from(count)).await?;
+        if !types.contains(&1) {
+            bail!("the server wants a password: {types:?}");
+        }
+        viewer.send(&[1]).await?;
+        let result = viewer.read(4).await?;
+        if result != [0, 0, 0, 0] {
+            bail!("security handshake refused");
+        }
+        viewer.send(&[1]).await?;
+        let init = viewer.read(24).await?;
+        viewer.size = (u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]]));
+        let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]) as usize;
+        viewer.read(name_len).await?;
+        Ok(viewer)
+    }
+
+    /// Presses and releases each keysym in turn.
+    pub async fn type_keysyms(&mut self, keysyms: &[u32]) -> anyhow::Result<()> {
+        for keysym in keysyms {
+            for down in [1u8, 0] {
+                let mut message = vec![4, down, 0, 0];
+                message.extend(keysym.to_be_bytes());
+                self.send(&message).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the connection.
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.socket.send(Message::Binary(bytes.to_vec().into())).await?;
+        Ok(())
+    }
+
+    async fn read(&mut self, n: usize) -> anyhow::Result<Vec<u8>> {
+        while self.pending.len() < n {
+            let message = tokio::time::timeout(STEP, self.socket.next()).await.context("the server went quiet")?;
+            match message {
+                Some(Ok(Message::Binary(data))) => self.pending.extend_from_slice(&data),
+                Some(Ok(Message::Close(_))) | None => bail!("the server closed the view"),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+            }
+        }
+        Ok(self.pending.drain(..n).collect())
+    }
+}
+
+/// The keysyms of ASCII text (Return for a newline).
+pub fn keysyms(text: &str) -> Vec<u32> {
+    text.chars().map(|c| if c == '\n' { 0xff0d } else { c as u32 }).collect()
+}
+
+/// The pids of live processes marked as `task`'s VNC server.
+pub fn vnc_processes(task: &str) -> Vec<u32> {
+    marked_processes(TASK_VAR, task)
+}
+
+/// The pids of live processes whose environment sets `var` to `value`.
+pub fn marked_processes(var: &str, value: &str) -> Vec<u32> {
+    let needle = format!("{var}={value}");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')))
+                .unwrap_or(false);
+            alive
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+                    .unwrap_or(false)
+        })
+        .collect()
+}

@@ -1,0 +1,513 @@
+//! Live views end to end, on real desktops: a task's desktop opened in
+//! headless Chromium through the API's view URL (noVNC served by the API,
+//! its WebSocket bridged to the worker's x11vnc), the canvas compared with
+//! the desktop and timed as the desktop changes; input through a `view`
+//! session that changes nothing while a `control` session's does; one VNC
+//! server for many viewers, none without viewers, none after the task or
+//! after its worker is killed; view tokens scoped to one task, one tenant
+//! and a short life; and a person taking a task's desktop over in the
+//! browser, typing into it and handing it back to the model.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use flotilla_shared::action::Action;
+use flotilla_tests::browser::Browser;
+use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
+use flotilla_tests::fakes::{openai, ScriptedServer};
+use flotilla_tests::fleet::test_env;
+use flotilla_tests::vnc::{keysyms, marked_processes, socket_url, vnc_processes, RfbViewer};
+use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
+use flotilla_worker::sandbox::SandboxId;
+use serde_json::{json, Value};
+
+/// How long a test task holds its desktop unless cancelled.
+const HOLD_MS: u64 = 90_000;
+/// How long something the fleet already did may take to show.
+const SHOWN: Duration = Duration::from_secs(20);
+/// Desktop changes timed through the browser.
+const LATENCY_SAMPLES: usize = 40;
+
+struct LiveFleet {
+    fleet: DesktopFleet,
+    api: ApiServer,
+    owner: ApiClient,
+}
+
+impl LiveFleet {
+    async fn start(extra: &[(&'static str, &str)]) -> Self {
+        let mut env = vec![("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0".to_owned())];
+        env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let fleet = DesktopFleet::start(DesktopOptions { env, ..DesktopOptions::default() }).await;
+        let api = spawn_api(fleet.config.clone()).await;
+        let owner = ApiClient::new(&api, api_key());
+        Self { fleet, api, owner }
+    }
+
+    async fn screen(&self, sandbox: &str) -> (u32, u32, Vec<u8>) {
+        let id = SandboxId::parse(sandbox).expect("sandbox id");
+        let shot = self.fleet.pool.provider().screenshot(&id).await.expect("screenshot");
+        decode_png(&shot.png)
+    }
+
+    /// The screen once the task's own typing has shown: two captures
+    /// half a second apart that agree.
+    async fn settled_screen(&self, sandbox: &str) -> (u32, u32, Vec<u8>) {
+        let deadline = Instant::now() + SHOWN;
+        let mut last = self.screen(sandbox).await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let next = self.screen(sandbox).await;
+            if next.2 == last.2 || Instant::now() > deadline {
+                return next;
+            }
+            last = next;
+        }
+    }
+
+    async fn cancel(&self, id: &str) {
+        let (status, body) = self.owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
+        assert_eq!(status, 202, "{body}");
+    }
+
+    async fn stop(self) {
+        self.fleet.stop().await;
+    }
+}
+
+/// Submits a task that types into its terminal and then holds its desktop;
+/// returns its id and its sandbox's once its view is announced.
+async fn hold_desktop(owner: &ApiClient) -> (String, String) {
+    let spec = json!({"prompt": "hold the desktop", "pipeline": "scripted", "actions": [
+        {"type": "type", "text": "echo live-view\n"},
+        {"type": "wait", "ms": HOLD_MS},
+    ]});
+    let (status, body) = owner.post("/v1/tasks", &spec).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + SHOWN;
+    loop {
+        let (_, task) = owner.get(&format!("/v1/tasks/{id}")).await;
+        if let Some(url) = task["sandbox"]["stream_url"].as_str() {
+            assert_eq!(url, format!("/v1/tasks/{id}/view"), "the stable form of the view URL");
+            return (id, task["sandbox"]["id"].as_str().expect("sandbox id").to_owned());
+        }
+        assert!(Instant::now() < deadline, "the task never announced a live view: {task}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn view_url(owner: &ApiClient, id: &str, mode: &str) -> String {
+    let (status, body) = owner.get(&format!("/v1/tasks/{id}/view?mode={mode}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["mode"], mode);
+    assert!(body["expires_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+    body["url"].as_str().expect("url").to_owned()
+}
+
+fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("png frame");
+    let channels = info.color_type.samples();
+    let rgb = buf[..info.buffer_size()].chunks(channels).flat_map(|p| [p[0], p[1], p[2]]).collect();
+    (info.width, info.height, rgb)
+}
+
+/// The share of 4×4 blocks whose mean colours differ by at most 12 per channel.
+fn matching_share(a: &(u32, u32, Vec<u8>), b: &(u32, u32, Vec<u8>)) -> f64 {
+    assert_eq!((a.0, a.1), (b.0, b.1), "same size");
+    let (w, h) = (a.0 as usize, a.1 as usize);
+    let mean = |img: &[u8], bx: usize, by: usize, c: usize| {
+        let mut sum = 0u32;
+        for y in by * 4..by * 4 + 4 {
+            for x in bx * 4..bx * 4 + 4 {
+                sum += u32::from(img[(y * w + x) * 3 + c]);
+            }
+        }
+        sum / 16
+    };
+    let (mut same, mut all) = (0usize, 0usize);
+    for by in 0..h / 4 {
+        for bx in 0..w / 4 {
+            all += 1;
+            if (0..3).all(|c| mean(&a.2, bx, by, c).abs_diff(mean(&b.2, bx, by, c)) <= 12) {
+                same += 1;
+            }
+        }
+    }
+    same as f64 / all as f64
+}
+
+const CANVAS: &str = "document.querySelector('#noVNC_container canvas')";
+
+async fn canvas_image(browser: &mut Browser) -> (u32, u32, Vec<u8>) {
+    let url = browser.evaluate(&format!("{CANVAS}.toDataURL('image/png')")).await.expect("canvas data");
+    let data = url.as_str().and_then(|u| u.strip_prefix("data:image/png;base64,")).expect("a PNG data URL");
+    decode_png(&base64::engine::general_purpose::STANDARD.decode(data).expect("base64"))
+}
+
+fn now_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs_f64() * 1000.0
+}
+
+/// Records in `window.__flotillaChange` when the canvas last changed.
+const WATCH_CANVAS: &str = r#"(() => {
+  const c = document.querySelector('#noVNC_container canvas');
+  const ctx = c.getContext('2d');
+  let last = null;
+  window.__flotillaChange = 0;
+  const sample = () => {
+    const d = ctx.getImageData(0, 0, c.width, c.height).data;
+    let h = 0;
+    for (let i = 0; i < d.length; i += 4) { h = (Math.imul(h, 31) + d[i] + d[i + 1]) | 0; }
+    return h;
+  };
+  const tick = () => {
+    const h = sample();
+    if (last !== null && h !== last) { window.__flotillaChange = Date.now(); }
+    last = h;
+    setTimeout(tick, 2);
+  };
+  tick();
+  return true;
+})()"#;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    assert!(vnc_processes(&id).is_empty(), "no viewer, no VNC server");
+
+    let url = view_url(&live.owner, &id, "view").await;
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")) && url.contains("view_only=true"), "{url}");
+    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
+    browser.navigate(&url).await.expect("open the view");
+    let (width, _, _) = live.screen(&sandbox).await;
+    browser
+        .wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === {width}"), SHOWN)
+        .await
+        .expect("canvas");
+    assert_eq!(vnc_processes(&id).len(), 1, "the first viewer starts one VNC server");
+
+    let deadline = Instant::now() + SHOWN;
+    let share = loop {
+        let canvas = canvas_image(&mut browser).await;
+        let screen = live.screen(&sandbox).await;
+        let share = matching_share(&canvas, &screen);
+        if share >= 0.95 || Instant::now() > deadline {
+            break share;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(share >= 0.95, "the canvas matches the desktop on only {:.1}% of its blocks", share * 100.0);
+
+    browser.evaluate(WATCH_CANVAS).await.expect("watch the canvas");
+    let provider = std::sync::Arc::clone(live.fleet.pool.provider());
+    let sandbox_id = SandboxId::parse(&sandbox).expect("sandbox id");
+    let mut latencies = Vec::new();
+    for n in 0..LATENCY_SAMPLES {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let text = if n % 2 == 0 { "x" } else { "y" };
+        let before = now_ms();
+        provider.act(&sandbox_id, &Action::Type { text: text.into() }).await.expect("type");
+        let changed = browser
+            .wait_for("the canvas changes", &format!("window.__flotillaChange > {before} && window.__flotillaChange"), SHOWN)
+            .await
+            .expect("the canvas follows the desktop");
+        latencies.push(changed.as_f64().expect("ms") - before);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p95, max) = (percentile(&latencies, 50.0), percentile(&latencies, 95.0), latencies[latencies.len() - 1]);
+    println!("live view canvas latency over {LATENCY_SAMPLES} keystrokes: p50 {p50:.0} ms, p95 {p95:.0} ms, max {max:.0} ms");
+    assert!(p95 < 200.0, "a desktop change reaches the canvas in {p95:.0} ms at p95");
+
+    browser.close().await;
+    eventually("the last viewer's leaving stops the VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    let before = live.settled_screen(&sandbox).await;
+    let mut watcher =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
+    assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
+    watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(live.screen(&sandbox).await.2 == before.2, "input through a view session changed the desktop");
+
+    let mut controller =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "control").await).expect("url")).await.expect("control");
+    controller.type_keysyms(&keysyms("echo typed-through-control\n")).await.expect("send keys");
+    eventually("control input reaches the desktop", SHOWN, async || live.screen(&sandbox).await.2 != before.2).await;
+    assert_eq!(vnc_processes(&id).len(), 1, "two viewers, one VNC server");
+    watcher.close().await;
+    controller.close().await;
+    eventually("no viewer, no VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+
+    let url = socket_url(&view_url(&live.owner, &id, "view").await).expect("url");
+    let viewers = futures::future::join_all((0..10).map(|_| RfbViewer::connect(&url))).await;
+    let viewers: Vec<RfbViewer> = viewers.into_iter().map(|v| v.expect("viewer")).collect();
+    assert_eq!(vnc_processes(&id).len(), 1, "ten viewers share one VNC server");
+    for viewer in viewers {
+        viewer.close().await;
+    }
+    eventually("the last of ten viewers stops it", SHOWN, async || vnc_processes(&id).is_empty()).await;
+
+    let _last = RfbViewer::connect(&url).await.expect("viewer");
+    assert_eq!(vnc_processes(&id).len(), 1);
+    let (status, body) = live.owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
+    assert_eq!(status, 202, "{body}");
+    eventually("the task's end stops its VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    eventually("the task ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "cancelled"
+    })
+    .await;
+    let (status, body) = live.owner.get(&format!("/v1/tasks/{id}/view")).await;
+    assert_eq!(status, 409, "a finished task has no view: {body}");
+    live.stop().await;
+}
+
+/// The HTTP status a WebSocket request to `url` is refused with.
+async fn refused_status(url: &str) -> u16 {
+    match RfbViewer::connect(url).await {
+        Ok(_) => panic!("{url} opened"),
+        Err(e) => match e.downcast_ref::<tokio_tungstenite::tungstenite::Error>() {
+            Some(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+            _ => panic!("refused without a status: {e}"),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
+    let live = LiveFleet::start(&[("FLOTILLA_VIEW_TOKEN_TTL_S", "3")]).await;
+    let (a, _) = hold_desktop(&live.owner).await;
+    let (b, _) = hold_desktop(&live.owner).await;
+
+    let other_tenant = ApiClient::new(&live.api, flotilla_tests::fleet::globex_key());
+    let (status, body) = other_tenant.get(&format!("/v1/tasks/{a}/view")).await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = live.owner.get(&format!("/v1/tasks/{a}/view?mode=watch")).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("mode")), "{body}");
+
+    let url_a = socket_url(&view_url(&live.owner, &a, "control").await).expect("url");
+    let token = url_a.split("token=").nth(1).expect("token").to_owned();
+    assert_eq!(refused_status(&url_a.replace(&a, &b)).await, 401, "A's token does not open B");
+    assert_eq!(refused_status(&url_a.replace(&token, &"0".repeat(64))).await, 401, "a made-up token opens nothing");
+    RfbViewer::connect(&url_a).await.expect("A's token opens A").close().await;
+
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    assert_eq!(refused_status(&url_a).await, 401, "an expired token opens nothing");
+
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{a}")).await;
+    let history: Vec<Value> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&a).expect("id"))
+        .await
+        .iter()
+        .map(|e| serde_json::to_value(e).expect("event json"))
+        .collect();
+    assert!(!task.to_string().contains(&token) && !json!(history).to_string().contains(&token), "the token is not recorded");
+    live.cancel(&a).await;
+    live.cancel(&b).await;
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_worker_leaves_no_vnc_server_sandbox() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0")];
+    let mut worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "live-view-killed");
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let owner = ApiClient::new(&api, api_key());
+    let (id, sandbox) = hold_desktop(&owner).await;
+    let viewer = RfbViewer::connect(&socket_url(&view_url(&owner, &id, "view").await).expect("url")).await.expect("viewer");
+    assert_eq!(vnc_processes(&id).len(), 1);
+
+    worker.signal("KILL");
+    assert!(worker.wait_exit(10), "the worker is gone");
+    eventually("the killed worker's VNC server is gone", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    drop(viewer);
+    // The killed worker could not end its desktop: end what it left.
+    for pid in marked_processes("FLOTILLA_SANDBOX", &sandbox) {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+}
+
+/// Types `text` into the focused page as a keyboard would (`\n` is Enter).
+async fn press_keys(browser: &mut Browser, text: &str) {
+    for c in text.chars() {
+        let (key, code, vk, typed) = match c {
+            '\n' => ("Enter".to_owned(), "Enter".to_owned(), 13, "\r".to_owned()),
+            ' ' => (" ".to_owned(), "Space".to_owned(), 32, " ".to_owned()),
+            '-' => ("-".to_owned(), "Minus".to_owned(), 189, "-".to_owned()),
+            c if c.is_ascii_lowercase() => {
+                (c.to_string(), format!("Key{}", c.to_ascii_uppercase()), c.to_ascii_uppercase() as u32, c.to_string())
+            }
+            other => panic!("press_keys does not type {other:?}"),
+        };
+        let down = json!({"type": "keyDown", "key": key, "code": code, "windowsVirtualKeyCode": vk, "text": typed});
+        browser.call("Input.dispatchKeyEvent", down).await.expect("key down");
+        let up = json!({"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk});
+        browser.call("Input.dispatchKeyEvent", up).await.expect("key up");
+    }
+}
+
+/// The images a model request carries, decoded.
+fn request_images(body: &Value) -> Vec<(u32, u32, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut stack = vec![body];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::String(text) => {
+                if let Some(data) = text.strip_prefix("data:image/png;base64,") {
+                    found.push(decode_png(&base64::engine::general_purpose::STANDARD.decode(data).expect("base64")));
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => stack.extend(fields.values()),
+            _ => {}
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
+    let server = ScriptedServer::start().await;
+    let wait = json!({"type": "wait", "ms": 3000});
+    server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", wait)]));
+    server.push(openai::reply("resp_2", vec![openai::message("Done with the person's help.")]));
+    let model_url = format!("{}/v1", server.url());
+    let live = LiveFleet::start(&[("OPENAI_BASE_URL", &model_url), ("OPENAI_API_KEY", "sk-test-openai-secret")]).await;
+    let spec = json!({"prompt": "wait for a person", "pipeline": "openai-cua", "sandbox": {"resolution": [1024, 768]},
+        "retry": {"max_attempts": 1}});
+    let (status, body) = live.owner.post("/v1/tasks", &spec).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let mut sandbox = String::new();
+    eventually("the task's desktop is on show", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        sandbox = task["sandbox"]["id"].as_str().unwrap_or_default().to_owned();
+        task["sandbox"]["stream_url"].is_string()
+    })
+    .await;
+
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    assert_eq!((taken["status"].as_str(), taken["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{taken}");
+    assert_eq!(taken["view"]["mode"], "control");
+    let (status, again) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "taking over a held task again changes nothing: {again}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
+    assert_eq!(status, 409, "a held task takes no input but a release: {body}");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!((task["status"].as_str(), task["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{task}");
+
+    // The agent finishes its current action (a 3 s wait) and pauses.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "the agent waits for the person");
+
+    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
+    browser.navigate(taken["view"]["url"].as_str().expect("url")).await.expect("open the control view");
+    browser.wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === 1024"), SHOWN).await.expect("canvas");
+    let before = live.settled_screen(&sandbox).await;
+    browser.click("#noVNC_container canvas").await.expect("focus the desktop");
+    browser.evaluate(&format!("{CANVAS}.focus(), true")).await.expect("focus");
+    press_keys(&mut browser, "echo typed-by-a-person\n").await;
+    eventually("the person's typing reaches the desktop", SHOWN, async || live.screen(&sandbox).await.2 != before.2).await;
+    let left = live.settled_screen(&sandbox).await;
+    browser.close().await;
+
+    let message = "I typed the command for you; check the terminal.";
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": message})).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": message})).await;
+    assert_eq!(status, 409, "a released task is not held: {body}");
+    eventually("the task ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "succeeded"
+    })
+    .await;
+
+    let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[1].body.to_string().contains(message), "the model hears the person's message: {}", requests[1].body);
+    let seen = request_images(&requests[1].body).pop().expect("a screenshot in the next request");
+    let first = request_images(&requests[0].body).pop().expect("the first screenshot");
+    assert!(matching_share(&seen, &left) >= 0.99, "the model sees the desktop as the person left it");
+    assert!(matching_share(&seen, &first) < 0.999, "the typed text changed what the model sees");
+    let kinds: Vec<String> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id"))
+        .await
+        .iter()
+        .map(|e| e.kind.name().to_owned())
+        .collect();
+    let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap_or_else(|| panic!("no {kind} event: {kinds:?}"));
+    assert!(at("takeover") < at("released") && at("released") < at("succeeded"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "input"), "a release is not an input: {kinds:?}");
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_waiting_on_its_own_is_taken_over_and_its_release_answers_it_sandbox() {
+    let server = ScriptedServer::start().await;
+    let click = openai::computer_call("call_1", openai::click(10, 10, "left"));
+    server.push(openai::reply("resp_1", vec![openai::with_safety_check(click, "sc_1", "irrelevant_domain", "Off-task site.")]));
+    server.push(openai::reply("resp_2", vec![openai::message("Done.")]));
+    let model_url = format!("{}/v1", server.url());
+    let live = LiveFleet::start(&[("OPENAI_BASE_URL", &model_url), ("OPENAI_API_KEY", "sk-test-openai-secret")]).await;
+    let spec = json!({"prompt": "needs a person", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let (_, body) = live.owner.post("/v1/tasks", &spec).await;
+    let id = body["id"].as_str().expect("id").to_owned();
+    eventually("the task waits on its own", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["code"] == "sensitive-action"
+    })
+    .await;
+
+    let other = ApiClient::new(&live.api, flotilla_tests::fleet::globex_key());
+    let (status, body) = other.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 404, "another tenant cannot take it over: {body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "early"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")), "nothing to release yet: {body}");
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!((task["status"].as_str(), task["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{task}");
+    let (status, body) = other.post(&format!("/v1/tasks/{id}/release"), &json!({})).await;
+    assert_eq!(status, 404, "another tenant cannot release it: {body}");
+    let long = "x".repeat(4001);
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": long})).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("message")), "{body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"msg": "typo"})).await;
+    assert_eq!(status, 400, "unknown fields are refused: {body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "held: the agent waits");
+
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "the site is fine"})).await;
+    assert_eq!(status, 202, "{body}");
+    eventually("the released task goes on and ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "succeeded"
+    })
+    .await;
+    let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
+    let output = requests[1].body["input"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "computer_call_output"))
+        .cloned()
+        .expect("a call output");
+    assert_eq!(output["acknowledged_safety_checks"][0]["id"], "sc_1", "the release approved the check");
+    live.stop().await;
+}

@@ -1,0 +1,202 @@
+//! Live views of the desktops this worker's tasks hold. A session that
+//! holds a desktop it can show registers it here ([`LiveDesktops::show`]);
+//! the registration's guard, dropped when the session lets the desktop go,
+//! takes it away again. The first viewer of a desktop starts its VNC server
+//! ([`vnc`]), each viewer's connection is bridged to it ([`socket`], with
+//! [`rfb`] keeping a view-only viewer's input off the desktop), and the last
+//! viewer to leave stops it.
+//!
+//! Invariant: a VNC server runs for a task only while that task holds its
+//! desktop here and at least one viewer is attached; ending the task (or the
+//! worker) stops it.
+
+pub mod rfb;
+pub mod socket;
+pub mod vnc;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use flotilla_shared::live::LiveViews;
+use flotilla_shared::TaskId;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use self::vnc::VncServer;
+pub use self::vnc::{VncError, X11Display, TASK_VAR};
+
+/// The desktops this worker can show, and where the API reaches them.
+#[derive(Clone)]
+pub struct LiveDesktops {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// This worker's HTTP side as the API reaches it.
+    endpoint: String,
+    views: LiveViews,
+    desktops: Mutex<HashMap<TaskId, Arc<Shown>>>,
+}
+
+/// One desktop on show: its display, its VNC server while viewers watch,
+/// and a token cancelled when it is taken away.
+struct Shown {
+    display: X11Display,
+    server: tokio::sync::Mutex<Serving>,
+    gone: CancellationToken,
+}
+
+#[derive(Default)]
+struct Serving {
+    server: Option<VncServer>,
+    viewers: usize,
+}
+
+/// Why a viewer could not be attached.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("this worker shows no desktop of that task")]
+    NotShown,
+    #[error(transparent)]
+    Vnc(#[from] VncError),
+}
+
+impl LiveDesktops {
+    /// Desktops reached at `endpoint` (`http://host:port`), routed through `views`.
+    pub fn new(endpoint: String, views: LiveViews) -> Self {
+        Self { inner: Arc::new(Inner { endpoint, views, desktops: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// Puts `task`'s desktop on show until the returned guard is dropped,
+    /// and records where the API finds it.
+    pub async fn show(&self, task: &TaskId, display: X11Display) -> ShowGuard {
+        let shown = Arc::new(Shown { display, server: Default::default(), gone: CancellationToken::new() });
+        if let Some(old) = self.lock().insert(task.clone(), Arc::clone(&shown)) {
+            old.gone.cancel();
+        }
+        if let Err(e) = self.inner.views.set_route(task, &self.inner.endpoint).await {
+            warn!(error = %e, "could not record where the task's live view is");
+        }
+        ShowGuard { desktops: self.clone(), task: task.clone(), shown }
+    }
+
+    /// The shared view tokens and routes.
+    pub fn views(&self) -> &LiveViews {
+        &self.inner.views
+    }
+
+    /// Attaches one viewer to `task`'s desktop, starting its VNC server if
+    /// this is the first.
+    pub async fn attach(&self, task: &TaskId) -> Result<Viewer, LiveError> {
+        let shown = self.lock().get(task).cloned().ok_or(LiveError::NotShown)?;
+        let mut serving = shown.server.lock().await;
+        if shown.gone.is_cancelled() {
+            return Err(LiveError::NotShown);
+        }
+        let port = match &serving.server {
+            Some(server) => server.port,
+            None => {
+                let server = VncServer::start(task, &shown.display).await?;
+                info!(task_id = %task, port = server.port, "live view started");
+                let port = server.port;
+                serving.server = Some(server);
+                port
+            }
+        };
+        serving.viewers += 1;
+        drop(serving);
+        Ok(Viewer { shown: Some(shown), port, task: task.clone() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Arc<Shown>>> {
+        self.inner.desktops.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes every desktop off show (the worker is stopping).
+    pub async fn shutdown(&self) {
+        let shown: Vec<Arc<Shown>> = self.lock().drain().map(|(_, s)| s).collect();
+        for one in shown {
+            one.take_down().await;
+        }
+    }
+}
+
+impl Shown {
+    async fn take_down(&self) {
+        self.gone.cancel();
+        if let Some(server) = self.server.lock().await.server.take() {
+            server.stop().await;
+        }
+    }
+}
+
+/// Keeps a task's desktop on show; dropping it stops the view.
+pub struct ShowGuard {
+    desktops: LiveDesktops,
+    task: TaskId,
+    shown: Arc<Shown>,
+}
+
+impl Drop for ShowGuard {
+    fn drop(&mut self) {
+        {
+            let mut desktops = self.desktops.lock();
+            if desktops.get(&self.task).is_some_and(|s| Arc::ptr_eq(s, &self.shown)) {
+                desktops.remove(&self.task);
+            }
+        }
+        self.shown.gone.cancel();
+        let (shown, views, task) = (Arc::clone(&self.shown), self.desktops.inner.views.clone(), self.task.clone());
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            shown.take_down().await;
+            if let Err(e) = views.clear_route(&task).await {
+                warn!(error = %e, "could not clear the task's live view route");
+            }
+        });
+    }
+}
+
+/// One attached viewer; leaving (or dropping it) stops the VNC server when
+/// it was the last.
+pub struct Viewer {
+    shown: Option<Arc<Shown>>,
+    /// The loopback port of the desktop's VNC server.
+    pub port: u16,
+    task: TaskId,
+}
+
+impl Viewer {
+    /// Cancelled when the desktop is taken off show.
+    pub fn gone(&self) -> CancellationToken {
+        self.shown.as_ref().map(|s| s.gone.clone()).unwrap_or_default()
+    }
+
+    /// Detaches the viewer now.
+    pub async fn leave(mut self) {
+        if let Some(shown) = self.shown.take() {
+            detach(shown, &self.task).await;
+        }
+    }
+}
+
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        let Some(shown) = self.shown.take() else { return };
+        let task = self.task.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { detach(shown, &task).await });
+        }
+    }
+}
+
+async fn detach(shown: Arc<Shown>, task: &TaskId) {
+    let mut serving = shown.server.lock().await;
+    serving.viewers = serving.viewers.saturating_sub(1);
+    if serving.viewers == 0 {
+        if let Some(server) = serving.server.take() {
+            server.stop().await;
+            info!(task_id = %task, "live view stopped: no viewer left");
+        }
+    }
+}
