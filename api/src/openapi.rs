@@ -219,8 +219,9 @@ mod tests {
             let body = resolve(&doc, &get["responses"]["200"]["content"]["application/json"]["schema"]);
             let Some(properties) = body["properties"].as_object() else { continue };
             // A collection is a path not ending in an id; the queue's figures
-            // hold one entry per lane: bounded, not a list.
-            let collection = !path.ends_with('}') && path != "/v1/queues";
+            // hold one entry per lane and usage one per day of its bounded
+            // range: reports, not lists.
+            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage";
             if !collection || !properties.values().any(|p| p["type"] == "array") {
                 continue;
             }
