@@ -663,3 +663,47 @@ async fn live_cancel(owner: &ApiClient, id: &str) {
     let (status, body) = owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
     assert_eq!(status, 202, "{body}");
 }
+
+/// Runs the `flotilla` command line against `api`.
+async fn flotilla(api: &ApiServer, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(flotilla_tests::fleet::binary("flotilla"))
+        .args(["--api", &api.base_url, "--key", api_key()])
+        .args(args)
+        .output()
+        .await
+        .expect("run flotilla")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_prints_views_takes_over_and_releases_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+
+    let viewed = flotilla(&live.api, &["view", &id]).await;
+    assert!(viewed.status.success(), "{}", String::from_utf8_lossy(&viewed.stderr));
+    let url = String::from_utf8_lossy(&viewed.stdout).trim().to_owned();
+    assert!(url.contains("/novnc/vnc.html?") && url.contains("view_only=true"), "{url}");
+    assert!(String::from_utf8_lossy(&viewed.stderr).contains("opens until"), "the expiry is told on stderr");
+    RfbViewer::connect(&socket_url(&url).expect("socket url")).await.expect("the printed URL opens the view").close().await;
+    let control = flotilla(&live.api, &["view", &id, "--mode", "control"]).await;
+    assert!(String::from_utf8_lossy(&control.stdout).contains("view_only=false"));
+
+    let taken = flotilla(&live.api, &["takeover", &id]).await;
+    assert!(taken.status.success(), "{}", String::from_utf8_lossy(&taken.stderr));
+    assert!(String::from_utf8_lossy(&taken.stdout).trim().contains("view_only=false"), "a control view");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["code"], "human-intervention", "{task}");
+    let released = flotilla(&live.api, &["release", &id, "-m", "back to you"]).await;
+    assert!(released.status.success(), "{}", String::from_utf8_lossy(&released.stderr));
+    assert_eq!(String::from_utf8_lossy(&released.stdout).trim(), format!("{id} handed back"));
+    let again = flotilla(&live.api, &["release", &id]).await;
+    assert!(!again.status.success(), "a second release is refused");
+    assert_eq!(String::from_utf8_lossy(&again.stderr).trim().lines().count(), 1, "one line says why");
+    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id")).await;
+    assert!(
+        history.iter().any(|e| matches!(&e.kind, flotilla_shared::event::EventKind::Released { message } if message.as_deref() == Some("back to you"))),
+        "the release and its message are recorded"
+    );
+    live.cancel(&id).await;
+    live.stop().await;
+}
