@@ -14,6 +14,8 @@
 # on Ctrl-C); with --keep it stays up, its PIDs recorded in
 # FLOTILLA_DEMO_DIR/pids, until --stop. The stored screenshots stay in
 # FLOTILLA_DEMO_DIR (default /tmp/flotilla-demo) until the next run.
+# FLOTILLA_DEMO_BIN_DIR names a directory of binaries built already, in
+# place of the build this script runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,9 +57,14 @@ if [ -s "$pid_file" ]; then
 fi
 
 bash scripts/setup.sh --demo
-echo "building the binaries (the first build takes several minutes; cargo shows its progress)" >&2
-cargo build --workspace --bins
-bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
+if [ -n "${FLOTILLA_DEMO_BIN_DIR:-}" ]; then
+  # Binaries built already (the test suite's own): no cargo run here.
+  bin=$FLOTILLA_DEMO_BIN_DIR
+else
+  echo "building the binaries (the first build takes several minutes; cargo shows its progress)" >&2
+  cargo build --workspace --bins
+  bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 redis_port=$(free_port)

@@ -97,6 +97,9 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .arg("--keep")
         .env("FLOTILLA_DEMO_DIR", &dir)
         .env("FLOTILLA_DEMO_TASKS", DEMO_TASKS)
+        // The suite's binaries, built before it ran: a cargo build from
+        // inside the suite would relink them under tests running them.
+        .env("FLOTILLA_DEMO_BIN_DIR", flotilla_tests::fleet::binary("flotilla-api").parent().expect("bin dir"))
         .output()
         .expect("run demo.sh --keep");
     let out = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
