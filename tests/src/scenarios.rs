@@ -41,6 +41,17 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 100
     })
     .await;
+    // On a loaded machine the doomed worker may start late: kill it only
+    // once it is running tasks of its own.
+    eventually("the doomed worker runs tasks", Duration::from_secs(30), || async {
+        for id in &ids {
+            if record(&q, id).await.status == TaskStatus::Running && last_starter(&events(&q, id).await) == Some("doomed".into()) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
     doomed.signal("KILL");
     assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
 
@@ -82,6 +93,14 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     let stats = q.fleet_stats().await.expect("stats");
     assert_eq!(stats.outcomes.get("succeeded").copied(), Some(300), "counted once each, and no more a lease later");
     drop(survivor);
+}
+
+/// The worker that started a task's latest attempt.
+fn last_starter(history: &[flotilla_shared::event::Event]) -> Option<String> {
+    history.iter().rev().find_map(|e| match &e.kind {
+        EventKind::Started { worker, .. } => Some(worker.clone()),
+        _ => None,
+    })
 }
 
 /// A worker SIGSTOPped past its lease, its task finished by another, then
