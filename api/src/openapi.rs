@@ -1,7 +1,9 @@
 //! The OpenAPI document, generated from the handlers' annotations and the
 //! shared model's schemas, so it cannot drift from the code.
 
+use flotilla_shared::schedule;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
@@ -95,7 +97,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         webhooks::DeliveryPage,
         webhooks::SecretRotated,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &ScheduleRules, &ReadKeys),
     tags(
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
@@ -128,6 +130,52 @@ impl Modify for BearerAuth {
                 HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("The admin key (FLOTILLA_ADMIN_KEY)")).build(),
             ),
         );
+    }
+}
+
+/// Documents the `403 forbidden` a read key (`scope = "read"`) gets on
+/// every call but a `GET`, on each operation that takes a tenant key.
+struct ReadKeys;
+
+impl Modify for ReadKeys {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let writes = [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
+            for operation in writes.into_iter().flatten() {
+                let tenant_key = operation.security.as_ref().is_some_and(|s| !s.is_empty());
+                if tenant_key && !operation.responses.responses.contains_key("403") {
+                    let forbidden = ResponseBuilder::new()
+                        .description("A read key (`scope = \"read\"`) may only `GET` (`forbidden`)")
+                        .content(
+                            "application/json",
+                            ContentBuilder::new().schema(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody")))).build(),
+                        )
+                        .build();
+                    operation.responses.responses.insert("403".to_owned(), RefOr::T(forbidden));
+                }
+            }
+        }
+    }
+}
+
+/// States what a schedule's `cron` and `timezone` may be: the pattern and
+/// the zone names the parser accepts, known only at run time (the zone
+/// database) or kept beside the parser (the pattern).
+struct ScheduleRules;
+
+impl Modify for ScheduleRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = openapi.components.as_mut() else { return };
+        let zones: Vec<serde_json::Value> = schedule::zone_names().into_iter().map(serde_json::Value::from).collect();
+        for name in ["NewSchedule", "SchedulePatch"] {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name) else { continue };
+            if let Some(RefOr::T(Schema::Object(cron))) = object.properties.get_mut("cron") {
+                cron.pattern = Some(schedule::CRON_PATTERN.to_owned());
+            }
+            if let Some(RefOr::T(Schema::Object(zone))) = object.properties.get_mut("timezone") {
+                zone.enum_values = Some(zones.clone());
+            }
+        }
     }
 }
 
@@ -225,6 +273,22 @@ mod tests {
         }
         lists.sort_unstable();
         assert_eq!(lists, ["/v1/dead", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]);
+    }
+
+    #[test]
+    fn every_call_a_read_key_may_not_make_documents_its_403() {
+        let doc = document();
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                if method == "get" || operation["security"].is_null() {
+                    continue;
+                }
+                assert!(operation["responses"]["403"].is_object(), "{method} {path} does not document 403");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
     }
 
     #[test]

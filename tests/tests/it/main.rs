@@ -29,6 +29,7 @@ mod queue;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod schedules;
+mod schemathesis;
 mod sdk_checks;
 mod telemetry;
 mod webhooks;
