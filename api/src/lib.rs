@@ -96,6 +96,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/tasks/{id}/takeover", post(routes::takeover::takeover))
+        .route("/v1/tasks/{id}/release", post(routes::takeover::release))
         .route("/v1/tasks/{id}/view", get(routes::views::view))
         .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
         .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, tasks, views, webhooks};
+use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, views, webhooks};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -20,6 +20,8 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::get,
         tasks::cancel,
         tasks::input,
+        takeover::takeover,
+        takeover::release,
         views::view,
         views::socket,
         events::stream,
@@ -71,6 +73,9 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         tasks::Cancelled,
         tasks::InputAccepted,
         views::ViewLink,
+        takeover::TakenOver,
+        takeover::Release,
+        takeover::Released,
         flotilla_shared::live::ViewMode,
         flotilla_shared::task::HumanInput,
         flotilla_shared::task::Decision,

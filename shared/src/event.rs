@@ -70,6 +70,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// A person took the task's desktop over; the agent pauses.
+    Takeover {},
+    /// The person handed the desktop back, with a message for the agent.
+    Released {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     Retrying {
         attempt: u32,
         delay_ms: u64,
@@ -109,6 +116,8 @@ impl EventKind {
             EventKind::Block { .. } => "block",
             EventKind::Waiting { .. } => "waiting",
             EventKind::Input { .. } => "input",
+            EventKind::Takeover {} => "takeover",
+            EventKind::Released { .. } => "released",
             EventKind::Retrying { .. } => "retrying",
             EventKind::Succeeded { .. } => "succeeded",
             EventKind::Failed { .. } => "failed",

@@ -10,6 +10,7 @@ pub mod paging;
 pub mod queues;
 pub mod schedules;
 pub mod sse;
+pub mod takeover;
 pub mod tasks;
 pub mod views;
 pub mod webhooks;

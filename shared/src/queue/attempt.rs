@@ -476,24 +476,44 @@ impl Attempt {
     }
 
     /// The input a human gave the waiting task, if any yet; taking it marks
-    /// the task running again and records an `input` event.
+    /// the task running again and records an `input` event (a hand-back's
+    /// `released` event is recorded by the release). Nothing is handed out
+    /// while a person holds the desktop.
     pub async fn take_input(&self) -> Result<Option<HumanInput>, QueueError> {
         let mut conn = self.queue.redis.shared();
-        let answer: String = scripts::TAKE_INPUT
+        let (kind, json): (String, String) = scripts::TAKE_INPUT
             .key(self.queue.keys.task(self.task_id()))
             .arg(self.number)
             .arg(&self.owner)
             .invoke_async(&mut conn)
             .await?;
-        match answer.as_str() {
-            "" => Ok(None),
+        let parse = |json: &str| -> Result<HumanInput, QueueError> {
+            serde_json::from_str(json).map_err(|e| QueueError::Corrupt(format!("input: {e}")))
+        };
+        match kind.as_str() {
+            "none" => Ok(None),
             "fenced" => Err(QueueError::Fenced),
-            json => {
-                let input: HumanInput = serde_json::from_str(json).map_err(|e| QueueError::Corrupt(format!("input: {e}")))?;
+            "release" => Ok(Some(parse(&json)?)),
+            _ => {
+                let input = parse(&json)?;
                 self.emit(EventKind::Input { decision: input.decision, message: input.message.clone() }, &[]).await?;
                 Ok(Some(input))
             }
         }
+    }
+
+    /// Whether a person took the task's desktop over (or handed it back
+    /// and the attempt has not taken up the hand-back yet): the attempt
+    /// pauses until it takes the hand-back's input.
+    pub async fn held_by_person(&self) -> Result<bool, QueueError> {
+        let mut conn = self.queue.redis.shared();
+        let (takeover, released): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(self.queue.keys.task(self.task_id()))
+            .arg("takeover")
+            .arg("released")
+            .query_async(&mut conn)
+            .await?;
+        Ok(takeover.as_deref() == Some("1") || released.as_deref() == Some("1"))
     }
 
     /// Sets task fields (like its token `usage`) without an event.

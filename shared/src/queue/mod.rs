@@ -32,6 +32,7 @@ mod screens;
 pub mod scripts;
 mod stats;
 mod submit;
+mod takeover;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +46,7 @@ pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
+pub use takeover::Takeover;
 
 use crate::config::{Config, TenantsConfig};
 use crate::error::QueueError;

@@ -100,6 +100,7 @@ local function start(t, reclaimed)
     return {'dead', st[2], st[6]}
   end
   local attempt = tostring(number)
+  if st[1] == 'waiting' then redis.call('HDEL', t[1], 'takeover', 'released', 'input') end
   local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4]}
   if st[2] == '0' then
     fields[7] = 'started_at'
@@ -252,6 +253,7 @@ local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 't
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 local fields = pairs_from(7)
 for _, v in ipairs({'status', 'queued', 'owner', ''}) do fields[#fields + 1] = v end
+redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
 return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
 "#,
     )
@@ -299,9 +301,10 @@ return 'ok'
 pub static GIVE_INPUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'takeover')
 if not cur[1] or cur[2] ~= ARGV[1] then return 'missing' end
 if cur[1] ~= 'waiting' then return cur[1] end
+if cur[3] == '1' then return 'taken over' end
 redis.call('HSET', KEYS[1], 'input', ARGV[2])
 return 'accepted'
 "#,
@@ -309,19 +312,59 @@ return 'accepted'
 });
 
 /// Takes the input a human gave the owning attempt's waiting task, and
-/// marks it running again. `KEYS[1]` the task hash; `ARGV[1]` attempt,
-/// `ARGV[2]` worker id. Returns the input JSON, `''` when there is none
-/// yet, or `fenced`.
+/// marks it running again; none while a person holds the desktop.
+/// `KEYS[1]` the task hash; `ARGV[1]` attempt, `ARGV[2]` worker id. Returns
+/// `{kind, input JSON}`: kind `none` (no input yet), `fenced`, `input` (an
+/// answer through `/input`) or `release` (a person handed the desktop
+/// back; its `released` event is recorded already).
 pub static TAKE_INPUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'input')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
-if cur[3] ~= 'waiting' then return 'fenced' end
-if not cur[4] then return '' end
-redis.call('HDEL', KEYS[1], 'input', 'code')
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'input', 'takeover', 'released')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return {'fenced', ''} end
+if cur[3] ~= 'waiting' then return {'fenced', ''} end
+if not cur[4] or cur[5] == '1' then return {'none', ''} end
+redis.call('HDEL', KEYS[1], 'input', 'code', 'released')
 redis.call('HSET', KEYS[1], 'status', 'running')
-return cur[4]
+if cur[6] == '1' then return {'release', cur[4]} end
+return {'input', cur[4]}
+"#,
+    )
+});
+
+/// A person takes a tenant's running or waiting task's desktop: the task
+/// waits with code `human-intervention` (its worker pauses after its
+/// current action) and a `takeover` event is recorded. `ARGV[5]` the
+/// caller's tenant. Returns `missing`, `taken`, `held` (a person holds it
+/// already; nothing changes) or the status that does not allow it.
+pub static TAKEOVER: LazyLock<Script> = LazyLock::new(|| {
+    task_script(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'seq', 'takeover')
+if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
+if cur[1] ~= 'running' and cur[1] ~= 'waiting' then return cur[1] end
+if cur[6] == '1' then return 'held' end
+record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]),
+  {'status', 'waiting', 'code', 'human-intervention', 'takeover', '1'})
+return 'taken'
+"#,
+    )
+});
+
+/// A person hands a taken-over task back: a `released` event is recorded
+/// and the message waits for the worker as the task's input. `ARGV[5]` the
+/// caller's tenant, `ARGV[6]` the input JSON. Returns `missing`,
+/// `released`, `not taken over`, or the status that does not allow it.
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    task_script(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'seq', 'takeover')
+if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
+if cur[1] ~= 'waiting' then return cur[1] end
+if cur[6] ~= '1' then return 'not taken over' end
+redis.call('HDEL', KEYS[1], 'takeover')
+record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'input', ARGV[6], 'released', '1'})
+return 'released'
 "#,
     )
 });

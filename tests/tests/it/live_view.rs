@@ -4,8 +4,9 @@
 //! the desktop and timed as the desktop changes; input through a `view`
 //! session that changes nothing while a `control` session's does; one VNC
 //! server for many viewers, none without viewers, none after the task or
-//! after its worker is killed; and view tokens scoped to one task, one
-//! tenant and a short life.
+//! after its worker is killed; view tokens scoped to one task, one tenant
+//! and a short life; and a person taking a task's desktop over in the
+//! browser, typing into it and handing it back to the model.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,6 +14,7 @@ use base64::Engine;
 use flotilla_shared::action::Action;
 use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
+use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
 use flotilla_tests::vnc::{keysyms, marked_processes, socket_url, vnc_processes, RfbViewer};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
@@ -341,4 +343,171 @@ async fn a_killed_worker_leaves_no_vnc_server_sandbox() {
     for pid in marked_processes("FLOTILLA_SANDBOX", &sandbox) {
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }
+}
+
+/// Types `text` into the focused page as a keyboard would (`\n` is Enter).
+async fn press_keys(browser: &mut Browser, text: &str) {
+    for c in text.chars() {
+        let (key, code, vk, typed) = match c {
+            '\n' => ("Enter".to_owned(), "Enter".to_owned(), 13, "\r".to_owned()),
+            ' ' => (" ".to_owned(), "Space".to_owned(), 32, " ".to_owned()),
+            '-' => ("-".to_owned(), "Minus".to_owned(), 189, "-".to_owned()),
+            c if c.is_ascii_lowercase() => {
+                (c.to_string(), format!("Key{}", c.to_ascii_uppercase()), c.to_ascii_uppercase() as u32, c.to_string())
+            }
+            other => panic!("press_keys does not type {other:?}"),
+        };
+        let down = json!({"type": "keyDown", "key": key, "code": code, "windowsVirtualKeyCode": vk, "text": typed});
+        browser.call("Input.dispatchKeyEvent", down).await.expect("key down");
+        let up = json!({"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk});
+        browser.call("Input.dispatchKeyEvent", up).await.expect("key up");
+    }
+}
+
+/// The images a model request carries, decoded.
+fn request_images(body: &Value) -> Vec<(u32, u32, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut stack = vec![body];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::String(text) => {
+                if let Some(data) = text.strip_prefix("data:image/png;base64,") {
+                    found.push(decode_png(&base64::engine::general_purpose::STANDARD.decode(data).expect("base64")));
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => stack.extend(fields.values()),
+            _ => {}
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
+    let server = ScriptedServer::start().await;
+    let wait = json!({"type": "wait", "ms": 3000});
+    server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", wait)]));
+    server.push(openai::reply("resp_2", vec![openai::message("Done with the person's help.")]));
+    let model_url = format!("{}/v1", server.url());
+    let live = LiveFleet::start(&[("OPENAI_BASE_URL", &model_url), ("OPENAI_API_KEY", "sk-test-openai-secret")]).await;
+    let spec = json!({"prompt": "wait for a person", "pipeline": "openai-cua", "sandbox": {"resolution": [1024, 768]},
+        "retry": {"max_attempts": 1}});
+    let (status, body) = live.owner.post("/v1/tasks", &spec).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let mut sandbox = String::new();
+    eventually("the task's desktop is on show", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        sandbox = task["sandbox"]["id"].as_str().unwrap_or_default().to_owned();
+        task["sandbox"]["stream_url"].is_string()
+    })
+    .await;
+
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    assert_eq!((taken["status"].as_str(), taken["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{taken}");
+    assert_eq!(taken["view"]["mode"], "control");
+    let (status, again) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "taking over a held task again changes nothing: {again}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
+    assert_eq!(status, 409, "a held task takes no input but a release: {body}");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!((task["status"].as_str(), task["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{task}");
+
+    // The agent finishes its current action (a 3 s wait) and pauses.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "the agent waits for the person");
+
+    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
+    browser.navigate(taken["view"]["url"].as_str().expect("url")).await.expect("open the control view");
+    browser.wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === 1024"), SHOWN).await.expect("canvas");
+    let before = live.settled_screen(&sandbox).await;
+    browser.click("#noVNC_container canvas").await.expect("focus the desktop");
+    browser.evaluate(&format!("{CANVAS}.focus(), true")).await.expect("focus");
+    press_keys(&mut browser, "echo typed-by-a-person\n").await;
+    eventually("the person's typing reaches the desktop", SHOWN, async || live.screen(&sandbox).await.2 != before.2).await;
+    let left = live.settled_screen(&sandbox).await;
+    browser.close().await;
+
+    let message = "I typed the command for you; check the terminal.";
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": message})).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": message})).await;
+    assert_eq!(status, 409, "a released task is not held: {body}");
+    eventually("the task ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "succeeded"
+    })
+    .await;
+
+    let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[1].body.to_string().contains(message), "the model hears the person's message: {}", requests[1].body);
+    let seen = request_images(&requests[1].body).pop().expect("a screenshot in the next request");
+    let first = request_images(&requests[0].body).pop().expect("the first screenshot");
+    assert!(matching_share(&seen, &left) >= 0.99, "the model sees the desktop as the person left it");
+    assert!(matching_share(&seen, &first) < 0.999, "the typed text changed what the model sees");
+    let kinds: Vec<String> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id"))
+        .await
+        .iter()
+        .map(|e| e.kind.name().to_owned())
+        .collect();
+    let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap_or_else(|| panic!("no {kind} event: {kinds:?}"));
+    assert!(at("takeover") < at("released") && at("released") < at("succeeded"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "input"), "a release is not an input: {kinds:?}");
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_waiting_on_its_own_is_taken_over_and_its_release_answers_it_sandbox() {
+    let server = ScriptedServer::start().await;
+    let click = openai::computer_call("call_1", openai::click(10, 10, "left"));
+    server.push(openai::reply("resp_1", vec![openai::with_safety_check(click, "sc_1", "irrelevant_domain", "Off-task site.")]));
+    server.push(openai::reply("resp_2", vec![openai::message("Done.")]));
+    let model_url = format!("{}/v1", server.url());
+    let live = LiveFleet::start(&[("OPENAI_BASE_URL", &model_url), ("OPENAI_API_KEY", "sk-test-openai-secret")]).await;
+    let spec = json!({"prompt": "needs a person", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let (_, body) = live.owner.post("/v1/tasks", &spec).await;
+    let id = body["id"].as_str().expect("id").to_owned();
+    eventually("the task waits on its own", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["code"] == "sensitive-action"
+    })
+    .await;
+
+    let other = ApiClient::new(&live.api, flotilla_tests::fleet::globex_key());
+    let (status, body) = other.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 404, "another tenant cannot take it over: {body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "early"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("conflict")), "nothing to release yet: {body}");
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!((task["status"].as_str(), task["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{task}");
+    let (status, body) = other.post(&format!("/v1/tasks/{id}/release"), &json!({})).await;
+    assert_eq!(status, 404, "another tenant cannot release it: {body}");
+    let long = "x".repeat(4001);
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": long})).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("message")), "{body}");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"msg": "typo"})).await;
+    assert_eq!(status, 400, "unknown fields are refused: {body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "held: the agent waits");
+
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "the site is fine"})).await;
+    assert_eq!(status, 202, "{body}");
+    eventually("the released task goes on and ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "succeeded"
+    })
+    .await;
+    let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
+    let output = requests[1].body["input"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "computer_call_output"))
+        .cloned()
+        .expect("a call output");
+    assert_eq!(output["acknowledged_safety_checks"][0]["id"], "sc_1", "the release approved the check");
+    live.stop().await;
 }

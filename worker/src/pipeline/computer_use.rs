@@ -21,6 +21,11 @@
 //! into steps, before any desktop is taken; each step then gets its own
 //! conversation, on the same desktop, announced with `step_started`.
 //!
+//! A person may take the desktop over between actions (see
+//! [`Steps::pause_while_held`]): the loop pauses, and once the desktop is
+//! handed back the model's next input carries a fresh screenshot and the
+//! person's message in the turn's last result.
+//!
 //! Safety checks a model raises follow the task's `sensitive_actions`:
 //! `allow` acknowledges them, `deny` ends the task, and `pause` (the
 //! default) puts the task in `waiting` with code `sensitive-action` until a
@@ -149,7 +154,11 @@ impl ComputerUse {
                 return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
-            let results = carry_out_turn(session, &mapping, &turn.calls).await?;
+            let mut results = carry_out_turn(session, &mapping, &turn.calls).await?;
+            session.steps_mut().pause_while_held().await?;
+            if let Some(message) = session.steps_mut().take_hand_back() {
+                hand_back(session, &mapping, &mut results, message).await?;
+            }
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
@@ -279,6 +288,33 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
     };
     Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
 }
+
+/// Tells the model a person held the desktop: the turn's last result gets
+/// the screen as the person left it and their message.
+async fn hand_back(
+    session: &Session,
+    mapping: &Mapping,
+    results: &mut [CallResult],
+    message: Option<String>,
+) -> Result<(), PipelineError> {
+    let Some(last) = results.last_mut() else {
+        return Ok(());
+    };
+    last.screen = look(session, &mapping.view).await?;
+    let note = match message.filter(|m| !m.trim().is_empty()) {
+        Some(message) => format!("{HANDED_BACK} Their message: {message}"),
+        None => HANDED_BACK.to_owned(),
+    };
+    last.text = Some(match last.text.take() {
+        Some(text) => format!("{text}\n{note}"),
+        None => note,
+    });
+    Ok(())
+}
+
+/// What the model hears after a person held the desktop.
+const HANDED_BACK: &str =
+    "A person took over the desktop and has handed it back; the screenshot shows the desktop as they left it.";
 
 /// Puts the task in `waiting` with code `human-intervention` and the
 /// model's question; the human's message (or a plain go-ahead) is the

@@ -84,6 +84,21 @@ pub struct Steps {
     /// The keeper of the task's sandbox, once it has one.
     keeper: Option<Arc<KeepAlive>>,
     metrics: WorkerMetrics,
+    /// Who drives the desktop now, as far as the steps know.
+    hand: Hand,
+}
+
+/// Who drives a task's desktop: its agent, or a person who took it over
+/// through the API. Steps pause while a person holds it; the hand-back
+/// (the person's message) stays here until the pipeline takes it up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Hand {
+    /// The agent drives; nothing was handed back since it last looked.
+    #[default]
+    Agent,
+    /// A person held the desktop and handed it back with this message; the
+    /// agent has not taken it up yet.
+    HandedBack(Option<String>),
 }
 
 impl Steps {
@@ -95,6 +110,7 @@ impl Steps {
             taken: 0,
             keeper: None,
             metrics: run.metrics.clone(),
+            hand: Hand::Agent,
         }
     }
 
@@ -129,6 +145,12 @@ impl Steps {
     /// until a human answers through the API.
     pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
         self.attempt.wait_for_human(code, message).await?;
+        self.next_input().await
+    }
+
+    /// The next input a human gives the waiting task (an answer or a
+    /// hand-back), polled under the guard.
+    async fn next_input(&self) -> Result<HumanInput, PipelineError> {
         self.guard(async {
             loop {
                 match self.attempt.take_input().await {
@@ -141,6 +163,31 @@ impl Steps {
             }
         })
         .await
+    }
+
+    /// Waits, under the guard, while a person holds the desktop; once they
+    /// hand it back, their message is kept as [`Hand::HandedBack`]. A
+    /// moment's trouble reading Redis is not a takeover: the steps go on.
+    pub async fn pause_while_held(&mut self) -> Result<(), PipelineError> {
+        match self.attempt.held_by_person().await {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) => {
+                warn!(error = %e, "could not learn whether a person holds the desktop; going on");
+                return Ok(());
+            }
+        }
+        let input = self.next_input().await?;
+        self.hand = Hand::HandedBack(input.message);
+        Ok(())
+    }
+
+    /// Takes up a hand-back, if one came since the last call.
+    pub fn take_hand_back(&mut self) -> Option<Option<String>> {
+        match std::mem::take(&mut self.hand) {
+            Hand::Agent => None,
+            Hand::HandedBack(message) => Some(message),
+        }
     }
 
     /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
@@ -156,6 +203,7 @@ impl Steps {
                 message: format!("the task reached its max_steps ({})", self.limits.max_steps),
             });
         }
+        self.pause_while_held().await?;
         let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
         self.take_traced(action, perform).instrument(span).await
     }
@@ -260,6 +308,11 @@ impl Session {
     /// The task's step count and limits.
     pub fn steps(&self) -> &Steps {
         &self.steps
+    }
+
+    /// The task's steps, to pause them for a person or take up a hand-back.
+    pub fn steps_mut(&mut self) -> &mut Steps {
+        &mut self.steps
     }
 
     /// Runs `work` unless the task is cancelled or out of time first.
