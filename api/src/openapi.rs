@@ -296,6 +296,21 @@ mod tests {
         assert!(checked >= 10, "{checked}");
     }
 
+    /// An id in a path states its form, so a client (and schemathesis)
+    /// knows which ids the server reads.
+    #[test]
+    fn every_path_id_states_its_pattern() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                for param in operation["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "path") {
+                    let schema = resolve(&doc, &param["schema"]);
+                    assert!(schema["pattern"].is_string(), "{method} {path}: {} states no pattern", param["name"]);
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_reference_resolves() {
         fn refs(value: &serde_json::Value, found: &mut Vec<String>) {
