@@ -65,6 +65,12 @@ pub enum Command {
     Approve(InputArgs),
     /// End a task that waits for a human
     Deny(InputArgs),
+    /// Print a URL of a running task's live desktop (view only unless --mode control)
+    View(ViewArgs),
+    /// Take a running task's desktop over: its agent pauses; prints a control view URL
+    Takeover(TaskArgs),
+    /// Hand a taken-over desktop back to its agent, with a message for it
+    Release(ReleaseArgs),
     /// Submit a batch of tasks, one spec per line of a JSON Lines file, and show its progress
     Batch(BatchArgs),
     /// List schedules, or create, show, pause, resume or delete one
@@ -209,6 +215,42 @@ pub struct InputArgs {
     #[arg(value_name = "ID")]
     pub id: String,
     /// A note for the task: the clarification it asked for, or why it is denied
+    #[arg(long, short)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// Task id
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// `view` ignores your keyboard and mouse; `control` passes them on
+    #[arg(long, value_enum, default_value = "view")]
+    pub mode: ViewMode,
+}
+
+/// How a live view treats the viewer's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ViewMode {
+    View,
+    Control,
+}
+
+impl ViewMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViewMode::View => "view",
+            ViewMode::Control => "control",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Task id
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// What the agent should know about what you did
     #[arg(long, short)]
     pub message: Option<String>,
 }

@@ -55,6 +55,11 @@ pub enum EventKind {
         key: String,
         bytes: u64,
         dedup: bool,
+        /// How many actions the task had taken when the screen was
+        /// captured: the actions numbered above it were done on this
+        /// screen (what a trajectory player draws on it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
     },
     Block {
         #[schema(value_type = Object)]

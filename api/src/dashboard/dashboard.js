@@ -246,7 +246,10 @@
   function openTask(id) {
     if (!TASK_ID.test(id)) return;
     closeTask();
-    const selected = { id, task: null, lastSeq: 0, lastEventId: '', terminal: false, stream: null, refreshTimer: null, pinnedShot: null };
+    const selected = {
+      id, task: null, lastSeq: 0, lastEventId: '', terminal: false, stream: null, refreshTimer: null, pinnedShot: null,
+      events: [], held: false, liveMode: null,
+    };
     state.selected = selected;
     if (window.location.hash !== `#${id}`) window.history.replaceState(null, '', `#${id}`);
     for (const row of $('tasks').tBodies[0].rows) row.classList.toggle('selected', row.dataset.taskId === id);
@@ -277,6 +280,9 @@
     $('shot-large').hidden = true;
     $('shot-image').removeAttribute('src');
     $('no-shots').hidden = false;
+    $('shot-actions').textContent = '';
+    clearOverlay();
+    closeLive();
     for (const row of $('tasks').tBodies[0].rows) row.classList.remove('selected');
     if (window.location.hash) window.history.replaceState(null, '', window.location.pathname);
   }
@@ -305,10 +311,100 @@
     $('detail-code').textContent = task.code ? `code: ${task.code}` : '';
     $('cancel').hidden = TERMINAL.has(task.status);
     $('approve').hidden = task.status !== 'waiting';
-    $('deny').hidden = task.status !== 'waiting';
+    $('deny').hidden = task.status !== 'waiting' || selected.held;
+    $('approve').hidden = task.status !== 'waiting' || selected.held;
     $('detail-prompt').textContent = (task.spec && task.spec.prompt) || '';
     renderFacts(task);
+    renderLive(selected, task);
     renderShots(selected, Array.isArray(task.screenshots) ? task.screenshots : []);
+  }
+
+  // ---- the live desktop ---------------------------------------------------
+
+  /** Shows the live pane while the task holds a desktop it can show. */
+  function renderLive(selected, task) {
+    const streamUrl = task.sandbox && task.sandbox.stream_url;
+    const showable = typeof streamUrl === 'string' && streamUrl !== '' && (task.status === 'running' || task.status === 'waiting');
+    $('live-pane').hidden = !showable;
+    if (!showable) {
+      closeLive();
+      return;
+    }
+    $('take-over').hidden = selected.held;
+    $('hand-back').hidden = !selected.held;
+    $('release-message').hidden = !selected.held;
+    if (!selected.liveMode) openLive(selected, 'view');
+  }
+
+  /** Loads a view of `mode` in the frame. */
+  async function openLive(selected, mode, url) {
+    selected.liveMode = mode;
+    try {
+      const link = url ? { url, mode } : await api('GET', taskPath(selected.id, `/view?mode=${mode}`));
+      if (state.selected !== selected) return;
+      const frame = $('live-frame');
+      frame.src = safeUrl(link.url) || 'about:blank';
+      frame.hidden = false;
+      const label = $('live-mode');
+      label.textContent = mode === 'control' ? 'control' : 'view only';
+      label.className = `mode ${mode}`;
+    } catch (error) {
+      if (state.selected !== selected) return;
+      // Not shown again until asked: a desktop that cannot be shown now
+      // (its worker serves no views) is no error of the task's.
+      selected.liveMode = 'unavailable';
+      $('live-frame').hidden = true;
+      const label = $('live-mode');
+      label.textContent = `not available: ${explain(error)}`;
+      label.className = 'mode';
+    }
+  }
+
+  function closeLive() {
+    const frame = $('live-frame');
+    frame.hidden = true;
+    frame.removeAttribute('src');
+    $('live-mode').textContent = '';
+    $('live-pane').hidden = true;
+    if (state.selected) state.selected.liveMode = null;
+  }
+
+  async function takeOver(button) {
+    const selected = state.selected;
+    if (!selected) return;
+    button.disabled = true;
+    $('detail-message').textContent = '';
+    try {
+      const answer = await api('POST', taskPath(selected.id, '/takeover'));
+      if (state.selected !== selected) return;
+      selected.held = true;
+      await openLive(selected, 'control', answer.view && answer.view.url);
+      refreshSoon(selected);
+    } catch (error) {
+      if (state.selected === selected) $('detail-message').textContent = explain(error);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function handBack(button) {
+    const selected = state.selected;
+    if (!selected) return;
+    const message = $('release-message').value.trim();
+    button.disabled = true;
+    $('detail-message').textContent = '';
+    try {
+      await api('POST', taskPath(selected.id, '/release'), message ? { message } : {});
+      if (state.selected !== selected) return;
+      selected.held = false;
+      $('release-message').value = '';
+      await openLive(selected, 'view');
+      refreshSoon(selected);
+    } catch (error) {
+      if (state.selected === selected) $('detail-message').textContent = explain(error);
+    } finally {
+      button.disabled = false;
+    }
   }
 
   function renderFacts(task) {
@@ -331,18 +427,6 @@
     for (const [name, value] of facts) {
       if (value === undefined || value === null || value === '') continue;
       nodes.push(element('dt', '', name), element('dd', '', typeof value === 'object' ? JSON.stringify(value) : value));
-    }
-    const streamUrl = task.sandbox && task.sandbox.stream_url;
-    const stream = typeof streamUrl === 'string' && streamUrl !== '' ? safeUrl(streamUrl) : null;
-    if (stream) {
-      const link = element('a', '', 'watch live');
-      link.href = stream;
-      link.target = '_blank';
-      link.rel = 'noopener noreferrer';
-      link.id = 'stream-link';
-      const value = element('dd');
-      value.append(link);
-      nodes.push(element('dt', '', 'live stream'), value);
     }
     $('detail-facts').replaceChildren(...nodes);
   }
@@ -371,19 +455,115 @@
     if (ordered.length === 0) return;
     const pinned = ordered.findIndex((shot) => String(shot.seq) === selected.pinnedShot);
     const index = pinned >= 0 ? pinned : ordered.length - 1;
-    showLarge(ordered[index], index + 1, ordered.length);
+    showLarge(selected, ordered[index], index + 1, ordered.length);
   }
 
-  function showLarge(shot, position, count) {
+  function showLarge(selected, shot, position, count) {
     const seq = String(shot.seq);
     const image = $('shot-image');
+    const actions = actionsOn(selected, seq);
+    const draw = () => drawActions(image, actions);
     if (image.dataset.seq !== seq) {
       image.dataset.seq = seq;
+      clearOverlay();
+      image.onload = draw;
       image.src = safeUrl(shot.url);
+    } else if (image.complete) {
+      draw();
     }
     $('shot-large').hidden = false;
     $('shot-caption').textContent = `screenshot ${position} of ${count} (event ${seq}), ${String(shot.hash || '').slice(0, 12)}`;
+    $('shot-actions').textContent = actions.length ? `then: ${actions.map(describeAction).join('; ')}` : '';
     for (const thumb of $('shots').children) thumb.classList.toggle('current', thumb.dataset.seq === seq);
+  }
+
+  /** Steps to the screenshot before (-1) or after (+1) the one shown. */
+  function stepShot(delta) {
+    const selected = state.selected;
+    if (!selected || !selected.task) return;
+    const seqs = Array.from($('shots').children, (img) => img.dataset.seq);
+    if (seqs.length === 0) return;
+    const at = seqs.indexOf($('shot-image').dataset.seq);
+    const next = Math.min(Math.max((at < 0 ? seqs.length - 1 : at) + delta, 0), seqs.length - 1);
+    selected.pinnedShot = seqs[next];
+    renderShots(selected, selected.task.screenshots || []);
+  }
+
+  /**
+   * The actions done on the screen of screenshot event `seq`: a screenshot
+   * event's `step` counts the actions taken before it was captured, so the
+   * actions completed after that many, up to the next screenshot's count.
+   */
+  function actionsOn(selected, seq) {
+    const events = selected.events;
+    let start = 0;
+    for (let i = 0; i < events.length; i += 1) if (events[i].type === 'started') start = i;
+    const latest = events.slice(start);
+    const shots = latest.filter((e) => e.type === 'screenshot' && Number.isFinite(e.step));
+    const at = shots.findIndex((e) => String(e.seq) === seq);
+    if (at < 0) return [];
+    const from = shots[at].step;
+    const to = at + 1 < shots.length ? shots[at + 1].step : Infinity;
+    const done = latest.filter((e) => e.type === 'action_completed').map((e) => e.action);
+    return done.slice(from, to).filter((a) => a && typeof a === 'object');
+  }
+
+  function clearOverlay() {
+    const overlay = $('shot-overlay');
+    overlay.width = 0;
+    overlay.height = 0;
+  }
+
+  /** Draws `actions` over the screenshot, in the screen's own pixels. */
+  function drawActions(image, actions) {
+    const overlay = $('shot-overlay');
+    overlay.width = image.naturalWidth;
+    overlay.height = image.naturalHeight;
+    overlay.style.width = `${image.clientWidth}px`;
+    overlay.style.height = `${image.clientHeight}px`;
+    overlay.style.left = `${image.offsetLeft + image.clientLeft}px`;
+    overlay.style.top = `${image.offsetTop + image.clientTop}px`;
+    const ctx = overlay.getContext('2d');
+    ctx.clearRect(0, 0, overlay.width, overlay.height);
+    const unit = Math.max(2, Math.round(overlay.width / 400));
+    let line = 0;
+    const label = (text) => {
+      ctx.font = `${8 * unit}px sans-serif`;
+      const y = overlay.height - 12 * unit * (line + 1);
+      ctx.fillStyle = 'rgba(0, 0, 0, 0.7)';
+      ctx.fillRect(4 * unit, y - 9 * unit, ctx.measureText(text).width + 6 * unit, 12 * unit);
+      ctx.fillStyle = '#ffff00';
+      ctx.fillText(text, 7 * unit, y);
+      line += 1;
+    };
+    for (const action of actions) {
+      const point = Number.isFinite(action.x) && Number.isFinite(action.y);
+      if (point && action.type !== 'scroll' && action.type !== 'move') {
+        ctx.fillStyle = 'rgba(255, 0, 0, 1)';
+        ctx.beginPath();
+        ctx.arc(action.x + 0.5, action.y + 0.5, 3 * unit, 0, 2 * Math.PI);
+        ctx.fill();
+        ctx.strokeStyle = 'rgba(255, 0, 0, 1)';
+        ctx.lineWidth = unit;
+        ctx.beginPath();
+        ctx.arc(action.x + 0.5, action.y + 0.5, 8 * unit, 0, 2 * Math.PI);
+        ctx.stroke();
+      } else if (point) {
+        ctx.strokeStyle = 'rgba(0, 120, 255, 1)';
+        ctx.lineWidth = unit;
+        ctx.beginPath();
+        ctx.arc(action.x + 0.5, action.y + 0.5, 6 * unit, 0, 2 * Math.PI);
+        ctx.stroke();
+      }
+      if (action.type === 'drag' && Array.isArray(action.path) && action.path.length > 0) {
+        ctx.strokeStyle = 'rgba(255, 0, 0, 1)';
+        ctx.lineWidth = unit;
+        ctx.beginPath();
+        action.path.forEach(([x, y], i) => (i === 0 ? ctx.moveTo(x + 0.5, y + 0.5) : ctx.lineTo(x + 0.5, y + 0.5)));
+        ctx.stroke();
+      }
+      if (action.type === 'type' || action.type === 'keypress') label(describeAction(action));
+    }
   }
 
   function pickShot(event) {
@@ -510,6 +690,9 @@
       selected.lastSeq = seq;
     }
     $('events').append(eventItem(event));
+    selected.events.push(event);
+    if (event.type === 'takeover') selected.held = true;
+    if (event.type === 'released' || TERMINAL.has(event.type)) selected.held = false;
     if (TERMINAL.has(event.type)) selected.terminal = true;
     refreshSoon(selected);
   }
@@ -564,6 +747,8 @@
       case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
       case 'block': return JSON.stringify(event.block).slice(0, 400);
       case 'waiting': return joined([event.code, event.message]);
+      case 'takeover': return 'a person drives the desktop';
+      case 'released': return joined(['handed back', event.message]);
       case 'retrying': return joined([`attempt ${event.attempt}`, `in ${duration(event.delay_ms)}`, event.error]);
       case 'succeeded': return joined([event.code, event.result && typeof event.result === 'object' ? event.result.text : event.result]);
       case 'failed': return joined([event.code, event.error]);
@@ -608,6 +793,18 @@
     $('cancel').addEventListener('click', (event) => act(event.currentTarget, '/cancel'));
     $('approve').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'approve' }));
     $('deny').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'deny' }));
+    $('watch').addEventListener('click', () => state.selected && openLive(state.selected, 'view'));
+    $('take-over').addEventListener('click', (event) => takeOver(event.currentTarget));
+    $('hand-back').addEventListener('click', (event) => handBack(event.currentTarget));
+    document.addEventListener('keydown', (event) => {
+      if (!state.selected || event.altKey || event.ctrlKey || event.metaKey) return;
+      const target = event.target;
+      if (target && (target.tagName === 'INPUT' || target.tagName === 'TEXTAREA')) return;
+      if (event.key === 'ArrowLeft' || event.key === 'ArrowRight') {
+        event.preventDefault();
+        stepShot(event.key === 'ArrowLeft' ? -1 : 1);
+      }
+    });
   }
 
   function start() {

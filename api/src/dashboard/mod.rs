@@ -30,13 +30,13 @@ pub const SCRIPT_PATH: &str = "/dashboard.js";
 pub const STYLE_PATH: &str = "/dashboard.css";
 
 /// What the page may load and run: its own script and style only, calls to
-/// this API only, images from here or from the origin of the S3 store the
+/// this API only, frames from here (the live view's noVNC page), images from here or from the origin of the S3 store the
 /// screenshot links point at (`store_origin`, none without a store).
 pub fn content_security_policy(store_origin: Option<&str>) -> String {
     let store = store_origin.map(|origin| format!(" {origin}")).unwrap_or_default();
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:{store}; connect-src 'self'; \
-         base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+         frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
 }
 

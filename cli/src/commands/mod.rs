@@ -5,6 +5,7 @@ mod batch;
 mod schedules;
 mod submit;
 mod tasks;
+mod view;
 mod watch;
 
 use crate::args::{Cli, Command};
@@ -39,6 +40,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Cancel(args) => tasks::cancel(&client, &args.id, format).await,
         Command::Approve(args) => tasks::answer(&client, &args, "approve", format).await,
         Command::Deny(args) => tasks::answer(&client, &args, "deny", format).await,
+        Command::View(args) => view::view(&client, &args, format).await,
+        Command::Takeover(args) => view::takeover(&client, &args.id, format).await,
+        Command::Release(args) => view::release(&client, &args, format).await,
         Command::Batch(args) => batch::run(&client, &args, format).await,
         Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
     }

@@ -81,6 +81,9 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
         ("GET", format!("/v1/tasks/{id}/events"), "'/events'"),
         ("POST", format!("/v1/tasks/{id}/cancel"), "'/cancel'"),
         ("POST", format!("/v1/tasks/{id}/input"), "'/input'"),
+        ("GET", format!("/v1/tasks/{id}/view?mode=view"), "`/view?mode=${mode}`"),
+        ("POST", format!("/v1/tasks/{id}/takeover"), "'/takeover'"),
+        ("POST", format!("/v1/tasks/{id}/release"), "'/release'"),
     ];
     for (method, path, fragment) in &calls {
         assert!(script.contains(fragment), "the page no longer calls {method} {path}: update this list");
@@ -247,8 +250,8 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     browser.wait_for("the running task's pane shows its events", &following, SHOWN).await.expect("running pane");
     // Its sandbox has a live stream (recorded the way a worker records it,
     // before the events that make the pane read the task again).
-    let no_link = browser.evaluate("document.getElementById('stream-link') === null").await.expect("no link yet");
-    assert_eq!(no_link, json!(true), "no link while the task has no stream");
+    let no_pane = browser.evaluate("document.getElementById('live-pane').hidden").await.expect("no live pane yet");
+    assert_eq!(no_pane, json!(true), "no live pane while the task has no stream");
     let sandbox = json!({"provider": "e2b", "id": "sbx-live", "stream_url": "https://stream.example.test/sbx-live"}).to_string();
     let redis_client = redis::Client::open(redis.url()).expect("redis client");
     let mut conn = redis_client.get_multiplexed_async_connection().await.expect("redis connection");
@@ -256,9 +259,10 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     let () = redis::cmd("HSET").arg(task_key).arg("sandbox").arg(sandbox).query_async(&mut conn).await.expect("record a stream");
     let newest = record_screenshots(&redis, &Keys::new(prefix.clone()), &store, &long, 3).await;
     browser.wait_for("three screenshots show", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
-    // … and the pane links it.
-    let linked = "(a => a !== null && a.href === 'https://stream.example.test/sbx-live')(document.getElementById('stream-link'))";
-    browser.wait_for("the live stream is linked", linked, SHOWN).await.expect("stream link");
+    // … and the pane offers its live view (this worker serves none, which it says).
+    let offered = "document.getElementById('live-pane').hidden === false && \
+                   document.getElementById('live-mode').textContent.startsWith('not available')";
+    browser.wait_for("the live view is offered", offered, SHOWN).await.expect("live pane");
 
     // Its Cancel button stops it, and the stream ends with the terminal event.
     browser.click("#cancel").await.expect("click cancel");

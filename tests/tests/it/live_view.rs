@@ -511,3 +511,199 @@ async fn a_task_waiting_on_its_own_is_taken_over_and_its_release_answers_it_sand
     assert_eq!(output["acknowledged_safety_checks"][0]["id"], "sc_1", "the release approved the check");
     live.stop().await;
 }
+
+/// Where a test saves a screenshot of the dashboard, beside the others.
+fn dashboard_artifact(name: &str) -> std::path::PathBuf {
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.parent().map_or_else(|| tmp.clone(), std::path::PathBuf::from).join("test-artifacts");
+    std::fs::create_dir_all(&dir).expect("create the artifact dir");
+    dir.join(name)
+}
+
+async fn save_page(browser: &mut Browser, name: &str) {
+    let png = browser.screenshot_png().await.expect("page screenshot");
+    std::fs::write(dashboard_artifact(name), png).expect("write the screenshot");
+}
+
+/// The centre of the player's red click marks, in the screenshot's pixels.
+const RED_CENTRE: &str = r#"(() => {
+  const c = document.getElementById('shot-overlay');
+  if (!c || c.width === 0) return null;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let sx = 0, sy = 0, n = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i] > 200 && d[i + 1] < 60 && d[i + 2] < 60 && d[i + 3] > 200) {
+      const p = i / 4; sx += p % c.width; sy += Math.floor(p / c.width); n += 1;
+    }
+  }
+  return n ? [sx / n, sy / n, n] : [];
+})()"#;
+
+async fn press(browser: &mut Browser, key: &str, code: u32) {
+    for kind in ["keyDown", "keyUp"] {
+        let event = json!({"type": kind, "key": key, "code": key, "windowsVirtualKeyCode": code});
+        browser.call("Input.dispatchKeyEvent", event).await.expect("key");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_the_live_view_takes_over_and_plays_back_a_finished_task_sandbox() {
+    let s3 = flotilla_tests::s3_server::S3Server::start();
+    let store = s3.store(&unique_prefix());
+    let env = vec![("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0".to_owned())];
+    let fleet = DesktopFleet::start(DesktopOptions { env, blobs: Some(store.clone()), ..DesktopOptions::default() }).await;
+    let api = flotilla_tests::fleet::spawn_api_with_blobs(fleet.config.clone(), store).await;
+    let owner = ApiClient::new(&api, api_key());
+
+    // A finished task to play back: two clicks with typing between them.
+    let clicks = [(211u32, 157u32), (533, 377)];
+    let spec = json!({"prompt": "click, type, click", "pipeline": "scripted", "actions": [
+        {"type": "click", "x": clicks[0].0, "y": clicks[0].1, "button": "left"},
+        {"type": "type", "text": "echo played\n"},
+        {"type": "click", "x": clicks[1].0, "y": clicks[1].1, "button": "left"},
+    ]});
+    let (_, body) = owner.post("/v1/tasks", &spec).await;
+    let played = body["id"].as_str().expect("id").to_owned();
+    eventually("the task to play back ends", SHOWN, async || {
+        let (_, task) = owner.get(&format!("/v1/tasks/{played}")).await;
+        task["status"] == "succeeded" && task["screenshots"].as_array().is_some_and(|s| s.len() == 4)
+    })
+    .await;
+    let (held, _) = hold_desktop(&owner).await;
+
+    let mut browser = Browser::launch(1280, 1000).await.expect("chromium");
+    browser.navigate(&api.url("/")).await.expect("open the dashboard");
+    browser.type_into("#key-input", api_key()).await.expect("type the key");
+    browser.click("#key-submit").await.expect("sign in");
+    browser.wait_for("the board shows", "!document.getElementById('board').hidden", SHOWN).await.expect("board");
+
+    // The running task's pane embeds its live desktop, view only.
+    browser.evaluate(&format!("location.hash = '#{held}'; true")).await.expect("open the task");
+    browser.reload().await.expect("reload onto the task");
+    let live_canvas = "(f => !f.hidden && f.src.includes('view_only=true') && (f.contentDocument && \
+        (f.contentDocument.querySelector('#noVNC_container canvas') || {}).width > 0))(document.getElementById('live-frame'))";
+    browser.wait_for("the live view plays in the pane", live_canvas, SHOWN).await.expect("live view");
+    let mode = browser.evaluate("document.getElementById('live-mode').textContent").await.expect("mode");
+    assert_eq!(mode, json!("view only"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    save_page(&mut browser, "dashboard-live.png").await;
+
+    // Take over: the pane switches to control and offers the hand-back.
+    browser.click("#take-over").await.expect("take over");
+    let control = "(f => !f.hidden && f.src.includes('view_only=false'))(document.getElementById('live-frame')) && \
+        document.getElementById('live-mode').textContent === 'control' && !document.getElementById('hand-back').hidden";
+    browser.wait_for("the pane is in control", control, SHOWN).await.expect("control");
+    let (_, task) = owner.get(&format!("/v1/tasks/{held}")).await;
+    assert_eq!((task["status"].as_str(), task["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{task}");
+    let in_control = "(f => (f.contentDocument.querySelector('#noVNC_container canvas') || {}).width > 0)(document.getElementById('live-frame'))";
+    browser.wait_for("the control view shows the desktop", in_control, SHOWN).await.expect("control canvas");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    save_page(&mut browser, "dashboard-takeover.png").await;
+    browser.type_into("#release-message", "all yours again").await.expect("type a message");
+    browser.click("#hand-back").await.expect("hand back");
+    // (The task is in its long wait, its current action: it takes the
+    // hand-back once that ends; the release is recorded at once.)
+    let released = "document.querySelector('#events li[data-type=\"released\"]') !== null && \
+        document.getElementById('live-mode').textContent === 'view only'";
+    browser.wait_for("the pane shows the hand-back", released, SHOWN).await.expect("released");
+    live_cancel(&owner, &held).await;
+
+    // The finished task's player: arrow keys step through its screenshots,
+    // each with the action done on it drawn where it happened.
+    browser.evaluate(&format!("location.hash = '#{played}'; true")).await.expect("open the finished task");
+    browser.reload().await.expect("reload onto the finished task");
+    let four = "document.querySelectorAll('#shots img').length === 4 && \
+        document.querySelectorAll('#events li[data-type=\"succeeded\"]').length === 1";
+    browser.wait_for("the finished task's screenshots show", four, SHOWN).await.expect("screenshots");
+    browser.click("#detail-id").await.expect("focus the page");
+    for _ in 0..3 {
+        press(&mut browser, "ArrowLeft", 37).await;
+    }
+    browser
+        .wait_for(
+            "the first screenshot shows",
+            "document.getElementById('shot-caption').textContent.startsWith('screenshot 1 of 4')",
+            SHOWN,
+        )
+        .await
+        .expect("first");
+    for (shown, (x, y)) in [(1, clicks[0]), (3, clicks[1])] {
+        if shown == 3 {
+            press(&mut browser, "ArrowRight", 39).await;
+            press(&mut browser, "ArrowRight", 39).await;
+        }
+        let caption = format!("document.getElementById('shot-caption').textContent.startsWith('screenshot {shown} of 4')");
+        browser.wait_for("the player steps", &caption, SHOWN).await.expect("step");
+        let centre = browser.wait_for("the click is drawn", RED_CENTRE, SHOWN).await.expect("drawn");
+        let (cx, cy) = (centre[0].as_f64().expect("x"), centre[1].as_f64().expect("y"));
+        assert!(
+            (cx - f64::from(x)).abs() <= 2.0 && (cy - f64::from(y)).abs() <= 2.0,
+            "screenshot {shown}: the click at ({x}, {y}) is drawn at ({cx:.1}, {cy:.1})"
+        );
+        if shown == 1 {
+            let text = browser.evaluate("document.getElementById('shot-actions').textContent").await.expect("actions");
+            assert!(text.as_str().is_some_and(|t| t.contains(&format!("click · ({x}, {y})"))), "{text}");
+        }
+    }
+    press(&mut browser, "ArrowLeft", 37).await;
+    browser
+        .wait_for("back one", "document.getElementById('shot-caption').textContent.startsWith('screenshot 2 of 4')", SHOWN)
+        .await
+        .expect("step back");
+    let typed = browser.evaluate("document.getElementById('shot-actions').textContent").await.expect("actions");
+    assert!(typed.as_str().is_some_and(|t| t.contains("type \"echo played\\n\"")), "{typed}");
+    let nothing_red = browser.evaluate(RED_CENTRE).await.expect("overlay");
+    assert_eq!(nothing_red, json!([]), "typing draws no click");
+    save_page(&mut browser, "dashboard-player.png").await;
+    browser.close().await;
+    fleet.stop().await;
+}
+
+async fn live_cancel(owner: &ApiClient, id: &str) {
+    let (status, body) = owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
+    assert_eq!(status, 202, "{body}");
+}
+
+/// Runs the `flotilla` command line against `api`.
+async fn flotilla(api: &ApiServer, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(flotilla_tests::fleet::binary("flotilla"))
+        .args(["--api", &api.base_url, "--key", api_key()])
+        .args(args)
+        .output()
+        .await
+        .expect("run flotilla")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_prints_views_takes_over_and_releases_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+
+    let viewed = flotilla(&live.api, &["view", &id]).await;
+    assert!(viewed.status.success(), "{}", String::from_utf8_lossy(&viewed.stderr));
+    let url = String::from_utf8_lossy(&viewed.stdout).trim().to_owned();
+    assert!(url.contains("/novnc/vnc.html?") && url.contains("view_only=true"), "{url}");
+    assert!(String::from_utf8_lossy(&viewed.stderr).contains("opens until"), "the expiry is told on stderr");
+    RfbViewer::connect(&socket_url(&url).expect("socket url")).await.expect("the printed URL opens the view").close().await;
+    let control = flotilla(&live.api, &["view", &id, "--mode", "control"]).await;
+    assert!(String::from_utf8_lossy(&control.stdout).contains("view_only=false"));
+
+    let taken = flotilla(&live.api, &["takeover", &id]).await;
+    assert!(taken.status.success(), "{}", String::from_utf8_lossy(&taken.stderr));
+    assert!(String::from_utf8_lossy(&taken.stdout).trim().contains("view_only=false"), "a control view");
+    let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+    assert_eq!(task["code"], "human-intervention", "{task}");
+    let released = flotilla(&live.api, &["release", &id, "-m", "back to you"]).await;
+    assert!(released.status.success(), "{}", String::from_utf8_lossy(&released.stderr));
+    assert_eq!(String::from_utf8_lossy(&released.stdout).trim(), format!("{id} handed back"));
+    let again = flotilla(&live.api, &["release", &id]).await;
+    assert!(!again.status.success(), "a second release is refused");
+    assert_eq!(String::from_utf8_lossy(&again.stderr).trim().lines().count(), 1, "one line says why");
+    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id")).await;
+    assert!(
+        history.iter().any(|e| matches!(&e.kind, flotilla_shared::event::EventKind::Released { message } if message.as_deref() == Some("back to you"))),
+        "the release and its message are recorded"
+    );
+    live.cancel(&id).await;
+    live.stop().await;
+}

@@ -215,7 +215,13 @@ impl Bench {
             let mut ms = Vec::new();
             while let Some((_, image)) = feed.next().await {
                 let started = Instant::now();
-                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup: image.dedup };
+                let event = EventKind::Screenshot {
+                    hash: image.hash,
+                    key: image.key,
+                    bytes: image.bytes,
+                    dedup: image.dedup,
+                    step: None,
+                };
                 if attempt.emit(event, &[]).await.is_err() {
                     break;
                 }

@@ -241,6 +241,9 @@ pub struct Session {
 struct ScreenshotLog {
     uploader: Uploader,
     events: JoinHandle<()>,
+    /// The steps taken when each screenshot was captured, in capture order
+    /// (the uploader's sequence numbers).
+    steps: Arc<std::sync::Mutex<Vec<u32>>>,
 }
 
 impl Session {
@@ -325,6 +328,7 @@ impl Session {
     pub async fn observe(&self) -> Result<Screenshot, PipelineError> {
         let shot = self.guard(self.settled_screen()).await?;
         if let Some(log) = &self.screenshots {
+            log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
             let png = shot.png.clone();
             self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
         }
@@ -410,8 +414,11 @@ impl ScreenshotLog {
         let uploader = Uploader::spawn(store.clone(), options.clone());
         let mut feed = uploader.feed();
         let attempt = Arc::clone(attempt);
+        let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let taken_at = Arc::clone(&steps);
         let events = tokio::spawn(async move {
-            while let Some((_, image)) = feed.next().await {
+            while let Some((seq, image)) = feed.next().await {
+                let step = taken_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(seq as usize).copied();
                 // `dedup` as the tenant sees it: true only when this tenant
                 // stored these bytes before, never because another did.
                 let seen = match attempt.queue().tenant_stored_before(attempt.tenant(), &image.hash).await {
@@ -422,14 +429,14 @@ impl ScreenshotLog {
                     }
                 };
                 let dedup = image.dedup && seen;
-                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup };
+                let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup, step };
                 if let Err(e) = attempt.emit(event, &[]).await {
                     warn!(error = %e, "could not record a stored screenshot");
                     return;
                 }
             }
         });
-        Self { uploader, events }
+        Self { uploader, events, steps }
     }
 
     /// Waits for every screenshot to be stored and announced.
