@@ -97,6 +97,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_GATEWAY_URL", "gateway_url"),
     ("E2B_API_KEY", "e2b_api_key"),
     ("E2B_DOMAIN", "e2b_domain"),
+    ("E2B_API_URL", "e2b_api_url"),
+    ("E2B_SANDBOX_URL", "e2b_sandbox_url"),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
     ("FLOTILLA_STREAMS_PER_TENANT", "streams_per_tenant"),
     ("FLOTILLA_STREAM_MAX_LIFETIME_S", "stream_max_lifetime_s"),

@@ -82,7 +82,7 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
                 .api_key
                 .clone()
                 .ok_or_else(|| anyhow::anyhow!("E2B_API_KEY is required with FLOTILLA_SANDBOX_PROVIDER=e2b"))?;
-            let e2b = E2bProvider::new(E2bConfig::hosted(key, &config.e2b.domain)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
+            let e2b = E2bProvider::new(E2bConfig::for_account(key, &config.e2b)).map_err(|e| anyhow::anyhow!("E2B: {e}"))?;
             Ok(Arc::new(e2b))
         }
     }

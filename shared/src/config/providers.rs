@@ -52,11 +52,23 @@ pub struct E2bAccount {
     pub api_key: Option<Secret>,
     /// `E2B_DOMAIN`.
     pub domain: String,
+    /// `E2B_API_URL`: the control plane, in place of `https://api.<domain>`
+    /// (as the official SDKs take it for self-hosted and local E2B).
+    pub api_url: Option<String>,
+    /// `E2B_SANDBOX_URL`: one address for every sandbox's envd, which
+    /// routes by the `E2b-Sandbox-Id` header, in place of each sandbox's
+    /// own `https://49983-<id>.<domain>`.
+    pub sandbox_url: Option<String>,
 }
 
 impl E2bAccount {
     pub(super) fn load(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self { api_key: s.get("E2B_API_KEY").map(Secret::new), domain: s.text("E2B_DOMAIN", "e2b.app").to_owned() })
+        Ok(Self {
+            api_key: s.get("E2B_API_KEY").map(Secret::new),
+            domain: s.text("E2B_DOMAIN", "e2b.app").to_owned(),
+            api_url: s.url("E2B_API_URL")?,
+            sandbox_url: s.url("E2B_SANDBOX_URL")?,
+        })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::config::Secret;
+use flotilla_shared::config::{E2bAccount, Secret};
 
 /// The hosted service's domain.
 pub const DEFAULT_DOMAIN: &str = "e2b.app";
@@ -52,6 +52,20 @@ pub struct E2bConfig {
 }
 
 impl E2bConfig {
+    /// The account's service: the hosted one at its domain, or wherever
+    /// `E2B_API_URL` and `E2B_SANDBOX_URL` point (self-hosted or local E2B,
+    /// plain http included).
+    pub fn for_account(api_key: Secret, account: &E2bAccount) -> Self {
+        let mut config = Self::hosted(api_key, &account.domain);
+        if let Some(api_url) = &account.api_url {
+            config.api_url = api_url.trim_end_matches('/').to_owned();
+        }
+        if let Some(sandbox_url) = &account.sandbox_url {
+            config.envd = EnvdAddress::Routed { base_url: sandbox_url.trim_end_matches('/').to_owned() };
+        }
+        config
+    }
+
     /// The hosted service at `domain` (`e2b.app` unless self-hosted).
     pub fn hosted(api_key: Secret, domain: &str) -> Self {
         Self {

@@ -11,14 +11,29 @@ use flotilla_shared::config::Secret;
 use tokio_util::sync::CancellationToken;
 
 use super::fake::FakeE2b;
-use super::{E2bConfig, E2bProvider};
+use super::{E2bConfig, E2bProvider, EnvdAddress};
 
 use crate::sandbox::{suite, PoolConfig, SandboxError, SandboxId, SandboxPool, SandboxProvider, SandboxRequest};
 
-/// A fake and a provider pointed at it.
+/// A fake and a provider pointed at it the way a worker is: with
+/// `E2B_API_URL` and `E2B_SANDBOX_URL` (plain http) in its settings.
 async fn fixture() -> (FakeE2b, E2bProvider) {
     let fake = FakeE2b::start().await;
-    let provider = E2bProvider::new(fake.config()).expect("provider");
+    let direct = fake.config();
+    let EnvdAddress::Routed { base_url: sandbox_url } = &direct.envd else { panic!("the fake routes envd") };
+    let settings = [
+        ("E2B_API_KEY", direct.api_key.expose().to_owned()),
+        ("E2B_API_URL", direct.api_url.clone()),
+        ("E2B_SANDBOX_URL", sandbox_url.clone()),
+    ];
+    let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
+    let key = config.e2b.api_key.clone().expect("E2B_API_KEY");
+    let mut e2b = E2bConfig::for_account(key, &config.e2b);
+    assert_eq!((&e2b.api_url, &e2b.envd), (&direct.api_url, &direct.envd), "the settings point at the fake");
+    e2b.start_timeout = direct.start_timeout;
+    e2b.request_timeout = direct.request_timeout;
+    e2b.max_retry_after = direct.max_retry_after;
+    let provider = E2bProvider::new(e2b).expect("provider");
     (fake, provider)
 }
 
@@ -212,4 +227,15 @@ async fn sandbox_e2b_pool_waits_out_a_rate_limited_create() {
     assert!(!lease.warm);
     pool.release(lease).await;
     assert_eq!(pool.live(), 0);
+}
+
+#[test]
+fn without_overrides_the_account_reaches_the_hosted_service_and_bad_urls_are_named() {
+    let settings =
+        |pairs: &[(&str, &str)]| flotilla_shared::Config::from_env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = settings(&[("E2B_DOMAIN", "e2b.example")]).expect("settings");
+    let e2b = E2bConfig::for_account(Secret::new("e2b_k"), &config.e2b);
+    assert_eq!((e2b.api_url.as_str(), &e2b.envd), ("https://api.e2b.example", &EnvdAddress::SandboxHost));
+    let err = settings(&[("E2B_SANDBOX_URL", "localhost:3000")]).expect_err("refused");
+    assert_eq!(err.var, "E2B_SANDBOX_URL");
 }
