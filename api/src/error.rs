@@ -13,6 +13,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use flotilla_shared::quota::{QuotaError, RateState};
 use flotilla_shared::task::TaskStatus;
 use flotilla_shared::{QueueError, ValidationError};
 use serde::Serialize;
@@ -46,6 +47,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("redis is unreachable")]
     Unavailable,
+    #[error(transparent)]
+    Quota(QuotaError),
+    #[error("the request took longer than {0} ms")]
+    TimedOut(u128),
     #[error("the task holds no desktop that can be shown now")]
     NotViewable,
     #[error("the view token is unknown, expired or for another task")]
@@ -67,8 +72,9 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable: `invalid_request`, `unauthorized`, `forbidden`, `not_found`,
     /// `idempotency_conflict`, `already_finished`, `conflict`,
-    /// `rate_limited`, `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
-    /// `unavailable` or `internal`.
+    /// `payload_too_large`, `unsupported_media_type`, `method_not_allowed`,
+    /// `rate_limited`, `quota_exceeded`, `timeout`, `unavailable` or
+    /// `internal`.
     pub code: &'static str,
     pub message: String,
     /// The JSON path of the offending field, like `sandbox.resolution`.
@@ -129,6 +135,13 @@ impl ApiError {
                 Reply::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", self.to_string())
             }
             ApiError::MethodNotAllowed => Reply::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", self.to_string()),
+            ApiError::Quota(e @ QuotaError::RateLimited { .. }) => {
+                Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", e.to_string())
+            }
+            ApiError::Quota(
+                e @ (QuotaError::QueueFull { .. } | QuotaError::TokensSpent { .. } | QuotaError::SchedulesFull { .. }),
+            ) => Reply::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", e.to_string()),
+            ApiError::TimedOut(_) => Reply::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", self.to_string()),
             ApiError::NotViewable => Reply::new(StatusCode::CONFLICT, "conflict", self.to_string()),
             ApiError::ViewTokenRefused => Reply::new(StatusCode::UNAUTHORIZED, "unauthorized", self.to_string()),
             ApiError::WorkerUnreachable(cause) => {
@@ -144,10 +157,21 @@ impl ApiError {
             ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
-            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_)) | ApiError::Internal(_) => {
-                Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE)
-            }
+            // `From<QuotaError>` turns a quota's queue error into `ApiError::Queue`.
+            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_))
+            | ApiError::Quota(QuotaError::Queue(_))
+            | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),
         }
+    }
+}
+
+/// `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` of a
+/// tenant's submit-rate bucket.
+pub fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &RateState) {
+    for (name, value) in
+        [("ratelimit-limit", state.limit), ("ratelimit-remaining", state.remaining), ("ratelimit-reset", state.reset_s)]
+    {
+        headers.insert(name, HeaderValue::from(value));
     }
 }
 
@@ -182,6 +206,15 @@ fn redis_unavailable(e: &redis::RedisError) -> bool {
     ) || e.is_unrecoverable_error()
 }
 
+impl From<QuotaError> for ApiError {
+    fn from(e: QuotaError) -> Self {
+        match e {
+            QuotaError::Queue(inner) => ApiError::Queue(inner),
+            other => ApiError::Quota(other),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let reply = self.reply();
@@ -193,6 +226,15 @@ impl IntoResponse for ApiError {
         let body = ErrorBody { error: ErrorDetail { code: reply.code, message: reply.message, field: reply.field } };
         let mut response = (reply.status, Json(body)).into_response();
         let headers = response.headers_mut();
+        if let ApiError::Quota(quota) = &self {
+            if let Some(seconds) = quota.retry_after_s() {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            if let QuotaError::RateLimited { state, .. } = quota {
+                rate_limit_headers(headers, state);
+            }
+            return response;
+        }
         match reply.status {
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -242,11 +284,31 @@ mod tests {
             (QueueError::Corrupt("bad hash".into()).into(), 500, "internal"),
             (QueueError::Fenced.into(), 500, "internal"),
             (ApiError::Internal("boom".into()), 500, "internal"),
+            (ApiError::Quota(QuotaError::QueueFull { max_queued: 3, queued: 3 }), 429, "quota_exceeded"),
+            (ApiError::Quota(QuotaError::TokensSpent { max: 10, retry_after_s: 5 }), 429, "quota_exceeded"),
+            (ApiError::Quota(rate_limited()), 429, "rate_limited"),
+            (ApiError::TimedOut(10), 503, "timeout"),
         ];
         for (error, status, code) in cases {
             let reply = error.reply();
             assert_eq!((reply.status.as_u16(), reply.code), (status, code), "{error:?}");
         }
+    }
+
+    fn rate_limited() -> QuotaError {
+        QuotaError::RateLimited { per_second: 2.0, retry_after_s: 3, state: RateState { limit: 4, remaining: 0, reset_s: 7 } }
+    }
+
+    #[tokio::test]
+    async fn a_refused_submit_says_when_to_come_back() {
+        let response = ApiError::from(rate_limited()).into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert_eq!(header("retry-after").as_deref(), Some("3"));
+        assert_eq!(header("ratelimit-limit").as_deref(), Some("4"));
+        assert_eq!(header("ratelimit-remaining").as_deref(), Some("0"));
+        assert_eq!(header("ratelimit-reset").as_deref(), Some("7"));
+        assert_eq!(body_json(response).await["error"]["code"], "rate_limited");
     }
 
     #[test]

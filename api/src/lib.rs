@@ -13,9 +13,10 @@
 //! streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
-//! `/` that people watch the fleet with; `routes::views` hands out live views
-//! of tasks' desktops and bridges their WebSockets to workers, beside the
-//! noVNC page served under `/novnc`.
+//! `/` that people watch the fleet with; `limits` bounds every request's
+//! time; `routes::views` hands out live views of tasks' desktops and
+//! bridges their WebSockets to workers, beside the noVNC page served under
+//! `/novnc`.
 
 mod auth;
 mod dashboard;
@@ -24,6 +25,7 @@ mod extract;
 mod feed;
 pub mod hub;
 mod keys;
+mod limits;
 pub mod metrics;
 mod openapi;
 mod presign;
@@ -45,6 +47,7 @@ use flotilla_shared::queue::Queue;
 use flotilla_shared::Config;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::services::ServeDir;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
@@ -86,26 +89,48 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 }
 
 /// The whole application: every route, the body limits (a larger one for
-/// batches) and request tracing.
+/// batches), a time limit on every route but the event streams, the live
+/// view's socket and the noVNC files, the cap on
+/// requests served at once, and request tracing.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config().api.body_limit;
-    let batch_body_limit = state.config().api.batch_body_limit;
+    let limits = &state.config().limits;
+    let streams = Router::new()
+        .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
+        .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
+        .route("/v1/tasks/{id}/events", get(routes::events::stream))
+        .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
+        .route("/v1/events", get(routes::feed_events::stream));
+    timed_routes(state.config().api.batch_body_limit)
+        .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, limits::time_limit))
+        .merge(streams)
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(GlobalConcurrencyLimitLayer::new(limits.api_concurrency))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                .on_failure(()),
+        )
+        .with_state(state)
+}
+
+/// Every route that answers within the request time limit.
+fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
     Router::new()
         .route("/v1/tasks", post(routes::tasks::submit).get(routes::tasks::list))
         .route("/v1/tasks/{id}", get(routes::tasks::get))
         .route("/v1/tasks/{id}/cancel", post(routes::tasks::cancel))
         .route("/v1/tasks/{id}/input", post(routes::tasks::input))
-        .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/tasks/{id}/takeover", post(routes::takeover::takeover))
         .route("/v1/tasks/{id}/release", post(routes::takeover::release))
         .route("/v1/tasks/{id}/view", get(routes::views::view))
-        .route("/v1/tasks/{id}/view/socket", get(routes::views::socket))
-        .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
-        .route("/v1/events", get(routes::feed_events::stream))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))
-        .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
+        .route("/v1/usage", get(routes::usage::usage))
         .route("/v1/schedules", post(routes::schedules::create).get(routes::schedules::list))
         .route(
             "/v1/schedules/{id}",
@@ -126,16 +151,6 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(dashboard::page))
         .route(dashboard::SCRIPT_PATH, get(dashboard::script))
         .route(dashboard::STYLE_PATH, get(dashboard::style))
-        .fallback(routes::no_route)
-        .method_not_allowed_fallback(routes::wrong_method)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_response(DefaultOnResponse::new().level(Level::INFO))
-                .on_failure(()),
-        )
-        .with_state(state)
 }
 
 /// The span of one request; `tenant` and `task_id` are filled in once known.

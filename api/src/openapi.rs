@@ -8,7 +8,9 @@ use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::routes::{batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, views, webhooks};
+use crate::routes::{
+    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
+};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -35,6 +37,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         schedules::get,
         schedules::patch,
         schedules::delete,
+        usage::usage,
         webhooks::create,
         webhooks::list,
         webhooks::get,
@@ -91,6 +94,13 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         flotilla_shared::schedule::Schedule,
         flotilla_shared::schedule::Overlap,
         schedules::ScheduleList,
+        flotilla_shared::task::Budget,
+        flotilla_shared::usage::UsageView,
+        flotilla_shared::usage::ModelTokens,
+        usage::UsageReport,
+        usage::UsageDay,
+        usage::UsageLimits,
+        usage::RateLimit,
         flotilla_shared::webhooks::NewEndpoint,
         flotilla_shared::webhooks::EndpointPatch,
         flotilla_shared::webhooks::Endpoint,
@@ -107,6 +117,7 @@ use crate::routes::{batch_events, batches, events, feed_events, ops, queues, sch
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
+        (name = "usage", description = "What the caller's tenant used per day, and its limits"),
         (name = "webhooks", description = "Signed callbacks (Standard Webhooks) for task and batch outcomes, with a delivery log"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
@@ -256,8 +267,9 @@ mod tests {
             let body = resolve(&doc, &get["responses"]["200"]["content"]["application/json"]["schema"]);
             let Some(properties) = body["properties"].as_object() else { continue };
             // A collection is a path not ending in an id; the queue's figures
-            // hold one entry per lane: bounded, not a list.
-            let collection = !path.ends_with('}') && path != "/v1/queues";
+            // hold one entry per lane and usage one per day of its bounded
+            // range: reports, not lists.
+            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage";
             if !collection || !properties.values().any(|p| p["type"] == "array") {
                 continue;
             }

@@ -16,6 +16,27 @@ pub fn rfc3339(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(nanos).ok().and_then(|t| t.format(&Rfc3339).ok()).unwrap_or_default()
 }
 
+/// Milliseconds in a day.
+pub const DAY_MS: i64 = 24 * 3600 * 1000;
+
+/// The UTC day of epoch milliseconds, as `YYYY-MM-DD`.
+pub fn utc_day(ms: i64) -> String {
+    let date = OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)).map(|t| t.date()).unwrap_or(time::Date::MIN);
+    format!("{:04}-{:02}-{:02}", date.year(), u8::from(date.month()), date.day())
+}
+
+/// Milliseconds from `ms` until the next UTC midnight.
+pub fn ms_to_next_utc_day(ms: i64) -> i64 {
+    DAY_MS - ms.rem_euclid(DAY_MS)
+}
+
+/// Parses a `YYYY-MM-DD` day into the epoch ms of its UTC midnight.
+pub fn parse_utc_day(text: &str) -> Option<i64> {
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = time::Date::parse(text, &format).ok()?;
+    Some(date.midnight().assume_utc().unix_timestamp() * 1000)
+}
+
 /// Parses an RFC 3339 time into epoch milliseconds.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
     let t = OffsetDateTime::parse(text, &Rfc3339).ok()?;
@@ -30,6 +51,16 @@ mod tests {
     fn rfc3339_round_trips_milliseconds() {
         let ms = 1_764_000_000_123;
         assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+    }
+
+    #[test]
+    fn days_are_utc_and_turn_at_midnight() {
+        let ms = parse_rfc3339("2026-03-04T23:59:59.500Z").expect("time");
+        assert_eq!(utc_day(ms), "2026-03-04");
+        assert_eq!(ms_to_next_utc_day(ms), 500);
+        assert_eq!(utc_day(ms + 500), "2026-03-05");
+        assert_eq!(parse_utc_day("2026-03-05"), Some(ms + 500));
+        assert_eq!(parse_utc_day("2026-3-5x"), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`), `telemetry`, `tenants`, `streams` and `webhooks`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry`, `tenants`, `streams`, `webhooks` and `limits`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -27,6 +27,7 @@ mod api;
 mod auth;
 mod computer_use;
 mod isolation;
+mod limits;
 mod live_view;
 mod providers;
 mod queue;
@@ -40,12 +41,13 @@ pub use api::ApiConfig;
 pub use auth::AuthConfig;
 pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
 pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
+pub use limits::Limits;
 pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
-pub use tenants::{TenantSettings, TenantsConfig};
+pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
 pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
 
@@ -107,6 +109,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_WEBHOOK_RETRY_MS", "webhook_retry_ms"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
+    ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+    ("FLOTILLA_API_CONCURRENCY", "api_concurrency"),
+    ("FLOTILLA_TENANT_METRICS", "tenant_metrics"),
     ("FLOTILLA_VIEW_TOKEN_TTL_S", "view_token_ttl_s"),
     ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
     ("FLOTILLA_PUBLIC_URL", "public_url"),
@@ -185,6 +190,8 @@ pub struct Config {
     pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
+    /// Request bounds of the API.
+    pub limits: Limits,
 }
 
 impl Config {
@@ -238,6 +245,7 @@ impl Config {
             webhooks: WebhooksConfig::from_settings(s)?,
             isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),
+            limits: Limits::from_settings(s)?,
         })
     }
 
@@ -396,7 +404,7 @@ mod tests {
         assert_eq!(config.key_prefix, "flotilla");
         assert_eq!(config.queue.retention, Duration::from_secs(7 * 24 * 3600));
         assert_eq!(config.api.body_limit, 1024 * 1024);
-        assert_eq!(config.api.batch_body_limit, 64 * 1024 * 1024);
+        assert_eq!(config.api.batch_body_limit, 8 * 1024 * 1024);
     }
 
     #[test]

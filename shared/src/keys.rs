@@ -24,6 +24,8 @@
 //! | `due` | sorted set | `<lane>:<tenant>:<task id>` by the epoch ms it becomes due |
 //! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed` |
 //! | `t:<tenant>:lane:<priority>` | stream | the tenant's lane of one priority, entries carry a task id (`t`) |
+//! | `t:<tenant>:rate` | string | the tenant's submit-rate bucket (GCRA arrival time) |
+//! | `t:<tenant>:admitting` | sorted set | room admitted requests reserved and have not filled yet |
 
 use crate::ids::{BatchId, ScheduleId, TaskId, TenantId};
 use crate::task::Priority;
@@ -109,6 +111,20 @@ impl Keys {
         format!("{}:task:", self.prefix)
     }
 
+    /// String: the theoretical arrival time (epoch µs, Redis time) of the
+    /// tenant's submit-rate bucket (GCRA); it expires once the bucket is full.
+    /// In the tenant's shard, beside the counts admission reads.
+    pub fn tenant_rate(&self, tenant: &TenantId) -> String {
+        format!("{}:rate", self.tenant_state(tenant))
+    }
+
+    /// Sorted set: room admitted requests reserved in the tenant's queue and
+    /// have not filled yet, as `<ticket>:<tasks>` by the epoch ms the
+    /// reservation lapses (a request that dies midway frees its room then).
+    pub fn tenant_admitting(&self, tenant: &TenantId) -> String {
+        format!("{}:admitting", self.tenant_state(tenant))
+    }
+
     /// Stream: a tenant's lane of one priority; entries carry only a task id (`t`).
     pub fn lane(&self, tenant: &TenantId, priority: Priority) -> String {
         format!("{}:lane:{}", self.tenant_state(tenant), priority.as_str())
@@ -159,6 +175,12 @@ impl Keys {
     /// Sorted set: a tenant's dead-lettered task ids by the epoch ms they died.
     pub fn dead(&self, tenant: &TenantId) -> String {
         format!("{}:tenant:{{{tenant}}}:dead", self.prefix)
+    }
+
+    /// Hash: what a tenant used on one UTC day (`YYYY-MM-DD`), one counter
+    /// per field (see `usage`); expires 100 days after it was last written.
+    pub fn usage_day(&self, tenant: &TenantId, day: &str) -> String {
+        format!("{}:tenant:{{{tenant}}}:usage:{day}", self.prefix)
     }
 
     /// String with a 24 h TTL: `task id` and body hash behind an idempotency key.

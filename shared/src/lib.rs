@@ -18,10 +18,12 @@ pub mod keys;
 pub mod live;
 pub mod page;
 pub mod queue;
+pub mod quota;
 pub mod redis_conn;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
+pub mod usage;
 pub mod webhooks;
 
 pub use config::Config;

@@ -172,6 +172,19 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
 }
 
+/// What a task may spend before it ends `failed` with code `budget`, after
+/// the step that crossed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Model tokens, input and output together, over every attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Seconds of holding a sandbox, over every attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sandbox_s: Option<u64>,
+}
+
 /// Input files of a claude-code task: inline contents, or a prefix in S3.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -225,6 +238,8 @@ pub struct TaskSpec {
     pub replay_of: Option<TaskId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_task: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 impl TaskSpec {
@@ -255,6 +270,10 @@ impl TaskSpec {
         }
         check_range("max_steps", self.max_steps.map(u64::from), 1, u64::from(MAX_STEPS))?;
         check_range("max_duration_s", self.max_duration_s, 1, MAX_DURATION_S)?;
+        if let Some(budget) = &self.budget {
+            check_range("budget.max_tokens", budget.max_tokens, 1, u64::MAX)?;
+            check_range("budget.max_sandbox_s", budget.max_sandbox_s, 1, MAX_DURATION_S * u64::from(MAX_ATTEMPTS))?;
+        }
         if let Some(retry) = &self.retry {
             check_range("retry.max_attempts", Some(u64::from(retry.max_attempts)), 1, u64::from(MAX_ATTEMPTS))?;
         }
@@ -442,6 +461,8 @@ pub enum StopCode {
     SensitiveAction,
     Problem,
     Cancelled,
+    /// The task crossed its `budget` (tokens or sandbox-seconds).
+    Budget,
 }
 
 impl StopCode {
@@ -453,6 +474,7 @@ impl StopCode {
             StopCode::SensitiveAction => "sensitive-action",
             StopCode::Problem => "problem",
             StopCode::Cancelled => "cancelled",
+            StopCode::Budget => "budget",
         }
     }
 

@@ -222,9 +222,9 @@ impl Claimer {
                     drop(permit);
                 });
             }
-            Ok(StartOutcome::AlreadyEnded(outcome)) => {
-                debug!(outcome = outcome.as_str(), entry = %delivery.entry_id, "task had ended; acknowledging its entry");
-                self.executor.acker.ack(delivery.clone(), None);
+            Ok(StartOutcome::AlreadyEnded { outcome, from_this_entry }) => {
+                debug!(outcome = outcome.as_str(), from_this_entry, entry = %delivery.entry_id, "task had ended; acknowledging its entry");
+                self.executor.acker.ack(delivery.clone(), from_this_entry.then_some(outcome));
             }
             Ok(StartOutcome::Nothing(reason)) => {
                 debug!(?reason, entry = %delivery.entry_id, "nothing to run for entry");

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{rate_limit_headers, ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::state::AppState;
 
@@ -130,8 +130,10 @@ impl<S: Send + Sync> FromRequestParts<S> for BatchIdPath {
         (status = 202, description = "Every task accepted and queued", body = BatchAccepted),
         (status = 400, description = "A task is invalid (the field names it, like `tasks[3].prompt`); nothing was created", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
-        (status = 413, description = "Body over the batch size limit (default 64 MiB)", body = ErrorBody),
+        (status = 413, description = "Body over the batch size limit (default 8 MiB)", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Over the tenant's submit rate (`rate_limited`), or its tasks would go past `max_queued`, or it spent `max_tokens_per_day` (`quota_exceeded`); no task was queued. `Retry-After` says when to try again", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds"))),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -142,13 +144,21 @@ pub async fn create(
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
     let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
-    let (batch, task_ids) = state.queue().create_batch(&tenant, specs).await?;
+    let tasks = specs.len() as u64;
+    let admitted = state.queue().admit(&tenant, tasks, &state.config().tenants.get(&tenant)).await?;
+    let made = state.queue().create_batch(&tenant, specs).await;
+    super::tasks::release(&state, &admitted).await;
+    let (batch, task_ids) = made?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");
     let links = BatchLinks::of(&batch.id);
     let location = links.self_.clone();
     let body =
         BatchAccepted { id: batch.id, total: batch.total, task_ids, created_at: clock::rfc3339(batch.created_at_ms), links };
-    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], Json(body)).into_response())
+    let mut response = (StatusCode::ACCEPTED, [(header::LOCATION, location)], Json(body)).into_response();
+    if let Some(rate) = admitted.rate {
+        rate_limit_headers(response.headers_mut(), &rate);
+    }
+    Ok(response)
 }
 
 /// A batch's tasks counted by status.

@@ -12,6 +12,7 @@ pub mod schedules;
 pub mod sse;
 pub mod takeover;
 pub mod tasks;
+pub mod usage;
 pub mod views;
 pub mod webhooks;
 

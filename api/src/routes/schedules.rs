@@ -57,6 +57,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ScheduleIdPath {
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body over the size limit", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "The tenant keeps its `max_schedules` (`quota_exceeded`, with `Retry-After`)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -67,6 +68,7 @@ pub async fn create(
     JsonBody(body): JsonBody<NewSchedule>,
 ) -> Result<Response, ApiError> {
     let (settings, task) = body.check(state.config().api.default_pipeline)?;
+    state.queue().check_schedules(&tenant, &state.config().tenants.get(&tenant)).await?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

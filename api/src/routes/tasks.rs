@@ -7,13 +7,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_shared::clock;
 use flotilla_shared::queue::{CancelOutcome, ListFilter, TaskRecord};
+use flotilla_shared::quota::Admitted;
 use flotilla_shared::task::{HumanInput, TaskSpec, TaskStatus};
 use flotilla_shared::{BatchId, QueueError, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{rate_limit_headers, ApiError, ErrorBody};
 use crate::extract::{parse_limit, JsonBody, QueryParams, TaskIdPath};
 use crate::state::AppState;
 
@@ -121,6 +122,8 @@ impl ListParams {
         (status = 409, description = "Idempotency key reused with a different body", body = ErrorBody),
         (status = 413, description = "Body over the size limit", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Over the tenant's submit rate (`rate_limited`), `max_queued` or `max_tokens_per_day` (`quota_exceeded`); nothing was queued. `Retry-After` says when to try again", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds"))),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -132,7 +135,10 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let spec = spec.with_default_pipeline(state.config().api.default_pipeline);
     spec.validate()?;
-    let submitted = state.queue().submit(&tenant, spec).await?;
+    let admitted = state.queue().admit(&tenant, 1, &state.config().tenants.get(&tenant)).await?;
+    let submitted = state.queue().submit(&tenant, spec).await;
+    release(&state, &admitted).await;
+    let submitted = submitted?;
     tracing::Span::current().record("task_id", submitted.id.as_str());
     let (code, status) = if submitted.replayed {
         let current = state.queue().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
@@ -144,7 +150,19 @@ pub async fn submit(
     let links = TaskLinks::of(&submitted.id);
     let location = links.self_.clone();
     let body = TaskAccepted { id: submitted.id, status, created_at: clock::rfc3339(submitted.created_at_ms), links };
-    Ok((code, [(header::LOCATION, location)], Json(body)).into_response())
+    let mut response = (code, [(header::LOCATION, location)], Json(body)).into_response();
+    if let Some(rate) = admitted.rate {
+        rate_limit_headers(response.headers_mut(), &rate);
+    }
+    Ok(response)
+}
+
+/// Drops the room a request reserved once it has queued its tasks (or made
+/// none); if that fails, the reservation lapses by itself.
+pub async fn release(state: &AppState, admitted: &Admitted) {
+    if let Err(e) = state.queue().release_admission(admitted).await {
+        tracing::warn!(error = %e, "could not drop a queue reservation; it lapses by itself");
+    }
 }
 
 /// A task's spec and state.

@@ -26,7 +26,7 @@ impl ApiConfig {
         Ok(Self {
             addr: s.parsed("FLOTILLA_API_ADDR", "127.0.0.1:8080", "a socket address like 127.0.0.1:8080")?,
             body_limit: s.positive("FLOTILLA_BODY_LIMIT", 1024 * 1024)?,
-            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 64 * 1024 * 1024)?,
+            batch_body_limit: s.positive("FLOTILLA_BATCH_BODY_LIMIT", 8 * 1024 * 1024)?,
             default_pipeline: s.parsed(
                 "FLOTILLA_DEFAULT_PIPELINE",
                 "scripted",

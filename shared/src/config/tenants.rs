@@ -2,7 +2,9 @@
 //! the `FLOTILLA_TENANT_WEIGHTS=acme=3,beta=1` shorthand.
 //!
 //! A tenant without a table gets [`TenantSettings::default`]: weight 1, no
-//! limits. Each table is read into [`TenantSettings`] with unknown keys
+//! running limit, and the bounded defaults of `max_queued` and
+//! `max_schedules` (Redis runs `noeviction`: one tenant must be stopped
+//! well before Redis is full). Each table is read into [`TenantSettings`] with unknown keys
 //! refused, so a typo stops the process at start with one line naming the
 //! setting (`tenants.acme.wieght: unknown setting`). The shorthand sets
 //! weights only and wins over the file, like every environment variable.
@@ -20,9 +22,21 @@ use crate::ids::TenantId;
 
 /// The largest weight: keeps the scheduler's virtual-time steps in range.
 pub const MAX_WEIGHT: u32 = 10_000;
+/// Tasks a tenant may have queued when its table names no `max_queued`.
+pub const DEFAULT_MAX_QUEUED: u64 = 100_000;
+/// Schedules a tenant may keep when its table names no `max_schedules`.
+pub const DEFAULT_MAX_SCHEDULES: u64 = 100;
+
+/// A token bucket: `per_second` submits on average, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: u64,
+}
 
 /// What one tenant may use of the fleet.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSettings {
     /// The tenant's share of turns against other tenants with ready tasks.
@@ -31,15 +45,46 @@ pub struct TenantSettings {
     /// Tasks of the tenant running at once, fleet-wide; no limit when unset.
     #[serde(default)]
     pub max_running: Option<u32>,
+    /// Tasks of the tenant queued at once; a submit past it is refused.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: u64,
+    /// Submits per second; no limit when unset.
+    #[serde(default)]
+    pub rate: Option<Rate>,
+    /// Model tokens (in and out) per UTC day; no limit when unset.
+    #[serde(default)]
+    pub max_tokens_per_day: Option<u64>,
+    /// Sandboxes the tenant's tasks hold at once, fleet-wide.
+    #[serde(default)]
+    pub max_sandboxes: Option<u64>,
+    /// Schedules the tenant keeps.
+    #[serde(default = "default_max_schedules")]
+    pub max_schedules: u64,
 }
 
 fn default_weight() -> u32 {
     1
 }
 
+fn default_max_queued() -> u64 {
+    DEFAULT_MAX_QUEUED
+}
+
+fn default_max_schedules() -> u64 {
+    DEFAULT_MAX_SCHEDULES
+}
+
 impl Default for TenantSettings {
     fn default() -> Self {
-        Self { weight: default_weight(), max_running: None }
+        Self {
+            weight: default_weight(),
+            max_running: None,
+            max_queued: DEFAULT_MAX_QUEUED,
+            rate: None,
+            max_tokens_per_day: None,
+            max_sandboxes: None,
+            max_schedules: DEFAULT_MAX_SCHEDULES,
+        }
     }
 }
 
@@ -57,15 +102,32 @@ impl TenantSettings {
                 format!("{} is not a whole number from 1 to {MAX_WEIGHT}", self.weight),
             ));
         }
-        if self.max_running == Some(0) {
-            return Err(ConfigError::new(&format!("tenants.{tenant}.max_running"), "must be a positive whole number"));
+        let positive = [
+            ("max_running", self.max_running.map(u64::from)),
+            ("max_queued", Some(self.max_queued)),
+            ("max_tokens_per_day", self.max_tokens_per_day),
+            ("max_sandboxes", self.max_sandboxes),
+            ("max_schedules", Some(self.max_schedules)),
+        ];
+        for (key, value) in positive {
+            if value == Some(0) {
+                return Err(ConfigError::new(&format!("tenants.{tenant}.{key}"), "must be a positive whole number"));
+            }
+        }
+        if let Some(rate) = self.rate {
+            if !(rate.per_second > 0.0 && rate.per_second.is_finite()) || rate.burst == 0 {
+                return Err(ConfigError::new(
+                    &format!("tenants.{tenant}.rate"),
+                    "must be { per_second = <positive number>, burst = <positive whole number> }",
+                ));
+            }
         }
         Ok(())
     }
 }
 
 /// Every tenant's settings; tenants not named have the defaults.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TenantsConfig {
     tenants: BTreeMap<TenantId, TenantSettings>,
 }
@@ -172,14 +234,15 @@ mod tests {
     #[test]
     fn tenants_without_a_table_have_weight_one_and_no_limit() {
         let config = TenantsConfig::load(None, None).expect("loads");
-        assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 1, max_running: None });
+        assert_eq!(config.get(&tenant("acme")), TenantSettings::default());
+        assert_eq!(config.get(&tenant("acme")).max_queued, DEFAULT_MAX_QUEUED, "bounded by default");
     }
 
     #[test]
     fn tables_set_weight_and_max_running() {
         let config =
             TenantsConfig::load(table("[tenants.acme]\nweight = 3\nmax_running = 20\n[tenants.beta]\n"), None).expect("loads");
-        assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 3, max_running: Some(20) });
+        assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 3, max_running: Some(20), ..TenantSettings::default() });
         assert_eq!(config.get(&tenant("beta")), TenantSettings::default());
     }
 
@@ -187,8 +250,25 @@ mod tests {
     fn the_shorthand_sets_weights_over_the_file() {
         let config =
             TenantsConfig::load(table("[tenants.acme]\nweight = 2\nmax_running = 5\n"), Some("acme=3, beta=1")).expect("loads");
-        assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 3, max_running: Some(5) });
+        assert_eq!(config.get(&tenant("acme")), TenantSettings { weight: 3, max_running: Some(5), ..TenantSettings::default() });
         assert_eq!(config.get(&tenant("beta")).weight, 1);
+    }
+
+    #[test]
+    fn tables_set_quotas() {
+        let text = "[tenants.acme]\nmax_queued = 5\nrate = { per_second = 0.5, burst = 4 }\nmax_tokens_per_day = 1000\n";
+        let acme = TenantsConfig::load(table(text), None).expect("loads").get(&tenant("acme"));
+        assert_eq!(acme.max_queued, 5);
+        assert_eq!(acme.rate, Some(Rate { per_second: 0.5, burst: 4 }));
+        assert_eq!(acme.max_tokens_per_day, Some(1000));
+        assert_eq!(acme.max_schedules, DEFAULT_MAX_SCHEDULES);
+        for (text, named) in [
+            ("[tenants.acme]\nmax_queued = 0\n", "tenants.acme.max_queued"),
+            ("[tenants.acme]\nrate = { per_second = 2 }\n", "tenants.acme.rate"),
+            ("[tenants.acme]\nrate = { per_second = -1.0, burst = 3 }\n", "tenants.acme.rate"),
+        ] {
+            assert_eq!(TenantsConfig::load(table(text), None).expect_err("refused").var, named, "{text}");
+        }
     }
 
     #[test]

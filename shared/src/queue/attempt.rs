@@ -14,6 +14,7 @@ use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::{Shard, GROUP};
 use crate::task::{HumanInput, StopCode, TaskSpec};
+use crate::usage::{Added, Amount, Meter};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
@@ -59,10 +60,12 @@ pub enum StartOutcome {
     /// Nothing to run; the entry can be acknowledged.
     Nothing(Skipped),
     /// The task had ended but this entry was still pending: it was
-    /// cancelled while queued, or it is a second delivery of a task another
-    /// entry already ran. Acknowledge it; its outcome was counted when the
-    /// task ended.
-    AlreadyEnded(Outcome),
+    /// cancelled while queued, it is a second delivery of a task another
+    /// entry already ran, or (`from_this_entry`) the worker that ended the
+    /// task from this very entry stopped before acknowledging it. Acknowledge
+    /// it, counting `outcome` only in that last case: acknowledging counts an
+    /// outcome only for an entry still pending, so it is counted once.
+    AlreadyEnded { outcome: Outcome, from_this_entry: bool },
 }
 
 /// An attempt, how it ends its task, and when (epoch ms).
@@ -173,7 +176,7 @@ impl StartArgs {
     }
 }
 
-/// A task that ended when a worker tried to start it.
+/// What starting a task changed beyond its hash, to count after.
 enum Unstarted {
     /// Its attempts were spent: it goes to the tenant's dead letters.
     Dead(TenantId, TaskId),
@@ -216,6 +219,7 @@ impl Queue {
                 args.add_to(&mut inv);
                 for (delivery, task_id) in chunk {
                     inv.key(self.keys.task(task_id)).arg(task_id.as_str()).arg(if delivery.reclaimed { "1" } else { "" });
+                    inv.arg(&delivery.entry_id);
                 }
                 inv
             })
@@ -304,7 +308,10 @@ impl Queue {
             }
             Some("gone") => Ok(StartOutcome::Nothing(Skipped::Gone)),
             Some("duplicate") => Ok(StartOutcome::Nothing(Skipped::Duplicate)),
-            Some("terminal") => Ok(StartOutcome::AlreadyEnded(ended_outcome(reply.get(1)))),
+            Some("terminal") => Ok(StartOutcome::AlreadyEnded {
+                outcome: ended_outcome(reply.get(1)),
+                from_this_entry: reply.get(2) == Some(&delivery.entry_id),
+            }),
             _ => Err(corrupt()),
         }
     }
@@ -315,18 +322,23 @@ impl Queue {
             return Ok(());
         }
         let mut cmds = Vec::new();
-        for ended in &counted {
-            match ended {
+        let mut ended = Vec::new();
+        for change in &counted {
+            match change {
                 Unstarted::Dead(tenant, id) => {
                     cmds.push(redis::Cmd::zadd(self.keys.dead(tenant), id.as_str(), clock::now_ms()));
                     cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "failed", 1));
                     cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "dead", 1));
+                    ended.push((tenant, "failed"));
                 }
-                Unstarted::Cancelled(tenant) => cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1)),
+                Unstarted::Cancelled(tenant) => {
+                    cmds.push(redis::Cmd::hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1));
+                    ended.push((tenant, "cancelled"));
+                }
             }
         }
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
-        Ok(())
+        self.count_outcomes(&ended).await
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
@@ -358,7 +370,19 @@ impl Queue {
             })
             .collect();
         let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
+        self.count_endings(ends, &seqs).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// Counts the tasks these endings did end in their tenants' usage.
+    async fn count_endings(&self, ends: &[Ending<'_>], seqs: &[i64]) -> Result<(), QueueError> {
+        let ended: Vec<(&TenantId, &'static str)> = ends
+            .iter()
+            .zip(seqs)
+            .filter(|(_, seq)| **seq >= 0)
+            .map(|((attempt, terminal, _), _)| (attempt.tenant(), terminal.outcome().as_str()))
+            .collect();
+        self.count_outcomes(&ended).await
     }
 
     /// Ends attempts and acknowledges their entries, with `acks`: entries
@@ -402,6 +426,7 @@ impl Queue {
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        self.count_endings(ends, &seqs).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
     }
 
@@ -499,6 +524,16 @@ impl Attempt {
                 self.emit(EventKind::Input { decision: input.decision, message: input.message.clone() }, &[]).await?;
                 Ok(Some(input))
             }
+        }
+    }
+
+    /// Counts what the attempt spent on its task and its tenant's day; the
+    /// task's counters after.
+    pub async fn add_usage(&self, amounts: &[Amount]) -> Result<Meter, QueueError> {
+        let q = &self.queue;
+        match q.add_usage(q.keys.task(self.task_id()), self.tenant(), self.number, &self.owner, amounts).await? {
+            Added::Counted(meter) => Ok(meter),
+            Added::Fenced => Err(QueueError::Fenced),
         }
     }
 

@@ -221,6 +221,8 @@ impl Queue {
         if result.cancelled > 0 {
             let mut conn = self.redis.shared();
             let _: i64 = conn.hincr(self.keys.tenant_outcomes(&batch.tenant), "cancelled", result.cancelled).await?;
+            let ended = vec![(&batch.tenant, "cancelled"); result.cancelled as usize];
+            self.count_outcomes(&ended).await?;
         }
         Ok(result)
     }

@@ -145,8 +145,9 @@ impl Queue {
     }
 
     /// Acknowledges finished entries and counts their outcomes
-    /// (`succeeded`, `failed`, …) in one step per shard, so an entry is
-    /// counted exactly when it is acknowledged; each acknowledged entry frees
+    /// (`succeeded`, `failed`, …) in one step per shard: an outcome is
+    /// counted only when its entry was still pending, so a task is counted
+    /// once whichever worker acknowledges it; each acknowledged entry frees
     /// its tenant's running slot.
     pub async fn ack(&self, done: &[(Delivery, Option<Outcome>)]) -> Result<(), QueueError> {
         let mut by_shard: BTreeMap<Shard, Vec<&(Delivery, Option<Outcome>)>> = BTreeMap::new();

@@ -89,9 +89,30 @@ end
 /// Acknowledging entries of one shard: `entries` is a list of
 /// `{tenant, lane index, entry id}`. Each tenant's `running` goes down by
 /// what `XACK` acknowledged; a tenant that was at its limit may take turns
-/// again; its lanes are marked for trimming.
+/// again; its lanes are marked for trimming. `freed` (optional) holds
+/// slots already acknowledged by `ack_counting`.
+///
+/// `ack_counting` acknowledges, one at a time, the entries of
+/// `{tenant, lane index, entry id, outcome}` that carry an outcome and adds
+/// the outcome to `counts` only when `XACK` acknowledged the entry (it was
+/// still pending), so an entry's outcome is counted once whoever acknowledges
+/// it; it returns the entries without an outcome and the slots freed.
 const SETTLE_FN: &str = r#"
-local function settle(S, group, entries)
+local function ack_counting(S, group, entries, counts)
+  local rest, freed = {}, {}
+  for _, e in ipairs(entries) do
+    if e[4] ~= '' then
+      if redis.call('XACK', lkey(S, e[1], tonumber(e[2])), group, e[3]) == 1 then
+        counts[e[4]] = (counts[e[4]] or 0) + 1
+        freed[e[1]] = (freed[e[1]] or 0) + 1
+      end
+    else
+      rest[#rest + 1] = e
+    end
+  end
+  return rest, freed
+end
+local function settle(S, group, entries, freed)
   local by_lane = {}
   local order = {}
   for _, e in ipairs(entries) do
@@ -103,7 +124,7 @@ local function settle(S, group, entries)
     local ids = by_lane[key][3]
     ids[#ids + 1] = e[3]
   end
-  local freed = {}
+  freed = freed or {}
   for _, key in ipairs(order) do
     local l = by_lane[key]
     local n = redis.call('XACK', lkey(S, l[1], l[2]), group, unpack(l[3]))
@@ -163,7 +184,7 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix)
             local started = {}
             if do_start then
               started = {'malformed'}
-              if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false) end
+              if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
             end
             out[#out + 1] = {tostring(lane), entry[1], id, tenant, started}
             got = got + 1
@@ -281,16 +302,17 @@ return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10])
 /// Acknowledges entries of one shard and counts outcomes. `KEYS[1]` the
 /// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the shard base, `ARGV[2]` the
 /// group; then per entry `tenant, lane index, entry id, outcome (or empty)`.
+/// An outcome is counted only for an entry this call acknowledged.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{FAIR_FN}\n{SETTLE_FN}\n{}",
         r#"
 local entries, counts = {}, {}
 for a = 3, #ARGV, 4 do
-  entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2]}
-  if ARGV[a + 3] ~= '' then counts[ARGV[a + 3]] = (counts[ARGV[a + 3]] or 0) + 1 end
+  entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]}
 end
-settle(ARGV[1], ARGV[2], entries)
+local rest, freed = ack_counting(ARGV[1], ARGV[2], entries, counts)
+settle(ARGV[1], ARGV[2], rest, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 return #entries
 "#
@@ -461,7 +483,8 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 2;
 /// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
 /// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
-/// acknowledge only, as `tenant, lane index, entry id, outcome (or empty)`.
+/// acknowledge only, as `tenant, lane index, entry id, outcome (or empty)`,
+/// whose outcome is counted only if this call acknowledged the entry.
 /// An entry whose task another attempt owns is left pending.
 /// Returns per ended task the terminal event's seq, or -1 when fenced.
 pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
@@ -484,11 +507,13 @@ for i = 1, ended do
     finished[#finished + 1] = ARGV[a]
   end
 end
+local only_acks = {}
 for j = 6 + ended * 13, #ARGV, 4 do
-  entries[#entries + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2]}
-  count(ARGV[j + 3])
+  only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]}
 end
-settle(ARGV[5], ARGV[3], entries)
+local rest, freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts)
+for _, e in ipairs(rest) do entries[#entries + 1] = e end
+settle(ARGV[5], ARGV[3], entries, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 if #finished > 0 then redis.call('ZADD', KEYS[3], unpack(finished)) end
 return replies

@@ -9,6 +9,7 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::{Priority, StopCode, TaskSpec, TaskStatus};
+use crate::usage::{Meter, UsageView};
 
 /// A task's spec and state.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -33,8 +34,8 @@ pub struct TaskRecord {
     #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
     pub error: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub usage: Option<serde_json::Value>,
+    /// What the task spent so far, counted as it happened (every attempt).
+    pub usage: Option<UsageView>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -59,7 +60,7 @@ impl TaskRecord {
         "screenshots",
         "result",
         "error",
-        "usage",
+        "meter",
         "created_at",
         "started_at",
         "finished_at",
@@ -100,7 +101,7 @@ impl TaskRecord {
             screenshots: json(&mut h, "screenshots").and_then(|v: serde_json::Value| v.as_array().cloned()).unwrap_or_default(),
             result: json(&mut h, "result"),
             error: h.get("error").cloned(),
-            usage: json(&mut h, "usage"),
+            usage: h.get("meter").map(|m| Meter::from_json(m).view()),
             created_at: time(&h, "created_at").unwrap_or_default(),
             started_at: time(&h, "started_at"),
             finished_at: time(&h, "finished_at"),

@@ -81,10 +81,10 @@ local ONE = {KEYS[1], ARGV[2]}
 /// running task is a second one (a retry's promotion raced the reclaim of
 /// the first), and the attempt holding the first entry runs the task.
 pub(super) const START_FN: &str = r#"
-local function start(t, reclaimed)
-  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
+local function start(t, reclaimed, entry)
+  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace', 'entry')
   if not st[1] then return {'gone'} end
-  if is_terminal(st[1]) then return {'terminal', st[1]} end
+  if is_terminal(st[1]) then return {'terminal', st[1], st[11] or ''} end
   if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return {'duplicate'} end
   local seq = next_seq(st[9])
   if st[4] == '1' then
@@ -101,10 +101,10 @@ local function start(t, reclaimed)
   end
   local attempt = tostring(number)
   if st[1] == 'waiting' then redis.call('HDEL', t[1], 'takeover', 'released', 'input') end
-  local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4]}
+  local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry}
   if st[2] == '0' then
-    fields[7] = 'started_at'
-    fields[8] = ARGV[3]
+    fields[9] = 'started_at'
+    fields[10] = ARGV[3]
   end
   record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2), fields)
   return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
@@ -153,17 +153,18 @@ return created
 /// Starts the next attempt of delivered tasks. `ARGV[2]` the `started`
 /// draft, `ARGV[3]` now, `ARGV[4]` worker id, `ARGV[5]` draft of the
 /// `cancelled` event, `ARGV[6]` draft of the `failed` event for spent
-/// attempts, `ARGV[7]` retention ms; then per task from `ARGV[8]` its id
-/// and `1` when its entry was reclaimed (else empty).
+/// attempts, `ARGV[7]` retention ms; then per task from `ARGV[8]` its id,
+/// `1` when its entry was reclaimed (else empty), and the entry's id (kept
+/// on the task as `entry`, the entry its running attempt came from).
 /// Returns, per task, `{'started', attempt, spec, tenant, batch, traceparent}`, or
-/// `{'gone'}`, `{'terminal', status}`, `{'duplicate'}`, `{'cancelled'}`,
+/// `{'gone'}`, `{'terminal', status, entry of the attempt that ended it}`, `{'duplicate'}`, `{'cancelled'}`,
 /// `{'dead', attempt, tenant}`.
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
         r#"
 local replies = {}
 for i = 1, #KEYS do
-  replies[i] = start(task_at(i, ARGV[6 + 2 * i]), ARGV[7 + 2 * i] == '1')
+  replies[i] = start(task_at(i, ARGV[5 + 3 * i]), ARGV[6 + 3 * i] == '1', ARGV[7 + 3 * i])
 end
 return replies
 "#,

@@ -364,6 +364,7 @@ impl Queue {
             "missing" => Err(QueueError::NotFound),
             "now-cancelled" => {
                 let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
+                self.count_outcomes(&[(tenant, "cancelled")]).await?;
                 Ok(CancelOutcome::Cancelled)
             }
             "cancelling" => Ok(CancelOutcome::Cancelling),

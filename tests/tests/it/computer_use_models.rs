@@ -164,7 +164,8 @@ async fn sandbox_gemini_normalized_clicks_land_on_the_centre_pixel_of_each_deskt
         let expected = [Action::Click { x: centre.0, y: centre.1, button: MouseButton::Left }];
         assert_eq!(performed(&events), expected, "{name} at (500, 500) on {screen:?}");
         let (input, output) = (2 * gemini::PROMPT_TOKENS, 2 * (gemini::CANDIDATE_TOKENS + gemini::THOUGHT_TOKENS));
-        assert_eq!(done.usage, Some(json!({"input_tokens": input, "output_tokens": output})), "usage counted");
+        let usage = done.usage.as_ref().expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (input, output), "usage counted");
         assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Reasoning { text } if text == "focus the terminal")));
     }
     let requests = server.received();

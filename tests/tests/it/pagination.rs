@@ -53,7 +53,12 @@ async fn ready(client: &ApiClient) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_schedules_list_in_pages_with_no_gap_and_no_repeat() {
     let redis = RedisServer::start();
-    let config = test_config(&redis, &unique_prefix(), &[]);
+    let prefix = unique_prefix();
+    let dir = std::env::temp_dir().join(format!("flotilla-pagination-{prefix}"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("flotilla.toml");
+    std::fs::write(&file, "[tenants.acme]\nmax_schedules = 1000\n").expect("config file");
+    let config = test_config(&redis, &prefix, &[("FLOTILLA_CONFIG", file.to_str().expect("utf-8 path"))]);
     let api = spawn_api(config).await;
     let acme = ApiClient::new(&api, flotilla_tests::api_key());
     let globex = ApiClient::new(&api, flotilla_tests::fleet::globex_key());

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_shared::event::EventKind;
 use flotilla_shared::task::{Decision, SensitiveActions, StopCode};
+use flotilla_shared::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -65,6 +66,9 @@ pub trait ModelFactory: Send + Sync + 'static {
     fn grid(&self) -> Option<(u32, u32)> {
         None
     }
+
+    /// The name of the model a task's conversations use, for its usage.
+    fn model(&self, run: &TaskRun) -> String;
 }
 
 /// How one conversation maps between the model and the screen: the image
@@ -95,6 +99,9 @@ impl Pipeline for ComputerUse {
                 Some(true) => Some(planner::plan(&run.attempt.spec.prompt, &steps, &*self.models.planner(run)?).await?),
                 _ => None,
             };
+            if let Some(planned) = &planned {
+                steps.count(&[tokens(&self.models.model(run), planned.usage)]).await?;
+            }
             let mut session = Session::open_with(run, steps, run.attempt.spec.sandbox.as_ref()).await?;
             let result = match &planned {
                 Some(planned) => self.execute(run, &mut session, planned).await,
@@ -146,10 +153,11 @@ impl ComputerUse {
         let mut model = self.models.open(run, grid.unwrap_or(scale.model))?;
         let screen = look(session, scale).await?;
         let provider = self.models.provider();
+        let model_name = self.models.model(run);
         let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
         loop {
             *usage += turn.usage;
-            record_turn(session, &turn, *usage).await?;
+            record_turn(session, &turn, &model_name).await?;
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
@@ -215,9 +223,9 @@ async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError>
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
-/// Emits the turn's tool switches and reasoning, and records the usage so
-/// far on the task.
-async fn record_turn(session: &Session, turn: &Turn, usage: Usage) -> Result<(), PipelineError> {
+/// Emits the turn's tool switches and reasoning, and counts its tokens on
+/// the task, which ends here if they take it past its budget.
+async fn record_turn(session: &Session, turn: &Turn, model: &str) -> Result<(), PipelineError> {
     let attempt = session.steps().attempt();
     for change in &turn.tool_changes {
         let error = format!(
@@ -229,8 +237,12 @@ async fn record_turn(session: &Session, turn: &Turn, usage: Usage) -> Result<(),
     for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
         attempt.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
     }
-    attempt.set_fields(&[("usage", usage_json(usage).to_string())]).await?;
-    Ok(())
+    session.steps().count(&[tokens(model, turn.usage)]).await
+}
+
+/// One model call's tokens as an amount to count.
+fn tokens(model: &str, usage: Usage) -> Amount {
+    Amount::Tokens { model: model.to_owned(), input: usage.input_tokens, output: usage.output_tokens }
 }
 
 fn usage_json(usage: Usage) -> serde_json::Value {

@@ -2,6 +2,7 @@
 //! from the task's `pipeline` field to an implementation, and the outcomes a
 //! pipeline can end with.
 
+mod budget;
 mod claude_code;
 pub mod computer_use;
 pub mod error;

@@ -35,6 +35,8 @@ pub trait Provider: Send + Sync + 'static {
     fn settings(config: &Config) -> Option<Self::Settings>;
     /// Points the settings at another model.
     fn set_model(settings: &mut Self::Settings, model: &str);
+    /// The model the settings point at.
+    fn model_name(settings: &Self::Settings) -> &str;
     /// A conversation about a screen of `display` size.
     fn conversation(settings: Self::Settings, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, ModelError>;
     /// A client for plain text requests.
@@ -84,6 +86,10 @@ impl<P: Provider> ModelFactory for Models<P> {
     fn grid(&self) -> Option<(u32, u32)> {
         P::grid()
     }
+
+    fn model(&self, run: &TaskRun) -> String {
+        self.settings_for(run).map(|s| P::model_name(&s).to_owned()).unwrap_or_default()
+    }
 }
 
 /// OpenAI's Responses API (`openai-cua`).
@@ -109,6 +115,10 @@ impl Provider for OpenAi {
 
     fn set_model(settings: &mut OpenAiConfig, model: &str) {
         model.clone_into(&mut settings.model);
+    }
+
+    fn model_name(settings: &OpenAiConfig) -> &str {
+        &settings.model
     }
 
     fn conversation(settings: OpenAiConfig, display: (u32, u32)) -> Result<Box<dyn ComputerModel>, ModelError> {
@@ -149,6 +159,10 @@ impl Provider for Anthropic {
         Some(AnthropicSettings { config: anthropic, forced })
     }
 
+    fn model_name(settings: &AnthropicSettings) -> &str {
+        &settings.config.model
+    }
+
     fn set_model(settings: &mut AnthropicSettings, model: &str) {
         model.clone_into(&mut settings.config.model);
         settings.config.tool = settings.forced.unwrap_or_else(|| ComputerTool::for_model(model));
@@ -179,6 +193,10 @@ impl Provider for Gemini {
 
     fn set_model(settings: &mut GeminiConfig, model: &str) {
         model.clone_into(&mut settings.model);
+    }
+
+    fn model_name(settings: &GeminiConfig) -> &str {
+        &settings.model
     }
 
     fn conversation(settings: GeminiConfig, _display: (u32, u32)) -> Result<Box<dyn ComputerModel>, ModelError> {

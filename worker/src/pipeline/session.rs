@@ -30,11 +30,13 @@ use flotilla_shared::blobstore::{BlobStore, UploadError, Uploader, UploaderOptio
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
+use flotilla_shared::usage::Amount;
 use flotilla_shared::{QueueError, TaskId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
 
+use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
 use super::held::{Held, SandboxChoice};
 use super::TaskRun;
@@ -83,6 +85,8 @@ pub struct Steps {
     taken: u32,
     /// The keeper of the task's sandbox, once it has one.
     keeper: Option<Arc<KeepAlive>>,
+    /// The time the task's sandbox was held and not yet counted.
+    sandbox_clock: Option<SandboxClock>,
     metrics: WorkerMetrics,
     /// Who drives the desktop now, as far as the steps know.
     hand: Hand,
@@ -109,6 +113,7 @@ impl Steps {
             limits: Limits::of(run),
             taken: 0,
             keeper: None,
+            sandbox_clock: None,
             metrics: run.metrics.clone(),
             hand: Hand::Agent,
         }
@@ -134,6 +139,13 @@ impl Steps {
                 message: "the task reached its max_duration_s".into(),
             }),
         }
+    }
+
+    /// Counts what the task spent, and ends it when that takes it past its
+    /// budget.
+    pub async fn count(&self, amounts: &[Amount]) -> Result<(), PipelineError> {
+        let meter = self.attempt.add_usage(amounts).await?;
+        budget::check(&self.attempt.spec, &meter)
     }
 
     /// The attempt the steps belong to, for events of its own.
@@ -221,7 +233,9 @@ impl Steps {
         self.metrics.step_completed(action.kind(), took);
         let done = EventKind::ActionCompleted { action: action.clone(), ms: took.as_millis() as u64 };
         self.attempt.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
-        Ok(())
+        let mut spent = vec![Amount::Step];
+        spent.extend(self.sandbox_clock.as_mut().map(SandboxClock::lap));
+        self.count(&spent).await
     }
 }
 
@@ -270,6 +284,7 @@ impl Session {
         let choice = SandboxChoice::of(spec, pool.provider().name())?;
         let held = steps.guard(Held::take(&pool, &choice, &run.cancel)).await?;
         run.metrics.sandbox_acquired(held.warm(), held.waited());
+        steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let sandbox = held.sandbox();
         steps.keeper =
@@ -387,6 +402,11 @@ impl Session {
             }
             (result, None) => result,
         };
+        if let Some(mut clock) = self.steps.sandbox_clock.take() {
+            if let Err(e) = self.attempt.add_usage(&[clock.lap()]).await {
+                warn!(error = %e, "could not count the last of the sandbox's time");
+            }
+        }
         drop(self.live.take());
         let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
         if let Some(held) = self.held.take() {
@@ -430,8 +450,13 @@ impl ScreenshotLog {
                 };
                 let dedup = image.dedup && seen;
                 let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup, step };
+                let stored = Amount::Screenshot { bytes: image.bytes, dedup };
                 if let Err(e) = attempt.emit(event, &[]).await {
                     warn!(error = %e, "could not record a stored screenshot");
+                    return;
+                }
+                if let Err(e) = attempt.add_usage(&[stored]).await {
+                    warn!(error = %e, "could not count a stored screenshot");
                     return;
                 }
             }

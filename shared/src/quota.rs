@@ -1,0 +1,209 @@
+//! Admission: whether a tenant may add tasks now, decided in one Redis
+//! script so every API replica shares the same limits.
+//!
+//! One call of [`ADMIT`], in the tenant's scheduler shard, checks the
+//! tenant's submit rate (a GCRA token bucket whose state is one timestamp,
+//! read against Redis's own clock so replicas never disagree), then its
+//! waiting tasks against `max_queued`. Only when both pass does it take the
+//! rate's token and reserve room for the new tasks; a refused request
+//! changes nothing. Tokens spent today are checked before it, against
+//! `max_tokens_per_day` (spending happens while tasks run, not at submit).
+//!
+//! Invariant: a tenant's waiting tasks (the shard's exact `queued` and
+//! `delayed` counts, which the scheduler's scripts keep) plus the room held
+//! by live reservations never exceed `max_queued` when a request is
+//! admitted. A reservation is dropped once its request has queued its tasks
+//! (or made none), and lapses by itself if the API process dies midway, so
+//! room never leaks; between a request's enqueue and the drop its tasks
+//! count twice, which only ever refuses early, never admits past the limit.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::clock;
+use crate::config::TenantSettings;
+use crate::error::QueueError;
+use crate::ids::TenantId;
+use crate::queue::Queue;
+use crate::usage::TOKENS_FIELD;
+
+/// Retry-After of a tenant whose queue is full: its tasks start within
+/// moments when workers are free.
+const QUEUE_FULL_RETRY_S: u64 = 1;
+
+/// Retry-After of a tenant that keeps all the schedules it may: only
+/// deleting one makes room.
+const SCHEDULES_FULL_RETRY_S: u64 = 60;
+
+/// How long a reservation holds room when its request never drops it.
+const RESERVATION_MS: u64 = 120_000;
+
+/// `KEYS[1]` the tenant's hash in its shard (`queued`, `delayed`),
+/// `KEYS[2]` the rate key, `KEYS[3]` the reservations; `ARGV[1]` tasks asked
+/// for, `ARGV[2]` the rate's emission interval in µs (0: no rate), `ARGV[3]`
+/// burst, `ARGV[4]` max queued, `ARGV[5]` the reservation's ticket,
+/// `ARGV[6]` how long it holds (ms). Returns `{'ok', remaining, reset_s}`,
+/// `{'rate', retry_after_s, reset_s}` or `{'queued', waiting, 0}`.
+static ADMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local n = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now / 1000)
+local new_tat
+if interval > 0 then
+  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tat < now then tat = now end
+  new_tat = tat + interval
+  local allow_at = new_tat - burst * interval
+  if allow_at > now then
+    return {'rate', math.ceil((allow_at - now) / 1000000), math.ceil((tat - now) / 1000000)}
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local held = 0
+for _, r in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  held = held + tonumber(string.match(r, ':(%d+)$'))
+end
+local counts = redis.call('HMGET', KEYS[1], 'queued', 'delayed')
+local waiting = math.max(tonumber(counts[1] or '0'), 0) + math.max(tonumber(counts[2] or '0'), 0) + held
+if waiting + n > tonumber(ARGV[4]) then return {'queued', waiting, 0} end
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[6]), ARGV[5] .. ':' .. n)
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]))
+if interval > 0 then
+  redis.call('SET', KEYS[2], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+  return {'ok', math.floor((burst * interval - (new_tat - now)) / interval), math.ceil((new_tat - now) / 1000000)}
+end
+return {'ok', -1, 0}
+"#,
+    )
+});
+
+/// Where a tenant's submit-rate bucket stands, for the `RateLimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateState {
+    /// The bucket's size (`burst`).
+    pub limit: u64,
+    /// Submits that would pass now.
+    pub remaining: u64,
+    /// Seconds until the bucket is full again.
+    pub reset_s: u64,
+}
+
+/// Why a tenant may not add tasks now.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    #[error("this key's tenant submits faster than its rate of {per_second}/s (burst {})", .state.limit)]
+    RateLimited { per_second: f64, retry_after_s: u64, state: RateState },
+    #[error("this would take the tenant past its max_queued of {max_queued} tasks ({queued} queued now)")]
+    QueueFull { max_queued: u64, queued: u64 },
+    #[error("the tenant spent its max_tokens_per_day of {max}; submits resume at the next UTC day")]
+    TokensSpent { max: u64, retry_after_s: u64 },
+    #[error("the tenant keeps its max_schedules of {max} schedules")]
+    SchedulesFull { max: u64 },
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl QuotaError {
+    /// Whole seconds after which the same request may pass.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            QuotaError::RateLimited { retry_after_s, .. } | QuotaError::TokensSpent { retry_after_s, .. } => Some(*retry_after_s),
+            QuotaError::QueueFull { .. } => Some(QUEUE_FULL_RETRY_S),
+            QuotaError::SchedulesFull { .. } => Some(SCHEDULES_FULL_RETRY_S),
+            QuotaError::Queue(_) => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for QuotaError {
+    fn from(e: redis::RedisError) -> Self {
+        QuotaError::Queue(e.into())
+    }
+}
+
+/// An admitted request: room for its tasks is reserved until
+/// [`Queue::release_admission`] drops the reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The rate bucket after this request, when the tenant has a rate.
+    pub rate: Option<RateState>,
+    tenant: TenantId,
+    reservation: String,
+}
+
+impl Queue {
+    /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
+    /// reserving room for them, or says why not (and changes nothing).
+    pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
+        let now = clock::now_ms();
+        self.check_tokens_today(tenant, quota, now).await?;
+        let keys = self.keys();
+        let (interval_us, burst) = quota.rate.map_or((0, 0), |r| ((1_000_000.0 / r.per_second).ceil() as u64, r.burst));
+        let ticket = ulid::Ulid::new().to_string();
+        let mut inv = ADMIT.prepare_invoke();
+        inv.key(keys.tenant_state(tenant)).key(keys.tenant_rate(tenant)).key(keys.tenant_admitting(tenant));
+        inv.arg(tasks).arg(interval_us).arg(burst).arg(quota.max_queued).arg(&ticket).arg(RESERVATION_MS);
+        let mut conn = self.redis().shared();
+        let (verdict, a, b): (String, i64, i64) = inv.invoke_async(&mut conn).await?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        match (verdict.as_str(), quota.rate) {
+            ("ok", rate) => Ok(Admitted {
+                rate: rate.map(|r| RateState { limit: r.burst, remaining: count(a), reset_s: count(b) }),
+                tenant: tenant.clone(),
+                reservation: format!("{ticket}:{tasks}"),
+            }),
+            ("rate", Some(rate)) => Err(QuotaError::RateLimited {
+                per_second: rate.per_second,
+                retry_after_s: count(a).max(1),
+                state: RateState { limit: rate.burst, remaining: 0, reset_s: count(b).max(1) },
+            }),
+            ("queued", _) => Err(QuotaError::QueueFull { max_queued: quota.max_queued, queued: count(a) }),
+            _ => Err(QueueError::Corrupt(format!("admit answered {verdict}")).into()),
+        }
+    }
+
+    /// Refuses a request once the tenant spent its `max_tokens_per_day`.
+    async fn check_tokens_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
+        let Some(max) = quota.max_tokens_per_day else { return Ok(()) };
+        let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), TOKENS_FIELD);
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
+        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
+            return Err(QuotaError::TokensSpent {
+                max,
+                retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1),
+            });
+        }
+        Ok(())
+    }
+
+    /// Drops an admitted request's reservation once its tasks are queued
+    /// (they count as queued from then on) or it made none after all.
+    pub async fn release_admission(&self, admitted: &Admitted) -> Result<(), QueueError> {
+        let drop = redis::Cmd::zrem(self.keys().tenant_admitting(&admitted.tenant), &admitted.reservation);
+        let _: Vec<i64> = self.redis().query_many(vec![drop]).await?;
+        Ok(())
+    }
+
+    /// Refuses a new schedule when the tenant keeps its `max_schedules`.
+    pub async fn check_schedules(&self, tenant: &TenantId, quota: &TenantSettings) -> Result<(), QuotaError> {
+        let kept: Vec<u64> = self.redis().query_many(vec![redis::Cmd::zcard(self.keys().tenant_schedules(tenant))]).await?;
+        if kept.first().copied().unwrap_or(0) >= quota.max_schedules {
+            return Err(QuotaError::SchedulesFull { max: quota.max_schedules });
+        }
+        Ok(())
+    }
+
+    /// A tenant's waiting tasks (`queued` and `delayed`), as admission counts them.
+    pub async fn queued_count(&self, tenant: &TenantId) -> Result<u64, QueueError> {
+        let mut read = redis::cmd("HMGET");
+        read.arg(self.keys().tenant_state(tenant)).arg("queued").arg("delayed");
+        let got: Vec<Vec<Option<i64>>> = self.redis().query_many(vec![read]).await?;
+        Ok(got.into_iter().flatten().flatten().map(|n| u64::try_from(n).unwrap_or(0)).sum())
+    }
+}

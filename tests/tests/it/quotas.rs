@@ -1,0 +1,202 @@
+//! Per-tenant quotas at the API, against a real redis-server: `max_queued`
+//! refuses a submit or a whole batch that would go past it (and enqueues
+//! nothing), the submit rate is one bucket shared by two API replicas,
+//! `Retry-After` and `RateLimit-*` say when to come back, a tenant past its
+//! daily tokens is refused, and the other tenant is never affected.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_shared::{clock, Config, TenantId};
+use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use serde_json::{json, Value};
+
+/// A config file holding `tenants`, in a fresh directory.
+fn config_file(tenants: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flotilla-quotas-{}", unique_prefix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("flotilla.toml");
+    std::fs::write(&path, tenants).expect("write config");
+    path
+}
+
+fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
+    let path = config_file(tenants);
+    test_config(redis, prefix, &[("FLOTILLA_CONFIG", path.to_str().expect("utf-8 path"))])
+}
+
+async fn ready(api: &ApiServer) -> ApiClient {
+    let client = ApiClient::new(api, flotilla_tests::api_key());
+    for _ in 0..500 {
+        if client.get("/readyz").await.0 == 200 {
+            return client;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the api never became ready");
+}
+
+fn task() -> Value {
+    json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}]})
+}
+
+fn batch(n: usize) -> Value {
+    json!({"tasks": vec![task(); n]})
+}
+
+/// A raw submit: status, headers and JSON body.
+async fn submit(api: &ApiServer, key: &str, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = reqwest::Client::new().post(api.url(path)).bearer_auth(key).json(body).send().await.expect("answers");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.json().await.expect("json body"))
+}
+
+fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok())
+}
+
+/// The tenant's tasks as the API lists them.
+async fn task_count(client: &ApiClient) -> usize {
+    let (status, page) = client.get("/v1/tasks?limit=500").await;
+    assert_eq!(status, 200, "{page}");
+    page["tasks"].as_array().expect("tasks").len()
+}
+
+#[tokio::test]
+async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothing() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let api = spawn_api(config(&redis, &prefix, "[tenants.acme]\nmax_queued = 5\n")).await;
+    let acme = ready(&api).await;
+    let key = flotilla_tests::api_key();
+    for _ in 0..3 {
+        assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 202);
+    }
+
+    let (status, headers, body) = submit(&api, key, "/v1/batches", &batch(3)).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert!(body["error"]["message"].as_str().expect("message").contains("max_queued"), "{body}");
+    assert_eq!(header(&headers, "retry-after"), Some(1));
+    assert_eq!(task_count(&acme).await, 3, "a refused batch enqueues none of its tasks");
+
+    assert_eq!(submit(&api, key, "/v1/batches", &batch(2)).await.0, 202, "a batch that fits is taken whole");
+    let (status, headers, body) = submit(&api, key, "/v1/tasks", &task()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+    assert!(header(&headers, "retry-after").is_some());
+    assert_eq!(task_count(&acme).await, 5);
+
+    let (status, _, _) = submit(&api, flotilla_tests::globex_key(), "/v1/batches", &batch(10)).await;
+    assert_eq!(status, 202, "another tenant has its own room");
+
+    let (status, usage) = acme.get("/v1/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["limits"]["max_queued"], 5);
+    assert_eq!(usage["limits"]["queued"], 5);
+    assert_eq!(usage["limits"]["queued_left"], 0);
+}
+
+#[tokio::test]
+async fn two_api_replicas_share_one_submit_rate() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let tenants = "[tenants.acme]\nrate = { per_second = 0.5, burst = 3 }\n";
+    let first = spawn_api(config(&redis, &prefix, tenants)).await;
+    let second = spawn_api(config(&redis, &prefix, tenants)).await;
+    let acme = ready(&first).await;
+    ready(&second).await;
+    let key = flotilla_tests::api_key();
+
+    let mut passed = 0;
+    let mut refused = None;
+    for i in 0..6 {
+        let api = if i % 2 == 0 { &first } else { &second };
+        let (status, headers, body) = submit(api, key, "/v1/tasks", &task()).await;
+        match status {
+            202 => {
+                passed += 1;
+                assert_eq!(header(&headers, "ratelimit-limit"), Some(3), "a passing submit shows the bucket");
+                assert_eq!(header(&headers, "ratelimit-remaining"), Some(3 - passed));
+            }
+            429 => refused = Some((headers, body)),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(passed, 3, "two replicas give the burst once, not twice");
+    let (headers, body) = refused.expect("submits past the burst are refused");
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let retry_after = header(&headers, "retry-after").expect("Retry-After in whole seconds");
+    assert!((1..=2).contains(&retry_after), "one token comes back every 2 s: {retry_after}");
+    assert_eq!(header(&headers, "ratelimit-limit"), Some(3));
+    assert_eq!(header(&headers, "ratelimit-remaining"), Some(0));
+    assert!(header(&headers, "ratelimit-reset").is_some());
+    assert_eq!(task_count(&acme).await, 3, "refused submits enqueue nothing");
+
+    assert_eq!(submit(&first, flotilla_tests::globex_key(), "/v1/tasks", &task()).await.0, 202, "another tenant is not limited");
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    assert_eq!(submit(&second, key, "/v1/tasks", &task()).await.0, 202, "after Retry-After a submit passes");
+}
+
+#[tokio::test]
+async fn a_tenant_past_its_daily_tokens_is_refused_until_the_day_turns() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = config(&redis, &prefix, "[tenants.acme]\nmax_tokens_per_day = 1000\n");
+    let api = spawn_api(config.clone()).await;
+    let acme = ready(&api).await;
+    let key = flotilla_tests::api_key();
+    assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 202);
+
+    // The tenant's tokens of today, as workers count them.
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let now = clock::now_ms();
+    let day = queue.keys().usage_day(&TenantId::parse("acme").expect("tenant"), &clock::utc_day(now));
+    redis.cli(&["HINCRBY", &day, "tokens", "1000"]);
+
+    let (status, headers, body) = submit(&api, key, "/v1/batches", &batch(2)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+    let retry_after = header(&headers, "retry-after").expect("Retry-After");
+    let to_midnight_s = (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000);
+    assert!(retry_after >= 1 && retry_after <= to_midnight_s + 1, "{retry_after} s, midnight in {to_midnight_s} s");
+    assert_eq!(task_count(&acme).await, 1, "nothing enqueued");
+    assert_eq!(submit(&api, flotilla_tests::globex_key(), "/v1/tasks", &task()).await.0, 202, "another tenant is unaffected");
+
+    let (_, usage) = acme.get("/v1/usage").await;
+    assert_eq!(usage["limits"]["tokens_today"], 1000);
+    assert_eq!(usage["limits"]["tokens_left_today"], 0);
+}
+
+#[tokio::test]
+async fn a_tenant_keeps_at_most_its_max_schedules() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let api = spawn_api(config(&redis, &prefix, "[tenants.acme]\nmax_schedules = 1\n")).await;
+    let acme = ready(&api).await;
+    let schedule = json!({"cron": "0 0 1 1 *", "task": task()});
+    assert_eq!(acme.post("/v1/schedules", &schedule).await.0, 201);
+    let (status, body) = acme.post("/v1/schedules", &schedule).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn racing_submits_through_two_replicas_never_pass_max_queued() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let first = spawn_api(config(&redis, &prefix, "[tenants.acme]\nmax_queued = 7\n")).await;
+    let second = spawn_api(config(&redis, &prefix, "[tenants.acme]\nmax_queued = 7\n")).await;
+    let acme = ready(&first).await;
+    ready(&second).await;
+    let key = flotilla_tests::api_key();
+    let sends = (0..40).map(|i| {
+        let (api, body) = if i % 2 == 0 { (&first, task()) } else { (&second, batch(2)) };
+        let path = if i % 2 == 0 { "/v1/tasks" } else { "/v1/batches" };
+        async move { (i % 2, submit(api, key, path, &body).await.0) }
+    });
+    let answers = futures::future::join_all(sends).await;
+    let admitted: usize =
+        answers.iter().filter(|(_, status)| *status == 202).map(|(kind, _)| if *kind == 0 { 1 } else { 2 }).sum();
+    assert!(answers.iter().all(|(_, status)| *status == 202 || *status == 429), "{answers:?}");
+    assert!((6..=7).contains(&admitted), "every room is taken and none past it: {admitted} tasks admitted");
+    assert_eq!(task_count(&acme).await, admitted, "what was admitted is exactly what is queued");
+}

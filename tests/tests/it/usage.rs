@@ -1,0 +1,159 @@
+//! Usage per tenant after a mixed run, on in-memory sandboxes with a real
+//! S3 store and redis-server: succeeded, failed, cancelled (queued and
+//! running) and retried tasks of two tenants. Each tenant's
+//! `GET /v1/usage` equals exactly the sum of its own tasks' `usage` (steps,
+//! sandbox time, screenshot bytes stored and saved) and counts its tasks by
+//! outcome; neither tenant sees the other's figures.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_shared::event::EventKind;
+use flotilla_shared::queue::TaskRecord;
+use flotilla_shared::task::{TaskSpec, TaskStatus};
+use flotilla_shared::usage::UsageView;
+use flotilla_shared::{TaskId, TenantId};
+use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
+use flotilla_tests::s3_server::S3Server;
+use flotilla_tests::tasks::{events, wait_all_ended};
+use flotilla_tests::{spawn_api, unique_prefix, ApiClient};
+use flotilla_worker::sandbox::MemoryProvider;
+use flotilla_worker::sandbox::SandboxId;
+use serde_json::{json, Value};
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::parse(name).expect("tenant")
+}
+
+fn spec(value: Value) -> TaskSpec {
+    TaskSpec::from_json(value.to_string().as_bytes()).expect("valid spec")
+}
+
+/// A scripted task on a sandbox: a move, then `waits` waits of `ms`.
+fn on_screen(waits: usize, ms: u64, extra: Value) -> TaskSpec {
+    let mut actions = vec![json!({"type": "move", "x": 5, "y": 5})];
+    actions.extend(std::iter::repeat_n(json!({"type": "wait", "ms": ms}), waits));
+    let mut body = json!({"prompt": "usage", "pipeline": "scripted", "actions": actions, "retry": {"max_attempts": 2}});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    spec(body)
+}
+
+/// The sum of the tasks' own usage.
+fn sum(records: &[TaskRecord]) -> UsageView {
+    let mut total = UsageView::default();
+    for usage in records.iter().filter_map(|r| r.usage.as_ref()) {
+        total.input_tokens += usage.input_tokens;
+        total.output_tokens += usage.output_tokens;
+        total.steps += usage.steps;
+        total.screenshot_bytes += usage.screenshot_bytes;
+        total.screenshot_bytes_saved += usage.screenshot_bytes_saved;
+        for (provider, ms) in &usage.sandbox_ms {
+            *total.sandbox_ms.entry(provider.clone()).or_default() += ms;
+        }
+        for (model, tokens) in &usage.models {
+            let entry = total.models.entry(model.clone()).or_default();
+            entry.input_tokens += tokens.input_tokens;
+            entry.output_tokens += tokens.output_tokens;
+        }
+    }
+    for record in records {
+        *total.tasks.entry(record.status.as_str().to_owned()).or_default() += 1;
+    }
+    total
+}
+
+/// The tenant's usage over the API, as one value to compare.
+async fn reported(api: &ApiClient) -> Value {
+    let (status, usage) = api.get("/v1/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    let mut total = usage["total"].clone();
+    let days = usage["days"].as_array().expect("days");
+    assert!(!days.is_empty(), "{usage}");
+    total.as_object_mut().expect("object").entry("tasks").or_insert(json!({}));
+    total
+}
+
+async fn records(fleet: &DesktopFleet, tenant: &TenantId, ids: &[TaskId]) -> Vec<TaskRecord> {
+    let mut found = Vec::new();
+    for id in ids {
+        found.push(fleet.queue.get(tenant, id).await.expect("get").expect("task"));
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
+    let s3 = S3Server::start();
+    let provider = Arc::new(MemoryProvider::new());
+    let options =
+        DesktopOptions { blobs: Some(s3.store(&unique_prefix())), provider: Some(provider.clone()), ..DesktopOptions::default() };
+    let fleet = DesktopFleet::start(options).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ApiClient::new(&api, flotilla_tests::api_key());
+    let globex_api = ApiClient::new(&api, flotilla_tests::globex_key());
+    let (acme, globex) = (tenant("acme"), tenant("globex"));
+    let submit = async |who: &TenantId, spec: TaskSpec| fleet.queue.submit(who, spec).await.expect("submit").id;
+
+    let mut acme_ids = Vec::new();
+    for _ in 0..3 {
+        acme_ids.push(submit(&acme, on_screen(2, 20, json!({}))).await);
+    }
+    acme_ids.push(submit(&acme, on_screen(3, 20, json!({"max_steps": 2}))).await);
+    let queued = submit(&acme, on_screen(1, 20, json!({"not_before": "2099-01-01T00:00:00Z"}))).await;
+    acme_ids.push(queued.clone());
+    let running = submit(&acme, on_screen(40, 50, json!({}))).await;
+    acme_ids.push(running.clone());
+    let retried = submit(&acme, on_screen(20, 50, json!({}))).await;
+    acme_ids.push(retried.clone());
+    let mut globex_ids = Vec::new();
+    for _ in 0..2 {
+        globex_ids.push(submit(&globex, on_screen(1, 20, json!({}))).await);
+    }
+
+    fleet.queue.cancel(&acme, &queued).await.expect("cancel a queued task");
+    let sandbox_of = async |id: &TaskId| {
+        events(&fleet.queue, id).await.iter().rev().find_map(|e| match &e.kind {
+            EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
+            _ => None,
+        })
+    };
+    eventually("the long tasks hold sandboxes", Duration::from_secs(30), async || {
+        sandbox_of(&running).await.is_some() && sandbox_of(&retried).await.is_some()
+    })
+    .await;
+    fleet.queue.cancel(&acme, &running).await.expect("cancel a running task");
+    let first_sandbox = sandbox_of(&retried).await.expect("sandbox");
+    let first = SandboxId::parse(&first_sandbox).expect("sandbox id");
+    fleet.pool.provider().kill(&first).await.expect("killed from outside");
+
+    wait_all_ended(&fleet.queue, &acme_ids, Duration::from_secs(60)).await;
+    eventually("globex's tasks end", Duration::from_secs(30), async || {
+        records(&fleet, &globex, &globex_ids).await.iter().all(|r| r.status.is_terminal())
+    })
+    .await;
+
+    let acme_records = records(&fleet, &acme, &acme_ids).await;
+    let globex_records = records(&fleet, &globex, &globex_ids).await;
+    let by_status = |records: &[TaskRecord]| {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in records {
+            *counts.entry(r.status.as_str()).or_default() += 1;
+        }
+        counts
+    };
+    assert_eq!(by_status(&acme_records), BTreeMap::from([("cancelled", 2), ("failed", 1), ("succeeded", 4)]));
+    let retried_record = acme_records.iter().find(|r| r.id == retried).expect("retried task");
+    assert_eq!((retried_record.status, retried_record.attempts), (TaskStatus::Succeeded, 2), "killed once, then ran again");
+
+    let acme_sum = sum(&acme_records);
+    assert!(acme_sum.steps > 0 && acme_sum.screenshot_bytes > 0 && acme_sum.screenshot_bytes_saved > 0, "{acme_sum:?}");
+    assert!(acme_sum.sandbox_ms.get("local").is_some_and(|ms| *ms > 0), "{acme_sum:?}");
+    assert_eq!(reported(&acme_api).await, serde_json::to_value(&acme_sum).expect("json"), "acme: usage = sum of its tasks");
+    let globex_sum = sum(&globex_records);
+    assert_eq!(reported(&globex_api).await, serde_json::to_value(&globex_sum).expect("json"), "globex sees only its own");
+    assert_ne!(acme_sum, globex_sum);
+    fleet.stop().await;
+}
