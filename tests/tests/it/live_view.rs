@@ -707,3 +707,34 @@ async fn the_cli_prints_views_takes_over_and_releases_sandbox() {
     live.cancel(&id).await;
     live.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_planned_before_a_takeover_are_not_carried_out_after_it_sandbox() {
+    let server = ScriptedServer::start().await;
+    let click = openai::computer_call("call_1", openai::click(20, 20, "left"));
+    server.push(openai::reply("resp_1", vec![click]).after(Duration::from_millis(2500)));
+    server.push(openai::reply("resp_2", vec![openai::message("Understood.")]));
+    let model_url = format!("{}/v1", server.url());
+    let live = LiveFleet::start(&[("OPENAI_BASE_URL", &model_url), ("OPENAI_API_KEY", "sk-test-openai-secret")]).await;
+    let spec = json!({"prompt": "think slowly", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let (_, body) = live.owner.post("/v1/tasks", &spec).await;
+    let id = body["id"].as_str().expect("id").to_owned();
+    eventually("the model is asked", SHOWN, async || !server.received().is_empty()).await;
+
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "done it myself"})).await;
+    assert_eq!(status, 202, "{body}");
+    eventually("the task ends", SHOWN, async || {
+        let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
+        task["status"] == "succeeded"
+    })
+    .await;
+    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id")).await;
+    assert!(!history.iter().any(|e| e.kind.name() == "action"), "the click planned before the takeover was not done");
+    let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
+    let second = requests[1].body.to_string();
+    assert!(second.contains("Not carried out") && second.contains("done it myself"), "{second}");
+    live.stop().await;
+}

@@ -22,9 +22,12 @@
 //! conversation, on the same desktop, announced with `step_started`.
 //!
 //! A person may take the desktop over between actions (see
-//! [`Steps::pause_while_held`]): the loop pauses, and once the desktop is
-//! handed back the model's next input carries a fresh screenshot and the
-//! person's message in the turn's last result.
+//! [`Steps::pause_while_held`]): the loop pauses before the turn's next
+//! call or after its last, and once the desktop is handed back the model's
+//! next input carries a fresh screenshot and the person's message in the
+//! turn's last result. Calls the model planned before the takeover are not
+//! carried out after it (the person may have changed what they were
+//! planned on); they are answered as such.
 //!
 //! Safety checks a model raises follow the task's `sensitive_actions`:
 //! `allow` acknowledges them, `deny` ends the task, and `pause` (the
@@ -258,7 +261,17 @@ async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolC
         let failed = results.last().filter(|r| r.is_error).map(|r| r.screen.clone());
         let result = match failed {
             Some(screen) => CallResult { call_id: call.id.clone(), screen, text: Some(NOT_EXECUTED.to_owned()), is_error: true },
-            None => carry_out(session, mapping, call).await?,
+            None => {
+                // A person who took the desktop over meanwhile may have
+                // changed what this call was planned on: it is not done.
+                session.steps_mut().pause_while_held().await?;
+                if session.steps().handed_back() {
+                    let screen = look(session, &mapping.view).await?;
+                    CallResult { call_id: call.id.clone(), screen, text: Some(PASSED_OVER.to_owned()), is_error: true }
+                } else {
+                    carry_out(session, mapping, call).await?
+                }
+            }
         };
         results.push(result);
     }
@@ -323,6 +336,9 @@ async fn hand_back(
     });
     Ok(())
 }
+
+/// The answer to a call a person's takeover came before.
+const PASSED_OVER: &str = "Not carried out: a person took over the desktop before this action.";
 
 /// What the model hears after a person held the desktop.
 const HANDED_BACK: &str =

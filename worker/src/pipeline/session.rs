@@ -194,6 +194,11 @@ impl Steps {
         Ok(())
     }
 
+    /// Whether a hand-back came that the pipeline has not taken up.
+    pub fn handed_back(&self) -> bool {
+        matches!(self.hand, Hand::HandedBack(_))
+    }
+
     /// Takes up a hand-back, if one came since the last call.
     pub fn take_hand_back(&mut self) -> Option<Option<String>> {
         match std::mem::take(&mut self.hand) {
