@@ -9,7 +9,12 @@
 //!
 //! The queue itself is split into scheduler shards, each under a hash tag
 //! of its own, `{f<n>}` (one shard on a single server, [`CLUSTER_SHARDS`] on
-//! a cluster, so the masters share the work). A tenant belongs to one shard
+//! a cluster, so the masters share the work). On a cluster shard `n`'s tag
+//! is `f<n>` or `f<n>.<k>`, the smallest `k` whose slot lies in the `n`-th of
+//! [`CLUSTER_SHARDS`] equal slices of the 16 384 slots: the shards lie
+//! evenly over the slot space, so masters holding equal slot ranges hold
+//! equal numbers of shards (plain `f0` … `f15` put 8 of the 16 on one of
+//! three masters). A tenant belongs to one shard
 //! (a hash of its name); everything the scheduler reads or writes in one
 //! step lives in that shard, under the shard base `<prefix>:{f<n>}:`:
 //!
@@ -50,17 +55,43 @@ pub fn event_field(seq: u64) -> String {
 pub struct Keys {
     prefix: String,
     shards: u16,
+    /// Each shard's hash tag (see the module doc).
+    tags: std::sync::Arc<[String]>,
+}
+
+/// Slots of a Redis Cluster.
+const SLOTS: u32 = 16_384;
+
+/// The cluster slot of a hash tag (CRC16/XMODEM, as Redis computes it).
+fn slot_of(tag: &str) -> u32 {
+    u32::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes())) % SLOTS
+}
+
+/// Shard `n`'s tag among `shards`: `f<n>`, or `f<n>.<k>` with the smallest
+/// `k` that falls in the `n`-th equal slice of the slots.
+fn shard_tag(n: u16, shards: u16) -> String {
+    let (lo, hi) = (u32::from(n) * SLOTS / u32::from(shards), (u32::from(n) + 1) * SLOTS / u32::from(shards));
+    let in_slice = |tag: &String| (lo..hi).contains(&slot_of(tag));
+    std::iter::once(format!("f{n}"))
+        .chain((0u32..).map(|k| format!("f{n}.{k}")))
+        .find(in_slice)
+        .unwrap_or_else(|| format!("f{n}"))
+}
+
+fn shard_tags(shards: u16) -> std::sync::Arc<[String]> {
+    (0..shards).map(|n| shard_tag(n, shards)).collect()
 }
 
 impl Keys {
     /// Keys under this prefix, with one scheduler shard.
     pub fn new(prefix: impl Into<String>) -> Self {
-        Self { prefix: prefix.into(), shards: 1 }
+        Self { prefix: prefix.into(), shards: 1, tags: shard_tags(1) }
     }
 
     /// The same keys with the queue split into `shards` scheduler shards.
     pub fn with_shards(self, shards: u16) -> Self {
-        Self { shards: shards.max(1), ..self }
+        let shards = shards.max(1);
+        Self { shards, tags: shard_tags(shards), ..self }
     }
 
     /// Every scheduler shard.
@@ -75,9 +106,10 @@ impl Keys {
         Shard((hash % u64::from(self.shards)) as u16)
     }
 
-    /// What every key of a shard starts with: `<prefix>:{f<n>}:`.
+    /// What every key of a shard starts with: `<prefix>:{<shard's tag>}:`.
     pub fn shard_base(&self, shard: Shard) -> String {
-        format!("{}:{{f{}}}:", self.prefix, shard.0)
+        let tag = self.tags.get(usize::from(shard.0)).map_or_else(|| format!("f{}", shard.0), Clone::clone);
+        format!("{}:{{{tag}}}:", self.prefix)
     }
 
     /// Hash: the shard's virtual clock and totals (see the table above).
@@ -331,6 +363,21 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_shards_lie_evenly_over_three_masters_and_a_single_server_keeps_f0() {
+        assert_eq!(Keys::new("p").shard_base(Shard(0)), "p:{f0}:");
+        assert_eq!(slot_of("f0"), 6_111); // as `CLUSTER KEYSLOT f0` answers
+        let keys = Keys::new("p").with_shards(CLUSTER_SHARDS);
+        let mut per_master = [0; 3];
+        for shard in keys.shards() {
+            let base = keys.shard_base(shard);
+            let tag = base.split(['{', '}']).nth(1).unwrap_or_default();
+            per_master[(slot_of(tag) * 3 / SLOTS) as usize] += 1;
+        }
+        per_master.sort_unstable();
+        assert_eq!(per_master, [5, 5, 6]);
+    }
 
     #[test]
     fn channels_follow_the_contract_under_the_default_prefix() {

@@ -7,6 +7,13 @@
 //! backlog sizes (the cost per task must stay flat as the backlog grows),
 //! enqueue-to-start latency at a steady arrival rate, and Redis memory per
 //! finished task.
+//!
+//! `--tenants 1,100` spreads each throughput run's tasks evenly over that
+//! many tenants (the fair scheduler takes turns between them), one run per
+//! count; `--bullmq-official BIN` also runs the Rust port of BullMQ (the
+//! `rust-peers` binary of the shared peer benchmarks) on the same Redis in
+//! each round. That binary empties the Redis first (`FLUSHALL`), so it runs
+//! last in a round.
 
 mod support;
 
@@ -48,7 +55,9 @@ struct Args {
     latency_n: usize,
     rate: u64,
     rounds: usize,
+    tenants: Vec<usize>,
     bullmq_script: Option<String>,
+    bullmq_official: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -59,36 +68,42 @@ fn parse_args() -> anyhow::Result<Args> {
         latency_n: 2_000,
         rate: 500,
         rounds: 3,
+        tenants: vec![1],
         bullmq_script: None,
+        bullmq_official: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--redis-url" => args.redis_url = Some(value()?),
-            "--backlogs" => {
-                args.backlogs = value()?
-                    .split(',')
-                    .map(|n| n.trim().parse())
-                    .collect::<Result<_, _>>()
-                    .context("--backlogs takes numbers like 2000,20000")?
-            }
+            "--backlogs" => args.backlogs = numbers(&value()?).context("--backlogs takes numbers like 2000,20000")?,
             "--concurrency" => args.concurrency = value()?.parse().context("--concurrency takes a number")?,
             "--latency-n" => args.latency_n = value()?.parse().context("--latency-n takes a number")?,
             "--rate" => args.rate = value()?.parse().context("--rate takes a number")?,
             "--rounds" => args.rounds = value()?.parse().context("--rounds takes a number")?,
+            "--tenants" => args.tenants = numbers(&value()?).context("--tenants takes numbers like 1,100")?,
             "--bullmq-script" => args.bullmq_script = Some(value()?),
+            "--bullmq-official" => args.bullmq_official = Some(value()?),
             "--help" | "-h" => {
-                println!("flotilla-bench [--redis-url URL] [--backlogs 2000,20000,100000] [--concurrency 50] [--latency-n 2000] [--rate 500] [--rounds 3] [--bullmq-script scripts/bullmq-baseline.sh]");
+                println!("flotilla-bench [--redis-url URL] [--backlogs 2000,20000,100000] [--tenants 1] [--concurrency 50] [--latency-n 2000] [--rate 500] [--rounds 3] [--bullmq-script scripts/bullmq-baseline.sh] [--bullmq-official path/to/rust-peers]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
+    if args.tenants.is_empty() || args.tenants.contains(&0) {
+        bail!("tenants must be positive");
+    }
     if args.backlogs.is_empty() || args.backlogs.contains(&0) || args.concurrency == 0 || args.rate == 0 || args.rounds == 0 {
         bail!("backlogs, concurrency, rate and rounds must be positive");
     }
     Ok(args)
+}
+
+/// A comma-separated list of numbers.
+fn numbers(list: &str) -> Result<Vec<usize>, std::num::ParseIntError> {
+    list.split(',').map(|n| n.trim().parse()).collect()
 }
 
 fn config(url: &str, prefix: &str, concurrency: usize) -> anyhow::Result<Config> {
@@ -149,20 +164,29 @@ fn next_run() -> usize {
     RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Enqueue `n` no-op tasks in batches of 1000, then drain them with one worker.
-async fn throughput(url: &str, n: usize, concurrency: usize) -> anyhow::Result<Value> {
+/// `count` tenants for one run: `bench` alone, or `bench-0` … `bench-<count-1>`.
+fn bench_tenants(count: usize) -> anyhow::Result<Vec<TenantId>> {
+    if count == 1 {
+        return Ok(vec![TenantId::parse("bench")?]);
+    }
+    (0..count).map(|i| Ok(TenantId::parse(&format!("bench-{i}"))?)).collect()
+}
+
+/// Enqueue `n` no-op tasks in batches of 1000, spread evenly over `tenants`
+/// tenants (task `i` to tenant `i mod tenants`), then drain them with one worker.
+async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> anyhow::Result<Value> {
     let prefix = format!("bench-tp-{n}-{}-{}", std::process::id(), next_run());
     let config = config(url, &prefix, concurrency)?;
     let queue = Queue::connect(&config).await?;
-    let tenant = TenantId::parse("bench")?;
+    let tenant_ids = bench_tenants(tenants)?;
     let spec = noop_spec();
     let memory_before = used_memory(&queue).await?;
     let enqueue_started = Instant::now();
-    let mut left = n;
-    while left > 0 {
-        let batch = left.min(1_000);
-        queue.create_tasks((0..batch).map(|_| new_task(&tenant, &spec)).collect()).await?;
-        left -= batch;
+    let mut next = 0;
+    while next < n {
+        let batch = (n - next).min(1_000);
+        queue.create_tasks((next..next + batch).map(|i| new_task(&tenant_ids[i % tenants], &spec)).collect()).await?;
+        next += batch;
     }
     let enqueue_s = enqueue_started.elapsed().as_secs_f64();
 
@@ -183,6 +207,7 @@ async fn throughput(url: &str, n: usize, concurrency: usize) -> anyhow::Result<V
     let memory_after = used_memory(&queue).await?;
     Ok(json!({
         "backlog": n,
+        "tenants": tenants,
         "enqueue_per_s": (n as f64 / enqueue_s).round(),
         "drain_per_s": (n as f64 / drain_s).round(),
         "drain_us_per_task": (drain_s * 1e6 / n as f64 * 10.0).round() / 10.0,
@@ -288,40 +313,103 @@ fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(6379)
 }
 
-/// The ratios each round reports with the BullMQ baseline.
-const RATIOS: [&str; 4] = ["drain_vs_bullmq", "enqueue_vs_bullmq", "p50_bullmq_over_ours", "p99_bullmq_over_ours"];
+/// The ratios each round reports with the peers (`_t<N>`: ours with N tenants).
+const RATIOS: [&str; 7] = [
+    "drain_vs_bullmq",
+    "enqueue_vs_bullmq",
+    "p50_bullmq_over_ours",
+    "p99_bullmq_over_ours",
+    "drain_vs_bullmq_official",
+    "enqueue_vs_bullmq_official",
+    "drain_vs_bullmq_t_most",
+];
+
+/// Runs the Rust port of BullMQ (`rust-peers bullmq`) against the same
+/// Redis: 20 000 no-op jobs, concurrency 50. Its one JSON line.
+fn bullmq_official(binary: &str, port: u16, concurrency: usize) -> anyhow::Result<Value> {
+    let out = Command::new(binary)
+        .args(["bullmq", "--port", &port.to_string(), "--n", "20000", "--concurrency", &concurrency.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running bullmq-official")?;
+    if !out.status.success() {
+        bail!("bullmq-official failed");
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.trim_start().starts_with('{')).context("bullmq-official printed no JSON line")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// `a / b` to two decimals, null when either is missing.
+fn ratio(a: Option<f64>, b: Option<f64>) -> Value {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => json!((a / b * 100.0).round() / 100.0),
+        _ => Value::Null,
+    }
+}
+
+/// Our run at a 20 000 backlog (or the first) with `tenants` tenants.
+fn ours_at(runs: &[Value], tenants: usize) -> Value {
+    let of = |r: &&Value| r["tenants"] == tenants;
+    runs.iter().filter(of).find(|r| r["backlog"] == 20_000).or(runs.iter().find(of)).cloned().unwrap_or_default()
+}
 
 /// One round: ours at every backlog and the latency run, then, when asked,
 /// BullMQ's on the same Redis and the ratios.
 async fn round(args: &Args, url: &str, port: u16) -> anyhow::Result<Value> {
     let mut runs = Vec::new();
-    for n in &args.backlogs {
-        runs.push(throughput(url, *n, args.concurrency).await?);
+    for tenants in &args.tenants {
+        for n in &args.backlogs {
+            runs.push(throughput(url, *n, *tenants, args.concurrency).await?);
+        }
     }
     let latency = latency(url, args.latency_n, args.rate, args.concurrency).await?;
+    let ours = ours_at(&runs, args.tenants[0]);
+    let most = args.tenants.iter().copied().max().unwrap_or(1);
+    let ours_most = ours_at(&runs, most);
     let mut report = json!({ "flotilla": { "throughput": runs, "latency": latency } });
+    let mut ratios = serde_json::Map::new();
     if let Some(script) = &args.bullmq_script {
         let lines = bullmq(script, port)?;
-        let ours = report["flotilla"]["throughput"]
-            .as_array()
-            .and_then(|r| r.iter().find(|r| r["backlog"] == 20_000).or(r.first()))
-            .cloned()
-            .unwrap_or_default();
         let theirs_tp =
             lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("throughput")).cloned().unwrap_or_default();
         let theirs_lat =
             lines.iter().find(|l| l.get("mode").and_then(Value::as_str) == Some("latency")).cloned().unwrap_or_default();
-        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) if b > 0.0 => json!((a / b * 100.0).round() / 100.0),
-            _ => Value::Null,
-        };
+        let theirs_drain = number(&theirs_tp, &["process_jobs_per_s"]);
         report["bullmq"] = json!({ "throughput": theirs_tp, "latency": theirs_lat });
-        report["ratio"] = json!({
-            "drain_vs_bullmq": ratio(number(&ours, &["drain_per_s"]), number(&theirs_tp, &["process_jobs_per_s"])),
-            "enqueue_vs_bullmq": ratio(number(&ours, &["enqueue_per_s"]), number(&theirs_tp, &["enqueue_jobs_per_s"])),
-            "p50_bullmq_over_ours": ratio(theirs_lat["lat_ms_hires"]["p50"].as_f64(), number(&latency, &["p50_ms"])),
-            "p99_bullmq_over_ours": ratio(theirs_lat["lat_ms_hires"]["p99"].as_f64(), number(&latency, &["p99_ms"])),
-        });
+        ratios.insert("drain_vs_bullmq".into(), ratio(number(&ours, &["drain_per_s"]), theirs_drain));
+        ratios.insert(
+            "enqueue_vs_bullmq".into(),
+            ratio(number(&ours, &["enqueue_per_s"]), number(&theirs_tp, &["enqueue_jobs_per_s"])),
+        );
+        ratios.insert(
+            "p50_bullmq_over_ours".into(),
+            ratio(theirs_lat["lat_ms_hires"]["p50"].as_f64(), number(&latency, &["p50_ms"])),
+        );
+        ratios.insert(
+            "p99_bullmq_over_ours".into(),
+            ratio(theirs_lat["lat_ms_hires"]["p99"].as_f64(), number(&latency, &["p99_ms"])),
+        );
+        ratios.insert("drain_vs_bullmq_t_most".into(), ratio(number(&ours_most, &["drain_per_s"]), theirs_drain));
+    }
+    if let Some(binary) = &args.bullmq_official {
+        // It starts with a synchronous FLUSHALL, which can outlast its
+        // client's timeout with this round's data in Redis: empty it first.
+        let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+        let () = redis::cmd("FLUSHALL").arg("SYNC").query_async(&mut conn).await?;
+        let theirs = bullmq_official(binary, port, args.concurrency)?;
+        ratios.insert(
+            "drain_vs_bullmq_official".into(),
+            ratio(number(&ours, &["drain_per_s"]), number(&theirs, &["drain_jobs_per_s"])),
+        );
+        ratios.insert(
+            "enqueue_vs_bullmq_official".into(),
+            ratio(number(&ours, &["enqueue_per_s"]), number(&theirs, &["enqueue_jobs_per_s"])),
+        );
+        report["bullmq_official"] = theirs;
+    }
+    if !ratios.is_empty() {
+        report["ratio"] = Value::Object(ratios);
     }
     Ok(report)
 }
