@@ -144,6 +144,7 @@ PY_PACKAGES=(
   openai
   google-genai
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
+  schemathesis==4.32.5 # fuzzes the API against /openapi.json in tests/tests/it/schemathesis.rs
 )
 venv_dir() {
   local target
@@ -168,7 +169,7 @@ ensure_python_packages() {
   fi
   log "installing ${PY_PACKAGES[*]} (pip, into $venv)"
   /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
   printf '%s' "$wanted" >"$stamp"
 }
 

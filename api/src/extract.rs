@@ -42,6 +42,10 @@ impl<T: DeserializeOwned> JsonBody<T> {
             return Err(ApiError::UnsupportedMediaType);
         }
         let bytes = read_limited(request.into_body(), limit).await?;
+        // Every body is an object; serde would also read a struct from an array.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| *b != b'{') {
+            return Err(ApiError::Invalid(ValidationError::new("the body must be a JSON object")));
+        }
         parse_json(&bytes).map(JsonBody).map_err(ApiError::Invalid)
     }
 }

@@ -1,7 +1,9 @@
 //! The OpenAPI document, generated from the handlers' annotations and the
 //! shared model's schemas, so it cannot drift from the code.
 
+use flotilla_shared::schedule;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
 use crate::dashboard;
@@ -110,7 +112,7 @@ use crate::routes::{
         webhooks::DeliveryPage,
         webhooks::SecretRotated,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &ScheduleRules, &ReadKeys),
     tags(
         (name = "tasks", description = "Submit, read, list, cancel and follow tasks"),
         (name = "batches", description = "Submit many tasks at once; count, follow and cancel them together"),
@@ -144,6 +146,52 @@ impl Modify for BearerAuth {
                 HttpBuilder::new().scheme(HttpAuthScheme::Bearer).description(Some("The admin key (FLOTILLA_ADMIN_KEY)")).build(),
             ),
         );
+    }
+}
+
+/// Documents the `403 forbidden` a read key (`scope = "read"`) gets on
+/// every call but a `GET`, on each operation that takes a tenant key.
+struct ReadKeys;
+
+impl Modify for ReadKeys {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let writes = [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
+            for operation in writes.into_iter().flatten() {
+                let tenant_key = operation.security.as_ref().is_some_and(|s| !s.is_empty());
+                if tenant_key && !operation.responses.responses.contains_key("403") {
+                    let forbidden = ResponseBuilder::new()
+                        .description("A read key (`scope = \"read\"`) may only `GET` (`forbidden`)")
+                        .content(
+                            "application/json",
+                            ContentBuilder::new().schema(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody")))).build(),
+                        )
+                        .build();
+                    operation.responses.responses.insert("403".to_owned(), RefOr::T(forbidden));
+                }
+            }
+        }
+    }
+}
+
+/// States what a schedule's `cron` and `timezone` may be: the pattern and
+/// the zone names the parser accepts, known only at run time (the zone
+/// database) or kept beside the parser (the pattern).
+struct ScheduleRules;
+
+impl Modify for ScheduleRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(components) = openapi.components.as_mut() else { return };
+        let zones: Vec<serde_json::Value> = schedule::zone_names().into_iter().map(serde_json::Value::from).collect();
+        for name in ["NewSchedule", "SchedulePatch"] {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name) else { continue };
+            if let Some(RefOr::T(Schema::Object(cron))) = object.properties.get_mut("cron") {
+                cron.pattern = Some(schedule::CRON_PATTERN.to_owned());
+            }
+            if let Some(RefOr::T(Schema::Object(zone))) = object.properties.get_mut("timezone") {
+                zone.enum_values = Some(zones.clone());
+            }
+        }
     }
 }
 
@@ -242,6 +290,37 @@ mod tests {
         }
         lists.sort_unstable();
         assert_eq!(lists, ["/v1/dead", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]);
+    }
+
+    #[test]
+    fn every_call_a_read_key_may_not_make_documents_its_403() {
+        let doc = document();
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                if method == "get" || operation["security"].is_null() {
+                    continue;
+                }
+                assert!(operation["responses"]["403"].is_object(), "{method} {path} does not document 403");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "{checked}");
+    }
+
+    /// An id in a path states its form, so a client (and schemathesis)
+    /// knows which ids the server reads.
+    #[test]
+    fn every_path_id_states_its_pattern() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("item") {
+                for param in operation["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "path") {
+                    let schema = resolve(&doc, &param["schema"]);
+                    assert!(schema["pattern"].is_string(), "{method} {path}: {} states no pattern", param["name"]);
+                }
+            }
+        }
     }
 
     #[test]

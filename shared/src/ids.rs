@@ -156,6 +156,26 @@ impl fmt::Debug for TenantId {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every id the document's pattern allows parses.
+        #[test]
+        fn every_id_the_pattern_allows_parses(id in proptest::string::string_regex(TaskId::PATTERN.trim_start_matches('^').trim_end_matches('$')).expect("regex")) {
+            prop_assert!(TaskId::parse(&id).is_ok(), "{}", id);
+        }
+    }
+
+    #[test]
+    fn generated_ids_match_the_pattern() {
+        let pattern = TaskId::PATTERN;
+        for _ in 0..100 {
+            let id = TaskId::generate();
+            let rest = id.as_str().strip_prefix("tsk_").expect("prefix");
+            assert!(pattern.starts_with("^tsk_[0-7]") && rest.len() == 26, "{id}");
+            assert!(rest.chars().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() && !"ilou".contains(c)), "{id}");
+        }
+    }
 
     #[test]
     fn generated_ids_parse_back() {

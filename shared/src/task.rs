@@ -110,6 +110,7 @@ pub struct HumanInput {
     pub decision: Decision,
     /// Free text for the task: a clarification, or why it was denied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 4000)]
     pub message: Option<String>,
 }
 
@@ -167,6 +168,7 @@ pub struct SandboxSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
+    #[schema(minimum = 1, maximum = 20)]
     pub max_attempts: u32,
 }
 
@@ -195,10 +197,13 @@ pub enum TaskFiles {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
+    /// What to do: 1 to 20 000 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<Pipeline>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]+$")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actions: Option<Vec<Action>>,
@@ -209,12 +214,15 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10000)]
     pub max_steps: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 86400)]
     pub max_duration_s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 255, pattern = r"^[^\x00-\x1f\x7f-\x9f]+$")]
     pub idempotency_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
@@ -224,6 +232,7 @@ pub struct TaskSpec {
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub not_before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_of: Option<TaskId>,
@@ -388,7 +397,7 @@ fn check_range(field: &str, value: Option<u64>, min: u64, max: u64) -> Result<()
 }
 
 fn check_label(field: &str, value: &str, max: usize) -> Result<(), ValidationError> {
-    if value.is_empty() || value.len() > max || value.chars().any(char::is_control) {
+    if value.is_empty() || value.chars().count() > max || value.chars().any(char::is_control) {
         return Err(ValidationError::at(field, format!("{field} must be 1 to {max} printable characters")));
     }
     Ok(())

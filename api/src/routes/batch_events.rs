@@ -29,11 +29,11 @@ use crate::state::AppState;
     tag = "batches",
     params(
         ("id" = BatchId, Path, description = "Batch id"),
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this position (the `id` of the last frame received)"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = r"^([0-9]{1,19}-[0-9]{1,19})?$", description = "Resume after this position (the `id` of the last frame received)"),
         FeedParams,
     ),
     responses(
-        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`), `event` the type, `data` one Event as JSON; the batch's stored events after the position (from the batch's start without one), then live events; the stream closes once every task has ended, or after its maximum lifetime, when the client resumes with `Last-Event-ID`", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`), `event` the type, `data` one Event as JSON; the batch's stored events after the position (from the batch's start without one), then live events; the stream closes once every task has ended, or after its maximum lifetime, when the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such batch for this tenant", body = ErrorBody),

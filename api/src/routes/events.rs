@@ -27,7 +27,7 @@ const SEQ: &str = "the seq of an event, a whole number";
 #[into_params(parameter_in = Query)]
 pub struct EventsParams {
     /// Send only events with a greater seq; `Last-Event-ID` wins when both are given.
-    #[param(value_type = Option<u64>)]
+    #[param(pattern = r"^([0-9]{1,19})?$")]
     pub after: Option<String>,
 }
 
@@ -38,11 +38,11 @@ pub struct EventsParams {
     tag = "tasks",
     params(
         ("id" = TaskId, Path, description = "Task id"),
-        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this seq"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = r"^([0-9]{1,19})?$", description = "Resume after this seq"),
         EventsParams,
     ),
     responses(
-        (status = 200, description = "Server-Sent Events: `id` the seq, `event` the type, `data` one Event as JSON; the stream closes after the terminal event, or after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`), when the client resumes with `Last-Event-ID`", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "Server-Sent Events: `id` the seq, `event` the type, `data` one Event as JSON; the stream closes after the terminal event, or after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`), when the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),

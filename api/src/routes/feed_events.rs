@@ -25,6 +25,7 @@ pub const POSITION: &str = "the id of a frame of this feed, like 1732500000000-0
 #[into_params(parameter_in = Query)]
 pub struct FeedParams {
     /// Send only events after this position; `Last-Event-ID` wins when both are given.
+    #[param(pattern = r"^([0-9]{1,19}-[0-9]{1,19})?$")]
     pub after: Option<String>,
 }
 
@@ -34,11 +35,11 @@ pub struct FeedParams {
     path = "/v1/events",
     tag = "tasks",
     params(
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this position (the `id` of the last frame received)"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = r"^([0-9]{1,19}-[0-9]{1,19})?$", description = "Resume after this position (the `id` of the last frame received)"),
         FeedParams,
     ),
     responses(
-        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`, increasing), `event` the type, `data` one Event as JSON. Without a position the stream starts with the next event; with one it first sends every stored event after it (events are kept for the retention window). The stream ends after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`); the client resumes with `Last-Event-ID`", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`, increasing), `event` the type, `data` one Event as JSON. Without a position the stream starts with the next event; with one it first sends every stored event after it (events are kept for the retention window). The stream ends after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`); the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed `Last-Event-ID` or `after`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 429, description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)", body = ErrorBody),

@@ -58,7 +58,7 @@ pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Res
     get,
     path = "/v1/dead",
     tag = "queues",
-    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page", pattern = r"^[0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$")),
+    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page; empty or absent for the first", pattern = r"^([0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25})?$")),
     responses(
         (status = 200, description = "One page; follow `next_cursor` until it is null", body = DeadTasks),
         (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
@@ -114,7 +114,7 @@ mod tests {
         for bad in ["1732500000000", "-1:x", &format!("-5:{id}"), &format!("x:{id}"), "12:tsk_"] {
             assert!(dead_cursor(bad).is_none(), "{bad}");
         }
-        let pattern = format!("^[0-9]{{1,15}}:{}", TaskId::PATTERN.trim_start_matches('^'));
-        assert_eq!(pattern, r"^[0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$");
+        let pattern = format!("^([0-9]{{1,15}}:{})?$", TaskId::PATTERN.trim_start_matches('^').trim_end_matches('$'));
+        assert_eq!(pattern, r"^([0-9]{1,15}:tsk_[0-7][0-9a-hjkmnp-tv-z]{25})?$", "the pattern the document states");
     }
 }

@@ -80,7 +80,7 @@ pub async fn create(
     get,
     path = "/v1/schedules",
     tag = "schedules",
-    params(PageParams, ("cursor" = Option<ScheduleId>, Query, description = "The `next_cursor` of the previous page")),
+    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page; empty or absent for the first", pattern = r"^(sch_[0-7][0-9a-hjkmnp-tv-z]{25})?$")),
     responses(
         (status = 200, description = "One page; follow `next_cursor` until it is null", body = ScheduleList),
         (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),

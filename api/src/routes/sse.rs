@@ -15,6 +15,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
+use utoipa::ToSchema;
 
 use crate::feed::Client;
 use crate::hub::StreamPermit;
@@ -25,21 +26,45 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events buffered for a client that reads slowly.
 const BUFFER: usize = 256;
 
+/// One frame of an event stream as a client reads it: what the `200`
+/// answer of every SSE endpoint describes, frame by frame.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct SseFrame {
+    /// The frame's position: resume after it with `Last-Event-ID`.
+    pub id: String,
+    /// The event's type (`queued`, `started`, … `succeeded`).
+    pub event: String,
+    /// One Event as JSON.
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
 /// The position the client already has: `Last-Event-ID`, else `after`, else
 /// none. `what` says what a position looks like, for the error.
 pub fn resume_at<T: FromStr>(headers: &HeaderMap, after: Option<&str>, what: &str) -> Result<Option<T>, ValidationError> {
     if let Some(value) = headers.get("last-event-id") {
         let text = value.to_str().unwrap_or("-").trim();
         if !text.is_empty() {
-            return text
-                .parse()
+            return position::<T>(text)
                 .map(Some)
-                .map_err(|_| ValidationError::at("Last-Event-ID", format!("Last-Event-ID must be {what}")));
+                .ok_or_else(|| ValidationError::at("Last-Event-ID", format!("Last-Event-ID must be {what}")));
         }
     }
-    match after.map(str::trim).filter(|a| !a.is_empty()) {
+    match after.filter(|a| !a.is_empty()) {
         None => Ok(None),
-        Some(text) => text.parse().map(Some).map_err(|_| ValidationError::at("after", format!("after must be {what}"))),
+        Some(text) => position::<T>(text).map(Some).ok_or_else(|| ValidationError::at("after", format!("after must be {what}"))),
+    }
+}
+
+/// A position as the document states it: whole numbers of at most 19
+/// digits, joined by `-` for a feed (no sign, no space).
+fn position<T: FromStr>(text: &str) -> Option<T> {
+    let digits = text.split('-').all(|n| (1..=19).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()));
+    if digits {
+        text.parse().ok()
+    } else {
+        None
     }
 }
 
@@ -95,5 +120,10 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("after"));
         let err = resume_at::<flotilla_shared::queue::FeedId>(&with_header("12"), None, "a feed position").expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("Last-Event-ID"));
+        for bad in ["+3", " 3", "3 ", "99999999999999999999", "1--2"] {
+            assert!(resume_at::<u64>(&HeaderMap::new(), Some(bad), SEQ).is_err(), "{bad:?}");
+        }
+        let feed = resume_at::<flotilla_shared::queue::FeedId>(&HeaderMap::new(), Some("1732500000000-3"), "a feed position");
+        assert!(matches!(feed, Ok(Some(_))));
     }
 }

@@ -45,6 +45,7 @@ pub struct Release {
     /// What the agent should know about what the person did; at most 4,000
     /// characters.
     #[serde(default)]
+    #[schema(max_length = 4000)]
     pub message: Option<String>,
 }
 
@@ -61,7 +62,7 @@ pub struct Released {
     post,
     path = "/v1/tasks/{id}/takeover",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = TaskId, Path, description = "Task id")),
     responses(
         (status = 200, description = "The person holds the desktop (or held it already); a control view", body = TakenOver),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -89,11 +90,13 @@ pub async fn takeover(
     post,
     path = "/v1/tasks/{id}/release",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id")),
+    params(("id" = TaskId, Path, description = "Task id")),
     request_body = Release,
     responses(
         (status = 202, description = "Handed back; the agent goes on with the message", body = Released),
         (status = 400, description = "Malformed id or body", body = ErrorBody),
+        (status = 413, description = "Body over the size limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),
         (status = 409, description = "The task is not taken over (`conflict`)", body = ErrorBody),

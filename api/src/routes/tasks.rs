@@ -81,14 +81,14 @@ pub struct ListParams {
     /// Only tasks with this status.
     #[param(value_type = Option<TaskStatus>)]
     pub status: Option<String>,
-    /// Only tasks of this batch.
-    #[param(value_type = Option<BatchId>)]
+    /// Only tasks of this batch; empty for any.
+    #[param(value_type = Option<String>, pattern = r"^(bat_[0-7][0-9a-hjkmnp-tv-z]{25})?$")]
     pub batch: Option<String>,
     /// At most this many tasks, 1 to 500; default 50.
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
-    #[param(value_type = Option<TaskId>)]
+    /// The `next_cursor` of the previous page; empty or absent for the first.
+    #[param(value_type = Option<String>, pattern = r"^(tsk_[0-7][0-9a-hjkmnp-tv-z]{25})?$")]
     pub cursor: Option<String>,
 }
 
@@ -269,6 +269,8 @@ pub struct InputAccepted {
     responses(
         (status = 202, description = "Handed to the task", body = InputAccepted),
         (status = 400, description = "Malformed id or body", body = ErrorBody),
+        (status = 413, description = "Body over the size limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),
         (status = 409, description = "The task is not waiting (`conflict`)", body = ErrorBody),

@@ -65,7 +65,7 @@ pub struct SocketParams {
     get,
     path = "/v1/tasks/{id}/view",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id"), ViewParams),
+    params(("id" = TaskId, Path, description = "Task id"), ViewParams),
     responses(
         (status = 200, description = "A view URL and when its token expires", body = ViewLink),
         (status = 400, description = "Malformed id or mode", body = ErrorBody),
@@ -126,7 +126,7 @@ pub async fn view_link(
     get,
     path = "/v1/tasks/{id}/view/socket",
     tag = "tasks",
-    params(("id" = String, Path, description = "Task id"), SocketParams),
+    params(("id" = TaskId, Path, description = "Task id"), SocketParams),
     responses(
         (status = 101, description = "Switching to a WebSocket that carries RFB (VNC) in binary messages"),
         (status = 400, description = "Malformed id or not a WebSocket request", body = ErrorBody),

@@ -21,6 +21,8 @@ use crate::state::AppState;
 
 /// How long a rotated-out secret keeps signing when `grace_s` is not given.
 const DEFAULT_GRACE_S: i64 = 24 * 3600;
+/// The longest grace a rotation may give the previous secret.
+const MAX_GRACE_S: u32 = 30 * 24 * 3600;
 
 /// A new endpoint and its secret (shown only here and on rotation).
 #[derive(Debug, Serialize, ToSchema)]
@@ -60,7 +62,8 @@ pub struct SecretRotated {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct RotateParams {
-    /// How long the previous secret keeps signing beside the new one, seconds (default 86400).
+    /// How long the previous secret keeps signing beside the new one, seconds, at most 30 days (default 86400).
+    #[param(minimum = 0, maximum = 2592000)]
     pub grace_s: Option<u32>,
 }
 
@@ -93,6 +96,9 @@ fn store(state: &AppState) -> Webhooks {
     responses(
         (status = 201, description = "Created; the only answer besides a rotation that shows the secret", body = EndpointCreated),
         (status = 400, description = "Bad url (not https://, or a non-public address), no events, unknown field", body = ErrorBody),
+        (status = 404, description = "`batch_id` names no batch of this tenant", body = ErrorBody),
+        (status = 413, description = "Body over the size limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
@@ -115,7 +121,7 @@ pub async fn create(
     get,
     path = "/v1/webhooks",
     tag = "webhooks",
-    params(PageParams, ("cursor" = Option<WebhookId>, Query, description = "The `next_cursor` of the previous page")),
+    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page; empty or absent for the first", pattern = r"^(whk_[0-7][0-9a-hjkmnp-tv-z]{25})?$")),
     responses(
         (status = 200, description = "One page; follow `next_cursor` until it is absent", body = EndpointPage),
         (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
@@ -167,6 +173,8 @@ pub async fn get(
     responses(
         (status = 200, description = "The endpoint as changed", body = Endpoint),
         (status = 400, description = "Bad url or events, unknown field", body = ErrorBody),
+        (status = 413, description = "Body over the size limit", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such webhook for this tenant", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
@@ -227,6 +235,9 @@ pub async fn rotate(
     WebhookIdPath(id): WebhookIdPath,
     QueryParams(params): QueryParams<RotateParams>,
 ) -> Result<Json<SecretRotated>, ApiError> {
+    if params.grace_s.is_some_and(|g| g > MAX_GRACE_S) {
+        return Err(ApiError::Invalid(ValidationError::at("grace_s", "grace_s is at most 2592000 (30 days)")));
+    }
     let grace_ms = params.grace_s.map_or(DEFAULT_GRACE_S, i64::from) * 1000;
     let secret = store(&state).rotate(&tenant, &id, grace_ms).await?;
     Ok(Json(SecretRotated { secret, previous_valid_until: clock::rfc3339(clock::now_ms() + grace_ms) }))
@@ -240,7 +251,7 @@ pub async fn rotate(
     params(
         ("id" = WebhookId, Path, description = "Webhook id"),
         PageParams,
-        ("cursor" = Option<MessageId>, Query, description = "The `next_cursor` of the previous page"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page; empty or absent for the first", pattern = r"^(msg_[0-7][0-9a-hjkmnp-tv-z]{25})?$"),
     ),
     responses(
         (status = 200, description = "One page of messages with status, attempts, last response code, latency and error; follow `next_cursor` until it is absent", body = DeliveryPage),

@@ -11,5 +11,5 @@ mod rule;
 mod store;
 
 pub use fire::{FireReport, Fired};
-pub use rule::CronRule;
+pub use rule::{zone_names, CronRule, CRON_PATTERN};
 pub use store::{LastRun, NewSchedule, Overlap, Schedule, SchedulePatch, Schedules, Settings};

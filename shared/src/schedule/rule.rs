@@ -20,6 +20,21 @@ use crate::error::ValidationError;
 /// The longest pattern accepted.
 const MAX_PATTERN: usize = 256;
 
+/// A regular expression for the document: patterns it matches are cron
+/// patterns [`CronRule::parse`] accepts (a subset: numbers, lists of up to
+/// four, `*` with a step, nicknames; days of the month up to 28, so every
+/// pattern matches some date). The parser accepts more (ranges, names, `L`,
+/// `W`, `#`); the document states what is certain.
+pub const CRON_PATTERN: &str = r"^(@(yearly|monthly|weekly|daily|hourly)|(\*(/[1-5])?|[1-5]?[0-9](,[1-5]?[0-9]){0,3}) (\*(/[1-5])?|(1?[0-9]|2[0-3])(,(1?[0-9]|2[0-3])){0,3}) (\*(/[1-5])?|([1-9]|1[0-9]|2[0-8])(,([1-9]|1[0-9]|2[0-8])){0,3}) (\*(/[1-5])?|([1-9]|1[0-2])(,([1-9]|1[0-2])){0,3}) (\*(/[1-5])?|[0-6](,[0-6]){0,3}))$";
+
+/// Every time zone name [`CronRule::parse`] knows, sorted.
+pub fn zone_names() -> Vec<String> {
+    let mut names: Vec<String> =
+        jiff::tz::db().available().map(|name| name.to_string()).filter(|name| TimeZone::get(name).is_ok()).collect();
+    names.sort_unstable();
+    names
+}
+
 /// A cron pattern in a time zone.
 #[derive(Debug, Clone)]
 pub struct CronRule {
@@ -82,6 +97,31 @@ impl CronRule {
 mod tests {
     use super::*;
     use crate::clock::{parse_rfc3339, rfc3339};
+    use proptest::prelude::*;
+
+    /// A pattern without its anchors, to generate from.
+    fn unanchored(pattern: &str) -> &str {
+        pattern.trim_start_matches('^').trim_end_matches('$')
+    }
+
+    proptest! {
+        /// What the document promises the server accepts, it accepts.
+        #[test]
+        fn every_pattern_the_document_allows_parses(cron in proptest::string::string_regex(unanchored(CRON_PATTERN)).expect("regex")) {
+            prop_assert!(CronRule::parse(&cron, "UTC").is_ok(), "{}", cron);
+        }
+    }
+
+    #[test]
+    fn every_listed_zone_parses_and_the_usual_ones_are_listed() {
+        let names = zone_names();
+        for name in ["UTC", "Europe/Berlin", "Asia/Kolkata", "America/New_York"] {
+            assert!(names.iter().any(|n| n == name), "{name}");
+        }
+        for name in &names {
+            assert!(CronRule::parse("0 9 * * *", name).is_ok(), "{name}");
+        }
+    }
 
     fn ms(text: &str) -> i64 {
         parse_rfc3339(text).expect("time")

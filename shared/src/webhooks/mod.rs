@@ -86,11 +86,12 @@ impl EventType {
 #[serde(deny_unknown_fields)]
 pub struct NewEndpoint {
     /// Where to post; `https://` only unless the operator allows `http://`.
+    #[schema(pattern = r"^https://[A-Za-z][A-Za-z0-9-]*(\.[A-Za-z][A-Za-z0-9-]*)*(:[0-9]{1,4})?(/[^\s]*)?$")]
     pub url: String,
     /// What to report; at least one.
+    #[schema(min_items = 1)]
     pub events: Vec<EventType>,
     /// Only events of this batch's tasks (and its completion).
-    #[schema(value_type = Option<String>)]
     pub batch_id: Option<BatchId>,
 }
 
@@ -98,7 +99,9 @@ pub struct NewEndpoint {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointPatch {
+    #[schema(pattern = r"^https://[A-Za-z][A-Za-z0-9-]*(\.[A-Za-z][A-Za-z0-9-]*)*(:[0-9]{1,4})?(/[^\s]*)?$")]
     pub url: Option<String>,
+    #[schema(min_items = 1)]
     pub events: Option<Vec<EventType>>,
     /// `false` also re-enables an endpoint disabled by a `410 Gone`.
     pub disabled: Option<bool>,

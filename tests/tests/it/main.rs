@@ -31,6 +31,7 @@ mod quotas;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod schedules;
+mod schemathesis;
 mod sdk_checks;
 mod telemetry;
 mod usage;
