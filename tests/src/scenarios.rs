@@ -45,7 +45,8 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     // once it is running tasks of its own.
     eventually("the doomed worker runs tasks", Duration::from_secs(30), || async {
         for id in &ids {
-            if record(&q, id).await.status == TaskStatus::Running && last_starter(&events(&q, id).await) == Some("doomed".into()) {
+            if record(&q, id).await.status == TaskStatus::Running && last_starter(&events(&q, id).await) == Some("doomed".into())
+            {
                 return true;
             }
         }

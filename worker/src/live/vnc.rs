@@ -76,6 +76,9 @@ fn command(task: &TaskId, display: &X11Display) -> Command {
         .args(["-autoport", &FIRST_PORT.to_string(), "-localhost", "-noipv6"])
         .args(["-shared", "-forever", "-nopw", "-norc", "-nosel", "-nobell", "-noxrecord", "-nowf"])
         .args(["-wait", "5", "-defer", "5", "-nonap"])
+        // No MIT-SHM: the server is ended with SIGKILL, which would leave
+        // its SysV segments behind until the host's limit (shmmni) is spent.
+        .arg("-noshm")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env(TASK_VAR, task.as_str())
