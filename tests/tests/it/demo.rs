@@ -146,23 +146,13 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
          (Array.from(document.querySelectorAll('#tasks tr[data-task-id]')))"
     );
     browser.wait_for("the demo's tasks show as succeeded", &all_done, SHOWN).await.expect("tasks shown");
-    // A task that worked on a desktop (a few of the demo's only wait).
-    let listed: serde_json::Value = http
-        .get(format!("{}/v1/tasks?limit=100", dashboard.trim_end_matches('/')))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .expect("list the tasks")
-        .json()
-        .await
-        .expect("a task page");
-    let id = listed["tasks"]
-        .as_array()
-        .expect("tasks")
-        .iter()
-        .find(|t| t["screenshots"].as_array().is_some_and(|s| !s.is_empty()))
-        .and_then(|t| t["id"].as_str())
-        .expect("a demo task with screenshots")
+    // The task whose screenshot links the demo printed (a few of its
+    // tasks only wait and have none).
+    let id = out
+        .lines()
+        .find_map(|l| l.split("screenshots of ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no task named with its screenshots:\n{out}"))
         .to_owned();
     browser.click(&format!("#tasks tr[data-task-id=\"{id}\"]")).await.expect("open the first task");
     let shown = "(img => img.complete && img.naturalWidth > 0)(document.getElementById('shot-image')) && \
