@@ -75,6 +75,8 @@ pub enum Command {
     Batch(BatchArgs),
     /// List schedules, or create, show, pause, resume or delete one
     Schedules(SchedulesArgs),
+    /// List webhook endpoints, or add or remove one, list its deliveries or retry one
+    Webhooks(WebhooksArgs),
 }
 
 #[derive(Debug, Default, Args)]
@@ -131,6 +133,56 @@ pub struct BatchArgs {
     /// Print the batch id and return without waiting for the tasks
     #[arg(long)]
     pub no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhooksArgs {
+    #[command(subcommand)]
+    pub action: Option<WebhookAction>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhookAction {
+    /// Add an endpoint; prints its id and its signing secret (shown this once)
+    Add(AddWebhookArgs),
+    /// List the endpoints (the same as no action)
+    Ls,
+    /// Remove an endpoint
+    Rm(WebhookIdArgs),
+    /// List an endpoint's deliveries, newest first
+    Deliveries(WebhookIdArgs),
+    /// Deliver a message again now
+    Retry(RetryDeliveryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddWebhookArgs {
+    /// Where to post (https://, or http:// where the fleet allows it)
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Event types, comma-separated: task.succeeded, task.failed, task.cancelled, task.waiting, batch.completed
+    #[arg(long, value_delimiter = ',', required = true, value_name = "TYPES")]
+    pub events: Vec<String>,
+    /// Only this batch's events
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookIdArgs {
+    /// Webhook id (`whk_…`)
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RetryDeliveryArgs {
+    /// Webhook id (`whk_…`)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Message id, as `deliveries` lists it
+    #[arg(value_name = "MSG_ID")]
+    pub msg_id: String,
 }
 
 #[derive(Debug, Args)]

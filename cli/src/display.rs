@@ -223,28 +223,36 @@ fn truncate_plain(text: &str, max: usize) -> String {
 
 /// The task list as aligned lines: ID, STATUS, CODE, ATTEMPTS, CREATED, PROMPT.
 pub fn task_table(tasks: &[Value]) -> Vec<String> {
-    let header = ["ID", "STATUS", "CODE", "ATTEMPTS", "CREATED", "PROMPT"].map(str::to_owned);
-    let rows: Vec<[String; 6]> = std::iter::once(header).chain(tasks.iter().map(task_row)).collect();
-    let mut widths = [0usize; 6];
+    aligned(["ID", "STATUS", "CODE", "ATTEMPTS", "CREATED", "PROMPT"], tasks.iter().map(task_row))
+}
+
+/// A header and rows as lines whose columns line up, two spaces apart.
+pub fn aligned<const N: usize>(header: [&str; N], rows: impl Iterator<Item = [String; N]>) -> Vec<String> {
+    let rows: Vec<[String; N]> = std::iter::once(header.map(str::to_owned)).chain(rows).collect();
+    let mut widths = [0usize; N];
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    rows.iter().map(|row| table_line(row, &widths)).collect()
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+            cells.join("  ").trim_end().to_owned()
+        })
+        .collect()
 }
 
-fn table_line(row: &[String; 6], widths: &[usize; 6]) -> String {
-    let cells: Vec<String> = row.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-    cells.join("  ").trim_end().to_owned()
-}
-
-fn task_row(task: &Value) -> [String; 6] {
-    let cell = |value: Option<&Value>| match value {
+/// A JSON value as one table cell: strings on one line, `-` for none.
+pub fn cell(value: Option<&Value>) -> String {
+    match value {
         Some(Value::String(s)) => one_line(s),
         Some(Value::Null) | None => "-".to_owned(),
         Some(other) => other.to_string(),
-    };
+    }
+}
+
+fn task_row(task: &Value) -> [String; 6] {
     let prompt = task.get("prompt").or_else(|| task.pointer("/spec/prompt"));
     [
         cell(task.get("id")),

@@ -7,6 +7,7 @@ mod submit;
 mod tasks;
 mod view;
 mod watch;
+mod webhooks;
 
 use crate::args::{Cli, Command};
 use crate::client::Client;
@@ -45,5 +46,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Release(args) => view::release(&client, &args, format).await,
         Command::Batch(args) => batch::run(&client, &args, format).await,
         Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
+        Command::Webhooks(args) => webhooks::run(&client, args.action.as_ref(), format).await,
     }
 }

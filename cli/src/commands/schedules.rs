@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::{Format, Outcome};
 use crate::args::{CreateScheduleArgs, ScheduleAction};
 use crate::client::{ApiResponse, Client};
-use crate::display::{one_line, out, truncate, warn};
+use crate::display::{aligned, cell, out, truncate, warn};
 use crate::spec::read_spec_file;
 
 /// Longest prompt in the schedule table.
@@ -80,28 +80,10 @@ fn summary(schedule: &Value) -> String {
 
 /// The schedules as aligned lines: ID, CRON, TIMEZONE, OVERLAP, NEXT RUN, LAST TASK, PROMPT.
 fn schedule_table(schedules: &[Value]) -> Vec<String> {
-    let header = ["ID", "CRON", "TIMEZONE", "OVERLAP", "NEXT RUN", "LAST TASK", "PROMPT"].map(str::to_owned);
-    let rows: Vec<[String; 7]> = std::iter::once(header).chain(schedules.iter().map(schedule_row)).collect();
-    let mut widths = [0usize; 7];
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    rows.iter()
-        .map(|row| {
-            let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-            cells.join("  ").trim_end().to_owned()
-        })
-        .collect()
+    aligned(["ID", "CRON", "TIMEZONE", "OVERLAP", "NEXT RUN", "LAST TASK", "PROMPT"], schedules.iter().map(schedule_row))
 }
 
 fn schedule_row(schedule: &Value) -> [String; 7] {
-    let cell = |value: Option<&Value>| match value {
-        Some(Value::String(s)) => one_line(s),
-        Some(Value::Null) | None => "-".to_owned(),
-        Some(other) => other.to_string(),
-    };
     let next = if schedule.get("paused").and_then(Value::as_bool) == Some(true) {
         "paused".to_owned()
     } else {

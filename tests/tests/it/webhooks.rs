@@ -349,3 +349,67 @@ async fn every_terminal_event_of_500_tasks_arrives_through_a_flaky_endpoint_a_ki
     eprintln!("{} requests for {} tasks ({retried} repeats: failures answered and redeliveries)", received.len(), tasks.len());
     assert!(received.iter().any(|d| !d.accepted), "the endpoint did fail some");
 }
+
+/// Runs the `flotilla` command line against `api` with acme's key.
+fn flotilla(api: &flotilla_tests::ApiServer, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(flotilla_tests::fleet::binary("flotilla"))
+        .args(["--api", &api.base_url, "--key", api_key()])
+        .args(args)
+        .output()
+        .expect("run flotilla");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_adds_lists_shows_deliveries_retries_and_removes_a_webhook() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1")];
+    let api = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-cli");
+    let (receiver, addr) = Receiver::start(OK).await;
+    let url = format!("http://{addr}/hook");
+
+    let (ok, added, stderr) = flotilla(&api, &["webhooks", "add", &url, "--events", "task.succeeded,batch.completed"]);
+    assert!(ok, "{stderr}");
+    let mut words = added.split_whitespace();
+    let id = words.next().expect("an id").to_owned();
+    assert!(id.starts_with("whk_") && added.contains("secret whsec_"), "{added}");
+    assert!(stderr.contains("not shown again"), "{stderr}");
+
+    let (ok, listed, _) = flotilla(&api, &["webhooks", "ls"]);
+    assert!(ok && listed.contains(&id) && listed.contains("task.succeeded,batch.completed") && listed.contains(&url), "{listed}");
+    let (ok, json_list, _) = flotilla(&api, &["--json", "webhooks"]);
+    let parsed: Value = serde_json::from_str(json_list.trim()).expect("json");
+    assert!(ok && parsed["webhooks"][0]["id"] == json!(id), "{json_list}");
+
+    let (status, batch) = acme.post("/v1/batches", &scripted(2)).await;
+    assert_eq!(status, 202, "{batch}");
+    eventually("three deliveries", Duration::from_secs(60), || receiver.received().len() >= 3).await;
+    let (ok, json_log, _) = flotilla(&api, &["--json", "webhooks", "deliveries", &id]);
+    let log: Value = serde_json::from_str(json_log.trim()).expect("json");
+    let deliveries = log["deliveries"].as_array().expect("deliveries");
+    assert!(ok && deliveries.len() == 3, "{json_log}");
+    let (ok, table, _) = flotilla(&api, &["webhooks", "deliveries", &id]);
+    assert!(ok && table.starts_with("MSG ID") && table.lines().count() == 4 && table.contains("succeeded"), "{table}");
+
+    let msg = deliveries[0]["msg_id"].as_str().expect("msg id");
+    let (ok, retried, stderr) = flotilla(&api, &["webhooks", "retry", &id, msg]);
+    assert!(ok && retried.contains(msg), "{retried}{stderr}");
+    eventually("the retried message arrives again", Duration::from_secs(30), || receiver.received().len() >= 4).await;
+    let ids: Vec<String> = receiver.received().iter().map(|d| d.id.clone()).collect();
+    assert_eq!(ids.iter().filter(|i| *i == msg).count(), 2, "a retry resends the same message: {ids:?}");
+
+    let (ok, _, stderr) = flotilla(&api, &["webhooks", "retry", &id, "msg_nosuchmessage"]);
+    assert!(!ok && stderr.lines().count() == 1, "a bad message id is one line: {stderr}");
+    let (ok, removed, _) = flotilla(&api, &["webhooks", "rm", &id]);
+    assert!(ok && removed.contains("removed"), "{removed}");
+    let (ok, _, stderr) = flotilla(&api, &["webhooks", "ls"]);
+    assert!(ok && stderr.contains("no webhooks"), "{stderr}");
+}
