@@ -652,6 +652,9 @@ async fn the_dashboard_shows_the_live_view_takes_over_and_plays_back_a_finished_
         .expect("step back");
     let typed = browser.evaluate("document.getElementById('shot-actions').textContent").await.expect("actions");
     assert!(typed.as_str().is_some_and(|t| t.contains("type \"echo played\\n\"")), "{typed}");
+    // Stepping loads another image: the overlay is drawn again once it has.
+    let overlay_ready = format!("{RED_CENTRE} !== null");
+    browser.wait_for("the overlay is drawn again", &overlay_ready, SHOWN).await.expect("overlay");
     let nothing_red = browser.evaluate(RED_CENTRE).await.expect("overlay");
     assert_eq!(nothing_red, json!([]), "typing draws no click");
     save_page(&mut browser, "dashboard-player.png").await;
