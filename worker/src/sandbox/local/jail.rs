@@ -271,7 +271,7 @@ pub(crate) async fn start_holder(
     pgid: Option<u32>,
     deadline: Instant,
 ) -> Result<(Child, u32), SandboxError> {
-    let mut command = Command::new(&tools.unshare);
+    let mut command = process::tied_to_worker(&tools.unshare);
     command.args(["--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]);
     let mut holder = spawn_setup(command, marker, pgid, "unshare (util-linux)")?;
     let pid = holder.id().ok_or_else(|| SandboxError::Unavailable("the namespace holder exited at once".into()))?;
@@ -303,7 +303,7 @@ pub(crate) async fn start_egress(
     deadline: Instant,
 ) -> Result<Child, SandboxError> {
     let slirp = tools.slirp4netns.as_ref().ok_or_else(|| SandboxError::Unavailable("slirp4netns was not looked for".into()))?;
-    let mut command = Command::new(slirp);
+    let mut command = process::tied_to_worker(slirp);
     command.args([
         "--configure",
         "--disable-host-loopback",

@@ -14,6 +14,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::jail::{Jail, XAUTHORITY_PATH};
+use super::process;
 
 /// The environment variable every sandbox process carries, set to the id.
 pub(crate) const MARKER_VAR: &str = "FLOTILLA_SANDBOX";
@@ -54,12 +55,12 @@ impl Launcher {
             Some(jail) => {
                 let socket = x_socket(self.display);
                 let (wrapper, argv) = jail.wrap(&self.home, &self.tmp, Some(&socket), program, args);
-                let mut command = Command::new(wrapper);
+                let mut command = process::tied_to_worker(wrapper);
                 command.args(argv);
                 command
             }
             None => {
-                let mut command = Command::new(program);
+                let mut command = process::tied_to_worker(program);
                 command.args(args);
                 command
             }
