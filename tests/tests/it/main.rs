@@ -35,5 +35,6 @@ mod schemathesis;
 mod sdk_checks;
 mod telemetry;
 mod usage;
+mod webhook_isolation;
 mod webhooks;
 mod worker_http;
