@@ -308,6 +308,12 @@ impl Keys {
         format!("{}:events:feed:{{{tenant}}}", self.prefix)
     }
 
+    /// String: on a cluster, the seq of the last event of one task the
+    /// relay appended to its tenant's feed (kept for the retention).
+    pub fn tenant_feed_marker(&self, tenant: &TenantId, task: &TaskId) -> String {
+        format!("{}:events:feed:{{{tenant}}}:fed:{task}", self.prefix)
+    }
+
     /// Hash: one webhook endpoint of a tenant (`url`, `events`, `batch`,
     /// `disabled`, `secret`, `old_secret`, `old_until`, `created_at`).
     pub fn webhook(&self, tenant: &TenantId, id: &str) -> String {

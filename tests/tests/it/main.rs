@@ -10,6 +10,7 @@ mod blobstore_faults;
 mod budgets;
 mod claude_code;
 mod cluster;
+mod cluster_feeds;
 mod computer_use;
 mod computer_use_models;
 mod dashboard;
