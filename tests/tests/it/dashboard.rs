@@ -346,8 +346,7 @@ async fn sandbox_in_a_browser_a_waiting_task_is_approved_with_a_click_and_finish
 }
 
 /// How many times the page has read the task list.
-const LIST_READS: &str =
-    "performance.getEntriesByType('resource').filter(e => e.name.includes('/v1/tasks?limit=50')).length";
+const LIST_READS: &str = "performance.getEntriesByType('resource').filter(e => e.name.includes('/v1/tasks?limit=50')).length";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_shows_webhooks_and_their_deliveries() {
@@ -372,7 +371,10 @@ async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_show
          document.getElementById('deliveries-of').textContent === '{hook_id}' && !document.getElementById('no-deliveries').hidden"
     );
     browser.wait_for("the webhook shows, with no deliveries yet", &shown, SHOWN).await.expect("webhook shown");
-    browser.wait_for("the feed is followed", "document.getElementById('live').textContent === 'live'", SHOWN).await.expect("live");
+    browser
+        .wait_for("the feed is followed", "document.getElementById('live').textContent === 'live'", SHOWN)
+        .await
+        .expect("live");
 
     // Idle, the page reads nothing: it follows the feed instead of polling.
     let before = browser.evaluate(LIST_READS).await.expect("reads");
@@ -381,7 +383,8 @@ async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_show
     assert_eq!(before, after, "no reads of the task list while nothing happens");
 
     // Tasks submitted and run show up and finish from the feed's events.
-    let ids = [submit_wait(&client, "one", 50).await, submit_wait(&client, "two", 50).await, submit_wait(&client, "three", 50).await];
+    let ids =
+        [submit_wait(&client, "one", 50).await, submit_wait(&client, "two", 50).await, submit_wait(&client, "three", 50).await];
     for id in &ids {
         wait_status(&mut browser, id, "queued").await;
     }
