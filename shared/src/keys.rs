@@ -262,6 +262,12 @@ impl Keys {
         format!("{}:{{sandboxes}}:{provider}:slots", self.prefix)
     }
 
+    /// String: the tenant that owns one of `provider`'s sandboxes (one
+    /// started or kept alive for it); expires with the sandbox's deadline.
+    pub fn sandbox_owner(&self, provider: &str, id: &str) -> String {
+        format!("{}:sandbox:{provider}:owner:{id}", self.prefix)
+    }
+
     /// String: the grant of one live-view token, under the SHA-256 of the
     /// token (hex); expires with the token.
     pub fn view_token(&self, digest: &str) -> String {
