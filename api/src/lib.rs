@@ -9,8 +9,8 @@
 //! turn requests into typed values (or errors), `keys` holds the API keys
 //! in force and reloads the keys file; `error` is the only place
 //! that knows which status each error gets; `hub` is the process's one
-//! subscription to events, fanned out to every stream; `feed` orders event
-//! streams;
+//! subscription to events, fanned out to every stream (and, on a cluster,
+//! to `relay`, which fills the tenant feeds); `feed` orders event streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with; `limits` bounds every request's
@@ -29,6 +29,7 @@ mod limits;
 pub mod metrics;
 mod openapi;
 mod presign;
+mod relay;
 mod routes;
 mod state;
 
