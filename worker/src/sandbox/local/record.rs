@@ -211,7 +211,7 @@ mod tests {
     fn marked_sleep(marker: &str) -> std::process::Child {
         std::process::Command::new("sleep")
             .arg("60")
-            .env(launch::MARKER_VAR, marker)
+            .env(process::MARKER_VAR, marker)
             .process_group(0)
             .spawn()
             .expect("sleep starts")
