@@ -829,6 +829,7 @@
       case 'action_completed': return joined([describeAction(event.action), duration(event.ms)]);
       case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
       case 'block': return JSON.stringify(event.block).slice(0, 400);
+      case 'file': return joined([event.op, event.path, event.op === 'write' ? `${event.bytes} bytes` : '']);
       case 'waiting': return joined([event.code, event.message]);
       case 'takeover': return 'a person drives the desktop';
       case 'released': return joined(['handed back', event.message]);
