@@ -20,6 +20,7 @@ pub mod live;
 pub mod page;
 pub mod queue;
 pub mod quota;
+pub mod redact;
 pub mod redis_conn;
 pub mod schedule;
 pub mod task;
