@@ -20,6 +20,7 @@ pub mod page;
 pub mod queue;
 pub mod quota;
 pub mod redis_conn;
+pub mod route;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
