@@ -173,10 +173,24 @@ ensure_python_packages() {
   printf '%s' "$wanted" >"$stamp"
 }
 
+# slirp4netns opens /dev/net/tun as the worker's user. Debian's udev rules
+# make it mode 0666 (a tap device is only made inside a namespace the caller
+# owns); some container runtimes create it 0600, so a worker that is not root
+# could not give its sandboxes egress. Made as Debian has it, once.
+ensure_tun_device() {
+  local tun=/dev/net/tun
+  [ -c "$tun" ] || return 0
+  if [ "$(stat -c %a "$tun")" != "666" ]; then
+    log "making $tun usable by unprivileged users (mode 0666, as Debian's udev does)"
+    "${SUDO[@]}" chmod 0666 "$tun"
+  fi
+}
+
 # `--demo`: only what scripts/demo.sh runs (the Debian packages and s3s-fs);
 # the test tools, the Python packages and the Claude Code CLI are left out.
 main() {
   ensure_apt_packages
+  ensure_tun_device
   ensure_s3s_fs
   [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages

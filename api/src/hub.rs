@@ -34,6 +34,8 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::relay::RelaySender;
+
 /// Events a topic buffers for a reader that is behind; past it the reader
 /// gets [`Live::Resync`].
 const TOPIC_BUFFER: usize = 1_024;
@@ -84,10 +86,17 @@ struct Shared {
 
 impl Hub {
     /// Starts the hub's subscription on `redis`; it ends with `shutdown`.
-    pub fn start(redis: Redis, keys: &Keys, limits: StreamsConfig, shutdown: CancellationToken) -> Self {
+    /// With `relay`, every event heard also goes there (on a cluster).
+    pub fn start(
+        redis: Redis,
+        keys: &Keys,
+        limits: StreamsConfig,
+        relay: Option<RelaySender>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let (ready, _) = watch::channel(false);
         let shared = Arc::new(Shared { topics: Mutex::default(), open: Mutex::default(), ready, limits });
-        let listener = Listener { redis, pattern: keys.tenant_channel_pattern(), shared: shared.clone() };
+        let listener = Listener { redis, pattern: keys.tenant_channel_pattern(), shared: shared.clone(), relay };
         tokio::spawn(listener.run(shutdown));
         Self { shared }
     }
@@ -211,6 +220,7 @@ struct Listener {
     redis: Redis,
     pattern: String,
     shared: Arc<Shared>,
+    relay: Option<RelaySender>,
 }
 
 impl Listener {
@@ -265,15 +275,15 @@ impl Listener {
         let Some(tenant) = channel.rsplit(':').next().and_then(|t| TenantId::parse(t).ok()) else { return };
         let Ok(raw) = std::str::from_utf8(payload) else { return };
         let route: Route<'_> = serde_json::from_str(raw).unwrap_or(Route { task_id: None, batch_id: None });
+        let event: Arc<str> = Arc::from(raw);
+        if let Some(relay) = &self.relay {
+            relay.send(tenant.clone(), event.clone());
+        }
         let mut wanted = vec![Topic::Tenant(tenant)];
         wanted.extend(route.task_id.and_then(|t| TaskId::parse(t).ok()).map(Topic::Task));
         wanted.extend(route.batch_id.and_then(|b| BatchId::parse(b).ok()).map(Topic::Batch));
         let topics = lock(&self.shared.topics);
         let senders: Vec<_> = wanted.iter().filter_map(|t| topics.get(t)).collect();
-        if senders.is_empty() {
-            return;
-        }
-        let event: Arc<str> = Arc::from(raw);
         for tx in senders {
             let _ = tx.send(Live::Event(event.clone()));
         }

@@ -9,8 +9,8 @@
 //! turn requests into typed values (or errors), `keys` holds the API keys
 //! in force and reloads the keys file; `error` is the only place
 //! that knows which status each error gets; `hub` is the process's one
-//! subscription to events, fanned out to every stream; `feed` orders event
-//! streams;
+//! subscription to events, fanned out to every stream (and, on a cluster,
+//! to `relay`, which fills the tenant feeds); `feed` orders event streams;
 //! `metrics` and `openapi` render the operator pages; `presign` links a
 //! task's stored screenshots and artifacts; `dashboard` serves the page at
 //! `/` that people watch the fleet with; `limits` bounds every request's
@@ -29,6 +29,7 @@ mod limits;
 pub mod metrics;
 mod openapi;
 mod presign;
+mod relay;
 mod routes;
 mod state;
 
@@ -147,7 +148,7 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/healthz", get(routes::ops::healthz))
         .route("/readyz", get(routes::ops::readyz))
         .route("/metrics", get(routes::ops::metrics))
-        .route("/openapi.json", get(routes::ops::openapi))
+        .route("/openapi.json", get(openapi::document))
         .route("/", get(dashboard::page))
         .route(dashboard::SCRIPT_PATH, get(dashboard::script))
         .route(dashboard::STYLE_PATH, get(dashboard::style))

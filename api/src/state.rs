@@ -39,7 +39,8 @@ impl AppState {
     /// Starts the process's event [`Hub`], so it needs a Tokio runtime.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
         let keys = Arc::new(LiveKeys::new(&config.auth));
-        let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), shutdown.clone());
+        let relay = crate::relay::start(&queue, shutdown.clone());
+        let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), relay, shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, shutdown }) }
     }

@@ -109,6 +109,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "webhook_allow_http"),
     ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private"),
     ("FLOTILLA_WEBHOOK_RETRY_MS", "webhook_retry_ms"),
+    ("FLOTILLA_WEBHOOK_LOG_MAX", "webhook_log_max"),
     ("RUST_LOG", "log"),
     ("FLOTILLA_TENANT_WEIGHTS", "tenant_weights"),
     ("FLOTILLA_REQUEST_TIMEOUT_MS", "request_timeout_ms"),

@@ -65,6 +65,15 @@ pub enum EventKind {
         #[schema(value_type = Object)]
         block: serde_json::Value,
     },
+    /// A file a `claude-code` task wrote or deleted in its work directory,
+    /// reported as it happened; a written one is in the store by then (at
+    /// the task's artifact key for `path`). A deleted one has no `hash`.
+    File {
+        path: String,
+        op: FileOp,
+        hash: Option<String>,
+        bytes: u64,
+    },
     Waiting {
         code: String,
         message: String,
@@ -101,6 +110,15 @@ pub enum EventKind {
     },
 }
 
+/// What happened to a file (`file` events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    /// Written or edited: new content.
+    Write,
+    Delete,
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -119,6 +137,7 @@ impl EventKind {
             EventKind::ActionCompleted { .. } => "action_completed",
             EventKind::Screenshot { .. } => "screenshot",
             EventKind::Block { .. } => "block",
+            EventKind::File { .. } => "file",
             EventKind::Waiting { .. } => "waiting",
             EventKind::Input { .. } => "input",
             EventKind::Takeover {} => "takeover",

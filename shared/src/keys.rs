@@ -291,6 +291,12 @@ impl Keys {
         format!("{}:{{sandboxes}}:{provider}:slots", self.prefix)
     }
 
+    /// String: the tenant that owns one of `provider`'s sandboxes (one
+    /// started or kept alive for it); expires with the sandbox's deadline.
+    pub fn sandbox_owner(&self, provider: &str, id: &str) -> String {
+        format!("{}:sandbox:{provider}:owner:{id}", self.prefix)
+    }
+
     /// String: the grant of one live-view token, under the SHA-256 of the
     /// token (hex); expires with the token.
     pub fn view_token(&self, digest: &str) -> String {
@@ -337,6 +343,12 @@ impl Keys {
         format!("{}:events:feed:{{{tenant}}}", self.prefix)
     }
 
+    /// String: on a cluster, the seq of the last event of one task the
+    /// relay appended to its tenant's feed (kept for the retention).
+    pub fn tenant_feed_marker(&self, tenant: &TenantId, task: &TaskId) -> String {
+        format!("{}:events:feed:{{{tenant}}}:fed:{task}", self.prefix)
+    }
+
     /// Hash: one webhook endpoint of a tenant (`url`, `events`, `batch`,
     /// `disabled`, `secret`, `old_secret`, `old_until`, `created_at`).
     pub fn webhook(&self, tenant: &TenantId, id: &str) -> String {
@@ -354,18 +366,38 @@ impl Keys {
         format!("{}:{{w}}:tenants", self.prefix)
     }
 
+    /// The start of every key under `{w}` (the webhook messages and queues).
+    pub fn webhook_base(&self) -> String {
+        format!("{}:{{w}}:", self.prefix)
+    }
+
     /// Hash: one webhook message to one endpoint and its delivery state.
     pub fn webhook_message(&self, msg: &str) -> String {
         format!("{}:{{w}}:msg:{msg}", self.prefix)
     }
 
-    /// Sorted set: message ids by the epoch ms their next attempt is due
-    /// (a message being sent is pushed a lease ahead).
+    /// Sorted set: endpoint ids by the epoch ms one of their messages is
+    /// next due, or, for an endpoint with every attempt slot taken, by when
+    /// its oldest attempt must have ended.
     pub fn webhook_due(&self) -> String {
         format!("{}:{{w}}:due", self.prefix)
     }
 
-    /// Sorted set (all scores 0): an endpoint's message ids, which sort by time.
+    /// Sorted set: one endpoint's pending message ids by the epoch ms their
+    /// next attempt is due (a message being sent is pushed a lease ahead).
+    pub fn webhook_endpoint_due(&self, endpoint: &str) -> String {
+        format!("{}:{{w}}:due:{endpoint}", self.prefix)
+    }
+
+    /// Sorted set: one endpoint's messages being attempted now, by the epoch
+    /// ms the attempt must have ended (a deliverer killed midway leaves an
+    /// entry that lapses then).
+    pub fn webhook_in_flight(&self, endpoint: &str) -> String {
+        format!("{}:{{w}}:inflight:{endpoint}", self.prefix)
+    }
+
+    /// Sorted set (all scores 0): an endpoint's message ids, which sort by
+    /// time; the newest `FLOTILLA_WEBHOOK_LOG_MAX` only.
     pub fn webhook_deliveries(&self, endpoint: &str) -> String {
         format!("{}:{{w}}:deliveries:{endpoint}", self.prefix)
     }

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use flotilla_shared::action::Action;
 use flotilla_shared::blobstore::{BlobStore, UploaderOptions};
 use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
+use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::queue::Queue;
 use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_shared::Config;
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxOwners, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::Value;
@@ -63,16 +63,34 @@ impl DesktopFleet {
     }
 
     pub async fn submit(&self, spec: Value) -> TaskId {
+        self.submit_as(&tenant(), spec).await
+    }
+
+    /// Submits a task of `tenant`.
+    pub async fn submit_as(&self, tenant: &TenantId, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(&tenant(), spec).await.expect("submit").id
+        self.queue.submit(tenant, spec).await.expect("submit").id
     }
 
     /// Submits a task, waits for its end and returns its events.
     pub async fn run_to_end(&self, spec: Value) -> (TaskId, Vec<Event>) {
-        let id = self.submit(spec).await;
-        self.wait_ended(&id).await;
+        self.run_to_end_as(&tenant(), spec).await
+    }
+
+    /// Submits a task of `tenant`, waits for its end and returns its events.
+    pub async fn run_to_end_as(&self, tenant: &TenantId, spec: Value) -> (TaskId, Vec<Event>) {
+        let id = self.submit_as(tenant, spec).await;
+        eventually("the task ends", TASK_TIMEOUT, async || {
+            self.queue.get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
+        })
+        .await;
         let events = events(&self.queue, &id).await;
         (id, events)
+    }
+
+    /// The fleet's records of which tenant owns which sandbox.
+    pub fn owners(&self) -> SandboxOwners {
+        SandboxOwners::new(self.queue.redis().clone(), self.queue.keys().clone())
     }
 
     pub async fn wait_ended(&self, id: &TaskId) {

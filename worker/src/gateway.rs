@@ -95,7 +95,13 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// The URL sandboxes call; `http://<bound address>` when unset.
     pub public_url: Option<String>,
+    /// How long a grant lasts before its holder must refresh it
+    /// ([`TaskToken::refresh`]); a task that stops refreshing loses it then.
+    pub token_ttl: Duration,
 }
+
+/// The default [`GatewayConfig::token_ttl`].
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(600);
 
 impl GatewayConfig {
     /// The gateway to the Anthropic API the configuration names, when it
@@ -106,6 +112,7 @@ impl GatewayConfig {
             api_key: config.model.anthropic_api_key.clone()?,
             listen: config.worker.gateway_addr,
             public_url: config.worker.gateway_url.clone(),
+            token_ttl: DEFAULT_TOKEN_TTL,
         })
     }
 }
@@ -139,6 +146,7 @@ struct Inner {
     /// Numbers the per-sandbox listeners.
     next_listener: AtomicU64,
     stop: CancellationToken,
+    token_ttl: Duration,
 }
 
 /// What one task's token may spend.
@@ -231,6 +239,7 @@ impl ModelGateway {
             server: OnceCell::new(),
             next_listener: AtomicU64::new(1),
             stop: CancellationToken::new(),
+            token_ttl: config.token_ttl,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -316,6 +325,11 @@ impl ModelGateway {
         self.inner.server.get().map(|s| s.url.as_str())
     }
 
+    /// How long a grant lasts unless refreshed.
+    pub fn token_ttl(&self) -> Duration {
+        self.inner.token_ttl
+    }
+
     /// How many tokens are valid now.
     pub fn live_tokens(&self) -> usize {
         self.inner.grants.sweep();
@@ -361,6 +375,12 @@ impl TaskToken {
     pub fn base_url(&self) -> &str {
         &self.base_url
     }
+
+    /// Keeps the token valid for `ttl` from now; false when it had already
+    /// lapsed (or was revoked), which no refresh undoes.
+    pub fn refresh(&self, ttl: Duration) -> bool {
+        self.grants.extend(&self.token, Instant::now() + ttl)
+    }
 }
 
 impl fmt::Debug for TaskToken {
@@ -393,6 +413,18 @@ impl Grants {
 
     fn revoke(&self, token: &str) {
         self.lock().remove(token);
+    }
+
+    /// Moves a live token's expiry to `until`; false when it is not live.
+    fn extend(&self, token: &str, until: Instant) -> bool {
+        let mut live = self.lock();
+        match live.get_mut(token) {
+            Some(grant) if grant.expires > Instant::now() => {
+                grant.expires = until;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The grant of a token, if it is live.
@@ -600,6 +632,7 @@ mod tests {
             api_key: Secret::new("sk-real"),
             listen: "127.0.0.1:0".parse().expect("addr"),
             public_url: None,
+            token_ttl: DEFAULT_TOKEN_TTL,
         })
     }
 

@@ -1,8 +1,10 @@
 //! Webhook delivery beside the task path: the dispatcher turns the tenant
 //! feeds' events into messages, the deliverer posts due ones, each on its
 //! own timer and with its own concurrency, so a slow or dead endpoint holds
-//! up only its own deliveries, never a task. Any number of workers run
-//! this; messages are taken under a lease, so each attempt runs once.
+//! up only its own deliveries, never a task: it holds at most
+//! `due::PER_ENDPOINT` attempts, each ended by the request timeout, and its
+//! backlog waits in its own queue. Any number of workers run this; messages
+//! are taken under a lease, so each attempt runs once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,14 +63,14 @@ async fn deliver(deliverer: Deliverer, shutdown: CancellationToken) {
         if free == 0 {
             continue;
         }
-        let due = match deliverer.hooks().take_due(free).await {
+        let due = match deliverer.hooks().take_due(free, Deliverer::attempt_limit()).await {
             Ok(due) => due,
             Err(error) => {
                 warn!(%error, "taking due webhook messages failed");
                 continue;
             }
         };
-        for id in due {
+        for taken in due {
             let Ok(permit) = Arc::clone(&slots).acquire_owned().await else { break };
             let deliverer = deliverer.clone();
             let stop = shutdown.clone();
@@ -76,8 +78,8 @@ async fn deliver(deliverer: Deliverer, shutdown: CancellationToken) {
                 let _permit = permit;
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    done = deliverer.deliver(&id) => if let Err(error) = done {
-                        warn!(msg_id = %id, %error, "recording a webhook attempt failed");
+                    done = deliverer.deliver(&taken) => if let Err(error) = done {
+                        warn!(msg_id = %taken.id, %error, "recording a webhook attempt failed");
                     },
                 }
             });

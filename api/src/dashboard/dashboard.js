@@ -1,5 +1,8 @@
-// Flotilla dashboard: queues, recent tasks and one task's live events, read
-// from the /v1 API with the key typed into the page.
+// Flotilla dashboard: queues, recent tasks, webhooks with their deliveries
+// and one task's live events, read from the /v1 API with the key typed into
+// the page. The board follows the tenant's feed (GET /v1/events, resumed
+// with Last-Event-ID after a drop) and reads the lists again when events
+// come, instead of polling.
 //
 // Every string from the API reaches the page through textContent or an
 // attribute, never as markup. The event stream is read with fetch() because
@@ -8,7 +11,14 @@
 
 (function () {
   const KEY_STORAGE = 'flotilla.key';
-  const POLL_MS = 2000;
+  /** How long the board waits after an event before reading the lists again (one read per burst). */
+  const BOARD_REFRESH_MS = 250;
+  /** How long after an event the webhooks' deliveries are read again (delivery follows the event). */
+  const HOOKS_REFRESH_MS = 1000;
+  /** How often deliveries are read again while one shown is pending. */
+  const PENDING_REFRESH_MS = 2000;
+  const DELIVERIES_SHOWN = 20;
+  const WEBHOOK_ID = /^whk_[0-9A-Za-z]+$/;
   const RECONNECT_MIN_MS = 1000;
   const RECONNECT_MAX_MS = 15000;
   const DETAIL_REFRESH_MS = 300;
@@ -17,8 +27,11 @@
 
   const $ = (id) => document.getElementById(id);
 
-  /** What the page knows: the key, the poll timer and the open task. */
-  const state = { key: null, pollTimer: null, selected: null, tasks: [] };
+  /** What the page knows: the key, the tenant feed, the open task and webhook. */
+  const state = {
+    key: null, feed: null, boardTimer: null, selected: null, tasks: [],
+    hookId: null, hooksTimer: null, hooksRead: 0,
+  };
 
   // ---- small helpers ------------------------------------------------------
 
@@ -147,7 +160,9 @@
     $('board').hidden = false;
     $('sign-out').hidden = false;
     renderQueues(queues);
-    await poll();
+    await refreshBoard();
+    followFeed();
+    refreshHooks();
     const wanted = window.location.hash.slice(1);
     if (TASK_ID.test(wanted)) openTask(wanted);
   }
@@ -155,7 +170,11 @@
   function signOut(message) {
     sessionStorage.removeItem(KEY_STORAGE);
     state.key = null;
-    clearTimeout(state.pollTimer);
+    if (state.feed) state.feed.abort();
+    state.feed = null;
+    clearTimeout(state.boardTimer);
+    clearTimeout(state.hooksTimer);
+    state.hookId = null;
     closeTask();
     $('board').hidden = true;
     $('sign-out').hidden = true;
@@ -166,23 +185,87 @@
     $('key-input').focus();
   }
 
-  // ---- queues and the task list, polled -----------------------------------
+  // ---- queues and the task list, following the tenant feed ----------------
 
-  async function poll() {
-    clearTimeout(state.pollTimer);
+  /** Reads the queues and the task list. */
+  async function refreshBoard() {
+    clearTimeout(state.boardTimer);
     if (!state.key) return;
     try {
       const [queues, page] = await Promise.all([api('GET', '/v1/queues'), api('GET', '/v1/tasks?limit=50')]);
       renderQueues(queues);
       renderTasks((page && page.tasks) || []);
-      setLive(true, '');
     } catch (error) {
-      const line = explain(error);
-      if (!state.key) return;
-      setLive(false, line);
+      if (state.key) $('notice').textContent = explain(error);
     }
-    if (state.key) state.pollTimer = setTimeout(poll, POLL_MS);
   }
+
+  /** Reads the board again soon, once for a burst of events. */
+  function boardSoon() {
+    clearTimeout(state.boardTimer);
+    state.boardTimer = setTimeout(refreshBoard, BOARD_REFRESH_MS);
+  }
+
+  /** Follows every event of the tenant (GET /v1/events), reconnecting after drops. */
+  async function followFeed() {
+    if (state.feed) state.feed.abort();
+    const controller = new AbortController();
+    state.feed = controller;
+    const feed = { lastEventId: '' };
+    let retry = RECONNECT_MIN_MS;
+    let delay = retry;
+    while (state.key && state.feed === controller && !controller.signal.aborted) {
+      try {
+        const headers = authHeaders({ Accept: 'text/event-stream' });
+        if (feed.lastEventId) headers['Last-Event-ID'] = feed.lastEventId;
+        const response = await fetch('/v1/events', { headers, signal: controller.signal, cache: 'no-store' });
+        if (!response.ok) throw await errorOf(response);
+        delay = retry;
+        setLive(true, '');
+        if (feed.lastEventId) boardSoon();
+        const parser = new SseParser((frame) => onFeedFrame(feed, frame), (ms) => { retry = Math.max(ms, 100); });
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          parser.push(decoder.decode(value, { stream: true }));
+        }
+      } catch (error) {
+        if (controller.signal.aborted || state.feed !== controller) return;
+        if (error && error.status === 401) return;
+        setLive(false, explain(error));
+      }
+      if (controller.signal.aborted || state.feed !== controller) return;
+      setLive(false, 'reconnecting to the event feed');
+      await sleep(delay);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    }
+  }
+
+  function onFeedFrame(feed, frame) {
+    if (frame.id) feed.lastEventId = frame.id;
+    let event;
+    try {
+      event = JSON.parse(frame.data);
+    } catch (_) {
+      return;
+    }
+    if (!event || typeof event !== 'object') return;
+    const row = Array.from($('tasks').tBodies[0].rows).find((r) => r.dataset.taskId === String(event.task_id));
+    if (row && STATUS_OF_EVENT[event.type]) {
+      row.dataset.status = STATUS_OF_EVENT[event.type];
+      row.cells[1].replaceChildren(statusBadge(STATUS_OF_EVENT[event.type]));
+    }
+    boardSoon();
+    if (TERMINAL.has(event.type) || event.type === 'waiting') hooksSoon(HOOKS_REFRESH_MS);
+  }
+
+  /** The status a task has after an event of each type that changes it. */
+  const STATUS_OF_EVENT = {
+    queued: 'queued', started: 'running', waiting: 'waiting', released: 'running',
+    succeeded: 'succeeded', failed: 'failed', cancelled: 'cancelled',
+  };
 
   function setLive(ok, message) {
     const live = $('live');
@@ -763,6 +846,7 @@
       case 'action_completed': return joined([describeAction(event.action), duration(event.ms)]);
       case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
       case 'block': return JSON.stringify(event.block).slice(0, 400);
+      case 'file': return joined([event.op, event.path, event.op === 'write' ? `${event.bytes} bytes` : '']);
       case 'waiting': return joined([event.code, event.message]);
       case 'takeover': return 'a person drives the desktop';
       case 'released': return joined(['handed back', event.message]);
@@ -784,12 +868,91 @@
     try {
       await api('POST', taskPath(selected.id, path), body);
       refreshSoon(selected);
-      poll();
+      boardSoon();
     } catch (error) {
       if (state.selected === selected) $('detail-message').textContent = explain(error);
     } finally {
       button.disabled = false;
     }
+  }
+
+  // ---- webhooks and their deliveries -------------------------------------
+
+  function hooksSoon(ms) {
+    clearTimeout(state.hooksTimer);
+    state.hooksTimer = setTimeout(refreshHooks, ms);
+  }
+
+  /** Reads the webhooks, and the deliveries of the one picked (the first by default). */
+  async function refreshHooks() {
+    clearTimeout(state.hooksTimer);
+    if (!state.key) return;
+    try {
+      const page = await api('GET', '/v1/webhooks?limit=50');
+      const hooks = (page && Array.isArray(page.webhooks)) ? page.webhooks : [];
+      if (!hooks.some((hook) => hook.id === state.hookId)) state.hookId = hooks.length ? String(hooks[0].id) : null;
+      renderHooks(hooks);
+      let pending = false;
+      if (state.hookId) {
+        const path = `/v1/webhooks/${encodeURIComponent(state.hookId)}/deliveries?limit=${DELIVERIES_SHOWN}`;
+        const log = await api('GET', path);
+        const deliveries = (log && Array.isArray(log.deliveries)) ? log.deliveries : [];
+        renderDeliveries(deliveries);
+        pending = deliveries.some((d) => d.status === 'pending');
+      }
+      state.hooksRead += 1;
+      $('webhooks').dataset.reads = String(state.hooksRead);
+      if (pending) hooksSoon(PENDING_REFRESH_MS);
+    } catch (error) {
+      if (state.key) $('hooks-message').textContent = explain(error);
+    }
+  }
+
+  function renderHooks(hooks) {
+    const rows = hooks.map((hook) => {
+      const row = element('tr');
+      row.dataset.webhookId = String(hook.id);
+      if (hook.id === state.hookId) row.classList.add('selected');
+      const events = Array.isArray(hook.events) ? hook.events.join(', ') : '';
+      const standing = hook.disabled ? `disabled${hook.disabled_reason ? `: ${hook.disabled_reason}` : ''}` : 'active';
+      row.append(cell(hook.id, 'id'), cell(hook.url), cell(events), cell(standing));
+      return row;
+    });
+    $('webhooks').tBodies[0].replaceChildren(...rows);
+    $('no-webhooks').hidden = hooks.length > 0;
+    $('deliveries-pane').hidden = !state.hookId;
+    $('deliveries-of').textContent = state.hookId || '';
+    $('hooks-message').textContent = '';
+  }
+
+  function renderDeliveries(deliveries) {
+    const rows = deliveries.map((d) => {
+      const row = element('tr');
+      row.dataset.msgId = String(d.msg_id);
+      row.dataset.status = String(d.status);
+      const status = cell('', 'status-cell');
+      status.append(statusBadge(d.status));
+      row.append(
+        cell(d.msg_id, 'id'),
+        cell(d.type),
+        status,
+        cell(d.attempts, 'num'),
+        cell(d.response_code == null ? '' : d.response_code, 'num'),
+        cell(d.latency_ms == null ? '' : `${d.latency_ms} ms`, 'num'),
+        cell(d.error || ''),
+        cell(d.last_attempt_at ? shortTime(d.last_attempt_at) : ''),
+      );
+      return row;
+    });
+    $('deliveries').tBodies[0].replaceChildren(...rows);
+    $('no-deliveries').hidden = deliveries.length > 0;
+  }
+
+  function pickHook(event) {
+    const row = event.target.closest('tr[data-webhook-id]');
+    if (!row || !WEBHOOK_ID.test(row.dataset.webhookId)) return;
+    state.hookId = row.dataset.webhookId;
+    refreshHooks();
   }
 
   // ---- wiring -------------------------------------------------------------
@@ -806,6 +969,8 @@
       if (row) openTask(row.dataset.taskId);
     });
     $('close-detail').addEventListener('click', closeTask);
+    $('webhooks').tBodies[0].addEventListener('click', pickHook);
+    $('refresh-hooks').addEventListener('click', refreshHooks);
     $('shots').addEventListener('click', pickShot);
     $('cancel').addEventListener('click', (event) => act(event.currentTarget, '/cancel'));
     $('approve').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'approve' }));

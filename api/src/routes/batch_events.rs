@@ -50,10 +50,11 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let cursor = sse::resume_at::<FeedId>(&headers, params.after.as_deref(), POSITION)?;
-    let permit = state.hub().admit(&tenant)?;
-    let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
-    let (client, frames) = sse::client(&state, &permit, format!("batch {id}"));
-    let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
-    let live = state.tails().follow(&tenant).await?;
-    Ok(sse::serve(permit, frames, feed.run(live)))
+    sse::respond(&state, &tenant, format!("batch {id}"), |client| async {
+        let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+        let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
+        let live = state.tails().follow(&tenant).await?;
+        Ok(feed.run(live))
+    })
+    .await
 }

@@ -59,11 +59,12 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after = sse::resume_at(&headers, params.after.as_deref(), SEQ)?.unwrap_or(0);
-    let permit = state.hub().admit(&tenant)?;
-    let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
-    let live = state.hub().subscribe(Topic::Task(id.clone())).await?;
-    let history = state.queue().events_after(&id, after).await?;
-    let (client, frames) = sse::client(&state, &permit, format!("task {id}"));
-    let feed = TaskFeed::new(state.queue().clone(), tenant, id, after, client);
-    Ok(sse::serve(permit, frames, feed.run(live, history, task.status.is_terminal())))
+    sse::respond(&state, &tenant, format!("task {id}"), |client| async {
+        let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+        let live = state.hub().subscribe(Topic::Task(id.clone())).await?;
+        let history = state.queue().events_after(&id, after).await?;
+        let feed = TaskFeed::new(state.queue().clone(), tenant.clone(), id.clone(), after, client);
+        Ok(feed.run(live, history, task.status.is_terminal()))
+    })
+    .await
 }

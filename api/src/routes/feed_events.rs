@@ -54,13 +54,13 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let resume = sse::resume_at::<FeedId>(&headers, params.after.as_deref(), POSITION)?;
-    let permit = state.hub().admit(&tenant)?;
-    let live = state.tails().follow(&tenant).await?;
-    let cursor = match resume {
-        Some(cursor) => cursor,
-        None => state.queue().feed_tip(&tenant).await?,
-    };
-    let (client, frames) = sse::client(&state, &permit, format!("tenant {tenant}"));
-    let feed = TenantFeed::new(state.queue().clone(), tenant, cursor, client);
-    Ok(sse::serve(permit, frames, feed.run(live)))
+    sse::respond(&state, &tenant, format!("tenant {tenant}"), |client| async {
+        let live = state.tails().follow(&tenant).await?;
+        let cursor = match resume {
+            Some(cursor) => cursor,
+            None => state.queue().feed_tip(&tenant).await?,
+        };
+        Ok(TenantFeed::new(state.queue().clone(), tenant.clone(), cursor, client).run(live))
+    })
+    .await
 }

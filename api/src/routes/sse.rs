@@ -1,6 +1,7 @@
 //! What every event-stream endpoint shares: reading the client's position
-//! (`Last-Event-ID`, else `?after=`), and serving a feed as Server-Sent
-//! Events while its stream permit is held.
+//! (`Last-Event-ID`, else `?after=`), and opening the stream ([`respond`]):
+//! its place under the tenant's cap, its client, and serving its feed as
+//! Server-Sent Events while the place is held.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,13 +11,14 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use flotilla_shared::ValidationError;
+use flotilla_shared::{TenantId, ValidationError};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 use utoipa::ToSchema;
 
+use crate::error::ApiError;
 use crate::feed::Client;
 use crate::hub::StreamPermit;
 use crate::state::AppState;
@@ -68,19 +70,32 @@ fn position<T: FromStr>(text: &str) -> Option<T> {
     }
 }
 
-/// A client of a new stream under `permit`, and where its frames come out.
-pub fn client(state: &AppState, permit: &StreamPermit, label: String) -> (Client, mpsc::Receiver<SseEvent>) {
-    let (tx, rx) = mpsc::channel(BUFFER);
-    (Client::new(tx, state.shutdown().clone(), permit.expires(), label), rx)
+/// Opens an event stream of `tenant`: takes one of the tenant's stream
+/// places (429 past its cap), gives `start` the stream's client to build
+/// the feed with, then runs the feed in the background, holding the place
+/// until it ends, and answers with its frames as they come. `label` names
+/// the stream in logs. Every SSE endpoint answers through here.
+pub async fn respond<Start, Starting, Feed>(
+    state: &AppState,
+    tenant: &TenantId,
+    label: String,
+    start: Start,
+) -> Result<Response, ApiError>
+where
+    Start: FnOnce(Client) -> Starting,
+    Starting: Future<Output = Result<Feed, ApiError>>,
+    Feed: Future<Output = ()> + Send + 'static,
+{
+    let permit = state.hub().admit(tenant)?;
+    let (tx, frames) = mpsc::channel(BUFFER);
+    let client = Client::new(tx, state.shutdown().clone(), permit.expires(), label);
+    let feed = start(client).await?;
+    Ok(serve(permit, frames, feed))
 }
 
 /// Runs `feed` in the background, holding `permit` until it ends, and
 /// answers with its frames as they come.
-pub fn serve(
-    permit: StreamPermit,
-    frames: mpsc::Receiver<SseEvent>,
-    feed: impl Future<Output = ()> + Send + 'static,
-) -> Response {
+fn serve(permit: StreamPermit, frames: mpsc::Receiver<SseEvent>, feed: impl Future<Output = ()> + Send + 'static) -> Response {
     let run = async move {
         let _permit = permit;
         feed.await;

@@ -60,6 +60,10 @@ pub struct TenantSettings {
     /// Schedules the tenant keeps.
     #[serde(default = "default_max_schedules")]
     pub max_schedules: u64,
+    /// Sandbox templates the tenant's tasks may name in `sandbox.template`;
+    /// none unless listed (tasks then get the provider's default desktop).
+    #[serde(default)]
+    pub sandbox_templates: Vec<String>,
 }
 
 fn default_weight() -> u32 {
@@ -84,6 +88,7 @@ impl Default for TenantSettings {
             max_tokens_per_day: None,
             max_sandboxes: None,
             max_schedules: DEFAULT_MAX_SCHEDULES,
+            sandbox_templates: Vec::new(),
         }
     }
 }
@@ -92,6 +97,11 @@ impl TenantSettings {
     /// The defaults with this weight.
     pub fn weighted(weight: u32) -> Self {
         Self { weight, ..Self::default() }
+    }
+
+    /// Whether the tenant's tasks may ask for sandbox template `template`.
+    pub fn allows_template(&self, template: &str) -> bool {
+        self.sandbox_templates.iter().any(|t| t == template)
     }
 
     /// Checks the ranges; the error names the setting as `tenants.<name>.<key>`.
@@ -269,6 +279,15 @@ mod tests {
         ] {
             assert_eq!(TenantsConfig::load(table(text), None).expect_err("refused").var, named, "{text}");
         }
+    }
+
+    #[test]
+    fn sandbox_templates_are_allowed_only_when_listed() {
+        let config =
+            TenantsConfig::load(table("[tenants.acme]\nsandbox_templates = [\"desktop-chrome\"]\n"), None).expect("loads");
+        assert!(config.get(&tenant("acme")).allows_template("desktop-chrome"));
+        assert!(!config.get(&tenant("acme")).allows_template("desktop-other"));
+        assert!(!config.get(&tenant("beta")).allows_template("desktop-chrome"), "no template without a list");
     }
 
     #[test]

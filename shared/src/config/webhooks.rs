@@ -8,6 +8,9 @@ use super::{ConfigError, Settings};
 /// The default retry schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h.
 const DEFAULT_RETRIES_MS: &str = "5000,300000,1800000,7200000,18000000,36000000";
 
+/// The default bound of an endpoint's delivery log.
+const DEFAULT_LOG_MAX: usize = 10_000;
+
 /// How webhooks are delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhooksConfig {
@@ -18,6 +21,8 @@ pub struct WebhooksConfig {
     /// The wait before each retry; a message is tried once more than this has
     /// entries, then it fails.
     pub retries: Vec<Duration>,
+    /// The most messages an endpoint's delivery log keeps (the newest).
+    pub log_max: usize,
 }
 
 impl WebhooksConfig {
@@ -26,6 +31,7 @@ impl WebhooksConfig {
             allow_http: flag(s, "FLOTILLA_WEBHOOK_ALLOW_HTTP")?,
             allow_private: flag(s, "FLOTILLA_WEBHOOK_ALLOW_PRIVATE")?,
             retries: retries(s.text("FLOTILLA_WEBHOOK_RETRY_MS", DEFAULT_RETRIES_MS))?,
+            log_max: s.positive("FLOTILLA_WEBHOOK_LOG_MAX", DEFAULT_LOG_MAX)?,
         })
     }
 }

@@ -7,8 +7,9 @@
 //! A position is the stream entry id ([`FeedId`]), which the API hands out
 //! as the SSE `id` of `GET /v1/events` and of a batch's stream. The stream
 //! is trimmed to the retention window by housekeeping, never on the hot
-//! path. On a cluster nothing is appended (the stream lives in another
-//! slot than the task), so reads find nothing.
+//! path. On a cluster the stream lives in another slot than the task, so
+//! the scripts cannot append to it: the API relays each event it hears to
+//! the feed instead ([`super::feed_relay`]), once, in each task's order.
 
 use std::fmt;
 use std::str::FromStr;
@@ -69,14 +70,16 @@ pub struct FeedEntry {
 }
 
 impl Queue {
-    /// Whether events go to the tenant feeds (a single server).
-    pub fn has_feeds(&self) -> bool {
+    /// Whether the task scripts append each event to its tenant's feed
+    /// themselves (a single server); on a cluster the API's relay does
+    /// (see [`super::feed_relay`]).
+    pub fn scripts_append_feeds(&self) -> bool {
         !self.redis.is_cluster()
     }
 
     /// The first argument of the task scripts (see `Keys::script_channels`).
     pub(super) fn script_channels(&self) -> String {
-        self.keys.script_channels(self.has_feeds())
+        self.keys.script_channels(self.scripts_append_feeds())
     }
 
     /// Up to [`FEED_READ`] events of `tenant`'s feed after `after`, in order.
@@ -119,9 +122,6 @@ impl Queue {
     /// Drops the events older than the retention from every tenant's feed,
     /// whole listpack nodes at a time (`MINID ~`). Returns how many went.
     pub async fn trim_feeds(&self) -> Result<u64, QueueError> {
-        if !self.has_feeds() {
-            return Ok(0);
-        }
         let mut conn = self.redis.shared();
         let tenants: Vec<String> = redis::cmd("SMEMBERS").arg(self.keys.tenants()).query_async(&mut conn).await?;
         let floor = FeedId::at_ms((clock::now_ms().max(0) as u64).saturating_sub(self.retention_ms()));

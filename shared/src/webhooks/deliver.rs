@@ -2,21 +2,25 @@
 //! Webhooks, and records what came of it. A 2xx within [`TIMEOUT`] is
 //! success; `410 Gone` disables the endpoint; anything else (another status,
 //! a redirect, which is never followed, a refused target, a timeout) is
-//! retried after the configured waits with ±20 % jitter, then fails.
+//! retried after the configured waits with ±20 % jitter, then fails. An
+//! attempt holds one of its endpoint's slots ([`super::due`]) for at most
+//! [`Deliverer::attempt_limit`].
 
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use super::due::Taken;
 use super::messages::{AttemptRecord, Message, Next};
 use super::target::{self, Refusal};
 use super::{signing, DeliveryStatus, Webhooks};
 use crate::clock;
 use crate::error::QueueError;
-use crate::ids::MessageId;
 
 /// How long a receiver has to answer.
 pub const TIMEOUT: Duration = Duration::from_secs(15);
+/// Time beyond [`TIMEOUT`] an attempt has to record its outcome.
+const RECORD_MARGIN: Duration = Duration::from_secs(5);
 /// How much of an answer's body is read (and then dropped).
 const BODY_LIMIT: usize = 4 * 1024;
 
@@ -49,20 +53,27 @@ impl Deliverer {
         &self.hooks
     }
 
-    /// Makes one attempt at message `id`, which the caller took for a lease.
-    pub async fn deliver(&self, id: &MessageId) -> Result<(), QueueError> {
-        let Some(message) = self.hooks.message(id).await? else {
-            return self.hooks.forget_due(id).await;
+    /// How long an attempt holds its endpoint's slot at most: the request's
+    /// timeout and the time to record its outcome.
+    pub fn attempt_limit() -> Duration {
+        TIMEOUT + RECORD_MARGIN
+    }
+
+    /// Makes one attempt at a message, which the caller took for a lease
+    /// and an attempt slot ([`Webhooks::take_due`]).
+    pub async fn deliver(&self, taken: &Taken) -> Result<(), QueueError> {
+        let Some(message) = self.hooks.message(&taken.id).await? else {
+            return self.hooks.forget_due(taken).await;
         };
         if message.status != "pending" {
-            return self.hooks.forget_due(id).await;
+            return self.hooks.forget_due(taken).await;
         }
         let endpoint = match self.hooks.stored(&message.tenant, &message.endpoint).await {
             Ok(endpoint) => endpoint,
-            Err(_) => return self.hooks.settle(&message, "the endpoint was deleted").await,
+            Err(_) => return self.hooks.settle(&message, taken, "the endpoint was deleted").await,
         };
         if endpoint.view.disabled {
-            return self.hooks.settle(&message, "the endpoint is disabled").await;
+            return self.hooks.settle(&message, taken, "the endpoint is disabled").await;
         }
         let now = clock::now_ms();
         let secrets = endpoint.signing_secrets(now);
@@ -75,7 +86,7 @@ impl Deliverer {
             self.hooks.disable(&message.tenant, &message.endpoint, reason).await?;
         }
         tracing::debug!(msg_id = %message.id, ?outcome, latency_ms, "webhook attempt");
-        self.hooks.record_attempt(&message, &record, next).await
+        self.hooks.record_attempt(&message, taken, &record, next).await
     }
 
     /// What to record, and what comes next.

@@ -1,6 +1,7 @@
 //! Webhook messages: one per event and endpoint, with its delivery state,
-//! in the due set until it has succeeded or failed for good, and in its
-//! endpoint's delivery log until it expires after the retention.
+//! in its endpoint's due queue ([`super::due`]) until it has succeeded or
+//! failed for good, and in its endpoint's delivery log (the newest
+//! `FLOTILLA_WEBHOOK_LOG_MAX`) until it expires after the retention.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -9,13 +10,11 @@ use redis::{AsyncCommands, Script};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::due::Taken;
 use super::{lex_page, EventType, Order, Page, WebhookError, Webhooks};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{MessageId, TenantId, WebhookId};
-
-/// How long a taken message is not taken again (longer than one attempt).
-pub const LEASE_MS: i64 = 60_000;
 
 /// Where a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -52,32 +51,25 @@ pub struct Delivery {
     pub next_attempt_at: Option<String>,
 }
 
-/// Stores a message unless it exists, puts it in the due set and its
-/// endpoint's log. `KEYS` the message, the due set, the log; `ARGV` the
-/// message id, now (ms), retention (ms), then field/value pairs.
-/// Returns 1 when stored, 0 when it existed.
+/// Stores a message unless it exists, makes it due in its endpoint's queue
+/// and puts it in the endpoint's log, trimmed to its newest
+/// `FLOTILLA_WEBHOOK_LOG_MAX`. `KEYS` the message, the endpoint's queue, the
+/// endpoint set, the log; `ARGV` the message id, now (ms), retention (ms),
+/// the endpoint id, the log's bound, then field/value pairs. Returns 1 when
+/// stored, 0 when it existed.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[3], 0, ARGV[1])
+redis.call('ZADD', KEYS[3], 'LT', ARGV[2], ARGV[4])
+redis.call('ZADD', KEYS[4], 0, ARGV[1])
+local extra = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[5])
+if extra > 0 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, extra - 1) end
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return 1
-"#,
-    )
-});
-
-/// Takes up to `ARGV[3]` messages due at `ARGV[1]` (ms) from the due set
-/// `KEYS[1]`, pushing each to `ARGV[2]` (the lease's end) so no one else
-/// takes it meanwhile. Returns their ids.
-static TAKE_DUE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
-for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[2], id) end
-return ids
 "#,
     )
 });
@@ -108,6 +100,16 @@ pub enum Next {
     RetryAt(i64),
 }
 
+impl Next {
+    /// When the next attempt is due, if there is one.
+    fn retry_at(self) -> Option<i64> {
+        match self {
+            Self::Done(_) => None,
+            Self::RetryAt(at) => Some(at),
+        }
+    }
+}
+
 impl Webhooks {
     /// Stores the message `id` of `kind` for `endpoint` with `body`, due now;
     /// false when it was already stored.
@@ -122,9 +124,10 @@ impl Webhooks {
         let now = clock::now_ms();
         let mut inv = CREATE.prepare_invoke();
         inv.key(self.keys.webhook_message(id.as_str()))
+            .key(self.keys.webhook_endpoint_due(endpoint.as_str()))
             .key(self.keys.webhook_due())
             .key(self.keys.webhook_deliveries(endpoint.as_str()));
-        inv.arg(id.as_str()).arg(now).arg(self.retention_ms);
+        inv.arg(id.as_str()).arg(now).arg(self.retention_ms).arg(endpoint.as_str()).arg(self.config.log_max);
         let fields = [
             ("tenant", tenant.as_str()),
             ("endpoint", endpoint.as_str()),
@@ -139,15 +142,6 @@ impl Webhooks {
         inv.arg("created_at").arg(now).arg("next_at").arg(now);
         let created: i64 = inv.invoke_async(&mut self.redis.shared()).await?;
         Ok(created == 1)
-    }
-
-    /// Takes up to `most` due messages for a lease.
-    pub async fn take_due(&self, most: usize) -> Result<Vec<MessageId>, QueueError> {
-        let now = clock::now_ms();
-        let mut inv = TAKE_DUE.prepare_invoke();
-        inv.key(self.keys.webhook_due()).arg(now).arg(now + LEASE_MS).arg(most);
-        let ids: Vec<String> = inv.invoke_async(&mut self.redis.shared()).await?;
-        Ok(ids.iter().filter_map(|id| MessageId::parse(id).ok()).collect())
     }
 
     /// A stored message; `None` when it has expired.
@@ -168,8 +162,15 @@ impl Webhooks {
         }))
     }
 
-    /// Writes what an attempt came to and what happens next.
-    pub(super) async fn record_attempt(&self, message: &Message, attempt: &AttemptRecord, next: Next) -> Result<(), QueueError> {
+    /// Writes what an attempt came to and what happens next, and frees the
+    /// attempt's slot.
+    pub(super) async fn record_attempt(
+        &self,
+        message: &Message,
+        taken: &Taken,
+        attempt: &AttemptRecord,
+        next: Next,
+    ) -> Result<(), QueueError> {
         let key = self.keys.webhook_message(message.id.as_str());
         let now = clock::now_ms();
         let mut pipe = redis::pipe();
@@ -187,24 +188,23 @@ impl Webhooks {
         };
         self.add_next(&mut pipe, message, next);
         let () = pipe.query_async(&mut self.redis.shared()).await?;
-        Ok(())
+        self.release(taken, next.retry_at()).await
     }
 
     /// Ends a message without an attempt (its endpoint is gone or disabled).
-    pub(super) async fn settle(&self, message: &Message, error: &str) -> Result<(), QueueError> {
+    pub(super) async fn settle(&self, message: &Message, taken: &Taken, error: &str) -> Result<(), QueueError> {
         let key = self.keys.webhook_message(message.id.as_str());
         let mut pipe = redis::pipe();
         pipe.atomic();
         pipe.hset(&key, "error", error).ignore();
         self.add_next(&mut pipe, message, Next::Done(DeliveryStatus::Failed));
         let () = pipe.query_async(&mut self.redis.shared()).await?;
-        Ok(())
+        self.release(taken, None).await
     }
 
-    /// Drops a message that expired from the due set.
-    pub(super) async fn forget_due(&self, id: &MessageId) -> Result<(), QueueError> {
-        let () = self.redis.shared().zrem(self.keys.webhook_due(), id.as_str()).await?;
-        Ok(())
+    /// Drops a message that has expired or ended from its endpoint's queue.
+    pub(super) async fn forget_due(&self, taken: &Taken) -> Result<(), QueueError> {
+        self.release(taken, None).await
     }
 
     fn add_next(&self, pipe: &mut redis::Pipeline, message: &Message, next: Next) {
@@ -214,11 +214,9 @@ impl Webhooks {
                 let text = if status == DeliveryStatus::Succeeded { "succeeded" } else { "failed" };
                 pipe.hset(&key, "status", text).ignore();
                 pipe.hdel(&key, "next_at").ignore();
-                pipe.zrem(self.keys.webhook_due(), message.id.as_str()).ignore();
             }
             Next::RetryAt(at) => {
                 pipe.hset(&key, "next_at", at).ignore();
-                pipe.zadd(self.keys.webhook_due(), message.id.as_str(), at).ignore();
             }
         }
     }
@@ -252,7 +250,7 @@ impl Webhooks {
         pipe.atomic();
         pipe.hset(&key, "status", "pending").ignore();
         pipe.hset(&key, "next_at", now).ignore();
-        pipe.zadd(self.keys.webhook_due(), id.as_str(), now).ignore();
+        self.schedule(&mut pipe, endpoint.as_str(), id.as_str(), now);
         pipe.hgetall(&key);
         let (hash,): (HashMap<String, String>,) = pipe.query_async(&mut self.redis.shared()).await?;
         delivery_from_hash(id.as_str(), hash).ok_or(WebhookError::NoMessage)

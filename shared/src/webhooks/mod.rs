@@ -13,12 +13,17 @@
 //! jitter. So every message is delivered at least once, with the same
 //! `webhook-id` each time, however workers and Redis restart (with AOF).
 //!
+//! One endpoint never holds up another: each has its own due queue and at
+//! most [`due::PER_ENDPOINT`] attempts under way ([`due`]), each bounded by
+//! [`deliver::TIMEOUT`].
+//!
 //! Layout (see [`crate::keys`]): an endpoint is a hash under its tenant's
-//! tag, indexed per tenant; messages, the due set and each endpoint's
+//! tag, indexed per tenant; messages, the due queues and each endpoint's
 //! delivery log share `{w}`.
 
 pub mod deliver;
 pub mod dispatch;
+pub mod due;
 mod messages;
 pub mod signing;
 pub mod target;
@@ -321,6 +326,9 @@ impl Webhooks {
     pub async fn delete(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), WebhookError> {
         let mut conn = self.redis.shared();
         let removed: u64 = conn.del(self.keys.webhook(tenant, id.as_str())).await?;
+        if removed > 0 {
+            let () = conn.del(self.keys.webhook_deliveries(id.as_str())).await?;
+        }
         let () = conn.zrem(self.keys.tenant_webhooks(tenant), id.as_str()).await?;
         if removed == 0 {
             return Err(WebhookError::NotFound);

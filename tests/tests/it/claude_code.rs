@@ -5,7 +5,8 @@
 //! user relies on: every output line is a `block` event, files the CLI
 //! wrote come back as artifacts, a follow-up task resumes the session, the
 //! sandbox never holds the real model key, and an error result fails the
-//! task with the CLI's message.
+//! task with the CLI's message; files come as `file` events while the CLI
+//! writes them, and its token, refreshed, outlives its first expiry.
 //!
 //! These tests need the CLI on this machine (`scripts/setup.sh` installs
 //! it); without it they fail saying so.
@@ -57,6 +58,11 @@ struct CodeFleet {
 
 impl CodeFleet {
     async fn start() -> Self {
+        Self::start_with_token_ttl(flotilla_worker::gateway::DEFAULT_TOKEN_TTL).await
+    }
+
+    /// A fleet whose gateway grants tokens for `token_ttl` at a time.
+    async fn start_with_token_ttl(token_ttl: Duration) -> Self {
         require_claude_cli();
         let s3 = S3Server::start();
         let store = s3.store(&unique_prefix());
@@ -66,6 +72,7 @@ impl CodeFleet {
             api_key: Secret::new(REAL_KEY),
             listen: "127.0.0.1:0".parse().expect("address"),
             public_url: None,
+            token_ttl,
         });
         let redis = RedisServer::start();
         let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_HEARTBEAT_MS", "200")]);
@@ -331,5 +338,69 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
         assert!(asked.elapsed() < Duration::from_secs(5), "the sandbox is released");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts_until_the_task_ends() {
+    const TTL: Duration = Duration::from_secs(2);
+    const TURN: Duration = Duration::from_millis(1500);
+    let fleet = CodeFleet::start_with_token_ttl(TTL).await;
+    let files = [("a.txt", "one\n"), ("b.txt", "two\n"), ("c.txt", "three\n")];
+    for (n, (path, content)) in files.iter().enumerate() {
+        let write = format!("printf '{}' > {path}", content.replace('\n', "\\n"));
+        let turn = streamed_tool_turn(&format!("Writing {path}."), &format!("toolu_{n}"), "Bash", bash(&write));
+        fleet.api.push(if n == 0 { turn } else { turn.after(TURN) });
+    }
+    fleet.api.push(streamed_answer("Three files written.").after(TURN));
+
+    let spec = json!({"prompt": "write three files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
+    let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
+    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let started = Instant::now();
+    // Each `file` event, as soon as it is seen: was the task still running,
+    // and did the store already hold the bytes it names?
+    let mut seen: Vec<(String, bool, bool)> = Vec::new();
+    let deadline = Instant::now() + TASK_TIMEOUT;
+    loop {
+        let status = record(&fleet.queue, &id).await.status;
+        for event in events(&fleet.queue, &id).await {
+            let EventKind::File { path, op, hash, bytes } = event.kind else { continue };
+            if seen.iter().any(|(p, ..)| *p == path) {
+                continue;
+            }
+            assert_eq!(op, flotilla_shared::event::FileOp::Write, "{path}");
+            let key = fleet.store.layout().artifact(&id, &path).expect("artifact key");
+            let stored = fleet.store.get(&key).await.map(|b| b.to_vec()).unwrap_or_default();
+            let readable = hash.as_deref() == Some(content_hash(&stored).as_str()) && bytes == stored.len() as u64;
+            seen.push((path, !status.is_terminal(), readable));
+        }
+        if status.is_terminal() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    let task = record(&fleet.queue, &id).await;
+    let all = events(&fleet.queue, &id).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{:?} {all:?}", task.error);
+
+    let expected: Vec<(String, bool, bool)> = files.iter().map(|(p, _)| ((*p).to_owned(), true, true)).collect();
+    assert_eq!(seen, expected, "each file's event came while the task ran, in the order written, its bytes already stored");
+    let terminal = all.iter().position(|e| e.kind.is_terminal()).expect("a terminal event");
+    let last_file = all.iter().rposition(|e| matches!(e.kind, EventKind::File { .. })).expect("file events");
+    assert!(last_file < terminal, "every file event precedes the end");
+    for (path, content) in files {
+        let stored = artifacts(&task).into_iter().find(|(p, ..)| p == path).expect("the final artifacts stay");
+        assert_eq!(&fleet.store.get(&stored.1).await.expect("stored")[..], content.as_bytes());
+    }
+
+    // The task outlived its token's first lifetime several times over, and
+    // every model call went through: the token was refreshed. Once the
+    // task ended it was revoked.
+    assert!(took > TTL * 2, "the task ran {took:?}, more than two token lifetimes of {TTL:?}");
+    assert_eq!(fleet.model_calls().len(), 4, "every turn reached the model");
+    assert_eq!(fleet.gateway.live_tokens(), 0, "the token ended with the task");
     fleet.stop().await;
 }

@@ -4,8 +4,9 @@
 //! task's screenshots arriving in its pane and the task cancelled from there,
 //! and a finished task's events shown after a click; and a computer-use
 //! task on a real desktop that waits at a safety check, its screenshot
-//! shown, approved with a click, then finishing. PNGs of the page are kept
-//! under `<target>/test-artifacts/`.
+//! shown, approved with a click, then finishing; and the board following
+//! the tenant feed (no polling) beside the webhooks and their deliveries.
+//! PNGs of the page are kept under `<target>/test-artifacts/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -84,6 +85,9 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
         ("GET", format!("/v1/tasks/{id}/view?mode=view"), "`/view?mode=${mode}`"),
         ("POST", format!("/v1/tasks/{id}/takeover"), "'/takeover'"),
         ("POST", format!("/v1/tasks/{id}/release"), "'/release'"),
+        ("GET", "/v1/events".to_owned(), "'/v1/events'"),
+        ("GET", "/v1/webhooks?limit=50".to_owned(), "'/v1/webhooks?limit=50'"),
+        ("GET", "/v1/webhooks/whk_01jc0000000000000000000000/deliveries?limit=20".to_owned(), "/deliveries?limit="),
     ];
     for (method, path, fragment) in &calls {
         assert!(script.contains(fragment), "the page no longer calls {method} {path}: update this list");
@@ -345,4 +349,71 @@ async fn sandbox_in_a_browser_a_waiting_task_is_approved_with_a_click_and_finish
     assert!(position("waiting") < position("input") && position("input") < position("action"), "{types:?}");
     browser.close().await;
     fleet.stop().await;
+}
+
+/// How many times the page has read the task list.
+const LIST_READS: &str = "performance.getEntriesByType('resource').filter(e => e.name.includes('/v1/tasks?limit=50')).length";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_shows_webhooks_and_their_deliveries() {
+    use axum::http::StatusCode;
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, &[("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1")]);
+    let api = spawn_api(config.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a receiver");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    let receiver = axum::Router::new().route("/hook", axum::routing::post(|| async { StatusCode::NO_CONTENT }));
+    tokio::spawn(async move { axum::serve(listener, receiver).await.ok() });
+    let (status, hook) = client.post("/v1/webhooks", &json!({"url": url, "events": ["task.succeeded"]})).await;
+    assert_eq!(status, 201, "{hook}");
+    let hook_id = hook["id"].as_str().expect("id").to_owned();
+
+    let mut browser = Browser::launch(VIEWPORT.0, VIEWPORT.1).await.expect("start chromium");
+    sign_in(&mut browser, &api).await;
+    let shown = format!(
+        "(document.querySelector('#webhooks tr[data-webhook-id=\"{hook_id}\"]') || {{textContent: ''}}).textContent.includes('{url}') && \
+         document.getElementById('deliveries-of').textContent === '{hook_id}' && !document.getElementById('no-deliveries').hidden"
+    );
+    browser.wait_for("the webhook shows, with no deliveries yet", &shown, SHOWN).await.expect("webhook shown");
+    browser
+        .wait_for("the feed is followed", "document.getElementById('live').textContent === 'live'", SHOWN)
+        .await
+        .expect("live");
+
+    // Idle, the page reads nothing: it follows the feed instead of polling.
+    let before = browser.evaluate(LIST_READS).await.expect("reads");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = browser.evaluate(LIST_READS).await.expect("reads");
+    assert_eq!(before, after, "no reads of the task list while nothing happens");
+
+    // Tasks submitted and run show up and finish from the feed's events.
+    let ids =
+        [submit_wait(&client, "one", 50).await, submit_wait(&client, "two", 50).await, submit_wait(&client, "three", 50).await];
+    for id in &ids {
+        wait_status(&mut browser, id, "queued").await;
+    }
+    let worker = InProcessWorker::start(config, Registry::standard());
+    for id in &ids {
+        wait_status(&mut browser, id, "succeeded").await;
+    }
+
+    // … and their deliveries to the webhook, each a 204 at the first attempt.
+    let delivered = "Array.from(document.querySelectorAll('#deliveries tbody tr')).filter(r => r.dataset.status === 'succeeded' \
+                     && r.cells[3].textContent === '1' && r.cells[4].textContent === '204').length === 3";
+    browser.wait_for("three deliveries show as succeeded", delivered, SHOWN).await.expect("deliveries shown");
+    let types = browser
+        .evaluate("Array.from(document.querySelectorAll('#deliveries tbody tr'), r => r.cells[1].textContent)")
+        .await
+        .expect("types");
+    assert_eq!(types, json!(["task.succeeded", "task.succeeded", "task.succeeded"]));
+
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = artifact_path().with_file_name("dashboard-webhooks.png");
+    std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
+    std::fs::write(&path, &png).expect("write the screenshot");
+    println!("dashboard screenshot: {}", path.display());
+    browser.close().await;
+    worker.stop().await;
 }

@@ -4,13 +4,16 @@
 //! announced and released, every step has its events, every screenshot is
 //! stored once and listed on the task with a working presigned link, and
 //! limits, cancels and a broken store end the task as the contract says;
-//! a desktop killed from outside is replaced on the next attempt, and a
-//! desktop the task names by id is used and left running.
+//! a desktop killed from outside is replaced on the next attempt, a
+//! desktop the task names by id is used and left running, and one tenant
+//! naming another tenant's kept desktop gets the answer an unknown id gets,
+//! leaving that desktop untouched.
 
 use std::time::{Duration, Instant};
 
 use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_shared::event::{Event, EventKind};
+use flotilla_shared::ids::TenantId;
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, eventually, png_size, sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::fleet::{test_config, test_env};
@@ -294,6 +297,8 @@ async fn sandbox_named_by_id_is_used_and_left_running() {
     let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
     let provider = fleet.pool.provider().clone();
     let mine = provider.create(&SandboxRequest::default()).await.expect("a desktop of the user's own");
+    // Recorded as the tenant's, as a sandbox started or kept for it is.
+    fleet.owners().record(provider.name(), &mine.id, &tenant(), mine.expires_at).await.expect("owner recorded");
     let (id, events) = fleet
         .run_to_end(json!({
             "prompt": "use my desktop", "pipeline": "scripted",
@@ -305,5 +310,65 @@ async fn sandbox_named_by_id_is_used_and_left_running() {
     assert_eq!(sandbox_ids(&events), [mine.id.to_string()]);
     assert!(provider.status(&mine.id).await.expect("still there").alive, "the user's desktop is not killed");
     provider.kill(&mine.id).await.expect("kill");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_of_another_tenant_answers_as_an_unknown_id_and_is_left_untouched() {
+    let fleet = DesktopFleet::start(fleet_options(0, None, UploaderOptions::default())).await;
+    let provider = fleet.pool.provider().clone();
+    let (a, b) = (tenant(), TenantId::parse("beta").expect("tenant"));
+    let (first, events) = fleet
+        .run_to_end_as(
+            &a,
+            json!({
+                "prompt": "prepare", "pipeline": "scripted", "actions": [{"type": "move", "x": 5, "y": 5}],
+                "sandbox": {"keep_alive": true}
+            }),
+        )
+        .await;
+    let task = record(&fleet.queue, &first).await;
+    assert_eq!(task.status, TaskStatus::Succeeded, "{events:?}");
+    let kept = task.sandbox.as_ref().and_then(|s| s["id"].as_str()).expect("the task keeps its sandbox id").to_owned();
+    let kept_id = SandboxId::parse(&kept).expect("id");
+    let unknown = "local-00000000deadbeef";
+
+    // B names A's desktop, then an id nobody has: the two answers are one.
+    let intrude = |id: &str| {
+        json!({
+            "prompt": "take over", "pipeline": "scripted",
+            "actions": [{"type": "click", "x": 400, "y": 300}, {"type": "type", "text": "echo intruder > intruder.txt\n"}],
+            "sandbox": {"id": id}
+        })
+    };
+    let mut answers = Vec::new();
+    for id in [kept.as_str(), unknown] {
+        let (task_id, events) = fleet.run_to_end_as(&b, intrude(id)).await;
+        let task = fleet.queue.get(&b, &task_id).await.expect("get").expect("b's task");
+        assert_eq!((task.status, task.code), (TaskStatus::Failed, Some(StopCode::Problem)), "{events:?}");
+        assert_eq!(task.attempts, 1, "{events:?}");
+        assert!(task.sandbox.is_none(), "no sandbox is recorded on the task: {:?}", task.sandbox);
+        assert_eq!(sandbox_ids(&events), Vec::<String>::new(), "no sandbox was announced");
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
+        answers.push((kinds, task.error.unwrap_or_default().replace(id, "<id>")));
+    }
+    assert_eq!(answers[0], answers[1], "another tenant's sandbox answers as an unknown id");
+
+    // A's desktop runs on, untyped into, and still serves A.
+    assert!(provider.status(&kept_id).await.expect("still there").alive, "A's desktop is not killed");
+    assert!(provider.read_file(&kept_id, "intruder.txt").await.is_err(), "B typed into A's desktop");
+    let (again, events) = fleet
+        .run_to_end_as(
+            &a,
+            json!({
+                "prompt": "continue", "pipeline": "scripted",
+                "actions": [{"type": "click", "x": 400, "y": 300}, {"type": "type", "text": "echo owner > owner.txt\n"}, {"type": "wait", "ms": 300}],
+                "sandbox": {"id": kept}
+            }),
+        )
+        .await;
+    assert_eq!(record(&fleet.queue, &again).await.status, TaskStatus::Succeeded, "{events:?}");
+    assert_eq!(sandbox_ids(&events), std::slice::from_ref(&kept), "the owner reaches its desktop");
+    provider.kill(&kept_id).await.expect("kill");
     fleet.stop().await;
 }

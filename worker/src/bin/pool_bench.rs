@@ -3,7 +3,8 @@
 //!
 //! - **acquire latency**: `--samples` acquires from a pool kept full (warm)
 //!   and from a pool with no warm sandboxes (cold), each released before the
-//!   next, with p50 and p99.
+//!   next, with p50 and p99; cold once more with sandboxes outside their
+//!   jail (`Isolation::None`), which shows what the jail adds to a start.
 //! - **arrival traces**: for each warm size, tasks arrive for `--seconds`
 //!   seconds as a Poisson stream (`--rate` per second) with, in the bursty
 //!   trace, `--burst` extra tasks every `--burst-every` seconds, and hold
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
+use flotilla_worker::sandbox::{Isolation, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -296,8 +297,8 @@ fn trace_report(warm: usize, served: &[Served], idle_s: f64, peak_live: usize, s
     })
 }
 
-fn latency_rows(cold: &[f64], warm: &[f64]) -> Vec<Vec<String>> {
-    [("warm", warm), ("cold", cold)]
+fn latency_rows(cold: &[f64], warm: &[f64], unjailed: &[f64]) -> Vec<Vec<String>> {
+    [("warm", warm), ("cold", cold), ("cold, no jail", unjailed)]
         .iter()
         .map(|(name, ms)| {
             let summary = Summary::of(ms);
@@ -336,8 +337,12 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new(LocalConfig::default()));
     let (warm_ms, warm_hits) = acquire_latency(&provider, true, args.samples).await?;
     let (cold_ms, _) = acquire_latency(&provider, false, args.samples).await?;
+    let unjailed: Arc<dyn SandboxProvider> =
+        Arc::new(LocalProvider::new(LocalConfig { isolation: Isolation::None, ..LocalConfig::default() }));
+    let (unjailed_ms, _) = acquire_latency(&unjailed, false, args.samples).await?;
+    drop(unjailed);
     println!("acquire latency, ms ({} each; warm hits {warm_hits}/{})", args.samples, args.samples);
-    print_table(&["pool", "n", "p50", "p99", "max"], &latency_rows(&cold_ms, &warm_ms));
+    print_table(&["pool", "n", "p50", "p99", "max"], &latency_rows(&cold_ms, &warm_ms, &unjailed_ms));
 
     let mut traces = Vec::new();
     let mut rows = Vec::new();
@@ -369,7 +374,12 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     Ok(json!({
         "bench": "pool_bench",
         "build": support::build_kind(),
-        "acquire_ms": { "warm": Summary::of(&warm_ms).json(), "warm_hits": warm_hits, "cold": Summary::of(&cold_ms).json() },
+        "acquire_ms": {
+            "warm": Summary::of(&warm_ms).json(),
+            "warm_hits": warm_hits,
+            "cold": Summary::of(&cold_ms).json(),
+            "cold_no_jail": Summary::of(&unjailed_ms).json(),
+        },
         "trace_settings": { "rate_per_s": args.rate, "seconds": args.seconds, "hold_s": [HOLD.0, HOLD.1], "burst": args.burst, "burst_every_s": args.burst_every, "max_live": args.max_live, "seed": SEED },
         "traces": traces,
     }))

@@ -43,6 +43,7 @@ fn gateway(upstream: &str) -> ModelGateway {
         api_key: Secret::new("sk-real"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         public_url: None,
+        token_ttl: super::DEFAULT_TOKEN_TTL,
     })
 }
 

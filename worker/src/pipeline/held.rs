@@ -10,15 +10,22 @@
 //! - `id` (and `url`): the user's existing sandbox, found through the
 //!   provider by id; it is the user's, so it is never killed here. Providers
 //!   find sandboxes by id alone, so `url` is only carried along.
+//!
+//! Every sandbox a task takes is recorded as its tenant's ([`SandboxOwners`]),
+//! until its deadline; an `id` the task's tenant does not own fails exactly
+//! as an unknown id does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flotilla_shared::config::TenantSettings;
+use flotilla_shared::ids::TenantId;
 use flotilla_shared::task::{SandboxSpec, StopCode};
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use super::error::PipelineError;
-use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxPool, SandboxProvider, SandboxRequest};
+use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxOwners, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// What the task's `sandbox` field asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +38,9 @@ pub(crate) enum SandboxChoice {
 
 impl SandboxChoice {
     /// The choice the task's `sandbox` field makes, checked against this
-    /// worker's provider.
-    pub(crate) fn of(spec: Option<&SandboxSpec>, provider: &str) -> Result<Self, PipelineError> {
+    /// worker's provider and the tenant's settings (a template must be
+    /// among its `sandbox_templates`).
+    pub(crate) fn of(spec: Option<&SandboxSpec>, provider: &str, tenant: &TenantSettings) -> Result<Self, PipelineError> {
         let mut request = SandboxRequest::default();
         let Some(spec) = spec else {
             return Ok(Self::New { request, keep_alive: false });
@@ -44,6 +52,9 @@ impl SandboxChoice {
         if let Some(id) = &spec.id {
             let id = SandboxId::parse(id).map_err(|e| problem(format!("sandbox.id: {e}")))?;
             return Ok(Self::Existing { id, stretch: request.timeout });
+        }
+        if let Some(template) = spec.template.as_deref().filter(|t| !tenant.allows_template(t)) {
+            return Err(problem(format!("sandbox.template: {template:?} is not one of this tenant's sandbox templates")));
         }
         request.template.clone_from(&spec.template);
         if let Some([w, h]) = spec.resolution {
@@ -57,6 +68,24 @@ impl SandboxChoice {
         match self {
             Self::New { request, .. } => request.timeout,
             Self::Existing { stretch, .. } => *stretch,
+        }
+    }
+}
+
+/// The tenant a sandbox is taken for, and where owners are recorded.
+#[derive(Clone, Copy)]
+pub(crate) struct Claimant<'a> {
+    pub owners: &'a SandboxOwners,
+    pub tenant: &'a TenantId,
+}
+
+impl Claimant<'_> {
+    /// Records the tenant as the sandbox's owner until `sandbox.expires_at`;
+    /// a failure is logged (the sandbox then answers as unknown to a later
+    /// task, which is the safe side).
+    async fn own(&self, provider: &str, sandbox: &Sandbox) {
+        if let Err(e) = self.owners.record(provider, &sandbox.id, self.tenant, sandbox.expires_at).await {
+            warn!(sandbox = %sandbox.id, error = %e, "could not record the sandbox's owner");
         }
     }
 }
@@ -75,15 +104,21 @@ impl Held {
     pub(crate) async fn take(
         pool: &SandboxPool,
         choice: &SandboxChoice,
+        claimant: Claimant<'_>,
         cancel: &CancellationToken,
     ) -> Result<Self, PipelineError> {
+        let provider = pool.provider().name();
         match choice {
             SandboxChoice::New { request, keep_alive } => {
                 let lease = pool.acquire(request, cancel).await.map_err(PipelineError::from)?;
+                claimant.own(provider, &lease.sandbox).await;
                 Ok(Self::Leased { lease, keep_alive: *keep_alive })
             }
             SandboxChoice::Existing { id, .. } => {
                 let began = Instant::now();
+                if !claimant.owners.owned_by(provider, id, claimant.tenant).await? {
+                    return Err(existing_failure(id, SandboxError::NotFound(id.clone())));
+                }
                 let sandbox = pool.provider().connect(id).await.map_err(|e| existing_failure(id, e))?;
                 Ok(Self::Existing { sandbox, waited: began.elapsed() })
             }
@@ -114,21 +149,36 @@ impl Held {
     /// leased one, or leaves it running for a later task when it was asked
     /// to be kept and the task ended for good. `expires_at` is its deadline
     /// as last extended.
+    /// The owner's record follows: kept or the user's own, it lasts until
+    /// the deadline as extended; released, it is dropped.
     pub(crate) async fn settle<T>(
         self,
         pool: &SandboxPool,
         outcome: &Result<T, PipelineError>,
         expires_at: Option<time::OffsetDateTime>,
+        claimant: Claimant<'_>,
     ) {
+        let provider = pool.provider().name();
         match self {
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
                     lease.sandbox.expires_at = at;
                 }
+                claimant.own(provider, &lease.sandbox).await;
                 pool.keep(lease).await;
             }
-            Self::Leased { lease, .. } => pool.release(lease).await,
-            Self::Existing { .. } => {}
+            Self::Leased { lease, .. } => {
+                if let Err(e) = claimant.owners.forget(provider, &lease.sandbox.id).await {
+                    warn!(sandbox = %lease.sandbox.id, error = %e, "could not drop the sandbox's owner record");
+                }
+                pool.release(lease).await;
+            }
+            Self::Existing { mut sandbox, .. } => {
+                if let Some(at) = expires_at {
+                    sandbox.expires_at = at;
+                    claimant.own(provider, &sandbox).await;
+                }
+            }
         }
     }
 
@@ -186,14 +236,18 @@ mod tests {
 
     #[test]
     fn no_sandbox_field_asks_for_a_default_sandbox() {
-        let choice = SandboxChoice::of(None, "local").expect("choice");
+        let choice = SandboxChoice::of(None, "local", &TenantSettings::default()).expect("choice");
         assert_eq!(choice, SandboxChoice::New { request: SandboxRequest::default(), keep_alive: false });
     }
 
     #[test]
     fn an_id_names_an_existing_sandbox() {
-        let choice =
-            SandboxChoice::of(Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))), "local").expect("choice");
+        let choice = SandboxChoice::of(
+            Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))),
+            "local",
+            &TenantSettings::default(),
+        )
+        .expect("choice");
         let id = SandboxId::parse("local-1").expect("id");
         assert_eq!(choice, SandboxChoice::Existing { id, stretch: Duration::from_secs(60) });
     }
@@ -201,7 +255,9 @@ mod tests {
     #[test]
     fn keep_alive_and_the_shape_are_read() {
         let spec = spec(serde_json::json!({"resolution": [800, 600], "keep_alive": true}));
-        let SandboxChoice::New { request, keep_alive } = SandboxChoice::of(Some(&spec), "local").expect("choice") else {
+        let SandboxChoice::New { request, keep_alive } =
+            SandboxChoice::of(Some(&spec), "local", &TenantSettings::default()).expect("choice")
+        else {
             panic!("a new sandbox");
         };
         assert!(keep_alive);
@@ -212,9 +268,24 @@ mod tests {
     fn a_bad_id_or_another_provider_is_a_problem() {
         for (json, provider) in [(serde_json::json!({"id": "../x"}), "local"), (serde_json::json!({"provider": "e2b"}), "local")]
         {
-            let result = SandboxChoice::of(Some(&spec(json)), provider);
+            let result = SandboxChoice::of(Some(&spec(json)), provider, &TenantSettings::default());
             assert!(matches!(result, Err(PipelineError::Fatal { code: StopCode::Problem, .. })), "{result:?}");
         }
+    }
+
+    #[test]
+    fn a_template_must_be_among_the_tenants() {
+        let spec = spec(serde_json::json!({"template": "desktop-chrome"}));
+        let refused = SandboxChoice::of(Some(&spec), "local", &TenantSettings::default());
+        assert!(
+            matches!(&refused, Err(PipelineError::Fatal { code: StopCode::Problem, message }) if message.contains("sandbox.template")),
+            "{refused:?}"
+        );
+        let allowed = TenantSettings { sandbox_templates: vec!["desktop-chrome".into()], ..TenantSettings::default() };
+        let SandboxChoice::New { request, .. } = SandboxChoice::of(Some(&spec), "local", &allowed).expect("choice") else {
+            panic!("a new sandbox");
+        };
+        assert_eq!(request.template.as_deref(), Some("desktop-chrome"));
     }
 
     #[test]

@@ -38,11 +38,13 @@ use tracing::{warn, Instrument};
 
 use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
-use super::held::{Held, SandboxChoice};
+use super::held::{Claimant, Held, SandboxChoice};
 use super::TaskRun;
 use crate::live::ShowGuard;
 use crate::metrics::WorkerMetrics;
-use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
+use crate::sandbox::{
+    KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxOwners, SandboxPool, SandboxProvider, Screenshot,
+};
 
 /// How long programs get to react to an action before the screen is read.
 const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -248,6 +250,8 @@ impl Steps {
 pub struct Session {
     attempt: Arc<Attempt>,
     pool: SandboxPool,
+    /// Where the sandbox is recorded as the task's tenant's.
+    owners: SandboxOwners,
     held: Option<Held>,
     screenshots: Option<ScreenshotLog>,
     steps: Steps,
@@ -286,8 +290,12 @@ impl Session {
             });
         };
         let mut steps = steps;
-        let choice = SandboxChoice::of(spec, pool.provider().name())?;
-        let held = steps.guard(Held::take(&pool, &choice, &run.cancel)).await?;
+        let settings = run.attempt.queue().settings().tenants.get(run.attempt.tenant());
+        let choice = SandboxChoice::of(spec, pool.provider().name(), &settings)?;
+        let queue = run.attempt.queue();
+        let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
+        let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant() };
+        let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel)).await?;
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
@@ -298,6 +306,7 @@ impl Session {
         let mut session = Self {
             attempt: Arc::clone(&run.attempt),
             pool,
+            owners,
             held: None,
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.attempt)),
             steps,
@@ -415,7 +424,8 @@ impl Session {
         drop(self.live.take());
         let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
         if let Some(held) = self.held.take() {
-            held.settle(&self.pool, &result, expires_at).await;
+            let claimant = Claimant { owners: &self.owners, tenant: self.attempt.tenant() };
+            held.settle(&self.pool, &result, expires_at, claimant).await;
         }
         result
     }

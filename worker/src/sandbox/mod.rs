@@ -12,6 +12,7 @@ pub mod keep_alive;
 pub mod keys;
 pub mod local;
 pub mod memory;
+pub mod owners;
 pub mod pool;
 #[cfg(test)]
 pub(crate) mod suite;
@@ -32,6 +33,7 @@ pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
 pub use local::{DisplayAccess, Isolation, LocalConfig, LocalProvider, Network};
 pub use memory::MemoryProvider;
+pub use owners::SandboxOwners;
 pub use pool::{Lease, PoolConfig, SandboxPool};
 
 /// The longest sandbox id accepted.

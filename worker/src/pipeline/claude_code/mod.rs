@@ -11,12 +11,18 @@
 //! artifacts, and its session transcript as the task's session files, so a
 //! later task with `continue_task` can resume the session in a new sandbox.
 //!
+//! While the CLI runs, each file it writes, edits or deletes is stored and
+//! reported as a `file` event as it happens ([`live`]).
+//!
 //! The sandbox never sees the fleet's model key: the CLI calls the worker's
-//! model gateway with a token that is valid only while this task runs.
+//! model gateway with a token that is valid only while this task runs
+//! (granted for a short lifetime, refreshed until the CLI ends, revoked
+//! then).
 //! Cancellation and `max_duration_s` stop the CLI through the session's
 //! guard, which kills it with its sandbox.
 
 mod cli;
+mod live;
 mod resume;
 mod workdir;
 
@@ -28,8 +34,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use self::cli::{Finished, Invocation};
+use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
@@ -38,7 +46,7 @@ use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
 /// that the task's own limit, not the token, is what stops it.
-const TOKEN_GRACE: Duration = Duration::from_secs(60);
+pub(super) const TOKEN_GRACE: Duration = Duration::from_secs(60);
 
 /// Runs the `claude` CLI on the task's prompt.
 pub struct ClaudeCode;
@@ -106,7 +114,15 @@ async fn run_in_sandbox(
         resume: earlier.map(|e| e.session_id.as_str()),
         token: &token,
     };
-    let finished = session.guard(run_cli(run, sandbox, &cli::command(&invocation), deadline)).await;
+    let mut live = LiveFiles::new(run, sandbox, blobs, before.clone());
+    let stop = CancellationToken::new();
+    let cli = async {
+        let finished = session.guard(run_cli(run, sandbox, &cli::command(&invocation), deadline)).await;
+        stop.cancel();
+        finished
+    };
+    let (finished, (), ()) =
+        tokio::join!(cli, live.follow(&stop), live::keep_fresh(&token, gateway.token_ttl(), deadline, &stop));
     drop(token);
     let finished = finished?;
 
@@ -120,16 +136,17 @@ async fn run_in_sandbox(
     Ok(result_of(&finished, &artifacts, &skipped, saved.as_ref()))
 }
 
-/// A gateway token for the task, valid a little past its deadline, on the
-/// sandbox's own bridge when it has one, for the task's model alone when it
-/// names one.
+/// A gateway token for the task, valid for the gateway's token lifetime
+/// (refreshed while the CLI runs, see [`live::keep_fresh`]) and never a
+/// little past its deadline, on the sandbox's own bridge when it has one,
+/// for the task's model alone when it names one.
 async fn grant(
     gateway: &ModelGateway,
     run: &TaskRun,
     deadline: Instant,
     bridge: Option<&GatewayBridge>,
 ) -> Result<TaskToken, PipelineError> {
-    let ttl = deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE;
+    let ttl = gateway.token_ttl().min(deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE);
     let limits = GrantLimits { models: run.attempt.spec.model.clone().map(|m| vec![m]), ..GrantLimits::default() };
     gateway.grant_with(run.attempt.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
 }

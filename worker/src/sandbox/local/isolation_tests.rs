@@ -6,6 +6,7 @@
 //! user runs the tests (root on CI).
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -149,6 +150,10 @@ fn other_displays(mine: u32) -> Vec<u32> {
 
 #[tokio::test]
 async fn sandbox_cannot_see_or_drive_another_display() {
+    cannot_see_or_drive_another_display().await;
+}
+
+async fn cannot_see_or_drive_another_display() {
     let fixture = Fixture::new(Network::Egress, Vec::new());
     let provider = fixture.provider();
     let (a, b) = tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
@@ -190,13 +195,23 @@ async fn sandbox_cannot_see_or_drive_another_display() {
 
 #[tokio::test]
 async fn sandbox_as_root_cannot_mount_write_the_host_or_read_secrets() {
+    assert_eq!(effective_uid(), 0, "this test shows the jail of a worker that runs as root; run the suite as root");
+    cannot_mount_write_the_host_or_read_secrets().await;
+}
+
+/// `mount`, writes under `/etc` and `/usr`, the worker's configuration, its
+/// environment, `/root`, another sandbox's home, new user namespaces and
+/// `su` all fail inside a sandbox, which runs as uid 1000 without
+/// capabilities under seccomp.
+async fn cannot_mount_write_the_host_or_read_secrets() {
     let fixture = Fixture::new(Network::Egress, Vec::new());
     let provider = fixture.provider();
     let (a, b) = tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
     provider.write_file(&b.id, "secret.txt", b"b-secret").await.expect("b writes");
     let b_home = provider.run(&b.id, "pwd", Duration::from_secs(10)).await.expect("pwd").stdout.trim().to_owned();
-    // A file the worker can read, standing in for its configuration with keys.
-    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("flotilla-secret-{:08x}.toml", rand::random::<u32>()));
+    // A file the worker can read, standing in for its configuration with
+    // keys: beside the sandboxes' own directories.
+    let config = fixture.root.join(format!("flotilla-secret-{:08x}.toml", rand::random::<u32>()));
     std::fs::write(&config, "anthropic_api_key = \"sk-test\"\n").expect("config written");
     let worker_pid = std::process::id();
     let checks = [
@@ -231,4 +246,59 @@ async fn sandbox_as_root_cannot_mount_write_the_host_or_read_secrets() {
     assert!(!std::path::Path::new("/etc/flotilla-escape").exists() && !std::path::Path::new("/usr/flotilla-escape").exists());
     provider.kill(&a.id).await.expect("kill a");
     provider.kill(&b.id).await.expect("kill b");
+}
+
+/// The unprivileged user the non-root run uses: `nobody`, on every Debian.
+const UNPRIVILEGED_UID: u32 = 65534;
+
+/// The effective uid of this process (the owner of `/proc/self`).
+fn effective_uid() -> u32 {
+    std::fs::metadata("/proc/self").expect("/proc is mounted").uid()
+}
+
+/// Runs the reachability, display and host-file checks in a copy of this
+/// test binary started as `nobody` (`setpriv`, util-linux), with no
+/// capability, as a worker that is not root runs: the jail is then built
+/// from an unprivileged user's namespaces and must hold just the same.
+#[tokio::test]
+async fn sandbox_jail_holds_when_the_worker_is_not_root() {
+    if effective_uid() != 0 {
+        // Already unprivileged (a developer's machine): check here.
+        unprivileged_checks().await;
+        return;
+    }
+    let name = format!("{}::as_unprivileged_user", module_path!().split_once("::").expect("a crate path").1);
+    let binary = std::env::current_exe().expect("this test binary");
+    let uid = UNPRIVILEGED_UID.to_string();
+    let output = tokio::process::Command::new("setpriv")
+        .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(&binary)
+        .args(["--exact", &name, "--ignored", "--nocapture", "--test-threads", "1"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", "/tmp")
+        .env("RUST_BACKTRACE", "1")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("setpriv (util-linux) runs");
+    let out = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the checks failed as uid {uid}:\n{out}");
+    assert!(out.contains("1 passed"), "the unprivileged checks did not run:\n{out}");
+}
+
+/// The checks of this module, as whatever unprivileged user runs it; run by
+/// `sandbox_jail_holds_when_the_worker_is_not_root`.
+#[tokio::test]
+#[ignore = "run as an unprivileged user by sandbox_jail_holds_when_the_worker_is_not_root"]
+async fn as_unprivileged_user() {
+    unprivileged_checks().await;
+}
+
+async fn unprivileged_checks() {
+    assert_ne!(effective_uid(), 0, "runs as an unprivileged user");
+    reachability(Network::Egress).await;
+    reachability(Network::Offline).await;
+    cannot_see_or_drive_another_display().await;
+    cannot_mount_write_the_host_or_read_secrets().await;
 }

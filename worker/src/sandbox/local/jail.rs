@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-use super::launch::MARKER_VAR;
-use super::{process, seccomp};
+use super::process::{self, MARKER_VAR};
+use super::seccomp;
 use crate::sandbox::SandboxError;
 
 /// The uid and gid a sandbox's programs run as, inside their user namespace.
@@ -44,6 +44,8 @@ pub(crate) const RUN_DIR: &str = "/run/flotilla/run";
 const SLIRP_GATEWAY: &str = "10.0.2.2";
 /// The user-mode network's DNS forwarder.
 const SLIRP_DNS: &str = "10.0.2.3";
+/// The device slirp4netns makes the sandbox's tap interface with.
+const TUN_DEVICE: &str = "/dev/net/tun";
 /// How long one setup command (routes, probes) may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -136,12 +138,28 @@ impl HostTools {
             nsenter: need("nsenter", "util-linux")?,
             unshare: need("unshare", "util-linux")?,
             slirp4netns: match network {
-                Network::Egress => Some(need("slirp4netns", "slirp4netns")?),
+                Network::Egress => {
+                    let slirp = need("slirp4netns", "slirp4netns")?;
+                    check_tun()?;
+                    Some(slirp)
+                }
                 Network::Offline => None,
             },
             ip: need("ip", "iproute2")?,
         })
     }
+}
+
+/// Whether this user may open `/dev/net/tun`, as slirp4netns does to make
+/// the sandbox's tap device (a worker that is not root needs mode 0666, as
+/// Debian's udev rules set it).
+fn check_tun() -> Result<(), String> {
+    std::fs::OpenOptions::new().read(true).write(true).open(TUN_DEVICE).map(drop).map_err(|e| {
+        format!(
+            "slirp4netns cannot open {TUN_DEVICE} as this user ({e}); make it mode 0666 as Debian does \
+             (scripts/setup.sh), or set FLOTILLA_SANDBOX_NETWORK=offline"
+        )
+    })
 }
 
 /// The first executable file called `name` on the worker's `PATH`.
@@ -303,8 +321,12 @@ pub(crate) async fn start_egress(
     deadline: Instant,
 ) -> Result<Child, SandboxError> {
     let slirp = tools.slirp4netns.as_ref().ok_or_else(|| SandboxError::Unavailable("slirp4netns was not looked for".into()))?;
-    let mut command = Command::new(slirp);
-    command.args([
+    // slirp4netns runs inside the holder's user namespace (where the worker
+    // is root, without any privilege on the host), as rootless containers
+    // start it: its own sandbox (`--enable-sandbox`) needs that when the
+    // worker is not root. Its sockets stay in the host's network namespace.
+    let mut command = Command::new(&tools.nsenter);
+    command.args(["--preserve-credentials", "-U", "-t", &holder.to_string(), "--"]).arg(slirp).args([
         "--configure",
         "--disable-host-loopback",
         "--mtu",
@@ -315,8 +337,6 @@ pub(crate) async fn start_egress(
         "1",
         "--netns-type",
         "path",
-        "--userns-path",
-        &format!("/proc/{holder}/ns/user"),
         &format!("/proc/{holder}/ns/net"),
         "tap0",
     ]);
