@@ -17,40 +17,11 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::error::ValidationError;
 use crate::task::{Pipeline, SandboxProviderKind, TaskSpec};
-
-/// The most labels a task may require or a worker may carry.
-pub const MAX_LABELS: usize = 16;
-/// The longest label.
-pub const MAX_LABEL_CHARS: usize = 64;
 
 /// The pipeline part of a route of a task that names none: any worker runs
 /// it with its default pipeline.
 const DEFAULT_PIPELINE: &str = "default";
-
-/// Checks one free label: 1 to 64 of `A-Z a-z 0-9 - _ .`.
-pub fn check_label(label: &str) -> Result<(), String> {
-    let ok = !label.is_empty()
-        && label.len() <= MAX_LABEL_CHARS
-        && label.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("label {label:?} must be 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 - _ ."))
-    }
-}
-
-/// Checks a task's `requires`.
-pub fn check_requires(labels: &[String]) -> Result<(), ValidationError> {
-    if labels.len() > MAX_LABELS {
-        return Err(ValidationError::at("requires", format!("at most {MAX_LABELS} labels")));
-    }
-    for (i, label) in labels.iter().enumerate() {
-        check_label(label).map_err(|m| ValidationError::at(format!("requires[{i}]"), m))?;
-    }
-    Ok(())
-}
 
 /// The sandbox a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

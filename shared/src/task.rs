@@ -280,7 +280,7 @@ impl TaskSpec {
             check_range("budget.max_sandbox_s", budget.max_sandbox_s, 1, MAX_DURATION_S * u64::from(MAX_ATTEMPTS))?;
         }
         if let Some(labels) = &self.requires {
-            crate::route::check_requires(labels)?;
+            check_requires(labels)?;
         }
         if let Some(retry) = &self.retry {
             check_range("retry.max_attempts", Some(u64::from(retry.max_attempts)), 1, u64::from(MAX_ATTEMPTS))?;
@@ -350,6 +350,34 @@ impl TaskSpec {
         }
         self
     }
+}
+
+/// The most labels a task may require or a worker may carry.
+pub const MAX_LABELS: usize = 16;
+/// The longest label.
+pub const MAX_LABEL_CHARS: usize = 64;
+
+/// Checks one free label: 1 to 64 of `A-Z a-z 0-9 - _ .`.
+pub fn check_worker_label(label: &str) -> Result<(), String> {
+    let ok = !label.is_empty()
+        && label.len() <= MAX_LABEL_CHARS
+        && label.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("label {label:?} must be 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 - _ ."))
+    }
+}
+
+/// Checks a task's `requires`.
+pub fn check_requires(labels: &[String]) -> Result<(), ValidationError> {
+    if labels.len() > MAX_LABELS {
+        return Err(ValidationError::at("requires", format!("at most {MAX_LABELS} labels")));
+    }
+    for (i, label) in labels.iter().enumerate() {
+        check_worker_label(label).map_err(|m| ValidationError::at(format!("requires[{i}]"), m))?;
+    }
+    Ok(())
 }
 
 /// Parses JSON into `T`, turning serde's error into one that names the field.

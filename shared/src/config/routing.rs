@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::{ConfigError, Settings};
-use crate::route::{check_label, MAX_LABELS};
+use crate::task::{check_worker_label, MAX_LABELS};
 
 /// What a worker says it can run beyond its provider and pipelines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,7 +19,7 @@ impl RoutingConfig {
         let var = "FLOTILLA_WORKER_LABELS";
         let mut worker_labels = BTreeSet::new();
         for label in s.get(var).unwrap_or_default().split(',').map(str::trim).filter(|l| !l.is_empty()) {
-            check_label(label).map_err(|problem| ConfigError::new(var, problem))?;
+            check_worker_label(label).map_err(|problem| ConfigError::new(var, problem))?;
             worker_labels.insert(label.to_owned());
         }
         if worker_labels.len() > MAX_LABELS {
