@@ -153,7 +153,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(var: &str, problem: impl Into<String>) -> Self {
-        Self { var: var.to_owned(), problem: problem.into() }
+        Self { var: var.to_owned(), problem: crate::redact::redact(&problem.into()).into_owned() }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod live;
 pub mod page;
 pub mod queue;
 pub mod quota;
+pub mod redact;
 pub mod redis_conn;
 pub mod route;
 pub mod schedule;

@@ -13,6 +13,7 @@ use crate::error::QueueError;
 use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::{Shard, GROUP};
+use crate::redact::redact;
 use crate::route::Capabilities;
 use crate::task::{HumanInput, StopCode, TaskSpec};
 use crate::usage::{Added, Amount, Meter};
@@ -121,7 +122,8 @@ impl Terminal {
             }
             Terminal::Failed(code, error) => {
                 let code = code.as_str();
-                (EventKind::Failed { code: code.into(), error: error.clone() }, "failed", code, "error", error.clone())
+                let error = redact(error).into_owned();
+                (EventKind::Failed { code: code.into(), error: error.clone() }, "failed", code, "error", error)
             }
             Terminal::Cancelled => {
                 let code = StopCode::Cancelled.as_str();
@@ -601,6 +603,8 @@ impl Attempt {
     /// when attempts are spent, fails the task into the dead-letter list.
     /// Returns the delay when a retry was scheduled.
     pub async fn retry_or_dead_letter(&self, error: &str) -> Result<Option<Duration>, QueueError> {
+        let error = redact(error);
+        let error = error.as_ref();
         if self.number >= self.spec.max_attempts() {
             self.fail(StopCode::Problem, &format!("attempts exhausted: {error}")).await?;
             self.queue.dead_letter(self.tenant(), self.task_id()).await?;

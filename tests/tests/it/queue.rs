@@ -399,3 +399,45 @@ async fn queue_entry_again(q: &flotilla_shared::queue::Queue, id: &flotilla_shar
         .await
         .expect("ENQUEUE");
 }
+
+/// A pipeline whose errors quote secrets: a retryable one, then a final one.
+struct LeakyErrors(Arc<AtomicU32>);
+
+impl Pipeline for LeakyErrors {
+    fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        let run = self.0.fetch_add(1, Ordering::SeqCst);
+        async move {
+            Err(match run {
+                0 => PipelineError::Retryable(
+                    "cannot reach redis://:hunter2@10.0.0.5:6379: refused; E2B said {\"envdAccessToken\":\"tok-9f8e7d\"}".into(),
+                ),
+                _ => PipelineError::Fatal {
+                    code: flotilla_shared::task::StopCode::Problem,
+                    message: "model refused key sk-ant-api03-AbCdEf0123456789 with Bearer ftk_secret".into(),
+                },
+            })
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_stored_on_a_task_and_in_its_events_have_their_secrets_masked() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut registry = Registry::standard();
+    registry.register(PipelineKind::Scripted, Arc::new(LeakyErrors(Arc::new(AtomicU32::new(0)))));
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, registry);
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(20)).await;
+    worker.stop().await;
+    assert_eq!((records[0].status, records[0].attempts), (TaskStatus::Failed, 2));
+    let stored = records[0].error.clone().unwrap_or_default();
+    let raw: Vec<String> = q.events_after(&id, 0).await.expect("events");
+    let all = format!("{stored}\n{}", raw.join("\n"));
+    for secret in ["hunter2", "tok-9f8e7d", "AbCdEf0123456789", "ftk_secret"] {
+        assert!(!all.contains(secret), "{secret} leaked:\n{all}");
+    }
+    assert!(raw.iter().any(|e| e.contains("redis://:***@10.0.0.5:6379")), "the retry event keeps what is not secret:\n{all}");
+    assert!(stored.contains("sk-ant-***") && stored.contains("Bearer ***"), "{stored}");
+}
