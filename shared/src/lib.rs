@@ -22,6 +22,7 @@ pub mod queue;
 pub mod quota;
 pub mod redact;
 pub mod redis_conn;
+pub mod route;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
