@@ -148,7 +148,7 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/healthz", get(routes::ops::healthz))
         .route("/readyz", get(routes::ops::readyz))
         .route("/metrics", get(routes::ops::metrics))
-        .route("/openapi.json", get(routes::ops::openapi))
+        .route("/openapi.json", get(openapi::document))
         .route("/", get(dashboard::page))
         .route(dashboard::SCRIPT_PATH, get(dashboard::script))
         .route(dashboard::STYLE_PATH, get(dashboard::style))

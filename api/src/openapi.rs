@@ -1,6 +1,10 @@
 //! The OpenAPI document, generated from the handlers' annotations and the
 //! shared model's schemas, so it cannot drift from the code.
 
+use std::sync::LazyLock;
+
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
 use flotilla_shared::schedule;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
@@ -52,7 +56,7 @@ use crate::routes::{
         ops::healthz,
         ops::readyz,
         ops::metrics,
-        ops::openapi,
+        document,
         dashboard::page,
     ),
     components(schemas(
@@ -193,6 +197,20 @@ impl Modify for ScheduleRules {
             }
         }
     }
+}
+
+/// The document, rendered once.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned()));
+
+/// This API's OpenAPI 3.1 document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses((status = 200, description = "OpenAPI document", body = Object, content_type = "application/json"))
+)]
+pub async fn document() -> impl IntoResponse {
+    ([(CONTENT_TYPE, "application/json")], DOCUMENT.as_str())
 }
 
 #[cfg(test)]

@@ -5,23 +5,16 @@
 //! bytes saved by deduplication. One fenced script adds an amount to the
 //! task's own counters (the task hash's `meter` field, shown as the task's
 //! `usage`) and to its tenant's counters of the UTC day (one hash per tenant
-//! per day, [`crate::keys::Keys::usage_day`]) in the same step, so a
+//! per day, [`crate::keys::Keys::usage_day`]) in the same step
+//! ([`crate::queue::Queue::add_usage`]), so a
 //! tenant's usage is exactly the sum of its tasks' usage; tasks are counted
 //! by outcome in the same day hash when they end. The day hashes expire
 //! [`USAGE_TTL_S`] after their last write: the cost of keeping usage grows
 //! with tenants and days, never with tasks.
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-use redis::Script;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use utoipa::ToSchema;
-
-use crate::clock;
-use crate::error::QueueError;
-use crate::ids::TenantId;
-use crate::queue::Queue;
 
 /// How long a tenant's day of usage is kept after its last write (100 days,
 /// so at least 90 full days are always there).
@@ -46,7 +39,7 @@ pub enum Amount {
 
 impl Amount {
     /// The counters this amount adds to, with how much.
-    fn counters(&self) -> Vec<(String, u64)> {
+    pub(crate) fn counters(&self) -> Vec<(String, u64)> {
         match self {
             Amount::Tokens { model, input, output } => vec![
                 (format!("in:{model}"), *input),
@@ -60,32 +53,6 @@ impl Amount {
         }
     }
 }
-
-/// Adds amounts to a running attempt's task and to its tenant's day.
-/// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash; `ARGV[1]`
-/// attempt, `ARGV[2]` worker id, `ARGV[3]` the day hash's TTL in seconds,
-/// then counter, amount pairs. Returns the task's counters as JSON, or
-/// `fenced` (and counts nothing).
-pub(crate) static ADD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'meter')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
-if cur[3] ~= 'running' and cur[3] ~= 'waiting' then return 'fenced' end
-local m = {}
-if cur[4] then m = cjson.decode(cur[4]) end
-for i = 4, #ARGV, 2 do
-  local n = tonumber(ARGV[i + 1])
-  m[ARGV[i]] = (m[ARGV[i]] or 0) + n
-  if KEYS[2] then redis.call('HINCRBY', KEYS[2], ARGV[i], n) end
-end
-if KEYS[2] then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
-local encoded = cjson.encode(m)
-redis.call('HSET', KEYS[1], 'meter', encoded)
-return encoded
-"#,
-    )
-});
 
 /// Named counters: a task's or a tenant's day's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -175,83 +142,13 @@ pub struct UsageView {
     pub tasks: BTreeMap<String, u64>,
 }
 
-/// What an attempt's [`Queue::add_usage`] answered.
+/// What an attempt's [`crate::queue::Queue::add_usage`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Added {
     /// The task's counters after the addition.
     Counted(Meter),
     /// Another attempt owns the task: nothing was counted.
     Fenced,
-}
-
-impl Queue {
-    /// Adds `amounts` to a running attempt's task and to its tenant's day;
-    /// the task's counters after.
-    pub async fn add_usage(
-        &self,
-        task_key: String,
-        tenant: &TenantId,
-        attempt: u32,
-        owner: &str,
-        amounts: &[Amount],
-    ) -> Result<Added, QueueError> {
-        let counters: Vec<(String, u64)> = amounts.iter().flat_map(Amount::counters).filter(|(_, n)| *n > 0).collect();
-        let day_key = self.keys().usage_day(tenant, &clock::utc_day(clock::now_ms()));
-        let cluster = self.redis().is_cluster();
-        let mut inv = ADD.prepare_invoke();
-        inv.key(task_key);
-        if !cluster {
-            inv.key(&day_key);
-        }
-        inv.arg(attempt).arg(owner).arg(USAGE_TTL_S);
-        for (field, n) in &counters {
-            inv.arg(field).arg(n);
-        }
-        let mut conn = self.redis().shared();
-        let answer: String = inv.invoke_async(&mut conn).await?;
-        if answer == "fenced" {
-            return Ok(Added::Fenced);
-        }
-        if cluster && !counters.is_empty() {
-            let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(&day_key, f, *n)).collect();
-            cmds.push(redis::Cmd::expire(&day_key, USAGE_TTL_S as i64));
-            let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
-        }
-        Ok(Added::Counted(Meter::from_json(&answer)))
-    }
-
-    /// Counts ended tasks by outcome in their tenants' usage of today.
-    pub async fn count_outcomes(&self, ended: &[(&TenantId, &'static str)]) -> Result<(), QueueError> {
-        if ended.is_empty() {
-            return Ok(());
-        }
-        let day = clock::utc_day(clock::now_ms());
-        let mut per: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-        for (tenant, outcome) in ended {
-            *per.entry((tenant.as_str(), outcome)).or_default() += 1;
-        }
-        let mut cmds = Vec::new();
-        for ((tenant, outcome), n) in per {
-            let Ok(tenant) = TenantId::parse(tenant) else { continue };
-            let key = self.keys().usage_day(&tenant, &day);
-            cmds.push(redis::Cmd::hincr(&key, format!("tasks:{outcome}"), n));
-            cmds.push(redis::Cmd::expire(&key, USAGE_TTL_S as i64));
-        }
-        let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
-        Ok(())
-    }
-
-    /// A tenant's usage per UTC day from `from` to `to` (epoch ms of their
-    /// midnights), oldest first; days with nothing counted are left out.
-    pub async fn usage_days(&self, tenant: &TenantId, from_ms: i64, to_ms: i64) -> Result<Vec<(String, Meter)>, QueueError> {
-        let days: Vec<String> = (0..=(to_ms - from_ms) / clock::DAY_MS)
-            .take(MAX_USAGE_DAYS as usize)
-            .map(|i| clock::utc_day(from_ms + i * clock::DAY_MS))
-            .collect();
-        let reads = days.iter().map(|d| redis::Cmd::hgetall(self.keys().usage_day(tenant, d))).collect();
-        let got: Vec<BTreeMap<String, u64>> = self.redis().query_many(reads).await?;
-        Ok(days.into_iter().zip(got).filter(|(_, m)| !m.is_empty()).map(|(d, m)| (d, Meter(m))).collect())
-    }
 }
 
 #[cfg(test)]

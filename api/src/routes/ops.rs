@@ -1,20 +1,17 @@
-//! Endpoints for operators and tools: liveness, readiness, metrics and the
-//! OpenAPI document. Only the metrics need a key: the admin key
+//! Endpoints for operators and tools: liveness, readiness and metrics (the
+//! OpenAPI document serves itself, [`crate::openapi::document`]). Only the metrics need a key: the admin key
 //! (`FLOTILLA_ADMIN_KEY`), since they are the whole fleet's figures.
-
-use std::sync::LazyLock;
 
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Admin;
 use crate::error::{ApiError, ErrorBody};
 use crate::metrics;
-use crate::openapi::ApiDoc;
 use crate::state::AppState;
 
 /// `{"status": "ok"}`.
@@ -63,18 +60,4 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let stats = state.queue().fleet_stats().await?;
     Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::render(&stats)))
-}
-
-/// The document, rendered once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned()));
-
-/// This API's OpenAPI 3.1 document.
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    tag = "operations",
-    responses((status = 200, description = "OpenAPI document", body = Object, content_type = "application/json"))
-)]
-pub async fn openapi() -> impl IntoResponse {
-    ([(CONTENT_TYPE, "application/json")], DOCUMENT.as_str())
 }

@@ -34,6 +34,7 @@ pub mod scripts;
 mod stats;
 mod submit;
 mod takeover;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;

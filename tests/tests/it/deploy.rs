@@ -460,3 +460,37 @@ async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
     server.wait().ok();
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `major.minor` of a version such as `1.94` or `1.94.1`.
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The workspace's `rust-version`, read from the root manifest.
+fn workspace_rust_version() -> String {
+    let text = std::fs::read_to_string(deploy_dir().join("../Cargo.toml")).expect("root manifest");
+    let line = text.lines().find(|l| l.trim_start().starts_with("rust-version")).expect("rust-version in Cargo.toml");
+    line.split('"').nth(1).expect("quoted rust-version").to_owned()
+}
+
+/// The Rust versions of the Dockerfile's `FROM rust:<version>…` stages.
+fn dockerfile_rust_versions() -> Vec<String> {
+    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).expect("deploy/Dockerfile");
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("FROM rust:"))
+        .map(|image| image.split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_images_toolchain_satisfies_the_workspaces_rust_version() {
+    let required = workspace_rust_version();
+    let required_mm = major_minor(&required).unwrap_or_else(|| panic!("rust-version {required:?} is not a version"));
+    let toolchains = dockerfile_rust_versions();
+    assert!(!toolchains.is_empty(), "the Dockerfile builds from no `rust:<version>` image");
+    for toolchain in toolchains {
+        let have = major_minor(&toolchain).unwrap_or_else(|| panic!("the Dockerfile's `rust:{toolchain}` names no version"));
+        assert!(have >= required_mm, "the Dockerfile builds with Rust {toolchain}, the workspace needs {required}");
+    }
+}

@@ -21,6 +21,7 @@ mod fairness;
 mod faults;
 mod feeds;
 mod hardening;
+mod layering;
 mod live_view;
 mod model_anthropic;
 mod model_claude_toolset;

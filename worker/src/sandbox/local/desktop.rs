@@ -21,8 +21,8 @@ use tokio::process::{Child, Command};
 
 use super::display::Display;
 use super::jail::{self, Jail, JailSettings};
-use super::launch::{self, Launcher, MARKER_VAR};
-use super::process::{self, Signal};
+use super::launch::{self, Launcher};
+use super::process::{self, Signal, MARKER_VAR};
 use super::xauth::Cookie;
 use crate::sandbox::SandboxError;
 

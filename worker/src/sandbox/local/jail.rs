@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-use super::launch::MARKER_VAR;
-use super::{process, seccomp};
+use super::process::{self, MARKER_VAR};
+use super::seccomp;
 use crate::sandbox::SandboxError;
 
 /// The uid and gid a sandbox's programs run as, inside their user namespace.

@@ -14,9 +14,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::jail::{Jail, XAUTHORITY_PATH};
-
-/// The environment variable every sandbox process carries, set to the id.
-pub(crate) const MARKER_VAR: &str = "FLOTILLA_SANDBOX";
+use super::process::MARKER_VAR;
 
 /// The `PATH` inside a sandbox.
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -14,8 +14,10 @@ use tokio::process::Command;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
-use super::launch::MARKER_VAR;
 use crate::sandbox::{CommandOutput, SandboxError};
+
+/// The environment variable every sandbox process carries, set to the id.
+pub(crate) const MARKER_VAR: &str = "FLOTILLA_SANDBOX";
 
 /// The most output kept from one stream of a command; the rest is dropped.
 pub(crate) const MAX_OUTPUT: usize = 16 * 1024 * 1024;
