@@ -77,6 +77,8 @@ pub enum Command {
     Schedules(SchedulesArgs),
     /// List webhook endpoints, or add or remove one, list its deliveries or retry one
     Webhooks(WebhooksArgs),
+    /// Show your queue: queued and running tasks, lanes, and what waiting tasks wait for
+    Queues,
 }
 
 #[derive(Debug, Default, Args)]

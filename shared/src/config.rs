@@ -31,6 +31,7 @@ mod limits;
 mod live_view;
 mod providers;
 mod queue;
+mod routing;
 mod streams;
 mod telemetry;
 mod tenants;
@@ -45,6 +46,7 @@ pub use limits::Limits;
 pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
+pub use routing::RoutingConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
@@ -117,6 +119,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_NOVNC_DIR", "novnc_dir"),
     ("FLOTILLA_PUBLIC_URL", "public_url"),
     ("FLOTILLA_WORKER_VIEW_URL", "worker_view_url"),
+    ("FLOTILLA_WORKER_LABELS", "worker_labels"),
 ];
 
 /// A value that must never be printed: its `Debug` and `Display` hide it.
@@ -150,7 +153,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(var: &str, problem: impl Into<String>) -> Self {
-        Self { var: var.to_owned(), problem: problem.into() }
+        Self { var: var.to_owned(), problem: crate::redact::redact(&problem.into()).into_owned() }
     }
 }
 
@@ -193,6 +196,8 @@ pub struct Config {
     pub tenants: TenantsConfig,
     /// Request bounds of the API.
     pub limits: Limits,
+    /// The labels a worker advertises for capability routing.
+    pub routing: RoutingConfig,
 }
 
 impl Config {
@@ -247,6 +252,7 @@ impl Config {
             isolation: IsolationConfig::load(s.get("FLOTILLA_SANDBOX_ISOLATION"), s.get("FLOTILLA_SANDBOX_NETWORK"))?,
             tenants: TenantsConfig::default(),
             limits: Limits::from_settings(s)?,
+            routing: RoutingConfig::from_settings(s)?,
         })
     }
 

@@ -21,16 +21,26 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `sched` | hash | `clock` (virtual time of the last turn), the shard's `queued`, `running`, `delayed` |
-//! | `active` | sorted set | tenants with queued tasks below their `max_running`, by virtual time |
+//! | `routes` | hash | queued entries per route (routes without any are absent) |
+//! | `active:<route>` | sorted set | tenants with queued tasks on the route below their `max_running`, by virtual time |
+//! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
 //! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
 //! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |
-//! | `due` | sorted set | `<lane>:<tenant>:<task id>` by the epoch ms it becomes due |
+//! | `due` | sorted set | `<lane>:<tenant>:<route>:<task id>` by the epoch ms it becomes due |
 //! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed` |
-//! | `t:<tenant>:lane:<priority>` | stream | the tenant's lane of one priority, entries carry a task id (`t`) |
+//! | `t:<tenant>:routes` | hash | the tenant's queued entries per lane, `<lane index>:<route>`; a field per lane it has |
+//! | `t:<tenant>:lane:<priority>:<route>` | stream | the tenant's lane of one priority and route, entries carry a task id (`t`) |
 //! | `t:<tenant>:rate` | string | the tenant's submit-rate bucket (GCRA arrival time) |
 //! | `t:<tenant>:admitting` | sorted set | room admitted requests reserved and have not filled yet |
+//!
+//! A route is the canonical string of what a task needs of its worker
+//! (`<pipeline>|<sandbox>|<labels>`, see [`crate::route`]). Routing
+//! invariant: a task's entries only ever sit in lanes of its own route, and
+//! a worker reads (claims or takes over) only lanes of routes its
+//! capabilities serve; live workers advertise their capabilities in
+//! `{q}:workers`, which only the figures read.
 
 use crate::ids::{BatchId, ScheduleId, TaskId, TenantId};
 use crate::task::Priority;
@@ -117,7 +127,8 @@ impl Keys {
         format!("{}sched", self.shard_base(shard))
     }
 
-    /// Sorted set: the shard's tenants that may take a turn, by virtual time.
+    /// Sorted set: the shard's tenants that may take a turn on some route,
+    /// by virtual time.
     pub fn active(&self, shard: Shard) -> String {
         format!("{}active", self.shard_base(shard))
     }
@@ -157,9 +168,27 @@ impl Keys {
         format!("{}:admitting", self.tenant_state(tenant))
     }
 
-    /// Stream: a tenant's lane of one priority; entries carry only a task id (`t`).
-    pub fn lane(&self, tenant: &TenantId, priority: Priority) -> String {
-        format!("{}:lane:{}", self.tenant_state(tenant), priority.as_str())
+    /// Stream: a tenant's lane of one priority and route; entries carry only
+    /// a task id (`t`).
+    pub fn lane(&self, tenant: &TenantId, route: &str, priority: Priority) -> String {
+        format!("{}:lane:{}:{route}", self.tenant_state(tenant), priority.as_str())
+    }
+
+    /// Hash: a tenant's queued entries per lane, as `<lane index>:<route>`.
+    pub fn tenant_routes(&self, tenant: &TenantId) -> String {
+        format!("{}:routes", self.tenant_state(tenant))
+    }
+
+    /// Hash: a shard's queued entries per route.
+    pub fn shard_routes(&self, shard: Shard) -> String {
+        format!("{}routes", self.shard_base(shard))
+    }
+
+    /// Sorted set: the live workers' capabilities (`Capabilities::encode`,
+    /// one member per distinct set) by the epoch ms the last worker
+    /// advertising them stops counting as live.
+    pub fn workers(&self) -> String {
+        format!("{}:{{q}}:workers", self.prefix)
     }
 
     /// Sorted set: a shard's tasks waiting for a time (retries after
@@ -438,7 +467,8 @@ mod tests {
         let tenant = TenantId::parse("acme").expect("tenant");
         let keys = keys.with_shards(CLUSTER_SHARDS);
         let shard = keys.shard_of(&tenant);
-        assert_eq!(tag(&keys.lane(&tenant, Priority::High)), tag(&keys.sched(shard)));
+        assert_eq!(tag(&keys.lane(&tenant, "scripted|none|", Priority::High)), tag(&keys.sched(shard)));
+        assert_eq!(tag(&keys.tenant_routes(&tenant)), tag(&keys.shard_routes(shard)));
         assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.due(shard)));
         assert_eq!(tag(&keys.active(shard)), tag(&keys.sched(shard)));
         let batch = BatchId::generate();

@@ -24,7 +24,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// Which agent pipeline runs a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Pipeline {
     OpenaiCua,
@@ -137,7 +137,7 @@ impl HumanInput {
 }
 
 /// Where a task runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxProviderKind {
     Local,
@@ -240,6 +240,11 @@ pub struct TaskSpec {
     pub continue_task: Option<TaskId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
+    /// Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    /// task; while no live worker does, the task stays `queued`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 16, example = json!(["eu"]))]
+    pub requires: Option<Vec<String>>,
 }
 
 impl TaskSpec {
@@ -273,6 +278,9 @@ impl TaskSpec {
         if let Some(budget) = &self.budget {
             check_range("budget.max_tokens", budget.max_tokens, 1, u64::MAX)?;
             check_range("budget.max_sandbox_s", budget.max_sandbox_s, 1, MAX_DURATION_S * u64::from(MAX_ATTEMPTS))?;
+        }
+        if let Some(labels) = &self.requires {
+            check_requires(labels)?;
         }
         if let Some(retry) = &self.retry {
             check_range("retry.max_attempts", Some(u64::from(retry.max_attempts)), 1, u64::from(MAX_ATTEMPTS))?;
@@ -342,6 +350,34 @@ impl TaskSpec {
         }
         self
     }
+}
+
+/// The most labels a task may require or a worker may carry.
+pub const MAX_LABELS: usize = 16;
+/// The longest label.
+pub const MAX_LABEL_CHARS: usize = 64;
+
+/// Checks one free label: 1 to 64 of `A-Z a-z 0-9 - _ .`.
+pub fn check_worker_label(label: &str) -> Result<(), String> {
+    let ok = !label.is_empty()
+        && label.len() <= MAX_LABEL_CHARS
+        && label.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("label {label:?} must be 1 to {MAX_LABEL_CHARS} of A-Z a-z 0-9 - _ ."))
+    }
+}
+
+/// Checks a task's `requires`.
+pub fn check_requires(labels: &[String]) -> Result<(), ValidationError> {
+    if labels.len() > MAX_LABELS {
+        return Err(ValidationError::at("requires", format!("at most {MAX_LABELS} labels")));
+    }
+    for (i, label) in labels.iter().enumerate() {
+        check_worker_label(label).map_err(|m| ValidationError::at(format!("requires[{i}]"), m))?;
+    }
+    Ok(())
 }
 
 /// Parses JSON into `T`, turning serde's error into one that names the field.

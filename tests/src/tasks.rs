@@ -7,8 +7,15 @@ use std::time::{Duration, Instant};
 use flotilla_shared::event::Event;
 use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::queue::{Queue, TaskRecord};
-use flotilla_shared::task::TaskSpec;
+use flotilla_shared::route::Capabilities;
+use flotilla_shared::task::{Pipeline, TaskSpec};
 use flotilla_shared::Config;
+
+/// A worker with no sandbox, no labels and the standard pipelines: it runs
+/// [`wait_spec`] tasks.
+pub fn plain_worker() -> Capabilities {
+    Capabilities { pipelines: [Pipeline::Scripted, Pipeline::ClaudeCode].into(), ..Capabilities::default() }
+}
 
 pub fn tenant() -> TenantId {
     TenantId::parse("acme").expect("tenant")

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use flotilla_shared::redact::redact;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
 /// `Retry-After` as a wait: delta seconds, or an HTTP date from now.
@@ -18,8 +19,10 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::try_from(wait).unwrap_or(Duration::ZERO))
 }
 
-/// The first 200 characters of a body, for an error message.
+/// The first 200 characters of a body, for an error message, secrets
+/// masked (an E2B answer carries `envdAccessToken`).
 pub fn excerpt(text: &str) -> String {
+    let text = redact(text);
     let mut cut: String = text.chars().take(200).collect();
     if cut.len() < text.len() {
         cut.push('…');

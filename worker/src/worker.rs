@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_shared::live::LiveViews;
-use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome};
+use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
+use flotilla_shared::route::Capabilities;
+use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::{Config, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -65,6 +67,9 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         }
         None => None,
     };
+    let caps = capabilities(&config, &registry, &tools);
+    info!(sandbox = ?caps.sandbox, labels = ?caps.labels, "worker capabilities");
+    let advertiser = tokio::spawn(advertise(queue.clone(), caps.clone(), shutdown.clone()));
     let tools = Arc::new(tools);
     let (acker, acker_task) = Acker::spawn(queue.clone(), metrics.clone());
     let executor = Executor {
@@ -85,7 +90,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let abandon = CancellationToken::new();
     info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
-    let mut source = queue.claimer(config.worker.id.clone());
+    let mut source = queue.claimer(config.worker.id.clone(), caps);
     let claimer = Claimer { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
     claimer.claim_until(&mut source, &shutdown).await;
 
@@ -99,6 +104,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     drop(claimer);
     tools.shutdown().await;
     housekeeping.await.ok();
+    advertiser.await.ok();
     webhooks.await.ok();
     acker_task.await.ok();
     if let Some(http) = http {
@@ -124,6 +130,31 @@ fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Qu
         }
     };
     Some(LiveDesktops::new(endpoint, LiveViews::new(queue.redis().clone(), queue.keys().clone())))
+}
+
+/// What this worker can run: its sandbox provider (from its tools), its
+/// pipelines and its labels.
+fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capabilities {
+    let sandbox = tools.sandboxes.as_ref().and_then(|pool| match pool.provider().name() {
+        "local" => Some(SandboxProviderKind::Local),
+        "e2b" => Some(SandboxProviderKind::E2b),
+        _ => None,
+    });
+    Capabilities { sandbox, pipelines: registry.kinds().collect(), labels: config.routing.worker_labels.clone() }
+}
+
+/// Keeps the worker's capabilities in the fleet's registry of live workers
+/// until shutdown (what waiting tasks wait for is told from it).
+async fn advertise(queue: Queue, caps: Capabilities, shutdown: CancellationToken) {
+    loop {
+        if let Err(e) = queue.advertise(&caps).await {
+            debug!(error = %e, "could not advertise capabilities");
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(ADVERTISE_EVERY) => {}
+        }
+    }
 }
 
 /// Connects, retrying while Redis is not there yet, until shutdown.

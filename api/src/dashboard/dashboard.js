@@ -291,6 +291,23 @@
       return row;
     });
     $('queues').tBodies[0].replaceChildren(...rows);
+    const tenants = (stats && Array.isArray(stats.tenants)) ? stats.tenants : [];
+    $('tenants').tBodies[0].replaceChildren(...tenants.map((t) => {
+      const row = element('tr');
+      row.dataset.tenant = String(t.tenant);
+      row.append(
+        cell(t.tenant),
+        cell(t.queued, 'num'),
+        cell(t.running, 'num'),
+        cell(t.delayed, 'num'),
+        cell(t.weight, 'num'),
+        cell(t.max_running == null ? '-' : t.max_running, 'num'),
+      );
+      return row;
+    }));
+    const waits = (stats && Array.isArray(stats.waiting_for)) ? stats.waiting_for : [];
+    $('waiting').textContent = waits.length === 0 ? ''
+      : `waiting for ${waits.map((w) => `${w.capability} (${w.queued})`).join(', ')}`;
     $('dead').textContent = `dead letters: ${stats && Number.isFinite(stats.dead) ? stats.dead : 0}`;
   }
 

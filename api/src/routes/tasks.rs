@@ -187,6 +187,7 @@ pub async fn get(
 ) -> Result<Json<TaskRecord>, ApiError> {
     let mut task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     crate::presign::attach_urls(&state, &mut task).await?;
+    state.queue().fill_waiting_for(&mut task).await?;
     Ok(Json(task))
 }
 

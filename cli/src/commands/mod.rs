@@ -2,6 +2,7 @@
 //! every command returns how the process should end.
 
 mod batch;
+mod queues;
 mod schedules;
 mod submit;
 mod tasks;
@@ -47,5 +48,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Batch(args) => batch::run(&client, &args, format).await,
         Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
         Command::Webhooks(args) => webhooks::run(&client, args.action.as_ref(), format).await,
+        Command::Queues => queues::run(&client, format).await,
     }
 }

@@ -123,8 +123,9 @@ impl KeyLayout {
 }
 
 /// Accepts only plain relative paths made of named components, so the key
-/// built from one can never leave the prefix it is appended to.
-fn validate_artifact_path(path: &str) -> Result<(), BlobError> {
+/// built from one can never leave the prefix it is appended to (and a file
+/// written at one never leaves the directory it is joined to).
+pub fn validate_artifact_path(path: &str) -> Result<(), BlobError> {
     let reject = |reason: &'static str| Err(BlobError::InvalidPath { path: path.to_owned(), reason });
     if path.is_empty() {
         return reject("is empty");

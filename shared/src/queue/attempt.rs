@@ -13,6 +13,8 @@ use crate::error::QueueError;
 use crate::event::{draft, draft_at, event_body, EventKind, EventOrigin};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::{Shard, GROUP};
+use crate::redact::redact;
+use crate::route::Capabilities;
 use crate::task::{HumanInput, StopCode, TaskSpec};
 use crate::usage::{Added, Amount, Meter};
 
@@ -120,7 +122,8 @@ impl Terminal {
             }
             Terminal::Failed(code, error) => {
                 let code = code.as_str();
-                (EventKind::Failed { code: code.into(), error: error.clone() }, "failed", code, "error", error.clone())
+                let error = redact(error).into_owned();
+                (EventKind::Failed { code: code.into(), error: error.clone() }, "failed", code, "error", error)
             }
             Terminal::Cancelled => {
                 let code = StopCode::Cancelled.as_str();
@@ -246,19 +249,20 @@ impl Queue {
     pub(super) async fn claim_and_start(
         &self,
         owner: &str,
+        caps: &Capabilities,
         count: usize,
     ) -> Result<Vec<(Delivery, Result<StartOutcome, QueueError>)>, QueueError> {
         let shard = Shard(0);
         let mut inv = fair_scripts::CLAIM_AND_START.prepare_invoke();
         inv.key(self.keys.sched(shard));
         StartArgs::new(self, owner).add_to(&mut inv);
-        inv.arg(GROUP).arg(count).arg(self.keys.task_prefix()).arg(self.keys.shard_base(shard));
+        inv.arg(GROUP).arg(count).arg(self.keys.task_prefix()).arg(self.keys.shard_base(shard)).arg(&caps.script_args());
         let mut conn = self.redis.shared();
-        let claimed: Vec<(String, String, String, String, Vec<String>)> = inv.invoke_async(&mut conn).await?;
+        let claimed: Vec<(String, String, String, String, Vec<String>, String)> = inv.invoke_async(&mut conn).await?;
         let mut counted = Vec::new();
         let mut outcomes = Vec::with_capacity(claimed.len());
-        for (lane, entry_id, task, tenant, reply) in claimed {
-            let Some(delivery) = Delivery::from_reply(&lane, entry_id, &task, &tenant, false) else { continue };
+        for (lane, entry_id, task, tenant, reply, route) in claimed {
+            let Some(delivery) = Delivery::from_reply((&lane, entry_id, &task, &tenant, route), false) else { continue };
             let outcome = match &delivery.task_id {
                 Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
                 None => Ok(StartOutcome::Nothing(Skipped::Malformed)),
@@ -418,10 +422,10 @@ impl Queue {
         for ending in ends {
             self.add_ending(&mut inv, ending);
             let delivery = &ending.0.delivery;
-            inv.arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
+            inv.arg(&delivery.route).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
         }
         for (delivery, outcome) in acks {
-            inv.arg(delivery.tenant.as_str()).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
+            inv.arg(delivery.tenant.as_str()).arg(&delivery.route).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
             inv.arg(outcome.map_or("", |o| o.as_str()));
         }
         let mut conn = self.redis.shared();
@@ -599,6 +603,8 @@ impl Attempt {
     /// when attempts are spent, fails the task into the dead-letter list.
     /// Returns the delay when a retry was scheduled.
     pub async fn retry_or_dead_letter(&self, error: &str) -> Result<Option<Duration>, QueueError> {
+        let error = redact(error);
+        let error = error.as_ref();
         if self.number >= self.spec.max_attempts() {
             self.fail(StopCode::Problem, &format!("attempts exhausted: {error}")).await?;
             self.queue.dead_letter(self.tenant(), self.task_id()).await?;
@@ -613,6 +619,7 @@ impl Attempt {
         let q = &self.queue;
         let mut inv = q.shard_call(&fair_scripts::DEFER, q.keys.shard_of(self.tenant()));
         inv.arg(self.tenant().as_str()).arg(self.spec.priority().lane_number()).arg(self.task_id().as_str()).arg(due);
+        inv.arg(&self.delivery.route);
         let mut conn = q.redis.shared();
         let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(Some(delay))

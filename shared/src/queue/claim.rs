@@ -10,6 +10,7 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{TaskId, TenantId};
 use crate::keys::{Shard, GROUP};
+use crate::route::Capabilities;
 use crate::task::Priority;
 
 use super::attempt::Outcome;
@@ -27,6 +28,8 @@ const SWEEP_ROUNDS: usize = 20;
 pub struct Delivery {
     /// The tenant whose lane holds the entry.
     pub tenant: TenantId,
+    /// The route of the lane (see [`crate::route`]), as its canonical string.
+    pub route: String,
     pub lane: Priority,
     pub entry_id: String,
     /// `None` when the entry is malformed; it is acknowledged and dropped.
@@ -39,10 +42,14 @@ pub struct Delivery {
 
 impl Delivery {
     /// An entry as the scheduler scripts report it: lane index, entry id,
-    /// task id, tenant.
-    pub(super) fn from_reply(lane: &str, entry_id: String, task: &str, tenant: &str, reclaimed: bool) -> Option<Self> {
+    /// task id, tenant, route.
+    pub(super) fn from_reply(
+        (lane, entry_id, task, tenant, route): (&str, String, &str, &str, String),
+        reclaimed: bool,
+    ) -> Option<Self> {
         Some(Self {
             tenant: TenantId::parse(tenant).ok()?,
+            route,
             lane: Priority::from_lane_number(lane)?,
             entry_id,
             task_id: TaskId::parse(task).ok(),
@@ -80,23 +87,31 @@ impl Queue {
         Ok(())
     }
 
-    /// Takes turns on one shard for `consumer` without starting the tasks:
-    /// up to `count` entries.
-    pub async fn claim_turns(&self, shard: Shard, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
+    /// Takes turns on one shard for `consumer`, which can run what `caps`
+    /// says, without starting the tasks: up to `count` entries.
+    pub async fn claim_turns(
+        &self,
+        shard: Shard,
+        consumer: &str,
+        caps: &Capabilities,
+        count: usize,
+    ) -> Result<Vec<Delivery>, QueueError> {
         let mut inv = self.shard_call(&fair_scripts::CLAIM_TURNS, shard);
-        inv.arg(GROUP).arg(consumer).arg(count);
+        inv.arg(GROUP).arg(consumer).arg(count).arg(&caps.script_args());
         let mut conn = self.redis.shared();
-        let got: Vec<(String, String, String, String, redis::Value)> = inv.invoke_async(&mut conn).await?;
+        let got: Vec<(String, String, String, String, redis::Value, String)> = inv.invoke_async(&mut conn).await?;
         Ok(got
             .into_iter()
-            .filter_map(|(lane, entry, task, tenant, _)| Delivery::from_reply(&lane, entry, &task, &tenant, false))
+            .filter_map(|(lane, entry, task, tenant, _, route)| {
+                Delivery::from_reply((&lane, entry, &task, &tenant, route), false)
+            })
             .collect())
     }
 
-    /// Takes over up to `count` entries that have been pending longer than
-    /// the lease: their worker is presumed dead. They keep their tenant's
-    /// running slot.
-    pub async fn reclaim(&self, consumer: &str, count: usize) -> Result<Vec<Delivery>, QueueError> {
+    /// Takes over up to `count` entries, on routes `caps` serves, that have
+    /// been pending longer than the lease: their worker is presumed dead.
+    /// They keep their tenant's running slot.
+    pub async fn reclaim(&self, consumer: &str, caps: &Capabilities, count: usize) -> Result<Vec<Delivery>, QueueError> {
         let mut conn = self.redis.shared();
         let min_idle = self.settings.lease.as_millis() as u64;
         let mut got = Vec::new();
@@ -106,13 +121,11 @@ impl Queue {
                 break;
             }
             let mut inv = self.shard_call(&fair_scripts::RECLAIM, shard);
-            inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted);
-            let taken: Vec<(String, String, String, String)> = inv.invoke_async(&mut conn).await?;
-            got.extend(
-                taken
-                    .into_iter()
-                    .filter_map(|(lane, entry, task, tenant)| Delivery::from_reply(&lane, entry, &task, &tenant, true)),
-            );
+            inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted).arg(&caps.script_args());
+            let taken: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
+            got.extend(taken.into_iter().filter_map(|(lane, entry, task, tenant, route)| {
+                Delivery::from_reply((&lane, entry, &task, &tenant, route), true)
+            }));
         }
         Ok(got)
     }
@@ -131,7 +144,7 @@ impl Queue {
     async fn set_idle(&self, consumer: &str, delivery: &Delivery, idle_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let _: redis::Value = redis::cmd("XCLAIM")
-            .arg(self.keys.lane(&delivery.tenant, delivery.lane))
+            .arg(self.keys.lane(&delivery.tenant, &delivery.route, delivery.lane))
             .arg(GROUP)
             .arg(consumer)
             .arg(0)
@@ -161,8 +174,8 @@ impl Queue {
                 inv.key(self.keys.outcomes(shard));
                 inv.arg(GROUP);
                 for (delivery, outcome) in items {
-                    inv.arg(delivery.tenant.as_str()).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
-                    inv.arg(outcome.map_or("", Outcome::as_str));
+                    inv.arg(delivery.tenant.as_str()).arg(&delivery.route).arg(delivery.lane.lane_number());
+                    inv.arg(&delivery.entry_id).arg(outcome.map_or("", Outcome::as_str));
                 }
                 inv
             })

@@ -3,24 +3,33 @@
 //! promoting due tasks and trimming. Each runs on one scheduler shard: every
 //! key it touches carries the shard's hash tag (see [`crate::keys`]), and the
 //! shard's key base `<prefix>:{fN}:` comes in as an argument, from which the
-//! script builds the tenant keys (`<base>t:<tenant>`, `<base>t:<tenant>:lane:<lane>`).
+//! script builds the tenant keys (`<base>t:<tenant>`,
+//! `<base>t:<tenant>:lane:<lane>:<route>`, `<base>active:<route>`).
 //! `KEYS[1]` is always the shard's `sched` hash, so a cluster routes the
 //! call to the shard's slot.
 //!
-//! Counters of a tenant (hash `<base>t:<tenant>`): `queued` (entries in its
-//! lanes not yet delivered), `running` (entries delivered and not yet
-//! acknowledged, which is at least the tasks running: an entry is
-//! acknowledged only after its task's end or hand-back is written),
-//! `delayed` (tasks in the due set), `vt` (its virtual time), `weight` and
-//! `max` (max_running, 0 for none). The shard's `sched` hash has `clock`
-//! (the virtual time of the last turn) and the shard's totals `queued`,
-//! `running` and `delayed`.
+//! Lanes are per (tenant, route, priority): a route is the canonical string
+//! of what a task needs of its worker (see [`crate::route`]). Counters of a
+//! tenant (hash `<base>t:<tenant>`): `queued` (entries in its lanes not yet
+//! delivered), `running` (entries delivered and not yet acknowledged, which
+//! is at least the tasks running: an entry is acknowledged only after its
+//! task's end or hand-back is written), `delayed` (tasks in the due set),
+//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none).
+//! Its hash `<base>t:<tenant>:routes` counts queued entries per lane as
+//! `<lane index>:<route>`; a field exists exactly for the lanes the tenant
+//! has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
+//! `clock` (the virtual time of the last turn) and the shard's totals
+//! `queued`, `running` and `delayed`; its `routes` hash the queued entries
+//! per route (the claim looks only at routes with queued entries).
 //!
-//! Invariants: a tenant is in the shard's `active` set exactly when it has
-//! queued entries and is below its `max`; `running` changes only in the
-//! claim (up, by the entries read) and in [`SETTLE_FN`] (down, by what
-//! `XACK` really acknowledged), so a reclaimed entry keeps its slot and an
-//! entry acknowledged twice frees it once.
+//! Invariants: a tenant is in `active:<route>` exactly when it has queued
+//! entries on that route and is below its `max`, and in `active` when it is
+//! in any of them; every such score is the tenant's `vt`, so the claim takes
+//! the lowest-vt tenant over the routes the worker serves, reading only
+//! those routes' heads (cost O(routes served), never O(tenants)). `running`
+//! changes only in the claim (up, by the entries read) and in
+//! [`SETTLE_FN`] (down, by what `XACK` really acknowledged), so a reclaimed
+//! entry keeps its slot and an entry acknowledged twice frees it once.
 
 use std::sync::LazyLock;
 
@@ -42,13 +51,19 @@ pub const HEAD_START_TURNS: u32 = 4;
 /// priority order; `with_group` runs a consumer-group command on a lane and,
 /// when Redis lost the group (restarted without persistence) or the lane,
 /// makes both again and retries: the one place that recovers from NOGROUP.
+/// Counter changes of the shard's totals are summed in `SHARD_ACC` and
+/// `ROUTE_ACC` and written once, by `flush`, at the end of each script.
+/// `serves` is the script side of `Capabilities::serves`.
 const FAIR_FN: &str = r#"
 local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
 local HEAD_START = 4 -- HEAD_START_TURNS
+local SHARD_ACC, ROUTE_ACC = {}, {}
 local function num(x) return string.format('%.17g', x) end
 local function tkey(S, tenant) return S .. 't:' .. tenant end
-local function lkey(S, tenant, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] end
+local function rkey(S, tenant) return S .. 't:' .. tenant .. ':routes' end
+local function lkey(S, tenant, route, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] .. ':' .. route end
+local function akey(S, route) return S .. 'active:' .. route end
 local function make_group(lane, group)
   local r = redis.pcall('XGROUP', 'CREATE', lane, group, '0', 'MKSTREAM')
   if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP') then error(r) end
@@ -62,48 +77,123 @@ local function with_group(lane, group, ...)
   end
   return r
 end
-local function activate(S, tenant)
-  local st = redis.call('HMGET', tkey(S, tenant), 'queued', 'running', 'max', 'vt', 'weight')
-  local queued, running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0, tonumber(st[3]) or 0
-  if queued <= 0 or (max > 0 and running >= max) then
-    redis.call('ZREM', S .. 'active', tenant)
-    return
+local function flush(S)
+  for field, n in pairs(SHARD_ACC) do
+    if n ~= 0 then redis.call('HINCRBY', S .. 'sched', field, n) end
   end
-  if redis.call('ZSCORE', S .. 'active', tenant) then return end
-  local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-  local head_start = HEAD_START * STRIDE_UNIT / math.max(tonumber(st[5]) or 1, 1)
-  redis.call('ZADD', S .. 'active', num(math.max(tonumber(st[4]) or 0, clock - head_start)), tenant)
+  for route, n in pairs(ROUTE_ACC) do
+    if n ~= 0 and redis.call('HINCRBY', S .. 'routes', route, n) <= 0 then redis.call('HDEL', S .. 'routes', route) end
+  end
+  SHARD_ACC, ROUTE_ACC = {}, {}
 end
 local function bump(S, tenant, field, n)
   if n ~= 0 then
     redis.call('HINCRBY', tkey(S, tenant), field, n)
-    redis.call('HINCRBY', S .. 'sched', field, n)
+    SHARD_ACC[field] = (SHARD_ACC[field] or 0) + n
+  end
+end
+local function bump_queued(S, tenant, route, lane, n)
+  if n ~= 0 then
+    bump(S, tenant, 'queued', n)
+    redis.call('HINCRBY', rkey(S, tenant), lane .. ':' .. route, n)
+    ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + n
   end
 end
 local function bump_delayed(S, tenant, lane, n)
   bump(S, tenant, 'delayed', n)
   redis.call('HINCRBY', tkey(S, tenant), 'delayed:' .. LANES[tonumber(lane)], n)
 end
+-- The tenant's lanes as {route, lane index, queued}.
+local function lanes_of(S, tenant)
+  local all = redis.call('HGETALL', rkey(S, tenant))
+  local out = {}
+  for i = 1, #all, 2 do
+    out[#out + 1] = {string.sub(all[i], 3), tonumber(string.sub(all[i], 1, 1)), tonumber(all[i + 1]) or 0}
+  end
+  return out
+end
+-- Makes the lane and its group the first time the tenant uses it.
+local made = {}
+local function ensure_lane(S, group, tenant, route, lane)
+  local field = lane .. ':' .. route
+  if made[tenant .. '\0' .. field] then return end
+  made[tenant .. '\0' .. field] = true
+  if redis.call('HEXISTS', rkey(S, tenant), field) == 0 then
+    make_group(lkey(S, tenant, route, lane), group)
+    redis.call('HSET', rkey(S, tenant), field, 0)
+  end
+end
+local function activate(S, tenant)
+  local t = tkey(S, tenant)
+  local st = redis.call('HMGET', t, 'running', 'max', 'vt', 'weight')
+  local running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+  local blocked = max > 0 and running >= max
+  local per_route = {}
+  for _, l in ipairs(lanes_of(S, tenant)) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
+  local v
+  for route, n in pairs(per_route) do
+    if blocked or n <= 0 then
+      redis.call('ZREM', akey(S, route), tenant)
+    else
+      if not v then
+        local vt = tonumber(st[3]) or 0
+        local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+        v = math.max(vt, clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st[4]) or 1, 1))
+        if v ~= vt then redis.call('HSET', t, 'vt', num(v)) end
+      end
+      redis.call('ZADD', akey(S, route), num(v), tenant)
+    end
+  end
+  if v then
+    redis.call('ZADD', S .. 'active', num(v), tenant)
+  else
+    redis.call('ZREM', S .. 'active', tenant)
+  end
+end
+local function capabilities(sandbox, pipelines, labels)
+  local c = {sandbox = sandbox, pipelines = {}, labels = {}}
+  for p in string.gmatch(pipelines, '[^,]+') do c.pipelines[p] = true end
+  for l in string.gmatch(labels, '[^,]+') do c.labels[l] = true end
+  return c
+end
+local function serves(c, route)
+  local p, s, l = string.match(route, '^([^|]*)|([^|]*)|(.*)$')
+  if not p then return false end
+  if p ~= 'default' and not c.pipelines[p] then return false end
+  if s ~= 'none' and (c.sandbox == 'none' or (s ~= 'any' and s ~= c.sandbox)) then return false end
+  for label in string.gmatch(l, '[^,]+') do
+    if not c.labels[label] then return false end
+  end
+  return true
+end
+local function entry_task(entry)
+  local fields = entry[2] or {}
+  for i = 1, #fields, 2 do
+    if fields[i] == 't' then return fields[i + 1] end
+  end
+  return ''
+end
 "#;
 
 /// Acknowledging entries of one shard: `entries` is a list of
-/// `{tenant, lane index, entry id}`. Each tenant's `running` goes down by
-/// what `XACK` acknowledged; a tenant that was at its limit may take turns
-/// again; its lanes are marked for trimming. `freed` (optional) holds
+/// `{tenant, route, lane index, entry id}`. Each tenant's `running` goes
+/// down by what `XACK` acknowledged; a tenant that was at its limit may take
+/// turns again; its lanes are marked for trimming. `freed` (optional) holds
 /// slots already acknowledged by `ack_counting`.
 ///
 /// `ack_counting` acknowledges, one at a time, the entries of
-/// `{tenant, lane index, entry id, outcome}` that carry an outcome and adds
-/// the outcome to `counts` only when `XACK` acknowledged the entry (it was
-/// still pending), so an entry's outcome is counted once whoever acknowledges
-/// it; it returns the entries without an outcome and the slots freed.
+/// `{tenant, route, lane index, entry id, outcome}` that carry an outcome
+/// and adds the outcome to `counts` only when `XACK` acknowledged the entry
+/// (it was still pending), so an entry's outcome is counted once whoever
+/// acknowledges it; it returns the entries without an outcome and the
+/// slots freed.
 const SETTLE_FN: &str = r#"
 local function ack_counting(S, group, entries, counts)
   local rest, freed = {}, {}
   for _, e in ipairs(entries) do
-    if e[4] ~= '' then
-      if redis.call('XACK', lkey(S, e[1], tonumber(e[2])), group, e[3]) == 1 then
-        counts[e[4]] = (counts[e[4]] or 0) + 1
+    if e[5] ~= '' then
+      if redis.call('XACK', lkey(S, e[1], e[2], tonumber(e[3])), group, e[4]) == 1 then
+        counts[e[5]] = (counts[e[5]] or 0) + 1
         freed[e[1]] = (freed[e[1]] or 0) + 1
       end
     else
@@ -116,18 +206,18 @@ local function settle(S, group, entries, freed)
   local by_lane = {}
   local order = {}
   for _, e in ipairs(entries) do
-    local key = e[1] .. '\0' .. e[2]
+    local key = e[1] .. '\0' .. e[2] .. '\0' .. e[3]
     if not by_lane[key] then
-      by_lane[key] = {e[1], tonumber(e[2]), {}}
+      by_lane[key] = {e[1], e[2], tonumber(e[3]), {}}
       order[#order + 1] = key
     end
-    local ids = by_lane[key][3]
-    ids[#ids + 1] = e[3]
+    local ids = by_lane[key][4]
+    ids[#ids + 1] = e[4]
   end
   freed = freed or {}
   for _, key in ipairs(order) do
     local l = by_lane[key]
-    local n = redis.call('XACK', lkey(S, l[1], l[2]), group, unpack(l[3]))
+    local n = redis.call('XACK', lkey(S, l[1], l[2], l[3]), group, unpack(l[4]))
     if n > 0 then freed[l[1]] = (freed[l[1]] or 0) + n end
   end
   for tenant, n in pairs(freed) do
@@ -138,75 +228,114 @@ local function settle(S, group, entries, freed)
     redis.call('SADD', S .. 'trim', tenant)
     activate(S, tenant)
   end
+  flush(S)
 end
 "#;
 
 /// Taking turns on one shard: reads up to `wanted` new entries for
-/// `consumer`, a turn at a time to the tenant of lowest virtual time, each
-/// turn reading the tenant's lanes high → normal → low. A turn takes as many
-/// entries as keep the tenant's virtual time within one stride of the next
-/// tenant's (all of them with one tenant), and never more than its `max`
-/// leaves room for. With `start`, each entry's task is started in the same
-/// step (single server only: the task keys are made from `task_prefix`).
-/// Returns `{entry, …}` with each `{lane index, entry id, task id, tenant,
-/// start reply}`.
+/// `consumer` with capabilities `c`, a turn at a time to the tenant of
+/// lowest virtual time over the routes `c` serves, each turn reading the
+/// tenant's lanes of those routes high → normal → low, skipping lanes whose
+/// count says they are empty. A turn takes as many entries as keep the
+/// tenant's virtual time within one stride of the next tenant's (all of
+/// them with one tenant), and never more than its `max` leaves room for.
+/// With `start`, each entry's task is started in the same step (single
+/// server only: the task keys are made from `task_prefix`). Returns
+/// `{entry, …}` with each `{lane index, entry id, task id, tenant, start
+/// reply, route}`.
 const TURNS_FN: &str = r#"
-local function take_turns(S, group, consumer, wanted, do_start, task_prefix)
-  local A = S .. 'active'
+local function served_routes(S, c)
+  local list, set = {}, {}
+  local all = redis.call('HGETALL', S .. 'routes')
+  for i = 1, #all, 2 do
+    if (tonumber(all[i + 1]) or 0) > 0 and serves(c, all[i]) then
+      list[#list + 1] = all[i]
+      set[all[i]] = true
+    end
+  end
+  return list, set
+end
+-- The lowest-vt tenant over `routes`, its vt and the next tenant's vt.
+local function lowest(S, routes)
+  local tenant, vt, next_vt
+  for _, route in ipairs(routes) do
+    local top = redis.call('ZRANGE', akey(S, route), 0, 1, 'WITHSCORES')
+    for i = 1, #top, 2 do
+      local who, score = top[i], tonumber(top[i + 1])
+      if who ~= tenant then
+        if not tenant or score < vt then
+          if tenant then next_vt = math.min(next_vt or vt, vt) end
+          tenant, vt = who, score
+        elseif not next_vt or score < next_vt then
+          next_vt = score
+        end
+      end
+    end
+  end
+  return tenant, vt, next_vt
+end
+local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
   local out = {}
-  while wanted > 0 do
-    local top = redis.call('ZRANGE', A, 0, 1, 'WITHSCORES')
-    if #top == 0 then break end
-    local tenant, vt = top[1], tonumber(top[2])
+  local routes, served = served_routes(S, c)
+  local guard = 2 * wanted + 16
+  while wanted > 0 and guard > 0 do
+    guard = guard - 1
+    local tenant, vt, next_vt = lowest(S, routes)
+    if not tenant then break end
     local t = tkey(S, tenant)
-    local st = redis.call('HMGET', t, 'weight', 'max', 'running', 'queued')
-    local weight, max = tonumber(st[1]) or 1, tonumber(st[2]) or 0
-    local running, queued = tonumber(st[3]) or 0, tonumber(st[4]) or 0
+    local st = redis.call('HMGET', t, 'weight', 'max', 'running')
+    local weight, max, running = tonumber(st[1]) or 1, tonumber(st[2]) or 0, tonumber(st[3]) or 0
     local stride = STRIDE_UNIT / math.max(weight, 1)
+    local lanes, queued = {{}, {}, {}}, 0
+    for _, l in ipairs(lanes_of(S, tenant)) do
+      if l[3] > 0 and served[l[1]] then
+        local list = lanes[l[2]]
+        list[#list + 1] = l
+        queued = queued + l[3]
+      end
+    end
     local k = math.min(wanted, queued)
     if max > 0 then k = math.min(k, max - running) end
-    if top[4] then k = math.min(k, math.floor((tonumber(top[4]) - vt) / stride) + 1) end
-    if k <= 0 then
-      redis.call('ZREM', A, tenant)
-    else
-      local got = 0
-      for lane = 1, 3 do
+    if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + 1) end
+    local got = 0
+    for lane = 1, 3 do
+      for _, l in ipairs(lanes[lane]) do
         if got >= k then break end
-        local key = lkey(S, tenant, lane)
-        local reply = with_group(key, group, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', k - got, 'STREAMS', key, '>')
+        local route, n = l[1], l[3]
+        local key = lkey(S, tenant, route, lane)
+        local want = math.min(k - got, n)
+        local reply = with_group(key, group, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', key, '>')
+        local read = 0
         if reply then
           for _, entry in ipairs(reply[1][2]) do
-            local id = ''
-            local fields = entry[2]
-            for i = 1, #fields, 2 do
-              if fields[i] == 't' then id = fields[i + 1] end
-            end
+            local id = entry_task(entry)
             local started = {}
             if do_start then
               started = {'malformed'}
               if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
             end
-            out[#out + 1] = {tostring(lane), entry[1], id, tenant, started}
-            got = got + 1
+            out[#out + 1] = {tostring(lane), entry[1], id, tenant, started, route}
+            read = read + 1
           end
         end
+        got = got + read
+        -- Fewer than asked: the lane is empty, whatever its count said.
+        local left = n - read
+        if read < want then left = 0 end
+        bump_queued(S, tenant, route, lane, left - n)
       end
-      -- Fewer than asked: the lanes are empty, whatever the count said.
-      local left = queued - got
-      if got < k then left = 0 end
-      bump(S, tenant, 'queued', left - queued)
-      bump(S, tenant, 'running', got)
-      if got > 0 then
-        redis.call('HSET', t, 'vt', num(vt + got * stride))
-        redis.call('SADD', S .. 'busy', tenant)
-        local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-        if vt > clock then redis.call('HSET', S .. 'sched', 'clock', num(vt)) end
-      end
-      redis.call('ZREM', A, tenant)
-      activate(S, tenant)
-      wanted = wanted - got
     end
+    if got > 0 then
+      bump(S, tenant, 'running', got)
+      redis.call('HSET', t, 'vt', num(vt + got * stride))
+      redis.call('SADD', S .. 'busy', tenant)
+      local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+      if vt > clock then redis.call('HSET', S .. 'sched', 'clock', num(vt)) end
+    end
+    activate(S, tenant)
+    wanted = wanted - got
   end
+  flush(S)
   return out
 end
 "#;
@@ -216,41 +345,41 @@ fn fair_script(body: &str) -> Script {
 }
 
 /// Arguments per task of [`ENQUEUE`].
-pub const ENQUEUE_GROUP: usize = 6;
+pub const ENQUEUE_GROUP: usize = 7;
 
 /// Puts tasks into their tenants' lanes (or the due set) on one shard and
 /// lets those tenants take turns. `KEYS[1]` the shard's `sched`; `ARGV[1]`
 /// the shard base, `ARGV[2]` the group, `ARGV[3]` now (epoch ms); then per
 /// task `tenant, weight, max_running (0 none), lane index, task id, due ms
-/// (0 now)` ([`ENQUEUE_GROUP`] values). A tenant's settings are written with
-/// its tasks, so a restart with new settings takes effect at the next
-/// submit. Returns how many went into lanes.
+/// (0 now), route` ([`ENQUEUE_GROUP`] values). A tenant's settings are
+/// written with its tasks, so a restart with new settings takes effect at
+/// the next submit. Returns how many went into lanes.
 pub static ENQUEUE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S, group, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local touched, order = {}, {}
 local queued = 0
-for a = 4, #ARGV, 6 do -- ENQUEUE_GROUP
-  local tenant, lane, id, due = ARGV[a], tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5])
+for a = 4, #ARGV, 7 do -- ENQUEUE_GROUP
+  local tenant, lane, id, due, route = ARGV[a], tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
   if not touched[tenant] then
     touched[tenant] = true
     order[#order + 1] = tenant
-    if redis.call('SADD', S .. 'tenants', tenant) == 1 then
-      for l = 1, 3 do make_group(lkey(S, tenant, l), group) end
-    end
+    redis.call('SADD', S .. 'tenants', tenant)
     redis.call('HSET', tkey(S, tenant), 'weight', ARGV[a + 1], 'max', ARGV[a + 2])
   end
   if due > now then
-    redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. id)
+    redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. route .. ':' .. id)
     bump_delayed(S, tenant, lane, 1)
   else
-    redis.call('XADD', lkey(S, tenant, lane), '*', 't', id)
-    bump(S, tenant, 'queued', 1)
+    ensure_lane(S, group, tenant, route, lane)
+    redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
+    bump_queued(S, tenant, route, lane, 1)
     queued = queued + 1
   end
 end
 for _, tenant in ipairs(order) do activate(S, tenant) end
+flush(S)
 return queued
 "#,
     )
@@ -276,12 +405,13 @@ return 0
 /// Takes turns on one shard without starting the tasks (a cluster starts
 /// them on their own slots next). `KEYS[1]` the shard's `sched`; `ARGV[1]`
 /// the shard base, `ARGV[2]` the group, `ARGV[3]` the consumer, `ARGV[4]`
-/// the most entries. Returns what `take_turns` returns.
+/// the most entries, `ARGV[5..7]` the consumer's capabilities (sandbox,
+/// pipelines, labels). Returns what `take_turns` returns.
 pub static CLAIM_TURNS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",
         r#"
-return take_turns(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), false, '')
+return take_turns(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), false, '', capabilities(ARGV[5], ARGV[6], ARGV[7]))
 "#
     ))
 });
@@ -289,27 +419,29 @@ return take_turns(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), false, '')
 /// Takes turns and starts the tasks in one step, on a single server.
 /// `ARGV[1..7]` as [`super::scripts::START`] reads them; `ARGV[8]` the
 /// group, `ARGV[9]` the most entries, `ARGV[10]` the task key prefix,
-/// `ARGV[11]` the shard base. `KEYS[1]` the shard's `sched`.
+/// `ARGV[11]` the shard base, `ARGV[12..14]` the consumer's capabilities.
+/// `KEYS[1]` the shard's `sched`.
 pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",
         r#"
-return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10])
+return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10], capabilities(ARGV[12], ARGV[13], ARGV[14]))
 "#
     ))
 });
 
 /// Acknowledges entries of one shard and counts outcomes. `KEYS[1]` the
-/// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the shard base, `ARGV[2]` the
-/// group; then per entry `tenant, lane index, entry id, outcome (or empty)`.
-/// An outcome is counted only for an entry this call acknowledged.
+/// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the
+/// shard base, `ARGV[2]` the group; then per entry `tenant, route, lane
+/// index, entry id, outcome (or empty)`. An outcome is counted only for an
+/// entry this call acknowledged.
 pub static ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{FAIR_FN}\n{SETTLE_FN}\n{}",
         r#"
 local entries, counts = {}, {}
-for a = 3, #ARGV, 4 do
-  entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]}
+for a = 3, #ARGV, 5 do
+  entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]}
 end
 local rest, freed = ack_counting(ARGV[1], ARGV[2], entries, counts)
 settle(ARGV[1], ARGV[2], rest, freed)
@@ -320,29 +452,28 @@ return #entries
 });
 
 /// Takes over, for `ARGV[3]`, up to `ARGV[5]` entries of one shard pending
-/// longer than `ARGV[4]` ms: their worker is presumed dead. Only tenants
-/// with entries pending (`busy`) are looked at. `KEYS[1]` the shard's
-/// `sched`; `ARGV[1]` the shard base, `ARGV[2]` the group. The entries keep
-/// their slot of `running`. Returns `{lane index, entry id, task id, tenant}`
-/// per entry.
+/// longer than `ARGV[4]` ms on routes the consumer serves (capabilities in
+/// `ARGV[6..8]`): their worker is presumed dead. Only tenants with entries
+/// pending (`busy`) are looked at. `KEYS[1]` the shard's `sched`; `ARGV[1]`
+/// the shard base, `ARGV[2]` the group. The entries keep their slot of
+/// `running`. Returns `{lane index, entry id, task id, tenant, route}` per
+/// entry.
 pub static RECLAIM: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S, group, consumer, idle, wanted = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local c = capabilities(ARGV[6], ARGV[7], ARGV[8])
 local out = {}
 for _, tenant in ipairs(redis.call('SMEMBERS', S .. 'busy')) do
-  for lane = 1, 3 do
+  for _, l in ipairs(lanes_of(S, tenant)) do
     if wanted <= 0 then return out end
-    local key = lkey(S, tenant, lane)
-    local reply = with_group(key, group, 'XAUTOCLAIM', key, group, consumer, idle, '0-0', 'COUNT', wanted)
-    for _, entry in ipairs(reply[2]) do
-      local id = ''
-      local fields = entry[2] or {}
-      for i = 1, #fields, 2 do
-        if fields[i] == 't' then id = fields[i + 1] end
+    if serves(c, l[1]) then
+      local key = lkey(S, tenant, l[1], l[2])
+      local reply = with_group(key, group, 'XAUTOCLAIM', key, group, consumer, idle, '0-0', 'COUNT', wanted)
+      for _, entry in ipairs(reply[2]) do
+        out[#out + 1] = {tostring(l[2]), entry[1], entry_task(entry), tenant, l[1]}
+        wanted = wanted - 1
       end
-      out[#out + 1] = {tostring(lane), entry[1], id, tenant}
-      wanted = wanted - 1
     end
   end
 end
@@ -361,19 +492,20 @@ local S, group = ARGV[1], ARGV[2]
 local members = redis.call('ZRANGE', S .. 'due', '-inf', ARGV[3], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
 local touched = {}
 for _, m in ipairs(members) do
-  local lane, tenant, id = string.match(m, '^(%d):([^:]+):(.+)$')
+  local lane, tenant, route, id = string.match(m, '^(%d):([^:]+):([^:]+):(.+)$')
   if lane then
-    if redis.call('SADD', S .. 'tenants', tenant) == 1 then
-      for l = 1, 3 do make_group(lkey(S, tenant, l), group) end
-    end
-    redis.call('XADD', lkey(S, tenant, tonumber(lane)), '*', 't', id)
+    lane = tonumber(lane)
+    redis.call('SADD', S .. 'tenants', tenant)
+    ensure_lane(S, group, tenant, route, lane)
+    redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
     bump_delayed(S, tenant, lane, -1)
-    bump(S, tenant, 'queued', 1)
+    bump_queued(S, tenant, route, lane, 1)
     touched[tenant] = true
   end
 end
 if #members > 0 then redis.call('ZREM', S .. 'due', unpack(members)) end
 for tenant in pairs(touched) do activate(S, tenant) end
+flush(S)
 return #members
 "#,
     )
@@ -392,8 +524,8 @@ local trimmed = 0
 local tenants = redis.call('SMEMBERS', S .. 'trim')
 redis.call('DEL', S .. 'trim')
 for _, tenant in ipairs(tenants) do
-  for lane = 1, 3 do
-    local key = lkey(S, tenant, lane)
+  for _, l in ipairs(lanes_of(S, tenant)) do
+    local key = lkey(S, tenant, l[1], l[2])
     if redis.call('EXISTS', key) == 1 then
       local pending = with_group(key, group, 'XPENDING', key, group)
       local floor
@@ -428,8 +560,8 @@ pub static FORGET_GONE_CONSUMERS: LazyLock<Script> = LazyLock::new(|| {
 local S, group, after = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local removed, seen = {}, {}
 for _, tenant in ipairs(redis.call('SMEMBERS', S .. 'tenants')) do
-  for lane = 1, 3 do
-    local key = lkey(S, tenant, lane)
+  for _, l in ipairs(lanes_of(S, tenant)) do
+    local key = lkey(S, tenant, l[1], l[2])
     if redis.call('EXISTS', key) == 1 then
       for _, consumer in ipairs(with_group(key, group, 'XINFO', 'CONSUMERS', key, group)) do
         local name, pending, idle
@@ -456,22 +588,24 @@ return removed
 
 /// Puts a task handed back for retry into one shard's due set.
 /// `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the
-/// tenant, `ARGV[3]` lane index, `ARGV[4]` task id, `ARGV[5]` due ms.
+/// tenant, `ARGV[3]` lane index, `ARGV[4]` task id, `ARGV[5]` due ms,
+/// `ARGV[6]` the task's route.
 pub static DEFER: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S, tenant = ARGV[1], ARGV[2]
-if redis.call('ZADD', S .. 'due', ARGV[5], ARGV[3] .. ':' .. tenant .. ':' .. ARGV[4]) == 1 then
+if redis.call('ZADD', S .. 'due', ARGV[5], ARGV[3] .. ':' .. tenant .. ':' .. ARGV[6] .. ':' .. ARGV[4]) == 1 then
   bump_delayed(S, tenant, ARGV[3], 1)
 end
+flush(S)
 return 0
 "#,
     )
 });
 
 /// Arguments per ended task of [`FINISH_AND_ACK`]: the
-/// [`super::scripts::FINISH_GROUP`] and the entry's lane index and id.
-pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 2;
+/// [`super::scripts::FINISH_GROUP`] and the entry's route, lane index and id.
+pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 3;
 
 /// Ends owning attempts, acknowledges their entries and counts their
 /// outcomes in one step, so a task is counted exactly when it ends and its
@@ -483,9 +617,9 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 2;
 /// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
 /// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
-/// acknowledge only, as `tenant, lane index, entry id, outcome (or empty)`,
-/// whose outcome is counted only if this call acknowledged the entry.
-/// An entry whose task another attempt owns is left pending.
+/// acknowledge only, as `tenant, route, lane index, entry id, outcome (or
+/// empty)`, whose outcome is counted only if this call acknowledged the
+/// entry. An entry whose task another attempt owns is left pending.
 /// Returns per ended task the terminal event's seq, or -1 when fenced.
 pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -498,18 +632,18 @@ end
 local ended = tonumber(ARGV[4])
 local replies = {}
 for i = 1, ended do
-  local a = 6 + (i - 1) * 13 -- FINISH_AND_ACK_GROUP
+  local a = 6 + (i - 1) * 14 -- FINISH_AND_ACK_GROUP
   replies[i] = finish(task_at(i, ARGV[a], 4), a, false)
   if replies[i] ~= -1 then
-    entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12]}
+    entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13]}
     count(ARGV[a + 4])
     finished[#finished + 1] = ARGV[a + 8]
     finished[#finished + 1] = ARGV[a]
   end
 end
 local only_acks = {}
-for j = 6 + ended * 13, #ARGV, 4 do
-  only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]}
+for j = 6 + ended * 14, #ARGV, 5 do
+  only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4]}
 end
 local rest, freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts)
 for _, e in ipairs(rest) do entries[#entries + 1] = e end

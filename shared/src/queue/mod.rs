@@ -1,13 +1,14 @@
 //! The task queue on Redis Streams.
 //!
-//! Layout (see [`crate::keys`]): each tenant has one stream per priority
-//! lane, read by the consumer group `workers`; a stream entry carries only a
+//! Layout (see [`crate::keys`]): each tenant has one stream per route and
+//! priority lane, read by the consumer group `workers`; a stream entry carries only a
 //! task id, and the task's spec and state live in its own hash beside its
 //! events. A shard's due set holds tasks waiting for a time (retry backoff,
 //! `not_before`) until the promoter moves them into their lanes.
 //!
 //! Delivery: tenants take turns by weight ([`fair_scripts`]); a turn reads
-//! the tenant's lanes high → normal → low with `XREADGROUP`. Workers ask for
+//! the tenant's lanes high → normal → low with `XREADGROUP`, only on the
+//! routes the claiming worker serves ([`crate::route`]). Workers ask for
 //! work through one seam, [`Claimer::next`]. A running attempt renews its
 //! lease every heartbeat; an entry idle in the pending list for longer than
 //! the lease belongs to a worker presumed dead and is taken over with
@@ -29,6 +30,7 @@ mod feed;
 mod feed_relay;
 mod next;
 mod record;
+mod routing;
 mod screens;
 pub mod scripts;
 mod stats;
@@ -47,6 +49,7 @@ pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use feed_relay::Heard;
 pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
+pub use routing::{CapabilityWait, ADVERTISE_EVERY};
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 pub use takeover::Takeover;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::{Delivery, Queue, StartOutcome};
 use crate::error::QueueError;
 use crate::keys::Shard;
+use crate::route::Capabilities;
 
 /// One entry handed to a worker and what starting it gave.
 #[derive(Debug)]
@@ -27,13 +28,14 @@ pub struct Claim {
 pub struct Claimer {
     queue: Queue,
     worker: String,
+    caps: Capabilities,
     last_reclaim: Option<Instant>,
 }
 
 impl Queue {
-    /// The claim seam for worker `worker`.
-    pub fn claimer(&self, worker: impl Into<String>) -> Claimer {
-        Claimer { queue: self.clone(), worker: worker.into(), last_reclaim: None }
+    /// The claim seam for worker `worker`, which can run what `caps` says.
+    pub fn claimer(&self, worker: impl Into<String>, caps: Capabilities) -> Claimer {
+        Claimer { queue: self.clone(), worker: worker.into(), caps, last_reclaim: None }
     }
 }
 
@@ -47,13 +49,13 @@ impl Claimer {
         }
         if self.reclaim_due() {
             self.last_reclaim = Some(Instant::now());
-            let taken = self.queue.reclaim(&self.worker, free).await?;
+            let taken = self.queue.reclaim(&self.worker, &self.caps, free).await?;
             if !taken.is_empty() {
                 return self.start(taken).await;
             }
         }
         if !self.queue.redis.is_cluster() {
-            let started = self.queue.claim_and_start(&self.worker, free).await?;
+            let started = self.queue.claim_and_start(&self.worker, &self.caps, free).await?;
             return Ok(started.into_iter().map(|(delivery, outcome)| Claim { delivery, outcome }).collect());
         }
         let got = self.claim_on_cluster(free).await?;
@@ -71,7 +73,9 @@ impl Claimer {
     }
 
     /// Takes turns shard by shard, the shard whose next tenant has the
-    /// lowest virtual time first, so turns stay fair across shards.
+    /// lowest virtual time first, so turns stay fair across shards (the
+    /// order looks at every route's tenants, the turns only at the routes
+    /// this worker serves).
     async fn claim_on_cluster(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
         let shards: Vec<Shard> = self.queue.keys.shards().collect();
         let heads =
@@ -85,7 +89,7 @@ impl Claimer {
             if got.len() >= free {
                 break;
             }
-            got.extend(self.queue.claim_turns(shard, &self.worker, free - got.len()).await?);
+            got.extend(self.queue.claim_turns(shard, &self.worker, &self.caps, free - got.len()).await?);
         }
         Ok(got)
     }

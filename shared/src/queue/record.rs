@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{BatchId, TaskId, TenantId};
+use crate::route::Need;
 use crate::task::{Priority, StopCode, TaskSpec, TaskStatus};
 use crate::usage::{Meter, UsageView};
 
@@ -41,6 +42,13 @@ pub struct TaskRecord {
     pub finished_at: Option<String>,
     /// The last event's seq: how far the history goes.
     pub last_seq: u64,
+    /// On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
+    /// offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
+    /// `sandbox:e2b`, `pipeline:<name>`, `label:<label>`); empty when it
+    /// only waits for its turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>, example = json!(["label:eu"]))]
+    pub waiting_for: Option<Vec<Need>>,
 }
 
 impl TaskRecord {
@@ -106,6 +114,7 @@ impl TaskRecord {
             started_at: time(&h, "started_at"),
             finished_at: time(&h, "finished_at"),
             last_seq: number(&h, "seq").unwrap_or(0),
+            waiting_for: None,
             spec,
         }))
     }

@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::Queue;
+use super::{CapabilityWait, Queue};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::TenantId;
@@ -54,6 +54,9 @@ pub struct QueueStats {
     pub tenants: Vec<TenantLoad>,
     /// The caller's dead-lettered tasks.
     pub dead: u64,
+    /// The caller's queued tasks per capability no live worker offers
+    /// (a task needing several missing ones counts under each).
+    pub waiting_for: Vec<CapabilityWait>,
 }
 
 /// Fleet-wide figures for operators (the metrics page, autoscaling).
@@ -75,9 +78,13 @@ impl Queue {
         let mut conn = self.redis.shared();
         let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
         let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+        let routes: HashMap<String, String> = conn.hgetall(self.keys.tenant_routes(tenant)).await?;
         let mut lanes = Vec::new();
         for lane in Priority::ALL {
-            lanes.push(self.lane_stats(tenant, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
+            let number = format!("{}:", lane.lane_number());
+            let keys: Vec<String> =
+                routes.keys().filter_map(|f| f.strip_prefix(&number)).map(|route| self.keys.lane(tenant, route, lane)).collect();
+            lanes.push(self.lane_stats(&keys, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
         }
         let settings = self.settings.tenants.get(tenant);
         let load = TenantLoad {
@@ -89,7 +96,8 @@ impl Queue {
             max_running: settings.max_running,
         };
         let dead: u64 = conn.zcard(self.keys.dead(tenant)).await?;
-        Ok(QueueStats { lanes, tenants: vec![load], dead })
+        let waiting_for = self.capability_waits(tenant).await?;
+        Ok(QueueStats { lanes, tenants: vec![load], dead, waiting_for })
     }
 
     /// Every shard's totals, summed, and the outcome counts.
@@ -113,26 +121,39 @@ impl Queue {
         Ok(fleet)
     }
 
-    async fn lane_stats(&self, tenant: &TenantId, lane: Priority, delayed: u64) -> Result<LaneStats, QueueError> {
+    /// One priority's figures summed over the tenant's routes' lanes
+    /// (`keys`); the oldest age and the consumers are the largest.
+    async fn lane_stats(&self, keys: &[String], lane: Priority, delayed: u64) -> Result<LaneStats, QueueError> {
+        let mut total = LaneStats { lane, depth: 0, pending: 0, delayed, oldest_age_ms: 0, consumers: 0 };
+        for key in keys {
+            let one = self.one_lane_stats(key).await?;
+            total.depth += one.depth;
+            total.pending += one.pending;
+            total.oldest_age_ms = total.oldest_age_ms.max(one.oldest_age_ms);
+            total.consumers = total.consumers.max(one.consumers);
+        }
+        Ok(total)
+    }
+
+    async fn one_lane_stats(&self, key: &str) -> Result<LaneStats, QueueError> {
         let mut conn = self.redis.shared();
-        let key = self.keys.lane(tenant, lane);
-        let exists: bool = conn.exists(&key).await?;
+        let lane = Priority::Normal;
+        let exists: bool = conn.exists(key).await?;
         if !exists {
-            // A tenant that never queued has no lanes.
-            return Ok(LaneStats { lane, depth: 0, pending: 0, delayed, oldest_age_ms: 0, consumers: 0 });
+            return Ok(LaneStats { lane, depth: 0, pending: 0, delayed: 0, oldest_age_ms: 0, consumers: 0 });
         }
         let groups: Vec<HashMap<String, redis::Value>> =
-            redis::cmd("XINFO").arg("GROUPS").arg(&key).query_async(&mut conn).await?;
+            redis::cmd("XINFO").arg("GROUPS").arg(key).query_async(&mut conn).await?;
         let group = groups.iter().find(|g| g.get("name").and_then(as_text).as_deref() == Some(GROUP));
         let number = |field: &str| group.and_then(|g| g.get(field)).and_then(as_number);
-        let len: u64 = conn.xlen(&key).await?;
+        let len: u64 = conn.xlen(key).await?;
         let pending = number("pending").unwrap_or(0);
         let depth = number("lag").unwrap_or_else(|| len.saturating_sub(pending));
         let oldest_age_ms = match group {
-            Some(_) => self.oldest_open_entry_ms(&key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64),
+            Some(_) => self.oldest_open_entry_ms(key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64),
             None => 0,
         };
-        Ok(LaneStats { lane, depth, pending, delayed, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
+        Ok(LaneStats { lane, depth, pending, delayed: 0, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
     }
 }
 

@@ -13,11 +13,13 @@ use crate::event::{draft, EventKind};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::keys::{event_field, Shard, GROUP};
 use crate::page::{score_page, Page, ScoreCursor};
+use crate::route::Route;
 use crate::task::{HumanInput, Priority, TaskSpec, TaskStatus};
 
 /// A task to put in a lane: its tenant, priority, id and, when it must
 /// wait, the epoch ms it becomes due.
-type Queued<'a> = (&'a TenantId, Priority, &'a TaskId, Option<i64>);
+/// A task to put into a lane: tenant, priority, id, due time, route.
+type Queued<'a> = (&'a TenantId, Priority, &'a TaskId, Option<i64>, String);
 
 /// The most events one read asks for.
 const EVENTS_PER_READ: usize = 1_000;
@@ -200,7 +202,9 @@ impl Queue {
         let () = tenants.query_async(&mut conn).await?;
         let queued: Vec<Queued<'_>> = tasks
             .iter()
-            .map(|t| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now)))
+            .map(|t| {
+                (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now), Route::of(&t.spec).key())
+            })
             .collect();
         self.enqueue(&queued, now).await?;
         Ok(now)
@@ -218,10 +222,10 @@ impl Queue {
             .map(|(shard, tasks)| {
                 let mut inv = self.shard_call(&fair_scripts::ENQUEUE, shard);
                 inv.arg(GROUP).arg(now);
-                for (tenant, priority, id, due) in tasks {
+                for (tenant, priority, id, due, route) in tasks {
                     let settings = self.settings.tenants.get(tenant);
                     inv.arg(tenant.as_str()).arg(settings.weight).arg(settings.max_running.unwrap_or(0));
-                    inv.arg(priority.lane_number()).arg(id.as_str()).arg(due.unwrap_or(0));
+                    inv.arg(priority.lane_number()).arg(id.as_str()).arg(due.unwrap_or(0)).arg(route);
                 }
                 inv
             })
@@ -415,7 +419,7 @@ impl Queue {
         match outcome.as_str() {
             "requeued" => {
                 let _: i64 = conn.zrem(&dead_index, id.as_str()).await?;
-                self.enqueue(&[(tenant, record.priority, id, None)], clock::now_ms()).await
+                self.enqueue(&[(tenant, record.priority, id, None, Route::of(&record.spec).key())], clock::now_ms()).await
             }
             "missing" => Err(QueueError::NotFound),
             other => Err(QueueError::WrongStatus(other.to_owned())),

@@ -228,12 +228,18 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     }
     let lanes = browser.evaluate("document.querySelectorAll('#queues tbody tr').length").await.expect("lanes");
     assert_eq!(lanes, json!(3), "one row per lane");
+    let tenant_cell =
+        |column: usize| format!("document.querySelector('#tenants tr[data-tenant=\"acme\"] td:nth-child({column})').textContent");
+    let queued_three = format!("{} === '3' && {} === '0'", tenant_cell(2), tenant_cell(3));
+    browser.wait_for("the tenant row counts 3 queued, 0 running", &queued_three, SHOWN).await.expect("tenant row");
 
     // The list follows the fleet without a reload.
     let worker = InProcessWorker::start(config, Registry::standard());
     wait_status(&mut browser, &first, "succeeded").await;
     wait_status(&mut browser, &second, "succeeded").await;
     wait_status(&mut browser, &long, "running").await;
+    let running_one = format!("{} === '0' && {} === '1'", tenant_cell(2), tenant_cell(3));
+    browser.wait_for("the tenant row counts the running task", &running_one, SHOWN).await.expect("tenant row running");
 
     // A finished task's pane replays its whole history.
     browser.click(&format!("#tasks tr[data-task-id=\"{first}\"]")).await.expect("click the first task");

@@ -12,7 +12,7 @@ use flotilla_shared::keys::Keys;
 use flotilla_shared::queue::{Delivery, NewTask, Queue, QueueSettings};
 use flotilla_shared::redis_conn::Redis;
 use flotilla_tests::fair_scenarios;
-use flotilla_tests::tasks::wait_spec;
+use flotilla_tests::tasks::{plain_worker, wait_spec};
 use flotilla_tests::{test_config, unique_prefix, RedisCluster, RedisServer};
 use proptest::prelude::*;
 
@@ -113,7 +113,8 @@ async fn arrivals_claims_and_acks(
                 left[who] -= k;
                 submitted.extend(submit(&q, &tenant(who), k).await);
             }
-            1 => seen.take(q.claim_turns(shard, &format!("w{}", n % 3), 1 + n % 5).await.expect("claim"), &limits)?,
+            1 => seen
+                .take(q.claim_turns(shard, &format!("w{}", n % 3), &plain_worker(), 1 + n % 5).await.expect("claim"), &limits)?,
             _ => {
                 let acks: Vec<_> =
                     seen.held.values_mut().flat_map(|h| h.drain(..h.len().min(1 + n % 3))).map(|d| (d, None)).collect();
@@ -129,7 +130,7 @@ async fn arrivals_claims_and_acks(
         submitted.extend(submit(&q, &tenant(who), *k).await);
     }
     for _ in 0..10_000 {
-        let got = q.claim_turns(shard, "drain", 8).await.expect("claim");
+        let got = q.claim_turns(shard, "drain", &plain_worker(), 8).await.expect("claim");
         let acks: Vec<_> = seen.held.values_mut().flat_map(|h| h.drain(..)).map(|d| (d, None)).collect();
         q.ack(&acks).await.expect("ack");
         if got.is_empty() && seen.claimed.len() == submitted.len() {
@@ -155,7 +156,7 @@ async fn shares_follow_weights(redis: &RedisServer, weights: Vec<u32>, batch: us
     let mut counts: HashMap<TenantId, usize> = HashMap::new();
     let mut claimed = 0;
     while claimed < rounds {
-        let got = q.claim_turns(shard, "w", batch.min(rounds - claimed)).await.expect("claim");
+        let got = q.claim_turns(shard, "w", &plain_worker(), batch.min(rounds - claimed)).await.expect("claim");
         prop_assert!(!got.is_empty(), "backlogged tenants always have a turn");
         claimed += got.len();
         for d in &got {

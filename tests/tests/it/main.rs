@@ -30,6 +30,7 @@ mod pagination;
 mod planner;
 mod queue;
 mod quotas;
+mod routing;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod schedules;

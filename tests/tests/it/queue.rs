@@ -10,7 +10,9 @@ use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::StartOutcome;
 use flotilla_shared::task::{Pipeline as PipelineKind, TaskStatus};
 use flotilla_shared::{clock, Config, QueueError};
-use flotilla_tests::tasks::{assert_history_whole, events, queue, record, submit_many, tenant, wait_all_ended, wait_spec};
+use flotilla_tests::tasks::{
+    assert_history_whole, events, plain_worker, queue, record, submit_many, tenant, wait_all_ended, wait_spec,
+};
 use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
@@ -61,7 +63,7 @@ async fn higher_lanes_are_read_first() {
     let normal_id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let high_id = q.submit(&tenant(), high).await.expect("submit").id;
     let order: Vec<_> = q
-        .claim_turns(q.keys().shard_of(&tenant()), "reader", 3)
+        .claim_turns(q.keys().shard_of(&tenant()), "reader", &plain_worker(), 3)
         .await
         .expect("claim")
         .into_iter()
@@ -120,12 +122,12 @@ async fn a_stale_attempt_cannot_write_after_another_took_over() {
     let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
-    let delivery = q.claim_turns(q.keys().shard_of(&tenant()), "old-worker", 1).await.expect("claim").remove(0);
+    let delivery = q.claim_turns(q.keys().shard_of(&tenant()), "old-worker", &plain_worker(), 1).await.expect("claim").remove(0);
     let StartOutcome::Started(stale) = q.start(&delivery, "old-worker").await.expect("start") else {
         panic!("first delivery starts")
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let taken = q.reclaim("new-worker", 10).await.expect("reclaim");
+    let taken = q.reclaim("new-worker", &plain_worker(), 10).await.expect("reclaim");
     assert_eq!(taken.len(), 1, "an entry idle past its lease is reclaimed");
     let StartOutcome::Started(fresh) = q.start(&taken[0], "new-worker").await.expect("start") else {
         panic!("reclaimed delivery starts a new attempt")
@@ -362,11 +364,11 @@ async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_ove
     let (_redis, config) = fleet(&[("FLOTILLA_LEASE_MS", "200")]);
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
-    let held = q.claim_turns(q.keys().shard_of(&tenant()), "vanished", 1).await.expect("claim");
+    let held = q.claim_turns(q.keys().shard_of(&tenant()), "vanished", &plain_worker(), 1).await.expect("claim");
     assert_eq!(held.len(), 1);
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     assert!(q.forget_gone_consumers().await.expect("forget").is_empty(), "a consumer holding an entry stays");
-    let taken = q.reclaim("survivor", 10).await.expect("reclaim");
+    let taken = q.reclaim("survivor", &plain_worker(), 10).await.expect("reclaim");
     assert_eq!(taken.len(), 1, "the vanished worker's entry is taken over first");
     tokio::time::sleep(Duration::from_millis(50)).await;
     let forgotten = q.forget_gone_consumers().await.expect("forget");
@@ -392,7 +394,50 @@ async fn queue_entry_again(q: &flotilla_shared::queue::Queue, id: &flotilla_shar
         .arg(flotilla_shared::task::Priority::Normal.lane_number())
         .arg(id.as_str())
         .arg(0)
+        .arg("scripted|none|")
         .invoke_async(&mut conn)
         .await
         .expect("ENQUEUE");
+}
+
+/// A pipeline whose errors quote secrets: a retryable one, then a final one.
+struct LeakyErrors(Arc<AtomicU32>);
+
+impl Pipeline for LeakyErrors {
+    fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
+        let run = self.0.fetch_add(1, Ordering::SeqCst);
+        async move {
+            Err(match run {
+                0 => PipelineError::Retryable(
+                    "cannot reach redis://:hunter2@10.0.0.5:6379: refused; E2B said {\"envdAccessToken\":\"tok-9f8e7d\"}".into(),
+                ),
+                _ => PipelineError::Fatal {
+                    code: flotilla_shared::task::StopCode::Problem,
+                    message: "model refused key sk-ant-api03-AbCdEf0123456789 with Bearer ftk_secret".into(),
+                },
+            })
+        }
+        .boxed()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_stored_on_a_task_and_in_its_events_have_their_secrets_masked() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut registry = Registry::standard();
+    registry.register(PipelineKind::Scripted, Arc::new(LeakyErrors(Arc::new(AtomicU32::new(0)))));
+    let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let worker = InProcessWorker::start(config, registry);
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(20)).await;
+    worker.stop().await;
+    assert_eq!((records[0].status, records[0].attempts), (TaskStatus::Failed, 2));
+    let stored = records[0].error.clone().unwrap_or_default();
+    let raw: Vec<String> = q.events_after(&id, 0).await.expect("events");
+    let all = format!("{stored}\n{}", raw.join("\n"));
+    for secret in ["hunter2", "tok-9f8e7d", "AbCdEf0123456789", "ftk_secret"] {
+        assert!(!all.contains(secret), "{secret} leaked:\n{all}");
+    }
+    assert!(raw.iter().any(|e| e.contains("redis://:***@10.0.0.5:6379")), "the retry event keeps what is not secret:\n{all}");
+    assert!(stored.contains("sk-ant-***") && stored.contains("Bearer ***"), "{stored}");
 }

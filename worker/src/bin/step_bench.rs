@@ -35,7 +35,8 @@ use flotilla_shared::action::Action;
 use flotilla_shared::event::EventKind;
 use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::queue::{Attempt, NewTask, Queue, StartOutcome};
-use flotilla_shared::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
+use flotilla_shared::route::Capabilities;
+use flotilla_shared::task::{Pipeline as PipelineKind, SandboxProviderKind, SandboxSpec, TaskSpec};
 use flotilla_shared::Config;
 use flotilla_worker::blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
 use flotilla_worker::model::Screen;
@@ -156,7 +157,12 @@ impl Bench {
             ..TaskSpec::default()
         };
         self.queue.create_tasks(vec![NewTask { id: TaskId::generate(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
-        let claimed = self.queue.claimer("step-bench").next(1).await?;
+        let caps = Capabilities {
+            sandbox: Some(SandboxProviderKind::Local),
+            pipelines: [PipelineKind::Scripted].into(),
+            ..Capabilities::default()
+        };
+        let claimed = self.queue.claimer("step-bench", caps).next(1).await?;
         match claimed.into_iter().next().map(|c| c.outcome) {
             Some(Ok(StartOutcome::Started(attempt))) => Ok(*attempt),
             _ => bail!("the bench task could not be claimed"),

@@ -92,4 +92,9 @@ impl Registry {
     pub fn get(&self, kind: PipelineKind) -> Option<Arc<dyn Pipeline>> {
         self.pipelines.get(&kind).cloned()
     }
+
+    /// The pipeline kinds registered.
+    pub fn kinds(&self) -> impl Iterator<Item = PipelineKind> + '_ {
+        self.pipelines.keys().copied()
+    }
 }

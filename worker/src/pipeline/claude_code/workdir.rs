@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::blobstore::{BlobError, BlobStore, StoredArtifact};
+use flotilla_shared::blobstore::{validate_artifact_path, BlobError, BlobStore, StoredArtifact};
 use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::task::{StopCode, TaskFiles};
 use serde::Serialize;
@@ -102,7 +102,7 @@ async fn copy_from_store(
     }
     let mut copied = 0;
     for object in &objects {
-        let Some(path) = object.key.strip_prefix(&prefix).filter(|p| !p.is_empty() && !p.ends_with('/')) else {
+        let Some(path) = input_path(&object.key, &prefix)? else {
             continue;
         };
         let bytes = blobs.get(&object.key).await.map_err(blob_failure)?;
@@ -110,6 +110,19 @@ async fn copy_from_store(
         copied += 1;
     }
     Ok(copied)
+}
+
+/// Where the object `key` under `prefix` lands in the work directory: its
+/// path below the prefix, which must be a plain relative path like an
+/// artifact's (no `..`, `.` or empty component, not absolute), so a crafted
+/// key cannot write outside the work directory. `None` for the prefix
+/// itself and folder markers.
+fn input_path<'a>(key: &'a str, prefix: &str) -> Result<Option<&'a str>, PipelineError> {
+    let Some(path) = key.strip_prefix(prefix).filter(|p| !p.is_empty() && !p.ends_with('/')) else {
+        return Ok(None);
+    };
+    validate_artifact_path(path).map_err(|e| input_problem(&format!("files.s3_prefix: the object {key:?}: {e}")))?;
+    Ok(Some(path))
 }
 
 /// Every file under the work directory by its path there, with the SHA-256
@@ -224,6 +237,27 @@ mod tests {
         assert_eq!(snapshot.get("notes.txt").map(String::as_str), Some(A));
         assert_eq!(snapshot.get("dir/with  two spaces\nand a newline").map(String::as_str), Some(B));
         assert_eq!(snapshot.len(), 2);
+    }
+
+    #[test]
+    fn input_objects_land_inside_the_work_directory_or_end_the_task() {
+        let prefix = "p/inputs/acme/data/";
+        assert_eq!(input_path("p/inputs/acme/data/a/b.txt", prefix).expect("plain"), Some("a/b.txt"));
+        assert_eq!(input_path("p/inputs/acme/data/dir/", prefix).expect("folder marker"), None);
+        assert_eq!(input_path(prefix, prefix).expect("the prefix itself"), None);
+        for key in [
+            "p/inputs/acme/data/../../.bashrc",
+            "p/inputs/acme/data/a/../../b",
+            "p/inputs/acme/data//etc/passwd",
+            "p/inputs/acme/data/./x",
+            "p/inputs/acme/data/a\\..\\b",
+        ] {
+            let refused = input_path(key, prefix);
+            assert!(
+                matches!(&refused, Err(PipelineError::Fatal { code: StopCode::Problem, message }) if message.contains("files.s3_prefix")),
+                "{key}: {refused:?}"
+            );
+        }
     }
 
     #[test]
