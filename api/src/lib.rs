@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::body::Body;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath};
 use axum::http::Request;
 use axum::routing::{get, post};
 use axum::Router;
@@ -105,6 +105,7 @@ pub fn router(state: AppState) -> Router {
     timed_routes(state.config().api.batch_body_limit)
         .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, limits::time_limit))
         .merge(streams)
+        .route_layer(axum::middleware::from_fn(record_matched_route))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -116,6 +117,14 @@ pub fn router(state: AppState) -> Router {
                 .on_failure(()),
         )
         .with_state(state)
+}
+
+/// Records the route a request matched on its span.
+async fn record_matched_route(request: Request<Body>, next: axum::middleware::Next) -> axum::response::Response {
+    if let Some(route) = request.extensions().get::<MatchedPath>() {
+        tracing::Span::current().record("route", route.as_str());
+    }
+    next.run(request).await
 }
 
 /// Every route that answers within the request time limit.
@@ -154,12 +163,14 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route(dashboard::STYLE_PATH, get(dashboard::style))
 }
 
-/// The span of one request; `tenant` and `task_id` are filled in once known.
+/// The span of one request; `route` (the matched route, such as
+/// `/v1/tasks/{id}`: never the raw path, which holds ids), `tenant` and
+/// `task_id` are filled in once known.
 fn request_span(request: &Request<Body>) -> tracing::Span {
     tracing::info_span!(
         "request",
         method = %request.method(),
-        path = %request.uri().path(),
+        route = tracing::field::Empty,
         tenant = tracing::field::Empty,
         key_id = tracing::field::Empty,
         task_id = tracing::field::Empty,

@@ -15,7 +15,7 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(e),
     };
-    let telemetry = match telemetry::init("flotilla-api", config.telemetry.otlp_endpoint.as_deref(), LogOutput::Stdout) {
+    let telemetry = match telemetry::init("flotilla-api", &config.telemetry, LogOutput::Stdout) {
         Ok(telemetry) => telemetry,
         Err(e) => return fail(e),
     };

@@ -1,7 +1,8 @@
 //! Tracing for both binaries, set up once in `main`: human-readable lines
-//! filtered by `RUST_LOG` (default `info`), and, when
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the same spans exported as
-//! OpenTelemetry traces over OTLP/HTTP with protobuf bodies.
+//! filtered by `RUST_LOG` (default `info`), and, when a traces endpoint is
+//! set ([`TelemetryConfig`]: `OTEL_EXPORTER_OTLP_ENDPOINT` or its per-signal
+//! variable, with headers, service name and resource attributes), the same
+//! spans exported as OpenTelemetry traces over OTLP/HTTP with protobuf bodies.
 //!
 //! Exported spans go through a batch processor on a thread of its own, so a
 //! slow or absent collector never holds up a request or a task; the guard
@@ -10,10 +11,12 @@
 //! are exported, whatever `RUST_LOG` says, so quiet logs still give full
 //! traces and the HTTP client that sends them never traces itself.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
@@ -23,6 +26,8 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+pub use crate::config::TelemetryConfig;
 
 /// The W3C trace-context field a task carries from the API to its worker.
 const TRACEPARENT: &str = "traceparent";
@@ -52,8 +57,6 @@ pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
     }
 }
 
-/// The path OTLP/HTTP collectors take traces at, under the endpoint.
-const TRACES_PATH: &str = "/v1/traces";
 /// The crates whose spans are exported.
 const EXPORTED_CRATES: [&str; 3] = ["flotilla_api", "flotilla_worker", "flotilla_shared"];
 
@@ -69,7 +72,7 @@ pub enum LogOutput {
 pub enum TelemetryError {
     #[error("RUST_LOG: {0}")]
     Filter(#[from] tracing_subscriber::filter::ParseError),
-    #[error("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the trace exporter: {0}")]
+    #[error("OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT: cannot build the trace exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
     #[error("tracing is already set up in this process")]
     AlreadySet,
@@ -108,10 +111,10 @@ impl Drop for Telemetry {
 }
 
 /// Installs the global subscriber for `service` (`flotilla-api`,
-/// `flotilla-worker`): log lines to `output`, and spans to
-/// `otlp_endpoint` (a base URL such as `http://collector:4318`) when given.
-pub fn init(service: &'static str, otlp_endpoint: Option<&str>, output: LogOutput) -> Result<Telemetry, TelemetryError> {
-    let provider = otlp_endpoint.map(|endpoint| tracer_provider(service, endpoint)).transpose()?;
+/// `flotilla-worker`, unless `OTEL_SERVICE_NAME` names it otherwise): log
+/// lines to `output`, and spans to the configured traces endpoint, if any.
+pub fn init(service: &'static str, config: &TelemetryConfig, output: LogOutput) -> Result<Telemetry, TelemetryError> {
+    let provider = config.traces_endpoint.as_deref().map(|endpoint| tracer_provider(service, endpoint, config)).transpose()?;
     let otel = provider
         .as_ref()
         .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(service)).with_filter(exported_targets()));
@@ -147,29 +150,30 @@ fn exported_targets() -> Targets {
     EXPORTED_CRATES.iter().fold(Targets::new(), |targets, name| targets.with_target(*name, LevelFilter::INFO))
 }
 
-/// A provider that batches spans and sends them to `endpoint`'s traces path,
-/// naming `service` on every one.
-fn tracer_provider(service: &'static str, endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter =
-        SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary).with_endpoint(traces_url(endpoint)).build()?;
-    let resource = Resource::builder().with_service_name(service).build();
-    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+/// A provider that batches spans and sends them to `endpoint` with the
+/// configured headers, on a resource named for the service.
+fn tracer_provider(service: &'static str, endpoint: &str, config: &TelemetryConfig) -> Result<SdkTracerProvider, TelemetryError> {
+    let exporter = SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_headers(config.headers.iter().cloned().collect::<HashMap<_, _>>())
+        .build()?;
+    Ok(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource(service, config)).build())
 }
 
-/// The traces URL under an OTLP base URL.
-fn traces_url(endpoint: &str) -> String {
-    format!("{}{TRACES_PATH}", endpoint.trim_end_matches('/'))
+/// The resource every span names: the configured attributes, then the
+/// service name (`OTEL_SERVICE_NAME` over the binary's own, as the
+/// specification orders them).
+fn resource(service: &'static str, config: &TelemetryConfig) -> Resource {
+    let attributes = config.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone()));
+    let name = config.service_name.clone().unwrap_or_else(|| service.to_owned());
+    Resource::builder_empty().with_attributes(attributes).with_service_name(name).build()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_traces_path_goes_under_the_endpoint() {
-        assert_eq!(traces_url("http://collector:4318"), "http://collector:4318/v1/traces");
-        assert_eq!(traces_url("http://collector:4318/"), "http://collector:4318/v1/traces");
-    }
 
     #[test]
     fn only_flotilla_spans_are_exported() {

@@ -17,7 +17,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = match telemetry::init("flotilla-worker", config.telemetry.otlp_endpoint.as_deref(), LogOutput::Stderr) {
+    let telemetry = match telemetry::init("flotilla-worker", &config.telemetry, LogOutput::Stderr) {
         Ok(telemetry) => telemetry,
         Err(e) => {
             eprintln!("error: {e}");

@@ -97,8 +97,11 @@ impl Dispatcher {
         let endpoints = self.hooks.all(tenant).await?;
         for entry in &entries {
             self.route(tenant, &endpoints, entry).await?;
-            let () = conn.xack(&feed, GROUP, &[&entry.id]).await?;
         }
+        // One acknowledgement for the whole read, once every entry's
+        // messages are stored: an entry is never acknowledged before.
+        let ids: Vec<&str> = entries.iter().map(|entry| entry.id.as_str()).collect();
+        let () = conn.xack(&feed, GROUP, &ids).await?;
         Ok(entries.len())
     }
 
