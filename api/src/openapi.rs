@@ -1,11 +1,19 @@
 //! The OpenAPI document, generated from the handlers' annotations and the
-//! shared model's schemas, so it cannot drift from the code.
+//! shared model's schemas, so it cannot drift from the code; the request
+//! rules the derived schemas cannot carry are laid over it by
+//! [`request_rules`], for the server's default pipeline.
 
-use std::sync::LazyLock;
+mod request_rules;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use axum::extract::State;
 
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use flotilla_shared::schedule;
+use flotilla_shared::task::Pipeline;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
@@ -15,6 +23,7 @@ use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
     batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
 };
+use crate::state::AppState;
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -199,8 +208,16 @@ impl Modify for ScheduleRules {
     }
 }
 
-/// The document, rendered once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| ApiDoc::openapi().to_json().unwrap_or_else(|_| "{}".to_owned()));
+/// The document for a server whose default pipeline is `default`: the
+/// derived schemas with the request rules laid over them.
+pub fn document_for(default: Pipeline) -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    request_rules::apply(&mut doc, default);
+    doc
+}
+
+/// The document, rendered once per default pipeline.
+static DOCUMENTS: LazyLock<Mutex<BTreeMap<Pipeline, Arc<str>>>> = LazyLock::new(Mutex::default);
 
 /// This API's OpenAPI 3.1 document.
 #[utoipa::path(
@@ -209,8 +226,13 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| ApiDoc::openapi().to_json()
     tag = "operations",
     responses((status = 200, description = "OpenAPI document", body = Object, content_type = "application/json"))
 )]
-pub async fn document() -> impl IntoResponse {
-    ([(CONTENT_TYPE, "application/json")], DOCUMENT.as_str())
+pub async fn document(State(state): State<AppState>) -> impl IntoResponse {
+    let default = state.config().api.default_pipeline;
+    let rendered = {
+        let mut documents = DOCUMENTS.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(documents.entry(default).or_insert_with(|| Arc::from(document_for(default).to_string())))
+    };
+    ([(CONTENT_TYPE, "application/json")], rendered.to_string())
 }
 
 #[cfg(test)]
@@ -218,7 +240,7 @@ mod tests {
     use super::*;
 
     fn document() -> serde_json::Value {
-        serde_json::from_str(&ApiDoc::openapi().to_json().expect("renders")).expect("json")
+        document_for(Pipeline::OpenaiCua)
     }
 
     #[test]

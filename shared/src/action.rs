@@ -67,7 +67,9 @@ pub enum Action {
     Wait {
         ms: u64,
     },
-    Screenshot,
+    // A struct variant, not a unit one, so that other fields are refused
+    // here as on every other action (serde ignores them on a unit variant).
+    Screenshot {},
     /// Presses a mouse button where the pointer is and keeps it down.
     MouseDown {
         #[serde(default)]
@@ -131,7 +133,7 @@ impl Action {
             Action::Type { .. } => "type",
             Action::Keypress { .. } => "keypress",
             Action::Wait { .. } => "wait",
-            Action::Screenshot => "screenshot",
+            Action::Screenshot {} => "screenshot",
             Action::MouseDown { .. } => "mouse_down",
             Action::MouseUp { .. } => "mouse_up",
             Action::KeyDown { .. } => "key_down",
@@ -171,8 +173,10 @@ mod tests {
             Action::Click { x: 10, y: 20, button: MouseButton::Left }
         );
         assert_eq!(parse(r#"{"type": "wait", "ms": 500}"#).expect("wait"), Action::Wait { ms: 500 });
-        assert_eq!(parse(r#"{"type": "screenshot"}"#).expect("screenshot"), Action::Screenshot);
+        assert_eq!(parse(r#"{"type": "screenshot"}"#).expect("screenshot"), Action::Screenshot {});
         assert!(parse(r#"{"type": "drag", "path": [[1, 2], [3, 4]]}"#).is_ok());
+        assert!(parse(r#"{"type": "screenshot", "x": 1}"#).is_err(), "other fields are refused");
+        assert_eq!(serde_json::to_value(Action::Screenshot {}).expect("json"), serde_json::json!({"type": "screenshot"}));
         assert!(parse(r#"{"type": "keypress", "keys": ["ctrl", "a"]}"#).is_ok());
     }
 

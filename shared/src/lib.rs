@@ -15,6 +15,7 @@ pub mod error;
 pub mod event;
 pub mod ids;
 pub mod json_object;
+pub mod json_read;
 pub mod keys;
 pub mod live;
 pub mod page;

@@ -13,6 +13,7 @@ use crate::action::Action;
 use crate::clock;
 use crate::error::ValidationError;
 use crate::ids::TaskId;
+use crate::json_read;
 
 pub const MAX_PROMPT_CHARS: usize = 20_000;
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
@@ -197,13 +198,18 @@ pub enum TaskFiles {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
-    /// What to do: 1 to 20 000 characters, not only spaces.
-    #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
+    /// What to do: 1 to 20 000 characters, not only white space (the
+    /// pattern lists Unicode's `White_Space` characters).
+    #[schema(
+        min_length = 1,
+        max_length = 20000,
+        pattern = r"[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]"
+    )]
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<Pipeline>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]+$")]
+    #[schema(max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actions: Option<Vec<Action>>,
@@ -222,7 +228,7 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 255, pattern = r"^[^\x00-\x1f\x7f-\x9f]+$")]
+    #[schema(max_length = 255, pattern = r"^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])")]
     pub idempotency_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
     pub retry: Option<RetryPolicy>,
@@ -381,9 +387,16 @@ pub fn check_requires(labels: &[String]) -> Result<(), ValidationError> {
 }
 
 /// Parses JSON into `T`, turning serde's error into one that names the field.
+/// Numbers are read as JSON Schema reads them (`8428.0` is an integer) and a
+/// key named twice is refused: see [`json_read`].
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ValidationError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|err| {
+    let value = json_read::parse(bytes).map_err(|inner| match inner.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            ValidationError::new(format!("malformed JSON: {inner}"))
+        }
+        _ => ValidationError::new(strip_position(&inner.to_string())),
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         let message = match inner.classify() {
@@ -418,7 +431,7 @@ fn validate_sandbox(sandbox: &SandboxSpec) -> Result<(), ValidationError> {
         check_label("id", id, 128)?;
     }
     if let Some(url) = &sandbox.url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() > 2048 {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.chars().count() > 2048 {
             return Err(ValidationError::at("url", "url must be an http:// or https:// URL"));
         }
     }

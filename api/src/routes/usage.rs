@@ -22,7 +22,10 @@ const DEFAULT_DAYS: i64 = 30;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct UsageParams {
-    /// First UTC day, `YYYY-MM-DD` (or an RFC 3339 time on it); default 29 days before `to`.
+    /// First UTC day, `YYYY-MM-DD` (or an RFC 3339 time on it); default 29
+    /// days before `to`. At most 100 days are read: an earlier `from` is
+    /// moved up to the 100th day before `to` (the answer's `from` says where
+    /// the range starts). A `from` after `to` is an empty range.
     pub from: Option<String>,
     /// Last UTC day, `YYYY-MM-DD` (or an RFC 3339 time on it); default today.
     pub to: Option<String>,
@@ -78,25 +81,19 @@ pub struct UsageReport {
 impl UsageParams {
     /// The first and last day's midnights (epoch ms).
     fn range(&self, now_ms: i64) -> Result<(i64, i64), ValidationError> {
-        if self.group_by.as_deref().is_some_and(|g| !g.is_empty() && g != "day") {
+        if self.group_by.as_deref().is_some_and(|g| g != "day") {
             return Err(ValidationError::at("group_by", "group_by must be day"));
         }
         let today = now_ms - now_ms.rem_euclid(clock::DAY_MS);
         let to = day_param("to", self.to.as_deref())?.unwrap_or(today);
         let from = day_param("from", self.from.as_deref())?.unwrap_or(to - (DEFAULT_DAYS - 1) * clock::DAY_MS);
-        if from > to {
-            return Err(ValidationError::at("from", "from must not be after to"));
-        }
-        if (to - from) / clock::DAY_MS >= MAX_USAGE_DAYS {
-            return Err(ValidationError::at("from", format!("at most {MAX_USAGE_DAYS} days at once")));
-        }
-        Ok((from, to))
+        Ok((from.max(to - (MAX_USAGE_DAYS - 1) * clock::DAY_MS), to))
     }
 }
 
 /// A day parameter: `YYYY-MM-DD`, or an RFC 3339 time taken as its UTC day.
 fn day_param(field: &str, raw: Option<&str>) -> Result<Option<i64>, ValidationError> {
-    let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(None) };
+    let Some(raw) = raw else { return Ok(None) };
     let day = clock::parse_utc_day(raw).or_else(|| clock::parse_rfc3339(raw).map(|ms| ms - ms.rem_euclid(clock::DAY_MS)));
     day.map(Some).ok_or_else(|| ValidationError::at(field, format!("{field} must be a day like 2026-01-31")))
 }
@@ -123,7 +120,7 @@ pub async fn usage(
     let now = clock::now_ms();
     let (from, to) = params.range(now)?;
     let queue = state.queue();
-    let days = queue.usage_days(&tenant, from, to).await?;
+    let days = if from <= to { queue.usage_days(&tenant, from, to).await? } else { Vec::new() };
     let today = queue.usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
     let mut total = Meter::default();
     for (_, meter) in &days {
@@ -173,11 +170,25 @@ mod tests {
         for (p, field) in [
             (params(Some("yesterday"), None, None), "from"),
             (params(None, Some("2026-13-01"), None), "to"),
-            (params(Some("2026-03-02"), Some("2026-03-01"), None), "from"),
-            (params(Some("2025-01-01"), Some("2026-01-01"), None), "from"),
             (params(None, None, Some("week")), "group_by"),
+            (params(Some(""), None, None), "from"),
+            (params(None, None, Some("")), "group_by"),
         ] {
             assert_eq!(p.range(now).expect_err("refused").field.as_deref(), Some(field), "{p:?}");
         }
+    }
+
+    /// The rules the document cannot state between two parameters are not
+    /// errors: `from` after `to` is an empty range, a range over 100 days is
+    /// cut to the 100 days ending at `to`.
+    #[test]
+    fn ranges_are_read_as_given_or_cut_to_a_hundred_days() {
+        let now = clock::now_ms();
+        let day = |ms| clock::utc_day(ms);
+        let (from, to) = params(Some("2026-03-02"), Some("2026-03-01"), None).range(now).expect("valid");
+        assert!(from > to, "an empty range");
+        let (from, to) = params(Some("2025-01-01"), Some("2026-01-01T10:00:00Z"), None).range(now).expect("valid");
+        assert_eq!((day(from), day(to)), ("2025-09-24".to_owned(), "2026-01-01".to_owned()));
+        assert_eq!((to - from) / clock::DAY_MS + 1, MAX_USAGE_DAYS);
     }
 }

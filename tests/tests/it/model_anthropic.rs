@@ -226,7 +226,7 @@ async fn every_action_of_the_tool_maps_to_ours() {
     use Action::*;
     let left = MouseButton::Left;
     let cases = vec![
-        (json!({"action": "screenshot"}), vec![act(Screenshot)]),
+        (json!({"action": "screenshot"}), vec![act(Screenshot {})]),
         (json!({"action": "left_click", "coordinate": [10, 20]}), vec![act(Click { x: 10, y: 20, button: left })]),
         (json!({"action": "right_click", "coordinate": [10, 20]}), vec![act(Click { x: 10, y: 20, button: MouseButton::Right })]),
         (

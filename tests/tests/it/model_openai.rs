@@ -164,7 +164,7 @@ async fn a_ga_batch_maps_to_one_call_with_its_actions_in_order() {
             Action::KeyDown { keys: keys(&["shift"]) },
             Action::Drag { path: vec![[1, 2], [30, 40]] },
             Action::KeyUp { keys: keys(&["shift"]) },
-            Action::Screenshot,
+            Action::Screenshot {},
         ]
     );
     let sent = request(&server, 0);

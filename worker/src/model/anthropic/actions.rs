@@ -50,7 +50,7 @@ pub(super) fn translate(
 ) -> Result<Vec<ModelAction>, ModelError> {
     let fields = Fields { input, at, display };
     let actions = match action {
-        "screenshot" => vec![ModelAction::Act(Action::Screenshot)],
+        "screenshot" => vec![ModelAction::Act(Action::Screenshot {})],
         "left_click" => fields.click(Clicks::Single(MouseButton::Left))?,
         "right_click" => fields.click(Clicks::Single(MouseButton::Right))?,
         "middle_click" => fields.click(Clicks::Single(MouseButton::Middle))?,

@@ -80,7 +80,7 @@ pub fn translate(name: &str, args: &Map<String, Value>) -> Result<Vec<Action>, S
         "scroll_document" => a.scroll(GRID.0 / 2, GRID.1 / 2, 800.0)?,
         "wait" => vec![Action::Wait { ms: a.seconds("seconds", 1.0)? }],
         "wait_5_seconds" => vec![Action::Wait { ms: 5_000 }],
-        "take_screenshot" => vec![Action::Screenshot],
+        "take_screenshot" => vec![Action::Screenshot {}],
         "navigate" | "go_back" | "go_forward" | "search" | "open_web_browser" => {
             return Err(format!("{name} works only in a browser environment; this is a desktop"))
         }
@@ -262,7 +262,7 @@ mod tests {
             Ok(vec![Action::Scroll { x: 5, y: 6, scroll_x: -8, scroll_y: 0 }])
         );
         assert_eq!(map("wait_5_seconds", json!({})), Ok(vec![Action::Wait { ms: 5_000 }]));
-        assert_eq!(map("take_screenshot", json!({})), Ok(vec![Action::Screenshot]));
+        assert_eq!(map("take_screenshot", json!({})), Ok(vec![Action::Screenshot {}]));
         assert!(map("navigate", json!({"url": "https://example.com"})).is_err());
         assert!(map("teleport", json!({})).is_err());
     }

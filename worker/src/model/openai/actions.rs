@@ -73,7 +73,7 @@ pub fn model_actions(action: &At<'_>) -> Result<Vec<ModelAction>, ModelError> {
         "type" => Action::Type { text: action.field("text")?.str()?.to_owned() },
         "keypress" => Action::Keypress { keys: key_names(&action.field("keys")?)? },
         "wait" => Action::Wait { ms: action.get("ms").map(|ms| ms.count()).transpose()?.unwrap_or(DEFAULT_WAIT_MS) },
-        "screenshot" => Action::Screenshot,
+        "screenshot" => Action::Screenshot {},
         _ => return Err(kind.wrong("is not an action type we know")),
     };
     check_limits(&act, action)?;
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(acts(json!({"type": "type", "text": "hi"})), [Action::Type { text: "hi".into() }]);
         assert_eq!(acts(json!({"type": "wait"})), [Action::Wait { ms: DEFAULT_WAIT_MS }]);
         assert_eq!(acts(json!({"type": "wait", "ms": 250})), [Action::Wait { ms: 250 }]);
-        assert_eq!(acts(json!({"type": "screenshot"})), [Action::Screenshot]);
+        assert_eq!(acts(json!({"type": "screenshot"})), [Action::Screenshot {}]);
         assert_eq!(
             acts(json!({"type": "scroll", "x": 10, "y": 20, "scroll_x": 0, "scroll_y": -300})),
             [Action::Scroll { x: 10, y: 20, scroll_x: 0, scroll_y: -3 }]

@@ -56,7 +56,7 @@ pub(crate) fn step(action: &Action, screen: (u32, u32), key_delay: Duration) -> 
         Action::MouseDown { button } => run(xdotool(&["mousedown".into(), button_number(*button).into()])),
         Action::MouseUp { button } => run(xdotool(&["mouseup".into(), button_number(*button).into()])),
         Action::Wait { ms } => Ok(Step::Sleep(Duration::from_millis(*ms))),
-        Action::Screenshot => Ok(Step::Nothing),
+        Action::Screenshot {} => Ok(Step::Nothing),
     }
 }
 
@@ -282,6 +282,6 @@ mod tests {
     #[test]
     fn wait_and_screenshot_need_no_command() {
         assert_eq!(step(&Action::Wait { ms: 20 }, SCREEN, Duration::ZERO).ok(), Some(Step::Sleep(Duration::from_millis(20))));
-        assert_eq!(step(&Action::Screenshot, SCREEN, Duration::ZERO).ok(), Some(Step::Nothing));
+        assert_eq!(step(&Action::Screenshot {}, SCREEN, Duration::ZERO).ok(), Some(Step::Nothing));
     }
 }

@@ -396,7 +396,7 @@ impl LocalProvider {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(())
             }
-            Action::Screenshot => Ok(()),
+            Action::Screenshot {} => Ok(()),
         }
     }
 }
