@@ -66,7 +66,13 @@ fn every_variable_the_deployment_sets_is_one_the_configuration_reads() {
         for name in env_names(&doc) {
             seen += 1;
             let standard_aws = name.starts_with("AWS_");
-            assert!(known.contains(name.as_str()) || standard_aws, "{file} sets {name}, which the configuration does not read");
+            // The pod's address, from the Downward API, for `$(POD_IP)` in
+            // the worker's HTTP address.
+            let downward = name == "POD_IP";
+            assert!(
+                known.contains(name.as_str()) || standard_aws || downward,
+                "{file} sets {name}, which the configuration does not read"
+            );
         }
     }
     assert!(seen >= 10, "the manifests set the fleet's variables ({seen} seen)");
@@ -493,4 +499,35 @@ fn the_images_toolchain_satisfies_the_workspaces_rust_version() {
         let have = major_minor(&toolchain).unwrap_or_else(|| panic!("the Dockerfile's `rust:{toolchain}` names no version"));
         assert!(have >= required_mm, "the Dockerfile builds with Rust {toolchain}, the workspace needs {required}");
     }
+}
+
+/// Finding "Deployment defaults": the worker's HTTP side (health, metrics,
+/// desktop views) listened on every interface. In Kubernetes it binds the
+/// pod's own address (from the Downward API), which is also the address the
+/// API reaches it at; compose sets no address, so a worker there serves no
+/// HTTP at all.
+#[test]
+fn the_workers_http_binds_the_pods_address_not_every_interface() {
+    let mut checked = 0;
+    for (file, doc) in documents() {
+        for container in containers(&doc) {
+            let env = container["env"].as_vec().cloned().unwrap_or_default();
+            let position = |name: &str| env.iter().position(|v| v["name"].as_str() == Some(name));
+            let Some(at) = position("FLOTILLA_WORKER_HTTP_ADDR") else { continue };
+            let value = env[at]["value"].as_str().unwrap_or_default();
+            assert!(!value.starts_with("0.0.0.0") && !value.starts_with("[::]"), "{file}: {value} is every interface");
+            assert_eq!(value, "$(POD_IP):9090", "{file}");
+            let pod_ip = position("POD_IP").unwrap_or_else(|| panic!("{file} defines no POD_IP"));
+            assert!(pod_ip < at, "{file}: POD_IP is defined before it is used");
+            assert_eq!(env[pod_ip]["valueFrom"]["fieldRef"]["fieldPath"].as_str(), Some("status.podIP"), "{file}");
+            checked += 1;
+        }
+        for (name, service) in doc["services"].as_hash().into_iter().flatten() {
+            let addr = &service["environment"]["FLOTILLA_WORKER_HTTP_ADDR"];
+            assert!(addr.is_badvalue(), "{file}: {name:?} sets FLOTILLA_WORKER_HTTP_ADDR to {addr:?}");
+        }
+    }
+    assert_eq!(checked, 1, "the worker deployment sets its HTTP address");
+    let config = flotilla_shared::Config::from_env([("FLOTILLA_API_KEYS", "")]).expect("defaults");
+    assert!(config.worker.http_addr.is_none(), "by default a worker serves no HTTP");
 }

@@ -19,7 +19,8 @@ fn wait_task() -> serde_json::Value {
 }
 
 /// Finding "API keys": a read-only key (for dashboards) reads its tenant's
-/// tasks but may not submit or cancel; a write key of the same tenant may.
+/// tasks but may not submit or cancel; a write key of the same tenant may
+/// (one tenant holds several keys, each with its own scope).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_key_reads_but_cannot_write() {
     let redis = RedisServer::start();
@@ -207,4 +208,102 @@ async fn sandbox_dedup_is_reported_per_tenant() {
         assert_eq!(*dedup, seen_by_globex, "shot {i} of globex: {theirs:?}");
     }
     fleet.stop().await;
+}
+
+/// Finding "Fleet-wide figures": `/v1/queues` showed every tenant's load.
+/// Now a tenant sees only its own lanes, load and dead-letter count: acme's
+/// queued tasks are invisible to globex.
+#[tokio::test(flavor = "multi_thread")]
+async fn queues_show_only_the_callers_tenant() {
+    let redis = RedisServer::start();
+    let api = spawn_api(test_config(&redis, &unique_prefix(), &[])).await;
+    let acme = ApiClient::new(&api, api_key());
+    for _ in 0..3 {
+        let (status, body) = acme.post("/v1/tasks", &wait_task()).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let queued = |stats: &serde_json::Value| -> u64 {
+        stats["lanes"].as_array().into_iter().flatten().filter_map(|l| l["depth"].as_u64()).sum()
+    };
+    let (status, mine) = acme.get("/v1/queues").await;
+    assert_eq!(status, 200, "{mine}");
+    let tenants: Vec<&str> = mine["tenants"].as_array().into_iter().flatten().filter_map(|t| t["tenant"].as_str()).collect();
+    assert_eq!((tenants, &mine["tenants"][0]["queued"]), (vec!["acme"], &json!(3)), "{mine}");
+    assert_eq!(queued(&mine), 3, "acme's lanes hold its tasks: {mine}");
+    let (status, theirs) = ApiClient::new(&api, globex_key()).get("/v1/queues").await;
+    assert_eq!(status, 200, "{theirs}");
+    let tenants: Vec<&str> = theirs["tenants"].as_array().into_iter().flatten().filter_map(|t| t["tenant"].as_str()).collect();
+    assert_eq!(tenants, ["globex"], "only the caller's own load: {theirs}");
+    assert_eq!(theirs["tenants"][0]["queued"], 0, "{theirs}");
+    assert_eq!(queued(&theirs), 0, "nothing of acme's lanes: {theirs}");
+}
+
+/// Finding "API keys": a request could not be traced to the key that made
+/// it. Each request's log line names the key by its non-secret id
+/// (`key_id`: the first 12 hex digits of its digest, or its `id` in the keys
+/// file), never by the key itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_log_names_the_key_by_its_id_never_the_key() {
+    let redis = RedisServer::start();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").to_string();
+    let env = flotilla_tests::fleet::test_env(
+        &redis,
+        &unique_prefix(),
+        &[("FLOTILLA_API_ADDR", &addr), ("FLOTILLA_API_KEY_SECRET", SECRET), ("RUST_LOG", "info")],
+    );
+    let mut api = Command::new(binary("flotilla-api"))
+        .envs(env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start flotilla-api");
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/tasks");
+    let answered =
+        eventually(|| async { http.get(&url).bearer_auth(api_key()).send().await.is_ok_and(|r| r.status().as_u16() == 200) })
+            .await;
+    let _ = api.kill();
+    let output = api.wait_with_output().expect("api output");
+    let log = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(answered, "the api answered: {log}");
+    let id = &KeyHasher::new(SECRET.as_bytes()).expect("hasher").digest(api_key()).to_hex()[..12];
+    assert!(
+        log.contains(&format!("key_id=\"{id}\"")) || log.contains(&format!("\"key_id\":\"{id}\"")),
+        "the key's id is logged: {log}"
+    );
+    assert!(!log.contains(api_key()), "the key itself is never logged");
+    assert!(!log.contains(&api_key()[4..]), "nor its secret part");
+}
+
+/// Finding "Advisories": nothing checked the dependencies for known
+/// vulnerabilities. The test command runs `scripts/deny.sh`, which checks
+/// them against the RustSec database, fetched or cached; when it can have
+/// neither it says so in a banner (and never as a pass), here and in CI.
+#[test]
+fn the_test_command_checks_advisories_or_says_loudly_that_it_could_not() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let test_sh = std::fs::read_to_string(root.join("scripts/test.sh")).expect("scripts/test.sh");
+    assert!(test_sh.lines().any(|l| l.trim() == "bash scripts/deny.sh"), "the test command runs deny.sh");
+    let home = std::env::var("CARGO_HOME").unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
+    let cached = || {
+        std::fs::read_dir(format!("{home}/advisory-dbs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|db| db.path().join("crates").is_dir())
+    };
+    let fetched = Command::new("cargo")
+        .args(["deny", "--log-level", "error", "fetch", "db"])
+        .current_dir(&root)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let output = Command::new("bash").arg("scripts/deny.sh").current_dir(&root).output().expect("run deny.sh");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "deny.sh found problems:\n{stderr}");
+    let banner = stderr.contains("ADVISORIES NOT CHECKED");
+    assert_eq!(banner, !fetched && !cached(), "a banner exactly when no database could be had:\n{stderr}");
+    if !fetched && cached() {
+        assert!(stderr.contains("cached copy"), "a check against the cache says so:\n{stderr}");
+    }
 }
