@@ -10,6 +10,7 @@
 //! desktop here and at least one viewer is attached; ending the task (or the
 //! worker) stops it.
 
+pub mod remote;
 pub mod rfb;
 pub mod socket;
 pub mod vnc;
