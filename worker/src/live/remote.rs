@@ -10,6 +10,7 @@
 use bytes::Bytes;
 use des::cipher::{BlockEncrypt, KeyInit};
 use des::Des;
+use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
 use reqwest::header::{self, HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -22,6 +23,15 @@ pub const RFB_VERSION: &[u8; 12] = b"RFB 003.008\n";
 const SECURITY_NONE: u8 = 1;
 /// RFB security type: VNC authentication.
 const SECURITY_VNC: u8 = 2;
+
+/// A desktop's own stream, started for its first viewer and stopped after
+/// its last (or when the desktop is taken off show).
+pub trait RemoteStream: Send + Sync + 'static {
+    /// Starts the stream; where it is and its key.
+    fn start(&self) -> BoxFuture<'_, Result<RemoteDesktop, String>>;
+    /// Stops the stream; a failure is the implementation's to log.
+    fn stop(&self) -> BoxFuture<'_, ()>;
+}
 
 /// Where a remote desktop's VNC WebSocket is, and its key.
 #[derive(Clone)]

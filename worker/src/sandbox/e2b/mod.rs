@@ -26,8 +26,8 @@ mod config;
 mod connect;
 mod desktop;
 mod envd;
-#[cfg(test)]
-mod fake;
+#[cfg(any(test, feature = "e2b-stand-in"))]
+pub mod fake;
 pub mod stream;
 #[cfg(test)]
 mod stream_tests;
@@ -476,6 +476,10 @@ impl SandboxProvider for E2bProvider {
 
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
+    }
+
+    fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn crate::live::remote::RemoteStream>> {
+        self.live_source(id)
     }
 }
 

@@ -18,13 +18,17 @@
 //! watching, so it stays with the worker: it never goes into a log line, an
 //! event, or a URL that Flotilla hands out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use rand::distr::{Alphanumeric, SampleString};
 use reqwest::header::{HeaderName, HeaderValue};
 
-use super::envd::{EnvdError, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
-use super::{E2bProvider, EnvdAddress, Known};
+use super::envd::{Envd, EnvdError, EnvdTarget, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
+use super::{lock, E2bProvider, EnvdAddress, Known};
+use crate::live::remote::{RemoteDesktop, RemoteStream};
 use crate::sandbox::{SandboxError, SandboxId};
 
 /// The in-sandbox port noVNC listens on, as in the Desktop SDK.
@@ -48,55 +52,132 @@ pub struct StreamSocket {
     pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
+/// Why a stream could not be started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    #[error("Stream is already running")]
+    Running,
+    #[error("the stream failed (exit {code}): {message}")]
+    Failed { code: i32, message: String },
+    #[error("the stream command did not finish within {0:?}")]
+    Timeout(Duration),
+    #[error(transparent)]
+    Envd(EnvdError),
+}
+
+/// Starts the stream in the sandbox `target` names, as the Desktop SDK's
+/// `stream.start({requireAuth: true})` does.
+async fn start_on(envd: &Envd, target: &EnvdTarget) -> Result<SandboxStream, StreamError> {
+    let key = StreamKey::generate();
+    command_on(envd, target, &prepare_command(&key)).await?;
+    let mut stream = SandboxStream { key, pids: Vec::new() };
+    for command in [vnc_command(), novnc_command()] {
+        match envd.spawn(target, &command).await {
+            Ok(pid) => stream.pids.push(pid),
+            Err(error) => {
+                stop_on(envd, target, stream).await.ok();
+                return Err(StreamError::Envd(error));
+            }
+        }
+    }
+    if let Err(error) = command_on(envd, target, &wait_command()).await {
+        stop_on(envd, target, stream).await.ok();
+        return Err(error);
+    }
+    Ok(stream)
+}
+
+/// Stops a stream: its processes are killed through envd (as the SDK kills
+/// its noVNC handle) and x11vnc with `pkill`.
+async fn stop_on(envd: &Envd, target: &EnvdTarget, stream: SandboxStream) -> Result<(), StreamError> {
+    for pid in stream.pids {
+        envd.kill(target, pid).await;
+    }
+    command_on(envd, target, &stop_command()).await
+}
+
+async fn command_on(envd: &Envd, target: &EnvdTarget, command: &str) -> Result<(), StreamError> {
+    let output = envd.run(target, command, COMMAND_TIMEOUT).await.map_err(|e| match e {
+        EnvdError::Timeout => StreamError::Timeout(COMMAND_TIMEOUT),
+        other => StreamError::Envd(other),
+    })?;
+    match output.exit_code {
+        0 => Ok(()),
+        3 => Err(StreamError::Running),
+        code => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let tail: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            Err(StreamError::Failed { code, message: tail.join(" | ") })
+        }
+    }
+}
+
+/// One sandbox's stream as a live view's source: started for the first
+/// viewer, stopped after the last.
+pub struct E2bLiveStream {
+    envd: Envd,
+    target: EnvdTarget,
+    socket: StreamSocket,
+    running: tokio::sync::Mutex<Option<SandboxStream>>,
+}
+
+impl RemoteStream for E2bLiveStream {
+    fn start(&self) -> BoxFuture<'_, Result<RemoteDesktop, String>> {
+        async move {
+            let mut running = self.running.lock().await;
+            if let Some(old) = running.take() {
+                stop_on(&self.envd, &self.target, old).await.ok();
+            }
+            let stream = start_on(&self.envd, &self.target).await.map_err(|e| e.to_string())?;
+            let desktop = RemoteDesktop {
+                url: self.socket.url.clone(),
+                headers: self.socket.headers.clone(),
+                password: stream.key.expose().to_owned(),
+            };
+            *running = Some(stream);
+            Ok(desktop)
+        }
+        .boxed()
+    }
+
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        async move {
+            let Some(stream) = self.running.lock().await.take() else { return };
+            if let Err(error) = stop_on(&self.envd, &self.target, stream).await {
+                tracing::warn!(%error, "cannot stop an e2b sandbox's stream");
+            }
+        }
+        .boxed()
+    }
+}
+
 impl E2bProvider {
     /// Starts sandbox `id`'s stream as the Desktop SDK's
     /// `stream.start({requireAuth: true})` does. A stream that runs already
     /// is an error, as in the SDK: stop it first.
     pub async fn start_stream(&self, id: &SandboxId) -> Result<SandboxStream, SandboxError> {
-        let key = StreamKey::generate();
         let known = self.session(id).await?;
-        self.stream_command(id, &known, &prepare_command(&key)).await?;
-        let mut stream = SandboxStream { key, pids: Vec::new() };
-        for command in [vnc_command(), novnc_command()] {
-            match self.envd.spawn(&known.target, &command).await {
-                Ok(pid) => stream.pids.push(pid),
-                Err(error) => {
-                    self.stop_stream(id, stream).await.ok();
-                    return Err(self.envd_failure(id, Some(&known), error));
-                }
-            }
-        }
-        if let Err(error) = self.stream_command(id, &known, &wait_command()).await {
-            self.stop_stream(id, stream).await.ok();
-            return Err(error);
-        }
-        Ok(stream)
+        start_on(&self.envd, &known.target).await.map_err(|e| self.stream_failure(id, &known, e))
     }
 
-    /// Stops sandbox `id`'s stream: its processes are killed through envd
-    /// (as the SDK kills its noVNC handle) and x11vnc with `pkill`.
+    /// Stops sandbox `id`'s stream.
     pub async fn stop_stream(&self, id: &SandboxId, stream: SandboxStream) -> Result<(), SandboxError> {
         let known = self.session(id).await?;
-        for pid in stream.pids {
-            self.envd.kill(&known.target, pid).await;
-        }
-        self.stream_command(id, &known, &stop_command()).await
+        stop_on(&self.envd, &known.target, stream).await.map_err(|e| self.stream_failure(id, &known, e))
     }
 
-    async fn stream_command(&self, id: &SandboxId, known: &Known, command: &str) -> Result<(), SandboxError> {
-        let output = self.envd.run(&known.target, command, COMMAND_TIMEOUT).await.map_err(|e| match e {
-            EnvdError::Timeout => SandboxError::Display(format!("the stream command did not finish within {COMMAND_TIMEOUT:?}")),
-            other => self.envd_failure(id, Some(known), other),
-        })?;
-        match output.exit_code {
-            0 => Ok(()),
-            3 => Err(SandboxError::Display("Stream is already running".into())),
-            code => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
-                let tail: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-                Err(SandboxError::Display(format!("the stream failed (exit {code}): {}", tail.join(" | "))))
-            }
+    fn stream_failure(&self, id: &SandboxId, known: &Known, error: StreamError) -> SandboxError {
+        match error {
+            StreamError::Envd(error) => self.envd_failure(id, Some(known), error),
+            other => SandboxError::Display(other.to_string()),
         }
+    }
+
+    /// Sandbox `id`'s stream as a live view's source, when the provider knows the sandbox.
+    pub fn live_source(&self, id: &SandboxId) -> Option<Arc<dyn RemoteStream>> {
+        let target = lock(&self.known).get(id)?.target.clone();
+        let socket = self.stream_socket(id);
+        Some(Arc::new(E2bLiveStream { envd: self.envd.clone(), target, socket, running: Default::default() }))
     }
 
     /// The origin of the sandboxes' per-port hosts.

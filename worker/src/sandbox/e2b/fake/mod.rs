@@ -36,7 +36,7 @@ use crate::sandbox::{Isolation, LocalConfig, LocalProvider, SandboxId, SandboxPr
 const ENVD_VERSION: &str = "0.6.13";
 /// The sandbox domain: per-port hosts are `<port>-<id>.localhost`, which
 /// browsers resolve to loopback by themselves.
-pub(crate) const SANDBOX_DOMAIN: &str = "localhost";
+pub const SANDBOX_DOMAIN: &str = "localhost";
 /// How often sandboxes past their `endAt` are killed.
 const REAP_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -114,7 +114,7 @@ impl State {
 }
 
 /// A running fake; dropping it stops both servers and every desktop.
-pub(crate) struct FakeE2b {
+pub struct FakeE2b {
     state: Arc<State>,
     api_url: String,
     envd_url: String,
