@@ -1,6 +1,7 @@
 //! A local stand-in for E2B that speaks its wire protocol, for tests: the
-//! control plane on one loopback port (same paths, `X-API-Key`, JSON and
-//! status codes as the hosted API) and an [edge](edge) on another that
+//! control plane on one loopback port (same paths, `POST /v2/sandboxes`
+//! beside `/sandboxes`, `X-API-Key`, JSON and status codes as the hosted
+//! API) and an [edge](edge) on another that
 //! routes by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers or by a
 //! `Host` of `<port>-<id>.<domain>`: envd's port to the fake envd
 //! (`X-Access-Token` checked, `process.Process/Start` answered with Connect
