@@ -45,6 +45,8 @@ APT_TOOLS=(
   # and X tools the isolation tests drive displays with.
   "unshare:util-linux"
   "nsenter:util-linux"
+  # Every process of a local desktop runs under `setpriv --pdeathsig KILL`.
+  "setpriv:util-linux"
   "slirp4netns:slirp4netns"
   "ip:iproute2"
   "socat:socat"

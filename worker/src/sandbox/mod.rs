@@ -31,7 +31,7 @@ pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
-pub use local::{DisplayAccess, Isolation, LocalConfig, LocalProvider, Network};
+pub use local::{DisplayAccess, Isolation, Leftovers, LocalConfig, LocalProvider, Network};
 pub use memory::MemoryProvider;
 pub use owners::SandboxOwners;
 pub use pool::{Lease, PoolConfig, SandboxPool};

@@ -25,6 +25,7 @@ use super::display::Display;
 use super::jail::{self, JailSettings};
 use super::launch::{self, Launcher};
 use super::process::{self, Signal, MARKER_VAR};
+use super::record::RecordFile;
 use super::xauth::Cookie;
 use crate::sandbox::SandboxError;
 
@@ -67,10 +68,12 @@ pub(crate) async fn start(
     if let Some(settings) = jail {
         jail::prepare_files(dir, &home, settings.network)?;
     }
+    let mut record = RecordFile::create(dir, marker)?;
     let deadline = Instant::now() + timeout;
     let log = logs.join("xvfb.log");
     let (xvfb, announced) = spawn_xvfb(marker, dir, &xauthority, resolution, &log)?;
     let pgid = xvfb.id();
+    note(record.add(pgid));
     let mut processes = Processes {
         marker: marker.to_owned(),
         dir: dir.to_owned(),
@@ -78,21 +81,30 @@ pub(crate) async fn start(
         display_number: None,
         xvfb: Some(xvfb),
         children: Vec::new(),
+        record,
         stopped: false,
     };
     // The display server and the jail need nothing from each other: both
-    // come up at once, and the jail's processes join the server's group.
+    // come up at once, and the jail's processes join the server's group
+    // (and the desktop's record once both are up).
+    let mut setup = Vec::new();
     let started = Instant::now();
     let display = async { (wait_for_display(announced, &log, deadline).await, started.elapsed()) };
     let walls = async {
         let walls = match jail {
-            Some(settings) => jail::build(settings, marker, pgid, dir, deadline, &mut processes.children).await.map(Some),
+            Some(settings) => jail::build(settings, marker, pgid, dir, deadline, &mut setup).await.map(Some),
             None => Ok(None),
         };
         (walls, started.elapsed())
     };
     let ((number, xvfb_took), (walls, jail_took)) = tokio::join!(display, walls);
-    processes.display_number = number.as_ref().ok().copied();
+    for child in std::mem::take(&mut setup) {
+        processes.adopt(child);
+    }
+    if let Ok(number) = number {
+        processes.display_number = Some(number);
+        note(processes.record.set_display(number));
+    }
     let (display_number, walls) = match (number, walls) {
         (Ok(number), Ok(walls)) => (number, walls),
         (Err(error), _) | (_, Err(error)) => {
@@ -127,7 +139,7 @@ fn spawn_xvfb(
     (width, height): (u32, u32),
     log: &Path,
 ) -> Result<(Child, Option<ChildStdout>), SandboxError> {
-    let mut command = Command::new("Xvfb");
+    let mut command = process::tied_to_worker("Xvfb");
     command
         .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp"])
         .args(["-noreset", "-auth"])
@@ -174,7 +186,7 @@ async fn bring_up(
     let mut openbox = launcher.command("openbox", &["--startup", &startup]);
     let mut openbox = spawn_in_group(&mut openbox, processes.pgid, &logs.join("openbox.log"), true)?;
     let stdout = openbox.stdout.take();
-    processes.children.push(openbox);
+    processes.adopt(openbox);
     // The terminal's jail is built while the window manager starts; the
     // terminal itself waits for the word on its stdin, so the window
     // manager places its window as it would any other.
@@ -182,7 +194,7 @@ async fn bring_up(
     terminal.stdin(Stdio::piped());
     let mut terminal = spawn_in_group(&mut terminal, processes.pgid, &logs.join("xterm.log"), false)?;
     let go = terminal.stdin.take();
-    processes.children.push(terminal);
+    processes.adopt(terminal);
     let wm_ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline);
     let (display, ready) = tokio::join!(connect, wm_ready);
     let display = Arc::new(display?);
@@ -249,6 +261,14 @@ pub(crate) fn spawn_in_group(
         .map_err(|e| SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy())))
 }
 
+/// A record that cannot be updated only weakens the sweep after a crash
+/// (which still finds the process by its marker): said, not fatal.
+fn note(written: std::io::Result<()>) {
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot update the desktop's record of its processes");
+    }
+}
+
 fn log_file(path: &Path) -> Result<std::fs::File, SandboxError> {
     Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
 }
@@ -291,6 +311,8 @@ pub(crate) struct Processes {
     display_number: Option<u32>,
     xvfb: Option<Child>,
     children: Vec<Child>,
+    /// The record on disk of these processes, for the sweep after a crash.
+    record: RecordFile,
     stopped: bool,
 }
 
@@ -304,8 +326,10 @@ impl Processes {
         self.pgid
     }
 
-    /// Takes a process started later (in the group) into the sandbox's set.
+    /// Takes a process started later (in the group) into the sandbox's set
+    /// and its record.
     pub fn adopt(&mut self, child: Child) {
+        note(self.record.add(child.id()));
         self.children.push(child);
     }
 

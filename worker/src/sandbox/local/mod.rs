@@ -13,7 +13,8 @@
 //! Deadlines: every call checks the sandbox's deadline, and a reaper task
 //! kills sandboxes past it between calls. A killed or expired sandbox leaves
 //! no process and no file behind; dropping the provider kills all of its
-//! sandboxes.
+//! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
+//! it, and the next one on the host sweeps what is left (see [`record`]).
 
 mod desktop;
 mod display;
@@ -22,6 +23,7 @@ mod isolation_tests;
 mod jail;
 mod launch;
 pub(crate) mod process;
+mod record;
 mod seccomp;
 #[cfg(test)]
 mod tests;
@@ -53,6 +55,7 @@ use super::{
 pub use self::desktop::TERMINAL_TITLE;
 pub use self::jail::Network;
 pub use self::launch::Isolation;
+pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
@@ -193,12 +196,22 @@ impl LocalProvider {
     /// A provider whose jail is checked now: with `Isolation::Full`, one
     /// that cannot isolate sandboxes on this machine is refused with the
     /// reason, so a worker refuses to start rather than run agents unjailed.
+    /// First it [sweeps](Self::sweep) the desktops of workers that are gone.
     pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        Self::sweep(&config.root).await.report();
         let provider = Self::new(config);
         if provider.inner.config.isolation == Isolation::Full {
             provider.inner.check_jail().await?;
         }
         Ok(provider)
+    }
+
+    /// Kills what is left under `root` of the desktops of workers that are
+    /// gone, found by the [record](record) each worker keeps, and says how
+    /// much there was.
+    pub async fn sweep(root: &std::path::Path) -> Leftovers {
+        let root = root.to_owned();
+        tokio::task::spawn_blocking(move || record::sweep(&root)).await.unwrap_or_default()
     }
 
     /// Whether sandboxes run in their jail.
