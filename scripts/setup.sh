@@ -147,6 +147,7 @@ PY_PACKAGES=(
   google-genai
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
   schemathesis==4.32.5 # fuzzes the API against /openapi.json in tests/tests/it/schemathesis.rs
+  e2b-desktop # the official E2B SDKs, checking the E2B stand-in in tests/tests/it/sdk_checks.rs
 )
 venv_dir() {
   local target

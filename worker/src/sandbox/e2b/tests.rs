@@ -17,7 +17,7 @@ use crate::sandbox::{suite, PoolConfig, SandboxError, SandboxId, SandboxPool, Sa
 
 /// A fake and a provider pointed at it the way a worker is: with
 /// `E2B_API_URL` and `E2B_SANDBOX_URL` (plain http) in its settings.
-async fn fixture() -> (FakeE2b, E2bProvider) {
+pub(super) async fn fixture() -> (FakeE2b, E2bProvider) {
     let fake = FakeE2b::start().await;
     let direct = fake.config();
     let EnvdAddress::Routed { base_url: sandbox_url } = &direct.envd else { panic!("the fake routes envd") };
@@ -25,11 +25,16 @@ async fn fixture() -> (FakeE2b, E2bProvider) {
         ("E2B_API_KEY", direct.api_key.expose().to_owned()),
         ("E2B_API_URL", direct.api_url.clone()),
         ("E2B_SANDBOX_URL", sandbox_url.clone()),
+        ("E2B_DOMAIN", direct.domain.clone()),
     ];
     let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
     let key = config.e2b.api_key.clone().expect("E2B_API_KEY");
     let mut e2b = E2bConfig::for_account(key, &config.e2b);
-    assert_eq!((&e2b.api_url, &e2b.envd), (&direct.api_url, &direct.envd), "the settings point at the fake");
+    assert_eq!(
+        (&e2b.api_url, &e2b.envd, &e2b.domain),
+        (&direct.api_url, &direct.envd, &direct.domain),
+        "the settings point at the fake"
+    );
     e2b.start_timeout = direct.start_timeout;
     e2b.request_timeout = direct.request_timeout;
     e2b.max_retry_after = direct.max_retry_after;

@@ -241,7 +241,7 @@ impl LocalProvider {
     /// A command that runs `program args` inside sandbox `id` (its home,
     /// display, marker and isolation), for a caller that drives the process
     /// itself, as the E2B test server does with envd's processes.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "e2b-stand-in"))]
     pub(crate) async fn command(
         &self,
         id: &SandboxId,
