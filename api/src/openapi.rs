@@ -210,14 +210,15 @@ impl Modify for ScheduleRules {
 
 /// The document for a server whose default pipeline is `default`: the
 /// derived schemas with the request rules laid over them.
-pub fn document_for(default: Pipeline) -> serde_json::Value {
+pub fn document_for(default: Pipeline, templates: &[String]) -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    request_rules::apply(&mut doc, default);
+    request_rules::apply(&mut doc, default, templates);
     doc
 }
 
-/// The document, rendered once per default pipeline.
-static DOCUMENTS: LazyLock<Mutex<BTreeMap<Pipeline, Arc<str>>>> = LazyLock::new(Mutex::default);
+/// The document, rendered once per default pipeline and set of templates.
+type Rendered = BTreeMap<(Pipeline, Vec<String>), Arc<str>>;
+static DOCUMENTS: LazyLock<Mutex<Rendered>> = LazyLock::new(Mutex::default);
 
 /// This API's OpenAPI 3.1 document.
 #[utoipa::path(
@@ -228,9 +229,15 @@ static DOCUMENTS: LazyLock<Mutex<BTreeMap<Pipeline, Arc<str>>>> = LazyLock::new(
 )]
 pub async fn document(State(state): State<AppState>) -> impl IntoResponse {
     let default = state.config().api.default_pipeline;
+    let mut templates: Vec<String> =
+        state.config().tenants.iter().flat_map(|(_, settings)| settings.sandbox_templates.iter().cloned()).collect();
+    templates.sort_unstable();
+    templates.dedup();
     let rendered = {
         let mut documents = DOCUMENTS.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(documents.entry(default).or_insert_with(|| Arc::from(document_for(default).to_string())))
+        let entry = documents.entry((default, templates));
+        let templates = entry.key().1.clone();
+        Arc::clone(entry.or_insert_with(|| Arc::from(document_for(default, &templates).to_string())))
     };
     ([(CONTENT_TYPE, "application/json")], rendered.to_string())
 }
@@ -240,7 +247,7 @@ mod tests {
     use super::*;
 
     fn document() -> serde_json::Value {
-        document_for(Pipeline::OpenaiCua)
+        document_for(Pipeline::OpenaiCua, &[])
     }
 
     #[test]

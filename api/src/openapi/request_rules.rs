@@ -42,15 +42,15 @@ const CASES: [Case; 4] = [
 ];
 
 /// Lays the request rules over `doc`, for a server whose default pipeline
-/// is `default`.
-pub fn apply(doc: &mut Value, default: Pipeline) {
+/// is `default` and whose tenants have the sandbox templates `templates`.
+pub fn apply(doc: &mut Value, default: Pipeline, templates: &[String]) {
     integer_widths(doc);
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     if let Some(action) = schemas.get_mut("Action") {
         action_rules(action);
     }
     if let Some(sandbox) = schemas.get_mut("SandboxSpec") {
-        sandbox_rules(sandbox);
+        sandbox_rules(sandbox, templates);
     }
     if let Some(budget) = schemas.get_mut("Budget") {
         set(budget, "/properties/max_tokens", json!({"minimum": 1}));
@@ -238,8 +238,9 @@ fn action_rules(action: &mut Value) {
     }
 }
 
-/// A sandbox's limits (`validate_sandbox`).
-fn sandbox_rules(sandbox: &mut Value) {
+/// A sandbox's limits (`validate_sandbox`), and the templates a tenant may
+/// name (its `sandbox_templates`; listed here for every tenant at once).
+fn sandbox_rules(sandbox: &mut Value, templates: &[String]) {
     set(
         sandbox,
         "/properties/resolution",
@@ -250,7 +251,17 @@ fn sandbox_rules(sandbox: &mut Value) {
             "items": false,
             "description": "`[width, height]`, from 320x200 to 7680x4320"}),
     );
-    set(sandbox, "/properties/template", printable(128));
+    let template = if templates.is_empty() {
+        json!({"type": "null", "description": "No tenant of this server has sandbox templates (`sandbox_templates`)"})
+    } else {
+        let mut names: Vec<Value> = templates.iter().map(|t| json!(t)).collect();
+        names.push(Value::Null);
+        json!({"type": ["string", "null"], "enum": names,
+            "description": "One of the calling tenant's `sandbox_templates` (this lists every tenant's)"})
+    };
+    if let Some(property) = sandbox.pointer_mut("/properties/template") {
+        *property = template;
+    }
     set(sandbox, "/properties/id", printable(128));
     set(sandbox, "/properties/url", json!({"maxLength": 2048, "pattern": "^https?://"}));
     set(sandbox, "/properties/timeout_s", json!({"minimum": 10, "maximum": 86_400}));
