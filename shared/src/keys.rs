@@ -26,6 +26,7 @@
 //! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
 //! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
+//! | `limits` | hash | `max_running` of the tenants that have one (read at once by an acknowledgement) |
 //! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |
 //! | `due` | sorted set | `<lane>:<tenant>:<route>:<task id>` by the epoch ms it becomes due |
