@@ -14,10 +14,10 @@
 //! delivered), `running` (entries delivered and not yet acknowledged, which
 //! is at least the tasks running: an entry is acknowledged only after its
 //! task's end or hand-back is written), `delayed` (tasks in the due set),
-//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none).
-//! Its hash `<base>t:<tenant>:routes` counts queued entries per lane as
-//! `<lane index>:<route>`; a field exists exactly for the lanes the tenant
-//! has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
+//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none);
+//! in the same hash, so a turn reads the tenant in one call, the queued
+//! entries per lane as `<lane index>:<route>`: a field exists exactly for
+//! the lanes the tenant has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
 //! `clock` (the virtual time of the last turn) and the shard's totals
 //! `queued`, `running` and `delayed`; its `routes` hash the queued entries
 //! per route (the claim looks only at routes with queued entries).
@@ -61,7 +61,6 @@ local HEAD_START = 4 -- HEAD_START_TURNS
 local SHARD_ACC, ROUTE_ACC = {}, {}
 local function num(x) return string.format('%.17g', x) end
 local function tkey(S, tenant) return S .. 't:' .. tenant end
-local function rkey(S, tenant) return S .. 't:' .. tenant .. ':routes' end
 local function lkey(S, tenant, route, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] .. ':' .. route end
 local function akey(S, route) return S .. 'active:' .. route end
 local function make_group(lane, group)
@@ -95,7 +94,7 @@ end
 local function bump_queued(S, tenant, route, lane, n)
   if n ~= 0 then
     bump(S, tenant, 'queued', n)
-    redis.call('HINCRBY', rkey(S, tenant), lane .. ':' .. route, n)
+    redis.call('HINCRBY', tkey(S, tenant), lane .. ':' .. route, n)
     ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + n
   end
 end
@@ -103,14 +102,24 @@ local function bump_delayed(S, tenant, lane, n)
   bump(S, tenant, 'delayed', n)
   redis.call('HINCRBY', tkey(S, tenant), 'delayed:' .. LANES[tonumber(lane)], n)
 end
--- The tenant's lanes as {route, lane index, queued}.
-local function lanes_of(S, tenant)
-  local all = redis.call('HGETALL', rkey(S, tenant))
-  local out = {}
+-- The tenant's hash in one read: its counters and settings by name, and
+-- its lanes as {route, lane index, queued} (the fields `<lane>:<route>`).
+local function state_of(S, tenant)
+  local all = redis.call('HGETALL', tkey(S, tenant))
+  local st, lanes = {}, {}
   for i = 1, #all, 2 do
-    out[#out + 1] = {string.sub(all[i], 3), tonumber(string.sub(all[i], 1, 1)), tonumber(all[i + 1]) or 0}
+    local lane = tonumber(string.sub(all[i], 1, 1))
+    if lane and string.sub(all[i], 2, 2) == ':' then
+      lanes[#lanes + 1] = {string.sub(all[i], 3), lane, tonumber(all[i + 1]) or 0}
+    else
+      st[all[i]] = all[i + 1]
+    end
   end
-  return out
+  return st, lanes
+end
+local function lanes_of(S, tenant)
+  local _, lanes = state_of(S, tenant)
+  return lanes
 end
 -- Makes the lane and its group the first time the tenant uses it.
 local made = {}
@@ -118,9 +127,9 @@ local function ensure_lane(S, group, tenant, route, lane)
   local field = lane .. ':' .. route
   if made[tenant .. '\0' .. field] then return end
   made[tenant .. '\0' .. field] = true
-  if redis.call('HEXISTS', rkey(S, tenant), field) == 0 then
+  if redis.call('HEXISTS', tkey(S, tenant), field) == 0 then
     make_group(lkey(S, tenant, route, lane), group)
-    redis.call('HSET', rkey(S, tenant), field, 0)
+    redis.call('HSET', tkey(S, tenant), field, 0)
   end
 end
 -- A tenant's weight and max_running; the shard's `limits` holds the
@@ -135,20 +144,20 @@ local function set_settings(S, tenant, weight, max)
 end
 local function activate(S, tenant)
   local t = tkey(S, tenant)
-  local st = redis.call('HMGET', t, 'running', 'max', 'vt', 'weight')
-  local running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+  local st, lanes = state_of(S, tenant)
+  local running, max = tonumber(st.running) or 0, tonumber(st.max) or 0
   local blocked = max > 0 and running >= max
   local per_route = {}
-  for _, l in ipairs(lanes_of(S, tenant)) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
+  for _, l in ipairs(lanes) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
   local v
   for route, n in pairs(per_route) do
     if blocked or n <= 0 then
       redis.call('ZREM', akey(S, route), tenant)
     else
       if not v then
-        local vt = tonumber(st[3]) or 0
+        local vt = tonumber(st.vt) or 0
         local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-        v = math.max(vt, clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st[4]) or 1, 1))
+        v = math.max(vt, clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st.weight) or 1, 1))
         if v ~= vt then redis.call('HSET', t, 'vt', num(v)) end
       end
       redis.call('ZADD', akey(S, route), num(v), tenant)
@@ -355,9 +364,11 @@ local function write_order(S, moved)
   if #any_rem > 0 then redis.call('ZREM', S .. 'active', unpack(any_rem)) end
 end
 -- Reads up to `k` entries of the tenant's lanes in `lanes` (by priority),
--- appending them to `out`; corrects each lane's count. Returns how many
--- were read and by how much the tenant's queued count changed.
-local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out)
+-- appending them to `out`, and corrects each lane's count, adding the
+-- changed count fields to `fields` (written with the tenant's counters).
+-- Returns how many were read and by how much the tenant's queued count
+-- changed.
+local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
   local got, change = 0, 0
   for lane = 1, 3 do
     for _, l in ipairs(lanes[lane]) do
@@ -384,7 +395,8 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
       local left = n - read
       if read < want then left = 0 end
       if left ~= n then
-        redis.call('HINCRBY', rkey(S, tenant), lane .. ':' .. route, left - n)
+        fields[#fields + 1] = lane .. ':' .. route
+        fields[#fields + 1] = left
         ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + left - n
         change = change + left - n
         l[3] = left
@@ -414,10 +426,10 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     local next_vt = heap[1] and heap[1][2]
     if edge and (not next_vt or edge < next_vt) then next_vt = edge end
     local t = tkey(S, tenant)
-    local st = redis.call('HMGET', t, 'weight', 'max', 'running', 'queued')
-    local weight, max, running = tonumber(st[1]) or 1, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+    local st, all = state_of(S, tenant)
+    local weight, max, running = tonumber(st.weight) or 1, tonumber(st.max) or 0, tonumber(st.running) or 0
     local stride = STRIDE_UNIT / math.max(weight, 1)
-    local all, lanes, queued = lanes_of(S, tenant), {{}, {}, {}}, 0
+    local lanes, queued = {{}, {}, {}}, 0
     for _, l in ipairs(all) do
       if l[3] > 0 and served[l[1]] then
         local list = lanes[l[2]]
@@ -428,13 +440,18 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     local k = math.min(wanted, queued)
     if max > 0 then k = math.min(k, max - running) end
     if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + 1) end
-    local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out)
+    local fields = {}
+    local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
     if got > 0 or change ~= 0 then
-      local fields = {'queued', (tonumber(st[4]) or 0) + change}
+      fields[#fields + 1] = 'queued'
+      fields[#fields + 1] = (tonumber(st.queued) or 0) + change
       SHARD_ACC.queued = (SHARD_ACC.queued or 0) + change
       if got > 0 then
         vt = vt + got * stride
-        fields[3], fields[4], fields[5], fields[6] = 'running', running + got, 'vt', num(vt)
+        fields[#fields + 1] = 'running'
+        fields[#fields + 1] = running + got
+        fields[#fields + 1] = 'vt'
+        fields[#fields + 1] = num(vt)
         SHARD_ACC.running = (SHARD_ACC.running or 0) + got
         if running == 0 then redis.call('SADD', S .. 'busy', tenant) end
         if top[2] > clock then clock = top[2] end
