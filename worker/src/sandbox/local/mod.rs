@@ -13,7 +13,8 @@
 //! Deadlines: every call checks the sandbox's deadline, and a reaper task
 //! kills sandboxes past it between calls. A killed or expired sandbox leaves
 //! no process and no file behind; dropping the provider kills all of its
-//! sandboxes.
+//! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
+//! it, and the next one on the host sweeps what is left (see [`record`]).
 
 mod desktop;
 mod display;
@@ -22,6 +23,7 @@ mod isolation_tests;
 mod jail;
 mod launch;
 pub(crate) mod process;
+mod record;
 mod seccomp;
 #[cfg(test)]
 mod tests;
@@ -43,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::desktop::Processes;
 use self::display::Display;
-use self::jail::{Jail, JailSettings};
+use self::jail::JailSettings;
 use self::launch::Launcher;
 use super::{
     keys, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
@@ -53,6 +55,7 @@ use super::{
 pub use self::desktop::TERMINAL_TITLE;
 pub use self::jail::Network;
 pub use self::launch::Isolation;
+pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
@@ -193,12 +196,22 @@ impl LocalProvider {
     /// A provider whose jail is checked now: with `Isolation::Full`, one
     /// that cannot isolate sandboxes on this machine is refused with the
     /// reason, so a worker refuses to start rather than run agents unjailed.
+    /// First it [sweeps](Self::sweep) the desktops of workers that are gone.
     pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        Self::sweep(&config.root).await.report();
         let provider = Self::new(config);
         if provider.inner.config.isolation == Isolation::Full {
             provider.inner.check_jail().await?;
         }
         Ok(provider)
+    }
+
+    /// Kills what is left under `root` of the desktops of workers that are
+    /// gone, found by the [record](record) each worker keeps, and says how
+    /// much there was.
+    pub async fn sweep(root: &std::path::Path) -> Leftovers {
+        let root = root.to_owned();
+        tokio::task::spawn_blocking(move || record::sweep(&root)).await.unwrap_or_default()
     }
 
     /// Whether sandboxes run in their jail.
@@ -228,7 +241,7 @@ impl LocalProvider {
     /// A command that runs `program args` inside sandbox `id` (its home,
     /// display, marker and isolation), for a caller that drives the process
     /// itself, as the E2B test server does with envd's processes.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "e2b-stand-in"))]
     pub(crate) async fn command(
         &self,
         id: &SandboxId,
@@ -494,14 +507,7 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
     let deadline = Instant::now() + PROBE_TIMEOUT;
     let mut children = Vec::new();
     let result = async {
-        let tools = &settings.tools;
-        let (holder, pid) = jail::start_holder(tools, &marker, None, deadline).await?;
-        children.push(holder);
-        if settings.network == Network::Egress {
-            children.push(jail::start_egress(tools, &marker, None, pid, deadline).await?);
-        }
-        jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
-        let walls = Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() };
+        let walls = jail::build(settings, &marker, None, dir, deadline, &mut children).await?;
         let (program, args) = walls.wrap(&home, &tmp, None, "true", &[]);
         let mut command = tokio::process::Command::new(program);
         command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
