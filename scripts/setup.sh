@@ -45,6 +45,8 @@ APT_TOOLS=(
   # and X tools the isolation tests drive displays with.
   "unshare:util-linux"
   "nsenter:util-linux"
+  # Every process of a local desktop runs under `setpriv --pdeathsig KILL`.
+  "setpriv:util-linux"
   "slirp4netns:slirp4netns"
   "ip:iproute2"
   "socat:socat"
@@ -145,6 +147,7 @@ PY_PACKAGES=(
   google-genai
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
   schemathesis==4.32.5 # fuzzes the API against /openapi.json in tests/tests/it/schemathesis.rs
+  e2b-desktop # the official E2B SDKs, checking the E2B stand-in in tests/tests/it/sdk_checks.rs
 )
 venv_dir() {
   local target

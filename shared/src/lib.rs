@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod json_object;
 pub mod keys;
 pub mod live;
 pub mod page;

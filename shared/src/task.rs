@@ -209,7 +209,7 @@ pub struct TaskSpec {
     pub actions: Option<Vec<Action>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<TaskFiles>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
     pub sandbox: Option<SandboxSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<bool>,
@@ -224,7 +224,7 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 255, pattern = r"^[^\x00-\x1f\x7f-\x9f]+$")]
     pub idempotency_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sensitive_actions: Option<SensitiveActions>,
@@ -238,7 +238,7 @@ pub struct TaskSpec {
     pub replay_of: Option<TaskId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continue_task: Option<TaskId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
     pub budget: Option<Budget>,
     /// Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
     /// task; while no live worker does, the task stays `queued`.

@@ -61,6 +61,7 @@ pub struct NewSchedule {
     #[serde(default = "utc")]
     pub timezone: String,
     /// The task each run enqueues.
+    #[serde(deserialize_with = "crate::json_object::required")]
     pub task: TaskSpec,
     #[serde(default)]
     pub overlap: Overlap,

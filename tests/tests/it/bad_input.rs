@@ -283,6 +283,26 @@ fn table(acme_task: &str, cancelled_task: &str, idem_task: &str, idem_spec: &Val
         Row::post("unknown nested field", "/v1/tasks")
             .json(spec_with(json!({"sandbox": {"provider": "local", "colour": "red"}})))
             .expect_field(400, "invalid_request", "sandbox.colour"),
+        // serde reads a struct from an array too (fields by position): refused.
+        Row::post("sandbox is an array", "/v1/tasks")
+            .json(spec_with(json!({"sandbox": ["local", null, [1024, 768]]})))
+            .expect_field(400, "invalid_request", "sandbox"),
+        Row::post("retry is an array", "/v1/tasks").json(spec_with(json!({"retry": [3]}))).expect_field(
+            400,
+            "invalid_request",
+            "retry",
+        ),
+        Row::post("budget is an array", "/v1/tasks").json(spec_with(json!({"budget": [1000, 60]}))).expect_field(
+            400,
+            "invalid_request",
+            "budget",
+        ),
+        Row::post("batch task's sandbox is an array", "/v1/batches")
+            .json(json!({"tasks": [spec_with(json!({"sandbox": [null, null, [1024, 768]]}))]}))
+            .expect_field(400, "invalid_request", "tasks[0].sandbox"),
+        Row::post("schedule's task is an array", "/v1/schedules")
+            .json(json!({"cron": "0 * * * *", "task": ["hello"]}))
+            .expect_field(400, "invalid_request", "task"),
         Row::post("max_steps is a string", "/v1/tasks").json(spec_with(json!({"max_steps": "ten"}))).expect_field(
             400,
             "invalid_request",

@@ -6,8 +6,13 @@
 //! server for many viewers, none without viewers, none after the task or
 //! after its worker is killed; view tokens scoped to one task, one tenant
 //! and a short life; and a person taking a task's desktop over in the
-//! browser, typing into it and handing it back to the model.
+//! browser, typing into it and handing it back to the model. The same for a
+//! task on an E2B sandbox (the E2B provider pointed with `E2B_API_URL` and
+//! `E2B_SANDBOX_URL` at the local E2B stand-in, whose sandboxes are local
+//! desktops): its stream runs in the sandbox as the Desktop SDK runs it,
+//! and the worker bridges viewers to it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -18,7 +23,8 @@ use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
 use flotilla_tests::vnc::{keysyms, marked_processes, socket_url, vnc_processes, RfbViewer};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
-use flotilla_worker::sandbox::SandboxId;
+use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
+use flotilla_worker::sandbox::{E2bConfig, E2bProvider, EnvdAddress, SandboxId, SandboxProvider, StreamKey};
 use serde_json::{json, Value};
 
 /// How long a test task holds its desktop unless cancelled.
@@ -36,9 +42,14 @@ struct LiveFleet {
 
 impl LiveFleet {
     async fn start(extra: &[(&'static str, &str)]) -> Self {
+        Self::start_with(extra, None).await
+    }
+
+    /// A fleet whose sandboxes come from `provider` (local desktops when none).
+    async fn start_with(extra: &[(&'static str, &str)], provider: Option<Arc<dyn SandboxProvider>>) -> Self {
         let mut env = vec![("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0".to_owned())];
         env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        let fleet = DesktopFleet::start(DesktopOptions { env, ..DesktopOptions::default() }).await;
+        let fleet = DesktopFleet::start(DesktopOptions { env, provider, ..DesktopOptions::default() }).await;
         let api = spawn_api(fleet.config.clone()).await;
         let owner = ApiClient::new(&api, api_key());
         Self { fleet, api, owner }
@@ -739,5 +750,111 @@ async fn calls_planned_before_a_takeover_are_not_carried_out_after_it_sandbox() 
     let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
     let second = requests[1].body.to_string();
     assert!(second.contains("Not carried out") && second.contains("done it myself"), "{second}");
+    live.stop().await;
+}
+
+/// The E2B stand-in and a provider pointed at it as a worker is, with
+/// `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_DOMAIN`.
+async fn e2b_provider() -> (FakeE2b, Arc<E2bProvider>) {
+    let fake = FakeE2b::start().await;
+    let direct = fake.config();
+    let EnvdAddress::Routed { base_url } = &direct.envd else { panic!("the stand-in routes envd") };
+    let settings = [
+        ("E2B_API_KEY", direct.api_key.expose().to_owned()),
+        ("E2B_API_URL", direct.api_url.clone()),
+        ("E2B_SANDBOX_URL", base_url.clone()),
+        ("E2B_DOMAIN", SANDBOX_DOMAIN.to_owned()),
+    ];
+    let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
+    let e2b = E2bConfig::for_account(config.e2b.api_key.clone().expect("E2B_API_KEY"), &config.e2b);
+    (fake, Arc::new(E2bProvider::new(e2b).expect("provider")))
+}
+
+/// Whether x11vnc (5900) or noVNC (6080) listens in the sandbox; `None` once it is gone.
+async fn e2b_stream_listens(provider: &E2bProvider, sandbox: &str) -> Option<bool> {
+    let id = SandboxId::parse(sandbox).expect("sandbox id");
+    let output = provider.run(&id, "netstat -tuln | grep -c ':5900 \\|:6080 '", Duration::from_secs(10)).await.ok()?;
+    Some(output.stdout.trim() != "0")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_e2b_the_browser_shows_the_live_desktop() {
+    let (_fake, provider) = e2b_provider().await;
+    let live = LiveFleet::start_with(&[], Some(provider.clone())).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(false), "no viewer, no stream");
+    let sandbox_id = SandboxId::parse(&sandbox).expect("sandbox id");
+    let sdk_url = provider.stream_page_url(&sandbox_id, true, &StreamKey::generate());
+    let sdk_prefix = format!("http://6080-{sandbox}.{SANDBOX_DOMAIN}:");
+    assert!(sdk_url.starts_with(&sdk_prefix), "{sdk_url}");
+    assert!(sdk_url.contains("/vnc.html?autoconnect=true&view_only=true&resize=scale&password="), "{sdk_url}");
+
+    let url = view_url(&live.owner, &id, "view").await;
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?autoconnect=true&resize=scale&")), "{url}");
+    assert!(url.contains("view_only=true") && !url.contains("password"), "the sandbox's key stays with the worker: {url}");
+    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
+    browser.navigate(&url).await.expect("open the view");
+    let (width, _, _) = live.screen(&sandbox).await;
+    browser
+        .wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === {width}"), SHOWN)
+        .await
+        .expect("canvas");
+    assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(true), "the first viewer starts the sandbox's stream");
+
+    let deadline = Instant::now() + SHOWN;
+    let share = loop {
+        let canvas = canvas_image(&mut browser).await;
+        let screen = live.screen(&sandbox).await;
+        let share = matching_share(&canvas, &screen);
+        if share >= 0.95 || Instant::now() > deadline {
+            break share;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(share >= 0.95, "the canvas matches the E2B desktop on only {:.1}% of its blocks", share * 100.0);
+
+    browser.close().await;
+    eventually("the last viewer's leaving stops the stream", SHOWN, async || {
+        e2b_stream_listens(&provider, &sandbox).await == Some(false)
+    })
+    .await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_desktop() {
+    let (_fake, provider) = e2b_provider().await;
+    let live = LiveFleet::start_with(&[], Some(provider.clone())).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    let before = live.settled_screen(&sandbox).await;
+    let mut watcher =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
+    assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
+    watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(live.screen(&sandbox).await.2 == before.2, "input through a view session changed the E2B desktop");
+
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!((status, taken["view"]["mode"].as_str()), (200, Some("control")), "{taken}");
+    let takeover_url = taken["view"]["url"].as_str().expect("a control view");
+    let mut controller = RfbViewer::connect(&socket_url(takeover_url).expect("url")).await.expect("control");
+    controller.type_keysyms(&keysyms("echo typed-through-control > taken-over.txt\n")).await.expect("send keys");
+    let home_file = SandboxId::parse(&sandbox).expect("sandbox id");
+    eventually("control input reaches the E2B desktop", SHOWN, async || {
+        provider.read_file(&home_file, "taken-over.txt").await.is_ok_and(|b| b.starts_with(b"typed-through-control"))
+    })
+    .await;
+    watcher.close().await;
+    controller.close().await;
+    eventually("no viewer, no stream", SHOWN, async || e2b_stream_listens(&provider, &sandbox).await == Some(false)).await;
+
+    let _last = RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("viewer");
+    assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(true));
+    live.cancel(&id).await;
+    eventually("the task's end stops the stream (or the sandbox)", SHOWN, async || {
+        e2b_stream_listens(&provider, &sandbox).await != Some(true)
+    })
+    .await;
     live.stop().await;
 }

@@ -26,6 +26,7 @@ mod live_view;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;
+mod orphan_desktops;
 mod pagination;
 mod planner;
 mod queue;

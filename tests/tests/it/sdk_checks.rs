@@ -200,3 +200,46 @@ async fn the_google_genai_sdk_parses_every_answer_of_the_gemini_fake() {
     let thinking = &sdk_request.body["generationConfig"]["thinkingConfig"];
     assert!(thinking["includeThoughts"] == true || thinking["include_thoughts"] == true, "{thinking}");
 }
+
+/// The E2B stand-in driven by the official E2B SDK (`tests/sdk/e2b_check.py`,
+/// PyPI `e2b` and `e2b-desktop`): its create, commands, exit codes, files,
+/// status and kill answer as the SDK expects, and the Desktop SDK's stream
+/// URL for the sandbox is the one the E2B provider builds (same host, path
+/// and query; the provider keeps the stand-in's plain-http port).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_e2b_sdk_drives_the_e2b_stand_in_sandbox() {
+    use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
+    use flotilla_worker::sandbox::{E2bProvider, EnvdAddress, SandboxId, StreamKey};
+
+    let fake = FakeE2b::start().await;
+    let config = fake.config();
+    let EnvdAddress::Routed { base_url } = &config.envd else { panic!("the stand-in routes envd") };
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sdk").join("e2b_check.py");
+    let run = tokio::process::Command::new(venv_python())
+        .arg(&path)
+        .env("E2B_API_KEY", config.api_key.expose())
+        .env("E2B_API_URL", &config.api_url)
+        .env("E2B_SANDBOX_URL", base_url)
+        .env("E2B_DOMAIN", SANDBOX_DOMAIN)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run).await.expect("the SDK check ends").expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "e2b_check.py failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let seen: Value = serde_json::from_str(stdout.lines().last().expect("a JSON line")).expect("JSON");
+
+    assert_eq!(seen["geometry"], "1024 768", "{seen}");
+    assert_eq!((seen["cat"].as_str(), seen["read"].as_str()), (Some("written by the sdk"), Some("written by the sdk")), "{seen}");
+    assert_eq!((seen["exit_code"].as_i64(), seen["stderr"].as_str()), (Some(3), Some("failing\n")), "{seen}");
+    assert_eq!(seen["running"], true, "{seen}");
+    let id = SandboxId::parse(seen["sandbox_id"].as_str().expect("sandbox id")).expect("a sandbox id");
+    assert_eq!(fake.end_at(&id), None, "the SDK's kill ended the sandbox");
+
+    let provider = E2bProvider::new(flotilla_worker::sandbox::E2bConfig { domain: SANDBOX_DOMAIN.into(), ..config.clone() })
+        .expect("provider");
+    let key = StreamKey::generate();
+    let ours = provider.stream_page_url(&id, true, &key).replace(key.expose(), seen["stream_key"].as_str().expect("key"));
+    let port = base_url.rsplit(':').next().expect("a port");
+    let sdk = seen["stream_url"].as_str().expect("the SDK's stream URL");
+    assert_eq!(ours.replacen("http://", "https://", 1).replacen(&format!(":{port}/"), "/", 1), sdk);
+}

@@ -2,14 +2,16 @@
 //! holds a desktop it can show registers it here ([`LiveDesktops::show`]);
 //! the registration's guard, dropped when the session lets the desktop go,
 //! takes it away again. The first viewer of a desktop starts its VNC server
-//! ([`vnc`]), each viewer's connection is bridged to it ([`socket`], with
-//! [`rfb`] keeping a view-only viewer's input off the desktop), and the last
-//! viewer to leave stops it.
+//! (an x11vnc on a local display, [`vnc`], or the desktop's own stream
+//! elsewhere, [`remote`]), each viewer's connection is bridged to it
+//! ([`socket`], with [`rfb`] keeping a view-only viewer's input off the
+//! desktop), and the last viewer to leave stops it.
 //!
 //! Invariant: a VNC server runs for a task only while that task holds its
 //! desktop here and at least one viewer is attached; ending the task (or the
 //! worker) stops it.
 
+pub mod remote;
 pub mod rfb;
 pub mod socket;
 pub mod vnc;
@@ -22,8 +24,33 @@ use flotilla_shared::TaskId;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use self::remote::{RemoteDesktop, RemoteStream};
 use self::vnc::VncServer;
 pub use self::vnc::{VncError, X11Display, TASK_VAR};
+
+/// What a shown desktop's viewers are bridged to.
+#[derive(Clone)]
+pub enum LiveSource {
+    /// A display on this host: an x11vnc is started on it.
+    X11(X11Display),
+    /// A desktop that serves its own stream elsewhere (an E2B sandbox).
+    Remote(Arc<dyn RemoteStream>),
+}
+
+/// Where an attached viewer's bytes go.
+#[derive(Clone)]
+pub enum ViewTarget {
+    /// The loopback port of the desktop's x11vnc.
+    Local(u16),
+    /// The desktop's own stream.
+    Remote(RemoteDesktop),
+}
+
+/// A VNC server while viewers watch.
+enum Running {
+    Local(VncServer),
+    Remote(RemoteDesktop),
+}
 
 /// The desktops this worker can show, and where the API reaches them.
 #[derive(Clone)]
@@ -41,14 +68,14 @@ struct Inner {
 /// One desktop on show: its display, its VNC server while viewers watch,
 /// and a token cancelled when it is taken away.
 struct Shown {
-    display: X11Display,
+    source: LiveSource,
     server: tokio::sync::Mutex<Serving>,
     gone: CancellationToken,
 }
 
 #[derive(Default)]
 struct Serving {
-    server: Option<VncServer>,
+    server: Option<Running>,
     viewers: usize,
 }
 
@@ -59,6 +86,8 @@ pub enum LiveError {
     NotShown,
     #[error(transparent)]
     Vnc(#[from] VncError),
+    #[error("cannot start the desktop's stream: {0}")]
+    Remote(String),
 }
 
 impl LiveDesktops {
@@ -69,8 +98,8 @@ impl LiveDesktops {
 
     /// Puts `task`'s desktop on show until the returned guard is dropped,
     /// and records where the API finds it.
-    pub async fn show(&self, task: &TaskId, display: X11Display) -> ShowGuard {
-        let shown = Arc::new(Shown { display, server: Default::default(), gone: CancellationToken::new() });
+    pub async fn show(&self, task: &TaskId, source: LiveSource) -> ShowGuard {
+        let shown = Arc::new(Shown { source, server: Default::default(), gone: CancellationToken::new() });
         if let Some(old) = self.lock().insert(task.clone(), Arc::clone(&shown)) {
             old.gone.cancel();
         }
@@ -93,19 +122,19 @@ impl LiveDesktops {
         if shown.gone.is_cancelled() {
             return Err(LiveError::NotShown);
         }
-        let port = match &serving.server {
-            Some(server) => server.port,
+        let target = match &serving.server {
+            Some(Running::Local(server)) => ViewTarget::Local(server.port),
+            Some(Running::Remote(desktop)) => ViewTarget::Remote(desktop.clone()),
             None => {
-                let server = VncServer::start(task, &shown.display).await?;
-                info!(task_id = %task, port = server.port, "live view started");
-                let port = server.port;
-                serving.server = Some(server);
-                port
+                let (running, target) = start(task, &shown.source).await?;
+                info!(task_id = %task, "live view started");
+                serving.server = Some(running);
+                target
             }
         };
         serving.viewers += 1;
         drop(serving);
-        Ok(Viewer { shown: Some(shown), port, task: task.clone() })
+        Ok(Viewer { shown: Some(shown), target, task: task.clone() })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Arc<Shown>>> {
@@ -121,11 +150,33 @@ impl LiveDesktops {
     }
 }
 
+/// Starts the VNC server of `source`.
+async fn start(task: &TaskId, source: &LiveSource) -> Result<(Running, ViewTarget), LiveError> {
+    match source {
+        LiveSource::X11(display) => {
+            let server = VncServer::start(task, display).await?;
+            let port = server.port;
+            Ok((Running::Local(server), ViewTarget::Local(port)))
+        }
+        LiveSource::Remote(stream) => {
+            let desktop = stream.start().await.map_err(LiveError::Remote)?;
+            Ok((Running::Remote(desktop.clone()), ViewTarget::Remote(desktop)))
+        }
+    }
+}
+
 impl Shown {
     async fn take_down(&self) {
         self.gone.cancel();
-        if let Some(server) = self.server.lock().await.server.take() {
-            server.stop().await;
+        let running = self.server.lock().await.server.take();
+        self.stop(running).await;
+    }
+
+    async fn stop(&self, running: Option<Running>) {
+        match (running, &self.source) {
+            (Some(Running::Local(server)), _) => server.stop().await,
+            (Some(Running::Remote(_)), LiveSource::Remote(stream)) => stream.stop().await,
+            _ => {}
         }
     }
 }
@@ -161,8 +212,8 @@ impl Drop for ShowGuard {
 /// it was the last.
 pub struct Viewer {
     shown: Option<Arc<Shown>>,
-    /// The loopback port of the desktop's VNC server.
-    pub port: u16,
+    /// Where the viewer's bytes go.
+    pub target: ViewTarget,
     task: TaskId,
 }
 
@@ -194,8 +245,8 @@ async fn detach(shown: Arc<Shown>, task: &TaskId) {
     let mut serving = shown.server.lock().await;
     serving.viewers = serving.viewers.saturating_sub(1);
     if serving.viewers == 0 {
-        if let Some(server) = serving.server.take() {
-            server.stop().await;
+        if let Some(running) = serving.server.take() {
+            shown.stop(Some(running)).await;
             info!(task_id = %task, "live view stopped: no viewer left");
         }
     }

@@ -40,7 +40,7 @@ use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
 use super::held::{Claimant, Held, SandboxChoice};
 use super::TaskRun;
-use crate::live::ShowGuard;
+use crate::live::{LiveSource, ShowGuard};
 use crate::metrics::WorkerMetrics;
 use crate::sandbox::{
     KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxOwners, SandboxPool, SandboxProvider, Screenshot,
@@ -519,8 +519,11 @@ impl ScreenshotLog {
 /// them and the provider can show this sandbox.
 async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &SandboxId) -> Option<ShowGuard> {
     let live = run.tools.live.as_ref()?;
-    let display = provider.live_display(id)?;
-    Some(live.show(run.attempt.task_id(), display).await)
+    let source = match provider.live_display(id) {
+        Some(display) => LiveSource::X11(display),
+        None => LiveSource::Remote(provider.live_stream(id)?),
+    };
+    Some(live.show(run.attempt.task_id(), source).await)
 }
 
 /// The stable form of a task's view URL: the API endpoint that hands out

@@ -27,11 +27,11 @@ use futures::FutureExt;
 use time::OffsetDateTime;
 use tokio::sync::mpsc::UnboundedSender;
 
-pub use e2b::{E2bConfig, E2bProvider, EnvdAddress};
+pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
-pub use local::{DisplayAccess, Isolation, LocalConfig, LocalProvider, Network};
+pub use local::{DisplayAccess, Isolation, Leftovers, LocalConfig, LocalProvider, Network};
 pub use memory::MemoryProvider;
 pub use owners::SandboxOwners;
 pub use pool::{Lease, PoolConfig, SandboxPool};
@@ -228,6 +228,13 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// of the sandbox; `None` when the provider shows it some other way or
     /// not at all.
     fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
+        let _ = id;
+        None
+    }
+
+    /// The sandbox's own stream for a live view, when it serves one itself
+    /// (an E2B sandbox, as the Desktop SDK streams it); `None` by default.
+    fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn crate::live::remote::RemoteStream>> {
         let _ = id;
         None
     }

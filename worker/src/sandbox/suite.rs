@@ -1,7 +1,8 @@
 //! The behaviour every sandbox provider must show, written once over
 //! `&dyn SandboxProvider` so each provider's tests run the same checks
-//! against a real backend. Each check creates its own sandboxes and kills
-//! them; every wait polls with a deadline. The desktop is expected to start
+//! against a real backend: [`behaviour_suite!`] declares one test per check
+//! for a provider, so no provider can skip one. Each check creates its own
+//! sandboxes and kills them; every wait polls with a deadline. The desktop is expected to start
 //! with a terminal that fills the screen (focus it by clicking the centre)
 //! and to have `xdotool` for reading the pointer back.
 
@@ -309,3 +310,70 @@ pub(crate) async fn sandboxes_are_independent(provider: &dyn SandboxProvider) ->
     assert_eq!(provider.screenshot(&b.id).await.expect("shot b").width, 1024);
     (a, b)
 }
+
+/// Declares the suite's tests in the calling module, one per check, each on
+/// a fresh provider: `behaviour_suite!(setup, |fixture| provider)`, where
+/// `setup` (which may `.await`) makes what the test holds while it runs and
+/// `provider` borrows the provider from it.
+macro_rules! behaviour_suite {
+    ($setup:expr, |$fixture:ident| $provider:expr) => {
+        #[tokio::test]
+        async fn sandbox_suite_typing_runs_a_command() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::typing_runs_a_command($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_screenshots_have_the_requested_size() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::screenshot_has_the_requested_size($provider, (1024, 768)).await;
+            $crate::sandbox::suite::screenshot_has_the_requested_size($provider, (800, 600)).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_pointer_actions_take_effect() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::pointer_actions_take_effect($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_keypress_chords_take_effect() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::keypress_chords_take_effect($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_files_and_commands_round_trip() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::files_and_commands_round_trip($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_expired_sandboxes_report_expired() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::expired_sandboxes_report_expired($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_extend_moves_the_deadline() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::extend_moves_the_deadline($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_unknown_and_killed_ids_are_not_found() {
+            let $fixture = $setup;
+            $crate::sandbox::suite::unknown_and_killed_ids_are_not_found($provider).await;
+        }
+
+        #[tokio::test]
+        async fn sandbox_suite_sandboxes_are_independent() {
+            let $fixture = $setup;
+            let (a, b) = $crate::sandbox::suite::sandboxes_are_independent($provider).await;
+            $crate::sandbox::SandboxProvider::kill($provider, &a.id).await.expect("kill a");
+            $crate::sandbox::SandboxProvider::kill($provider, &b.id).await.expect("kill b");
+        }
+    };
+}
+
+pub(crate) use behaviour_suite;

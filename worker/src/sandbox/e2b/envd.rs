@@ -221,9 +221,61 @@ impl Envd {
         }
     }
 
+    /// Starts `command` with `/bin/bash -l -c` as a background process with
+    /// no deadline (the SDK's `background: true, timeoutMs: 0`) and returns
+    /// its pid once envd reports it started; the process keeps running
+    /// after the stream is let go, until it ends or is killed.
+    pub async fn spawn(&self, target: &EnvdTarget, command: &str) -> Result<u32, EnvdError> {
+        let request = StartRequest {
+            process: ProcessConfig {
+                cmd: "/bin/bash".into(),
+                args: vec!["-l".into(), "-c".into(), command.into()],
+                envs: HashMap::new(),
+                cwd: None,
+            },
+            stdin: false,
+        };
+        let payload = serde_json::to_vec(&request).map_err(|e| EnvdError::Malformed(e.to_string()))?;
+        let response = self
+            .post(target, START_PATH)?
+            .header(CONTENT_TYPE, connect::STREAMING_JSON)
+            .header(KEEPALIVE_HEADER, KEEPALIVE_SECONDS)
+            .header(AUTHORIZATION, self.basic_user())
+            .body(connect::envelope(FLAG_MESSAGE, &payload))
+            .send()
+            .await
+            .map_err(|e| EnvdError::Unavailable(describe_send_error(&e)))?;
+        let response = check_status(response).await?;
+        let mut decoder = Decoder::default();
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e))))?;
+            decoder.push(&chunk);
+            while let Some(frame) = decoder.next_frame().map_err(|e| EnvdError::Malformed(e.to_string()))? {
+                match frame {
+                    Frame::Message(payload) => {
+                        let message: StartResponse = serde_json::from_slice(&payload)
+                            .map_err(|e| EnvdError::Malformed(format!("a process event: {e}")))?;
+                        if let Some(start) = message.event.start {
+                            return Ok(start.pid);
+                        }
+                    }
+                    Frame::End(payload) => {
+                        let error = connect::parse_end(&payload).error;
+                        return Err(
+                            error.map_or_else(|| EnvdError::Malformed("the process ended before it started".into()), rpc_error)
+                        );
+                    }
+                }
+            }
+        }
+        Err(EnvdError::Unavailable("the command's stream ended before the process started".into()))
+    }
+
     /// Sends `SIGKILL` to process `pid`; a failure is only logged, since the
     /// process may be gone already.
-    async fn kill(&self, target: &EnvdTarget, pid: u32) {
+    pub async fn kill(&self, target: &EnvdTarget, pid: u32) {
         let body = SignalRequest { process: ProcessSelector { pid }, signal: "SIGNAL_SIGKILL".into() };
         let sent = match self.post(target, SIGNAL_PATH) {
             Ok(request) => request

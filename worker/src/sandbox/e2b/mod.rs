@@ -9,6 +9,8 @@
 //! - Every action is an xdotool command (`xdo`); a screenshot is a `scrot`
 //!   capture read back as a file (`capture`); a new sandbox's desktop is
 //!   probed and, if need be, started (`desktop`).
+//! - A live stream runs in the sandbox as the Desktop SDK runs it: x11vnc
+//!   behind a key and noVNC on port 6080 (`stream`).
 //!
 //! The provider remembers, per sandbox it has seen, how to reach its envd,
 //! its screen size and its deadline, so one action is one envd round trip;
@@ -24,8 +26,11 @@ mod config;
 mod connect;
 mod desktop;
 mod envd;
+#[cfg(any(test, feature = "e2b-stand-in"))]
+pub mod fake;
+pub mod stream;
 #[cfg(test)]
-mod fake;
+mod stream_tests;
 #[cfg(test)]
 mod tests;
 mod xdo;
@@ -46,6 +51,7 @@ use self::envd::{Envd, EnvdError, EnvdTarget, ENVD_PORT};
 use super::{CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot};
 
 pub use self::config::{E2bConfig, EnvdAddress, DEFAULT_DOMAIN, DEFAULT_TEMPLATE, DEFAULT_USER};
+pub use self::stream::{SandboxStream, StreamKey, StreamSocket};
 
 /// The smallest and largest screens a sandbox may ask for.
 /// The metadata key that records the requested screen size.
@@ -470,6 +476,10 @@ impl SandboxProvider for E2bProvider {
 
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
+    }
+
+    fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn crate::live::remote::RemoteStream>> {
+        self.live_source(id)
     }
 }
 

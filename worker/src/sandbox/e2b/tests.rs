@@ -1,5 +1,6 @@
 //! The E2B provider against the local E2B stand-in, whose sandboxes are
-//! real desktops: the shared behaviour suite, then what only a hosted
+//! real desktops: the shared behaviour suite (`behaviour_suite!`, as for
+//! the local provider), then what only a hosted
 //! provider meets: a refused key, rate limiting, sandboxes that vanish
 //! from outside; and the first two through a pool, as tasks meet them. Each test has its own fake (ports, key, desktops).
 
@@ -17,7 +18,7 @@ use crate::sandbox::{suite, PoolConfig, SandboxError, SandboxId, SandboxPool, Sa
 
 /// A fake and a provider pointed at it the way a worker is: with
 /// `E2B_API_URL` and `E2B_SANDBOX_URL` (plain http) in its settings.
-async fn fixture() -> (FakeE2b, E2bProvider) {
+pub(super) async fn fixture() -> (FakeE2b, E2bProvider) {
     let fake = FakeE2b::start().await;
     let direct = fake.config();
     let EnvdAddress::Routed { base_url: sandbox_url } = &direct.envd else { panic!("the fake routes envd") };
@@ -25,11 +26,16 @@ async fn fixture() -> (FakeE2b, E2bProvider) {
         ("E2B_API_KEY", direct.api_key.expose().to_owned()),
         ("E2B_API_URL", direct.api_url.clone()),
         ("E2B_SANDBOX_URL", sandbox_url.clone()),
+        ("E2B_DOMAIN", direct.domain.clone()),
     ];
     let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
     let key = config.e2b.api_key.clone().expect("E2B_API_KEY");
     let mut e2b = E2bConfig::for_account(key, &config.e2b);
-    assert_eq!((&e2b.api_url, &e2b.envd), (&direct.api_url, &direct.envd), "the settings point at the fake");
+    assert_eq!(
+        (&e2b.api_url, &e2b.envd, &e2b.domain),
+        (&direct.api_url, &direct.envd, &direct.domain),
+        "the settings point at the fake"
+    );
     e2b.start_timeout = direct.start_timeout;
     e2b.request_timeout = direct.request_timeout;
     e2b.max_retry_after = direct.max_retry_after;
@@ -37,39 +43,10 @@ async fn fixture() -> (FakeE2b, E2bProvider) {
     (fake, provider)
 }
 
-#[tokio::test]
-async fn sandbox_e2b_suite_typing_runs_a_command() {
-    let (_fake, provider) = fixture().await;
-    suite::typing_runs_a_command(&provider).await;
-}
+suite::behaviour_suite!(fixture().await, |fixture| &fixture.1);
 
 #[tokio::test]
-async fn sandbox_e2b_suite_screenshots_have_the_requested_size() {
-    let (_fake, provider) = fixture().await;
-    suite::screenshot_has_the_requested_size(&provider, (1024, 768)).await;
-    suite::screenshot_has_the_requested_size(&provider, (800, 600)).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_pointer_actions_take_effect() {
-    let (_fake, provider) = fixture().await;
-    suite::pointer_actions_take_effect(&provider).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_keypress_chords_take_effect() {
-    let (_fake, provider) = fixture().await;
-    suite::keypress_chords_take_effect(&provider).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_files_and_commands_round_trip() {
-    let (_fake, provider) = fixture().await;
-    suite::files_and_commands_round_trip(&provider).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_expired_sandboxes_report_expired() {
+async fn sandbox_e2b_an_expired_sandbox_is_gone_from_the_server() {
     let (fake, provider) = fixture().await;
     let id = suite::expired_sandboxes_report_expired(&provider).await;
     assert_eq!(fake.end_at(&id), None, "the fake still lists the expired sandbox");
@@ -77,28 +54,13 @@ async fn sandbox_e2b_suite_expired_sandboxes_report_expired() {
 }
 
 #[tokio::test]
-async fn sandbox_e2b_suite_extend_moves_the_deadline() {
+async fn sandbox_e2b_extend_reaches_the_server() {
     let (fake, provider) = fixture().await;
     let request = SandboxRequest { timeout: Duration::from_secs(30), ..SandboxRequest::default() };
     let sandbox = provider.create(&request).await.expect("sandbox starts");
     let later = provider.extend(&sandbox.id, Duration::from_secs(900)).await.expect("extend");
     assert_eq!(fake.end_at(&sandbox.id), Some(later), "the server holds the new deadline");
     provider.kill(&sandbox.id).await.expect("kill");
-    suite::extend_moves_the_deadline(&provider).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_unknown_and_killed_ids_are_not_found() {
-    let (_fake, provider) = fixture().await;
-    suite::unknown_and_killed_ids_are_not_found(&provider).await;
-}
-
-#[tokio::test]
-async fn sandbox_e2b_suite_sandboxes_are_independent() {
-    let (_fake, provider) = fixture().await;
-    let (a, b) = suite::sandboxes_are_independent(&provider).await;
-    provider.kill(&a.id).await.expect("kill a");
-    provider.kill(&b.id).await.expect("kill b");
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ use super::display::Display;
 use super::jail::{self, Jail, JailSettings};
 use super::launch::{self, Launcher};
 use super::process::{self, Signal, MARKER_VAR};
+use super::record::RecordFile;
 use super::xauth::Cookie;
 use crate::sandbox::SandboxError;
 
@@ -65,9 +66,18 @@ pub(crate) async fn start(
     if let Some(settings) = jail {
         jail::prepare_files(dir, &home, settings.network)?;
     }
+    let mut record = RecordFile::create(dir, marker)?;
     let deadline = Instant::now() + timeout;
-    let (xvfb, display_number) = start_xvfb(marker, dir, &xauthority, resolution, deadline).await?;
+    let (xvfb, display_number) = match start_xvfb(marker, dir, &xauthority, resolution, deadline).await {
+        Ok(started) => started,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(dir);
+            return Err(error);
+        }
+    };
     let pgid = xvfb.id();
+    note(record.add(pgid));
+    note(record.set_display(display_number));
     let mut processes = Processes {
         marker: marker.to_owned(),
         dir: dir.to_owned(),
@@ -75,6 +85,7 @@ pub(crate) async fn start(
         display_number,
         xvfb: Some(xvfb),
         children: Vec::new(),
+        record,
         stopped: false,
     };
     let walls = match jail {
@@ -108,9 +119,9 @@ async fn build_jail(
 ) -> Result<Jail, SandboxError> {
     let tools = &settings.tools;
     let (holder, pid) = jail::start_holder(tools, marker, processes.pgid, deadline).await?;
-    processes.children.push(holder);
+    processes.adopt(holder);
     if settings.network == jail::Network::Egress {
-        processes.children.push(jail::start_egress(tools, marker, processes.pgid, pid, deadline).await?);
+        processes.adopt(jail::start_egress(tools, marker, processes.pgid, pid, deadline).await?);
     }
     jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
     Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
@@ -124,7 +135,7 @@ async fn start_xvfb(
     deadline: Instant,
 ) -> Result<(Child, u32), SandboxError> {
     let log = dir.join("logs").join("xvfb.log");
-    let mut command = Command::new("Xvfb");
+    let mut command = process::tied_to_worker("Xvfb");
     command
         .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp"])
         .args(["-noreset", "-auth"])
@@ -171,7 +182,7 @@ async fn bring_up(
     let mut openbox = launcher.command("openbox", &["--startup", &startup]);
     let mut openbox = spawn_in_group(&mut openbox, processes.pgid, &logs.join("openbox.log"), true)?;
     let stdout = openbox.stdout.take();
-    processes.children.push(openbox);
+    processes.adopt(openbox);
     let ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline).await;
     if ready.is_none() {
         return Err(SandboxError::Unavailable(format!("openbox did not start: {}", log_tail(&logs.join("openbox.log")))));
@@ -197,7 +208,7 @@ async fn bring_up(
             "-i",
         ],
     );
-    processes.children.push(spawn_in_group(&mut xterm, processes.pgid, &logs.join("xterm.log"), false)?);
+    processes.adopt(spawn_in_group(&mut xterm, processes.pgid, &logs.join("xterm.log"), false)?);
     loop {
         let probe = Arc::clone(&display);
         let found = tokio::task::spawn_blocking(move || probe.find_client(TERMINAL_TITLE))
@@ -226,6 +237,14 @@ pub(crate) fn spawn_in_group(
     command
         .spawn()
         .map_err(|e| SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy())))
+}
+
+/// A record that cannot be updated only weakens the sweep after a crash
+/// (which still finds the process by its marker): said, not fatal.
+fn note(written: std::io::Result<()>) {
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot update the desktop's record of its processes");
+    }
 }
 
 fn log_file(path: &Path) -> Result<std::fs::File, SandboxError> {
@@ -269,6 +288,8 @@ pub(crate) struct Processes {
     display_number: u32,
     xvfb: Option<Child>,
     children: Vec<Child>,
+    /// The record on disk of these processes, for the sweep after a crash.
+    record: RecordFile,
     stopped: bool,
 }
 
@@ -282,8 +303,10 @@ impl Processes {
         self.pgid
     }
 
-    /// Takes a process started later (in the group) into the sandbox's set.
+    /// Takes a process started later (in the group) into the sandbox's set
+    /// and its record.
     pub fn adopt(&mut self, child: Child) {
+        note(self.record.add(child.id()));
         self.children.push(child);
     }
 

@@ -289,7 +289,7 @@ pub(crate) async fn start_holder(
     pgid: Option<u32>,
     deadline: Instant,
 ) -> Result<(Child, u32), SandboxError> {
-    let mut command = Command::new(&tools.unshare);
+    let mut command = process::tied_to_worker(&tools.unshare);
     command.args(["--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]);
     let mut holder = spawn_setup(command, marker, pgid, "unshare (util-linux)")?;
     let pid = holder.id().ok_or_else(|| SandboxError::Unavailable("the namespace holder exited at once".into()))?;
@@ -325,7 +325,7 @@ pub(crate) async fn start_egress(
     // is root, without any privilege on the host), as rootless containers
     // start it: its own sandbox (`--enable-sandbox`) needs that when the
     // worker is not root. Its sockets stay in the host's network namespace.
-    let mut command = Command::new(&tools.nsenter);
+    let mut command = process::tied_to_worker(&tools.nsenter);
     command.args(["--preserve-credentials", "-U", "-t", &holder.to_string(), "--"]).arg(slirp).args([
         "--configure",
         "--disable-host-loopback",

@@ -14,7 +14,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::jail::{Jail, XAUTHORITY_PATH};
-use super::process::MARKER_VAR;
+use super::process::{self, MARKER_VAR};
 
 /// The `PATH` inside a sandbox.
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -52,12 +52,12 @@ impl Launcher {
             Some(jail) => {
                 let socket = x_socket(self.display);
                 let (wrapper, argv) = jail.wrap(&self.home, &self.tmp, Some(&socket), program, args);
-                let mut command = Command::new(wrapper);
+                let mut command = process::tied_to_worker(wrapper);
                 command.args(argv);
                 command
             }
             None => {
-                let mut command = Command::new(program);
+                let mut command = process::tied_to_worker(program);
                 command.args(args);
                 command
             }

@@ -13,7 +13,8 @@
 //! Deadlines: every call checks the sandbox's deadline, and a reaper task
 //! kills sandboxes past it between calls. A killed or expired sandbox leaves
 //! no process and no file behind; dropping the provider kills all of its
-//! sandboxes.
+//! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
+//! it, and the next one on the host sweeps what is left (see [`record`]).
 
 mod capture;
 mod desktop;
@@ -23,6 +24,7 @@ mod isolation_tests;
 mod jail;
 mod launch;
 pub(crate) mod process;
+mod record;
 mod seccomp;
 #[cfg(test)]
 mod tests;
@@ -54,6 +56,7 @@ use super::{
 pub use self::desktop::TERMINAL_TITLE;
 pub use self::jail::Network;
 pub use self::launch::Isolation;
+pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
@@ -194,12 +197,22 @@ impl LocalProvider {
     /// A provider whose jail is checked now: with `Isolation::Full`, one
     /// that cannot isolate sandboxes on this machine is refused with the
     /// reason, so a worker refuses to start rather than run agents unjailed.
+    /// First it [sweeps](Self::sweep) the desktops of workers that are gone.
     pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        Self::sweep(&config.root).await.report();
         let provider = Self::new(config);
         if provider.inner.config.isolation == Isolation::Full {
             provider.inner.check_jail().await?;
         }
         Ok(provider)
+    }
+
+    /// Kills what is left under `root` of the desktops of workers that are
+    /// gone, found by the [record](record) each worker keeps, and says how
+    /// much there was.
+    pub async fn sweep(root: &std::path::Path) -> Leftovers {
+        let root = root.to_owned();
+        tokio::task::spawn_blocking(move || record::sweep(&root)).await.unwrap_or_default()
     }
 
     /// Whether sandboxes run in their jail.
@@ -237,7 +250,7 @@ impl LocalProvider {
     /// A command that runs `program args` inside sandbox `id` (its home,
     /// display, marker and isolation), for a caller that drives the process
     /// itself, as the E2B test server does with envd's processes.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "e2b-stand-in"))]
     pub(crate) async fn command(
         &self,
         id: &SandboxId,

@@ -87,14 +87,40 @@ pub(crate) fn live_processes(pgid: Option<u32>, marker: &str) -> Vec<u32> {
 
 /// The state letter and process group of `pid`, from `/proc/PID/stat`.
 pub(crate) fn stat(pid: u32) -> Option<(char, u32)> {
+    let fields = stat_fields(pid)?;
+    let state = fields.first()?.chars().next()?;
+    let group = fields.get(2)?.parse().ok()?;
+    Some((state, group))
+}
+
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22).
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    // Field 22 is the 20th after the command name (fields 1 and 2).
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The fields of `/proc/PID/stat` after the command name (field 3 onwards).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses; fields follow the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let group = fields.next()?.parse().ok()?;
-    Some((state, group))
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The program every process a desktop starts directly runs under: it sets
+/// the parent-death signal to SIGKILL and execs the real program, so the
+/// kernel kills the process when the worker dies, however it dies. (A
+/// `pre_exec` hook would need `unsafe`, which the workspace forbids.) The
+/// signal fires when the *thread* that started the process ends, so desktops
+/// are started from async tasks, whose runtime threads live as long as the
+/// worker, never from `spawn_blocking`.
+const SETPRIV: &str = "setpriv";
+
+/// A command that runs `program` and dies with the worker (see [`SETPRIV`]).
+pub(crate) fn tied_to_worker(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(SETPRIV);
+    command.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    command
 }
 
 fn has_env(pid: u32, needle: &str) -> bool {
@@ -318,6 +344,24 @@ mod tests {
         let output = run(command, None, Duration::from_secs(10), MAX_OUTPUT).await.expect("runs");
         assert_eq!(output.stdout, b"started\n");
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn a_tied_command_runs_the_program_with_the_parent_death_signal_set() {
+        let mut command = tied_to_worker("setpriv");
+        command.arg("--dump");
+        let output = run(command, None, Duration::from_secs(10), MAX_OUTPUT).await.expect("runs").into_command_output();
+        assert!(output.stdout.lines().any(|l| l.trim() == "Parent death signal: KILL"), "{output:?}");
+    }
+
+    #[test]
+    fn start_time_tells_processes_apart() {
+        let me = start_time(std::process::id()).expect("own start time");
+        let mut child = std::process::Command::new("sleep").arg("1").spawn().expect("sleep");
+        let other = start_time(child.id()).expect("child's start time");
+        assert!(other >= me);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

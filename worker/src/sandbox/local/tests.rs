@@ -50,48 +50,7 @@ fn leftovers(pgid: Option<u32>, id: &SandboxId) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn sandbox_suite_typing_runs_a_command() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::typing_runs_a_command(fixture.provider()).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_screenshots_have_the_requested_size() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::screenshot_has_the_requested_size(fixture.provider(), (1024, 768)).await;
-    suite::screenshot_has_the_requested_size(fixture.provider(), (800, 600)).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_pointer_actions_take_effect() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::pointer_actions_take_effect(fixture.provider()).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_keypress_chords_take_effect() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::keypress_chords_take_effect(fixture.provider()).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_files_and_commands_round_trip() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::files_and_commands_round_trip(fixture.provider()).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_extend_moves_the_deadline() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::extend_moves_the_deadline(fixture.provider()).await;
-}
-
-#[tokio::test]
-async fn sandbox_suite_unknown_and_killed_ids_are_not_found() {
-    let fixture = Fixture::new(Isolation::Full);
-    suite::unknown_and_killed_ids_are_not_found(fixture.provider()).await;
-}
+suite::behaviour_suite!(Fixture::new(Isolation::Full), |fixture| fixture.provider());
 
 #[tokio::test]
 async fn sandbox_suite_runs_on_plain_process_groups() {

@@ -32,6 +32,8 @@ const LOCAL_LIFETIME: Duration = Duration::from_secs(6 * 3600);
 pub(super) fn router(state: Arc<State>) -> Router {
     Router::new()
         .route("/sandboxes", post(create))
+        // What the SDKs of 2.6x call to create.
+        .route("/v2/sandboxes", post(create))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))

@@ -1,6 +1,7 @@
-//! The fake's envd, behind a routing proxy like E2B's edge: the sandbox is
-//! named by `E2b-Sandbox-Id` and `E2b-Sandbox-Port` (unknown or dead
-//! sandboxes get the edge's `502`), and `X-Access-Token` must match.
+//! The fake's envd, behind the fake's [edge](super::edge): the sandbox is
+//! named by `E2b-Sandbox-Id` and `E2b-Sandbox-Port` or by a `Host` of
+//! `49983-<id>.<domain>` (unknown or dead sandboxes get the edge's `502`),
+//! and `X-Access-Token` must match.
 //! `process.Process/Start` runs the requested program inside the sandbox's
 //! local desktop and streams `start`, `data` and `end` events as Connect
 //! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
@@ -27,11 +28,11 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use super::{lock, FakeSandbox, State, DEFAULT_USER};
+use super::{edge, lock, FakeSandbox, State, DEFAULT_USER};
 use crate::sandbox::e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
 use crate::sandbox::e2b::envd::{
     DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, StartResponse, ACCESS_TOKEN_HEADER, ENVD_PORT,
-    FILES_PATH, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER, SIGNAL_PATH, START_PATH,
+    FILES_PATH, SIGNAL_PATH, START_PATH,
 };
 use crate::sandbox::local::process::{self, Signal};
 use crate::sandbox::{SandboxError, SandboxProvider};
@@ -62,12 +63,13 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// the edge's or envd's refusal otherwise.
 async fn route(state: &State, headers: &HeaderMap) -> Result<FakeSandbox, Response> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let id = text(SANDBOX_ID_HEADER);
+    let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
+    let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
     let Some(sandbox) = state.live(&id).await else {
         let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
         return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
     };
-    if text(SANDBOX_PORT_HEADER) != ENVD_PORT.to_string() {
+    if to.is_none_or(|d| d.port != ENVD_PORT) {
         let body = json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "code": 502});
         return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
     }

@@ -1,11 +1,14 @@
 //! A local stand-in for E2B that speaks its wire protocol, for tests: the
-//! control plane on one loopback port (same paths, `X-API-Key`, JSON and
-//! status codes as the hosted API) and envd behind a routing proxy on
-//! another (sandbox chosen by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port`
-//! headers, `X-Access-Token` checked, `process.Process/Start` answered with
-//! Connect envelopes, `/files` raw bytes). Each sandbox is a real local
-//! desktop from [`LocalProvider`], so commands really run and actions
-//! really land on an Xvfb screen.
+//! control plane on one loopback port (same paths, `POST /v2/sandboxes`
+//! beside `/sandboxes`, `X-API-Key`, JSON and status codes as the hosted
+//! API) and an [edge](edge) on another that
+//! routes by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers or by a
+//! `Host` of `<port>-<id>.<domain>`: envd's port to the fake envd
+//! (`X-Access-Token` checked, `process.Process/Start` answered with Connect
+//! envelopes, `/files` raw bytes), any other port into the sandbox's own
+//! network (the Desktop SDK's stream on 6080). Each sandbox is a real local
+//! desktop from [`LocalProvider`], so commands really run, actions really
+//! land on an Xvfb screen, and x11vnc and noVNC really serve it.
 //!
 //! Where the hosted service differs: the template's desktop is already up
 //! when the create answers (at the size the create's metadata asks for),
@@ -13,6 +16,7 @@
 //! the next creates answer `429` and kill a sandbox behind the client's back.
 
 mod control;
+mod edge;
 mod envd;
 
 use std::collections::{HashMap, HashSet};
@@ -31,6 +35,9 @@ use crate::sandbox::{Isolation, LocalConfig, LocalProvider, SandboxId, SandboxPr
 
 /// The envd version the fake claims.
 const ENVD_VERSION: &str = "0.6.13";
+/// The sandbox domain: per-port hosts are `<port>-<id>.localhost`, which
+/// browsers resolve to loopback by themselves.
+pub const SANDBOX_DOMAIN: &str = "localhost";
 /// How often sandboxes past their `endAt` are killed.
 const REAP_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -108,7 +115,7 @@ impl State {
 }
 
 /// A running fake; dropping it stops both servers and every desktop.
-pub(crate) struct FakeE2b {
+pub struct FakeE2b {
     state: Arc<State>,
     api_url: String,
     envd_url: String,
@@ -129,7 +136,8 @@ impl FakeE2b {
         });
         let shutdown = CancellationToken::new();
         let api_url = serve(control::router(Arc::clone(&state)), &shutdown).await;
-        let envd_url = serve(envd::router(Arc::clone(&state)), &shutdown).await;
+        let envd = serve(envd::router(Arc::clone(&state)), &shutdown).await;
+        let envd_url = edge::serve(Arc::clone(&state), address_of(&envd), &shutdown).await;
         tokio::spawn(reap(Arc::downgrade(&state), shutdown.clone()));
         Self { state, api_url, envd_url, shutdown }
     }
@@ -144,7 +152,7 @@ impl FakeE2b {
         E2bConfig {
             api_url: self.api_url.clone(),
             api_key: Secret::new(api_key),
-            domain: "localhost".into(),
+            domain: SANDBOX_DOMAIN.into(),
             envd: EnvdAddress::Routed { base_url: self.envd_url.clone() },
             template: DEFAULT_TEMPLATE.into(),
             user: DEFAULT_USER.into(),
@@ -195,6 +203,11 @@ async fn serve(router: axum::Router, shutdown: &CancellationToken) -> String {
         }
     });
     format!("http://{address}")
+}
+
+/// The socket address of a `http://host:port` URL this fake made.
+fn address_of(url: &str) -> std::net::SocketAddr {
+    url.trim_start_matches("http://").parse().expect("a URL this fake made")
 }
 
 /// Kills sandboxes past their `endAt`, as the hosted service does.
