@@ -350,6 +350,18 @@ impl TaskSpec {
         }
         self
     }
+
+    /// Checks that the sandbox template the task names, if any, is one of
+    /// `allowed` (its tenant's `sandbox_templates`).
+    pub fn check_template(&self, allowed: &[String]) -> Result<(), ValidationError> {
+        match self.sandbox.as_ref().and_then(|s| s.template.as_deref()) {
+            Some(template) if !allowed.iter().any(|a| a == template) => Err(ValidationError::at(
+                "sandbox.template",
+                format!("template {template:?} is not one of this tenant's sandbox templates"),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The most labels a task may require or a worker may carry.

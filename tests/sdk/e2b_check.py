@@ -13,8 +13,10 @@ KEY = "abcdEFGH12345678"
 sandbox = Sandbox.create(template="desktop", timeout=120)
 out = {"sandbox_id": sandbox.sandbox_id}
 out["geometry"] = sandbox.commands.run("xdotool getdisplaygeometry").stdout.strip()
-# The stand-in takes raw uploads only (envd >= 0.5.7 takes both).
-sandbox.files.write("notes/sdk.txt", "written by the sdk", use_octet_stream=True)
+# A multipart upload (the SDK's default for text) and a raw one.
+sandbox.files.write("notes/sdk.txt", "written by the sdk")
+sandbox.files.write("notes/raw.bin", b"\x00raw\xff", use_octet_stream=True)
+out["raw"] = sandbox.files.read("notes/raw.bin", format="bytes").hex()
 out["cat"] = sandbox.commands.run("cat notes/sdk.txt").stdout
 out["read"] = sandbox.files.read("notes/sdk.txt")
 try:

@@ -7,7 +7,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_shared::clock;
-use flotilla_shared::queue::{batch_specs, BatchCounts};
+use flotilla_shared::queue::{batch_specs, check_batch_templates, BatchCounts};
 use flotilla_shared::task::TaskSpec;
 use flotilla_shared::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
@@ -128,7 +128,7 @@ impl<S: Send + Sync> FromRequestParts<S> for BatchIdPath {
     request_body = BatchRequest,
     responses(
         (status = 202, description = "Every task accepted and queued", body = BatchAccepted),
-        (status = 400, description = "A task is invalid (the field names it, like `tasks[3].prompt`); nothing was created", body = ErrorBody),
+        (status = 400, description = "A task is invalid (the field names it, like `tasks[3].prompt`), or names a `sandbox.template` that is not among the tenant's `sandbox_templates`; nothing was created", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body over the batch size limit (default 8 MiB)", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
@@ -144,8 +144,10 @@ pub async fn create(
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
     let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
+    let settings = state.config().tenants.get(&tenant);
+    check_batch_templates(&specs, &body.tasks, body.defaults.as_ref(), &settings.sandbox_templates)?;
     let tasks = specs.len() as u64;
-    let admitted = state.queue().admit(&tenant, tasks, &state.config().tenants.get(&tenant)).await?;
+    let admitted = state.queue().admit(&tenant, tasks, &settings).await?;
     let made = state.queue().create_batch(&tenant, specs).await;
     super::tasks::release(&state, &admitted).await;
     let (batch, task_ids) = made?;

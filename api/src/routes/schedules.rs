@@ -53,7 +53,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ScheduleIdPath {
     request_body = NewSchedule,
     responses(
         (status = 201, description = "Created; `next_run_at` is its first due time", body = Schedule),
-        (status = 400, description = "Bad cron pattern, time zone or task spec (the field names it)", body = ErrorBody),
+        (status = 400, description = "Bad cron pattern, time zone or task spec (the field names it), or a `task.sandbox.template` that is not among the tenant's `sandbox_templates`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 413, description = "Body over the size limit", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
@@ -68,7 +68,9 @@ pub async fn create(
     JsonBody(body): JsonBody<NewSchedule>,
 ) -> Result<Response, ApiError> {
     let (settings, task) = body.check(state.config().api.default_pipeline)?;
-    state.queue().check_schedules(&tenant, &state.config().tenants.get(&tenant)).await?;
+    let limits = state.config().tenants.get(&tenant);
+    task.check_template(&limits.sandbox_templates).map_err(|e| e.under("task"))?;
+    state.queue().check_schedules(&tenant, &limits).await?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

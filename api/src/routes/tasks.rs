@@ -117,7 +117,7 @@ impl ListParams {
     responses(
         (status = 202, description = "Accepted and queued", body = TaskAccepted),
         (status = 200, description = "An identical request with this idempotency key was accepted before", body = TaskAccepted),
-        (status = 400, description = "Malformed or invalid spec", body = ErrorBody),
+        (status = 400, description = "Malformed or invalid spec, or a `sandbox.template` that is not among the tenant's `sandbox_templates`; nothing was queued", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 409, description = "Idempotency key reused with a different body", body = ErrorBody),
         (status = 413, description = "Body over the size limit", body = ErrorBody),
@@ -135,7 +135,9 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let spec = spec.with_default_pipeline(state.config().api.default_pipeline);
     spec.validate()?;
-    let admitted = state.queue().admit(&tenant, 1, &state.config().tenants.get(&tenant)).await?;
+    let settings = state.config().tenants.get(&tenant);
+    spec.check_template(&settings.sandbox_templates)?;
+    let admitted = state.queue().admit(&tenant, 1, &settings).await?;
     let submitted = state.queue().submit(&tenant, spec).await;
     release(&state, &admitted).await;
     let submitted = submitted?;

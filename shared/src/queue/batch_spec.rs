@@ -36,6 +36,24 @@ pub fn batch_specs(
     Ok(specs)
 }
 
+/// Checks each spec's sandbox template against `allowed` (the tenant's
+/// `sandbox_templates`); the error names the field where the template came
+/// from, as [`batch_specs`] does.
+pub fn check_batch_templates(
+    specs: &[TaskSpec],
+    tasks: &[Value],
+    defaults: Option<&Map<String, Value>>,
+    allowed: &[String],
+) -> Result<(), ValidationError> {
+    for (index, (spec, task)) in specs.iter().zip(tasks).enumerate() {
+        if let Err(e) = spec.check_template(allowed) {
+            let empty = Map::new();
+            return Err(place(e, task.as_object().unwrap_or(&empty), defaults, index));
+        }
+    }
+    Ok(())
+}
+
 /// One task's spec: the task over the defaults, parsed and validated.
 fn task_spec(
     task: &Map<String, Value>,

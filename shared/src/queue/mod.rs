@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
-pub use batch_spec::{batch_specs, MAX_BATCH_TASKS};
+pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};
 pub use claim::Delivery;
 pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use feed_relay::Heard;

@@ -202,8 +202,8 @@ async fn the_google_genai_sdk_parses_every_answer_of_the_gemini_fake() {
 }
 
 /// The E2B stand-in driven by the official E2B SDK (`tests/sdk/e2b_check.py`,
-/// PyPI `e2b` and `e2b-desktop`): its create, commands, exit codes, files,
-/// status and kill answer as the SDK expects, and the Desktop SDK's stream
+/// PyPI `e2b` and `e2b-desktop`): its create, commands, exit codes, files
+/// (multipart and raw uploads), status and kill answer as the SDK expects, and the Desktop SDK's stream
 /// URL for the sandbox is the one the E2B provider builds (same host, path
 /// and query; the provider keeps the stand-in's plain-http port).
 #[tokio::test(flavor = "multi_thread")]
@@ -231,6 +231,7 @@ async fn the_e2b_sdk_drives_the_e2b_stand_in_sandbox() {
     assert_eq!(seen["geometry"], "1024 768", "{seen}");
     assert_eq!((seen["cat"].as_str(), seen["read"].as_str()), (Some("written by the sdk"), Some("written by the sdk")), "{seen}");
     assert_eq!((seen["exit_code"].as_i64(), seen["stderr"].as_str()), (Some(3), Some("failing\n")), "{seen}");
+    assert_eq!(seen["raw"], "00726177ff", "a raw upload keeps its bytes: {seen}");
     assert_eq!(seen["running"], true, "{seen}");
     let id = SandboxId::parse(seen["sandbox_id"].as_str().expect("sandbox id")).expect("a sandbox id");
     assert_eq!(fake.end_at(&id), None, "the SDK's kill ended the sandbox");

@@ -4,23 +4,25 @@
 //! [cookie](super::xauth). It keeps its abstract socket: that is what makes
 //! `-displayfd`'s choice safe (without it, a starting server unlinks a live
 //! server's path socket while it probes a number), and abstract sockets
-//! belong to a network namespace, so no jailed sandbox can reach one. With isolation, the
-//! [jail](super::jail)'s namespace holder and network come up next; openbox
-//! says it is ready through its `--startup` command; the terminal is ready
-//! once openbox manages a mapped window with its title. Every wait is for a
-//! signal, with a deadline. All processes join the Xvfb's process group and
-//! carry the sandbox's marker, so teardown finds them all.
+//! belong to a network namespace, so no jailed sandbox can reach one. With
+//! isolation, the [jail](super::jail)'s namespace holder and network come up
+//! while Xvfb starts. openbox says it is ready through its `--startup`
+//! command; the terminal's jail is built meanwhile and its xterm starts on a
+//! word from the worker once openbox runs; it is ready once openbox manages a
+//! mapped window with its title. Every wait is for a signal, with a
+//! deadline. All processes join the Xvfb's process group and carry the
+//! sandbox's marker, so teardown finds them all.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
 
 use super::display::Display;
-use super::jail::{self, Jail, JailSettings};
+use super::jail::{self, JailSettings};
 use super::launch::{self, Launcher};
 use super::process::{self, Signal, MARKER_VAR};
 use super::record::RecordFile;
@@ -68,38 +70,58 @@ pub(crate) async fn start(
     }
     let mut record = RecordFile::create(dir, marker)?;
     let deadline = Instant::now() + timeout;
-    let (xvfb, display_number) = match start_xvfb(marker, dir, &xauthority, resolution, deadline).await {
-        Ok(started) => started,
-        Err(error) => {
-            let _ = std::fs::remove_dir_all(dir);
-            return Err(error);
-        }
-    };
+    let log = logs.join("xvfb.log");
+    let (xvfb, announced) = spawn_xvfb(marker, dir, &xauthority, resolution, &log)?;
     let pgid = xvfb.id();
     note(record.add(pgid));
-    note(record.set_display(display_number));
     let mut processes = Processes {
         marker: marker.to_owned(),
         dir: dir.to_owned(),
         pgid,
-        display_number,
+        display_number: None,
         xvfb: Some(xvfb),
         children: Vec::new(),
         record,
         stopped: false,
     };
-    let walls = match jail {
-        Some(settings) => match build_jail(&mut processes, marker, dir, settings, deadline).await {
-            Ok(walls) => Some(walls),
-            Err(error) => {
-                processes.stop(Duration::ZERO).await;
-                return Err(error);
-            }
-        },
-        None => None,
+    // The display server and the jail need nothing from each other: both
+    // come up at once, and the jail's processes join the server's group
+    // (and the desktop's record once both are up).
+    let mut setup = Vec::new();
+    let started = Instant::now();
+    let display = async { (wait_for_display(announced, &log, deadline).await, started.elapsed()) };
+    let walls = async {
+        let walls = match jail {
+            Some(settings) => jail::build(settings, marker, pgid, dir, deadline, &mut setup).await.map(Some),
+            None => Ok(None),
+        };
+        (walls, started.elapsed())
+    };
+    let ((number, xvfb_took), (walls, jail_took)) = tokio::join!(display, walls);
+    for child in std::mem::take(&mut setup) {
+        processes.adopt(child);
+    }
+    if let Ok(number) = number {
+        processes.display_number = Some(number);
+        note(processes.record.set_display(number));
+    }
+    let (display_number, walls) = match (number, walls) {
+        (Ok(number), Ok(walls)) => (number, walls),
+        (Err(error), _) | (_, Err(error)) => {
+            processes.stop(Duration::ZERO).await;
+            return Err(error);
+        }
     };
     let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls };
-    match bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await {
+    let up = bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await;
+    tracing::debug!(
+        sandbox = marker,
+        xvfb_ms = xvfb_took.as_millis() as u64,
+        jail_ms = jail_took.as_millis() as u64,
+        total_ms = started.elapsed().as_millis() as u64,
+        "desktop start"
+    );
+    match up {
         Ok(display) => Ok(Desktop { processes, display, launcher }),
         Err(error) => {
             processes.stop(Duration::ZERO).await;
@@ -108,33 +130,15 @@ pub(crate) async fn start(
     }
 }
 
-/// The namespace holder, the network and the routes of one sandbox; its
-/// processes join the desktop's group and `processes`.
-async fn build_jail(
-    processes: &mut Processes,
-    marker: &str,
-    dir: &Path,
-    settings: &JailSettings,
-    deadline: Instant,
-) -> Result<Jail, SandboxError> {
-    let tools = &settings.tools;
-    let (holder, pid) = jail::start_holder(tools, marker, processes.pgid, deadline).await?;
-    processes.adopt(holder);
-    if settings.network == jail::Network::Egress {
-        processes.adopt(jail::start_egress(tools, marker, processes.pgid, pid, deadline).await?);
-    }
-    jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
-    Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
-}
-
-async fn start_xvfb(
+/// Starts Xvfb in a process group of its own; it announces its display
+/// number on the returned pipe once it accepts connections.
+fn spawn_xvfb(
     marker: &str,
     dir: &Path,
     xauthority: &Path,
     (width, height): (u32, u32),
-    deadline: Instant,
-) -> Result<(Child, u32), SandboxError> {
-    let log = dir.join("logs").join("xvfb.log");
+    log: &Path,
+) -> Result<(Child, Option<ChildStdout>), SandboxError> {
     let mut command = process::tied_to_worker("Xvfb");
     command
         .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp"])
@@ -146,22 +150,21 @@ async fn start_xvfb(
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(log_file(&log)?)
+        .stderr(log_file(log)?)
         .process_group(0)
         .kill_on_drop(true);
     let mut xvfb =
         command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
-    let stdout = xvfb.stdout.take();
-    let line = read_line_until(stdout, |line| !line.trim().is_empty(), deadline).await;
-    let number = line.as_deref().and_then(|l| l.trim().parse::<u32>().ok());
-    match number {
-        Some(number) => Ok((xvfb, number)),
-        None => {
-            let _ = xvfb.start_kill();
-            let _ = xvfb.wait().await;
-            Err(SandboxError::Unavailable(format!("Xvfb did not start: {}", log_tail(&log))))
-        }
-    }
+    let announced = xvfb.stdout.take();
+    Ok((xvfb, announced))
+}
+
+/// The display number Xvfb announces once it is ready.
+async fn wait_for_display(announced: Option<ChildStdout>, log: &Path, deadline: Instant) -> Result<u32, SandboxError> {
+    let line = read_line_until(announced, |line| !line.trim().is_empty(), deadline).await;
+    line.as_deref()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+        .ok_or_else(|| SandboxError::Unavailable(format!("Xvfb did not start: {}", log_tail(log))))
 }
 
 async fn bring_up(
@@ -173,42 +176,35 @@ async fn bring_up(
 ) -> Result<Arc<Display>, SandboxError> {
     let number = launcher.display;
     let cookie = cookie.clone();
-    let display = tokio::task::spawn_blocking(move || Display::connect(number, &cookie))
-        .await
-        .map_err(|e| SandboxError::Display(e.to_string()))??;
-    let display = Arc::new(display);
-
+    // The worker's own connection opens while the window manager starts.
+    let connect = async move {
+        tokio::task::spawn_blocking(move || Display::connect(number, &cookie))
+            .await
+            .map_err(|e| SandboxError::Display(e.to_string()))?
+    };
     let startup = format!("echo {WM_READY}");
     let mut openbox = launcher.command("openbox", &["--startup", &startup]);
     let mut openbox = spawn_in_group(&mut openbox, processes.pgid, &logs.join("openbox.log"), true)?;
     let stdout = openbox.stdout.take();
     processes.adopt(openbox);
-    let ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline).await;
+    // The terminal's jail is built while the window manager starts; the
+    // terminal itself waits for the word on its stdin, so the window
+    // manager places its window as it would any other.
+    let mut terminal = terminal_command(launcher);
+    terminal.stdin(Stdio::piped());
+    let mut terminal = spawn_in_group(&mut terminal, processes.pgid, &logs.join("xterm.log"), false)?;
+    let go = terminal.stdin.take();
+    processes.adopt(terminal);
+    let wm_ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline);
+    let (display, ready) = tokio::join!(connect, wm_ready);
+    let display = Arc::new(display?);
     if ready.is_none() {
         return Err(SandboxError::Unavailable(format!("openbox did not start: {}", log_tail(&logs.join("openbox.log")))));
     }
-
-    let mut xterm = launcher.command(
-        "xterm",
-        &[
-            "-title",
-            TERMINAL_TITLE,
-            "-maximized",
-            "+bc",
-            "-fa",
-            "Monospace",
-            "-fs",
-            "11",
-            "-sl",
-            "2000",
-            "-e",
-            "bash",
-            "--noprofile",
-            "--norc",
-            "-i",
-        ],
-    );
-    processes.adopt(spawn_in_group(&mut xterm, processes.pgid, &logs.join("xterm.log"), false)?);
+    if let Some(mut go) = go {
+        // A terminal that is already gone shows in the wait below.
+        let _ = go.write_all(b"go\n").await;
+    }
     loop {
         let probe = Arc::clone(&display);
         let found = tokio::task::spawn_blocking(move || probe.find_client(TERMINAL_TITLE))
@@ -222,6 +218,32 @@ async fn bring_up(
         }
         tokio::time::sleep(WINDOW_POLL).await;
     }
+}
+
+/// The sandbox's terminal: a maximized xterm running a clean interactive
+/// bash, started by a shell that first waits for one line on its stdin.
+fn terminal_command(launcher: &Launcher) -> Command {
+    let xterm = [
+        "xterm",
+        "-title",
+        TERMINAL_TITLE,
+        "-maximized",
+        "+bc",
+        "-fa",
+        "Monospace",
+        "-fs",
+        "11",
+        "-sl",
+        "2000",
+        "-e",
+        "bash",
+        "--noprofile",
+        "--norc",
+        "-i",
+    ];
+    let mut args = vec!["-c", r#"read -r go && exec "$@""#, "terminal"];
+    args.extend(xterm);
+    launcher.command("sh", &args)
 }
 
 pub(crate) fn spawn_in_group(
@@ -285,7 +307,8 @@ pub(crate) struct Processes {
     dir: PathBuf,
     /// The Xvfb's pid, which is also the process group of the desktop.
     pgid: Option<u32>,
-    display_number: u32,
+    /// The display, once Xvfb announced it.
+    display_number: Option<u32>,
     xvfb: Option<Child>,
     children: Vec<Child>,
     /// The record on disk of these processes, for the sweep after a crash.
@@ -343,11 +366,13 @@ impl Processes {
     fn remove_files(&self) {
         // A killed Xvfb leaves its socket and lock; remove them only while
         // the lock still names our Xvfb, so a newer server's stay.
-        let lock = launch::x_lock(self.display_number);
-        let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
-        if owner.is_some() && owner == self.pgid {
-            let _ = std::fs::remove_file(launch::x_socket(self.display_number));
-            let _ = std::fs::remove_file(&lock);
+        if let Some(number) = self.display_number {
+            let lock = launch::x_lock(number);
+            let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
+            if owner.is_some() && owner == self.pgid {
+                let _ = std::fs::remove_file(launch::x_socket(number));
+                let _ = std::fs::remove_file(&lock);
+            }
         }
         if let Err(error) = std::fs::remove_dir_all(&self.dir) {
             if error.kind() != std::io::ErrorKind::NotFound {

@@ -283,7 +283,7 @@ pub(crate) fn prepare_files(dir: &Path, home: &Path, network: Network) -> Result
 
 /// Starts the namespace holder in process group `pgid` and waits until its
 /// namespaces exist.
-pub(crate) async fn start_holder(
+async fn start_holder(
     tools: &HostTools,
     marker: &str,
     pgid: Option<u32>,
@@ -313,7 +313,7 @@ pub(crate) async fn start_holder(
 
 /// Starts slirp4netns for the holder's namespace and waits until it has
 /// configured the interface.
-pub(crate) async fn start_egress(
+async fn start_egress(
     tools: &HostTools,
     marker: &str,
     pgid: Option<u32>,
@@ -370,16 +370,45 @@ pub(crate) async fn start_egress(
     Ok(slirp)
 }
 
+/// Builds the walls of the sandbox in `dir`: the namespace holder, with
+/// egress slirp4netns, and the routes. The host's addresses are read while
+/// the holder starts. Every process started joins group `pgid` and
+/// `children`, also when a later step fails.
+pub(crate) async fn build(
+    settings: &JailSettings,
+    marker: &str,
+    pgid: Option<u32>,
+    dir: &Path,
+    deadline: Instant,
+    children: &mut Vec<Child>,
+) -> Result<Jail, SandboxError> {
+    let tools = &settings.tools;
+    let namespaces = async {
+        let (holder, pid) = start_holder(tools, marker, pgid, deadline).await?;
+        children.push(holder);
+        if settings.network == Network::Egress {
+            children.push(start_egress(tools, marker, pgid, pid, deadline).await?);
+        }
+        Ok::<_, SandboxError>(pid)
+    };
+    let (host, pid) = tokio::join!(host_addresses(&tools.ip, settings.network), namespaces);
+    let pid = pid?;
+    apply_routes(tools, pid, settings.network, &host, &settings.exceptions).await?;
+    Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
+}
+
 /// Brings up the loopback and, with egress, makes every blocked range and
-/// the host's own addresses unreachable, except `exceptions` (which go out
-/// through the user-mode network: tests use one as "the internet").
-pub(crate) async fn apply_routes(
+/// `host` (this machine's own addresses) unreachable, except `exceptions`
+/// (which go out through the user-mode network: tests use one as "the
+/// internet").
+async fn apply_routes(
     tools: &HostTools,
     holder: u32,
     network: Network,
+    host: &[Ipv4Addr],
     exceptions: &[Ipv4Addr],
 ) -> Result<(), SandboxError> {
-    let script = route_script(network, &host_addresses(&tools.ip), exceptions);
+    let script = route_script(network, host, exceptions);
     let mut command = Command::new(&tools.nsenter);
     command.args(["--preserve-credentials", "-U", "-n", "-t", &holder.to_string()]).arg(&tools.ip).args(["-batch", "-"]);
     command.env_clear().env("PATH", host_path());
@@ -412,9 +441,12 @@ fn route_script(network: Network, host: &[Ipv4Addr], exceptions: &[Ipv4Addr]) ->
     script
 }
 
-/// This host's IPv4 addresses, from `ip -o -4 addr show`.
-fn host_addresses(ip: &Path) -> Vec<Ipv4Addr> {
-    let output = std::process::Command::new(ip).args(["-o", "-4", "addr", "show"]).stdin(Stdio::null()).output();
+/// This host's IPv4 addresses, from `ip -o -4 addr show` (none needed offline).
+async fn host_addresses(ip: &Path, network: Network) -> Vec<Ipv4Addr> {
+    if network == Network::Offline {
+        return Vec::new();
+    }
+    let output = Command::new(ip).args(["-o", "-4", "addr", "show"]).stdin(Stdio::null()).kill_on_drop(true).output().await;
     let Ok(output) = output else { return Vec::new() };
     String::from_utf8_lossy(&output.stdout)
         .lines()

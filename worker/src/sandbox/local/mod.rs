@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::desktop::Processes;
 use self::display::Display;
-use self::jail::{Jail, JailSettings};
+use self::jail::JailSettings;
 use self::launch::Launcher;
 use super::{
     keys, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
@@ -516,14 +516,7 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
     let deadline = Instant::now() + PROBE_TIMEOUT;
     let mut children = Vec::new();
     let result = async {
-        let tools = &settings.tools;
-        let (holder, pid) = jail::start_holder(tools, &marker, None, deadline).await?;
-        children.push(holder);
-        if settings.network == Network::Egress {
-            children.push(jail::start_egress(tools, &marker, None, pid, deadline).await?);
-        }
-        jail::apply_routes(tools, pid, settings.network, &settings.exceptions).await?;
-        let walls = Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() };
+        let walls = jail::build(settings, &marker, None, dir, deadline, &mut children).await?;
         let (program, args) = walls.wrap(&home, &tmp, None, "true", &[]);
         let mut command = tokio::process::Command::new(program);
         command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");

@@ -6,7 +6,10 @@
 //! local desktop and streams `start`, `data` and `end` events as Connect
 //! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
 //! the stream then ends with `deadline_exceeded`. `SendSignal` kills a
-//! process it started. `/files` reads and writes through the sandbox.
+//! process it started. `/files` reads and writes through the sandbox;
+//! uploads come raw (`application/octet-stream` with `path`) or as
+//! `multipart/form-data` (each part's filename its destination), as envd
+//! takes them.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -263,30 +266,87 @@ async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(
     }
 }
 
+/// The query of an upload: `path` names the destination of a raw upload
+/// (and of a one-part multipart upload); a multipart part's filename
+/// names it otherwise.
+#[derive(Debug, Deserialize)]
+struct UploadQuery {
+    path: Option<String>,
+    username: Option<String>,
+}
+
 async fn write_file(
     Shared(state): Shared<Arc<State>>,
     headers: HeaderMap,
-    Query(query): Query<FileQuery>,
+    Query(query): Query<UploadQuery>,
     body: Bytes,
 ) -> Response {
     let sandbox = match route(&state, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
-    if let Some(refused) = unknown_user(&query) {
+    if let Some(refused) = unknown_user(&FileQuery { path: String::new(), username: query.username.clone() }) {
         return refused;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/octet-stream");
-    if content_type != "application/octet-stream" {
-        return error(StatusCode::BAD_REQUEST, "this envd takes raw application/octet-stream uploads only");
-    }
-    match state.local().write_file(&sandbox.local_id, &query.path, &body).await {
-        Ok(()) => {
-            let name = query.path.rsplit('/').next().unwrap_or_default();
-            Json(json!([{"path": query.path, "name": name, "type": "file"}])).into_response()
+    let files = if content_type.starts_with("multipart/form-data") {
+        match multipart_files(content_type, &body) {
+            Some(mut files) => {
+                if let (Some(path), [only]) = (&query.path, files.as_mut_slice()) {
+                    only.0.clone_from(path);
+                }
+                files
+            }
+            None => return error(StatusCode::BAD_REQUEST, "malformed multipart/form-data upload"),
         }
-        Err(e) => file_error(&query.path, e),
+    } else if content_type == "application/octet-stream" {
+        match &query.path {
+            Some(path) => vec![(path.clone(), body.to_vec())],
+            None => return error(StatusCode::BAD_REQUEST, "a raw upload needs the path query parameter"),
+        }
+    } else {
+        return error(StatusCode::BAD_REQUEST, format!("unsupported upload content type {content_type}"));
+    };
+    let mut written = Vec::new();
+    for (path, bytes) in files {
+        if let Err(e) = state.local().write_file(&sandbox.local_id, &path, &bytes).await {
+            return file_error(&path, e);
+        }
+        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+        written.push(json!({"path": path, "name": name, "type": "file"}));
     }
+    Json(written).into_response()
+}
+
+/// The files of a `multipart/form-data` body: each part's filename and
+/// bytes; `None` when the body is not one.
+fn multipart_files(content_type: &str, body: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let boundary = content_type.split(';').find_map(|p| p.trim().strip_prefix("boundary="))?.trim_matches('"');
+    let delimiter = format!("--{boundary}").into_bytes();
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while let Some(found) = find(&body[at..], &delimiter) {
+        starts.push(at + found);
+        at += found + delimiter.len();
+    }
+    let mut files = Vec::new();
+    for pair in starts.windows(2) {
+        let segment = &body[pair[0] + delimiter.len()..pair[1]];
+        let segment = segment.strip_prefix(b"\r\n")?;
+        let head_end = find(segment, b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&segment[..head_end]);
+        let data = &segment[head_end + 4..];
+        let data = data.strip_suffix(b"\r\n").unwrap_or(data);
+        let filename = head.lines().filter(|l| l.to_ascii_lowercase().starts_with("content-disposition")).find_map(|l| {
+            l.split(';').find_map(|p| p.trim().strip_prefix("filename=").map(|f| f.trim_matches('"').to_owned()))
+        })?;
+        files.push((filename, data.to_vec()));
+    }
+    (!files.is_empty()).then_some(files)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// envd's answer to a failed file operation.
