@@ -42,6 +42,12 @@ macro_rules! prefixed_id {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// The lowest id made at `ms` (epoch ms): ids sort by creation
+            /// time, so the ids below it are exactly those made before.
+            pub fn first_at(ms: u64) -> String {
+                format!("{}{}", $prefix, ulid::Ulid::from_parts(ms, 0).to_string().to_lowercase())
+            }
         }
 
         impl utoipa::PartialSchema for $name {

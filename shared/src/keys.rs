@@ -26,11 +26,11 @@
 //! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
 //! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
+//! | `limits` | hash | `max_running` of the tenants that have one (read at once by an acknowledgement) |
 //! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |
 //! | `due` | sorted set | `<lane>:<tenant>:<route>:<task id>` by the epoch ms it becomes due |
-//! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed` |
-//! | `t:<tenant>:routes` | hash | the tenant's queued entries per lane, `<lane index>:<route>`; a field per lane it has |
+//! | `t:<tenant>` | hash | the tenant's `weight`, `max`, `vt`, `queued`, `running`, `delayed`, and its queued entries per lane as `<lane index>:<route>` (a field per lane it has, see [`lane_field`]) |
 //! | `t:<tenant>:lane:<priority>:<route>` | stream | the tenant's lane of one priority and route, entries carry a task id (`t`) |
 //! | `t:<tenant>:rate` | string | the tenant's submit-rate bucket (GCRA arrival time) |
 //! | `t:<tenant>:admitting` | sorted set | room admitted requests reserved and have not filled yet |
@@ -172,11 +172,6 @@ impl Keys {
     /// a task id (`t`).
     pub fn lane(&self, tenant: &TenantId, route: &str, priority: Priority) -> String {
         format!("{}:lane:{}:{route}", self.tenant_state(tenant), priority.as_str())
-    }
-
-    /// Hash: a tenant's queued entries per lane, as `<lane index>:<route>`.
-    pub fn tenant_routes(&self, tenant: &TenantId) -> String {
-        format!("{}:routes", self.tenant_state(tenant))
     }
 
     /// Hash: a shard's queued entries per route.
@@ -421,6 +416,15 @@ impl Keys {
     }
 }
 
+/// A field of a tenant's hash ([`Keys::tenant_state`]) that counts the
+/// queued entries of one lane, `<lane index>:<route>`, as its priority and
+/// route; `None` for the tenant's other fields.
+pub fn lane_field(field: &str) -> Option<(Priority, &str)> {
+    let (number, route) = field.split_at_checked(1)?;
+    let route = route.strip_prefix(':')?;
+    Some((Priority::from_lane_number(number)?, route))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,6 +465,15 @@ mod tests {
     }
 
     #[test]
+    fn lane_count_fields_are_told_from_the_tenants_other_fields() {
+        assert_eq!(lane_field("2:scripted|none|"), Some((Priority::Normal, "scripted|none|")));
+        assert_eq!(lane_field("1:default|any|eu"), Some((Priority::High, "default|any|eu")));
+        for other in ["queued", "delayed:high", "vt", "9:x", "2x", ""] {
+            assert_eq!(lane_field(other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn keys_used_together_share_a_slot() {
         let keys = Keys::new("p");
         let tag = |k: &str| k[k.find('{').expect("tag")..=k.find('}').expect("tag")].to_owned();
@@ -468,7 +481,7 @@ mod tests {
         let keys = keys.with_shards(CLUSTER_SHARDS);
         let shard = keys.shard_of(&tenant);
         assert_eq!(tag(&keys.lane(&tenant, "scripted|none|", Priority::High)), tag(&keys.sched(shard)));
-        assert_eq!(tag(&keys.tenant_routes(&tenant)), tag(&keys.shard_routes(shard)));
+        assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.shard_routes(shard)));
         assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.due(shard)));
         assert_eq!(tag(&keys.active(shard)), tag(&keys.sched(shard)));
         let batch = BatchId::generate();

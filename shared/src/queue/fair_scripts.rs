@@ -14,10 +14,10 @@
 //! delivered), `running` (entries delivered and not yet acknowledged, which
 //! is at least the tasks running: an entry is acknowledged only after its
 //! task's end or hand-back is written), `delayed` (tasks in the due set),
-//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none).
-//! Its hash `<base>t:<tenant>:routes` counts queued entries per lane as
-//! `<lane index>:<route>`; a field exists exactly for the lanes the tenant
-//! has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
+//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none);
+//! in the same hash, so a turn reads the tenant in one call, the queued
+//! entries per lane as `<lane index>:<route>`: a field exists exactly for
+//! the lanes the tenant has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
 //! `clock` (the virtual time of the last turn) and the shard's totals
 //! `queued`, `running` and `delayed`; its `routes` hash the queued entries
 //! per route (the claim looks only at routes with queued entries).
@@ -61,7 +61,6 @@ local HEAD_START = 4 -- HEAD_START_TURNS
 local SHARD_ACC, ROUTE_ACC = {}, {}
 local function num(x) return string.format('%.17g', x) end
 local function tkey(S, tenant) return S .. 't:' .. tenant end
-local function rkey(S, tenant) return S .. 't:' .. tenant .. ':routes' end
 local function lkey(S, tenant, route, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] .. ':' .. route end
 local function akey(S, route) return S .. 'active:' .. route end
 local function make_group(lane, group)
@@ -95,7 +94,7 @@ end
 local function bump_queued(S, tenant, route, lane, n)
   if n ~= 0 then
     bump(S, tenant, 'queued', n)
-    redis.call('HINCRBY', rkey(S, tenant), lane .. ':' .. route, n)
+    redis.call('HINCRBY', tkey(S, tenant), lane .. ':' .. route, n)
     ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + n
   end
 end
@@ -103,14 +102,24 @@ local function bump_delayed(S, tenant, lane, n)
   bump(S, tenant, 'delayed', n)
   redis.call('HINCRBY', tkey(S, tenant), 'delayed:' .. LANES[tonumber(lane)], n)
 end
--- The tenant's lanes as {route, lane index, queued}.
-local function lanes_of(S, tenant)
-  local all = redis.call('HGETALL', rkey(S, tenant))
-  local out = {}
+-- The tenant's hash in one read: its counters and settings by name, and
+-- its lanes as {route, lane index, queued} (the fields `<lane>:<route>`).
+local function state_of(S, tenant)
+  local all = redis.call('HGETALL', tkey(S, tenant))
+  local st, lanes = {}, {}
   for i = 1, #all, 2 do
-    out[#out + 1] = {string.sub(all[i], 3), tonumber(string.sub(all[i], 1, 1)), tonumber(all[i + 1]) or 0}
+    local lane = tonumber(string.sub(all[i], 1, 1))
+    if lane and string.sub(all[i], 2, 2) == ':' then
+      lanes[#lanes + 1] = {string.sub(all[i], 3), lane, tonumber(all[i + 1]) or 0}
+    else
+      st[all[i]] = all[i + 1]
+    end
   end
-  return out
+  return st, lanes
+end
+local function lanes_of(S, tenant)
+  local _, lanes = state_of(S, tenant)
+  return lanes
 end
 -- Makes the lane and its group the first time the tenant uses it.
 local made = {}
@@ -118,27 +127,37 @@ local function ensure_lane(S, group, tenant, route, lane)
   local field = lane .. ':' .. route
   if made[tenant .. '\0' .. field] then return end
   made[tenant .. '\0' .. field] = true
-  if redis.call('HEXISTS', rkey(S, tenant), field) == 0 then
+  if redis.call('HEXISTS', tkey(S, tenant), field) == 0 then
     make_group(lkey(S, tenant, route, lane), group)
-    redis.call('HSET', rkey(S, tenant), field, 0)
+    redis.call('HSET', tkey(S, tenant), field, 0)
+  end
+end
+-- A tenant's weight and max_running; the shard's `limits` holds the
+-- tenants with a limit, so an acknowledgement reads them all at once.
+local function set_settings(S, tenant, weight, max)
+  redis.call('HSET', tkey(S, tenant), 'weight', weight, 'max', max)
+  if (tonumber(max) or 0) > 0 then
+    redis.call('HSET', S .. 'limits', tenant, max)
+  else
+    redis.call('HDEL', S .. 'limits', tenant)
   end
 end
 local function activate(S, tenant)
   local t = tkey(S, tenant)
-  local st = redis.call('HMGET', t, 'running', 'max', 'vt', 'weight')
-  local running, max = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+  local st, lanes = state_of(S, tenant)
+  local running, max = tonumber(st.running) or 0, tonumber(st.max) or 0
   local blocked = max > 0 and running >= max
   local per_route = {}
-  for _, l in ipairs(lanes_of(S, tenant)) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
+  for _, l in ipairs(lanes) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
   local v
   for route, n in pairs(per_route) do
     if blocked or n <= 0 then
       redis.call('ZREM', akey(S, route), tenant)
     else
       if not v then
-        local vt = tonumber(st[3]) or 0
+        local vt = tonumber(st.vt) or 0
         local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-        v = math.max(vt, clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st[4]) or 1, 1))
+        v = math.max(vt, clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st.weight) or 1, 1))
         if v ~= vt then redis.call('HSET', t, 'vt', num(v)) end
       end
       redis.call('ZADD', akey(S, route), num(v), tenant)
@@ -220,14 +239,20 @@ local function settle(S, group, entries, freed)
     local n = redis.call('XACK', lkey(S, l[1], l[2], l[3]), group, unpack(l[4]))
     if n > 0 then freed[l[1]] = (freed[l[1]] or 0) + n end
   end
-  for tenant, n in pairs(freed) do
-    bump(S, tenant, 'running', -n)
-    if (tonumber(redis.call('HGET', tkey(S, tenant), 'running')) or 0) <= 0 then
-      redis.call('SREM', S .. 'busy', tenant)
-    end
-    redis.call('SADD', S .. 'trim', tenant)
-    activate(S, tenant)
+  local tenants = {}
+  for tenant in pairs(freed) do tenants[#tenants + 1] = tenant end
+  if #tenants == 0 then return flush(S) end
+  local limits = redis.call('HMGET', S .. 'limits', unpack(tenants))
+  for i, tenant in ipairs(tenants) do
+    local n = freed[tenant]
+    local running = redis.call('HINCRBY', tkey(S, tenant), 'running', -n)
+    SHARD_ACC.running = (SHARD_ACC.running or 0) - n
+    if running <= 0 then redis.call('SREM', S .. 'busy', tenant) end
+    -- Only a tenant that was at its limit can take turns again.
+    local max = tonumber(limits[i]) or 0
+    if max > 0 and running + n >= max then activate(S, tenant) end
   end
+  redis.call('SADD', S .. 'trim', unpack(tenants))
   flush(S)
 end
 "#;
@@ -243,6 +268,14 @@ end
 /// server only: the task keys are made from `task_prefix`). Returns
 /// `{entry, …}` with each `{lane index, entry id, task id, tenant, start
 /// reply, route}`.
+///
+/// The turn order is read once per call: each served route's first
+/// `wanted + 1` tenants go into an in-memory heap (`order_of`), a tenant
+/// goes back into it with its new virtual time after its turn, and the
+/// active sets and the clock are written once at the end (`write_order`).
+/// Tenants beyond a route's window have at least its last score (`edge`):
+/// while the heap's lowest is not above the edge it is the true lowest;
+/// otherwise the order is written and read again.
 const TURNS_FN: &str = r#"
 local function served_routes(S, c)
   local list, set = {}, {}
@@ -255,39 +288,149 @@ local function served_routes(S, c)
   end
   return list, set
 end
--- The lowest-vt tenant over `routes`, its vt and the next tenant's vt.
-local function lowest(S, routes)
-  local tenant, vt, next_vt
+-- A min-heap of {tenant, vt}, ordered as a sorted set orders its members.
+local function before(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end
+local function heap_push(h, item)
+  local i = #h + 1
+  h[i] = item
+  while i > 1 do
+    local up = math.floor(i / 2)
+    if not before(h[i], h[up]) then break end
+    h[i], h[up] = h[up], h[i]
+    i = up
+  end
+end
+local function heap_pop(h)
+  local top, n = h[1], #h
+  if n == 0 then return nil end
+  h[1], h[n] = h[n], nil
+  n = n - 1
+  local i = 1
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and before(h[l], h[m]) then m = l end
+    if r <= n and before(h[r], h[m]) then m = r end
+    if m == i then break end
+    h[i], h[m] = h[m], h[i]
+    i = m
+  end
+  return top
+end
+-- The first `depth` tenants of each route as a heap, and the lowest score
+-- that a tenant left out of a window may have (nil when no window was cut).
+local function order_of(S, routes, depth)
+  local heap, seen, edge = {}, {}, nil
   for _, route in ipairs(routes) do
-    local top = redis.call('ZRANGE', akey(S, route), 0, 1, 'WITHSCORES')
+    local top = redis.call('ZRANGE', akey(S, route), 0, depth - 1, 'WITHSCORES')
     for i = 1, #top, 2 do
-      local who, score = top[i], tonumber(top[i + 1])
-      if who ~= tenant then
-        if not tenant or score < vt then
-          if tenant then next_vt = math.min(next_vt or vt, vt) end
-          tenant, vt = who, score
-        elseif not next_vt or score < next_vt then
-          next_vt = score
+      if not seen[top[i]] then
+        seen[top[i]] = true
+        heap_push(heap, {top[i], tonumber(top[i + 1])})
+      end
+    end
+    if #top >= 2 * depth then
+      local last = tonumber(top[#top])
+      if not edge or last < edge then edge = last end
+    end
+  end
+  return heap, edge
+end
+-- Writes the active sets of the tenants that took turns: `moved` maps a
+-- tenant to {vt, {route = still active?}}.
+local function write_order(S, moved)
+  local add, rem, any_add, any_rem = {}, {}, {}, {}
+  for tenant, m in pairs(moved) do
+    local v, active = num(m[1]), false
+    for route, on in pairs(m[2]) do
+      local list = on and add or rem
+      list[route] = list[route] or {}
+      local l = list[route]
+      if on then
+        l[#l + 1] = v
+        active = true
+      end
+      l[#l + 1] = tenant
+    end
+    if active then
+      any_add[#any_add + 1] = v
+      any_add[#any_add + 1] = tenant
+    else
+      any_rem[#any_rem + 1] = tenant
+    end
+  end
+  for route, l in pairs(add) do redis.call('ZADD', akey(S, route), unpack(l)) end
+  for route, l in pairs(rem) do redis.call('ZREM', akey(S, route), unpack(l)) end
+  if #any_add > 0 then redis.call('ZADD', S .. 'active', unpack(any_add)) end
+  if #any_rem > 0 then redis.call('ZREM', S .. 'active', unpack(any_rem)) end
+end
+-- Reads up to `k` entries of the tenant's lanes in `lanes` (by priority),
+-- appending them to `out`, and corrects each lane's count, adding the
+-- changed count fields to `fields` (written with the tenant's counters).
+-- Returns how many were read and by how much the tenant's queued count
+-- changed.
+local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
+  local got, change = 0, 0
+  for lane = 1, 3 do
+    for _, l in ipairs(lanes[lane]) do
+      if got >= k then break end
+      local route, n = l[1], l[3]
+      local key = lkey(S, tenant, route, lane)
+      local want = math.min(k - got, n)
+      local reply = with_group(key, group, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', key, '>')
+      local read = 0
+      if reply then
+        for _, entry in ipairs(reply[1][2]) do
+          local id = entry_task(entry)
+          local started = {}
+          if do_start then
+            started = {'malformed'}
+            if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
+          end
+          out[#out + 1] = {tostring(lane), entry[1], id, tenant, started, route}
+          read = read + 1
         end
+      end
+      got = got + read
+      -- Fewer than asked: the lane is empty, whatever its count said.
+      local left = n - read
+      if read < want then left = 0 end
+      if left ~= n then
+        fields[#fields + 1] = lane .. ':' .. route
+        fields[#fields + 1] = left
+        ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + left - n
+        change = change + left - n
+        l[3] = left
       end
     end
   end
-  return tenant, vt, next_vt
+  return got, change
 end
 local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
   local out = {}
   local routes, served = served_routes(S, c)
+  local clock0 = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+  local clock, moved = clock0, {}
+  local heap, edge = order_of(S, routes, wanted + 1)
   local guard = 2 * wanted + 16
   while wanted > 0 and guard > 0 do
     guard = guard - 1
-    local tenant, vt, next_vt = lowest(S, routes)
-    if not tenant then break end
+    local top = heap_pop(heap)
+    if edge and (not top or top[2] > edge) then
+      write_order(S, moved)
+      moved = {}
+      heap, edge = order_of(S, routes, wanted + 1)
+      top = heap_pop(heap)
+    end
+    if not top then break end
+    local tenant, vt = top[1], top[2]
+    local next_vt = heap[1] and heap[1][2]
+    if edge and (not next_vt or edge < next_vt) then next_vt = edge end
     local t = tkey(S, tenant)
-    local st = redis.call('HMGET', t, 'weight', 'max', 'running')
-    local weight, max, running = tonumber(st[1]) or 1, tonumber(st[2]) or 0, tonumber(st[3]) or 0
+    local st, all = state_of(S, tenant)
+    local weight, max, running = tonumber(st.weight) or 1, tonumber(st.max) or 0, tonumber(st.running) or 0
     local stride = STRIDE_UNIT / math.max(weight, 1)
     local lanes, queued = {{}, {}, {}}, 0
-    for _, l in ipairs(lanes_of(S, tenant)) do
+    for _, l in ipairs(all) do
       if l[3] > 0 and served[l[1]] then
         local list = lanes[l[2]]
         list[#list + 1] = l
@@ -297,44 +440,37 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     local k = math.min(wanted, queued)
     if max > 0 then k = math.min(k, max - running) end
     if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + 1) end
-    local got = 0
-    for lane = 1, 3 do
-      for _, l in ipairs(lanes[lane]) do
-        if got >= k then break end
-        local route, n = l[1], l[3]
-        local key = lkey(S, tenant, route, lane)
-        local want = math.min(k - got, n)
-        local reply = with_group(key, group, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', want, 'STREAMS', key, '>')
-        local read = 0
-        if reply then
-          for _, entry in ipairs(reply[1][2]) do
-            local id = entry_task(entry)
-            local started = {}
-            if do_start then
-              started = {'malformed'}
-              if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
-            end
-            out[#out + 1] = {tostring(lane), entry[1], id, tenant, started, route}
-            read = read + 1
-          end
-        end
-        got = got + read
-        -- Fewer than asked: the lane is empty, whatever its count said.
-        local left = n - read
-        if read < want then left = 0 end
-        bump_queued(S, tenant, route, lane, left - n)
+    local fields = {}
+    local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
+    if got > 0 or change ~= 0 then
+      fields[#fields + 1] = 'queued'
+      fields[#fields + 1] = (tonumber(st.queued) or 0) + change
+      SHARD_ACC.queued = (SHARD_ACC.queued or 0) + change
+      if got > 0 then
+        vt = vt + got * stride
+        fields[#fields + 1] = 'running'
+        fields[#fields + 1] = running + got
+        fields[#fields + 1] = 'vt'
+        fields[#fields + 1] = num(vt)
+        SHARD_ACC.running = (SHARD_ACC.running or 0) + got
+        if running == 0 then redis.call('SADD', S .. 'busy', tenant) end
+        if top[2] > clock then clock = top[2] end
       end
+      redis.call('HSET', t, unpack(fields))
     end
-    if got > 0 then
-      bump(S, tenant, 'running', got)
-      redis.call('HSET', t, 'vt', num(vt + got * stride))
-      redis.call('SADD', S .. 'busy', tenant)
-      local clock = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
-      if vt > clock then redis.call('HSET', S .. 'sched', 'clock', num(vt)) end
+    -- What `activate` would find: the tenant stays in the sets of its routes
+    -- with queued entries unless its limit is reached.
+    local blocked, on, again = max > 0 and running + got >= max, {}, false
+    for _, l in ipairs(all) do
+      on[l[1]] = on[l[1]] or (not blocked and l[3] > 0)
+      again = again or (on[l[1]] and served[l[1]] == true)
     end
-    activate(S, tenant)
+    moved[tenant] = {vt, on}
+    if again then heap_push(heap, {tenant, vt}) end
     wanted = wanted - got
   end
+  write_order(S, moved)
+  if clock > clock0 then redis.call('HSET', S .. 'sched', 'clock', num(clock)) end
   flush(S)
   return out
 end
@@ -360,22 +496,39 @@ pub static ENQUEUE: LazyLock<Script> = LazyLock::new(|| {
 local S, group, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local touched, order = {}, {}
 local queued = 0
+-- Counts are summed per (tenant, lane) and written once per call.
+local into_lanes, into_due, counted = {}, {}, {}
+local function count(list, key, parts)
+  if not list[key] then
+    list[key] = {parts, 0}
+    counted[#counted + 1] = {list, key}
+  end
+  list[key][2] = list[key][2] + 1
+end
 for a = 4, #ARGV, 7 do -- ENQUEUE_GROUP
   local tenant, lane, id, due, route = ARGV[a], tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
   if not touched[tenant] then
     touched[tenant] = true
     order[#order + 1] = tenant
     redis.call('SADD', S .. 'tenants', tenant)
-    redis.call('HSET', tkey(S, tenant), 'weight', ARGV[a + 1], 'max', ARGV[a + 2])
+    set_settings(S, tenant, ARGV[a + 1], ARGV[a + 2])
   end
   if due > now then
     redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. route .. ':' .. id)
-    bump_delayed(S, tenant, lane, 1)
+    count(into_due, tenant .. '\0' .. lane, {tenant, lane})
   else
     ensure_lane(S, group, tenant, route, lane)
     redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
-    bump_queued(S, tenant, route, lane, 1)
+    count(into_lanes, tenant .. '\0' .. lane .. ':' .. route, {tenant, route, lane})
     queued = queued + 1
+  end
+end
+for _, c in ipairs(counted) do
+  local parts, n = c[1][c[2]][1], c[1][c[2]][2]
+  if c[1] == into_due then
+    bump_delayed(S, parts[1], parts[2], n)
+  else
+    bump_queued(S, parts[1], parts[2], parts[3], n)
   end
 end
 for _, tenant in ipairs(order) do activate(S, tenant) end
@@ -394,7 +547,7 @@ pub static SET_SETTINGS: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local S = ARGV[1]
 for a = 2, #ARGV, 3 do
-  redis.call('HSET', tkey(S, ARGV[a]), 'weight', ARGV[a + 1], 'max', ARGV[a + 2])
+  set_settings(S, ARGV[a], ARGV[a + 1], ARGV[a + 2])
   activate(S, ARGV[a])
 end
 return 0

@@ -16,6 +16,7 @@ use super::{Queue, TaskRecord};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::TenantId;
+use crate::keys::lane_field;
 use crate::route::{Capabilities, Need, Route};
 use crate::task::TaskStatus;
 
@@ -73,10 +74,10 @@ impl Queue {
     /// The tenant's queued tasks per capability no live worker offers.
     pub(super) async fn capability_waits(&self, tenant: &TenantId) -> Result<Vec<CapabilityWait>, QueueError> {
         let mut conn = self.redis.shared();
-        let lanes: HashMap<String, i64> = conn.hgetall(self.keys.tenant_routes(tenant)).await?;
+        let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
         let mut per_route: BTreeMap<&str, u64> = BTreeMap::new();
-        for (field, n) in &lanes {
-            if let (Some((_, route)), Ok(n @ 1..)) = (field.split_once(':'), u64::try_from(*n)) {
+        for (field, n) in &state {
+            if let (Some((_, route)), Ok(n @ 1..)) = (lane_field(field), n.parse::<u64>()) {
                 *per_route.entry(route).or_default() += n;
             }
         }

@@ -11,7 +11,7 @@ use super::{CapabilityWait, Queue};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::TenantId;
-use crate::keys::GROUP;
+use crate::keys::{lane_field, GROUP};
 use crate::task::Priority;
 
 /// One of the caller's lanes.
@@ -78,12 +78,14 @@ impl Queue {
         let mut conn = self.redis.shared();
         let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
         let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
-        let routes: HashMap<String, String> = conn.hgetall(self.keys.tenant_routes(tenant)).await?;
         let mut lanes = Vec::new();
         for lane in Priority::ALL {
-            let number = format!("{}:", lane.lane_number());
-            let keys: Vec<String> =
-                routes.keys().filter_map(|f| f.strip_prefix(&number)).map(|route| self.keys.lane(tenant, route, lane)).collect();
+            let keys: Vec<String> = state
+                .keys()
+                .filter_map(|f| lane_field(f))
+                .filter(|(priority, _)| *priority == lane)
+                .map(|(_, route)| self.keys.lane(tenant, route, lane))
+                .collect();
             lanes.push(self.lane_stats(&keys, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
         }
         let settings = self.settings.tenants.get(tenant);

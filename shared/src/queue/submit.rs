@@ -436,16 +436,21 @@ const PRUNE_BATCH: usize = 1_000;
 
 impl Queue {
     /// Drops the oldest ids whose task has expired from every tenant's task
-    /// and dead-letter indexes. Checks a bounded number per pass.
+    /// and dead-letter indexes. Checks a bounded number per pass, and only
+    /// ids that can have expired: a task lives at least the retention after
+    /// it was made (and a dead letter after it died), so younger ids are
+    /// never read and a pass costs two reads per tenant while nothing is old.
     pub async fn prune_indexes(&self) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let tenants: Vec<String> = conn.smembers(self.keys.tenants()).await?;
+        let cutoff = u64::try_from(clock::now_ms()).unwrap_or(0).saturating_sub(self.retention_ms());
+        let made_before = format!("({}", TaskId::first_at(cutoff));
         for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
             let index = self.keys.tenant_tasks(&tenant);
-            let oldest: Vec<String> = conn.zrange(&index, 0, PRUNE_BATCH as isize - 1).await?;
+            let oldest: Vec<String> = conn.zrangebylex_limit(&index, "-", &made_before, 0, PRUNE_BATCH as isize).await?;
             self.forget_expired(&index, oldest).await?;
             let dead_index = self.keys.dead(&tenant);
-            let oldest_dead: Vec<String> = conn.zrange(&dead_index, 0, PRUNE_BATCH as isize - 1).await?;
+            let oldest_dead: Vec<String> = conn.zrangebyscore_limit(&dead_index, "-inf", cutoff, 0, PRUNE_BATCH as isize).await?;
             self.forget_expired(&dead_index, oldest_dead).await?;
         }
         Ok(())

@@ -85,14 +85,27 @@ impl Queue {
         for (tenant, outcome) in ended {
             *per.entry((tenant.as_str(), outcome)).or_default() += 1;
         }
+        let mut keys = Vec::new();
         let mut cmds = Vec::new();
         for ((tenant, outcome), n) in per {
             let Ok(tenant) = TenantId::parse(tenant) else { continue };
             let key = self.keys().usage_day(&tenant, &day);
             cmds.push(redis::Cmd::hincr(&key, format!("tasks:{outcome}"), n));
-            cmds.push(redis::Cmd::expire(&key, USAGE_TTL_S as i64));
+            keys.push((key, n));
         }
-        let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
+        let totals: Vec<i64> = self.redis().query_many(cmds).await?;
+        // A day key is made by the first count of some field; only a count
+        // that made its field can have made the key, so only then is its
+        // TTL set (the other writer of day keys sets it each time).
+        let made: Vec<redis::Cmd> = keys
+            .iter()
+            .zip(&totals)
+            .filter(|((_, n), total)| **total == *n)
+            .map(|((key, _), _)| redis::Cmd::expire(key, USAGE_TTL_S as i64))
+            .collect();
+        if !made.is_empty() {
+            let _: Vec<redis::Value> = self.redis().query_many(made).await?;
+        }
         Ok(())
     }
 

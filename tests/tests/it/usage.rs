@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flotilla_shared::clock;
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::TaskRecord;
 use flotilla_shared::task::{TaskSpec, TaskStatus};
@@ -20,6 +21,7 @@ use flotilla_tests::tasks::{events, wait_all_ended};
 use flotilla_tests::{spawn_api, unique_prefix, ApiClient};
 use flotilla_worker::sandbox::MemoryProvider;
 use flotilla_worker::sandbox::SandboxId;
+use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 fn tenant(name: &str) -> TenantId {
@@ -155,5 +157,11 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
     let globex_sum = sum(&globex_records);
     assert_eq!(reported(&globex_api).await, serde_json::to_value(&globex_sum).expect("json"), "globex sees only its own");
     assert_ne!(acme_sum, globex_sum);
+    let day = clock::utc_day(clock::now_ms());
+    let mut conn = fleet.queue.redis().shared();
+    for who in [&acme, &globex] {
+        let ttl: i64 = conn.ttl(fleet.queue.keys().usage_day(who, &day)).await.expect("ttl");
+        assert!(ttl > 0, "{who}'s usage of today expires (TTL {ttl})");
+    }
     fleet.stop().await;
 }
