@@ -115,17 +115,16 @@ fn secret_fields(text: &str) -> String {
             continue;
         }
         // An optional closing quote, spaces, then `:` or `=`.
-        let after_key = rest.strip_prefix('"').or_else(|| rest.strip_prefix('\'')).unwrap_or(rest);
+        let after_key = ["\\\"", "\"", "'"].iter().find_map(|q| rest.strip_prefix(q)).unwrap_or(rest);
         let trimmed = after_key.trim_start();
         let Some(after_sep) = trimmed.strip_prefix(':').or_else(|| trimmed.strip_prefix('=')) else { continue };
         let value_start = after_sep.trim_start();
         let skipped = rest.len() - value_start.len();
         out.push_str(&rest[..skipped]);
         rest = value_start;
-        let (quote, body) = match rest.chars().next() {
-            Some(q @ ('"' | '\'')) => (Some(q), &rest[1..]),
-            _ => (None, rest),
-        };
+        // Quoted as JSON, or as JSON within a quoted log field (`\"`).
+        let quote = ["\\\"", "\"", "'"].into_iter().find(|q| rest.starts_with(q));
+        let body = quote.map_or(rest, |q| &rest[q.len()..]);
         let end = match quote {
             Some(q) => body.find(q).unwrap_or(body.len()),
             None => value_end(body),
@@ -134,7 +133,7 @@ fn secret_fields(text: &str) -> String {
             continue;
         }
         if let Some(q) = quote {
-            out.push(q);
+            out.push_str(q);
         }
         // `Authorization: Bearer x`: keep the scheme word, mask the rest.
         let value = &body[..end];
@@ -228,6 +227,8 @@ mod tests {
         assert_eq!(redact(r#"{"password": "pw", "token": null}"#), r#"{"password": "***", "token": null}"#);
         assert_eq!(redact(r#"{"authorization": "Bearer abc"}"#), r#"{"authorization": "Bearer ***"}"#);
         assert_eq!(redact("the token budget is spent"), "the token budget is spent");
+        let logged = r#"body="{\"sandboxID\":\"sbx1\",\"envdAccessToken\":\"tok-123456\"}""#;
+        assert_eq!(redact(logged), r#"body="{\"sandboxID\":\"sbx1\",\"envdAccessToken\":\"***\"}""#);
     }
 
     #[test]

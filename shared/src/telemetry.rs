@@ -3,6 +3,7 @@
 //! set ([`TelemetryConfig`]: `OTEL_EXPORTER_OTLP_ENDPOINT` or its per-signal
 //! variable, with headers, service name and resource attributes), the same
 //! spans exported as OpenTelemetry traces over OTLP/HTTP with protobuf bodies.
+//! Every log line passes through [`crate::redact`] before it is written.
 //!
 //! Exported spans go through a batch processor on a thread of its own, so a
 //! slow or absent collector never holds up a request or a task; the guard
@@ -10,6 +11,8 @@
 //! at the end of `main`. Only the Flotilla crates' spans at `info` and above
 //! are exported, whatever `RUST_LOG` says, so quiet logs still give full
 //! traces and the HTTP client that sends them never traces itself.
+
+mod redacting;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -26,6 +29,8 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+use self::redacting::Redacting;
 
 pub use crate::config::TelemetryConfig;
 
@@ -125,14 +130,15 @@ pub fn init(service: &'static str, config: &TelemetryConfig, output: LogOutput) 
     Ok(Telemetry { provider })
 }
 
-/// Human-readable lines filtered by `RUST_LOG`, coloured on a terminal.
+/// Human-readable lines filtered by `RUST_LOG`, coloured on a terminal,
+/// with secrets masked ([`redacting`]).
 fn log_layer<S>(output: LogOutput) -> Result<impl Layer<S>, TelemetryError>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     let (writer, ansi) = match output {
-        LogOutput::Stdout => (BoxMakeWriter::new(std::io::stdout), std::io::stdout().is_terminal()),
-        LogOutput::Stderr => (BoxMakeWriter::new(std::io::stderr), std::io::stderr().is_terminal()),
+        LogOutput::Stdout => (BoxMakeWriter::new(Redacting(std::io::stdout)), std::io::stdout().is_terminal()),
+        LogOutput::Stderr => (BoxMakeWriter::new(Redacting(std::io::stderr)), std::io::stderr().is_terminal()),
     };
     Ok(tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_filter(log_filter()?))
 }

@@ -134,7 +134,7 @@ fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Qu
 
 /// What this worker can run: its sandbox provider (from its tools), its
 /// pipelines and its labels.
-fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capabilities {
+pub fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capabilities {
     let sandbox = tools.sandboxes.as_ref().and_then(|pool| match pool.provider().name() {
         "local" => Some(SandboxProviderKind::Local),
         "e2b" => Some(SandboxProviderKind::E2b),

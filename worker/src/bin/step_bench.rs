@@ -3,7 +3,9 @@
 //! and one JSON line.
 //!
 //! For each screen size it claims a real task on its own `redis-server`
-//! (or `--redis-url`), opens a [`Session`] on a `LocalProvider` desktop,
+//! (or `--redis-url`) as a worker does (advertising the capabilities a
+//! worker with these tools has, ending the task and acknowledging its entry
+//! through the [`Acker`]), opens a [`Session`] on a `LocalProvider` desktop,
 //! fills the terminal with text, and takes `--steps` pairs of steps, each
 //! typing one key (so every screenshot differs), the two kinds alternating
 //! so both see the same desktop and load:
@@ -14,8 +16,12 @@
 //!   for the model, and base64-encoding it as a request carries it. The
 //!   uploader's feed emits the `screenshot` events in the background; their
 //!   time is shown but is not on the step's path.
-//! - **session**: the same step through [`Session::observe`] as the
-//!   pipelines call it, timed whole, as a check on the parts.
+//! - **session**: the same step through [`Session::observe_settled`] as the
+//!   pipelines call it, as a check on the parts. Observing waits on purpose
+//!   for the screen to settle (a fixed sleep, then captures a fixed gap
+//!   apart until two match); that sleep is the desktop's time, like the
+//!   action's, and is shown apart from the work (`observe` is the wall time
+//!   less the sleeps asked for, so a late wake-up counts as work).
 //!
 //! Screenshots go to an `s3s-fs` it starts on loopback (`--no-store` keeps
 //! none). Every wait is bounded and the whole run stops after
@@ -34,16 +40,17 @@ use base64::Engine as _;
 use flotilla_shared::action::Action;
 use flotilla_shared::event::EventKind;
 use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{Attempt, NewTask, Queue, StartOutcome};
-use flotilla_shared::route::Capabilities;
-use flotilla_shared::task::{Pipeline as PipelineKind, SandboxProviderKind, SandboxSpec, TaskSpec};
+use flotilla_shared::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_shared::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
 use flotilla_shared::Config;
+use flotilla_worker::acker::Acker;
 use flotilla_worker::blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
+use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider, Screenshot};
-use flotilla_worker::{PipelineError, TaskRun};
+use flotilla_worker::{PipelineError, Registry, TaskRun};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +65,10 @@ const WARMUP: usize = 5;
 const FILL_COMMAND: &str = "ls -l /usr/bin | head -n 400\n";
 /// How long the terminal gets to draw that.
 const FILL_PAUSE: Duration = Duration::from_millis(500);
+/// How long the bench waits for its own task to be handed to it.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause between claims that found nothing.
+const CLAIM_POLL: Duration = Duration::from_millis(50);
 
 struct Args {
     steps: usize,
@@ -109,6 +120,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
 /// The servers and tools every screen size is measured with.
 struct Bench {
     queue: Queue,
+    claimer: Claimer,
+    acker: Acker,
+    metrics: WorkerMetrics,
     tools: Arc<Tools>,
     uploads: Option<BlobStore>,
     tenant: TenantId,
@@ -145,8 +159,10 @@ impl Samples {
 }
 
 impl Bench {
-    /// Claims a fresh task whose sandbox has `size`, as a worker would.
-    async fn claim(&self, size: (u32, u32)) -> anyhow::Result<Attempt> {
+    /// Submits a task whose sandbox has `size` and claims it as a worker
+    /// would: entries with nothing to run are acknowledged, an empty claim
+    /// is asked again a little later, up to [`CLAIM_TIMEOUT`].
+    async fn claim(&mut self, size: (u32, u32)) -> anyhow::Result<Attempt> {
         let sandbox = SandboxSpec { resolution: Some([size.0, size.1]), ..SandboxSpec::default() };
         let max_steps = u32::try_from(4 * (self.steps + WARMUP) + 8).unwrap_or(u32::MAX);
         let spec = TaskSpec {
@@ -156,32 +172,44 @@ impl Bench {
             max_steps: Some(max_steps),
             ..TaskSpec::default()
         };
-        self.queue.create_tasks(vec![NewTask { id: TaskId::generate(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
-        let caps = Capabilities {
-            sandbox: Some(SandboxProviderKind::Local),
-            pipelines: [PipelineKind::Scripted].into(),
-            ..Capabilities::default()
-        };
-        let claimed = self.queue.claimer("step-bench", caps).next(1).await?;
-        match claimed.into_iter().next().map(|c| c.outcome) {
-            Some(Ok(StartOutcome::Started(attempt))) => Ok(*attempt),
-            _ => bail!("the bench task could not be claimed"),
+        let id = TaskId::generate();
+        self.queue.create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
+        let deadline = Instant::now() + CLAIM_TIMEOUT;
+        while Instant::now() < deadline {
+            let claims = self.claimer.next(1).await?;
+            if claims.is_empty() {
+                tokio::time::sleep(CLAIM_POLL).await;
+            }
+            for claim in claims {
+                match claim.outcome {
+                    Ok(StartOutcome::Started(attempt)) if attempt.task_id() == &id => return Ok(*attempt),
+                    Ok(StartOutcome::Started(attempt)) => {
+                        bail!("claimed task {} that the bench did not submit", attempt.task_id())
+                    }
+                    Ok(StartOutcome::AlreadyEnded { outcome, from_this_entry }) => {
+                        self.acker.ack(claim.delivery, from_this_entry.then_some(outcome));
+                    }
+                    Ok(StartOutcome::Nothing(_)) => self.acker.ack(claim.delivery, None),
+                    Err(e) => bail!("the bench task could not be started: {e}"),
+                }
+            }
         }
+        bail!("the bench task was not handed out within {CLAIM_TIMEOUT:?}")
     }
 
     /// Measures both loops on one desktop of `size`.
-    async fn measure(&self, size: (u32, u32)) -> anyhow::Result<Value> {
+    async fn measure(&mut self, size: (u32, u32)) -> anyhow::Result<Value> {
         let attempt = Arc::new(self.claim(size).await?);
         let run = TaskRun {
             attempt: Arc::clone(&attempt),
             cancel: CancellationToken::new(),
             tools: Arc::clone(&self.tools),
-            metrics: flotilla_worker::metrics::WorkerMetrics::new(),
+            metrics: self.metrics.clone(),
         };
         let mut session = Session::open(&run).await?;
         let result = self.loops(&run, &mut session).await;
         let result = session.close(result).await;
-        attempt.succeed(json!({})).await?;
+        self.acker.finish(attempt, Terminal::Succeeded(json!({})));
         let (parts, whole, feed) = result?;
         let scale = Scale::fit(size, self.target);
         print_parts(size, scale.model, &parts, &whole, &feed);
@@ -333,16 +361,20 @@ async fn split_step(
     Ok(())
 }
 
-/// One step through the session, as the pipelines take it.
+/// One step through the session, as the pipelines take it; the settle
+/// sleeps apart from the work.
 async fn session_step(session: &Session, steps: &mut Steps, scale: &Scale, out: &mut Samples) -> Result<(), PipelineError> {
     let events = act(session, steps, &step_action(steps.taken() as usize)).await?;
-    let action_done = Instant::now();
     let t = Instant::now();
-    let shot = session.observe().await?;
-    out.add("observe", ms_since(t));
-    let screen = shown(scale, &shot, out)?;
+    let settled = session.observe_settled().await?;
+    let observe = ms_since(t) - settled.waited.as_secs_f64() * 1000.0;
+    out.add("observe", observe);
+    out.add("settle_wait", settled.waited.as_secs_f64() * 1000.0);
+    out.add("captures", f64::from(settled.captures));
+    let t = Instant::now();
+    let screen = shown(scale, &settled.shot, out)?;
     let _ = data_url(&screen);
-    out.add("total", events + ms_since(action_done));
+    out.add("total", events + observe + ms_since(t));
     Ok(())
 }
 
@@ -376,8 +408,10 @@ fn print_parts(size: (u32, u32), model: (u32, u32), parts: &Samples, whole: &Sam
         }
     }
     for (name, samples) in &whole.parts {
-        if matches!(*name, "observe" | "total") {
-            rows.push(row(format!("session {name}"), samples));
+        match *name {
+            "captures" => rows.push(row("session captures (count)".to_owned(), samples)),
+            "observe" | "settle_wait" | "total" => rows.push(row(format!("session {name}"), samples)),
+            _ => {}
         }
     }
     for (name, samples) in &background.parts {
@@ -433,11 +467,20 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
     let tools =
         Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None, live: None });
-    let bench = Bench { queue, tools, uploads, tenant: TenantId::parse("bench")?, target: args.target, steps: args.steps };
+    let caps = flotilla_worker::worker::capabilities(&config, &Registry::for_config(&config), &tools);
+    let metrics = WorkerMetrics::new();
+    let (acker, acked) = Acker::spawn(queue.clone(), metrics.clone());
+    let claimer = queue.claimer(format!("step-bench-{}", std::process::id()), caps);
+    let tenant = TenantId::parse("bench")?;
+    let mut bench = Bench { queue, claimer, acker, metrics, tools, uploads, tenant, target: args.target, steps: args.steps };
+    let load_before = support::load_average();
     let mut sizes = Vec::new();
     for size in &args.sizes {
         sizes.push(bench.measure(*size).await?);
     }
+    let load_after = support::load_average();
+    drop(bench);
+    acked.await?;
     pool.shutdown().await;
     Ok(json!({
         "bench": "step_bench",
@@ -445,6 +488,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "store": if args.store { "s3s-fs on loopback" } else { "none" },
         "redis": if own_redis.is_some() { "own redis-server on loopback" } else { "given --redis-url" },
         "build": support::build_kind(),
+        "load_average": { "before": load_before, "after": load_after },
         "sizes": sizes,
     }))
 }

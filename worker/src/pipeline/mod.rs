@@ -28,7 +28,7 @@ pub use error::PipelineError;
 use flotilla_shared::Config;
 pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;
-pub use session::{Limits, Session, Steps};
+pub use session::{Limits, Session, Settled, Steps};
 
 use crate::metrics::WorkerMetrics;
 pub use crate::tools::Tools;

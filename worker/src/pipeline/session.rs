@@ -61,6 +61,17 @@ pub const DEFAULT_MAX_STEPS: u32 = 200;
 /// How long a task may run when it sets no `max_duration_s`.
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
 
+/// A capture of a settled screen, with what it took to settle.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    pub shot: Screenshot,
+    /// The time spent asleep on purpose, giving programs time to draw
+    /// (not work: [`SETTLE_FIRST`] and each [`SETTLE_POLL`]).
+    pub waited: Duration,
+    /// How many captures it took.
+    pub captures: u32,
+}
+
 /// The stopping points of one attempt.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -355,35 +366,44 @@ impl Session {
     /// Captures the screen once it has settled after the last action, and
     /// hands it to the store; returns the capture.
     pub async fn observe(&self) -> Result<Screenshot, PipelineError> {
-        let shot = self.guard(self.settled_screen()).await?;
+        Ok(self.observe_settled().await?.shot)
+    }
+
+    /// As [`Session::observe`], with how the screen settled.
+    pub async fn observe_settled(&self) -> Result<Settled, PipelineError> {
+        let settled = self.guard(self.settled_screen()).await?;
         if let Some(log) = &self.screenshots {
             log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
-            let png = shot.png.clone();
+            let png = settled.shot.png.clone();
             self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
         }
-        Ok(shot)
+        Ok(settled)
     }
 
     /// The screen once programs have caught up with the last action: after
     /// [`SETTLE_FIRST`], the first capture equal to the one before it (taken
     /// [`SETTLE_POLL`] apart), or the latest capture after [`SETTLE_MAX`]
     /// for a screen that never stops changing.
-    async fn settled_screen(&self) -> Result<Screenshot, PipelineError> {
+    async fn settled_screen(&self) -> Result<Settled, PipelineError> {
         let id = &self.held()?.sandbox().id;
         let provider = self.pool.provider();
         let deadline = Instant::now() + SETTLE_MAX;
+        let mut waited = SETTLE_FIRST;
         tokio::time::sleep(SETTLE_FIRST).await;
         let mut shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
+        let mut captures = 1;
         while Instant::now() < deadline {
             tokio::time::sleep(SETTLE_POLL).await;
+            waited += SETTLE_POLL;
             let next = provider.screenshot(id).await.map_err(PipelineError::from)?;
+            captures += 1;
             let settled = next.png == shot.png;
             shot = next;
             if settled {
                 break;
             }
         }
-        Ok(shot)
+        Ok(Settled { shot, waited, captures })
     }
 
     /// Performs one action on the sandbox as a step.

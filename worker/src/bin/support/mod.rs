@@ -226,6 +226,19 @@ pub fn parse_size(text: &str) -> anyhow::Result<(u32, u32)> {
     }
 }
 
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` has them
+/// (`null` where it cannot be read): figures on a shared machine mean little
+/// without them.
+pub fn load_average() -> Value {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let loads: Vec<f64> = text.split_whitespace().take(3).filter_map(|n| n.parse().ok()).collect();
+    if loads.len() == 3 {
+        json!(loads)
+    } else {
+        Value::Null
+    }
+}
+
 /// The build these figures come from.
 pub fn build_kind() -> &'static str {
     if cfg!(debug_assertions) {

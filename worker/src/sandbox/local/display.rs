@@ -1,6 +1,6 @@
 //! One X connection per local sandbox, spoken natively with x11rb: input
 //! through XTEST (no xdotool process per action) and screenshots through
-//! `GetImage`, encoded to PNG in-process. Every method blocks on the X
+//! [`Capture`] (MIT-SHM, else `GetImage`), encoded to PNG in-process. Every method blocks on the X
 //! socket, so async callers run them on the blocking pool. Each input method
 //! ends with a round trip, so the server has applied the input when it returns.
 
@@ -11,12 +11,13 @@ use std::time::Duration;
 use flotilla_shared::action::MouseButton;
 use x11rb::connection::{Connection, RequestConnection};
 use x11rb::protocol::xproto::{
-    self, AtomEnum, ConnectionExt as _, ImageFormat, ImageOrder, MapState, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT,
-    KEY_PRESS_EVENT, KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
+    self, AtomEnum, ConnectionExt as _, MapState, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT, KEY_PRESS_EVENT,
+    KEY_RELEASE_EVENT, MOTION_NOTIFY_EVENT,
 };
 use x11rb::protocol::xtest::{self, ConnectionExt as _};
 use x11rb::rust_connection::{DefaultStream, RustConnection};
 
+use super::capture::Capture;
 use super::launch::x_socket;
 use super::xauth::{self, Cookie};
 
@@ -34,7 +35,7 @@ pub(crate) struct Display {
     root: Window,
     width: u16,
     height: u16,
-    pixels: PixelFormat,
+    capture: Mutex<Capture>,
     keyboard: Mutex<Keyboard>,
     client_list: xproto::Atom,
     net_wm_name: xproto::Atom,
@@ -63,12 +64,21 @@ impl Display {
         }
         let setup = conn.setup();
         let screen = setup.roots.get(screen_num).ok_or_else(|| x_error("the display has no screen"))?;
-        let pixels = PixelFormat::of(setup, screen)?;
+        let capture = Capture::new(&conn, screen)?;
         let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
         let keyboard = Keyboard::load(&conn)?;
         let client_list = intern(&conn, "_NET_CLIENT_LIST")?;
         let net_wm_name = intern(&conn, "_NET_WM_NAME")?;
-        Ok(Self { conn, root, width, height, pixels, keyboard: Mutex::new(keyboard), client_list, net_wm_name })
+        Ok(Self {
+            conn,
+            root,
+            width,
+            height,
+            capture: Mutex::new(capture),
+            keyboard: Mutex::new(keyboard),
+            client_list,
+            net_wm_name,
+        })
     }
 
     /// The screen's size in pixels.
@@ -78,16 +88,20 @@ impl Display {
 
     /// The whole screen as an RGB PNG.
     pub fn screenshot(&self) -> Result<Screenshot, SandboxError> {
-        let (width, height) = (self.width, self.height);
-        let image = self
-            .conn
-            .get_image(ImageFormat::Z_PIXMAP, self.root, 0, 0, width, height, !0)
-            .map_err(x_error)?
-            .reply()
-            .map_err(x_error)?;
-        let rgb = self.pixels.rgb_from(&image.data, usize::from(width), usize::from(height))?;
-        let png = encode_png(&rgb, u32::from(width), u32::from(height))?;
-        Ok(Screenshot { png: png.into(), width: u32::from(width), height: u32::from(height), rgb: Some(rgb.into()) })
+        let mut capture = self.capture.lock().map_err(|_| x_error("capture state poisoned"))?;
+        capture.take(&self.conn, self.root)
+    }
+
+    /// Whether screenshots go through shared memory; with `socket_only`,
+    /// they stop doing so first.
+    #[cfg(test)]
+    pub fn shared_capture(&self, socket_only: bool) -> bool {
+        self.capture.lock().is_ok_and(|mut capture| {
+            if socket_only {
+                capture.socket_only();
+            }
+            capture.shared()
+        })
     }
 
     /// Where the pointer is.
@@ -362,115 +376,5 @@ impl Keyboard {
         self.codes.retain(|_, (code, _)| *code != scratch);
         self.codes.insert(key.value, (scratch, false));
         Ok((scratch, false))
-    }
-}
-
-/// How the server lays out pixels of a Z-format image of the root window.
-#[derive(Debug, Clone, Copy)]
-struct PixelFormat {
-    bits_per_pixel: u8,
-    scanline_pad: u8,
-    little_endian: bool,
-    masks: [u32; 3],
-}
-
-impl PixelFormat {
-    fn of(setup: &xproto::Setup, screen: &xproto::Screen) -> Result<Self, SandboxError> {
-        let format = setup
-            .pixmap_formats
-            .iter()
-            .find(|f| f.depth == screen.root_depth)
-            .ok_or_else(|| x_error("no pixmap format for the root depth"))?;
-        let visual = screen
-            .allowed_depths
-            .iter()
-            .flat_map(|d| d.visuals.iter())
-            .find(|v| v.visual_id == screen.root_visual)
-            .ok_or_else(|| x_error("the root visual is not listed"))?;
-        let pixels = Self {
-            bits_per_pixel: format.bits_per_pixel,
-            scanline_pad: format.scanline_pad,
-            little_endian: setup.image_byte_order == ImageOrder::LSB_FIRST,
-            masks: [visual.red_mask, visual.green_mask, visual.blue_mask],
-        };
-        if pixels.bits_per_pixel != 32 || pixels.masks.contains(&0) {
-            return Err(SandboxError::Unavailable(format!(
-                "unsupported screen format: {} bits per pixel, depth {}",
-                pixels.bits_per_pixel, screen.root_depth
-            )));
-        }
-        Ok(pixels)
-    }
-
-    /// Converts a 32-bit Z image (BGRX on little-endian servers) to packed RGB.
-    fn rgb_from(&self, data: &[u8], width: usize, height: usize) -> Result<Vec<u8>, SandboxError> {
-        let pad = usize::from(self.scanline_pad.max(8));
-        let stride = (width * usize::from(self.bits_per_pixel)).div_ceil(pad) * pad / 8;
-        if data.len() < stride * height {
-            return Err(x_error(format!("image has {} bytes, expected {}", data.len(), stride * height)));
-        }
-        let mut rgb = Vec::with_capacity(width * height * 3);
-        if self.little_endian && self.masks == [0xff_0000, 0xff00, 0xff] {
-            // The usual layout (BGRX in memory): a byte shuffle.
-            for row in data.chunks_exact(stride).take(height) {
-                for pixel in row[..width * 4].chunks_exact(4) {
-                    rgb.extend_from_slice(&[pixel[2], pixel[1], pixel[0]]);
-                }
-            }
-            return Ok(rgb);
-        }
-        let channels = self.masks.map(|mask| (mask.trailing_zeros(), mask >> mask.trailing_zeros()));
-        for row in data.chunks_exact(stride).take(height) {
-            for pixel in row[..width * 4].chunks_exact(4) {
-                let bytes = [pixel[0], pixel[1], pixel[2], pixel[3]];
-                let value = if self.little_endian { u32::from_le_bytes(bytes) } else { u32::from_be_bytes(bytes) };
-                for (shift, max) in channels {
-                    let channel = (value >> shift) & max;
-                    let scaled = if max == 0xff { channel } else { channel * 255 / max.max(1) };
-                    rgb.push(u8::try_from(scaled).unwrap_or(u8::MAX));
-                }
-            }
-        }
-        Ok(rgb)
-    }
-}
-
-/// Encodes packed RGB as PNG with the fast deflate: a few milliseconds for a
-/// desktop, and the same bytes for the same pixels.
-pub(crate) fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, SandboxError> {
-    crate::image::encode_png(rgb, width, height).map_err(|e| SandboxError::Display(format!("cannot encode the screenshot: {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bgrx_converts_to_rgb() {
-        let format = PixelFormat { bits_per_pixel: 32, scanline_pad: 32, little_endian: true, masks: [0xff0000, 0xff00, 0xff] };
-        // Two pixels: pure red, then (1, 2, 3); the X byte is ignored.
-        let data = [0, 0, 255, 9, 3, 2, 1, 9];
-        assert_eq!(format.rgb_from(&data, 2, 1).expect("converts"), [255, 0, 0, 1, 2, 3]);
-        assert!(format.rgb_from(&data, 3, 1).is_err());
-    }
-
-    #[test]
-    fn other_layouts_convert_by_their_masks() {
-        // Big-endian with red in the low byte: converted by the masks, not the shuffle.
-        let format = PixelFormat { bits_per_pixel: 32, scanline_pad: 32, little_endian: false, masks: [0xff, 0xff00, 0xff_0000] };
-        let data = [9, 3, 2, 1];
-        assert_eq!(format.rgb_from(&data, 1, 1).expect("converts"), [1, 2, 3]);
-    }
-
-    #[test]
-    fn png_round_trips() {
-        let rgb: Vec<u8> = (0..4 * 3 * 3).map(|i| i as u8).collect();
-        let png = encode_png(&rgb, 4, 3).expect("encodes");
-        let decoder = png::Decoder::new(std::io::Cursor::new(png));
-        let mut reader = decoder.read_info().expect("decodes");
-        let mut buf = vec![0; reader.output_buffer_size().expect("size")];
-        let info = reader.next_frame(&mut buf).expect("frame");
-        assert_eq!((info.width, info.height), (4, 3));
-        assert_eq!(&buf[..info.buffer_size()], &rgb[..]);
     }
 }

@@ -16,6 +16,7 @@
 //! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
 //! it, and the next one on the host sweeps what is left (see [`record`]).
 
+mod capture;
 mod desktop;
 mod display;
 #[cfg(test)]
@@ -236,6 +237,14 @@ impl LocalProvider {
     pub async fn pointer(&self, id: &SandboxId) -> Result<(u32, u32), SandboxError> {
         let sandbox = self.inner.get(id).await?;
         blocking(move || sandbox.display.pointer()).await
+    }
+
+    /// Whether sandbox `id`'s screenshots come through shared memory; with
+    /// `socket_only`, they stop doing so first.
+    #[cfg(test)]
+    pub(crate) async fn shared_capture(&self, id: &SandboxId, socket_only: bool) -> Result<bool, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        blocking(move || Ok(sandbox.display.shared_capture(socket_only))).await
     }
 
     /// A command that runs `program args` inside sandbox `id` (its home,

@@ -158,6 +158,35 @@ async fn sandbox_pointer_matches_the_display() {
     provider.kill(&sandbox.id).await.expect("kill");
 }
 
+/// Screenshots come through shared memory with the same pixels the socket
+/// gives, and an unchanged screen is not encoded again.
+#[tokio::test]
+async fn sandbox_screenshots_come_through_shared_memory() {
+    let fixture = Fixture::new(Isolation::Full);
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    let id = &sandbox.id;
+    assert!(provider.shared_capture(id, false).await.expect("capture"), "Xvfb offers MIT-SHM 1.2");
+    let (shared, again) = suite::eventually("the new desktop to stop drawing", || async {
+        let first = provider.screenshot(id).await.expect("shared screenshot");
+        let second = provider.screenshot(id).await.expect("second screenshot");
+        (first.png == second.png).then_some((first, second))
+    })
+    .await;
+    assert_eq!(shared.png.as_ptr(), again.png.as_ptr(), "an unchanged screen hands back the PNG it has");
+    assert!(!provider.shared_capture(id, true).await.expect("capture"));
+    let socket = provider.screenshot(id).await.expect("socket screenshot");
+    assert_eq!(shared.rgb, socket.rgb, "shared memory and the socket see the same pixels");
+    assert_eq!(shared.png, socket.png);
+    provider.act(id, &Action::Type { text: "x".into() }).await.expect("type");
+    suite::eventually("the typed key to show", || async {
+        let shot = provider.screenshot(id).await.expect("screenshot");
+        (shot.png != socket.png).then_some(())
+    })
+    .await;
+    provider.kill(id).await.expect("kill");
+}
+
 #[tokio::test]
 async fn bad_sandbox_requests_are_refused() {
     let fixture = Fixture::new(Isolation::Full);
