@@ -301,9 +301,13 @@ local function heap_push(h, item)
   end
 end
 local function heap_pop(h)
-  local top, n = h[1], #h
+  local n = #h
   if n == 0 then return nil end
-  h[1], h[n] = h[n], nil
+  local top = h[1]
+  -- Two statements: Lua leaves the order of a multiple assignment open,
+  -- and with one item `h[1], h[1] = h[1], nil` may keep it.
+  h[1] = h[n]
+  h[n] = nil
   n = n - 1
   local i = 1
   while true do

@@ -181,6 +181,39 @@ async fn shares_follow_weights(redis: &RedisServer, weights: Vec<u32>, batch: us
     Ok(())
 }
 
+/// A claim serves a lone tenant in one turn, and its virtual time advances
+/// by exactly one stride per task started, however the claim splits its
+/// turns (a turn order kept in memory must never serve a stale score).
+#[tokio::test]
+async fn a_tenants_virtual_time_advances_one_stride_per_task_started() {
+    let redis = RedisServer::start();
+    let q = queue_for(&redis, &[(1, None, 30), (4, None, 30)]).await;
+    submit(&q, &tenant(0), 30).await;
+    let shard = q.keys().shard_of(&tenant(0));
+    let got = q.claim_turns(shard, "w", &plain_worker(), 20).await.expect("claim");
+    assert_eq!(got.len(), 20, "a lone tenant's claim takes all it asks for");
+    let vt = |t: TenantId| {
+        let q = q.clone();
+        async move {
+            let mut conn = q.redis().shared();
+            let vt: f64 = redis::AsyncCommands::hget(&mut conn, q.keys().tenant_state(&t), "vt").await.expect("vt");
+            vt
+        }
+    };
+    assert_eq!(vt(tenant(0)).await, 20.0 * 10_000.0, "20 tasks of weight 1");
+    submit(&q, &tenant(1), 30).await;
+    let mut started = [0_usize; 2];
+    for _ in 0..5 {
+        for d in q.claim_turns(shard, "w", &plain_worker(), 7).await.expect("claim") {
+            started[usize::from(d.tenant == tenant(1))] += 1;
+        }
+    }
+    let expected = |n: usize, stride: f64| n as f64 * stride;
+    assert_eq!(vt(tenant(0)).await, expected(20 + started[0], 10_000.0), "{started:?}");
+    let joined_at = vt(tenant(1)).await - expected(started[1], 2_500.0);
+    assert!((0.0..=200_000.0).contains(&joined_at), "tenant 1 joined at {joined_at}, started {started:?}");
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
