@@ -109,11 +109,10 @@ async fn bridge_local(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, por
     loop {
         tokio::select! {
             message = socket.recv() => {
-                let data = match message {
-                    Some(Ok(Message::Binary(data))) => data,
-                    Some(Ok(Message::Text(text))) => Bytes::from(text.as_str().to_owned()),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                let data = match from_viewer(message) {
+                    FromViewer::Bytes(data) => data,
+                    FromViewer::Nothing => continue,
+                    FromViewer::Gone => break,
                 };
                 let Some(out) = pass(filter.as_mut(), &data, &mut passed) else { break };
                 if !out.is_empty() && desktop.write_all(out).await.is_err() {
@@ -133,6 +132,25 @@ async fn bridge_local(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, por
     }
     let _ = socket.send(Message::Close(None)).await;
     viewer.leave().await;
+}
+
+/// What one message from a viewer's WebSocket means for the bridge.
+enum FromViewer {
+    /// Bytes for the desktop (text frames are taken as their bytes).
+    Bytes(Bytes),
+    /// A ping or pong: nothing to carry.
+    Nothing,
+    /// The viewer closed or the socket failed.
+    Gone,
+}
+
+fn from_viewer(message: Option<Result<Message, axum::Error>>) -> FromViewer {
+    match message {
+        Some(Ok(Message::Binary(data))) => FromViewer::Bytes(data),
+        Some(Ok(Message::Text(text))) => FromViewer::Bytes(Bytes::from(text.as_str().to_owned())),
+        Some(Ok(Message::Ping(_) | Message::Pong(_))) => FromViewer::Nothing,
+        Some(Ok(Message::Close(_)) | Err(_)) | None => FromViewer::Gone,
+    }
 }
 
 /// Carries RFB between the viewer and a desktop's own stream elsewhere:
@@ -158,11 +176,10 @@ async fn bridge_remote(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, de
         loop {
             tokio::select! {
                 message = socket.recv() => {
-                    let data = match message {
-                        Some(Ok(Message::Binary(data))) => data,
-                        Some(Ok(Message::Text(text))) => Bytes::from(text.as_str().to_owned()),
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                        Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                    let data = match from_viewer(message) {
+                        FromViewer::Bytes(data) => data,
+                        FromViewer::Nothing => continue,
+                        FromViewer::Gone => break,
                     };
                     let Some(out) = pass(filter.as_mut(), &data, &mut passed) else { break };
                     let (replies, rest) = handshake.take(out);
