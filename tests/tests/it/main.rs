@@ -9,6 +9,8 @@ mod blobstore_concurrency;
 mod blobstore_faults;
 mod budgets;
 mod claude_code;
+mod cli;
+mod clones;
 mod cluster;
 mod cluster_feeds;
 mod computer_use;
