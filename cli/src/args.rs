@@ -8,6 +8,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
 use serde_json::{json, Value};
 
 use crate::client::ApiKey;
+use crate::json_text::{self, Position};
 
 /// Where the API listens unless `--api` or `FLOTILLA_API_URL` says otherwise.
 pub const DEFAULT_API_URL: &str = "http://127.0.0.1:8080";
@@ -57,7 +58,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// List tasks
     Tasks(TasksArgs),
-    /// Show one task
+    /// Show one task: a summary (the whole record with --json)
     Task(TaskArgs),
     /// Cancel a queued or running task
     Cancel(TaskArgs),
@@ -360,7 +361,7 @@ fn ordered_actions(submit: &SubmitArgs, matches: &ArgMatches) -> Vec<Value> {
 }
 
 fn parse_object(text: &str) -> Result<Value, String> {
-    let value: Value = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))?;
+    let value = json_text::parse(text, Position::Column)?;
     if !value.is_object() {
         return Err("expected a JSON object".to_owned());
     }

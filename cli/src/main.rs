@@ -9,9 +9,11 @@ mod client;
 mod commands;
 mod display;
 mod feed;
+mod json_text;
 mod progress;
 mod spec;
 mod sse;
+mod task_summary;
 
 use std::process::ExitCode;
 

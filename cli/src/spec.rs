@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use serde_json::{json, Map, Value};
 
 use crate::args::SubmitArgs;
+use crate::json_text::{self, Position};
 
 /// Reads a spec file, or stdin for `-`, as a JSON object.
 pub fn read_spec_file(path: &Path) -> anyhow::Result<Map<String, Value>> {
@@ -20,10 +21,10 @@ pub fn read_spec_file(path: &Path) -> anyhow::Result<Map<String, Value>> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("cannot read spec file {shown}"))?
     };
-    match serde_json::from_str(&text) {
+    match json_text::parse(&text, Position::LineAndColumn) {
         Ok(Value::Object(spec)) => Ok(spec),
         Ok(_) => bail!("spec file {shown} must hold a JSON object"),
-        Err(err) => bail!("spec file {shown} is not valid JSON: {err}"),
+        Err(problem) => bail!("spec file {shown}: {problem}"),
     }
 }
 

@@ -203,6 +203,9 @@ pub struct Config {
     pub limits: Limits,
     /// The labels a worker advertises for capability routing.
     pub routing: RoutingConfig,
+    /// The clock of what turns with the UTC day; not a setting (the
+    /// system's, which tests move).
+    pub clock: crate::clock::Clock,
 }
 
 impl Config {
@@ -258,6 +261,7 @@ impl Config {
             tenants: TenantsConfig::default(),
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
+            clock: crate::clock::Clock::default(),
         })
     }
 

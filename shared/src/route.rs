@@ -39,8 +39,7 @@ impl SandboxNeed {
         match self {
             SandboxNeed::None => "none",
             SandboxNeed::Any => "any",
-            SandboxNeed::Of(SandboxProviderKind::Local) => "local",
-            SandboxNeed::Of(SandboxProviderKind::E2b) => "e2b",
+            SandboxNeed::Of(kind) => kind.as_str(),
         }
     }
 

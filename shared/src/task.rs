@@ -145,6 +145,16 @@ pub enum SandboxProviderKind {
     E2b,
 }
 
+impl SandboxProviderKind {
+    /// The name tasks spell it with (`sandbox.provider`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::E2b => "e2b",
+        }
+    }
+}
+
 /// The sandbox a task asks for.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -12,7 +12,6 @@ use std::time::Duration;
 use flotilla_shared::live::LiveViews;
 use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
 use flotilla_shared::route::Capabilities;
-use flotilla_shared::task::SandboxProviderKind;
 use flotilla_shared::{Config, QueueError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -136,11 +135,7 @@ fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Qu
 /// What this worker can run: its sandbox provider (from its tools), its
 /// pipelines and its labels.
 pub fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capabilities {
-    let sandbox = tools.sandboxes.as_ref().and_then(|pool| match pool.provider().name() {
-        "local" => Some(SandboxProviderKind::Local),
-        "e2b" => Some(SandboxProviderKind::E2b),
-        _ => None,
-    });
+    let sandbox = tools.sandboxes.as_ref().map(|pool| pool.provider().kind());
     Capabilities { sandbox, pipelines: registry.kinds().collect(), labels: config.routing.worker_labels.clone() }
 }
 

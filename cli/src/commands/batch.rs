@@ -6,13 +6,14 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::{Format, Outcome};
 use crate::args::BatchArgs;
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::display::{out, warn};
+use crate::json_text::{self, Position};
 
 /// How often the batch's counts are read while waiting.
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -24,12 +25,16 @@ const BAR_WIDTH: usize = 30;
 const STATUSES: [&str; 6] = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"];
 
 pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::Result<Outcome> {
-    let tasks = read_jsonl(&args.file)?;
-    let mut body = json!({ "tasks": tasks });
+    let specs = read_jsonl(&args.file)?;
+    let mut body = json!({ "tasks": specs.iter().map(|(_, spec)| spec).collect::<Vec<_>>() });
     if let Some(defaults) = &args.defaults {
         body["defaults"] = defaults.clone();
     }
-    let accepted = client.post(&["v1", "batches"], Some(&body)).await?;
+    let lines: Vec<usize> = specs.iter().map(|(line, _)| *line).collect();
+    let accepted = client
+        .post(&["v1", "batches"], Some(&body))
+        .await
+        .map_err(|err| on_its_line(err, &args.file.display().to_string(), &lines))?;
     let id = accepted.value.get("id").and_then(Value::as_str).context("the API's answer has no batch id")?.to_owned();
     match format {
         Format::Json => out(&accepted.raw)?,
@@ -117,9 +122,29 @@ fn progress_line(counts: &Counts, total: u64, elapsed: Duration) -> String {
     line
 }
 
+/// An error of the API about `tasks[i]` told as one about the line of the
+/// file the task came from: `FILE, line 4: invalid_request: … (field
+/// priority)`; any other error as it is.
+fn on_its_line(err: ClientError, file: &str, lines: &[usize]) -> anyhow::Error {
+    let ClientError::Api(api) = &err else { return err.into() };
+    let Some((index, rest)) = api.field.as_deref().and_then(task_index) else { return err.into() };
+    let Some(line) = lines.get(index) else { return err.into() };
+    let mut message = format!("{file}, line {line}: {}: {}", api.code, api.message);
+    if !rest.is_empty() {
+        message.push_str(&format!(" (field {rest})"));
+    }
+    anyhow::anyhow!(message)
+}
+
+/// `tasks[3].prompt` → `(3, "prompt")`.
+fn task_index(field: &str) -> Option<(usize, &str)> {
+    let (index, rest) = field.strip_prefix("tasks[")?.split_once(']')?;
+    Some((index.parse().ok()?, rest.trim_start_matches('.')))
+}
+
 /// The specs of a JSON Lines file (or stdin for `-`): one object per
-/// non-blank line.
-fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
+/// non-blank line, each with its line number.
+fn read_jsonl(path: &Path) -> anyhow::Result<Vec<(usize, Value)>> {
     let shown = path.display();
     let text = if path.as_os_str() == "-" {
         let mut text = String::new();
@@ -128,23 +153,26 @@ fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Value>> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?
     };
-    parse_jsonl(&text).with_context(|| format!("{shown} is not JSON Lines of task specs"))
+    parse_jsonl(&text).map_err(|problem| anyhow::anyhow!("{shown}{problem}"))
 }
 
-fn parse_jsonl(text: &str) -> anyhow::Result<Vec<Value>> {
+/// The specs of JSON Lines text; an error reads on from the file's name:
+/// `, line 3: malformed JSON: …` or `: no specs in it`.
+fn parse_jsonl(text: &str) -> Result<Vec<(usize, Value)>, String> {
     let mut specs = Vec::new();
-    for (number, line) in text.lines().enumerate() {
+    for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(line) {
-            Ok(Value::Object(spec)) => specs.push(Value::Object(spec)),
-            Ok(_) => bail!("line {}: a spec must be a JSON object", number + 1),
-            Err(err) => bail!("line {}: {err}", number + 1),
+        let number = index + 1;
+        match json_text::parse(line, Position::Column) {
+            Ok(Value::Object(spec)) => specs.push((number, Value::Object(spec))),
+            Ok(_) => return Err(format!(", line {number}: a spec must be a JSON object")),
+            Err(problem) => return Err(format!(", line {number}: {problem}")),
         }
     }
     if specs.is_empty() {
-        bail!("no specs in it");
+        return Err(": no specs in it".to_owned());
     }
     Ok(specs)
 }
@@ -152,16 +180,37 @@ fn parse_jsonl(text: &str) -> anyhow::Result<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::ApiError;
 
     #[test]
-    fn json_lines_skip_blanks_and_name_the_bad_line() {
+    fn json_lines_skip_blanks_and_name_the_bad_line_once() {
         let specs = parse_jsonl("{\"prompt\": \"a\"}\n\n{\"prompt\": \"b\"}\n").expect("parses");
-        assert_eq!(specs.len(), 2);
+        assert_eq!(specs.iter().map(|(line, _)| *line).collect::<Vec<_>>(), [1, 3]);
         let err = parse_jsonl("{\"prompt\": \"a\"}\n[1]\n").expect_err("refused");
-        assert!(err.to_string().starts_with("line 2:"), "{err}");
-        let err = parse_jsonl("{\"prompt\": \n").expect_err("refused");
-        assert!(err.to_string().starts_with("line 1:"), "{err}");
-        assert!(parse_jsonl("\n \n").is_err());
+        assert_eq!(err, ", line 2: a spec must be a JSON object");
+        let err = parse_jsonl("{\"prompt\": \"a\"}\n\n{\"prompt\": \n").expect_err("refused");
+        assert!(err.starts_with(", line 3: malformed JSON: it ends too soon"), "{err}");
+        assert_eq!(err.matches("line").count(), 1, "{err}");
+        assert_eq!(parse_jsonl("\n \n").expect_err("empty"), ": no specs in it");
+    }
+
+    #[test]
+    fn an_api_error_about_a_task_names_its_line() {
+        let api = |field: Option<&str>| {
+            ClientError::Api(ApiError {
+                status: 400,
+                code: "invalid_request".into(),
+                message: "unknown variant".into(),
+                field: field.map(str::to_owned),
+                retry_after: None,
+            })
+        };
+        let err = on_its_line(api(Some("tasks[1].priority")), "b.jsonl", &[1, 3, 4]);
+        assert_eq!(err.to_string(), "b.jsonl, line 3: invalid_request: unknown variant (field priority)");
+        let err = on_its_line(api(Some("tasks[2]")), "b.jsonl", &[1, 3, 4]);
+        assert_eq!(err.to_string(), "b.jsonl, line 4: invalid_request: unknown variant");
+        let err = on_its_line(api(Some("defaults.priority")), "b.jsonl", &[1]);
+        assert_eq!(err.to_string(), "invalid_request: unknown variant (field defaults.priority)");
     }
 
     #[test]

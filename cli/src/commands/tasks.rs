@@ -7,6 +7,7 @@ use super::{Format, Outcome};
 use crate::args::{InputArgs, TasksArgs};
 use crate::client::Client;
 use crate::display::{out, task_table, warn};
+use crate::task_summary;
 
 /// `GET /v1/tasks`: a table, and how to get the next page.
 pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::Result<Outcome> {
@@ -35,12 +36,16 @@ pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::
     Ok(Outcome::Success)
 }
 
-/// `GET /v1/tasks/{id}`, pretty-printed.
+/// `GET /v1/tasks/{id}`: a summary for a person, the record as sent with `--json`.
 pub async fn show(client: &Client, id: &str, format: Format) -> anyhow::Result<Outcome> {
     let response = client.get(&["v1", "tasks", id], &[]).await?;
     match format {
         Format::Json => out(&response.raw)?,
-        Format::Human => out(&serde_json::to_string_pretty(&response.value)?)?,
+        Format::Human => {
+            for line in task_summary::lines(&response.value) {
+                out(&line)?;
+            }
+        }
     }
     Ok(Outcome::Success)
 }

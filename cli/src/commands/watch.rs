@@ -1,6 +1,9 @@
 //! `flotilla watch`: follows one or more tasks' event streams at once, one
 //! line per event plus a progress line when a task's progress changes, then
-//! a summary when several were watched.
+//! a summary when several were watched. Each task's lines come in the order
+//! of its events (one reader per task, each line written whole), and lines
+//! of different tasks interleave as their events arrive; with `--json` each
+//! line is one event's JSON, which names its task.
 
 use anyhow::bail;
 use futures::future::join_all;
@@ -59,9 +62,10 @@ async fn follow_reporting(client: &Client, id: &str, prefix: &str, format: Forma
     }
 }
 
-/// Prints one task's events until its terminal one; `prefix` tells tasks apart.
+/// Prints one task's events until its terminal one; `prefix` tells tasks
+/// apart for a person (JSON lines carry their `task_id` and stay bare JSON).
 async fn follow(client: &Client, id: &str, format: Format, prefix: Option<&str>) -> anyhow::Result<End> {
-    let show = |line: &str| match prefix {
+    let show = |line: &str| match prefix.filter(|_| format == Format::Human) {
         Some(prefix) => out(&format!("{prefix}  {line}")),
         None => out(line),
     };

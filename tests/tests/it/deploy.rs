@@ -467,10 +467,17 @@ async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// `major.minor` of a version such as `1.94` or `1.94.1`.
-fn major_minor(version: &str) -> Option<(u32, u32)> {
+/// `(major, minor, patch)` of a version such as `1.94` or `1.94.1`; a missing
+/// patch is `missing_patch` (0 for a requirement, the newest for an image tag,
+/// which follows the newest patch release).
+fn version_triple(version: &str, missing_patch: u32) -> Option<(u32, u32, u32)> {
     let mut parts = version.split('.');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    let (major, minor) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+    let patch = match parts.next() {
+        Some(patch) => patch.parse().ok()?,
+        None => missing_patch,
+    };
+    Some((major, minor, patch))
 }
 
 /// The workspace's `rust-version`, read from the root manifest.
@@ -492,13 +499,62 @@ fn dockerfile_rust_versions() -> Vec<String> {
 #[test]
 fn the_images_toolchain_satisfies_the_workspaces_rust_version() {
     let required = workspace_rust_version();
-    let required_mm = major_minor(&required).unwrap_or_else(|| panic!("rust-version {required:?} is not a version"));
+    let needed = version_triple(&required, 0).unwrap_or_else(|| panic!("rust-version {required:?} is not a version"));
     let toolchains = dockerfile_rust_versions();
     assert!(!toolchains.is_empty(), "the Dockerfile builds from no `rust:<version>` image");
     for toolchain in toolchains {
-        let have = major_minor(&toolchain).unwrap_or_else(|| panic!("the Dockerfile's `rust:{toolchain}` names no version"));
-        assert!(have >= required_mm, "the Dockerfile builds with Rust {toolchain}, the workspace needs {required}");
+        let have = version_triple(&toolchain, u32::MAX)
+            .unwrap_or_else(|| panic!("the Dockerfile's `rust:{toolchain}` names no version"));
+        assert!(have >= needed, "the Dockerfile builds with Rust {toolchain}, the workspace needs {required}");
     }
+}
+
+#[test]
+fn a_version_compares_by_its_patch_too() {
+    assert!(version_triple("1.94.1", u32::MAX) >= version_triple("1.94.1", 0));
+    assert!(version_triple("1.94", u32::MAX) >= version_triple("1.94.1", 0), "rust:1.94 follows the newest 1.94 patch");
+    assert!(version_triple("1.94.0", u32::MAX) < version_triple("1.94.1", 0));
+    assert!(version_triple("1.93", u32::MAX) < version_triple("1.94", 0));
+}
+
+/// The packages the image ships; their binaries are all it builds.
+const SHIPPED: [&str; 3] = ["flotilla-api", "flotilla-worker", "flotilla-cli"];
+
+/// The `RUN` instructions of the Dockerfile that call `cargo <verb>`, with
+/// continuation lines joined.
+fn cargo_runs(verb: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).expect("deploy/Dockerfile");
+    let joined = text.replace("\\\n", " ");
+    joined.lines().filter(|l| l.trim_start().starts_with("RUN cargo ") && l.contains(verb)).map(str::to_owned).collect()
+}
+
+/// Finding "Test fakes in the production worker": the image builds only the
+/// shipped packages, so the test crate's features (the in-memory sandbox, the
+/// E2B stand-in) are never resolved into the worker it ships; the same
+/// selection, asked of cargo, turns on no worker feature but its default.
+#[test]
+fn the_image_builds_only_the_shipped_packages_without_test_features() {
+    for verb in ["cargo build", "cargo chef cook"] {
+        let runs = cargo_runs(verb);
+        assert_eq!(runs.len(), 1, "one `{verb}` in the Dockerfile: {runs:?}");
+        let words: Vec<&str> = runs[0].split_whitespace().collect();
+        let packages: Vec<&str> = words.windows(2).filter(|w| w[0] == "-p" || w[0] == "--package").map(|w| w[1]).collect();
+        assert_eq!(packages, SHIPPED, "`{verb}` selects the shipped packages: {}", runs[0]);
+        for flag in ["--workspace", "--all", "--features", "--all-features", "-F"] {
+            assert!(!words.contains(&flag), "`{verb}` with {flag}: {}", runs[0]);
+        }
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut tree = std::process::Command::new(cargo);
+    tree.args(["tree", "--offline", "-e", "features", "-i", "flotilla-worker"]).current_dir(deploy_dir().join(".."));
+    for package in SHIPPED {
+        tree.args(["-p", package]);
+    }
+    let out = tree.output().expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let features: Vec<&str> = text.lines().filter_map(|l| l.split("feature \"").nth(1)?.split('"').next()).collect();
+    assert_eq!(features, ["default"], "the shipped worker's features: {text}");
 }
 
 /// Finding "Deployment defaults": the worker's HTTP side (health, metrics,

@@ -152,7 +152,7 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
 
     let acme_sum = sum(&acme_records);
     assert!(acme_sum.steps > 0 && acme_sum.screenshot_bytes > 0 && acme_sum.screenshot_bytes_saved > 0, "{acme_sum:?}");
-    assert!(acme_sum.sandbox_ms.get("local").is_some_and(|ms| *ms > 0), "{acme_sum:?}");
+    assert!(acme_sum.sandbox_ms.get("memory").is_some_and(|ms| *ms > 0), "{acme_sum:?}");
     assert_eq!(reported(&acme_api).await, serde_json::to_value(&acme_sum).expect("json"), "acme: usage = sum of its tasks");
     let globex_sum = sum(&globex_records);
     assert_eq!(reported(&globex_api).await, serde_json::to_value(&globex_sum).expect("json"), "globex sees only its own");

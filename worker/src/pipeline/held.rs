@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_shared::config::TenantSettings;
 use flotilla_shared::ids::TenantId;
-use flotilla_shared::task::{SandboxSpec, StopCode};
+use flotilla_shared::task::{SandboxProviderKind, SandboxSpec, StopCode};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -40,7 +40,11 @@ impl SandboxChoice {
     /// The choice the task's `sandbox` field makes, checked against this
     /// worker's provider and the tenant's settings (a template must be
     /// among its `sandbox_templates`).
-    pub(crate) fn of(spec: Option<&SandboxSpec>, provider: &str, tenant: &TenantSettings) -> Result<Self, PipelineError> {
+    pub(crate) fn of(
+        spec: Option<&SandboxSpec>,
+        provider: SandboxProviderKind,
+        tenant: &TenantSettings,
+    ) -> Result<Self, PipelineError> {
         let mut request = SandboxRequest::default();
         let Some(spec) = spec else {
             return Ok(Self::New { request, keep_alive: false });
@@ -203,13 +207,15 @@ fn ends_for_good<T>(outcome: &Result<T, PipelineError>) -> bool {
     matches!(outcome, Ok(_) | Err(PipelineError::Fatal { .. } | PipelineError::Refused(_)))
 }
 
-fn check_provider(spec: &SandboxSpec, provider: &str) -> Result<(), PipelineError> {
-    let Some(kind) = spec.provider else { return Ok(()) };
-    let wanted = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-    if wanted != provider {
-        return Err(problem(format!("the task asks for a {wanted} sandbox and this worker provides {provider}")));
+fn check_provider(spec: &SandboxSpec, provider: SandboxProviderKind) -> Result<(), PipelineError> {
+    match spec.provider {
+        Some(wanted) if wanted != provider => Err(problem(format!(
+            "the task asks for a {} sandbox and this worker provides {}",
+            wanted.as_str(),
+            provider.as_str()
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// A named sandbox that cannot be reached will not appear by retrying.
@@ -236,7 +242,7 @@ mod tests {
 
     #[test]
     fn no_sandbox_field_asks_for_a_default_sandbox() {
-        let choice = SandboxChoice::of(None, "local", &TenantSettings::default()).expect("choice");
+        let choice = SandboxChoice::of(None, SandboxProviderKind::Local, &TenantSettings::default()).expect("choice");
         assert_eq!(choice, SandboxChoice::New { request: SandboxRequest::default(), keep_alive: false });
     }
 
@@ -244,7 +250,7 @@ mod tests {
     fn an_id_names_an_existing_sandbox() {
         let choice = SandboxChoice::of(
             Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))),
-            "local",
+            SandboxProviderKind::Local,
             &TenantSettings::default(),
         )
         .expect("choice");
@@ -256,7 +262,7 @@ mod tests {
     fn keep_alive_and_the_shape_are_read() {
         let spec = spec(serde_json::json!({"resolution": [800, 600], "keep_alive": true}));
         let SandboxChoice::New { request, keep_alive } =
-            SandboxChoice::of(Some(&spec), "local", &TenantSettings::default()).expect("choice")
+            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default()).expect("choice")
         else {
             panic!("a new sandbox");
         };
@@ -266,8 +272,10 @@ mod tests {
 
     #[test]
     fn a_bad_id_or_another_provider_is_a_problem() {
-        for (json, provider) in [(serde_json::json!({"id": "../x"}), "local"), (serde_json::json!({"provider": "e2b"}), "local")]
-        {
+        for (json, provider) in [
+            (serde_json::json!({"id": "../x"}), SandboxProviderKind::Local),
+            (serde_json::json!({"provider": "e2b"}), SandboxProviderKind::Local),
+        ] {
             let result = SandboxChoice::of(Some(&spec(json)), provider, &TenantSettings::default());
             assert!(matches!(result, Err(PipelineError::Fatal { code: StopCode::Problem, .. })), "{result:?}");
         }
@@ -276,13 +284,15 @@ mod tests {
     #[test]
     fn a_template_must_be_among_the_tenants() {
         let spec = spec(serde_json::json!({"template": "desktop-chrome"}));
-        let refused = SandboxChoice::of(Some(&spec), "local", &TenantSettings::default());
+        let refused = SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default());
         assert!(
             matches!(&refused, Err(PipelineError::Fatal { code: StopCode::Problem, message }) if message.contains("sandbox.template")),
             "{refused:?}"
         );
         let allowed = TenantSettings { sandbox_templates: vec!["desktop-chrome".into()], ..TenantSettings::default() };
-        let SandboxChoice::New { request, .. } = SandboxChoice::of(Some(&spec), "local", &allowed).expect("choice") else {
+        let SandboxChoice::New { request, .. } =
+            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &allowed).expect("choice")
+        else {
             panic!("a new sandbox");
         };
         assert_eq!(request.template.as_deref(), Some("desktop-chrome"));

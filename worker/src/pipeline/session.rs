@@ -302,7 +302,7 @@ impl Session {
         };
         let mut steps = steps;
         let settings = run.attempt.queue().settings().tenants.get(run.attempt.tenant());
-        let choice = SandboxChoice::of(spec, pool.provider().name(), &settings)?;
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &settings)?;
         let queue = run.attempt.queue();
         let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
         let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant() };

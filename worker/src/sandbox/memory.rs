@@ -7,14 +7,20 @@
 //! [`SandboxError::NotFound`]. Actions change nothing, screenshots are
 //! black, commands succeed with no output, and files live in a map. Tests
 //! can slow creates down, refuse extensions, and read counters (creates,
-//! extensions, the most sandboxes live at once). It answers to the name
-//! `local`, so tasks that ask for a local sandbox run on it.
+//! extensions, the most sandboxes live at once). Its name is `memory` (in
+//! logs and usage); it gives sandboxes of the `local` kind, so tasks that ask
+//! for a local sandbox run on it.
+//!
+//! A test fake: compiled only for the worker's own tests and with the
+//! `memory-sandbox` feature, which only the end-to-end test crate turns on;
+//! the shipped worker has no way to choose it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::action::Action;
+use flotilla_shared::task::SandboxProviderKind;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
@@ -157,7 +163,11 @@ impl MemoryProvider {
 
 impl SandboxProvider for MemoryProvider {
     fn name(&self) -> &'static str {
-        "local"
+        "memory"
+    }
+
+    fn kind(&self) -> SandboxProviderKind {
+        SandboxProviderKind::Local
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod keep_alive;
 pub mod keys;
 pub mod local;
+#[cfg(any(test, feature = "memory-sandbox"))]
 pub mod memory;
 pub mod owners;
 pub mod pool;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flotilla_shared::action::Action;
+use flotilla_shared::task::SandboxProviderKind;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
@@ -32,6 +34,7 @@ pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
 pub use local::{DisplayAccess, Isolation, Leftovers, LocalConfig, LocalProvider, Network};
+#[cfg(any(test, feature = "memory-sandbox"))]
 pub use memory::MemoryProvider;
 pub use owners::SandboxOwners;
 pub use pool::{Lease, PoolConfig, SandboxPool};
@@ -162,8 +165,13 @@ pub struct Screenshot {
 /// Every call on an id checks the sandbox's deadline first: a sandbox past
 /// it is killed and reported as [`SandboxError::Expired`].
 pub trait SandboxProvider: Send + Sync + 'static {
-    /// The provider's name as tasks spell it (`local`, `e2b`).
+    /// The provider's own name, for logs, usage and key names (`local`,
+    /// `e2b`; a test fake has a name of its own).
     fn name(&self) -> &'static str;
+
+    /// The kind of sandbox it gives, as tasks ask for one (`sandbox.provider`)
+    /// and as the worker advertises it for routing.
+    fn kind(&self) -> SandboxProviderKind;
 
     /// Starts a sandbox and returns once its desktop is ready for actions.
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>>;

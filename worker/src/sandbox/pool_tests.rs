@@ -41,6 +41,10 @@ impl SandboxProvider for Fake {
         "fake"
     }
 
+    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
+        flotilla_shared::task::SandboxProviderKind::Local
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
         async move {
             tokio::time::sleep(self.start).await;

@@ -433,6 +433,10 @@ impl SandboxProvider for E2bProvider {
         "e2b"
     }
 
+    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
+        flotilla_shared::task::SandboxProviderKind::E2b
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
         self.create_sandbox(request).boxed()
     }

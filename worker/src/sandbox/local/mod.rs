@@ -557,6 +557,10 @@ impl SandboxProvider for LocalProvider {
         "local"
     }
 
+    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
+        flotilla_shared::task::SandboxProviderKind::Local
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
         self.create_sandbox(request).boxed()
     }
