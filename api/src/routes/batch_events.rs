@@ -44,9 +44,9 @@ pub async fn stream(
     let cursor = subscriber.resume_at::<FeedId>(params.after.as_deref(), POSITION)?;
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("batch {id}"), |client| async {
-        let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+        let batch = state.queue().batch(tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
         let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
-        let live = state.tails().follow(&tenant).await?;
+        let live = state.tails().follow(tenant).await?;
         Ok(feed.run(live))
     })
     .await

@@ -53,7 +53,7 @@ pub async fn stream(
     let after = subscriber.resume_at(params.after.as_deref(), SEQ)?.unwrap_or(0);
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("task {id}"), |client| async {
-        let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+        let task = state.queue().get(tenant, &id).await?.ok_or(QueueError::NotFound)?;
         let live = state.hub().subscribe(Topic::Task(id.clone())).await?;
         let history = state.queue().events_after(&id, after).await?;
         let feed = TaskFeed::new(state.queue().clone(), tenant.clone(), id.clone(), after, client);

@@ -45,10 +45,10 @@ pub async fn stream(subscriber: Subscriber, QueryParams(params): QueryParams<Fee
     let resume = subscriber.resume_at::<FeedId>(params.after.as_deref(), POSITION)?;
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("tenant {tenant}"), |client| async {
-        let live = state.tails().follow(&tenant).await?;
+        let live = state.tails().follow(tenant).await?;
         let cursor = match resume {
             Some(cursor) => cursor,
-            None => state.queue().feed_tip(&tenant).await?,
+            None => state.queue().feed_tip(tenant).await?,
         };
         Ok(TenantFeed::new(state.queue().clone(), tenant.clone(), cursor, client).run(live))
     })
