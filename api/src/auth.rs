@@ -8,7 +8,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use axum::http::Method;
+use axum::http::{HeaderMap, Method};
 use flotilla_shared::apikey::Scope;
 use flotilla_shared::TenantId;
 
@@ -36,6 +36,12 @@ fn bearer_key(value: &str) -> Option<&str> {
 fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
     let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
     header.to_str().ok().and_then(bearer_key).ok_or(ApiError::Unauthorized)
+}
+
+/// The tenant whose key `headers` carry, if any (any scope).
+pub fn tenant_of(state: &AppState, headers: &HeaderMap) -> Option<TenantId> {
+    let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
+    state.keys().resolve(key).map(|found| found.tenant)
 }
 
 /// Whether a key of `scope` may make a request with `method`.

@@ -11,6 +11,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use axum::extract::State;
 
 use axum::http::header::CONTENT_TYPE;
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use flotilla_shared::schedule;
 use flotilla_shared::task::Pipeline;
@@ -18,12 +19,12 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, Schema};
 use utoipa::{Modify, OpenApi};
 
-use crate::dashboard;
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
     batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
 };
 use crate::state::AppState;
+use crate::{auth, dashboard};
 
 /// The API's document, served at `/openapi.json`.
 #[derive(OpenApi)]
@@ -210,14 +211,14 @@ impl Modify for ScheduleRules {
 
 /// The document for a server whose default pipeline is `default`: the
 /// derived schemas with the request rules laid over them.
-pub fn document_for(default: Pipeline, templates: &[String]) -> serde_json::Value {
+pub fn document_for(default: Pipeline, templates: Option<&[String]>) -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     request_rules::apply(&mut doc, default, templates);
     doc
 }
 
 /// The document, rendered once per default pipeline and set of templates.
-type Rendered = BTreeMap<(Pipeline, Vec<String>), Arc<str>>;
+type Rendered = BTreeMap<(Pipeline, Option<Vec<String>>), Arc<str>>;
 static DOCUMENTS: LazyLock<Mutex<Rendered>> = LazyLock::new(Mutex::default);
 
 /// This API's OpenAPI 3.1 document.
@@ -227,19 +228,27 @@ static DOCUMENTS: LazyLock<Mutex<Rendered>> = LazyLock::new(Mutex::default);
     tag = "operations",
     responses((status = 200, description = "OpenAPI document", body = Object, content_type = "application/json"))
 )]
-pub async fn document(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn document(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
     let default = state.config().api.default_pipeline;
-    let mut templates: Vec<String> =
-        state.config().tenants.iter().flat_map(|(_, settings)| settings.sandbox_templates.iter().cloned()).collect();
-    templates.sort_unstable();
-    templates.dedup();
+    let templates = caller_templates(&state, &headers);
     let rendered = {
         let mut documents = DOCUMENTS.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = documents.entry((default, templates));
         let templates = entry.key().1.clone();
-        Arc::clone(entry.or_insert_with(|| Arc::from(document_for(default, &templates).to_string())))
+        Arc::clone(entry.or_insert_with(|| Arc::from(document_for(default, templates.as_deref()).to_string())))
     };
     ([(CONTENT_TYPE, "application/json")], rendered.to_string())
+}
+
+/// The sandbox templates the caller may name: its tenant's, when the
+/// request carries a key; with no key (or an unknown one), none when no
+/// tenant has any, else not known (`None`). A tenant never sees another's.
+fn caller_templates(state: &AppState, headers: &HeaderMap) -> Option<Vec<String>> {
+    match auth::tenant_of(state, headers) {
+        Some(tenant) => Some(state.config().tenants.get(&tenant).sandbox_templates.clone()),
+        None if state.config().tenants.iter().all(|(_, settings)| settings.sandbox_templates.is_empty()) => Some(Vec::new()),
+        None => None,
+    }
 }
 
 #[cfg(test)]
@@ -247,7 +256,7 @@ mod tests {
     use super::*;
 
     fn document() -> serde_json::Value {
-        document_for(Pipeline::OpenaiCua, &[])
+        document_for(Pipeline::OpenaiCua, Some(&[]))
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::queue::Queue;
+use flotilla_shared::webhooks::target::{Lookup, SystemLookup};
+use flotilla_shared::webhooks::Webhooks;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +27,7 @@ struct Inner {
     blobs: Option<BlobStore>,
     hub: Hub,
     tails: Tails,
+    webhooks: Webhooks,
     shutdown: CancellationToken,
 }
 
@@ -38,11 +41,29 @@ impl AppState {
     /// State that also presigns links to what tasks stored in `blobs`.
     /// Starts the process's event [`Hub`], so it needs a Tokio runtime.
     pub fn with_blobs(config: Config, queue: Queue, blobs: Option<BlobStore>, shutdown: CancellationToken) -> Self {
+        Self::with_lookup(config, queue, blobs, Arc::new(SystemLookup), shutdown)
+    }
+
+    /// State whose webhook targets' names are resolved by `lookup` when
+    /// endpoints are made or changed.
+    pub fn with_lookup(
+        config: Config,
+        queue: Queue,
+        blobs: Option<BlobStore>,
+        lookup: Arc<dyn Lookup>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let keys = Arc::new(LiveKeys::new(&config.auth));
+        let webhooks = Webhooks::of_queue(&queue, config.webhooks.clone()).with_lookup(lookup);
         let relay = crate::relay::start(&queue, shutdown.clone());
         let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), relay, shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
-        Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, shutdown }) }
+        Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, webhooks, shutdown }) }
+    }
+
+    /// The webhook store.
+    pub fn webhooks(&self) -> &Webhooks {
+        &self.inner.webhooks
     }
 
     /// The process's one subscription to events, and its stream limits.

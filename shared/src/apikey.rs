@@ -345,6 +345,20 @@ mod tests {
     }
 
     const ACME: &str = "flt_acme0000000000000000000000000000000";
+
+    /// Finding "API keys": "`zeroize` the rest". The server secret a hasher
+    /// holds and every generated key are wiped when dropped: their types
+    /// must implement `ZeroizeOnDrop`, or this does not compile.
+    #[test]
+    fn the_server_secret_and_generated_keys_are_wiped_when_dropped() {
+        fn wiped_on_drop<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let hasher = hasher();
+        wiped_on_drop(&hasher.secret);
+        wiped_on_drop(&KeyHasher::ephemeral().secret);
+        let key = generate();
+        wiped_on_drop(&key);
+        check_format(&key).expect("a generated key has the format");
+    }
     const GLOBEX: &str = "flt_globex00000000000000000000000000000";
 
     fn ring() -> KeyRing {

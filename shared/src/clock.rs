@@ -10,6 +10,27 @@ pub fn now_ms() -> i64 {
     i64::try_from(nanos / 1_000_000).unwrap_or(i64::MAX)
 }
 
+/// The clock the queue reads for what turns with the UTC day (usage days,
+/// the daily token limit, due tasks): the system's, moved by an offset that
+/// only tests set ([`Clock::advance`]). Clones share one offset, so a test
+/// moves the clock of every API and worker made from one config at once.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    offset_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl Clock {
+    /// Milliseconds since the Unix epoch, now, by this clock.
+    pub fn now_ms(&self) -> i64 {
+        now_ms().saturating_add(self.offset_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Moves this clock (and its clones) `ms` forward.
+    pub fn advance(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Formats epoch milliseconds as RFC 3339 (UTC, millisecond precision).
 pub fn rfc3339(ms: i64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
@@ -61,6 +82,14 @@ mod tests {
         assert_eq!(utc_day(ms + 500), "2026-03-05");
         assert_eq!(parse_utc_day("2026-03-05"), Some(ms + 500));
         assert_eq!(parse_utc_day("2026-3-5x"), None);
+    }
+
+    #[test]
+    fn a_moved_clock_moves_its_clones() {
+        let clock = Clock::default();
+        let other = clock.clone();
+        clock.advance(DAY_MS);
+        assert!(other.now_ms() - now_ms() >= DAY_MS - 1000);
     }
 
     #[test]

@@ -203,6 +203,9 @@ pub struct Config {
     pub limits: Limits,
     /// The labels a worker advertises for capability routing.
     pub routing: RoutingConfig,
+    /// The clock of what turns with the UTC day; not a setting (the
+    /// system's, which tests move).
+    pub clock: crate::clock::Clock,
 }
 
 impl Config {
@@ -214,7 +217,7 @@ impl Config {
         K: Into<String>,
         V: Into<String>,
     {
-        let env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        let mut env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         let (mut settings, tenants_table) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
             None => (HashMap::new(), None),
@@ -224,11 +227,11 @@ impl Config {
                 settings.insert((*var).to_owned(), value.clone());
             }
         }
-        let settings = Settings(settings);
+        let mut settings = Settings(settings);
         let loaded = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))
             .and_then(|tenants| Ok(Self { tenants, ..Self::from_settings(&settings)? }));
-        wipe_secrets(settings.0);
-        wipe_secrets(env);
+        wipe_secrets(&mut settings.0);
+        wipe_secrets(&mut env);
         loaded
     }
 
@@ -258,6 +261,7 @@ impl Config {
             tenants: TenantsConfig::default(),
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
+            clock: crate::clock::Clock::default(),
         })
     }
 
@@ -365,11 +369,15 @@ fn toml_text(key: &str, value: toml::Value) -> Result<String, String> {
     }
 }
 
-/// Overwrites the text of settings that hold secrets once they are digested
-/// or copied, so no stray copy outlives the load.
-fn wipe_secrets(mut settings: HashMap<String, String>) {
+/// The settings that hold API key material: the keys, the secret they are
+/// digested with and the admin key. Only digests of them are kept.
+const KEY_MATERIAL: [&str; 3] = ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY"];
+
+/// Overwrites the text of settings that hold API key material once it is
+/// digested or copied, so no stray copy outlives the load.
+fn wipe_secrets(settings: &mut HashMap<String, String>) {
     use zeroize::Zeroize;
-    for var in ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY"] {
+    for var in KEY_MATERIAL {
         if let Some(value) = settings.get_mut(var) {
             value.zeroize();
         }
@@ -407,6 +415,42 @@ mod tests {
 
     fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_env(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    /// Finding "API keys": the plaintext keys stayed in the configuration
+    /// for the life of the process. The texts of the key settings are
+    /// zeroized once digested (other settings are left alone), and nothing
+    /// the configuration keeps shows a key, the admin key or the secret.
+    #[test]
+    fn key_material_is_zeroized_once_digested_and_never_kept() {
+        let key = "flt_acme0000000000000000000000000000000";
+        let admin = "flt_admin000000000000000000000000000000";
+        let secret = "a server secret of at least thirty-two bytes";
+        let mut settings: HashMap<String, String> = [
+            ("FLOTILLA_API_KEYS", format!("{key}=acme")),
+            ("FLOTILLA_API_KEY_SECRET", secret.to_owned()),
+            ("FLOTILLA_ADMIN_KEY", admin.to_owned()),
+            ("FLOTILLA_REDIS_URL", "redis://127.0.0.1:1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        wipe_secrets(&mut settings);
+        for var in KEY_MATERIAL {
+            assert_eq!(settings[var], "", "{var} is wiped");
+        }
+        assert_eq!(settings["FLOTILLA_REDIS_URL"], "redis://127.0.0.1:1", "other settings stay");
+
+        let config = load(&[
+            ("FLOTILLA_API_KEYS", &format!("{key}=acme")),
+            ("FLOTILLA_API_KEY_SECRET", secret),
+            ("FLOTILLA_ADMIN_KEY", admin),
+        ])
+        .expect("loads");
+        let shown = format!("{config:?}");
+        for text in [key, admin, secret, &key[4..], &admin[4..]] {
+            assert!(!shown.contains(text), "{text} is kept in the configuration");
+        }
     }
 
     #[test]

@@ -141,7 +141,7 @@ impl Queue {
     /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
     /// reserving room for them, or says why not (and changes nothing).
     pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
-        let now = clock::now_ms();
+        let now = self.now_ms();
         self.check_tokens_today(tenant, quota, now).await?;
         let keys = self.keys();
         let (interval_us, burst) = quota.rate.map_or((0, 0), |r| ((1_000_000.0 / r.per_second).ceil() as u64, r.burst));

@@ -4,9 +4,11 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::queue::Queue;
+use flotilla_shared::webhooks::target::Lookup;
 use flotilla_shared::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -100,6 +102,23 @@ pub async fn spawn_api_with_blobs(config: Config, blobs: BlobStore) -> ApiServer
     let shutdown = CancellationToken::new();
     let queue = Queue::connect(&config).await.expect("api reaches redis");
     let state = flotilla_api::AppState::with_blobs(config, queue, Some(blobs), shutdown.clone());
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = flotilla_api::serve(state, listener, token).await {
+            eprintln!("api stopped: {e:#}");
+        }
+    });
+    ApiServer { base_url, shutdown }
+}
+
+/// Starts the API for `config` on 127.0.0.1:0, resolving the names of
+/// webhook targets with `lookup`.
+pub async fn spawn_api_with_lookup(config: Config, lookup: Arc<dyn Lookup>) -> ApiServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind api");
+    let base_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let shutdown = CancellationToken::new();
+    let queue = Queue::connect(&config).await.expect("api reaches redis");
+    let state = flotilla_api::AppState::with_lookup(config, queue, None, lookup, shutdown.clone());
     let token = shutdown.clone();
     tokio::spawn(async move {
         if let Err(e) = flotilla_api::serve(state, listener, token).await {

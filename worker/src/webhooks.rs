@@ -17,7 +17,7 @@ use flotilla_shared::webhooks::Webhooks;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::warn;
+use tracing::{error, warn};
 
 /// How often the feeds are read for new events.
 const DISPATCH_EVERY: Duration = Duration::from_millis(100);
@@ -30,8 +30,19 @@ const IN_FLIGHT: usize = 64;
 /// then, and come due again when their lease ends.
 pub async fn run(queue: Queue, config: WebhooksConfig, consumer: String, shutdown: CancellationToken) {
     let hooks = Webhooks::of_queue(&queue, config);
+    run_with(queue, hooks, consumer, shutdown).await;
+}
+
+/// [`run`] with a store of one's own (one that resolves names its own way).
+pub async fn run_with(queue: Queue, hooks: Webhooks, consumer: String, shutdown: CancellationToken) {
     let dispatcher = Dispatcher::new(queue, hooks.clone(), consumer);
-    let deliverer = Deliverer::new(hooks);
+    let deliverer = match Deliverer::new(hooks) {
+        Ok(deliverer) => deliverer,
+        Err(error) => {
+            error!(%error, "no http client for webhook deliveries; none are delivered by this worker");
+            return dispatch(dispatcher, shutdown).await;
+        }
+    };
     tokio::join!(dispatch(dispatcher, shutdown.clone()), deliver(deliverer, shutdown));
 }
 

@@ -42,8 +42,10 @@ const CASES: [Case; 4] = [
 ];
 
 /// Lays the request rules over `doc`, for a server whose default pipeline
-/// is `default` and whose tenants have the sandbox templates `templates`.
-pub fn apply(doc: &mut Value, default: Pipeline, templates: &[String]) {
+/// is `default`, for a caller who may name the sandbox templates
+/// `templates` (`None`: a caller not known, on a server where some tenant
+/// has templates).
+pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     integer_widths(doc);
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     if let Some(action) = schemas.get_mut("Action") {
@@ -239,8 +241,8 @@ fn action_rules(action: &mut Value) {
 }
 
 /// A sandbox's limits (`validate_sandbox`), and the templates a tenant may
-/// name (its `sandbox_templates`; listed here for every tenant at once).
-fn sandbox_rules(sandbox: &mut Value, templates: &[String]) {
+/// name (its `sandbox_templates`: the caller's own, never another tenant's).
+fn sandbox_rules(sandbox: &mut Value, templates: Option<&[String]>) {
     set(
         sandbox,
         "/properties/resolution",
@@ -251,13 +253,16 @@ fn sandbox_rules(sandbox: &mut Value, templates: &[String]) {
             "items": false,
             "description": "`[width, height]`, from 320x200 to 7680x4320"}),
     );
-    let template = if templates.is_empty() {
-        json!({"type": "null", "description": "No tenant of this server has sandbox templates (`sandbox_templates`)"})
-    } else {
-        let mut names: Vec<Value> = templates.iter().map(|t| json!(t)).collect();
-        names.push(Value::Null);
-        json!({"type": ["string", "null"], "enum": names,
-            "description": "One of the calling tenant's `sandbox_templates` (this lists every tenant's)"})
+    let template = match templates {
+        Some([]) => json!({"type": "null", "description": "The calling tenant has no sandbox templates (`sandbox_templates`)"}),
+        Some(templates) => {
+            let mut names: Vec<Value> = templates.iter().map(|t| json!(t)).collect();
+            names.push(Value::Null);
+            json!({"type": ["string", "null"], "enum": names,
+                "description": "One of the calling tenant's `sandbox_templates`"})
+        }
+        None => json!({"type": ["string", "null"], "description": "One of the calling tenant's `sandbox_templates`: \
+            `GET /openapi.json` with the tenant's key lists them"}),
     };
     if let Some(property) = sandbox.pointer_mut("/properties/template") {
         *property = template;

@@ -117,9 +117,9 @@ pub async fn usage(
     Tenant(tenant): Tenant,
     QueryParams(params): QueryParams<UsageParams>,
 ) -> Result<Json<UsageReport>, ApiError> {
-    let now = clock::now_ms();
-    let (from, to) = params.range(now)?;
     let queue = state.queue();
+    let now = queue.now_ms();
+    let (from, to) = params.range(now)?;
     let days = if from <= to { queue.usage_days(&tenant, from, to).await? } else { Vec::new() };
     let today = queue.usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
     let mut total = Meter::default();

@@ -83,8 +83,8 @@ impl<S: Send + Sync> FromRequestParts<S> for WebhookIdPath {
     }
 }
 
-fn store(state: &AppState) -> Webhooks {
-    Webhooks::of_queue(state.queue(), state.config().webhooks.clone())
+fn store(state: &AppState) -> &Webhooks {
+    state.webhooks()
 }
 
 /// Create a webhook endpoint.

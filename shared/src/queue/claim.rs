@@ -71,16 +71,16 @@ impl Queue {
     /// scheduler reads them (each tenant's settings are also written with
     /// its tasks).
     pub async fn write_tenant_settings(&self) -> Result<(), QueueError> {
-        let mut by_shard: BTreeMap<Shard, Vec<(&TenantId, u32, u32)>> = BTreeMap::new();
+        let mut by_shard: BTreeMap<Shard, Vec<(&TenantId, u32, u32, u64)>> = BTreeMap::new();
         for (tenant, settings) in self.settings.tenants.iter() {
-            let entry = (tenant, settings.weight, settings.max_running.unwrap_or(0));
+            let entry = (tenant, settings.weight, settings.max_running.unwrap_or(0), settings.max_sandboxes.unwrap_or(0));
             by_shard.entry(self.keys.shard_of(tenant)).or_default().push(entry);
         }
         let mut conn = self.redis.shared();
         for (shard, tenants) in by_shard {
             let mut inv = self.shard_call(&fair_scripts::SET_SETTINGS, shard);
-            for (tenant, weight, max) in tenants {
-                inv.arg(tenant.as_str()).arg(weight).arg(max);
+            for (tenant, weight, max, max_sandboxes) in tenants {
+                inv.arg(tenant.as_str()).arg(weight).arg(max).arg(max_sandboxes);
             }
             let _: i64 = inv.invoke_async(&mut conn).await?;
         }
@@ -244,11 +244,12 @@ impl Queue {
         Ok(swept)
     }
 
-    /// Moves tasks whose time has come from the due sets into their lanes.
-    /// Returns how many moved.
+    /// Moves tasks whose time has come from the due sets into their lanes,
+    /// and lets tenants held back until now (see [`Queue::hold_back_until`])
+    /// take turns again. Returns how many tasks moved.
     pub async fn promote_due(&self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
-        let now = clock::now_ms();
+        let now = self.now_ms();
         let mut moved = 0;
         for shard in self.keys.shards() {
             let n: usize = self
@@ -261,5 +262,15 @@ impl Queue {
             moved += n;
         }
         Ok(moved)
+    }
+
+    /// Holds `tenant` back from turns until `until_ms` (epoch ms): its
+    /// queued tasks wait, and the first promoter pass after lets it on.
+    pub async fn hold_back_until(&self, tenant: &TenantId, until_ms: i64) -> Result<(), QueueError> {
+        let mut inv = self.shard_call(&fair_scripts::PAUSE, self.keys.shard_of(tenant));
+        inv.arg(tenant.as_str()).arg(until_ms);
+        let mut conn = self.redis.shared();
+        let _: i64 = inv.invoke_async(&mut conn).await?;
+        Ok(())
     }
 }

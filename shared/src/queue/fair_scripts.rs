@@ -14,7 +14,11 @@
 //! delivered), `running` (entries delivered and not yet acknowledged, which
 //! is at least the tasks running: an entry is acknowledged only after its
 //! task's end or hand-back is written), `delayed` (tasks in the due set),
-//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none);
+//! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none),
+//! `sandboxed` (entries running on routes that hold a sandbox) and `maxsb`
+//! (max_sandboxes, absent for none), `paused` (epoch ms until which the
+//! tenant takes no turn: it spent its `max_tokens_per_day`; the shard's
+//! `paused` set holds the same times, and the promoter lifts them);
 //! in the same hash, so a turn reads the tenant in one call, the queued
 //! entries per lane as `<lane index>:<route>`: a field exists exactly for
 //! the lanes the tenant has (reclaim, trim and upkeep iterate them). The shard's `sched` hash has
@@ -23,13 +27,15 @@
 //! per route (the claim looks only at routes with queued entries).
 //!
 //! Invariants: a tenant is in `active:<route>` exactly when it has queued
-//! entries on that route and is below its `max`, and in `active` when it is
-//! in any of them; every such score is the tenant's `vt`, so the claim takes
+//! entries on that route, is below its `max`, is not `paused`, and, when
+//! the route holds a sandbox, is below its `maxsb`; and in `active` when it
+//! is in any of them (a tenant held back is simply not given a turn); every such score is the tenant's `vt`, so the claim takes
 //! the lowest-vt tenant over the routes the worker serves, reading only
 //! those routes' heads (cost O(routes served), never O(tenants)). `running`
 //! changes only in the claim (up, by the entries read) and in
 //! [`SETTLE_FN`] (down, by what `XACK` really acknowledged), so a reclaimed
-//! entry keeps its slot and an entry acknowledged twice frees it once.
+//! entry keeps its slot and an entry acknowledged twice frees it once;
+//! `sandboxed` likewise, for the entries of routes that hold a sandbox.
 
 use std::sync::LazyLock;
 
@@ -59,6 +65,8 @@ local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
 local HEAD_START = 4 -- HEAD_START_TURNS
 local SHARD_ACC, ROUTE_ACC = {}, {}
+-- Sandbox slots (entries of routes that hold a sandbox) freed per tenant.
+local SB_FREED = {}
 local function num(x) return string.format('%.17g', x) end
 local function tkey(S, tenant) return S .. 't:' .. tenant end
 local function lkey(S, tenant, route, lane) return S .. 't:' .. tenant .. ':lane:' .. LANES[lane] .. ':' .. route end
@@ -134,6 +142,14 @@ local function ensure_lane(S, group, tenant, route, lane)
 end
 -- A tenant's weight and max_running; the shard's `limits` holds the
 -- tenants with a limit, so an acknowledgement reads them all at once.
+-- Whether a route's tasks hold a sandbox (its middle part is not `none`).
+local function holds_sandbox(route) return string.match(route, '^[^|]*|([^|]*)|') ~= 'none' end
+-- What keeps a tenant from turns: all its routes (paused for the day's
+-- tokens, or at max_running), or only its sandbox routes (at max_sandboxes).
+local function held_back(st, running)
+  local max, maxsb = tonumber(st.max) or 0, tonumber(st.maxsb) or 0
+  return st.paused ~= nil or (max > 0 and running >= max), maxsb > 0 and (tonumber(st.sandboxed) or 0) >= maxsb
+end
 local function set_settings(S, tenant, weight, max)
   redis.call('HSET', tkey(S, tenant), 'weight', weight, 'max', max)
   if (tonumber(max) or 0) > 0 then
@@ -145,13 +161,12 @@ end
 local function activate(S, tenant)
   local t = tkey(S, tenant)
   local st, lanes = state_of(S, tenant)
-  local running, max = tonumber(st.running) or 0, tonumber(st.max) or 0
-  local blocked = max > 0 and running >= max
+  local blocked, sb_full = held_back(st, tonumber(st.running) or 0)
   local per_route = {}
   for _, l in ipairs(lanes) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
   local v
   for route, n in pairs(per_route) do
-    if blocked or n <= 0 then
+    if blocked or n <= 0 or (sb_full and holds_sandbox(route)) then
       redis.call('ZREM', akey(S, route), tenant)
     else
       if not v then
@@ -214,6 +229,7 @@ local function ack_counting(S, group, entries, counts)
       if redis.call('XACK', lkey(S, e[1], e[2], tonumber(e[3])), group, e[4]) == 1 then
         counts[e[5]] = (counts[e[5]] or 0) + 1
         freed[e[1]] = (freed[e[1]] or 0) + 1
+        if holds_sandbox(e[2]) then SB_FREED[e[1]] = (SB_FREED[e[1]] or 0) + 1 end
       end
     else
       rest[#rest + 1] = e
@@ -237,7 +253,10 @@ local function settle(S, group, entries, freed)
   for _, key in ipairs(order) do
     local l = by_lane[key]
     local n = redis.call('XACK', lkey(S, l[1], l[2], l[3]), group, unpack(l[4]))
-    if n > 0 then freed[l[1]] = (freed[l[1]] or 0) + n end
+    if n > 0 then
+      freed[l[1]] = (freed[l[1]] or 0) + n
+      if holds_sandbox(l[2]) then SB_FREED[l[1]] = (SB_FREED[l[1]] or 0) + n end
+    end
   end
   local tenants = {}
   for tenant in pairs(freed) do tenants[#tenants + 1] = tenant end
@@ -250,8 +269,17 @@ local function settle(S, group, entries, freed)
     if running <= 0 then redis.call('SREM', S .. 'busy', tenant) end
     -- Only a tenant that was at its limit can take turns again.
     local max = tonumber(limits[i]) or 0
-    if max > 0 and running + n >= max then activate(S, tenant) end
+    local again = max > 0 and running + n >= max
+    local sb = SB_FREED[tenant]
+    if sb then
+      -- Likewise for a tenant that was at its max_sandboxes.
+      local left = redis.call('HINCRBY', tkey(S, tenant), 'sandboxed', -sb)
+      local maxsb = tonumber(redis.call('HGET', tkey(S, tenant), 'maxsb')) or 0
+      again = again or (maxsb > 0 and left + sb >= maxsb)
+    end
+    if again then activate(S, tenant) end
   end
+  SB_FREED = {}
   redis.call('SADD', S .. 'trim', unpack(tenants))
   flush(S)
 end
@@ -433,19 +461,35 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     local st, all = state_of(S, tenant)
     local weight, max, running = tonumber(st.weight) or 1, tonumber(st.max) or 0, tonumber(st.running) or 0
     local stride = STRIDE_UNIT / math.max(weight, 1)
-    local lanes, queued = {{}, {}, {}}, 0
+    -- Under max_sandboxes, a turn takes at most the sandbox slots left,
+    -- and none of the sandbox routes once they are taken.
+    local maxsb, sandboxed = tonumber(st.maxsb) or 0, tonumber(st.sandboxed) or 0
+    local sb_left = maxsb > 0 and math.max(maxsb - sandboxed, 0) or nil
+    local lanes, queued, sb_lanes = {{}, {}, {}}, 0, false
     for _, l in ipairs(all) do
-      if l[3] > 0 and served[l[1]] then
+      if l[3] > 0 and served[l[1]] and (sb_left ~= 0 or not holds_sandbox(l[1])) then
         local list = lanes[l[2]]
         list[#list + 1] = l
         queued = queued + l[3]
+        sb_lanes = sb_lanes or (sb_left and holds_sandbox(l[1]))
       end
     end
     local k = math.min(wanted, queued)
     if max > 0 then k = math.min(k, max - running) end
+    if sb_lanes then k = math.min(k, sb_left) end
+    if st.paused then k = 0 end
+    local first = #out + 1
     if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + 1) end
     local fields = {}
     local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
+    local sb_got = 0
+    for i = first, #out do
+      if holds_sandbox(out[i][6]) then sb_got = sb_got + 1 end
+    end
+    if sb_got > 0 then
+      fields[#fields + 1] = 'sandboxed'
+      fields[#fields + 1] = sandboxed + sb_got
+    end
     if got > 0 or change ~= 0 then
       fields[#fields + 1] = 'queued'
       fields[#fields + 1] = (tonumber(st.queued) or 0) + change
@@ -464,9 +508,11 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     end
     -- What `activate` would find: the tenant stays in the sets of its routes
     -- with queued entries unless its limit is reached.
-    local blocked, on, again = max > 0 and running + got >= max, {}, false
+    st.sandboxed = sandboxed + sb_got
+    local blocked, sb_full = held_back(st, running + got)
+    local on, again = {}, false
     for _, l in ipairs(all) do
-      on[l[1]] = on[l[1]] or (not blocked and l[3] > 0)
+      on[l[1]] = on[l[1]] or (not blocked and l[3] > 0 and not (sb_full and holds_sandbox(l[1])))
       again = again or (on[l[1]] and served[l[1]] == true)
     end
     moved[tenant] = {vt, on}
@@ -545,15 +591,43 @@ return queued
 /// Writes tenants' settings on one shard (at start, from the config file)
 /// and lets a tenant whose limit rose take turns again. `KEYS[1]` the
 /// shard's `sched`; `ARGV[1]` the shard base; then per tenant
-/// `tenant, weight, max_running (0 none)`.
+/// `tenant, weight, max_running (0 none), max_sandboxes (0 none)`
+/// ([`SETTINGS_GROUP`] values). Only here is `maxsb` written: it changes
+/// with the config file, at a process's start.
 pub static SET_SETTINGS: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S = ARGV[1]
-for a = 2, #ARGV, 3 do
+for a = 2, #ARGV, 4 do -- SETTINGS_GROUP
   set_settings(S, ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  if (tonumber(ARGV[a + 3]) or 0) > 0 then
+    redis.call('HSET', tkey(S, ARGV[a]), 'maxsb', ARGV[a + 3])
+  else
+    redis.call('HDEL', tkey(S, ARGV[a]), 'maxsb')
+  end
   activate(S, ARGV[a])
 end
+return 0
+"#,
+    )
+});
+
+/// Arguments per tenant of [`SET_SETTINGS`].
+pub const SETTINGS_GROUP: usize = 4;
+
+/// Holds a tenant back from turns until a time (it spent its
+/// `max_tokens_per_day`): its queued tasks stay queued, and the promoter's
+/// pass at or after that time ([`PROMOTE`]) lets it take turns again.
+/// `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the
+/// tenant, `ARGV[3]` until (epoch ms).
+pub static PAUSE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local S, tenant = ARGV[1], ARGV[2]
+redis.call('HSET', tkey(S, tenant), 'paused', ARGV[3])
+redis.call('ZADD', S .. 'paused', ARGV[3], tenant)
+activate(S, tenant)
+flush(S)
 return 0
 "#,
     )
@@ -639,13 +713,22 @@ return out
     )
 });
 
-/// Moves due tasks of one shard into their tenants' lanes. `KEYS[1]` the
+/// Moves due tasks of one shard into their tenants' lanes, and lets
+/// tenants held back by [`PAUSE`] until now take turns again. `KEYS[1]` the
 /// shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the group,
 /// `ARGV[3]` now, `ARGV[4]` the most to move. Returns how many moved.
 pub static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S, group = ARGV[1], ARGV[2]
+local back = redis.call('ZRANGE', S .. 'paused', '-inf', ARGV[3], 'BYSCORE')
+if #back > 0 then
+  redis.call('ZREM', S .. 'paused', unpack(back))
+  for _, tenant in ipairs(back) do
+    redis.call('HDEL', tkey(S, tenant), 'paused')
+    activate(S, tenant)
+  end
+end
 local members = redis.call('ZRANGE', S .. 'due', '-inf', ARGV[3], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
 local touched = {}
 for _, m in ipairs(members) do

@@ -70,6 +70,8 @@ pub struct QueueSettings {
     pub retry_max: Duration,
     /// Each tenant's weight and limits.
     pub tenants: Arc<TenantsConfig>,
+    /// The clock of usage days, the daily token limit and due tasks.
+    pub clock: crate::clock::Clock,
 }
 
 impl QueueSettings {
@@ -80,6 +82,7 @@ impl QueueSettings {
             retry_base: config.queue.retry_base,
             retry_max: config.queue.retry_max,
             tenants: Arc::new(config.tenants.clone()),
+            clock: config.clock.clone(),
         }
     }
 }
@@ -125,6 +128,11 @@ impl Queue {
 
     pub fn settings(&self) -> &QueueSettings {
         &self.settings
+    }
+
+    /// Now, by the queue's clock (epoch ms).
+    pub fn now_ms(&self) -> i64 {
+        self.settings.clock.now_ms()
     }
 
     fn retention_ms(&self) -> u64 {

@@ -11,7 +11,7 @@ use super::Queue;
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::TenantId;
-use crate::usage::{Added, Amount, Meter, MAX_USAGE_DAYS, USAGE_TTL_S};
+use crate::usage::{Added, Amount, Meter, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
 
 /// Adds amounts to a running attempt's task and to its tenant's day.
 /// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash; `ARGV[1]`
@@ -51,7 +51,8 @@ impl Queue {
         amounts: &[Amount],
     ) -> Result<Added, QueueError> {
         let counters: Vec<(String, u64)> = amounts.iter().flat_map(Amount::counters).filter(|(_, n)| *n > 0).collect();
-        let day_key = self.keys().usage_day(tenant, &clock::utc_day(clock::now_ms()));
+        let now = self.now_ms();
+        let day_key = self.keys().usage_day(tenant, &clock::utc_day(now));
         let cluster = self.redis().is_cluster();
         let mut inv = ADD.prepare_invoke();
         inv.key(task_key);
@@ -72,7 +73,21 @@ impl Queue {
             cmds.push(redis::Cmd::expire(&day_key, USAGE_TTL_S as i64));
             let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
         }
+        if counters.iter().any(|(field, _)| field == TOKENS_FIELD) {
+            self.hold_back_when_spent(tenant, &day_key, now).await?;
+        }
         Ok(Added::Counted(Meter::from_json(&answer)))
+    }
+
+    /// Holds the tenant's queued tasks back until the next UTC day once its
+    /// tokens of today reach its `max_tokens_per_day`.
+    async fn hold_back_when_spent(&self, tenant: &TenantId, day_key: &str, now: i64) -> Result<(), QueueError> {
+        let Some(max) = self.settings().tenants.get(tenant).max_tokens_per_day else { return Ok(()) };
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
+        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
+            self.hold_back_until(tenant, now + clock::ms_to_next_utc_day(now)).await?;
+        }
+        Ok(())
     }
 
     /// Counts ended tasks by outcome in their tenants' usage of today.
@@ -80,7 +95,7 @@ impl Queue {
         if ended.is_empty() {
             return Ok(());
         }
-        let day = clock::utc_day(clock::now_ms());
+        let day = clock::utc_day(self.now_ms());
         let mut per: BTreeMap<(&str, &str), i64> = BTreeMap::new();
         for (tenant, outcome) in ended {
             *per.entry((tenant.as_str(), outcome)).or_default() += 1;

@@ -44,9 +44,11 @@ pub struct Deliverer {
 }
 
 impl Deliverer {
-    pub fn new(hooks: Webhooks) -> Self {
-        let client = target::client(hooks.policy(), TIMEOUT);
-        Self { hooks, client }
+    /// A deliverer whose client resolves names with `hooks`' lookup; fails
+    /// only when no HTTP client can be built (no TLS backend).
+    pub fn new(hooks: Webhooks) -> Result<Self, reqwest::Error> {
+        let client = target::client(hooks.policy(), hooks.lookup(), TIMEOUT)?;
+        Ok(Self { hooks, client })
     }
 
     pub fn hooks(&self) -> &Webhooks {

@@ -21,6 +21,7 @@
 //! tag, indexed per tenant; messages, the due queues and each endpoint's
 //! delivery log share `{w}`.
 
+mod address;
 pub mod deliver;
 pub mod dispatch;
 pub mod due;
@@ -29,12 +30,14 @@ pub mod signing;
 pub mod target;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 pub use crate::page::{lex_page, Order, Page, MAX_PAGE};
+pub use address::{embedded_v4, kind_of, AddressKind};
 pub use messages::{Delivery, DeliveryStatus};
 
 use crate::clock;
@@ -43,7 +46,7 @@ use crate::error::{QueueError, ValidationError};
 use crate::ids::{BatchId, TenantId, WebhookId};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use target::Policy;
+use target::{Lookup, Policy, SystemLookup};
 
 /// The consumer group the dispatcher reads the tenant feeds with.
 pub const GROUP: &str = "webhooks";
@@ -185,11 +188,25 @@ pub struct Webhooks {
     keys: Keys,
     config: WebhooksConfig,
     retention_ms: u64,
+    /// How targets' names are resolved, to check them at creation and at
+    /// each delivery.
+    lookup: Arc<dyn Lookup>,
 }
 
 impl Webhooks {
     pub fn new(redis: Redis, keys: Keys, config: WebhooksConfig, retention_ms: u64) -> Self {
-        Self { redis, keys, config, retention_ms }
+        Self { redis, keys, config, retention_ms, lookup: Arc::new(SystemLookup) }
+    }
+
+    /// The same store resolving targets' names with `lookup`.
+    pub fn with_lookup(mut self, lookup: Arc<dyn Lookup>) -> Self {
+        self.lookup = lookup;
+        self
+    }
+
+    /// How targets' names are resolved.
+    pub fn lookup(&self) -> Arc<dyn Lookup> {
+        Arc::clone(&self.lookup)
     }
 
     /// The store beside `queue`, keeping messages for its retention.
@@ -203,8 +220,13 @@ impl Webhooks {
         Policy { allow_http: self.config.allow_http, allow_private: self.config.allow_private }
     }
 
-    fn check_url(&self, url: &str) -> Result<(), ValidationError> {
-        self.policy().check_form(url).map(|_| ()).map_err(|refusal| ValidationError::at("url", refusal.to_string()))
+    /// Checks a new or changed target: its form and, unless private targets
+    /// are allowed, the addresses it names or resolves to now.
+    async fn check_url(&self, url: &str) -> Result<(), ValidationError> {
+        self.policy()
+            .vet_target(url, self.lookup.as_ref())
+            .await
+            .map_err(|refusal| ValidationError::at("url", refusal.to_string()))
     }
 
     fn check_events(events: &[EventType]) -> Result<String, ValidationError> {
@@ -216,7 +238,7 @@ impl Webhooks {
 
     /// Stores a new endpoint; returns it and its secret.
     pub async fn create(&self, tenant: &TenantId, new: NewEndpoint) -> Result<(Endpoint, String), WebhookError> {
-        self.check_url(&new.url)?;
+        self.check_url(&new.url).await?;
         let events = Self::check_events(&new.events)?;
         let id = WebhookId::generate();
         let secret = signing::new_secret();
@@ -302,7 +324,7 @@ impl Webhooks {
         self.stored(tenant, id.as_str()).await?;
         let mut fields: Vec<(&str, String)> = Vec::new();
         if let Some(url) = &patch.url {
-            self.check_url(url)?;
+            self.check_url(url).await?;
             fields.push(("url", url.clone()));
         }
         if let Some(events) = &patch.events {

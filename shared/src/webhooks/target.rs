@@ -1,15 +1,42 @@
 //! Where a webhook may be sent: `https://` only (plain `http://` when
-//! allowed), and, checked after DNS at each delivery, never a loopback,
-//! private, link-local, multicast, unspecified or otherwise non-public
-//! address unless allowed. The delivery client connects only to the
-//! addresses this check passed ([`PublicResolver`]), so a name that answers
-//! public first and private later cannot slip through, and it follows no
-//! redirects.
+//! allowed), and never a loopback, private, link-local, multicast,
+//! unspecified or otherwise non-public address ([`super::address`]) unless
+//! allowed. The address is checked where it is used: the delivery client
+//! resolves names only through [`PublicResolver`], which refuses an answer
+//! with any non-public address, so the address a request connects to is the
+//! one that was checked, at that delivery, and a name that answered public
+//! when the endpoint was made (its creation is checked too, with
+//! [`Policy::vet_target`]) and private later is refused then. The client
+//! follows no redirects. Name lookups go through [`Lookup`], the system's
+//! resolver unless another is given (tests script one).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use super::address::{kind_of, AddressKind};
+
+/// How long a lookup made to check a new endpoint may take; past it, the
+/// endpoint is kept and its address checked at each delivery.
+const CREATE_LOOKUP_LIMIT: Duration = Duration::from_secs(3);
+
+/// Resolves a host name to its addresses.
+pub trait Lookup: Send + Sync {
+    fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>>;
+}
+
+/// The system's resolver (`getaddrinfo`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemLookup;
+
+impl Lookup for SystemLookup {
+    fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, 0)).await?.map(|addr| addr.ip()).collect()) })
+    }
+}
 
 /// Why a target was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,7 +46,7 @@ pub enum Refusal {
     #[error("only https:// urls are allowed")]
     NotHttps,
     #[error("{0} is a {1} address; only public addresses are allowed")]
-    NotPublic(IpAddr, &'static str),
+    NotPublic(IpAddr, AddressKind),
     #[error("{0} does not resolve")]
     NoAddress(String),
 }
@@ -32,22 +59,6 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Checks a url's form: it parses, has a host, and its scheme is
-    /// allowed. Addresses are checked at each delivery ([`Policy::check_url`]
-    /// and [`PublicResolver`]), where a refusal lands in the delivery log.
-    pub fn check_form(&self, url: &str) -> Result<reqwest::Url, Refusal> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| Refusal::Malformed(e.to_string()))?;
-        match parsed.scheme() {
-            "https" => {}
-            "http" if self.allow_http => {}
-            _ => return Err(Refusal::NotHttps),
-        }
-        if parsed.host_str().is_none_or(str::is_empty) {
-            return Err(Refusal::Malformed("it has no host".into()));
-        }
-        Ok(parsed)
-    }
-
     /// Checks a url's form (scheme, host) and, when the host is an address,
     /// that address.
     pub fn check_url(&self, url: &str) -> Result<reqwest::Url, Refusal> {
@@ -71,57 +82,30 @@ impl Policy {
             _ => Ok(()),
         }
     }
-}
 
-/// What kind of non-public address `ip` is; `None` for a public one.
-pub fn kind_of(ip: IpAddr) -> Option<&'static str> {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    };
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            if v4.is_loopback() {
-                Some("loopback")
-            } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
-                Some("private")
-            } else if v4.is_link_local() {
-                Some("link-local")
-            } else if v4.is_multicast() || v4.is_broadcast() {
-                Some("multicast")
-            } else if v4.is_unspecified() || a == 0 {
-                Some("unspecified")
-            } else if v4.is_documentation() || a >= 240 {
-                Some("reserved")
-            } else {
-                None
-            }
+    /// Checks a new or changed endpoint's url: its form, its address when
+    /// it is one, and the addresses its name resolves to now. A name that
+    /// does not resolve (or not within [`CREATE_LOOKUP_LIMIT`]) is kept: its
+    /// addresses are checked at each delivery anyway.
+    pub async fn vet_target(&self, url: &str, lookup: &dyn Lookup) -> Result<(), Refusal> {
+        let parsed = self.check_url(url)?;
+        let host = parsed.host_str().unwrap_or_default();
+        if self.allow_private || host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+            return Ok(());
         }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            if v6.is_loopback() {
-                Some("loopback")
-            } else if v6.is_unspecified() {
-                Some("unspecified")
-            } else if v6.is_multicast() {
-                Some("multicast")
-            } else if first & 0xffc0 == 0xfe80 {
-                Some("link-local")
-            } else if first & 0xfe00 == 0xfc00 {
-                Some("private")
-            } else {
-                None
-            }
+        match tokio::time::timeout(CREATE_LOOKUP_LIMIT, lookup.lookup(host)).await {
+            Ok(Ok(found)) => found.into_iter().try_for_each(|ip| self.check_ip(ip)),
+            Ok(Err(_)) | Err(_) => Ok(()),
         }
     }
 }
 
-/// The delivery client's DNS: the system resolver, with every answer
-/// checked; a name with any non-public address is refused.
-#[derive(Debug, Clone)]
+/// The delivery client's DNS: every answer of the [`Lookup`] checked; a
+/// name with any non-public address is refused.
+#[derive(Clone)]
 pub struct PublicResolver {
     pub policy: Policy,
+    pub lookup: Arc<dyn Lookup>,
 }
 
 impl PublicResolver {
@@ -142,28 +126,30 @@ impl Resolve for PublicResolver {
         let this = self.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let found: Vec<SocketAddr> = this.lookup.lookup(&host).await?.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
             let vetted = this.vet(&host, found)?;
             Ok(Box::new(vetted.into_iter()) as Addrs)
         })
     }
 }
 
-/// The HTTP client deliveries use: checked DNS, no redirects, no proxy.
-pub fn client(policy: Policy, timeout: std::time::Duration) -> reqwest::Client {
+/// The HTTP client deliveries use: names resolved by `lookup` and checked,
+/// no redirects, no proxy.
+pub fn client(policy: Policy, lookup: Arc<dyn Lookup>, timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
-        .dns_resolver(Arc::new(PublicResolver { policy }))
+        .dns_resolver(Arc::new(PublicResolver { policy, lookup }))
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .timeout(timeout)
         .connect_timeout(timeout)
         .user_agent("flotilla-webhooks")
         .build()
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     const STRICT: Policy = Policy { allow_http: false, allow_private: false };
@@ -173,41 +159,64 @@ mod tests {
         assert!(STRICT.check_url("https://example.com/hook").is_ok());
         assert_eq!(STRICT.check_url("http://example.com/hook"), Err(Refusal::NotHttps));
         assert_eq!(STRICT.check_url("ftp://example.com/hook"), Err(Refusal::NotHttps));
-        for url in
-            ["https://127.0.0.1/", "https://10.0.0.1/", "https://169.254.169.254/latest", "https://[::1]/", "https://0.0.0.0/"]
-        {
+        for url in [
+            "https://127.0.0.1/",
+            "https://10.0.0.1/",
+            "https://169.254.169.254/latest",
+            "https://[::1]/",
+            "https://0.0.0.0/",
+            "https://[::ffff:127.0.0.1]/",
+            "https://[::7f00:1]/",
+            "https://[64:ff9b::a00:1]/",
+            "https://[2002:7f00:1::]/",
+            "https://2130706433/",
+            "https://0x7f.1/",
+        ] {
             assert!(matches!(STRICT.check_url(url), Err(Refusal::NotPublic(..))), "{url}");
         }
         let open = Policy { allow_http: true, allow_private: true };
         assert!(open.check_url("http://127.0.0.1:9/").is_ok());
     }
 
-    #[test]
-    fn every_kind_of_non_public_address_is_named() {
-        let kind = |s: &str| kind_of(s.parse().expect("ip"));
-        assert_eq!(kind("127.0.0.1"), Some("loopback"));
-        assert_eq!(kind("10.0.0.1"), Some("private"));
-        assert_eq!(kind("192.168.1.1"), Some("private"));
-        assert_eq!(kind("169.254.169.254"), Some("link-local"));
-        assert_eq!(kind("224.0.0.1"), Some("multicast"));
-        assert_eq!(kind("::1"), Some("loopback"));
-        assert_eq!(kind("::ffff:10.0.0.1"), Some("private"));
-        assert_eq!(kind("fe80::1"), Some("link-local"));
-        assert_eq!(kind("fd00::1"), Some("private"));
-        assert_eq!(kind("93.184.216.34"), None);
-        assert_eq!(kind("2606:4700::1111"), None);
+    /// Answers each host from a script, one answer per lookup, the last one
+    /// again once the script runs out.
+    struct Scripted(Mutex<Vec<Vec<IpAddr>>>);
+
+    impl Lookup for Scripted {
+        fn lookup<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+            let mut answers = self.0.lock().expect("lock");
+            let answer = if answers.len() > 1 { answers.remove(0) } else { answers[0].clone() };
+            Box::pin(async move { Ok(answer) })
+        }
     }
 
-    /// A name that answers public first and private later: each delivery
-    /// checks the answer it connects with, so the second is refused.
-    #[test]
-    fn a_name_that_turns_private_is_refused_at_the_next_delivery() {
-        let resolver = PublicResolver { policy: STRICT };
-        let public = vec!["93.184.216.34:443".parse().expect("addr")];
-        let private = vec!["10.0.0.1:443".parse().expect("addr")];
-        assert!(resolver.vet("rebind.example", public).is_ok());
-        let refused = resolver.vet("rebind.example", private).expect_err("refused");
-        assert_eq!(refused.to_string(), "10.0.0.1 is a private address; only public addresses are allowed");
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|ip| ip.parse().expect("ip")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_new_endpoint_is_refused_when_its_name_resolves_private_and_kept_when_it_does_not_resolve() {
+        let private = Scripted(Mutex::new(vec![ips(&["93.184.216.34", "10.1.2.3"])]));
+        let refused = STRICT.vet_target("https://hooks.example/", &private).await.expect_err("refused");
+        assert_eq!(refused.to_string(), "10.1.2.3 is a private address; only public addresses are allowed");
+        let public = Scripted(Mutex::new(vec![ips(&["93.184.216.34"])]));
+        assert_eq!(STRICT.vet_target("https://hooks.example/", &public).await, Ok(()));
+        assert_eq!(STRICT.vet_target("https://hooks.example/", &SystemLookup).await.ok(), Some(()), "unresolvable is kept");
+        let literal = STRICT.vet_target("https://[::ffff:169.254.169.254]/", &public).await.expect_err("refused");
+        assert!(matches!(literal, Refusal::NotPublic(_, AddressKind::LinkLocal)), "{literal}");
+    }
+
+    /// A name that answers public first and private later: the resolver the
+    /// client connects through checks every answer, so the second is refused.
+    #[tokio::test]
+    async fn a_name_that_turns_private_is_refused_by_the_resolver_the_client_connects_through() {
+        let script = Scripted(Mutex::new(vec![ips(&["93.184.216.34"]), ips(&["127.0.0.1"])]));
+        let resolver = PublicResolver { policy: STRICT, lookup: Arc::new(script) };
+        let name = |host: &str| host.parse::<Name>().expect("name");
+        let first: Vec<SocketAddr> = resolver.resolve(name("rebind.example")).await.expect("public").collect();
+        assert_eq!(first, vec!["93.184.216.34:0".parse::<SocketAddr>().expect("addr")]);
+        let refused = resolver.resolve(name("rebind.example")).await.err().expect("refused");
+        assert_eq!(refused.to_string(), "127.0.0.1 is a loopback address; only public addresses are allowed");
         let mixed = vec!["93.184.216.34:443".parse().expect("addr"), "127.0.0.1:443".parse().expect("addr")];
         assert!(resolver.vet("mixed.example", mixed).is_err());
     }

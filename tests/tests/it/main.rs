@@ -40,6 +40,7 @@ mod schedules;
 mod schemathesis;
 mod sdk_checks;
 mod telemetry;
+mod tenant_sandboxes;
 mod tenant_templates;
 mod usage;
 mod webhook_isolation;

@@ -2,13 +2,19 @@
 //! refuses a submit or a whole batch that would go past it (and enqueues
 //! nothing), the submit rate is one bucket shared by two API replicas,
 //! `Retry-After` and `RateLimit-*` say when to come back, a tenant past its
-//! daily tokens is refused, and the other tenant is never affected.
+//! daily tokens is refused and its queued tasks wait for the next UTC day
+//! (on a clock the test moves), and the other tenant is never affected.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::{clock, Config, TenantId};
+use flotilla_shared::task::TaskStatus;
+use flotilla_shared::{clock, Config, TaskId, TenantId};
+use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
+use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use flotilla_worker::sandbox::MemoryProvider;
 use serde_json::{json, Value};
 
 /// A config file holding `tenants`, in a fresh directory.
@@ -199,4 +205,81 @@ async fn racing_submits_through_two_replicas_never_pass_max_queued() {
     assert!(answers.iter().all(|(_, status)| *status == 202 || *status == 429), "{answers:?}");
     assert!((6..=7).contains(&admitted), "every room is taken and none past it: {admitted} tasks admitted");
     assert_eq!(task_count(&acme).await, admitted, "what was admitted is exactly what is queued");
+}
+
+/// A tenant whose tasks spend its `max_tokens_per_day` (against the
+/// protocol-faithful OpenAI server, on in-memory sandboxes): its other
+/// queued tasks stay `queued` (not failed) while another tenant's run, new
+/// submits get 429 `quota_exceeded`, and once the fleet's clock passes the
+/// next UTC midnight the queued tasks run and submits pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_turns() {
+    let server = ScriptedServer::start().await;
+    // 1 050 tokens a turn: the first task's two turns cross 1 500.
+    server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", openai::click(10, 10, "left"))]));
+    server.push(openai::reply("resp_2", vec![openai::message("done")]));
+    let file = config_file("[tenants.acme]\nmax_tokens_per_day = 1500\n");
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_CONFIG", file.to_string_lossy().into_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", "1".to_owned()),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ready(&api).await;
+    let key = flotilla_tests::api_key();
+    let model_task = json!({"prompt": "click then stop", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, _, body) = submit(&api, key, "/v1/tasks", &model_task).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(TaskId::parse(body["id"].as_str().expect("id")).expect("task id"));
+    }
+    let acme = TenantId::parse("acme").expect("tenant");
+    let status_of = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task").status;
+    eventually("the first task ends", Duration::from_secs(30), async || status_of(&ids[0]).await.is_terminal()).await;
+    assert_eq!(status_of(&ids[0]).await, TaskStatus::Succeeded);
+
+    let (status, headers, body) = submit(&api, key, "/v1/tasks", &task()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+    assert!(header(&headers, "retry-after").is_some_and(|s| s >= 1));
+    let globex = TenantId::parse("globex").expect("tenant");
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        let (status, _, body) = submit(&api, flotilla_tests::globex_key(), "/v1/tasks", &task()).await;
+        assert_eq!(status, 202, "{body}");
+        others.push(TaskId::parse(body["id"].as_str().expect("id")).expect("task id"));
+    }
+    eventually("the other tenant's tasks run", Duration::from_secs(30), async || {
+        let mut done = true;
+        for id in &others {
+            done &= fleet.queue.get(&globex, id).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded);
+        }
+        done
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in &ids[1..] {
+        assert_eq!(status_of(id).await, TaskStatus::Queued, "a task of a tenant past its tokens waits, not fails");
+    }
+    assert_eq!(server.received().len(), 2, "no model call while the tenant is past its tokens");
+
+    for id in ["resp_3", "resp_4"] {
+        server.push(Reply::json(openai::response(id, vec![openai::message("done")], 100, 10)));
+    }
+    let now = fleet.queue.now_ms();
+    fleet.config.clock.advance(clock::ms_to_next_utc_day(now) + 1_000);
+    eventually("the waiting tasks run on the next day", Duration::from_secs(30), async || {
+        status_of(&ids[1]).await.is_terminal() && status_of(&ids[2]).await.is_terminal()
+    })
+    .await;
+    for id in &ids[1..] {
+        assert_eq!(status_of(id).await, TaskStatus::Succeeded);
+    }
+    assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 202, "submits pass on the new day");
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(usage["limits"]["tokens_today"], 220, "the new day counts afresh: {usage}");
+    fleet.stop().await;
 }

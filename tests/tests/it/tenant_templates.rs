@@ -95,3 +95,31 @@ async fn a_template_the_tenant_may_not_use_is_refused_at_submit_and_nothing_is_q
     assert_eq!(status, 202, "{body}");
     assert_eq!(queued(&globex).await, (1, 0));
 }
+
+/// The template names `/openapi.json` states for `sandbox.template`.
+async fn documented_templates(api: &ApiServer, key: Option<&str>) -> Value {
+    let mut request = reqwest::Client::new().get(api.url("/openapi.json"));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let doc: Value = request.send().await.expect("document").json().await.expect("json");
+    doc["components"]["schemas"]["SandboxSpec"]["properties"]["template"].clone()
+}
+
+/// The document names only the calling tenant's templates: acme's key
+/// reads acme's, globex's reads globex's, and without a key it lists none.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_document_lists_only_the_callers_templates() {
+    let redis = RedisServer::start();
+    let path = config_file();
+    let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_CONFIG", path.to_str().expect("utf-8 path"))]);
+    let api = spawn_api(config).await;
+    ready(&api, flotilla_tests::api_key()).await;
+    let acme = documented_templates(&api, Some(flotilla_tests::api_key())).await;
+    assert_eq!(acme["enum"], json!(["desktop-chrome", null]), "{acme}");
+    let globex = documented_templates(&api, Some(flotilla_tests::fleet::globex_key())).await;
+    assert_eq!(globex["enum"], json!(["desktop-office", null]), "{globex}");
+    let anonymous = documented_templates(&api, None).await;
+    assert!(anonymous.get("enum").is_none(), "{anonymous}");
+    assert!(!anonymous.to_string().contains("desktop-"), "{anonymous}");
+}

@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,10 +16,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use flotilla_tests::fleet::test_env;
+use flotilla_shared::queue::Queue;
+use flotilla_shared::webhooks::target::Lookup;
+use flotilla_shared::webhooks::Webhooks;
+use flotilla_tests::fleet::{spawn_api_with_lookup, test_env};
 use flotilla_tests::python::venv_python;
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, RedisServer, WorkerProcess};
+use futures::future::BoxFuture;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 /// How the receiver answers.
 const OK: u8 = 0;
@@ -241,31 +246,123 @@ async fn deliveries_verify_with_the_reference_library_and_the_log_shows_them() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn non_public_targets_are_refused_with_the_reason_in_the_delivery_log() {
+async fn non_public_targets_are_refused_when_an_endpoint_is_made_or_changed() {
     let redis = RedisServer::start();
     let prefix = unique_prefix();
-    let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_RETRY_MS", "60000")];
-    let api = spawn_api(test_config(&redis, &prefix, &[("FLOTILLA_WEBHOOK_RETRY_MS", "60000")])).await;
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
     let acme = ApiClient::new(&api, api_key());
     wait_ready(&acme).await;
     let (status, body) = acme.post("/v1/webhooks", &json!({"url": "http://example.com/", "events": ["task.cancelled"]})).await;
     assert_eq!((status, body["error"]["field"].as_str()), (400, Some("url")), "plain http needs the operator's consent: {body}");
 
-    let api_http = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let api_http = spawn_api(test_config(&redis, &prefix, &[("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1")])).await;
     let acme = ApiClient::new(&api_http, api_key());
     wait_ready(&acme).await;
-    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-ssrf");
-    let (receiver, addr) = Receiver::start(OK).await;
     let cases = [
-        (format!("http://127.0.0.1:{}/hook", addr.port()), "127.0.0.1 is a loopback address"),
-        ("http://10.0.0.1/hook".to_owned(), "10.0.0.1 is a private address"),
-        ("http://169.254.169.254/latest/meta-data".to_owned(), "169.254.169.254 is a link-local address"),
-        (format!("http://[::1]:{}/hook", addr.port()), "::1 is a loopback address"),
-        (format!("http://localhost:{}/hook", addr.port()), "is a loopback address"),
+        ("http://127.0.0.1:9/hook", "127.0.0.1 is a loopback address"),
+        ("http://10.0.0.1/hook", "10.0.0.1 is a private address"),
+        ("http://169.254.169.254/latest/meta-data", "169.254.169.254 is a link-local address"),
+        ("http://[::1]:9/hook", "::1 is a loopback address"),
+        ("http://[::ffff:127.0.0.1]:9/hook", "is a loopback address"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "is a link-local address"),
+        ("http://2130706433:9/hook", "127.0.0.1 is a loopback address"),
+        ("http://localhost:9/hook", "is a loopback address"),
     ];
-    let mut hooks = Vec::new();
-    for (url, _) in &cases {
-        hooks.push(create_hook(&acme, url, json!(["task.cancelled"])).await.0);
+    for (url, reason) in cases {
+        let (status, body) = acme.post("/v1/webhooks", &json!({"url": url, "events": ["task.cancelled"]})).await;
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert_eq!((status, body["error"]["field"].as_str()), (400, Some("url")), "{url}: {body}");
+        assert!(message.contains(reason), "{url}: {body}");
+    }
+    let (id, _) = create_hook(&acme, "https://hooks.invalid/in", json!(["task.cancelled"])).await;
+    let (status, body) = acme.patch(&format!("/v1/webhooks/{id}"), &json!({"url": "http://127.0.0.1:9/"})).await;
+    assert_eq!((status, body["error"]["field"].as_str()), (400, Some("url")), "a change is checked too: {body}");
+}
+
+/// Resolves each host from a script: the first lookup of a host answers
+/// `first`, every later one `then` (the test's own DNS, never the system's).
+struct Rebinding {
+    answers: HashMap<String, (Vec<IpAddr>, Vec<IpAddr>)>,
+    lookups: Mutex<HashMap<String, usize>>,
+}
+
+impl Rebinding {
+    fn lookups(&self, host: &str) -> usize {
+        self.lookups.lock().expect("lock").get(host).copied().unwrap_or(0)
+    }
+}
+
+impl Lookup for Rebinding {
+    fn lookup<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        let seen = {
+            let mut lookups = self.lookups.lock().expect("lock");
+            let n = lookups.entry(host.to_owned()).or_default();
+            *n += 1;
+            *n
+        };
+        let answer = match self.answers.get(host) {
+            Some((first, _)) if seen == 1 => Ok(first.clone()),
+            Some((_, then)) => Ok(then.clone()),
+            None => Err(std::io::Error::new(std::io::ErrorKind::NotFound, "no such host")),
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+/// Accepts connections on loopback and counts them; never answers.
+async fn counting_listener() -> (Arc<AtomicUsize>, u16) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&count);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (count, port)
+}
+
+/// DNS rebinding: names that answer a public address when their endpoint is
+/// made (so it is accepted) and a non-public one at delivery. The check
+/// runs on the answer the delivery connects with, so each attempt is
+/// refused, the delivery log gives the reason, and no connection reaches
+/// the loopback listener the names point at.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_that_resolve_public_when_made_and_private_at_delivery_are_refused_in_the_delivery_log() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_RETRY_MS", "60000")];
+    let config = test_config(&redis, &prefix, &extra);
+    let (connections, port) = counting_listener().await;
+    let public: Vec<IpAddr> = vec!["93.184.216.34".parse().expect("ip")];
+    let ip = |s: &str| -> IpAddr { s.parse().expect("ip") };
+    let cases: Vec<(&str, Vec<IpAddr>, &str)> = vec![
+        ("to-loopback.test", vec![ip("127.0.0.1")], "127.0.0.1 is a loopback address"),
+        ("to-private.test", vec![ip("10.0.0.1")], "10.0.0.1 is a private address"),
+        ("to-metadata.test", vec![ip("169.254.169.254")], "169.254.169.254 is a link-local address"),
+        ("to-v6-loopback.test", vec![ip("::1")], "::1 is a loopback address"),
+        ("to-mapped.test", vec![ip("::ffff:127.0.0.1")], "::ffff:127.0.0.1 is a loopback address"),
+        ("to-mixed.test", vec![public[0], ip("127.0.0.1")], "127.0.0.1 is a loopback address"),
+    ];
+    let lookup = Arc::new(Rebinding {
+        answers: cases.iter().map(|(host, then, _)| ((*host).to_owned(), (public.clone(), then.clone()))).collect(),
+        lookups: Mutex::default(),
+    });
+    let api = spawn_api_with_lookup(config.clone(), lookup.clone()).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let queue = Queue::connect(&config).await.expect("redis");
+    let hooks = Webhooks::of_queue(&queue, config.webhooks.clone()).with_lookup(lookup.clone());
+    let stop = CancellationToken::new();
+    let deliveries = tokio::spawn(flotilla_worker::webhooks::run_with(queue, hooks, "hooks-rebind".into(), stop.clone()));
+
+    let mut made = Vec::new();
+    for (host, _, _) in &cases {
+        let (id, _) = create_hook(&acme, &format!("http://{host}:{port}/hook"), json!(["task.cancelled"])).await;
+        assert_eq!(lookup.lookups(host), 1, "{host}: checked when made, with a public answer");
+        made.push(id);
     }
     let (_, task) = acme
         .post("/v1/tasks", &json!({"prompt": "never runs", "pipeline": "openai-cua", "not_before": "2999-01-01T00:00:00Z"}))
@@ -273,22 +370,27 @@ async fn non_public_targets_are_refused_with_the_reason_in_the_delivery_log() {
     let task = task["id"].as_str().expect("id");
     assert!(acme.post_empty(&format!("/v1/tasks/{task}/cancel")).await.0 < 300);
 
-    for (hook, (url, reason)) in hooks.iter().zip(&cases) {
+    for (hook, (host, _, reason)) in made.iter().zip(&cases) {
         let path = format!("/v1/webhooks/{hook}/deliveries");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (_, log) = acme.get(&path).await;
-            let error = log["deliveries"][0]["error"].as_str().unwrap_or("").to_owned();
+            let entry = &log["deliveries"][0];
+            let error = entry["error"].as_str().unwrap_or("").to_owned();
             if !error.is_empty() {
-                assert!(error.starts_with("refused: ") && error.contains(reason), "{url}: {error}");
-                assert_eq!(log["deliveries"][0]["status"], "pending", "{url}: retried later");
+                assert!(error.starts_with("refused: ") && error.contains(reason), "{host}: {error}");
+                assert_eq!((entry["attempts"].as_u64(), entry["response_code"].as_u64()), (Some(1), None), "{host}: {entry}");
+                assert_eq!(entry["status"], "pending", "{host}: tried again later, and checked again then");
                 break;
             }
-            assert!(Instant::now() < deadline, "{url}: no attempt logged");
+            assert!(Instant::now() < deadline, "{host}: no attempt logged");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        assert!(lookup.lookups(host) >= 2, "{host}: resolved again at delivery");
     }
-    assert!(receiver.received().is_empty(), "nothing reached the loopback receiver");
+    stop.cancel();
+    deliveries.await.expect("the deliverer ends");
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "no connection reached the loopback listener");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,151 @@
+//! `max_sandboxes` on real local desktops: four worker processes that each
+//! keep a warm desktop, a tenant limited to 2 sandboxes, its tasks' holding
+//! sampled through the API at ≥ 20 Hz: never more than 2 hold a desktop,
+//! also while a worker holding one is SIGKILLed, and every slot comes back.
+//! The same tenant's tasks without a sandbox and another tenant's desktop
+//! tasks are not held back by the limit.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use flotilla_shared::event::EventKind;
+use flotilla_shared::ids::{TaskId, TenantId};
+use flotilla_shared::queue::Queue;
+use flotilla_shared::task::{TaskSpec, TaskStatus};
+use flotilla_tests::fleet::test_env;
+use flotilla_tests::tasks::{events, queue, wait_spec};
+use flotilla_tests::{spawn_api, test_config, unique_prefix, RedisServer, WorkerProcess};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::parse(name).expect("tenant")
+}
+
+/// A task on a desktop: a move, then a wait of `ms`.
+fn on_screen(ms: u64) -> TaskSpec {
+    let body = json!({
+        "prompt": "hold a desktop", "pipeline": "scripted",
+        "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": ms}]
+    });
+    TaskSpec::from_json(body.to_string().as_bytes()).expect("valid spec")
+}
+
+async fn submit(q: &Queue, who: &TenantId, spec: &TaskSpec, n: usize) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(q.submit(who, spec.clone()).await.expect("submit").id);
+    }
+    ids
+}
+
+/// The ids of the tasks the API lists as running for `key`'s tenant.
+async fn running(client: &reqwest::Client, url: &str, key: &str) -> HashSet<String> {
+    let page: Value = client.get(url).bearer_auth(key).send().await.expect("list").json().await.expect("json");
+    page["tasks"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str().map(str::to_owned)).collect()
+}
+
+/// The worker whose attempt last started the task.
+async fn started_by(q: &Queue, id: &TaskId) -> Option<String> {
+    events(q, id).await.into_iter().rev().find_map(|e| match e.kind {
+        EventKind::Started { worker, .. } => Some(worker),
+        _ => None,
+    })
+}
+
+/// Whether the task has its desktop now (it ran an action on it).
+async fn on_its_desktop(q: &Queue, id: &TaskId) -> bool {
+    events(q, id).await.iter().any(|e| matches!(e.kind, EventKind::SandboxReady { .. }))
+}
+
+fn config_file(dir: &Path, text: &str) -> String {
+    let file = dir.join("flotilla.toml");
+    std::fs::write(&file, text).expect("write config");
+    file.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_worker() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let dir = std::env::temp_dir().join(format!("flotilla-tenant-sandboxes-{prefix}"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = config_file(&dir, "[tenants.acme]\nmax_sandboxes = 2\n");
+    let extra = [
+        ("FLOTILLA_SANDBOX_PROVIDER", "local"),
+        ("FLOTILLA_SANDBOX_WARM", "1"),
+        ("FLOTILLA_SANDBOX_MAX", "3"),
+        ("FLOTILLA_WORKER_CONCURRENCY", "3"),
+        ("FLOTILLA_LEASE_MS", "2000"),
+        ("FLOTILLA_HEARTBEAT_MS", "300"),
+        ("FLOTILLA_CONFIG", file.as_str()),
+    ];
+    let env = test_env(&redis, &prefix, &extra);
+    let config = test_config(&redis, &prefix, &extra);
+    let q = queue(&config).await;
+    let api = spawn_api(config).await;
+    let client = api.client();
+    let url = api.url("/v1/tasks?status=running&limit=100");
+    let mut workers: Vec<WorkerProcess> = (0..4).map(|n| WorkerProcess::spawn(&env, &format!("w{n}"))).collect();
+
+    let (acme, globex) = (tenant("acme"), tenant("globex"));
+    let desktop_ids = submit(&q, &acme, &on_screen(1_500), 8).await;
+    let plain_ids = submit(&q, &acme, &wait_spec(300), 6).await;
+    let other_ids = submit(&q, &globex, &on_screen(1_500), 4).await;
+    let desktop: HashSet<String> = desktop_ids.iter().map(|id| id.as_str().to_owned()).collect();
+
+    let (mut most, mut samples, mut other_most) = (0, 0, 0);
+    let mut killed = None;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let tick = Instant::now();
+        let holding = running(&client, &url, flotilla_tests::api_key()).await.intersection(&desktop).count();
+        most = most.max(holding);
+        other_most = other_most.max(running(&client, &url, flotilla_tests::globex_key()).await.len());
+        samples += 1;
+        if killed.is_none() {
+            for id in &desktop_ids {
+                let record = q.get(&acme, id).await.expect("get").expect("task");
+                if record.status != TaskStatus::Running || !on_its_desktop(&q, id).await {
+                    continue;
+                }
+                if let Some(n) = started_by(&q, id).await.and_then(|w| w.strip_prefix('w')?.parse::<usize>().ok()) {
+                    workers[n].signal("KILL");
+                    assert!(workers[n].wait_exit(5), "SIGKILL ends the worker");
+                    killed = Some(n);
+                    break;
+                }
+            }
+        }
+        let mut ended = true;
+        for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
+            for id in ids.iter() {
+                ended &= q.get(who, id).await.expect("get").is_some_and(|r| r.status.is_terminal());
+            }
+        }
+        if ended {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the tasks did not all end");
+        tokio::time::sleep(Duration::from_millis(45).saturating_sub(tick.elapsed())).await;
+    }
+    assert!(killed.is_some(), "a worker holding a desktop of the tenant was killed");
+    assert!(samples >= 20, "sampled {samples} times");
+    assert!(most <= 2, "{most} tasks of the tenant held desktops at once");
+    assert_eq!(most, 2, "the limit was reached, not just respected");
+    assert!(other_most > 2, "another tenant is not held to the limit: {other_most} at most");
+
+    for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
+        for id in ids.iter() {
+            let record = q.get(who, id).await.expect("get").expect("task");
+            assert_eq!(record.status, TaskStatus::Succeeded, "{who} task {id}: {:?}", record.error);
+        }
+    }
+    let mut conn = q.redis().shared();
+    let state: std::collections::HashMap<String, String> = conn.hgetall(q.keys().tenant_state(&acme)).await.expect("tenant");
+    assert_eq!(state.get("sandboxed").map(String::as_str), Some("0"), "every sandbox slot came back: {state:?}");
+    assert_eq!(state.get("running").map(String::as_str), Some("0"), "{state:?}");
+    drop(workers);
+    std::fs::remove_dir_all(dir).ok();
+}
