@@ -30,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 const OK: u8 = 0;
 const FLAKY: u8 = 1;
 const REDIRECT: u8 = 2;
+/// `410 Gone`.
+const GONE: u8 = 3;
+/// `200` with a body that never ends.
+const ENDLESS: u8 = 4;
 
 /// One request the receiver got, and whether it answered 2xx.
 #[derive(Debug, Clone)]
@@ -67,6 +71,14 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Str
     let answer = match receiver.mode.load(Ordering::Relaxed) {
         FLAKY if rand::random::<f64>() < 0.3 => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         REDIRECT => (StatusCode::FOUND, [("location", "http://127.0.0.1:1/elsewhere")]).into_response(),
+        GONE => StatusCode::GONE.into_response(),
+        ENDLESS => {
+            let chunks = futures::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Some((Ok::<_, std::io::Error>(vec![b'x'; 1024]), ()))
+            });
+            (StatusCode::OK, axum::body::Body::from_stream(chunks)).into_response()
+        }
         _ => StatusCode::NO_CONTENT.into_response(),
     };
     let accepted = answer.status().is_success();
@@ -243,6 +255,79 @@ async fn deliveries_verify_with_the_reference_library_and_the_log_shows_them() {
     assert_eq!((status, page["webhooks"][0]["id"].as_str()), (200, Some(id.as_str())), "{page}");
     assert_eq!(acme.delete(&format!("/v1/webhooks/{id}")).await.0, 204);
     assert_eq!(acme.get(&format!("/v1/webhooks/{id}")).await.0, 404);
+}
+
+/// The delivery log entry of message `msg` of endpoint `hook`, once it
+/// satisfies `done`.
+async fn log_entry(api: &ApiClient, hook: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, log) = api.get(&format!("/v1/webhooks/{hook}/deliveries?limit=500")).await;
+        if let Some(entry) = log["deliveries"].as_array().and_then(|all| all.iter().find(|d| done(d))) {
+            return entry.clone();
+        }
+        assert!(Instant::now() < deadline, "{what}: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A `410 Gone` disables the endpoint (the log and the endpoint say why)
+/// and nothing more is posted to it; `PATCH` changes its events and
+/// enables it again; an answer whose body never ends is a success once its
+/// status is in, its body read only up to a small limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_410_disables_the_endpoint_patch_enables_it_with_new_events_and_an_endless_answer_body_is_not_read() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra =
+        [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1"), ("FLOTILLA_WEBHOOK_RETRY_MS", "50")];
+    let api = spawn_api(test_config(&redis, &prefix, &extra)).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "hooks-gone");
+    let (receiver, addr) = Receiver::start(GONE).await;
+    let (id, _) = create_hook(&acme, &format!("http://{addr}/hook"), json!(["task.succeeded"])).await;
+    let run = json!({"prompt": "quick", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 5}]});
+
+    assert_eq!(acme.post("/v1/tasks", &run).await.0, 202);
+    let gone = log_entry(&acme, &id, "a failed delivery", |d| d["status"] == "failed").await;
+    assert_eq!((gone["response_code"].as_u64(), gone["attempts"].as_u64()), (Some(410), Some(1)), "not retried: {gone}");
+    let (_, endpoint) = acme.get(&format!("/v1/webhooks/{id}")).await;
+    assert_eq!(endpoint["disabled"], true, "{endpoint}");
+    assert!(endpoint["disabled_reason"].as_str().is_some_and(|r| r.contains("410")), "{endpoint}");
+
+    receiver.mode.store(ENDLESS, Ordering::Relaxed);
+    let (_, second) = acme.post("/v1/tasks", &run).await;
+    let second = second["id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acme.get(&format!("/v1/tasks/{second}")).await.1["status"] != "succeeded" {
+        assert!(Instant::now() < deadline, "the second task never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The dispatcher reads the feed every 100 ms: ten rounds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, log) = acme.get(&format!("/v1/webhooks/{id}/deliveries")).await;
+    assert_eq!(log["deliveries"].as_array().map(Vec::len), Some(1), "no message for a disabled endpoint: {log}");
+    assert_eq!(receiver.received().len(), 1, "nothing was posted to the disabled endpoint");
+
+    let (status, patched) =
+        acme.patch(&format!("/v1/webhooks/{id}"), &json!({"disabled": false, "events": ["task.cancelled"]})).await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!((patched["disabled"].as_bool(), patched["events"].clone()), (Some(false), json!(["task.cancelled"])), "{patched}");
+    assert!(patched["disabled_reason"].is_null(), "{patched}");
+    assert_eq!(acme.post("/v1/tasks", &run).await.0, 202, "a succeeded task it no longer wants");
+    let (_, parked) = acme
+        .post("/v1/tasks", &json!({"prompt": "never runs", "pipeline": "openai-cua", "not_before": "2999-01-01T00:00:00Z"}))
+        .await;
+    let parked = parked["id"].as_str().expect("id").to_owned();
+    assert!(acme.post_empty(&format!("/v1/tasks/{parked}/cancel")).await.0 < 300);
+    let started = Instant::now();
+    let done = log_entry(&acme, &id, "the cancelled task's delivery", |d| d["status"] == "succeeded").await;
+    assert_eq!(done["response_code"].as_u64(), Some(200), "{done}");
+    assert!(started.elapsed() < Duration::from_secs(10), "an endless body does not hold the attempt to its timeout");
+    let bodies: Vec<Value> = receiver.received().iter().map(|d| serde_json::from_str(&d.body).expect("json")).collect();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert_eq!((bodies[1]["type"].as_str(), bodies[1]["data"]["id"].as_str()), (Some("task.cancelled"), Some(parked.as_str())));
 }
 
 #[tokio::test(flavor = "multi_thread")]
