@@ -161,6 +161,8 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/", get(dashboard::page))
         .route(dashboard::SCRIPT_PATH, get(dashboard::script))
         .route(dashboard::STYLE_PATH, get(dashboard::style))
+        .route(dashboard::CHART_SCRIPT_PATH, get(dashboard::chart_script))
+        .route(dashboard::CHART_STYLE_PATH, get(dashboard::chart_style))
 }
 
 /// The span of one request; `route` (the matched route, such as

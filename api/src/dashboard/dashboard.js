@@ -29,7 +29,7 @@
 
   /** What the page knows: the key, the tenant feed, the open task and webhook. */
   const state = {
-    key: null, feed: null, boardTimer: null, selected: null, tasks: [],
+    key: null, feed: null, boardTimer: null, selected: null, tasks: [], usageChart: null,
     hookId: null, hooksTimer: null, hooksRead: 0,
   };
 
@@ -163,6 +163,7 @@
     await refreshBoard();
     followFeed();
     refreshHooks();
+    refreshUsage();
     const wanted = window.location.hash.slice(1);
     if (TASK_ID.test(wanted)) openTask(wanted);
   }
@@ -883,6 +884,75 @@
     state.hooksTimer = setTimeout(refreshHooks, ms);
   }
 
+  // ---- usage: tokens and sandbox seconds per day -------------------------
+
+  /** Reads the tenant's usage of the last 30 days and draws it. */
+  async function refreshUsage() {
+    if (!state.key) return;
+    try {
+      renderUsage(await api('GET', '/v1/usage'));
+    } catch (error) {
+      $('usage-limits').textContent = explain(error);
+    }
+  }
+
+  function sumOf(map) {
+    return Object.values(map || {}).reduce((a, b) => a + (Number(b) || 0), 0);
+  }
+
+  function renderUsage(report) {
+    const days = (report && Array.isArray(report.days)) ? report.days : [];
+    $('usage-range').textContent = report ? `${report.from} to ${report.to}` : '';
+    $('usage').tBodies[0].replaceChildren(...days.map((d) => {
+      const row = element('tr');
+      row.dataset.day = String(d.day);
+      row.append(
+        cell(d.day),
+        cell(sumOf(d.tasks), 'num'),
+        cell(d.input_tokens, 'num'),
+        cell(d.output_tokens, 'num'),
+        cell((sumOf(d.sandbox_ms) / 1000).toFixed(1), 'num'),
+        cell(d.steps, 'num'),
+      );
+      return row;
+    }));
+    const limits = (report && report.limits) || {};
+    const parts = [`queued ${limits.queued} of ${limits.max_queued}`];
+    if (limits.max_tokens_per_day != null) parts.push(`tokens today ${limits.tokens_today} of ${limits.max_tokens_per_day}`);
+    else parts.push(`tokens today ${limits.tokens_today}`);
+    if (limits.max_sandboxes != null) parts.push(`max sandboxes ${limits.max_sandboxes}`);
+    if (limits.rate) parts.push(`rate ${limits.rate.per_second}/s (burst ${limits.rate.burst})`);
+    $('usage-limits').textContent = parts.join(' · ');
+    drawUsage(days);
+  }
+
+  /** Tokens (left axis) and sandbox seconds (right axis) per day, with uPlot. */
+  function drawUsage(days) {
+    const box = $('usage-chart');
+    if (state.usageChart) state.usageChart.destroy();
+    state.usageChart = null;
+    if (typeof uPlot !== 'function' || days.length === 0) {
+      box.textContent = days.length === 0 ? 'Nothing used in these days.' : '';
+      return;
+    }
+    box.textContent = '';
+    const x = days.map((d) => Date.parse(`${d.day}T00:00:00Z`) / 1000);
+    const tokens = days.map((d) => (Number(d.input_tokens) || 0) + (Number(d.output_tokens) || 0));
+    const seconds = days.map((d) => sumOf(d.sandbox_ms) / 1000);
+    const options = {
+      width: Math.max(box.clientWidth, 320),
+      height: 200,
+      scales: { x: { time: true }, tokens: {}, seconds: {} },
+      series: [
+        {},
+        { label: 'tokens', scale: 'tokens', stroke: '#2563eb', fill: 'rgba(37,99,235,0.12)', width: 2, points: { size: 6 } },
+        { label: 'sandbox s', scale: 'seconds', stroke: '#d97706', width: 2, points: { size: 6 } },
+      ],
+      axes: [{}, { scale: 'tokens', label: 'tokens' }, { scale: 'seconds', label: 'sandbox s', side: 1, grid: { show: false } }],
+    };
+    state.usageChart = new uPlot(options, [x, tokens, seconds], box);
+  }
+
   /** Reads the webhooks, and the deliveries of the one picked (the first by default). */
   async function refreshHooks() {
     clearTimeout(state.hooksTimer);
@@ -971,6 +1041,7 @@
     $('close-detail').addEventListener('click', closeTask);
     $('webhooks').tBodies[0].addEventListener('click', pickHook);
     $('refresh-hooks').addEventListener('click', refreshHooks);
+    $('refresh-usage').addEventListener('click', refreshUsage);
     $('shots').addEventListener('click', pickShot);
     $('cancel').addEventListener('click', (event) => act(event.currentTarget, '/cancel'));
     $('approve').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'approve' }));

@@ -24,6 +24,17 @@ const SCRIPT: &str = include_str!("dashboard.js");
 /// The page's look.
 const STYLE: &str = include_str!("dashboard.css");
 
+/// The charting library of the usage view, uPlot 1.6.31 (MIT, see
+/// `vendor/UPLOT-LICENSE`), served as it is published.
+const CHART_SCRIPT: &str = include_str!("vendor/uplot.min.js");
+/// The charting library's style sheet.
+const CHART_STYLE: &str = include_str!("vendor/uplot.min.css");
+
+/// Where the charting library is served.
+pub const CHART_SCRIPT_PATH: &str = "/uplot.js";
+/// Where the charting library's style sheet is served.
+pub const CHART_STYLE_PATH: &str = "/uplot.css";
+
 /// Where the page's script is served.
 pub const SCRIPT_PATH: &str = "/dashboard.js";
 /// Where the page's style sheet is served.
@@ -72,6 +83,16 @@ pub async fn script(State(state): State<AppState>) -> impl IntoResponse {
 /// The dashboard's style sheet.
 pub async fn style(State(state): State<AppState>) -> impl IntoResponse {
     (security_headers(&state, "text/css; charset=utf-8"), STYLE)
+}
+
+/// The charting library of the usage view.
+pub async fn chart_script(State(state): State<AppState>) -> impl IntoResponse {
+    (security_headers(&state, "text/javascript; charset=utf-8"), CHART_SCRIPT)
+}
+
+/// The charting library's style sheet.
+pub async fn chart_style(State(state): State<AppState>) -> impl IntoResponse {
+    (security_headers(&state, "text/css; charset=utf-8"), CHART_STYLE)
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
         ("POST", format!("/v1/tasks/{id}/takeover"), "'/takeover'"),
         ("POST", format!("/v1/tasks/{id}/release"), "'/release'"),
         ("GET", "/v1/events".to_owned(), "'/v1/events'"),
+        ("GET", "/v1/usage".to_owned(), "'/v1/usage'"),
         ("GET", "/v1/webhooks?limit=50".to_owned(), "'/v1/webhooks?limit=50'"),
         ("GET", "/v1/webhooks/whk_01jc0000000000000000000000/deliveries?limit=20".to_owned(), "/deliveries?limit="),
     ];
@@ -416,4 +417,71 @@ async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_show
     println!("dashboard screenshot: {}", path.display());
     browser.close().await;
     worker.stop().await;
+}
+
+/// The usage view: three days of a tenant's usage (as workers count them)
+/// drawn by the charting library served with the page (tokens and sandbox
+/// seconds per day) beside the table and the limits; another tenant's
+/// figures never appear. The screenshot is kept as a test artifact.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, &[]);
+    let api = spawn_api(config.clone()).await;
+    let keys = Keys::new(prefix.clone());
+    let today = clock::now_ms();
+    let acme = flotilla_shared::TenantId::parse("acme").expect("tenant");
+    let globex = flotilla_shared::TenantId::parse("globex").expect("tenant");
+    for (back, tokens, sandbox_ms) in [(2, 1200u64, 45_000u64), (1, 5400, 120_000), (0, 3100, 80_000)] {
+        let day = keys.usage_day(&acme, &clock::utc_day(today - back * clock::DAY_MS));
+        let fields = [
+            ("in:claude-sonnet-4-5".to_owned(), tokens - 100),
+            ("out:claude-sonnet-4-5".to_owned(), 100),
+            ("tokens".to_owned(), tokens),
+            ("sandbox_ms:local".to_owned(), sandbox_ms),
+            ("steps".to_owned(), 12),
+            ("tasks:succeeded".to_owned(), 3),
+        ];
+        for (field, n) in fields {
+            redis.cli(&["HINCRBY", &day, &field, &n.to_string()]);
+        }
+    }
+    let other = keys.usage_day(&globex, &clock::utc_day(today));
+    redis.cli(&["HINCRBY", &other, "tokens", "987654"]);
+    redis.cli(&["HINCRBY", &other, "in:secret-model", "987654"]);
+
+    let mut browser = Browser::launch(VIEWPORT.0, VIEWPORT.1).await.expect("start chromium");
+    sign_in(&mut browser, &api).await;
+    let drawn = "document.querySelectorAll('#usage tbody tr').length === 3 && \
+                 !!document.querySelector('#usage-chart .uplot canvas') && \
+                 document.getElementById('usage-limits').textContent.includes('tokens today 3100')";
+    browser.wait_for("the usage view is drawn", drawn, SHOWN).await.expect("usage drawn");
+    let legend = browser
+        .evaluate("Array.from(document.querySelectorAll('#usage-chart .u-legend .u-label')).map((l) => l.textContent).join('|')")
+        .await
+        .expect("legend");
+    assert_eq!(legend.as_str(), Some("Time|tokens|sandbox s"), "{legend}");
+    let table = browser.evaluate("document.getElementById('usage').textContent").await.expect("table");
+    let table = table.as_str().unwrap_or_default().to_owned();
+    assert!(table.contains("5300") && table.contains("120.0"), "the busiest day's figures: {table}");
+    let page = browser.evaluate("document.body.textContent").await.expect("page text");
+    assert!(!page.as_str().unwrap_or_default().contains("987654"), "another tenant's figures never show");
+    let painted = browser
+        .evaluate(
+            "(() => { const c = document.querySelector('#usage-chart .uplot canvas'); \
+              const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
+              let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })()",
+        )
+        .await
+        .expect("pixels");
+    assert!(painted.as_u64().is_some_and(|n| n > 500), "the chart is drawn: {painted} pixels painted");
+
+    browser.evaluate("document.getElementById('usage-panel').scrollIntoView()").await.expect("scroll");
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = artifact_path().with_file_name("dashboard-usage.png");
+    std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
+    std::fs::write(&path, &png).expect("write the screenshot");
+    println!("usage view screenshot: {}", path.display());
+    browser.close().await;
 }
