@@ -24,8 +24,9 @@
 //! | `routes` | hash | queued entries per route (routes without any are absent) |
 //! | `active:<route>` | sorted set | tenants with queued tasks on the route below their `max_running`, by virtual time |
 //! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
-//! | `busy` | set | tenants with entries delivered and not yet acknowledged (reclaim looks only here) |
+//! | `busy` | set | every tenant with entries delivered and not yet acknowledged, and maybe some with none left (its hash's `busy` says it is in; reclaim looks only here and drops those with none) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
+//! | `wake` | sorted set | one member, `ready`, while tasks went into lanes since an idle worker last looked (idle workers wait on it with `BZPOPMIN`) |
 //! | `limits` | hash | `max_running` of the tenants that have one (read at once by an acknowledgement) |
 //! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |
@@ -125,6 +126,11 @@ impl Keys {
     /// Hash: the shard's virtual clock and totals (see the table above).
     pub fn sched(&self, shard: Shard) -> String {
         format!("{}sched", self.shard_base(shard))
+    }
+
+    /// Sorted set: the shard's wake-up signal for idle workers.
+    pub fn wake(&self, shard: Shard) -> String {
+        format!("{}wake", self.shard_base(shard))
     }
 
     /// Sorted set: the shard's tenants that may take a turn on some route,

@@ -23,7 +23,9 @@
 //! how many requests and how many tokens (input plus output, counted from
 //! the provider's `usage` as answers stream through) it may spend, and how
 //! many calls it may have open at once; past a limit the gateway answers
-//! 429. Only an exact allowlist of (method, path) pairs is forwarded, checked
+//! 429. What each call spent (model, input and output tokens) is also
+//! reported, once its answer has been read, to the token's holder
+//! ([`TaskToken::calls`]), which counts it on the task. Only an exact allowlist of (method, path) pairs is forwarded, checked
 //! on the raw path before anything normalises it ([`policy`]); bodies are
 //! capped at [`MAX_REQUEST_BYTES`].
 
@@ -49,7 +51,7 @@ use flotilla_shared::ids::TaskId;
 use flotilla_shared::Config;
 use futures::StreamExt;
 use rand::Rng;
-use tokio::sync::OnceCell;
+use tokio::sync::{mpsc, OnceCell};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -209,6 +211,17 @@ struct Grant {
     listener: Listener,
     limits: GrantLimits,
     spent: Arc<Spent>,
+    /// Where each call's usage goes once its answer is read.
+    calls: mpsc::UnboundedSender<CallUsage>,
+}
+
+/// What one model call through the gateway spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallUsage {
+    /// The model, as the answer names it.
+    pub model: String,
+    pub input: u64,
+    pub output: u64,
 }
 
 /// What a token has spent so far.
@@ -273,10 +286,11 @@ impl ModelGateway {
                 (Listener::Socket(id), bridge.url.clone(), Some((stop, bridge.socket.clone())))
             }
         };
-        let grant = Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::default() };
+        let (calls, reported) = mpsc::unbounded_channel();
+        let grant = Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::default(), calls };
         self.inner.grants.insert(&token, grant);
         debug!(task_id = %task, ttl_s = ttl.as_secs(), bridged = socket.is_some(), "model gateway token granted");
-        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket })
+        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket, calls: Some(reported) })
     }
 
     /// Serves the gateway on `bridge`'s Unix socket as `listener` until the
@@ -363,6 +377,8 @@ pub struct TaskToken {
     grants: Arc<Grants>,
     /// The sandbox's own listener, stopped (and its socket removed) on drop.
     socket: Option<(CancellationToken, PathBuf)>,
+    /// What the token's calls spent, one report per call.
+    calls: Option<mpsc::UnboundedReceiver<CallUsage>>,
 }
 
 impl TaskToken {
@@ -374,6 +390,12 @@ impl TaskToken {
     /// The gateway's URL, for the sandbox's `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// The reports of what each call of this token spent, sent once the
+    /// call's answer has been read (the first caller takes them).
+    pub fn calls(&mut self) -> Option<mpsc::UnboundedReceiver<CallUsage>> {
+        self.calls.take()
     }
 
     /// Keeps the token valid for `ttl` from now; false when it had already
@@ -516,7 +538,10 @@ async fn forward(State(route): State<Route>, request: Request) -> Response {
     }
     let sent = forwarder.client.request(parts.method, url).headers(headers).body(bytes).send().await;
     match sent {
-        Ok(answer) => relay(answer, open, Arc::clone(&grant.spent)),
+        Ok(answer) => {
+            let meter = Meter::new(&grant, &answer);
+            relay(answer, open, meter)
+        }
         Err(e) => {
             warn!(task_id = %grant.task, error = %e.without_url(), "model provider unreachable");
             api_error(StatusCode::BAD_GATEWAY, "api_error", "the model gateway could not reach the model provider")
@@ -584,18 +609,48 @@ impl Drop for Open {
     }
 }
 
+/// Counts one answer's usage as it streams through: on the token's total
+/// at once, and, when the answer is dropped (read to its end or cut off),
+/// as one report to the token's holder.
+struct Meter {
+    counter: usage::Counter,
+    spent: Arc<Spent>,
+    calls: mpsc::UnboundedSender<CallUsage>,
+}
+
+impl Meter {
+    fn new(grant: &Grant, answer: &reqwest::Response) -> Self {
+        let counter = usage::Counter::new(usage::Format::of(answer.headers().get("content-type")));
+        Self { counter, spent: Arc::clone(&grant.spent), calls: grant.calls.clone() }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let added = self.counter.push(bytes);
+        self.spent.tokens.fetch_add(added, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        let (model, input, output) = self.counter.spent();
+        if input + output > 0 {
+            let model = model.unwrap_or("unknown").to_owned();
+            // The holder may be gone (the task ended): nothing to count then.
+            let _ = self.calls.send(CallUsage { model, input, output });
+        }
+    }
+}
+
 /// The provider's answer as the sandbox gets it: status, headers and a body
 /// streamed through as it arrives, its `usage` counted on the way; the call
 /// stays open until the body has been read.
-fn relay(answer: reqwest::Response, open: Option<Open>, spent: Arc<Spent>) -> Response {
+fn relay(answer: reqwest::Response, open: Option<Open>, mut meter: Meter) -> Response {
     let status = answer.status();
     let headers = forwardable_headers(answer.headers());
-    let mut counter = usage::Counter::new(usage::Format::of(headers.get("content-type")));
     let stream = answer.bytes_stream().map(move |chunk| {
         let _open = &open;
         if let Ok(bytes) = &chunk {
-            let added = counter.push(bytes);
-            spent.tokens.fetch_add(added, Ordering::Relaxed);
+            meter.push(bytes);
         }
         chunk
     });

@@ -28,8 +28,9 @@ use crate::pipeline::Registry;
 use crate::tools::Tools;
 use crate::webhooks;
 
-/// How long the loop first waits when there was nothing to claim; each
-/// empty claim doubles it, up to [`IDLE_MAX`].
+/// How long the loop first waits when there was nothing to claim (unless
+/// new tasks wake it first, see `Claimer::wait_for_work`); each empty claim
+/// doubles it, up to [`IDLE_MAX`].
 const IDLE_MIN: Duration = Duration::from_millis(2);
 /// The longest wait between claims when there is nothing to run.
 const IDLE_MAX: Duration = Duration::from_millis(25);
@@ -199,7 +200,7 @@ impl Claimer {
                     backoff = Duration::from_millis(50);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(idle) => {}
+                        () = source.wait_for_work(idle) => {}
                     }
                     idle = (idle * 2).min(IDLE_MAX);
                 }

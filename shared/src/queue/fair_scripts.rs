@@ -15,6 +15,7 @@
 //! is at least the tasks running: an entry is acknowledged only after its
 //! task's end or hand-back is written), `delayed` (tasks in the due set),
 //! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none),
+//! `busy` (`1` while it is in the shard's `busy` set),
 //! `sandboxed` (entries running on routes that hold a sandbox) and `maxsb`
 //! (max_sandboxes, absent for none), `paused` (epoch ms until which the
 //! tenant takes no turn: it spent its `max_tokens_per_day`; the shard's
@@ -47,6 +48,13 @@ use super::scripts::{FINISH_FN, PRELUDE, START_FN};
 /// tenant's virtual time by `STRIDE_UNIT / w`.
 pub const STRIDE_UNIT: u32 = 10_000;
 
+/// How many tasks past its fair share a turn may take: a turn ends within
+/// `TURN_TASKS` of the tenant's strides past the next tenant's virtual time
+/// (deficit round-robin's quantum). Larger turns cost Redis less per task
+/// (a turn's reads and writes, and an acknowledgement's per-tenant writes,
+/// serve more tasks) and loosen fairness by as many tasks per tenant.
+pub const TURN_TASKS: u32 = 4;
+
 /// How many tasks ahead of the clock a tenant that comes back from idle may
 /// start: it joins at `max(its own virtual time, clock - HEAD_START_TURNS
 /// strides)`. Bounded and never accumulated while idle, it lets a quiet
@@ -64,6 +72,7 @@ const FAIR_FN: &str = r#"
 local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
 local HEAD_START = 4 -- HEAD_START_TURNS
+local TURN_TASKS = 4 -- TURN_TASKS
 local SHARD_ACC, ROUTE_ACC = {}, {}
 -- Sandbox slots (entries of routes that hold a sandbox) freed per tenant.
 local SB_FREED = {}
@@ -184,6 +193,11 @@ local function activate(S, tenant)
     redis.call('ZREM', S .. 'active', tenant)
   end
 end
+-- Tells idle workers that tasks went into lanes: one member, so however
+-- many tasks came in, one command and one waiting worker woken.
+local function wake(S)
+  redis.call('ZADD', S .. 'wake', 0, 'ready')
+end
 local function capabilities(sandbox, pipelines, labels)
   local c = {sandbox = sandbox, pipelines = {}, labels = {}}
   for p in string.gmatch(pipelines, '[^,]+') do c.pipelines[p] = true end
@@ -266,7 +280,6 @@ local function settle(S, group, entries, freed)
     local n = freed[tenant]
     local running = redis.call('HINCRBY', tkey(S, tenant), 'running', -n)
     SHARD_ACC.running = (SHARD_ACC.running or 0) - n
-    if running <= 0 then redis.call('SREM', S .. 'busy', tenant) end
     -- Only a tenant that was at its limit can take turns again.
     local max = tonumber(limits[i]) or 0
     local again = max > 0 and running + n >= max
@@ -479,7 +492,7 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     if sb_lanes then k = math.min(k, sb_left) end
     if st.paused then k = 0 end
     local first = #out + 1
-    if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + 1) end
+    if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + TURN_TASKS) end
     local fields = {}
     local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
     local sb_got = 0
@@ -501,7 +514,11 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
         fields[#fields + 1] = 'vt'
         fields[#fields + 1] = num(vt)
         SHARD_ACC.running = (SHARD_ACC.running or 0) + got
-        if running == 0 then redis.call('SADD', S .. 'busy', tenant) end
+        if st.busy ~= '1' then
+          redis.call('SADD', S .. 'busy', tenant)
+          fields[#fields + 1] = 'busy'
+          fields[#fields + 1] = '1'
+        end
         if top[2] > clock then clock = top[2] end
       end
       redis.call('HSET', t, unpack(fields))
@@ -583,6 +600,7 @@ for _, c in ipairs(counted) do
 end
 for _, tenant in ipairs(order) do activate(S, tenant) end
 flush(S)
+if queued > 0 then wake(S) end
 return queued
 "#,
     )
@@ -684,8 +702,9 @@ return #entries
 
 /// Takes over, for `ARGV[3]`, up to `ARGV[5]` entries of one shard pending
 /// longer than `ARGV[4]` ms on routes the consumer serves (capabilities in
-/// `ARGV[6..8]`): their worker is presumed dead. Only tenants with entries
-/// pending (`busy`) are looked at. `KEYS[1]` the shard's `sched`; `ARGV[1]`
+/// `ARGV[6..8]`): their worker is presumed dead. Only tenants in `busy` are
+/// looked at (every tenant with entries pending is; one with none leaves it
+/// here). `KEYS[1]` the shard's `sched`; `ARGV[1]`
 /// the shard base, `ARGV[2]` the group. The entries keep their slot of
 /// `running`. Returns `{lane index, entry id, task id, tenant, route}` per
 /// entry.
@@ -696,7 +715,14 @@ local S, group, consumer, idle, wanted = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ton
 local c = capabilities(ARGV[6], ARGV[7], ARGV[8])
 local out = {}
 for _, tenant in ipairs(redis.call('SMEMBERS', S .. 'busy')) do
-  for _, l in ipairs(lanes_of(S, tenant)) do
+  local st, lanes = state_of(S, tenant)
+  -- `busy` is left lazily: a tenant with nothing delivered leaves it here.
+  if (tonumber(st.running) or 0) <= 0 then
+    redis.call('SREM', S .. 'busy', tenant)
+    redis.call('HSET', tkey(S, tenant), 'busy', '0')
+    lanes = {}
+  end
+  for _, l in ipairs(lanes) do
     if wanted <= 0 then return out end
     if serves(c, l[1]) then
       local key = lkey(S, tenant, l[1], l[2])
@@ -746,6 +772,7 @@ end
 if #members > 0 then redis.call('ZREM', S .. 'due', unpack(members)) end
 for tenant in pairs(touched) do activate(S, tenant) end
 flush(S)
+if #members > 0 or #back > 0 then wake(S) end
 return #members
 "#,
     )

@@ -5,13 +5,16 @@
 //! `max_running`, and starting each task's attempt — on a single server
 //! claimed and started in one script, on a cluster one shard at a time
 //! (lowest virtual time first), started on the tasks' own slots next. The
-//! worker never branches on topology.
+//! worker never branches on topology. An idle worker waits with
+//! [`Claimer::wait_for_work`], which on a single server returns as soon as
+//! tasks go into lanes (the shard's `wake` signal) and otherwise sleeps.
 
 use std::time::{Duration, Instant};
 
 use super::{Delivery, Queue, StartOutcome};
 use crate::error::QueueError;
 use crate::keys::Shard;
+use crate::redis_conn::Dedicated;
 use crate::route::Capabilities;
 
 /// One entry handed to a worker and what starting it gave.
@@ -30,12 +33,24 @@ pub struct Claimer {
     worker: String,
     caps: Capabilities,
     last_reclaim: Option<Instant>,
+    wake: WakeConnection,
+}
+
+/// The connection an idle worker blocks on, made at its first wait and
+/// dropped after an error (the next wait makes a new one).
+#[derive(Default)]
+struct WakeConnection(Option<Dedicated>);
+
+impl std::fmt::Debug for WakeConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "WakeConnection(open)" } else { "WakeConnection(none)" })
+    }
 }
 
 impl Queue {
     /// The claim seam for worker `worker`, which can run what `caps` says.
     pub fn claimer(&self, worker: impl Into<String>, caps: Capabilities) -> Claimer {
-        Claimer { queue: self.clone(), worker: worker.into(), caps, last_reclaim: None }
+        Claimer { queue: self.clone(), worker: worker.into(), caps, last_reclaim: None, wake: WakeConnection::default() }
     }
 }
 
@@ -60,6 +75,31 @@ impl Claimer {
         }
         let got = self.claim_on_cluster(free).await?;
         self.start(got).await
+    }
+
+    /// Waits at most `at_most` for tasks to go into lanes: on a single
+    /// server until an enqueue or a promotion signals (`BZPOPMIN` on the
+    /// shard's `wake`), so an idle worker starts a new task at once instead
+    /// of at its next poll; on a cluster, or when the wait fails, it sleeps.
+    /// Either way the caller claims next, so a missed signal costs at most
+    /// `at_most`.
+    pub async fn wait_for_work(&mut self, at_most: Duration) {
+        if self.queue.redis.is_cluster() {
+            return tokio::time::sleep(at_most).await;
+        }
+        let started = Instant::now();
+        if self.wake.0.is_none() {
+            self.wake.0 = self.queue.redis.dedicated().await.ok();
+        }
+        let Some(conn) = self.wake.0.as_mut() else {
+            return tokio::time::sleep(at_most.saturating_sub(started.elapsed())).await;
+        };
+        let signal: redis::RedisResult<redis::Value> =
+            redis::cmd("BZPOPMIN").arg(self.queue.keys.wake(Shard(0))).arg(at_most.as_secs_f64()).query_async(conn).await;
+        if signal.is_err() {
+            self.wake.0 = None;
+            tokio::time::sleep(at_most.saturating_sub(started.elapsed())).await;
+        }
     }
 
     /// The worker's id, as its entries' consumer.

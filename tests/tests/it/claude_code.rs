@@ -404,3 +404,40 @@ async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts
     assert_eq!(fleet.gateway.live_tokens(), 0, "the token ended with the task");
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_stops_at_the_model_call_that_crosses_its_token_budget() {
+    use flotilla_tests::fakes::anthropic::{CACHE_READ_INPUT_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS};
+    let fleet = CodeFleet::start().await;
+    fleet.api.push(streamed_tool_turn("First step.", "toolu_one", "Bash", bash("echo one > one.txt")));
+    fleet.api.push(streamed_tool_turn("Second step.", "toolu_two", "Bash", bash("echo two > two.txt")));
+    fleet.api.push(streamed_answer("Both written."));
+    // Each call spends 1 807 tokens: the second crosses 2 500.
+    let per_call = INPUT_TOKENS + CACHE_READ_INPUT_TOKENS + OUTPUT_TOKENS;
+    let (_, task, events) = fleet
+        .run_to_end(json!({
+            "prompt": "write two files", "pipeline": "claude-code", "retry": {"max_attempts": 1},
+            "budget": {"max_tokens": 2500}
+        }))
+        .await;
+    assert_eq!((task.status, task.code), (TaskStatus::Failed, Some(StopCode::Budget)), "{:?} {events:?}", task.error);
+    assert!(task.error.as_deref().is_some_and(|e| e.contains("budget")), "{:?}", task.error);
+    let usage = task.usage.as_ref().expect("usage");
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (2 * (INPUT_TOKENS + CACHE_READ_INPUT_TOKENS), 2 * OUTPUT_TOKENS),
+        "both calls counted: {usage:?}"
+    );
+    assert_eq!(usage.input_tokens + usage.output_tokens, 2 * per_call);
+    let model = usage.models.get("claude-sonnet-4-5-20250929").expect("tokens per model");
+    assert_eq!((model.input_tokens, model.output_tokens), (usage.input_tokens, usage.output_tokens));
+    assert!(usage.sandbox_ms.get("local").is_some_and(|ms| *ms > 0), "sandbox time is counted: {usage:?}");
+    assert_eq!(fleet.model_calls().len(), 2, "no model call after the crossing one");
+    let released = Instant::now();
+    while fleet.pool.live() > 0 && released.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
+    assert_eq!(fleet.gateway.live_tokens(), 0, "its gateway token is revoked");
+    fleet.stop().await;
+}

@@ -30,14 +30,23 @@ impl Format {
 pub(super) struct Counter {
     format: Format,
     kept: Vec<u8>,
+    /// The input tokens of the answer.
+    input: u64,
     /// The output tokens of the current message counted so far.
     output: u64,
+    /// The model that answered, as the answer names it.
+    model: Option<String>,
     done: bool,
 }
 
 impl Counter {
     pub fn new(format: Format) -> Self {
-        Self { format, kept: Vec::new(), output: 0, done: false }
+        Self { format, kept: Vec::new(), input: 0, output: 0, model: None, done: false }
+    }
+
+    /// What the answer read so far spent: the model, input and output tokens.
+    pub fn spent(&self) -> (Option<&str>, u64, u64) {
+        (self.model.as_deref(), self.input, self.output)
     }
 
     /// Takes the next bytes; returns how many tokens they add.
@@ -55,7 +64,11 @@ impl Counter {
         self.kept.extend_from_slice(bytes);
         let Ok(answer) = serde_json::from_slice::<Value>(&self.kept) else { return 0 };
         self.done = true;
-        answer.get("usage").map_or(0, |u| input(u) + number(u, "output_tokens"))
+        self.model = answer.get("model").and_then(Value::as_str).map(str::to_owned);
+        let Some(usage) = answer.get("usage") else { return 0 };
+        self.input = input(usage);
+        self.output = number(usage, "output_tokens");
+        self.input + self.output
     }
 
     fn push_events(&mut self, bytes: &[u8]) -> u64 {
@@ -78,9 +91,12 @@ impl Counter {
         let Ok(event) = serde_json::from_slice::<Value>(data) else { return 0 };
         match event.get("type").and_then(Value::as_str) {
             Some("message_start") => {
-                let Some(usage) = event.get("message").and_then(|m| m.get("usage")) else { return 0 };
+                let message = event.get("message");
+                self.model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
+                let Some(usage) = message.and_then(|m| m.get("usage")) else { return 0 };
                 self.output = number(usage, "output_tokens");
-                input(usage) + self.output
+                self.input = input(usage);
+                self.input + self.output
             }
             Some("message_delta") => {
                 let Some(usage) = event.get("usage") else { return 0 };
@@ -128,5 +144,6 @@ mod tests {
         );
         let total: u64 = stream.as_bytes().chunks(7).map(|c| counter.push(c)).sum();
         assert_eq!(total, 42);
+        assert_eq!(counter.spent(), (None, 30, 12));
     }
 }

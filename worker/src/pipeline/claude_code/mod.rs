@@ -20,6 +20,12 @@
 //! then).
 //! Cancellation and `max_duration_s` stop the CLI through the session's
 //! guard, which kills it with its sandbox.
+//!
+//! Each model call the CLI makes is counted on the task as the gateway
+//! reports it (tokens in and out, per model), and held against the task's
+//! `budget`: the call that crosses it ends the task `failed` with code
+//! `budget`, the CLI stopped with its sandbox; the gateway refuses the
+//! token any call past the budget meanwhile.
 
 mod cli;
 mod live;
@@ -30,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::task::StopCode;
+use flotilla_shared::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -41,7 +48,7 @@ use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
-use crate::gateway::{GrantLimits, ModelGateway, TaskToken};
+use crate::gateway::{CallUsage, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
@@ -106,7 +113,8 @@ async fn run_in_sandbox(
 
     let deadline = session.steps().limits().deadline;
     let bridge = sandbox.provider.gateway_bridge(sandbox.id).await?;
-    let token = grant(gateway, run, deadline, bridge.as_ref()).await?;
+    let mut token = grant(gateway, run, deadline, bridge.as_ref()).await?;
+    let mut calls = token.calls();
     let invocation = Invocation {
         work_dir: WORK_DIR,
         model: attempt.spec.model.as_deref(),
@@ -116,8 +124,12 @@ async fn run_in_sandbox(
     };
     let mut live = LiveFiles::new(run, sandbox, blobs, before.clone());
     let stop = CancellationToken::new();
+    let command = cli::command(&invocation);
     let cli = async {
-        let finished = session.guard(run_cli(run, sandbox, &cli::command(&invocation), deadline)).await;
+        let finished = tokio::select! {
+            finished = session.guard(run_cli(run, sandbox, &command, deadline)) => finished,
+            crossed = count_calls(session, calls.as_mut()) => Err(crossed),
+        };
         stop.cancel();
         finished
     };
@@ -125,6 +137,11 @@ async fn run_in_sandbox(
         tokio::join!(cli, live.follow(&stop), live::keep_fresh(&token, gateway.token_ttl(), deadline, &stop));
     drop(token);
     let finished = finished?;
+    if let Some(calls) = calls.as_mut() {
+        while let Ok(call) = calls.try_recv() {
+            session.steps().count(&[tokens_of(call)]).await?;
+        }
+    }
 
     let after = session.guard(workdir::snapshot(sandbox)).await?;
     let changed = workdir::changed(&before, &after);
@@ -147,8 +164,31 @@ async fn grant(
     bridge: Option<&GatewayBridge>,
 ) -> Result<TaskToken, PipelineError> {
     let ttl = gateway.token_ttl().min(deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE);
-    let limits = GrantLimits { models: run.attempt.spec.model.clone().map(|m| vec![m]), ..GrantLimits::default() };
+    let spec = &run.attempt.spec;
+    let limits = GrantLimits {
+        models: spec.model.clone().map(|m| vec![m]),
+        // Refused only once the budget is crossed (the call that crosses it is answered).
+        max_tokens: spec.budget.and_then(|b| b.max_tokens).map(|max| max.saturating_add(1)),
+        ..GrantLimits::default()
+    };
     gateway.grant_with(run.attempt.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
+}
+
+/// Counts each model call on the task as the gateway reports it; returns
+/// only when a count fails or crosses the task's budget.
+async fn count_calls(session: &Session, calls: Option<&mut mpsc::UnboundedReceiver<CallUsage>>) -> PipelineError {
+    if let Some(calls) = calls {
+        while let Some(call) = calls.recv().await {
+            if let Err(e) = session.steps().count(&[tokens_of(call)]).await {
+                return e;
+            }
+        }
+    }
+    std::future::pending().await
+}
+
+fn tokens_of(call: CallUsage) -> Amount {
+    Amount::Tokens { model: call.model, input: call.input, output: call.output }
 }
 
 /// Runs the CLI, relaying its output lines as `block` events as they come,
