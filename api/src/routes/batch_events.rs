@@ -7,20 +7,16 @@
 //! (the stored JSON, with `task_id` and `seq`); a client resumes with
 //! `Last-Event-ID`. The ordering rules live in [`crate::feed`].
 
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use flotilla_shared::queue::FeedId;
 use flotilla_shared::BatchId;
 
 use super::batches::BatchIdPath;
 use super::feed_events::{FeedParams, POSITION};
-use super::sse;
-use crate::auth::Tenant;
+use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::QueryParams;
 use crate::feed::BatchFeed;
-use crate::state::AppState;
 
 /// Stream the events of every task of a batch.
 #[utoipa::path(
@@ -35,25 +31,22 @@ use crate::state::AppState;
     responses(
         (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`), `event` the type, `data` one Event as JSON; the batch's stored events after the position (from the batch's start without one), then live events; the stream closes once every task has ended, or after its maximum lifetime, when the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such batch for this tenant", body = ErrorBody),
-        (status = 429, description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        sse::Refusals,
     ),
     security(("bearer" = []))
 )]
 pub async fn stream(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    subscriber: Subscriber,
     BatchIdPath(id): BatchIdPath,
     QueryParams(params): QueryParams<FeedParams>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let cursor = sse::resume_at::<FeedId>(&headers, params.after.as_deref(), POSITION)?;
-    sse::respond(&state, &tenant, format!("batch {id}"), |client| async {
-        let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+    let cursor = subscriber.resume_at::<FeedId>(params.after.as_deref(), POSITION)?;
+    let Subscriber { state, tenant, .. } = &subscriber;
+    sse::respond(state, tenant, format!("batch {id}"), |client| async {
+        let batch = state.queue().batch(tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
         let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
-        let live = state.tails().follow(&tenant).await?;
+        let live = state.tails().follow(tenant).await?;
         Ok(feed.run(live))
     })
     .await

@@ -3,20 +3,16 @@
 //! following live until the terminal event. The ordering rules live in
 //! [`crate::feed`].
 
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use flotilla_shared::{QueueError, TaskId};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::sse;
-use crate::auth::Tenant;
+use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{QueryParams, TaskIdPath};
 use crate::feed::TaskFeed;
 use crate::hub::Topic;
-use crate::state::AppState;
 
 /// What a task's position looks like, for errors.
 const SEQ: &str = "the seq of an event, a whole number";
@@ -44,23 +40,20 @@ pub struct EventsParams {
     responses(
         (status = 200, description = "Server-Sent Events: `id` the seq, `event` the type, `data` one Event as JSON; the stream closes after the terminal event, or after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`), when the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),
-        (status = 429, description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        sse::Refusals,
     ),
     security(("bearer" = []))
 )]
 pub async fn stream(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    subscriber: Subscriber,
     TaskIdPath(id): TaskIdPath,
     QueryParams(params): QueryParams<EventsParams>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let after = sse::resume_at(&headers, params.after.as_deref(), SEQ)?.unwrap_or(0);
-    sse::respond(&state, &tenant, format!("task {id}"), |client| async {
-        let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    let after = subscriber.resume_at(params.after.as_deref(), SEQ)?.unwrap_or(0);
+    let Subscriber { state, tenant, .. } = &subscriber;
+    sse::respond(state, tenant, format!("task {id}"), |client| async {
+        let task = state.queue().get(tenant, &id).await?.ok_or(QueueError::NotFound)?;
         let live = state.hub().subscribe(Topic::Task(id.clone())).await?;
         let history = state.queue().events_after(&id, after).await?;
         let feed = TaskFeed::new(state.queue().clone(), tenant.clone(), id.clone(), after, client);

@@ -2,19 +2,15 @@
 //! Events, from now on, or resumed after `Last-Event-ID` for as long as the
 //! retention keeps events. The ordering rules live in [`crate::feed`].
 
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use flotilla_shared::queue::FeedId;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::sse;
-use crate::auth::Tenant;
+use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::QueryParams;
 use crate::feed::TenantFeed;
-use crate::state::AppState;
 
 /// What a feed position looks like, for errors.
 pub const POSITION: &str = "the id of a frame of this feed, like 1732500000000-0";
@@ -41,24 +37,18 @@ pub struct FeedParams {
     responses(
         (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`, increasing), `event` the type, `data` one Event as JSON. Without a position the stream starts with the next event; with one it first sends every stored event after it (events are kept for the retention window). The stream ends after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`); the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
         (status = 400, description = "Malformed `Last-Event-ID` or `after`", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
-        (status = 429, description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        sse::Refusals,
     ),
     security(("bearer" = []))
 )]
-pub async fn stream(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    QueryParams(params): QueryParams<FeedParams>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let resume = sse::resume_at::<FeedId>(&headers, params.after.as_deref(), POSITION)?;
-    sse::respond(&state, &tenant, format!("tenant {tenant}"), |client| async {
-        let live = state.tails().follow(&tenant).await?;
+pub async fn stream(subscriber: Subscriber, QueryParams(params): QueryParams<FeedParams>) -> Result<Response, ApiError> {
+    let resume = subscriber.resume_at::<FeedId>(params.after.as_deref(), POSITION)?;
+    let Subscriber { state, tenant, .. } = &subscriber;
+    sse::respond(state, tenant, format!("tenant {tenant}"), |client| async {
+        let live = state.tails().follow(tenant).await?;
         let cursor = match resume {
             Some(cursor) => cursor,
-            None => state.queue().feed_tip(&tenant).await?,
+            None => state.queue().feed_tip(tenant).await?,
         };
         Ok(TenantFeed::new(state.queue().clone(), tenant.clone(), cursor, client).run(live))
     })

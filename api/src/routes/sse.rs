@@ -1,13 +1,17 @@
-//! What every event-stream endpoint shares: reading the client's position
-//! (`Last-Event-ID`, else `?after=`), and opening the stream ([`respond`]):
-//! its place under the tenant's cap, its client, and serving its feed as
-//! Server-Sent Events while the place is held.
+//! What every event-stream endpoint shares: who subscribes ([`Subscriber`]:
+//! the caller's tenant and the request's headers), reading the client's
+//! position (`Last-Event-ID`, else `?after=`), opening the stream
+//! ([`respond`]): its place under the tenant's cap, its client, and serving
+//! its feed as Server-Sent Events while the place is held; and the refusals
+//! every stream documents alike ([`Refusals`]).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -16,9 +20,10 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
-use utoipa::ToSchema;
+use utoipa::{IntoResponses, ToSchema};
 
-use crate::error::ApiError;
+use crate::auth::Tenant;
+use crate::error::{ApiError, ErrorBody};
 use crate::feed::Client;
 use crate::hub::StreamPermit;
 use crate::state::AppState;
@@ -40,6 +45,47 @@ pub struct SseFrame {
     /// One Event as JSON.
     #[schema(content_media_type = "application/json")]
     pub data: String,
+}
+
+/// The answers every event stream gives alike when it refuses to open, as
+/// the document lists them beside each stream's own.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum Refusals {
+    #[response(status = 401, description = "Missing or unknown API key")]
+    Unauthorized(ErrorBody),
+    #[response(
+        status = 429,
+        description = "The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`)"
+    )]
+    TooManyStreams(ErrorBody),
+    #[response(status = 503, description = "Redis unreachable")]
+    Unavailable(ErrorBody),
+}
+
+/// The caller of an event stream: the application's state, its tenant (a
+/// bad key is a 401 before anything else is read) and the request's headers,
+/// where `Last-Event-ID` is.
+pub struct Subscriber {
+    pub state: AppState,
+    pub tenant: TenantId,
+    headers: HeaderMap,
+}
+
+impl FromRequestParts<AppState> for Subscriber {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
+        Ok(Self { state: state.clone(), tenant, headers: parts.headers.clone() })
+    }
+}
+
+impl Subscriber {
+    /// The position the client already has; see [`resume_at`].
+    pub fn resume_at<T: FromStr>(&self, after: Option<&str>, what: &str) -> Result<Option<T>, ValidationError> {
+        resume_at(&self.headers, after, what)
+    }
 }
 
 /// The position the client already has: `Last-Event-ID`, else `after`, else

@@ -159,6 +159,48 @@ async fn canvas_image(browser: &mut Browser) -> (u32, u32, Vec<u8>) {
     decode_png(&base64::engine::general_purpose::STANDARD.decode(data).expect("base64"))
 }
 
+/// Opens a view-only session on task `id`'s desktop and types through it,
+/// checking that the desktop does not change. Returns the session, still
+/// open, and the screen as it was before.
+async fn type_through_a_view(live: &LiveFleet, id: &str, sandbox: &str) -> (RfbViewer, (u32, u32, Vec<u8>)) {
+    let before = live.settled_screen(sandbox).await;
+    let mut watcher =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, id, "view").await).expect("url")).await.expect("view");
+    assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
+    watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(live.screen(sandbox).await.2 == before.2, "input through a view session changed the desktop");
+    (watcher, before)
+}
+
+/// Opens the view at `url` in a new browser and waits until the desktop of
+/// `sandbox` fills its canvas.
+async fn open_view(live: &LiveFleet, url: &str, sandbox: &str) -> Browser {
+    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
+    browser.navigate(url).await.expect("open the view");
+    let (width, _, _) = live.screen(sandbox).await;
+    browser
+        .wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === {width}"), SHOWN)
+        .await
+        .expect("canvas");
+    browser
+}
+
+/// The share of the canvas's blocks that match the desktop of `sandbox`, as
+/// soon as it reaches 95 %, or as it is once `SHOWN` has passed.
+async fn canvas_match(live: &LiveFleet, browser: &mut Browser, sandbox: &str) -> f64 {
+    let deadline = Instant::now() + SHOWN;
+    loop {
+        let canvas = canvas_image(browser).await;
+        let screen = live.screen(sandbox).await;
+        let share = matching_share(&canvas, &screen);
+        if share >= 0.95 || Instant::now() > deadline {
+            return share;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn now_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs_f64() * 1000.0
 }
@@ -198,25 +240,10 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
 
     let url = view_url(&live.owner, &id, "view").await;
     assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")) && url.contains("view_only=true"), "{url}");
-    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
-    browser.navigate(&url).await.expect("open the view");
-    let (width, _, _) = live.screen(&sandbox).await;
-    browser
-        .wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === {width}"), SHOWN)
-        .await
-        .expect("canvas");
+    let mut browser = open_view(&live, &url, &sandbox).await;
     assert_eq!(vnc_processes(&id).len(), 1, "the first viewer starts one VNC server");
 
-    let deadline = Instant::now() + SHOWN;
-    let share = loop {
-        let canvas = canvas_image(&mut browser).await;
-        let screen = live.screen(&sandbox).await;
-        let share = matching_share(&canvas, &screen);
-        if share >= 0.95 || Instant::now() > deadline {
-            break share;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let share = canvas_match(&live, &mut browser, &sandbox).await;
     assert!(share >= 0.95, "the canvas matches the desktop on only {:.1}% of its blocks", share * 100.0);
 
     browser.evaluate(WATCH_CANVAS).await.expect("watch the canvas");
@@ -249,13 +276,7 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
 async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     let live = LiveFleet::start(&[]).await;
     let (id, sandbox) = hold_desktop(&live.owner).await;
-    let before = live.settled_screen(&sandbox).await;
-    let mut watcher =
-        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
-    assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
-    watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(live.screen(&sandbox).await.2 == before.2, "input through a view session changed the desktop");
+    let (watcher, before) = type_through_a_view(&live, &id, &sandbox).await;
 
     let mut controller =
         RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "control").await).expect("url")).await.expect("control");
@@ -792,25 +813,10 @@ async fn sandbox_e2b_the_browser_shows_the_live_desktop() {
     let url = view_url(&live.owner, &id, "view").await;
     assert!(url.starts_with(&live.api.url("/novnc/vnc.html?autoconnect=true&resize=scale&")), "{url}");
     assert!(url.contains("view_only=true") && !url.contains("password"), "the sandbox's key stays with the worker: {url}");
-    let mut browser = Browser::launch(1100, 860).await.expect("chromium");
-    browser.navigate(&url).await.expect("open the view");
-    let (width, _, _) = live.screen(&sandbox).await;
-    browser
-        .wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === {width}"), SHOWN)
-        .await
-        .expect("canvas");
+    let mut browser = open_view(&live, &url, &sandbox).await;
     assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(true), "the first viewer starts the sandbox's stream");
 
-    let deadline = Instant::now() + SHOWN;
-    let share = loop {
-        let canvas = canvas_image(&mut browser).await;
-        let screen = live.screen(&sandbox).await;
-        let share = matching_share(&canvas, &screen);
-        if share >= 0.95 || Instant::now() > deadline {
-            break share;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let share = canvas_match(&live, &mut browser, &sandbox).await;
     assert!(share >= 0.95, "the canvas matches the E2B desktop on only {:.1}% of its blocks", share * 100.0);
 
     browser.close().await;
@@ -827,13 +833,7 @@ async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_deskto
     let (_fake, provider) = e2b_provider().await;
     let live = LiveFleet::start_with(&[], Some(provider.clone())).await;
     let (id, sandbox) = hold_desktop(&live.owner).await;
-    let before = live.settled_screen(&sandbox).await;
-    let mut watcher =
-        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
-    assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
-    watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(live.screen(&sandbox).await.2 == before.2, "input through a view session changed the E2B desktop");
+    let (watcher, _) = type_through_a_view(&live, &id, &sandbox).await;
 
     let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
     assert_eq!((status, taken["view"]["mode"].as_str()), (200, Some("control")), "{taken}");

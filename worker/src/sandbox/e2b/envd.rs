@@ -179,9 +179,15 @@ impl Envd {
         Self { client, user: user.to_owned() }
     }
 
-    /// Runs `command` with `/bin/bash -l -c` as the Desktop SDK does, and
-    /// collects its output; envd kills it after `timeout`.
-    pub async fn run(&self, target: &EnvdTarget, command: &str, timeout: Duration) -> Result<ProcessOutput, EnvdError> {
+    /// Starts `command` with `/bin/bash -l -c` as the Desktop SDK does and
+    /// returns the stream of its process events; with a `deadline`, envd
+    /// kills the process then, and the request gives up a little after.
+    async fn start(
+        &self,
+        target: &EnvdTarget,
+        command: &str,
+        deadline: Option<Duration>,
+    ) -> Result<reqwest::Response, EnvdError> {
         let request = StartRequest {
             process: ProcessConfig {
                 cmd: "/bin/bash".into(),
@@ -192,18 +198,28 @@ impl Envd {
             stdin: false,
         };
         let payload = serde_json::to_vec(&request).map_err(|e| EnvdError::Malformed(e.to_string()))?;
-        let response = self
+        let mut builder = self
             .post(target, START_PATH)?
             .header(CONTENT_TYPE, connect::STREAMING_JSON)
-            .header(connect::TIMEOUT_HEADER, timeout.as_millis().max(1).to_string())
             .header(KEEPALIVE_HEADER, KEEPALIVE_SECONDS)
-            .header(AUTHORIZATION, self.basic_user())
-            .timeout(timeout + DEADLINE_GRACE * 2)
+            .header(AUTHORIZATION, self.basic_user());
+        if let Some(deadline) = deadline {
+            builder = builder
+                .header(connect::TIMEOUT_HEADER, deadline.as_millis().max(1).to_string())
+                .timeout(deadline + DEADLINE_GRACE * 2);
+        }
+        let response = builder
             .body(connect::envelope(FLAG_MESSAGE, &payload))
             .send()
             .await
             .map_err(|e| EnvdError::Unavailable(describe_send_error(&e)))?;
-        let response = check_status(response).await?;
+        check_status(response).await
+    }
+
+    /// Runs `command` with `/bin/bash -l -c` as the Desktop SDK does, and
+    /// collects its output; envd kills it after `timeout`.
+    pub async fn run(&self, target: &EnvdTarget, command: &str, timeout: Duration) -> Result<ProcessOutput, EnvdError> {
+        let response = self.start(target, command, Some(timeout)).await?;
         let started = std::time::Instant::now();
         let mut reader = ProcessReader::default();
         let read = tokio::time::timeout(timeout + DEADLINE_GRACE, reader.read(response)).await;
@@ -226,47 +242,19 @@ impl Envd {
     /// its pid once envd reports it started; the process keeps running
     /// after the stream is let go, until it ends or is killed.
     pub async fn spawn(&self, target: &EnvdTarget, command: &str) -> Result<u32, EnvdError> {
-        let request = StartRequest {
-            process: ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args: vec!["-l".into(), "-c".into(), command.into()],
-                envs: HashMap::new(),
-                cwd: None,
-            },
-            stdin: false,
-        };
-        let payload = serde_json::to_vec(&request).map_err(|e| EnvdError::Malformed(e.to_string()))?;
-        let response = self
-            .post(target, START_PATH)?
-            .header(CONTENT_TYPE, connect::STREAMING_JSON)
-            .header(KEEPALIVE_HEADER, KEEPALIVE_SECONDS)
-            .header(AUTHORIZATION, self.basic_user())
-            .body(connect::envelope(FLAG_MESSAGE, &payload))
-            .send()
-            .await
-            .map_err(|e| EnvdError::Unavailable(describe_send_error(&e)))?;
-        let response = check_status(response).await?;
-        let mut decoder = Decoder::default();
-        let mut body = response.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e))))?;
-            decoder.push(&chunk);
-            while let Some(frame) = decoder.next_frame().map_err(|e| EnvdError::Malformed(e.to_string()))? {
-                match frame {
-                    Frame::Message(payload) => {
-                        let message: StartResponse = serde_json::from_slice(&payload)
-                            .map_err(|e| EnvdError::Malformed(format!("a process event: {e}")))?;
-                        if let Some(start) = message.event.start {
-                            return Ok(start.pid);
-                        }
+        let mut frames = Frames::of(self.start(target, command, None).await?);
+        while let Some(frame) = frames.next().await? {
+            match frame {
+                Frame::Message(payload) => {
+                    if let Some(start) = process_event(&payload)?.start {
+                        return Ok(start.pid);
                     }
-                    Frame::End(payload) => {
-                        let error = connect::parse_end(&payload).error;
-                        return Err(
-                            error.map_or_else(|| EnvdError::Malformed("the process ended before it started".into()), rpc_error)
-                        );
-                    }
+                }
+                Frame::End(payload) => {
+                    let error = connect::parse_end(&payload).error;
+                    return Err(
+                        error.map_or_else(|| EnvdError::Malformed("the process ended before it started".into()), rpc_error)
+                    );
                 }
             }
         }
@@ -389,6 +377,46 @@ fn error_message(body: &str) -> String {
 }
 
 /// The state of one `Start` stream as it is read.
+/// The Connect frames of a streamed answer, as they arrive.
+struct Frames {
+    decoder: Decoder,
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+}
+
+impl Frames {
+    fn of(response: reqwest::Response) -> Self {
+        Self { decoder: Decoder::default(), body: response.bytes_stream().boxed() }
+    }
+
+    /// The next whole frame; `None` once the stream has ended cleanly.
+    async fn next(&mut self) -> Result<Option<Frame>, EnvdError> {
+        loop {
+            if let Some(frame) = self.decoder.next_frame().map_err(|e| EnvdError::Malformed(e.to_string()))? {
+                return Ok(Some(frame));
+            }
+            match self.body.next().await {
+                Some(chunk) => {
+                    let chunk = chunk.map_err(|e| {
+                        EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e)))
+                    })?;
+                    self.decoder.push(&chunk);
+                }
+                None => {
+                    self.decoder.finish().map_err(|e| EnvdError::Malformed(e.to_string()))?;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// One process event of `process.Process/Start`'s stream.
+fn process_event(payload: &[u8]) -> Result<ProcessEvent, EnvdError> {
+    let message: StartResponse =
+        serde_json::from_slice(payload).map_err(|e| EnvdError::Malformed(format!("a process event: {e}")))?;
+    Ok(message.event)
+}
+
 #[derive(Debug, Default)]
 struct ProcessReader {
     pid: Option<u32>,
@@ -399,27 +427,18 @@ struct ProcessReader {
 
 impl ProcessReader {
     async fn read(&mut self, response: reqwest::Response) -> Result<ProcessOutput, EnvdError> {
-        let mut decoder = Decoder::default();
-        let mut body = response.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| EnvdError::Unavailable(format!("the command's stream broke: {}", describe_send_error(&e))))?;
-            decoder.push(&chunk);
-            while let Some(frame) = decoder.next_frame().map_err(|e| EnvdError::Malformed(e.to_string()))? {
-                match frame {
-                    Frame::Message(payload) => self.take_event(&payload)?,
-                    Frame::End(payload) => return self.finish(connect::parse_end(&payload).error),
-                }
+        let mut frames = Frames::of(response);
+        while let Some(frame) = frames.next().await? {
+            match frame {
+                Frame::Message(payload) => self.take_event(&payload)?,
+                Frame::End(payload) => return self.finish(connect::parse_end(&payload).error),
             }
         }
-        decoder.finish().map_err(|e| EnvdError::Malformed(e.to_string()))?;
         Err(EnvdError::Unavailable("the command's stream ended without an end-of-stream message".into()))
     }
 
     fn take_event(&mut self, payload: &[u8]) -> Result<(), EnvdError> {
-        let message: StartResponse =
-            serde_json::from_slice(payload).map_err(|e| EnvdError::Malformed(format!("a process event: {e}")))?;
-        let event = message.event;
+        let event = process_event(payload)?;
         if let Some(start) = event.start {
             self.pid = Some(start.pid);
         }
