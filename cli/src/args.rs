@@ -80,6 +80,18 @@ pub enum Command {
     Webhooks(WebhooksArgs),
     /// Show your queue: queued and running tasks, lanes, and what waiting tasks wait for
     Queues,
+    /// Show what your tenant used per UTC day (tasks, tokens, sandbox time) and its limits
+    Usage(UsageArgs),
+}
+
+#[derive(Debug, Default, Args)]
+pub struct UsageArgs {
+    /// First UTC day, YYYY-MM-DD (default: 29 days before --to)
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Last UTC day, YYYY-MM-DD (default: today)
+    #[arg(long)]
+    pub to: Option<String>,
 }
 
 #[derive(Debug, Default, Args)]

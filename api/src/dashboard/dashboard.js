@@ -243,15 +243,20 @@
     }
   }
 
+  // The event a frame carries, or null when its data is not a JSON object.
+  function frameEvent(frame) {
+    try {
+      const event = JSON.parse(frame.data);
+      return event && typeof event === 'object' ? event : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
   function onFeedFrame(feed, frame) {
     if (frame.id) feed.lastEventId = frame.id;
-    let event;
-    try {
-      event = JSON.parse(frame.data);
-    } catch (_) {
-      return;
-    }
-    if (!event || typeof event !== 'object') return;
+    const event = frameEvent(frame);
+    if (!event) return;
     const row = Array.from($('tasks').tBodies[0].rows).find((r) => r.dataset.taskId === String(event.task_id));
     if (row && STATUS_OF_EVENT[event.type]) {
       row.dataset.status = STATUS_OF_EVENT[event.type];
@@ -777,13 +782,8 @@
   function onFrame(selected, frame) {
     if (state.selected !== selected) return;
     if (frame.id) selected.lastEventId = frame.id;
-    let event;
-    try {
-      event = JSON.parse(frame.data);
-    } catch (_) {
-      return;
-    }
-    if (!event || typeof event !== 'object') return;
+    const event = frameEvent(frame);
+    if (!event) return;
     const seq = Number(event.seq);
     if (Number.isFinite(seq)) {
       if (seq <= selected.lastSeq) return;

@@ -6,6 +6,7 @@ mod queues;
 mod schedules;
 mod submit;
 mod tasks;
+mod usage;
 mod view;
 mod watch;
 mod webhooks;
@@ -49,5 +50,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Schedules(args) => schedules::run(&client, args.action.as_ref(), format).await,
         Command::Webhooks(args) => webhooks::run(&client, args.action.as_ref(), format).await,
         Command::Queues => queues::run(&client, format).await,
+        Command::Usage(args) => usage::run(&client, &args, format).await,
     }
 }

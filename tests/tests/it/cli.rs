@@ -188,3 +188,29 @@ async fn bad_input_names_the_batch_line_once_and_cut_off_json_is_malformed() {
     assert!(!run.stderr.contains("field") && !run.stderr.contains("metadata"), "no field is blamed: {}", run.stderr);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_prints_the_tenants_days_and_limits_and_json_as_the_api_gives_it() {
+    let fleet = fleet().await;
+    let id = submit(&fleet.acme, 2, 20).await;
+    let done = flotilla(&fleet.api, &["watch", &id]).await;
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+
+    let table = flotilla(&fleet.api, &["usage"]).await;
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines.get(1).is_some_and(|l| l.starts_with("DAY") && l.contains("SANDBOX_S")), "{}", table.stdout);
+    let total = lines.iter().find(|l| l.starts_with("total")).expect("a total row");
+    assert_eq!(total.split_whitespace().nth(1), Some("1"), "one task counted: {}", table.stdout);
+    assert!(lines.iter().any(|l| l.starts_with("max_queued") && l.contains("100000")), "{}", table.stdout);
+
+    let json = flotilla(&fleet.api, &["--json", "usage", "--from", "2026-01-01"]).await;
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let report: Value = serde_json::from_str(json.stdout.trim()).expect("one JSON document");
+    assert_eq!(report["from"].as_str().map(|f| f >= "2026-01-01"), Some(true), "{report}");
+    assert_eq!(report["total"]["tasks"]["succeeded"], 1, "{report}");
+    let bad = flotilla(&fleet.api, &["usage", "--from", "yesterday"]).await;
+    assert_ne!(bad.code, Some(0));
+    assert_eq!(bad.stderr.trim().lines().count(), 1, "one line names the problem: {}", bad.stderr);
+    assert!(bad.stderr.contains("from"), "{}", bad.stderr);
+}
