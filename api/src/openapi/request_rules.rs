@@ -93,8 +93,29 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
         "/components/schemas/BatchRequest/properties/defaults",
         json!({"oneOf": [{"type": "null"}, reference("BatchDefaults")]}),
     );
+    set(doc, "/paths/~1v1~1batches/post/requestBody/content/application~1json", json!({"examples": batch_examples()}));
     usage_parameters(doc);
     set(doc, "/components/schemas/NewSchedule/properties/task", reference("ScheduledTask"));
+}
+
+/// Batches the server takes, each showing one way of splitting specs
+/// between `defaults` and the tasks (`batches::the_documents_batch_examples_are_each_accepted`
+/// sends them).
+fn batch_examples() -> Value {
+    let wait = json!([{"type": "wait", "ms": 1}]);
+    json!({
+        "defaults": {"summary": "Shared fields in defaults, the prompt per task", "value": {
+            "defaults": {"pipeline": "scripted", "actions": wait, "retry": {"max_attempts": 2}, "metadata": {"team": "ops"}},
+            "tasks": [{"prompt": "row 1"}, {"prompt": "row 2", "retry": {"max_attempts": 3}}]}},
+        "removed": {"summary": "A task removes a default with null and runs on another pipeline", "value": {
+            "defaults": {"prompt": "the same prompt", "pipeline": "scripted", "actions": wait},
+            "tasks": [{}, {"pipeline": "openai-cua", "actions": null, "not_before": "2999-01-01T00:00:00Z"}]}},
+        "merged": {"summary": "Nested objects merge key by key", "value": {
+            "defaults": {"pipeline": "scripted", "actions": wait, "budget": {"max_tokens": 100000}},
+            "tasks": [{"prompt": "row 1", "budget": {"max_sandbox_s": 600}}, {"prompt": "row 2", "budget": {"max_tokens": null}}]}},
+        "plain": {"summary": "Whole specs, no defaults", "value": {
+            "tasks": [{"prompt": "alone", "pipeline": "scripted", "actions": wait, "max_steps": 5}]}}
+    })
 }
 
 /// The fields of a batch's `defaults` (`patch` false) or of one of its

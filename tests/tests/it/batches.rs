@@ -317,3 +317,86 @@ async fn the_janitor_seals_a_finished_batch_so_it_expires_with_its_tasks() {
     let (_, view) = fleet.acme.get(&format!("/v1/batches/{id}")).await;
     assert!(view["finished_at"].is_string(), "{view}");
 }
+
+/// Whole specs `POST /v1/tasks` takes, each with nested objects to split.
+fn whole_specs() -> Vec<Value> {
+    vec![
+        json!({"prompt": "p", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}], "retry": {"max_attempts": 2},
+            "budget": {"max_tokens": 1000, "max_sandbox_s": 60}, "metadata": {"a": "b", "c": "d"}, "max_steps": 4}),
+        json!({"prompt": "p", "pipeline": "openai-cua", "not_before": "2999-01-01T00:00:00Z",
+            "sandbox": {"resolution": [1280, 800], "timeout_s": 60}, "priority": "low", "model": "m"}),
+    ]
+}
+
+/// `spec` cut in two at random: the defaults get some fields (of a nested
+/// object, some of its keys), the task the rest; sometimes the defaults
+/// also get a field the spec lacks, which the task removes with `null`.
+fn split(spec: &Value, rng: &mut impl rand::Rng) -> (Value, Value) {
+    let (mut defaults, mut task) = (serde_json::Map::new(), serde_json::Map::new());
+    for (field, value) in spec.as_object().expect("object") {
+        match value.as_object() {
+            Some(nested) if nested.len() > 1 && rng.random_bool(0.5) => {
+                let (mut d, mut t) = (serde_json::Map::new(), serde_json::Map::new());
+                for (key, inner) in nested {
+                    if rng.random_bool(0.5) {
+                        d.insert(key.clone(), inner.clone())
+                    } else {
+                        t.insert(key.clone(), inner.clone())
+                    };
+                }
+                defaults.insert(field.clone(), Value::Object(d));
+                task.insert(field.clone(), Value::Object(t));
+            }
+            _ if rng.random_bool(0.5) => drop(defaults.insert(field.clone(), value.clone())),
+            _ => drop(task.insert(field.clone(), value.clone())),
+        }
+    }
+    if spec.get("max_duration_s").is_none() && rng.random_bool(0.3) {
+        defaults.insert("max_duration_s".into(), json!(30));
+        task.insert("max_duration_s".into(), Value::Null);
+    }
+    (Value::Object(defaults), Value::Object(task))
+}
+
+/// Positive cases of the merge: every way of cutting a valid spec between
+/// `defaults` and a task (nested objects key by key, a default removed
+/// with `null`) is accepted, and each task is stored as the whole spec.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_split_of_a_valid_spec_between_defaults_and_task_is_accepted_as_that_spec() {
+    use rand::SeedableRng;
+    let fleet = fleet(&[]).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+    for spec in whole_specs() {
+        let (status, body) = fleet.acme.post("/v1/tasks", &spec).await;
+        assert_eq!(status, 202, "the whole spec is valid alone: {body}");
+        for _ in 0..25 {
+            let (defaults, task) = split(&spec, &mut rng);
+            let batch = json!({"defaults": defaults, "tasks": [task.clone(), task]});
+            let (status, body) = fleet.acme.post("/v1/batches", &batch).await;
+            assert_eq!(status, 202, "{batch}: {body}");
+            let first = body["task_ids"][0].as_str().expect("id");
+            let (_, stored) = fleet.acme.get(&format!("/v1/tasks/{first}")).await;
+            for (field, value) in spec.as_object().expect("object") {
+                assert_eq!(&stored["spec"][field], value, "{field} of {batch}: {stored}");
+            }
+            assert!(stored["spec"]["max_duration_s"].is_null(), "a default removed with null stays removed: {stored}");
+        }
+    }
+}
+
+/// The document's examples of `POST /v1/batches` are each accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documents_batch_examples_are_each_accepted() {
+    let fleet = fleet(&[]).await;
+    let (status, doc) = fleet.acme.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let examples = doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+        .as_object()
+        .expect("the document has batch examples")
+        .clone();
+    assert!(examples.len() >= 4, "{examples:?}");
+    for (name, example) in examples {
+        let (status, body) = fleet.acme.post("/v1/batches", &example["value"]).await;
+        assert_eq!(status, 202, "example {name}: {body}");
+    }
+}
