@@ -11,8 +11,11 @@ mod view;
 mod watch;
 mod webhooks;
 
+use serde_json::Value;
+
 use crate::args::{Cli, Command};
-use crate::client::Client;
+use crate::client::{ApiResponse, Client};
+use crate::display::out;
 
 /// How a command that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,4 +55,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Queues => queues::run(&client, format).await,
         Command::Usage(args) => usage::run(&client, &args, format).await,
     }
+}
+
+/// Prints an answer: as the API sent it with `--json`, else as the lines
+/// `for_a_person` makes of it.
+fn print_answer(
+    response: &ApiResponse,
+    format: Format,
+    for_a_person: impl FnOnce(&Value) -> Vec<String>,
+) -> anyhow::Result<Outcome> {
+    match format {
+        Format::Json => out(&response.raw)?,
+        Format::Human => {
+            for line in for_a_person(&response.value) {
+                out(&line)?;
+            }
+        }
+    }
+    Ok(Outcome::Success)
 }

@@ -4,20 +4,13 @@
 
 use serde_json::Value;
 
-use super::{Format, Outcome};
+use super::{print_answer, Format, Outcome};
 use crate::client::Client;
-use crate::display::{aligned, cell, out};
+use crate::display::{aligned, cell};
 
 pub async fn run(client: &Client, format: Format) -> anyhow::Result<Outcome> {
     let response = client.get(&["v1", "queues"], &[]).await?;
-    if format == Format::Json {
-        out(&response.raw)?;
-        return Ok(Outcome::Success);
-    }
-    for line in lines(&response.value) {
-        out(&line)?;
-    }
-    Ok(Outcome::Success)
+    print_answer(&response, format, lines)
 }
 
 /// The figures as tables for a person.

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Format, Outcome};
+use super::{print_answer, Format, Outcome};
 use crate::args::{InputArgs, TasksArgs};
 use crate::client::Client;
 use crate::display::{out, task_table, warn};
@@ -39,15 +39,7 @@ pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::
 /// `GET /v1/tasks/{id}`: a summary for a person, the record as sent with `--json`.
 pub async fn show(client: &Client, id: &str, format: Format) -> anyhow::Result<Outcome> {
     let response = client.get(&["v1", "tasks", id], &[]).await?;
-    match format {
-        Format::Json => out(&response.raw)?,
-        Format::Human => {
-            for line in task_summary::lines(&response.value) {
-                out(&line)?;
-            }
-        }
-    }
-    Ok(Outcome::Success)
+    print_answer(&response, format, task_summary::lines)
 }
 
 /// `POST /v1/tasks/{id}/cancel`.

@@ -5,22 +5,15 @@
 
 use serde_json::Value;
 
-use super::{Format, Outcome};
+use super::{print_answer, Format, Outcome};
 use crate::args::UsageArgs;
 use crate::client::Client;
-use crate::display::{aligned, cell, out};
+use crate::display::{aligned, cell};
 
 pub async fn run(client: &Client, args: &UsageArgs, format: Format) -> anyhow::Result<Outcome> {
     let query = [("from", args.from.clone()), ("to", args.to.clone())];
     let response = client.get(&["v1", "usage"], &query).await?;
-    if format == Format::Json {
-        out(&response.raw)?;
-        return Ok(Outcome::Success);
-    }
-    for line in lines(&response.value) {
-        out(&line)?;
-    }
-    Ok(Outcome::Success)
+    print_answer(&response, format, lines)
 }
 
 /// One day's (or the total's) figures as table cells.
