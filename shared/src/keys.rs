@@ -26,7 +26,7 @@
 //! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
 //! | `busy` | set | every tenant with entries delivered and not yet acknowledged, and maybe some with none left (its hash's `busy` says it is in; reclaim looks only here and drops those with none) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
-//! | `wake` | sorted set | one member, `ready`, while tasks went into lanes since an idle worker last looked (idle workers wait on it with `BZPOPMIN`) |
+//! | `wake` | sorted set | one member, `ready`, while tasks became claimable since an idle worker last looked (idle workers wait on it with `BZPOPMIN`) |
 //! | `limits` | hash | `max_running` of the tenants that have one (read at once by an acknowledgement) |
 //! | `outcomes` | hash | finished tasks of the shard's tenants by outcome |
 //! | `tenants` | set | tenants with lanes in the shard |

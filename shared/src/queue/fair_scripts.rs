@@ -272,7 +272,7 @@ local function settle(S, group, entries, freed)
       if holds_sandbox(l[2]) then SB_FREED[l[1]] = (SB_FREED[l[1]] or 0) + n end
     end
   end
-  local tenants = {}
+  local tenants, woken = {}, false
   for tenant in pairs(freed) do tenants[#tenants + 1] = tenant end
   if #tenants == 0 then return flush(S) end
   local limits = redis.call('HMGET', S .. 'limits', unpack(tenants))
@@ -290,11 +290,16 @@ local function settle(S, group, entries, freed)
       local maxsb = tonumber(redis.call('HGET', tkey(S, tenant), 'maxsb')) or 0
       again = again or (maxsb > 0 and left + sb >= maxsb)
     end
-    if again then activate(S, tenant) end
+    if again then
+      activate(S, tenant)
+      woken = true
+    end
   end
   SB_FREED = {}
   redis.call('SADD', S .. 'trim', unpack(tenants))
   flush(S)
+  -- A tenant back from its limit has tasks an idle worker may take now.
+  if woken then wake(S) end
 end
 "#;
 
@@ -625,6 +630,7 @@ for a = 2, #ARGV, 4 do -- SETTINGS_GROUP
   end
   activate(S, ARGV[a])
 end
+wake(S)
 return 0
 "#,
     )

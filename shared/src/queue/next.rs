@@ -77,12 +77,13 @@ impl Claimer {
         self.start(got).await
     }
 
-    /// Waits at most `at_most` for tasks to go into lanes: on a single
-    /// server until an enqueue or a promotion signals (`BZPOPMIN` on the
-    /// shard's `wake`), so an idle worker starts a new task at once instead
-    /// of at its next poll; on a cluster, or when the wait fails, it sleeps.
-    /// Either way the caller claims next, so a missed signal costs at most
-    /// `at_most`.
+    /// Waits about `at_most` for tasks to become claimable: on a single
+    /// server until a call that makes some claimable signals (`BZPOPMIN` on
+    /// the shard's `wake`), so an idle worker starts a new task at once
+    /// instead of at its next poll; on a cluster, or when the wait fails, it
+    /// sleeps. Redis ends a blocked wait on its timer, so without a signal
+    /// the wait lasts `at_most` rounded up to it (about 100 ms at the
+    /// default `hz` 10). Either way the caller claims next.
     pub async fn wait_for_work(&mut self, at_most: Duration) {
         if self.queue.redis.is_cluster() {
             return tokio::time::sleep(at_most).await;
