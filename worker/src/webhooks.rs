@@ -9,8 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::config::WebhooksConfig;
+use flotilla_shared::config::{RedisTarget, WebhooksConfig};
 use flotilla_shared::queue::Queue;
+use flotilla_shared::redis_conn::Redis;
 use flotilla_shared::webhooks::deliver::Deliverer;
 use flotilla_shared::webhooks::dispatch::Dispatcher;
 use flotilla_shared::webhooks::Webhooks;
@@ -26,11 +27,32 @@ const DELIVER_EVERY: Duration = Duration::from_millis(100);
 /// Attempts one worker runs at once.
 const IN_FLIGHT: usize = 64;
 
-/// Runs until `shutdown` is cancelled; attempts under way are abandoned
-/// then, and come due again when their lease ends.
-pub async fn run(queue: Queue, config: WebhooksConfig, consumer: String, shutdown: CancellationToken) {
+/// Runs until `shutdown` is cancelled, on a Redis connection of its own
+/// (see [`own_connection`]); attempts under way are abandoned then, and
+/// come due again when their lease ends.
+pub async fn run(queue: Queue, target: RedisTarget, config: WebhooksConfig, consumer: String, shutdown: CancellationToken) {
+    let Some(queue) = own_connection(&queue, &target, &shutdown).await else { return };
     let hooks = Webhooks::of_queue(&queue, config);
     run_with(queue, hooks, consumer, shutdown).await;
+}
+
+/// `queue` over a connection of its own, so that the webhook side's large
+/// reads and writes (a feed read, a script storing a read's messages)
+/// never queue on the shared connection the task path uses, nor take
+/// connections from its pool; `None` at shutdown.
+async fn own_connection(queue: &Queue, target: &RedisTarget, shutdown: &CancellationToken) -> Option<Queue> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match Redis::connect(target).await {
+            Ok(redis) => return Some(queue.on(redis)),
+            Err(error) => warn!(%error, "no redis connection for webhooks yet; retrying"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// [`run`] with a store of one's own (one that resolves names its own way).

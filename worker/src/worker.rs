@@ -83,8 +83,13 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));
-    let webhooks =
-        tokio::spawn(webhooks::run(queue.clone(), config.webhooks.clone(), config.worker.id.clone(), shutdown.clone()));
+    let webhooks = tokio::spawn(webhooks::run(
+        queue.clone(),
+        config.redis.clone(),
+        config.webhooks.clone(),
+        config.worker.id.clone(),
+        shutdown.clone(),
+    ));
     let slots = Arc::new(Semaphore::new(config.worker.concurrency));
     let tracker = TaskTracker::new();
     let abandon = CancellationToken::new();

@@ -109,6 +109,12 @@ impl Queue {
         Self { redis, keys, settings }
     }
 
+    /// The same queue over another connection, for work beside the task
+    /// path that should not share the task path's connection.
+    pub fn on(&self, redis: Redis) -> Self {
+        Self::new(redis, self.keys.clone(), self.settings.clone())
+    }
+
     /// Connects to Redis as configured and writes the configured tenants'
     /// settings where the scheduler reads them.
     pub async fn connect(config: &Config) -> Result<Self, QueueError> {

@@ -240,6 +240,17 @@ impl Queue {
         Ok(TaskRecord::from_hash(id, hash)?.filter(|t| &t.tenant == tenant))
     }
 
+    /// Several of a tenant's tasks in one round trip, in order: `None` for
+    /// one that does not exist, is another tenant's or cannot be read.
+    pub async fn get_many(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Option<TaskRecord>>, QueueError> {
+        let hashes = self.task_hashes(ids).await?;
+        Ok(ids
+            .iter()
+            .zip(hashes)
+            .map(|(id, hash)| TaskRecord::from_hash(id, hash).ok().flatten().filter(|t| &t.tenant == tenant))
+            .collect())
+    }
+
     /// A tenant's tasks, newest first, and the cursor of the next page.
     pub async fn list(&self, tenant: &TenantId, filter: &ListFilter) -> Result<(Vec<TaskRecord>, Option<TaskId>), QueueError> {
         let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);

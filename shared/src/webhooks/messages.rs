@@ -51,28 +51,59 @@ pub struct Delivery {
     pub next_attempt_at: Option<String>,
 }
 
-/// Stores a message unless it exists, makes it due in its endpoint's queue
-/// and puts it in the endpoint's log, trimmed to its newest
-/// `FLOTILLA_WEBHOOK_LOG_MAX`. `KEYS` the message, the endpoint's queue, the
-/// endpoint set, the log; `ARGV` the message id, now (ms), retention (ms),
-/// the endpoint id, the log's bound, then field/value pairs. Returns 1 when
-/// stored, 0 when it existed.
+/// Stores messages of one tenant, each unless it exists, makes each due in
+/// its endpoint's queue and puts it in the endpoint's log; then, once per
+/// endpoint, wakes the endpoint and trims its log to its newest
+/// `FLOTILLA_WEBHOOK_LOG_MAX`. `KEYS[1]` the endpoint set, then per message
+/// its hash, its endpoint's queue and its endpoint's log; `ARGV` now (ms),
+/// retention (ms), the log's bound, the tenant, then per message its id,
+/// endpoint id, type and body. Returns how many were stored.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[3], 'LT', ARGV[2], ARGV[4])
-redis.call('ZADD', KEYS[4], 0, ARGV[1])
-local extra = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[5])
-if extra > 0 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, extra - 1) end
-redis.call('PEXPIRE', KEYS[4], ARGV[3])
-return 1
+local now, ttl, most, tenant = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local made, logs, seen = 0, {}, {}
+for i = 0, (#KEYS - 1) / 3 - 1 do
+  local msg, queue, log = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
+  local a = 5 + 4 * i
+  if redis.call('EXISTS', msg) == 0 then
+    redis.call('HSET', msg, 'tenant', tenant, 'endpoint', ARGV[a + 1], 'type', ARGV[a + 2], 'body', ARGV[a + 3],
+      'status', 'pending', 'attempts', '0', 'created_at', now, 'next_at', now)
+    redis.call('PEXPIRE', msg, ttl)
+    redis.call('ZADD', queue, now, ARGV[a])
+    redis.call('ZADD', log, 0, ARGV[a])
+    if not seen[log] then
+      seen[log] = true
+      logs[#logs + 1] = {log, ARGV[a + 1]}
+    end
+    made = made + 1
+  end
+end
+for _, l in ipairs(logs) do
+  redis.call('ZADD', KEYS[1], 'LT', now, l[2])
+  local extra = redis.call('ZCARD', l[1]) - most
+  if extra > 0 then redis.call('ZREMRANGEBYRANK', l[1], 0, extra - 1) end
+  redis.call('PEXPIRE', l[1], ttl)
+end
+return made
 "#,
     )
 });
+
+/// Messages one [`CREATE`] call stores at most, so no call holds Redis long.
+const CREATE_CHUNK: usize = 128;
+/// Body bytes one [`CREATE`] call carries at most (a single larger message
+/// goes alone).
+const CREATE_CHUNK_BYTES: usize = 512 * 1024;
+
+/// A message to store: what one event reports to one endpoint.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub id: MessageId,
+    pub endpoint: WebhookId,
+    pub kind: EventType,
+    pub body: String,
+}
 
 /// A message as stored, for the deliverer.
 #[derive(Debug, Clone)]
@@ -111,37 +142,41 @@ impl Next {
 }
 
 impl Webhooks {
-    /// Stores the message `id` of `kind` for `endpoint` with `body`, due now;
-    /// false when it was already stored.
-    pub(super) async fn create_message(
-        &self,
-        id: &MessageId,
-        tenant: &TenantId,
-        endpoint: &WebhookId,
-        kind: EventType,
-        body: &str,
-    ) -> Result<bool, QueueError> {
+    /// Stores `tenant`'s messages, due now, in as few calls as their size
+    /// allows; those already stored stay as they are. Returns how many
+    /// were new.
+    pub(super) async fn create_messages(&self, tenant: &TenantId, messages: &[NewMessage]) -> Result<u64, QueueError> {
+        let mut made = 0;
+        let mut rest = messages;
+        while !rest.is_empty() {
+            let (mut count, mut bytes) = (0, 0);
+            while count < rest.len()
+                && count < CREATE_CHUNK
+                && (count == 0 || bytes + rest[count].body.len() <= CREATE_CHUNK_BYTES)
+            {
+                bytes += rest[count].body.len();
+                count += 1;
+            }
+            let (chunk, after) = rest.split_at(count);
+            made += self.create_chunk(tenant, chunk).await?;
+            rest = after;
+        }
+        Ok(made)
+    }
+
+    async fn create_chunk(&self, tenant: &TenantId, messages: &[NewMessage]) -> Result<u64, QueueError> {
         let now = clock::now_ms();
         let mut inv = CREATE.prepare_invoke();
-        inv.key(self.keys.webhook_message(id.as_str()))
-            .key(self.keys.webhook_endpoint_due(endpoint.as_str()))
-            .key(self.keys.webhook_due())
-            .key(self.keys.webhook_deliveries(endpoint.as_str()));
-        inv.arg(id.as_str()).arg(now).arg(self.retention_ms).arg(endpoint.as_str()).arg(self.config.log_max);
-        let fields = [
-            ("tenant", tenant.as_str()),
-            ("endpoint", endpoint.as_str()),
-            ("type", kind.as_str()),
-            ("body", body),
-            ("status", "pending"),
-            ("attempts", "0"),
-        ];
-        for (field, value) in fields {
-            inv.arg(field).arg(value);
+        inv.key(self.keys.webhook_due());
+        inv.arg(now).arg(self.retention_ms).arg(self.config.log_max).arg(tenant.as_str());
+        for message in messages {
+            let endpoint = message.endpoint.as_str();
+            inv.key(self.keys.webhook_message(message.id.as_str()))
+                .key(self.keys.webhook_endpoint_due(endpoint))
+                .key(self.keys.webhook_deliveries(endpoint));
+            inv.arg(message.id.as_str()).arg(endpoint).arg(message.kind.as_str()).arg(message.body.as_str());
         }
-        inv.arg("created_at").arg(now).arg("next_at").arg(now);
-        let created: i64 = inv.invoke_async(&mut self.redis.shared()).await?;
-        Ok(created == 1)
+        Ok(inv.invoke_async(&mut self.redis.shared()).await?)
     }
 
     /// A stored message; `None` when it has expired.

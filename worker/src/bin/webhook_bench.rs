@@ -12,8 +12,10 @@
 //! drain starts only once attempts hang at the silent endpoint. The
 //! measured time runs from submitting the first task to the last one
 //! succeeding. It prints JSON: each drain's tasks per second, the median
-//! of each mode, their ratio, and how many connections the silent endpoint
-//! held at most at once.
+//! of each mode, their ratio, the CPU time this process (worker and bench)
+//! and `redis-server` spent per 1 000 drained tasks in each mode (what the
+//! webhook side costs, less noisy than the rates on a shared machine), and
+//! how many connections the silent endpoint held at most at once.
 
 mod support;
 
@@ -155,10 +157,12 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
     }
     let held_before = hook.map_or(0, |s| s.open.load(Ordering::Relaxed));
     let made_before = pending_messages(&queue).await?;
+    let cpu_before = (process_cpu_s(), redis_cpu_s(&queue).await?);
     let started = Instant::now();
     submit(&queue, &tenant, n).await?;
     wait_succeeded(&queue, WARM_UP + n).await?;
     let drain_s = started.elapsed().as_secs_f64();
+    let (process_cpu, redis_cpu) = (process_cpu_s() - cpu_before.0, redis_cpu_s(&queue).await? - cpu_before.1);
     let made = pending_messages(&queue).await?.saturating_sub(made_before);
     shutdown.cancel();
     worker.await??;
@@ -167,6 +171,8 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
         "tasks": n,
         "drain_s": (drain_s * 1000.0).round() / 1000.0,
         "drain_per_s": (n as f64 / drain_s).round(),
+        "process_cpu_ms_per_1k_tasks": (process_cpu * 1e9 / n as f64).round() / 1000.0,
+        "redis_cpu_ms_per_1k_tasks": (redis_cpu * 1e9 / n as f64).round() / 1000.0,
         "silent_connections_held_at_start": held_before,
         "messages_made_while_draining": made,
     }))
@@ -215,6 +221,29 @@ async fn pending_messages(queue: &Queue) -> anyhow::Result<u64> {
     Ok(total)
 }
 
+/// CPU time this process (the worker, its webhook tasks and the bench's
+/// own submitting and polling) has used so far, in seconds: `utime` and
+/// `stime` of `/proc/self/stat`, in ticks of 1/100 s (Linux's `USER_HZ`).
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which ends at the last ')': the
+    // state is field 3, utime 14 and stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = rest.split_whitespace().skip(11).take(2).filter_map(|t| t.parse::<u64>().ok()).sum();
+    ticks as f64 / 100.0
+}
+
+/// CPU time `redis-server` has used so far, in seconds (`INFO cpu`).
+async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(&mut queue.redis().shared()).await?;
+    Ok(info
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| matches!(*name, "used_cpu_sys" | "used_cpu_user"))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum())
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
@@ -231,27 +260,29 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     };
     let silent = Silent::start().await?;
     let mut runs = Vec::new();
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    // Per mode (without, with): drain rates, process and Redis CPU per 1 000 tasks.
+    let mut figures: [[Vec<f64>; 3]; 2] = Default::default();
     for round in 0..args.rounds {
         let order = if round % 2 == 0 { [None, Some(&silent)] } else { [Some(&silent), None] };
         for mode in order {
             let run = drain(&url, args.tasks, args.concurrency, mode).await?;
-            let rate = run["drain_per_s"].as_f64().unwrap_or(0.0);
-            if mode.is_some() {
-                with.push(rate)
-            } else {
-                without.push(rate)
+            let fields = ["drain_per_s", "process_cpu_ms_per_1k_tasks", "redis_cpu_ms_per_1k_tasks"];
+            for (values, field) in figures[usize::from(mode.is_some())].iter_mut().zip(fields) {
+                values.push(run[field].as_f64().unwrap_or(f64::NAN));
             }
             runs.push(run);
         }
     }
     drop(own);
-    let (without, with) = (median(&mut without), median(&mut with));
+    let [[without, process_without, redis_without], [with, process_with, redis_with]] =
+        figures.map(|mode| mode.map(|mut v| median(&mut v)));
     Ok(json!({
         "runs": runs,
         "median_drain_per_s_without_webhook": without,
         "median_drain_per_s_with_silent_endpoint": with,
         "ratio": (with / without * 1000.0).round() / 1000.0,
+        "median_process_cpu_ms_per_1k_tasks": {"without_webhook": process_without, "with_silent_endpoint": process_with},
+        "median_redis_cpu_ms_per_1k_tasks": {"without_webhook": redis_without, "with_silent_endpoint": redis_with},
         "silent_endpoint_connections_at_most": silent.most.load(Ordering::Relaxed),
         "silent_endpoint_connections_accepted": silent.accepted.load(Ordering::Relaxed),
     }))
