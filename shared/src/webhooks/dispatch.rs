@@ -31,8 +31,8 @@ use crate::queue::{FeedId, Queue, TaskRecord};
 /// taken over.
 const STALE_MS: u64 = 30_000;
 /// Entries read per tenant per pass.
-const READ: usize = 200;
-/// Passes between two looks for stale entries (about a second apart).
+pub const READ: usize = 200;
+/// Passes between two looks for stale entries (a few seconds apart).
 const RECLAIM_EVERY: u64 = 10;
 
 /// The fields of an event the dispatcher reads, borrowed from it.
