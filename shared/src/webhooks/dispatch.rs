@@ -91,7 +91,7 @@ impl Dispatcher {
     /// were handled.
     pub async fn run_once(&self) -> Result<usize, QueueError> {
         let tenants: Vec<String> = self.queue.redis().shared().smembers(self.queue.keys().webhook_tenants()).await?;
-        let reclaim = self.passes.fetch_add(1, Ordering::Relaxed) % RECLAIM_EVERY == 0;
+        let reclaim = self.passes.fetch_add(1, Ordering::Relaxed).is_multiple_of(RECLAIM_EVERY);
         let mut handled = 0;
         for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
             match self.tenant(&tenant, reclaim).await {
