@@ -46,10 +46,14 @@ pub fn render(stats: &FleetStats) -> String {
     out
 }
 
+/// A counter family's samples of one tenant: extra labels (each starting
+/// with a comma) and value.
+type TenantSamples = dyn Fn(&TenantId, &UsageView) -> Vec<(String, String)>;
+
 /// The per-tenant counters, appended to the page when the switch is on.
 pub fn render_tenants(out: &mut String, tenants: &[(TenantId, Meter)]) {
     let views: Vec<(&TenantId, UsageView)> = tenants.iter().map(|(t, m)| (t, m.view())).collect();
-    let mut family = |name: &str, help: &str, samples: &dyn Fn(&TenantId, &UsageView) -> Vec<(String, String)>| {
+    let mut family = |name: &str, help: &str, samples: &TenantSamples| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for (tenant, view) in &views {
             for (labels, value) in samples(tenant, view) {

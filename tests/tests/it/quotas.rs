@@ -514,6 +514,12 @@ async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_d
     let (_, shown) = acme_api.get(&format!("/v1/tasks/{kept}")).await;
     let kept_id = shown["sandbox"]["id"].as_str().expect("the kept sandbox's id").to_owned();
     eventually("the kept sandbox holds a slot", Duration::from_secs(5), async || sandboxed().await == 1).await;
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(
+        (usage["limits"]["sandboxes"].as_u64(), usage["limits"]["sandboxes_left"].as_u64()),
+        (Some(1), Some(1)),
+        "{usage}"
+    );
 
     let holder = submit_as(key, on_screen(2_500, json!({}))).await;
     eventually("a second sandbox task runs", Duration::from_secs(30), async || record(&holder).await.steps_taken >= 1).await;
