@@ -158,7 +158,7 @@ impl ApiError {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             // `From<QuotaError>` turns a quota's queue error into `ApiError::Queue`.
-            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_))
+            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_) | QueueError::NoPipeline)
             | ApiError::Quota(QuotaError::Queue(_))
             | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),
         }
@@ -283,6 +283,7 @@ mod tests {
             (HubError::NotConnected.into(), 503, "unavailable"),
             (QueueError::Corrupt("bad hash".into()).into(), 500, "internal"),
             (QueueError::Fenced.into(), 500, "internal"),
+            (QueueError::NoPipeline.into(), 500, "internal"),
             (ApiError::Internal("boom".into()), 500, "internal"),
             (ApiError::Quota(QuotaError::QueueFull { max_queued: 3, queued: 3 }), 429, "quota_exceeded"),
             (ApiError::Quota(QuotaError::TokensSpent { max: 10, retry_after_s: 5 }), 429, "quota_exceeded"),

@@ -47,6 +47,11 @@ pub enum QueueError {
     Fenced,
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A task came to the queue with no pipeline: whatever accepts a task
+    /// decides its pipeline before it is queued (the API from
+    /// `FLOTILLA_DEFAULT_PIPELINE`), so no worker ever guesses one.
+    #[error("the task names no pipeline; one is decided before a task is queued")]
+    NoPipeline,
 }
 
 impl From<deadpool_redis::PoolError> for QueueError {

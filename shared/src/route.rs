@@ -19,10 +19,6 @@ use serde::{Serialize, Serializer};
 
 use crate::task::{Pipeline, SandboxProviderKind, TaskSpec};
 
-/// The pipeline part of a route of a task that names none: any worker runs
-/// it with its default pipeline.
-const DEFAULT_PIPELINE: &str = "default";
-
 /// The sandbox a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SandboxNeed {
@@ -57,8 +53,8 @@ impl SandboxNeed {
 /// What a task needs of the worker that runs it; see the module doc.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Route {
-    /// `None`: the worker's default pipeline.
-    pub pipeline: Option<Pipeline>,
+    /// The pipeline the task was given when it entered the queue.
+    pub pipeline: Pipeline,
     pub sandbox: SandboxNeed,
     pub labels: BTreeSet<String>,
 }
@@ -66,10 +62,13 @@ pub struct Route {
 impl Route {
     /// The route of a task with this spec. A scripted task of waits alone
     /// needs no sandbox; a replay needs one (its trajectory is read only
-    /// when it runs); every other pipeline takes one.
-    pub fn of(spec: &TaskSpec) -> Self {
-        let takes_sandbox = match spec.pipeline {
-            Some(Pipeline::Scripted) | None if spec.replay_of.is_none() && spec.actions.is_some() => {
+    /// when it runs); every other pipeline takes one. `None` for a spec that
+    /// names no pipeline: the queue takes only tasks whose pipeline was
+    /// decided where they entered it.
+    pub fn of(spec: &TaskSpec) -> Option<Self> {
+        let pipeline = spec.pipeline?;
+        let takes_sandbox = match pipeline {
+            Pipeline::Scripted if spec.replay_of.is_none() && spec.actions.is_some() => {
                 spec.actions.iter().flatten().any(crate::action::Action::needs_sandbox)
             }
             _ => true,
@@ -80,12 +79,12 @@ impl Route {
             (true, None) => SandboxNeed::Any,
         };
         let labels = spec.requires.iter().flatten().cloned().collect();
-        Self { pipeline: spec.pipeline, sandbox, labels }
+        Some(Self { pipeline, sandbox, labels })
     }
 
     /// The canonical string (see the module doc).
     pub fn key(&self) -> String {
-        let pipeline = self.pipeline.map_or(DEFAULT_PIPELINE, Pipeline::as_str);
+        let pipeline = self.pipeline.as_str();
         let labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
         format!("{pipeline}|{}|{}", self.sandbox.as_str(), labels.join(","))
     }
@@ -93,10 +92,7 @@ impl Route {
     /// Reads a canonical string back.
     pub fn parse(key: &str) -> Option<Self> {
         let mut parts = key.splitn(3, '|');
-        let pipeline = match parts.next()? {
-            DEFAULT_PIPELINE => None,
-            name => Some(name.parse::<Pipeline>().ok()?),
-        };
+        let pipeline = parts.next()?.parse::<Pipeline>().ok()?;
         let sandbox = SandboxNeed::parse(parts.next()?)?;
         let labels = parts.next()?.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect();
         Some(Self { pipeline, sandbox, labels })
@@ -104,10 +100,7 @@ impl Route {
 
     /// Each of the route's needs on its own.
     pub fn needs(&self) -> Vec<Need> {
-        let mut needs = Vec::new();
-        if let Some(pipeline) = self.pipeline {
-            needs.push(Need::Pipeline(pipeline));
-        }
+        let mut needs = vec![Need::Pipeline(self.pipeline)];
         match self.sandbox {
             SandboxNeed::None => {}
             SandboxNeed::Any => needs.push(Need::Sandbox(None)),
@@ -239,15 +232,15 @@ mod tests {
     #[test]
     fn routes_are_canonical_and_read_back() {
         let waits = spec(r#"{"prompt": "x", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}]}"#);
-        assert_eq!(Route::of(&waits).key(), "scripted|none|");
+        assert_eq!(Route::of(&waits).expect("routed").key(), "scripted|none|");
         let clicks = spec(
             r#"{"prompt": "x", "pipeline": "scripted", "requires": ["gpu", "eu", "eu"], "actions": [{"type": "click", "x": 1, "y": 1}]}"#,
         );
-        let route = Route::of(&clicks);
+        let route = Route::of(&clicks).expect("routed");
         assert_eq!(route.key(), "scripted|any|eu,gpu");
         assert_eq!(Route::parse(&route.key()), Some(route));
         let e2b = spec(r#"{"prompt": "x", "pipeline": "openai-cua", "sandbox": {"provider": "e2b"}}"#);
-        assert_eq!(Route::of(&e2b).key(), "openai-cua|e2b|");
+        assert_eq!(Route::of(&e2b).expect("routed").key(), "openai-cua|e2b|");
     }
 
     #[test]
@@ -260,7 +253,17 @@ mod tests {
         assert!(worker(None, &["eu"]).serves(&eu));
         assert!(!worker(None, &["us"]).serves(&eu));
         assert!(!worker(None, &[]).serves(&Route::parse("claude-code|none|").expect("route")));
-        assert!(worker(None, &[]).serves(&Route::parse("default|none|").expect("route")));
+        assert_eq!(Route::parse("default|none|"), None, "a route always names its pipeline");
+    }
+
+    #[test]
+    fn a_spec_without_a_pipeline_has_no_route() {
+        let unnamed = spec(r#"{"prompt": "x"}"#);
+        assert_eq!(Route::of(&unnamed), None);
+        assert_eq!(
+            Route::of(&unnamed.with_default_pipeline(Pipeline::OpenaiCua)).map(|r| r.key()).as_deref(),
+            Some("openai-cua|any|")
+        );
     }
 
     #[test]

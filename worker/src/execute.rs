@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use flotilla_shared::queue::{Attempt, HeartbeatOutcome, Queue, Terminal};
-use flotilla_shared::task::{Pipeline as PipelineKind, StopCode};
+use flotilla_shared::task::StopCode;
 use flotilla_shared::QueueError;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
@@ -26,7 +26,6 @@ pub struct Executor {
     pub acker: Acker,
     pub worker_id: String,
     pub heartbeat: Duration,
-    pub default_pipeline: PipelineKind,
     pub metrics: WorkerMetrics,
 }
 
@@ -98,7 +97,9 @@ impl Executor {
     }
 
     async fn run_pipeline(&self, attempt: &Arc<Attempt>, cancel: CancellationToken) -> Result<Outcome, PipelineError> {
-        let kind = attempt.spec.pipeline.unwrap_or(self.default_pipeline);
+        let Some(kind) = attempt.spec.pipeline else {
+            return Err(PipelineError::Fatal { code: StopCode::Problem, message: "the task names no pipeline".into() });
+        };
         let Some(pipeline) = self.registry.get(kind) else {
             return Err(PipelineError::Fatal {
                 code: StopCode::Problem,

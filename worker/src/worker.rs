@@ -79,7 +79,6 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         acker,
         worker_id: config.worker.id.clone(),
         heartbeat: config.queue.heartbeat,
-        default_pipeline: config.api.default_pipeline,
         metrics,
     };
     let housekeeping = tokio::spawn(housekeeping::run(queue.clone(), shutdown.clone()));

@@ -207,7 +207,7 @@ end
 local function serves(c, route)
   local p, s, l = string.match(route, '^([^|]*)|([^|]*)|(.*)$')
   if not p then return false end
-  if p ~= 'default' and not c.pipelines[p] then return false end
+  if not c.pipelines[p] then return false end
   if s ~= 'none' and (c.sandbox == 'none' or (s ~= 'any' and s ~= c.sandbox)) then return false end
   for label in string.gmatch(l, '[^,]+') do
     if not c.labels[label] then return false end

@@ -67,7 +67,7 @@ impl Queue {
             return Ok(());
         }
         let live = self.live_capabilities().await?;
-        record.waiting_for = Some(Route::of(&record.spec).missing(&live));
+        record.waiting_for = Route::of(&record.spec).map(|route| route.missing(&live));
         Ok(())
     }
 

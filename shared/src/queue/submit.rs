@@ -166,6 +166,8 @@ impl Queue {
         if tasks.is_empty() {
             return Ok(now);
         }
+        let routes = tasks.iter().map(|t| Route::of(&t.spec).map(|r| r.key())).collect::<Option<Vec<_>>>();
+        let Some(routes) = routes else { return Err(QueueError::NoPipeline) };
         let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
         let traceparent = crate::telemetry::current_traceparent().unwrap_or_default();
         let mut creates = Vec::new();
@@ -202,9 +204,8 @@ impl Queue {
         let () = tenants.query_async(&mut conn).await?;
         let queued: Vec<Queued<'_>> = tasks
             .iter()
-            .map(|t| {
-                (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now), Route::of(&t.spec).key())
-            })
+            .zip(routes)
+            .map(|(t, route)| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now), route))
             .collect();
         self.enqueue(&queued, now).await?;
         Ok(now)
@@ -412,6 +413,7 @@ impl Queue {
         let Some(record) = self.get(tenant, id).await? else {
             return Err(QueueError::NotFound);
         };
+        let route = Route::of(&record.spec).ok_or(QueueError::NoPipeline)?.key();
         let draft = draft(EventKind::Queued { attempt: 0, worker: None });
         let mut inv = self.task_invocation(&scripts::REVIVE, id, &draft, clock::now_ms());
         inv.arg(tenant.as_str());
@@ -419,7 +421,7 @@ impl Queue {
         match outcome.as_str() {
             "requeued" => {
                 let _: i64 = conn.zrem(&dead_index, id.as_str()).await?;
-                self.enqueue(&[(tenant, record.priority, id, None, Route::of(&record.spec).key())], clock::now_ms()).await
+                self.enqueue(&[(tenant, record.priority, id, None, route)], clock::now_ms()).await
             }
             "missing" => Err(QueueError::NotFound),
             other => Err(QueueError::WrongStatus(other.to_owned())),

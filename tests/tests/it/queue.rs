@@ -441,3 +441,30 @@ async fn errors_stored_on_a_task_and_in_its_events_have_their_secrets_masked() {
     assert!(raw.iter().any(|e| e.contains("redis://:***@10.0.0.5:6379")), "the retry event keeps what is not secret:\n{all}");
     assert!(stored.contains("sk-ant-***") && stored.contains("Bearer ***"), "{stored}");
 }
+
+/// The pipeline is decided where a task enters the queue (the API fills
+/// the configured default): the queue refuses a task that names none, for
+/// one task or a whole call, before writing anything, so no worker is ever
+/// left to guess one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_without_a_pipeline_is_refused_and_nothing_is_written() {
+    let (_redis, config) = fleet(&[]);
+    let q = queue(&config).await;
+    let mut unnamed = wait_spec(1);
+    unnamed.pipeline = None;
+    let refused = q.submit(&tenant(), unnamed.clone()).await.expect_err("refused");
+    assert!(matches!(refused, QueueError::NoPipeline), "{refused:?}");
+    let new = |spec| flotilla_shared::queue::NewTask {
+        id: flotilla_shared::ids::TaskId::generate(),
+        tenant: tenant(),
+        batch: None,
+        spec,
+    };
+    let refused = q.create_tasks(vec![new(wait_spec(1)), new(unnamed)]).await.expect_err("refused");
+    assert!(matches!(refused, QueueError::NoPipeline), "{refused:?}");
+    let filter = flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() };
+    let (listed, _) = q.list(&tenant(), &filter).await.expect("list");
+    assert!(listed.is_empty(), "nothing was created: {listed:?}");
+    let stats = q.stats(&tenant()).await.expect("stats");
+    assert!(stats.lanes.iter().all(|l| l.depth == 0), "nothing was queued: {stats:?}");
+}
