@@ -72,6 +72,7 @@ use crate::{auth, dashboard};
     components(schemas(
         ErrorBody,
         ErrorDetail,
+        crate::routes::sse::SseFrame,
         flotilla_shared::TaskId,
         flotilla_shared::BatchId,
         flotilla_shared::ScheduleId,

@@ -2,12 +2,16 @@
 //! script so every API replica shares the same limits.
 //!
 //! One call of [`ADMIT`], in the tenant's scheduler shard, checks the
-//! tenant's submit rate (a GCRA token bucket whose state is one timestamp,
-//! read against Redis's own clock so replicas never disagree), then its
-//! waiting tasks against `max_queued`. Only when both pass does it take the
-//! rate's token and reserve room for the new tasks; a refused request
-//! changes nothing. Tokens spent today are checked before it, against
-//! `max_tokens_per_day` (spending happens while tasks run, not at submit).
+//! tenant's tokens spent today against `max_tokens_per_day` (spending
+//! happens while tasks run, not at submit), then its submit rate (a GCRA
+//! token bucket whose state is one timestamp, read against Redis's own
+//! clock so replicas never disagree), then its waiting tasks against
+//! `max_queued`. Only when all pass does it take the rate's token and
+//! reserve room for the new tasks; a refused request changes nothing. On a
+//! single server the day's usage hash goes into the same call, so a
+//! request is admitted in one round trip whatever limits its tenant has;
+//! on a cluster the day's hash lies in the tenant's own slot, so its tokens
+//! are read first, in a call of their own.
 //!
 //! Invariant: a tenant's waiting tasks (the shard's exact `queued` and
 //! `delayed` counts, which the scheduler's scripts keep) plus the room held
@@ -40,14 +44,21 @@ const SCHEDULES_FULL_RETRY_S: u64 = 60;
 const RESERVATION_MS: u64 = 120_000;
 
 /// `KEYS[1]` the tenant's hash in its shard (`queued`, `delayed`),
-/// `KEYS[2]` the rate key, `KEYS[3]` the reservations; `ARGV[1]` tasks asked
-/// for, `ARGV[2]` the rate's emission interval in µs (0: no rate), `ARGV[3]`
+/// `KEYS[2]` the rate key, `KEYS[3]` the reservations, `KEYS[4]` (when
+/// given) the tenant's usage hash of today; `ARGV[1]` tasks asked for,
+/// `ARGV[2]` the rate's emission interval in µs (0: no rate), `ARGV[3]`
 /// burst, `ARGV[4]` max queued, `ARGV[5]` the reservation's ticket,
-/// `ARGV[6]` how long it holds (ms). Returns `{'ok', remaining, reset_s}`,
-/// `{'rate', retry_after_s, reset_s}` or `{'queued', waiting, 0}`.
+/// `ARGV[6]` how long it holds (ms), `ARGV[7]` max tokens per day (read
+/// only with `KEYS[4]`). Returns `{'ok', remaining, reset_s}`,
+/// `{'tokens', spent, 0}`, `{'rate', retry_after_s, reset_s}` or
+/// `{'queued', waiting, 0}`.
 static ADMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+if KEYS[4] then
+  local spent = tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')
+  if spent >= tonumber(ARGV[7]) then return {'tokens', spent, 0} end
+end
 local n = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -137,18 +148,32 @@ pub struct Admitted {
     reservation: String,
 }
 
+/// The refusal of a tenant that spent its `max` tokens of today, until
+/// the next UTC day.
+fn tokens_spent(max: u64, now: i64) -> QuotaError {
+    QuotaError::TokensSpent { max, retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1) }
+}
+
 impl Queue {
     /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
     /// reserving room for them, or says why not (and changes nothing).
     pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
         let now = self.now_ms();
-        self.check_tokens_today(tenant, quota, now).await?;
+        let tokens_in_call = !self.redis().is_cluster();
+        if !tokens_in_call {
+            self.check_tokens_today(tenant, quota, now).await?;
+        }
         let keys = self.keys();
         let (interval_us, burst) = quota.rate.map_or((0, 0), |r| ((1_000_000.0 / r.per_second).ceil() as u64, r.burst));
         let ticket = ulid::Ulid::new().to_string();
         let mut inv = ADMIT.prepare_invoke();
         inv.key(keys.tenant_state(tenant)).key(keys.tenant_rate(tenant)).key(keys.tenant_admitting(tenant));
+        let max_tokens = quota.max_tokens_per_day.filter(|_| tokens_in_call);
+        if max_tokens.is_some() {
+            inv.key(keys.usage_day(tenant, &clock::utc_day(now)));
+        }
         inv.arg(tasks).arg(interval_us).arg(burst).arg(quota.max_queued).arg(&ticket).arg(RESERVATION_MS);
+        inv.arg(max_tokens.unwrap_or(0));
         let mut conn = self.redis().shared();
         let (verdict, a, b): (String, i64, i64) = inv.invoke_async(&mut conn).await?;
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
@@ -164,6 +189,7 @@ impl Queue {
                 state: RateState { limit: rate.burst, remaining: 0, reset_s: count(b).max(1) },
             }),
             ("queued", _) => Err(QuotaError::QueueFull { max_queued: quota.max_queued, queued: count(a) }),
+            ("tokens", _) => Err(tokens_spent(max_tokens.unwrap_or(0), now)),
             _ => Err(QueueError::Corrupt(format!("admit answered {verdict}")).into()),
         }
     }
@@ -174,10 +200,7 @@ impl Queue {
         let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), TOKENS_FIELD);
         let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
         if spent.into_iter().flatten().next().unwrap_or(0) >= max {
-            return Err(QuotaError::TokensSpent {
-                max,
-                retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1),
-            });
+            return Err(tokens_spent(max, now));
         }
         Ok(())
     }

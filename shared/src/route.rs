@@ -134,13 +134,15 @@ impl Route {
 /// One thing a task may wait for, as `GET /v1/tasks/{id}` and
 /// `GET /v1/queues` name it: `worker` (no worker is live), `sandbox` (any
 /// provider's), `sandbox:local`, `sandbox:e2b`, `pipeline:<name>`,
-/// `label:<label>`.
+/// `label:<label>`; and, not a capability, `max_tokens_per_day` (the
+/// task's tenant spent its tokens of today: it waits for the next UTC day).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Need {
     Worker,
     Sandbox(Option<SandboxProviderKind>),
     Pipeline(Pipeline),
     Label(String),
+    DayTokens,
 }
 
 impl fmt::Display for Need {
@@ -151,6 +153,7 @@ impl fmt::Display for Need {
             Need::Sandbox(Some(kind)) => write!(f, "sandbox:{}", SandboxNeed::Of(*kind).as_str()),
             Need::Pipeline(p) => write!(f, "pipeline:{}", p.as_str()),
             Need::Label(l) => write!(f, "label:{l}"),
+            Need::DayTokens => f.write_str("max_tokens_per_day"),
         }
     }
 }
@@ -178,7 +181,7 @@ impl Capabilities {
 
     fn meets(&self, need: &Need) -> bool {
         match need {
-            Need::Worker => true,
+            Need::Worker | Need::DayTokens => true,
             Need::Sandbox(None) => self.sandbox.is_some(),
             Need::Sandbox(Some(kind)) => self.sandbox == Some(*kind),
             Need::Pipeline(p) => self.pipelines.contains(p),

@@ -145,10 +145,31 @@ pub struct UsageView {
 /// What an attempt's [`crate::queue::Queue::add_usage`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Added {
-    /// The task's counters after the addition.
-    Counted(Meter),
+    /// The task's counters after the addition, and where its tenant's
+    /// tokens of today stand.
+    Counted(Counted),
     /// Another attempt owns the task: nothing was counted.
     Fenced,
+}
+
+/// What a count left: the task's counters and its tenant's day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counted {
+    /// The task's counters after the addition.
+    pub meter: Meter,
+    /// Where the tenant's tokens of today stand.
+    pub day: DayTokens,
+}
+
+/// Where a tenant's tokens of the UTC day stand against its
+/// `max_tokens_per_day`, as a count found them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DayTokens {
+    /// Below the limit, or no limit.
+    Left,
+    /// The tenant spent its tokens of today: its tasks wait until this
+    /// time (epoch ms, the next UTC midnight by the queue's clock).
+    Spent { resume_at_ms: i64 },
 }
 
 #[cfg(test)]

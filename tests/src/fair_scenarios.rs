@@ -11,7 +11,7 @@ use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::queue::{NewTask, Queue, TaskRecord};
 use flotilla_shared::task::{Priority, TaskSpec, TaskStatus};
 
-use crate::fleet::{api_key, spawn_api, test_config, test_env, unique_prefix, WorkerProcess};
+use crate::fleet::{api_key, test_config, test_env, unique_prefix, FileFleet, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, wait_all_ended, wait_spec};
 
@@ -120,40 +120,27 @@ async fn running_through_the_api(client: &reqwest::Client, url: &str) -> usize {
 /// through the API at ≥ 20 Hz: never more than 3 running, also while a
 /// worker holding 2 of them is SIGKILLed; all 20 succeed, each once.
 pub async fn max_running_holds_fleet_wide_across_a_killed_worker(redis: impl RedisUnderTest, config_dir: &std::path::Path) {
-    let prefix = unique_prefix();
-    let file = config_dir.join(format!("{prefix}.toml"));
-    std::fs::write(&file, "[tenants.acme]\nmax_running = 3\n").expect("write config");
-    let file = file.to_string_lossy().to_string();
-    let extra = [
-        ("FLOTILLA_WORKER_CONCURRENCY", "4"),
-        ("FLOTILLA_LEASE_MS", "2000"),
-        ("FLOTILLA_HEARTBEAT_MS", "300"),
-        ("FLOTILLA_CONFIG", file.as_str()),
-    ];
-    let env = test_env(&redis, &prefix, &extra);
-    let config = test_config(&redis, &prefix, &extra);
-    let q = queue(&config).await;
-    let api = spawn_api(config).await;
-    let client = api.client();
-    let url = api.url("/v1/tasks?status=running&limit=100");
-    let ids = submit_batch(&q, &tenant("acme"), &wait_spec(500), 20).await;
-    let mut doomed = WorkerProcess::spawn(&env, "doomed");
-    let survivor = WorkerProcess::spawn(&env, "survivor");
+    let extra = [("FLOTILLA_WORKER_CONCURRENCY", "4"), ("FLOTILLA_LEASE_MS", "2000"), ("FLOTILLA_HEARTBEAT_MS", "300")];
+    let fleet = FileFleet::start(&redis, &unique_prefix(), config_dir, "[tenants.acme]\nmax_running = 3\n", &extra).await;
+    let FileFleet { env, queue: q, client, running_url: url, .. } = &fleet;
+    let ids = submit_batch(q, &tenant("acme"), &wait_spec(500), 20).await;
+    let mut doomed = WorkerProcess::spawn(env, "doomed");
+    let survivor = WorkerProcess::spawn(env, "survivor");
     let mut most = 0;
     let mut samples = 0;
     let mut killed = false;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let tick = Instant::now();
-        let running = running_through_the_api(&client, &url).await;
+        let running = running_through_the_api(client, url).await;
         most = most.max(running);
         samples += 1;
-        if !killed && doomed_holds(&q, &ids, 2).await {
+        if !killed && doomed_holds(q, &ids, 2).await {
             doomed.signal("KILL");
             assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
             killed = true;
         }
-        if all_succeeded(&q, &ids).await {
+        if all_succeeded(q, &ids).await {
             break;
         }
         assert!(Instant::now() < deadline, "the tasks did not all end");
@@ -163,10 +150,10 @@ pub async fn max_running_holds_fleet_wide_across_a_killed_worker(redis: impl Red
     assert!(samples >= 20, "sampled {samples} times");
     assert!(most <= 3, "{most} tasks of the tenant ran at once");
     assert_eq!(most, 3, "the limit was reached, not just respected");
-    let records = wait_all_ended(&q, &ids, Duration::from_secs(5)).await;
+    let records = wait_all_ended(q, &ids, Duration::from_secs(5)).await;
     for (id, task) in ids.iter().zip(&records) {
         assert_eq!(task.status, TaskStatus::Succeeded, "task {id}");
-        let history = events(&q, id).await;
+        let history = events(q, id).await;
         assert_history_whole(id, &history);
         assert_eq!(history.iter().filter(|e| e.kind.is_terminal()).count(), 1, "task {id} ended once");
     }

@@ -2,7 +2,7 @@
 //! on a loopback port, and workers as real child processes that can be killed,
 //! stopped and resumed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
@@ -56,6 +56,37 @@ pub fn test_env(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]
 /// The configuration of a test fleet.
 pub fn test_config(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]) -> Config {
     Config::from_env(test_env(redis, prefix, extra)).expect("test config is valid")
+}
+
+/// A fleet whose tenants' settings come from a config file: the
+/// environment of its worker processes, its queue and its API in process,
+/// and where the API lists the running tasks (what limit tests sample).
+pub struct FileFleet {
+    pub env: Vec<(String, String)>,
+    pub queue: Queue,
+    pub api: ApiServer,
+    pub client: reqwest::Client,
+    /// `GET /v1/tasks?status=running&limit=100`.
+    pub running_url: String,
+}
+
+impl FileFleet {
+    /// Writes `settings` (TOML) to a file named after `prefix` in `dir`,
+    /// and starts the queue and the API with it (`FLOTILLA_CONFIG`) and
+    /// `extra`; workers are the caller's, started from `env`.
+    pub async fn start(redis: &dyn RedisUnderTest, prefix: &str, dir: &Path, settings: &str, extra: &[(&str, &str)]) -> Self {
+        let file = dir.join(format!("{prefix}.toml"));
+        std::fs::write(&file, settings).expect("write config");
+        let file = file.to_string_lossy().into_owned();
+        let mut extra = extra.to_vec();
+        extra.push(("FLOTILLA_CONFIG", file.as_str()));
+        let env = test_env(redis, prefix, &extra);
+        let config = test_config(redis, prefix, &extra);
+        let queue = Queue::connect(&config).await.expect("queue connects");
+        let api = spawn_api(config).await;
+        let running_url = api.url("/v1/tasks?status=running&limit=100");
+        Self { env, queue, client: api.client(), api, running_url }
+    }
 }
 
 /// The API, served in this process on a free loopback port.

@@ -90,6 +90,11 @@ impl Executor {
                 self.retry_later(&attempt, &error).await;
                 return "retrying";
             }
+            Ok(Err(PipelineError::DayTokensSpent { resume_at_ms })) => {
+                info!(resume_at_ms, "the tenant spent its tokens of today; the task waits for the next day");
+                self.wait_for_next_day(&attempt, resume_at_ms).await;
+                return "waiting_for_day";
+            }
         };
         let outcome = terminal.outcome().as_str();
         self.acker.finish(attempt, terminal);
@@ -113,17 +118,7 @@ impl Executor {
     /// Hands the task back for a later attempt (or dead-letters it), retrying
     /// while Redis is unreachable; a fenced refusal is final.
     async fn retry_later(&self, attempt: &Attempt, error: &str) {
-        let written = (|| attempt.retry_or_dead_letter(error))
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(50))
-                    .with_max_delay(Duration::from_secs(2))
-                    .with_max_times(20)
-                    .with_jitter(),
-            )
-            .when(|e| !matches!(e, QueueError::Fenced | QueueError::Corrupt(_)))
-            .notify(|e, after| warn!(error = %e, ?after, "handing the task back failed; retrying"))
-            .await;
+        let written = while_reachable(|| attempt.retry_or_dead_letter(error)).await;
         match written {
             Ok(Some(_)) => self.acker.ack(attempt.delivery.clone(), None),
             Ok(None) => self.acker.ack(attempt.delivery.clone(), Some(flotilla_shared::queue::Outcome::Failed)),
@@ -131,6 +126,34 @@ impl Executor {
             Err(e) => warn!(error = %e, "could not hand the task back; it will be reclaimed"),
         }
     }
+
+    /// Hands the task back to wait, queued, for its tenant's next UTC day,
+    /// and acknowledges its entry; retried while Redis is unreachable.
+    async fn wait_for_next_day(&self, attempt: &Attempt, resume_at_ms: i64) {
+        match while_reachable(|| attempt.wait_for_next_day(resume_at_ms)).await {
+            Ok(()) => self.acker.ack(attempt.delivery.clone(), None),
+            Err(QueueError::Fenced) => info!("another attempt took the task over before it was handed back"),
+            Err(e) => warn!(error = %e, "could not hand the task back; it will be reclaimed"),
+        }
+    }
+}
+
+/// Runs a queue write, again while Redis is unreachable (a fenced or
+/// corrupt answer is final).
+async fn while_reachable<T, F: std::future::Future<Output = Result<T, QueueError>>>(
+    write: impl FnMut() -> F,
+) -> Result<T, QueueError> {
+    write
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(50))
+                .with_max_delay(Duration::from_secs(2))
+                .with_max_times(20)
+                .with_jitter(),
+        )
+        .when(|e| !matches!(e, QueueError::Fenced | QueueError::Corrupt(_)))
+        .notify(|e, after| warn!(error = %e, ?after, "handing the task back failed; retrying"))
+        .await
 }
 
 /// Renews the lease every `every` until something stops the attempt: a

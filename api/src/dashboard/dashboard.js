@@ -225,13 +225,7 @@
         setLive(true, '');
         if (feed.lastEventId) boardSoon();
         const parser = new SseParser((frame) => onFeedFrame(feed, frame), (ms) => { retry = Math.max(ms, 100); });
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          parser.push(decoder.decode(value, { stream: true }));
-        }
+        await pump(response, parser);
       } catch (error) {
         if (controller.signal.aborted || state.feed !== controller) return;
         if (error && error.status === 401) return;
@@ -281,37 +275,32 @@
     $('notice').textContent = message;
   }
 
-  function renderQueues(stats) {
-    const lanes = (stats && Array.isArray(stats.lanes)) ? stats.lanes : [];
-    const rows = lanes.map((lane) => {
+  /** An array, or an empty one for anything else (a field the answer lacks). */
+  const listOf = (value) => (Array.isArray(value) ? value : []);
+
+  /**
+   * Fills a table's body with a row per item, marked with the item's `key`
+   * (`data-<key>`, what the tests find rows by) and holding `cells(item)`.
+   */
+  function fillRows(table, items, key, cells) {
+    $(table).tBodies[0].replaceChildren(...items.map((item) => {
       const row = element('tr');
-      row.dataset.lane = String(lane.lane);
-      row.append(
-        cell(lane.lane),
-        cell(lane.depth, 'num'),
-        cell(lane.pending, 'num'),
-        cell(lane.delayed, 'num'),
-        cell(duration(lane.oldest_age_ms), 'num'),
-        cell(lane.consumers, 'num'),
-      );
-      return row;
-    });
-    $('queues').tBodies[0].replaceChildren(...rows);
-    const tenants = (stats && Array.isArray(stats.tenants)) ? stats.tenants : [];
-    $('tenants').tBodies[0].replaceChildren(...tenants.map((t) => {
-      const row = element('tr');
-      row.dataset.tenant = String(t.tenant);
-      row.append(
-        cell(t.tenant),
-        cell(t.queued, 'num'),
-        cell(t.running, 'num'),
-        cell(t.delayed, 'num'),
-        cell(t.weight, 'num'),
-        cell(t.max_running == null ? '-' : t.max_running, 'num'),
-      );
+      row.dataset[key] = String(item[key]);
+      row.append(...cells(item));
       return row;
     }));
-    const waits = (stats && Array.isArray(stats.waiting_for)) ? stats.waiting_for : [];
+  }
+
+  function renderQueues(stats) {
+    fillRows('queues', listOf(stats && stats.lanes), 'lane', (lane) => [
+      cell(lane.lane), cell(lane.depth, 'num'), cell(lane.pending, 'num'), cell(lane.delayed, 'num'),
+      cell(duration(lane.oldest_age_ms), 'num'), cell(lane.consumers, 'num'),
+    ]);
+    fillRows('tenants', listOf(stats && stats.tenants), 'tenant', (t) => [
+      cell(t.tenant), cell(t.queued, 'num'), cell(t.running, 'num'), cell(t.delayed, 'num'), cell(t.weight, 'num'),
+      cell(t.max_running == null ? '-' : t.max_running, 'num'),
+    ]);
+    const waits = listOf(stats && stats.waiting_for);
     $('waiting').textContent = waits.length === 0 ? ''
       : `waiting for ${waits.map((w) => `${w.capability} (${w.queued})`).join(', ')}`;
     $('dead').textContent = `dead letters: ${stats && Number.isFinite(stats.dead) ? stats.dead : 0}`;
@@ -422,7 +411,7 @@
     $('detail-prompt').textContent = (task.spec && task.spec.prompt) || '';
     renderFacts(task);
     renderLive(selected, task);
-    renderShots(selected, Array.isArray(task.screenshots) ? task.screenshots : []);
+    renderShots(selected, listOf(task.screenshots));
   }
 
   // ---- the live desktop ---------------------------------------------------
@@ -770,6 +759,11 @@
     onOpen();
     $('stream-state').textContent = 'following';
     const parser = new SseParser((frame) => onFrame(selected, frame), onRetry);
+    await pump(response, parser);
+  }
+
+  /** Feeds the body of an event stream to its parser until the stream ends. */
+  async function pump(response, parser) {
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     for (;;) {
@@ -901,7 +895,7 @@
   }
 
   function renderUsage(report) {
-    const days = (report && Array.isArray(report.days)) ? report.days : [];
+    const days = listOf(report && report.days);
     $('usage-range').textContent = report ? `${report.from} to ${report.to}` : '';
     $('usage').tBodies[0].replaceChildren(...days.map((d) => {
       const row = element('tr');
@@ -959,14 +953,14 @@
     if (!state.key) return;
     try {
       const page = await api('GET', '/v1/webhooks?limit=50');
-      const hooks = (page && Array.isArray(page.webhooks)) ? page.webhooks : [];
+      const hooks = listOf(page && page.webhooks);
       if (!hooks.some((hook) => hook.id === state.hookId)) state.hookId = hooks.length ? String(hooks[0].id) : null;
       renderHooks(hooks);
       let pending = false;
       if (state.hookId) {
         const path = `/v1/webhooks/${encodeURIComponent(state.hookId)}/deliveries?limit=${DELIVERIES_SHOWN}`;
         const log = await api('GET', path);
-        const deliveries = (log && Array.isArray(log.deliveries)) ? log.deliveries : [];
+        const deliveries = listOf(log && log.deliveries);
         renderDeliveries(deliveries);
         pending = deliveries.some((d) => d.status === 'pending');
       }

@@ -12,36 +12,22 @@ use flotilla_shared::queue::FeedId;
 use flotilla_shared::BatchId;
 
 use super::batches::BatchIdPath;
-use super::feed_events::{FeedParams, POSITION};
 use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::QueryParams;
 use crate::feed::BatchFeed;
 
 /// Stream the events of every task of a batch.
-#[utoipa::path(
-    get,
-    path = "/v1/batches/{id}/events",
-    tag = "batches",
-    params(
-        ("id" = BatchId, Path, description = "Batch id"),
-        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = r"^([0-9]{1,19}-[0-9]{1,19})?$", description = "Resume after this position (the `id` of the last frame received)"),
-        FeedParams,
-    ),
-    responses(
-        (status = 200, description = "Server-Sent Events: `id` the position in the tenant's feed (`<ms>-<n>`), `event` the type, `data` one Event as JSON; the batch's stored events after the position (from the batch's start without one), then live events; the stream closes once every task has ended, or after its maximum lifetime, when the client resumes with `Last-Event-ID`", body = sse::SseFrame, content_type = "text/event-stream"),
-        (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
-        (status = 404, description = "No such batch for this tenant", body = ErrorBody),
-        sse::Refusals,
-    ),
-    security(("bearer" = []))
-)]
-pub async fn stream(
-    subscriber: Subscriber,
-    BatchIdPath(id): BatchIdPath,
-    QueryParams(params): QueryParams<FeedParams>,
-) -> Result<Response, ApiError> {
-    let cursor = subscriber.resume_at::<FeedId>(params.after.as_deref(), POSITION)?;
+///
+/// Each frame's `id` is its position in the tenant's feed (`<ms>-<n>`). The
+/// batch's stored events after the position come first (from the batch's
+/// start without one), then live events; the stream closes once every task
+/// has ended.
+#[utoipa::path(get, path = "/v1/batches/{id}/events", tag = "batches", security(("bearer" = [])),
+    params(("id" = BatchId, Path, description = "Batch id"), sse::FeedResume),
+    responses(sse::Answers, (status = 400, description = "Malformed id, `Last-Event-ID` or `after`", body = ErrorBody),
+        (status = 404, description = "No such batch for this tenant", body = ErrorBody)))]
+pub async fn stream(subscriber: Subscriber, BatchIdPath(id): BatchIdPath) -> Result<Response, ApiError> {
+    let cursor = subscriber.resume_at::<FeedId>(&sse::FEED)?;
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("batch {id}"), |client| async {
         let batch = state.queue().batch(tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;

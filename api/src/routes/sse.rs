@@ -1,9 +1,11 @@
 //! What every event-stream endpoint shares: who subscribes ([`Subscriber`]:
-//! the caller's tenant and the request's headers), reading the client's
-//! position (`Last-Event-ID`, else `?after=`), opening the stream
-//! ([`respond`]): its place under the tenant's cap, its client, and serving
-//! its feed as Server-Sent Events while the place is held; and the refusals
-//! every stream documents alike ([`Refusals`]).
+//! the caller's tenant, the request's headers and its `?after=`), reading
+//! the client's position (`Last-Event-ID`, else `?after=`, each of the
+//! stream's [`Position`] kind), opening the stream ([`respond`]): its place
+//! under the tenant's cap, its client, and serving its feed as Server-Sent
+//! Events while the place is held; and what every stream documents alike:
+//! its position parameters ([`SeqResume`], [`FeedResume`]) and its answers
+//! ([`Answers`]: the frames and the refusals).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,13 +19,17 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use flotilla_shared::{TenantId, ValidationError};
 use futures::StreamExt;
+use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
-use utoipa::{IntoResponses, ToSchema};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{ObjectBuilder, Required, Type};
+use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::QueryParams;
 use crate::feed::Client;
 use crate::hub::StreamPermit;
 use crate::state::AppState;
@@ -47,11 +53,18 @@ pub struct SseFrame {
     pub data: String,
 }
 
-/// The answers every event stream gives alike when it refuses to open, as
-/// the document lists them beside each stream's own.
+/// The answers every event stream gives alike: its frames, and its refusals
+/// to open, as the document lists them beside each stream's own (a stream's
+/// operation description says when it starts and ends).
 #[derive(IntoResponses)]
 #[allow(dead_code)]
-pub enum Refusals {
+pub enum Answers {
+    #[response(
+        status = 200,
+        description = "Server-Sent Events: `id` the frame's position (resume after it with `Last-Event-ID`), `event` the event's type, `data` one Event as JSON. A stream also ends after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`), when the client resumes with `Last-Event-ID`",
+        content_type = "text/event-stream"
+    )]
+    Frames(SseFrame),
     #[response(status = 401, description = "Missing or unknown API key")]
     Unauthorized(ErrorBody),
     #[response(
@@ -63,13 +76,84 @@ pub enum Refusals {
     Unavailable(ErrorBody),
 }
 
+/// The kind of position a stream resumes after: how the document states it
+/// and how an error describes it.
+pub struct Position {
+    pattern: &'static str,
+    /// What `Last-Event-ID` carries, for the document.
+    header: &'static str,
+    /// What `?after=` does, for the document.
+    after: &'static str,
+    /// What a position looks like, for errors.
+    what: &'static str,
+}
+
+/// A task's stream: the seq of its last event.
+pub const SEQ: Position = Position {
+    pattern: r"^([0-9]{1,19})?$",
+    header: "Resume after this seq",
+    after: "Send only events with a greater seq; `Last-Event-ID` wins when both are given.",
+    what: "the seq of an event, a whole number",
+};
+
+/// A tenant's feed (and a batch's view of it): the `id` of a frame.
+pub const FEED: Position = Position {
+    pattern: r"^([0-9]{1,19}-[0-9]{1,19})?$",
+    header: "Resume after this position (the `id` of the last frame received)",
+    after: "Send only events after this position; `Last-Event-ID` wins when both are given.",
+    what: "the id of a frame of this feed, like 1732500000000-0",
+};
+
+impl Position {
+    /// `Last-Event-ID` and `after`, as the document lists them.
+    fn params(&self) -> Vec<Parameter> {
+        let param = |name: &str, place: ParameterIn, description: &str| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(place)
+                .required(Required::False)
+                .description(Some(description))
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some(self.pattern))))
+                .build()
+        };
+        vec![param("Last-Event-ID", ParameterIn::Header, self.header), param("after", ParameterIn::Query, self.after)]
+    }
+}
+
+/// The position parameters of a task's stream, for the document.
+pub struct SeqResume;
+
+impl IntoParams for SeqResume {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        SEQ.params()
+    }
+}
+
+/// The position parameters of a feed's stream, for the document.
+pub struct FeedResume;
+
+impl IntoParams for FeedResume {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        FEED.params()
+    }
+}
+
+/// The query every stream takes: nothing but `after`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeQuery {
+    after: Option<String>,
+}
+
 /// The caller of an event stream: the application's state, its tenant (a
-/// bad key is a 401 before anything else is read) and the request's headers,
-/// where `Last-Event-ID` is.
+/// bad key is a 401 before anything else is read), the request's headers,
+/// where `Last-Event-ID` is, and its `?after=` (any other query parameter
+/// is a 400).
 pub struct Subscriber {
     pub state: AppState,
     pub tenant: TenantId,
     headers: HeaderMap,
+    after: Option<String>,
 }
 
 impl FromRequestParts<AppState> for Subscriber {
@@ -77,14 +161,15 @@ impl FromRequestParts<AppState> for Subscriber {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
-        Ok(Self { state: state.clone(), tenant, headers: parts.headers.clone() })
+        let QueryParams(query) = QueryParams::<ResumeQuery>::from_request_parts(parts, state).await?;
+        Ok(Self { state: state.clone(), tenant, headers: parts.headers.clone(), after: query.after })
     }
 }
 
 impl Subscriber {
-    /// The position the client already has; see [`resume_at`].
-    pub fn resume_at<T: FromStr>(&self, after: Option<&str>, what: &str) -> Result<Option<T>, ValidationError> {
-        resume_at(&self.headers, after, what)
+    /// The position the client already has, of this kind; see [`resume_at`].
+    pub fn resume_at<T: FromStr>(&self, kind: &Position) -> Result<Option<T>, ValidationError> {
+        resume_at(&self.headers, self.after.as_deref(), kind.what)
     }
 }
 

@@ -16,7 +16,7 @@ use crate::keys::{Shard, GROUP};
 use crate::redact::redact;
 use crate::route::Capabilities;
 use crate::task::{HumanInput, StopCode, TaskSpec};
-use crate::usage::{Added, Amount, Meter};
+use crate::usage::{Added, Amount, Counted};
 
 /// The error a task gets when the worker of its last attempt vanished.
 const WORKER_VANISHED: &str = "attempts exhausted: the worker running the last attempt stopped responding";
@@ -532,11 +532,11 @@ impl Attempt {
     }
 
     /// Counts what the attempt spent on its task and its tenant's day; the
-    /// task's counters after.
-    pub async fn add_usage(&self, amounts: &[Amount]) -> Result<Meter, QueueError> {
+    /// task's counters after, and where the tenant's tokens of today stand.
+    pub async fn add_usage(&self, amounts: &[Amount]) -> Result<Counted, QueueError> {
         let q = &self.queue;
         match q.add_usage(q.keys.task(self.task_id()), self.tenant(), self.number, &self.owner, amounts).await? {
-            Added::Counted(meter) => Ok(meter),
+            Added::Counted(counted) => Ok(counted),
             Added::Fenced => Err(QueueError::Fenced),
         }
     }
@@ -623,6 +623,22 @@ impl Attempt {
         let mut conn = q.redis.shared();
         let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(Some(delay))
+    }
+
+    /// Hands the task back to wait until `resume_at_ms` (epoch ms by the
+    /// queue's clock), when its tenant's next UTC day begins: `queued`
+    /// again with a `queued` event, in its tenant's due set until then, its
+    /// retries untouched. The caller acknowledges the entry after.
+    pub async fn wait_for_next_day(&self, resume_at_ms: i64) -> Result<(), QueueError> {
+        let kind = EventKind::Queued { attempt: self.number, worker: Some(self.owner.clone()) };
+        self.run_fenced(self.fenced(&scripts::REQUEUE, kind)).await?;
+        let q = &self.queue;
+        let mut inv = q.shard_call(&fair_scripts::DEFER, q.keys.shard_of(self.tenant()));
+        inv.arg(self.tenant().as_str()).arg(self.spec.priority().lane_number()).arg(self.task_id().as_str()).arg(resume_at_ms);
+        inv.arg(&self.delivery.route);
+        let mut conn = q.redis.shared();
+        let _: i64 = inv.invoke_async(&mut conn).await?;
+        Ok(())
     }
 
     fn fenced(&self, script: &'static redis::Script, kind: EventKind) -> redis::ScriptInvocation<'static> {

@@ -44,8 +44,9 @@ pub struct TaskRecord {
     pub last_seq: u64,
     /// On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
     /// offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
-    /// `sandbox:e2b`, `pipeline:<name>`, `label:<label>`); empty when it
-    /// only waits for its turn.
+    /// `sandbox:e2b`, `pipeline:<name>`, `label:<label>`), and
+    /// `max_tokens_per_day` while its tenant is past its tokens of today;
+    /// empty when it only waits for its turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<String>>, example = json!(["label:eu"]))]
     pub waiting_for: Option<Vec<Need>>,

@@ -67,7 +67,13 @@ impl Queue {
             return Ok(());
         }
         let live = self.live_capabilities().await?;
-        record.waiting_for = Route::of(&record.spec).map(|route| route.missing(&live));
+        let Some(mut waits) = Route::of(&record.spec).map(|route| route.missing(&live)) else { return Ok(()) };
+        let mut conn = self.redis.shared();
+        let paused: Option<i64> = conn.hget(self.keys.tenant_state(&record.tenant), "paused").await?;
+        if paused.is_some_and(|until| until > self.now_ms()) {
+            waits.push(Need::DayTokens);
+        }
+        record.waiting_for = Some(waits);
         Ok(())
     }
 

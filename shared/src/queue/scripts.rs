@@ -260,6 +260,23 @@ return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), 
     )
 });
 
+/// Hands the owning attempt's task back to wait for its tenant's next UTC
+/// day (the tenant spent its `max_tokens_per_day`): `queued` again, with
+/// one more attempt allowed, since an attempt stopped for the tenant's
+/// tokens is not a failure. `ARGV[5]` attempt, `ARGV[6]` worker id.
+/// Returns the `queued` event's seq, or -1 when fenced.
+pub static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
+    task_script(
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq', 'max_attempts')
+if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
+redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
+local fields = {'status', 'queued', 'owner', '', 'max_attempts', tostring((tonumber(cur[8]) or 0) + 1)}
+return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
+"#,
+    )
+});
+
 /// A user's cancel. `ARGV[5]` the caller's tenant, `ARGV[6]` retention ms.
 /// Returns `missing`, `now-cancelled` (it was queued and now is cancelled),
 /// `cancelling` (a worker holds it and will stop it), or the terminal status

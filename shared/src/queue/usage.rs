@@ -11,37 +11,44 @@ use super::Queue;
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::TenantId;
-use crate::usage::{Added, Amount, Meter, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
+use crate::usage::{Added, Amount, Counted, DayTokens, Meter, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
 
 /// Adds amounts to a running attempt's task and to its tenant's day.
 /// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash; `ARGV[1]`
 /// attempt, `ARGV[2]` worker id, `ARGV[3]` the day hash's TTL in seconds,
-/// then counter, amount pairs. Returns the task's counters as JSON, or
-/// `fenced` (and counts nothing).
+/// `ARGV[4]` the tenant's max tokens per day (0 for none), then counter,
+/// amount pairs. Returns the task's counters as JSON and the tenant's
+/// tokens of the day (-1 when not read: no day hash or no limit), or
+/// `{'fenced', -1}` (and counts nothing).
 static ADD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'meter')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return 'fenced' end
-if cur[3] ~= 'running' and cur[3] ~= 'waiting' then return 'fenced' end
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then return {'fenced', -1} end
+if cur[3] ~= 'running' and cur[3] ~= 'waiting' then return {'fenced', -1} end
 local m = {}
 if cur[4] then m = cjson.decode(cur[4]) end
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local n = tonumber(ARGV[i + 1])
   m[ARGV[i]] = (m[ARGV[i]] or 0) + n
   if KEYS[2] then redis.call('HINCRBY', KEYS[2], ARGV[i], n) end
 end
-if KEYS[2] then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+if KEYS[2] and #ARGV > 4 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
 local encoded = cjson.encode(m)
 redis.call('HSET', KEYS[1], 'meter', encoded)
-return encoded
+local day = -1
+if KEYS[2] and tonumber(ARGV[4]) > 0 then day = tonumber(redis.call('HGET', KEYS[2], 'tokens') or '0') end
+return {encoded, day}
 "#,
     )
 });
 
 impl Queue {
     /// Adds `amounts` to a running attempt's task and to its tenant's day;
-    /// the task's counters after.
+    /// the task's counters after, and where the tenant's tokens of today
+    /// stand (read in the same step on a single server). The count that
+    /// takes the tenant to its `max_tokens_per_day` holds its queued tasks
+    /// back until the next UTC day.
     pub async fn add_usage(
         &self,
         task_key: String,
@@ -53,41 +60,59 @@ impl Queue {
         let counters: Vec<(String, u64)> = amounts.iter().flat_map(Amount::counters).filter(|(_, n)| *n > 0).collect();
         let now = self.now_ms();
         let day_key = self.keys().usage_day(tenant, &clock::utc_day(now));
+        let max = self.settings().tenants.get(tenant).max_tokens_per_day;
         let cluster = self.redis().is_cluster();
         let mut inv = ADD.prepare_invoke();
         inv.key(task_key);
         if !cluster {
             inv.key(&day_key);
         }
-        inv.arg(attempt).arg(owner).arg(USAGE_TTL_S);
+        inv.arg(attempt).arg(owner).arg(USAGE_TTL_S).arg(max.unwrap_or(0));
         for (field, n) in &counters {
             inv.arg(field).arg(n);
         }
         let mut conn = self.redis().shared();
-        let answer: String = inv.invoke_async(&mut conn).await?;
+        let (answer, day_tokens): (String, i64) = inv.invoke_async(&mut conn).await?;
         if answer == "fenced" {
             return Ok(Added::Fenced);
         }
-        if cluster && !counters.is_empty() {
-            let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(&day_key, f, *n)).collect();
-            cmds.push(redis::Cmd::expire(&day_key, USAGE_TTL_S as i64));
-            let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
+        let mut spent_today = u64::try_from(day_tokens).ok();
+        if cluster {
+            spent_today = self.count_day_apart(&day_key, &counters, max.is_some()).await?;
         }
-        if counters.iter().any(|(field, _)| field == TOKENS_FIELD) {
-            self.hold_back_when_spent(tenant, &day_key, now).await?;
+        let Some(max) = max else {
+            return Ok(Added::Counted(Counted { meter: Meter::from_json(&answer), day: DayTokens::Left }));
+        };
+        let mut day = DayTokens::Left;
+        if spent_today.unwrap_or(0) >= max {
+            let resume_at_ms = now + clock::ms_to_next_utc_day(now);
+            if counters.iter().any(|(field, _)| field == TOKENS_FIELD) {
+                self.hold_back_until(tenant, resume_at_ms).await?;
+            }
+            day = DayTokens::Spent { resume_at_ms };
         }
-        Ok(Added::Counted(Meter::from_json(&answer)))
+        Ok(Added::Counted(Counted { meter: Meter::from_json(&answer), day }))
     }
 
-    /// Holds the tenant's queued tasks back until the next UTC day once its
-    /// tokens of today reach its `max_tokens_per_day`.
-    async fn hold_back_when_spent(&self, tenant: &TenantId, day_key: &str, now: i64) -> Result<(), QueueError> {
-        let Some(max) = self.settings().tenants.get(tenant).max_tokens_per_day else { return Ok(()) };
-        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
-        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
-            self.hold_back_until(tenant, now + clock::ms_to_next_utc_day(now)).await?;
+    /// On a cluster, where the day hash lies in another slot than the
+    /// task's: adds the counters to it in calls of their own, and reads the
+    /// day's tokens when `read_tokens`.
+    async fn count_day_apart(
+        &self,
+        day_key: &str,
+        counters: &[(String, u64)],
+        read_tokens: bool,
+    ) -> Result<Option<u64>, QueueError> {
+        if !counters.is_empty() {
+            let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(day_key, f, *n)).collect();
+            cmds.push(redis::Cmd::expire(day_key, USAGE_TTL_S as i64));
+            let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
         }
-        Ok(())
+        if !read_tokens {
+            return Ok(None);
+        }
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
+        Ok(Some(spent.into_iter().flatten().next().unwrap_or(0)))
     }
 
     /// Counts ended tasks by outcome in their tenants' usage of today.

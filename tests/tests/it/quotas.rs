@@ -13,8 +13,10 @@ use flotilla_shared::task::TaskStatus;
 use flotilla_shared::{clock, Config, TaskId, TenantId};
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
+use flotilla_tests::in_process::InProcessWorker;
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use flotilla_worker::sandbox::MemoryProvider;
+use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
 /// A config file holding `tenants`, in a fresh directory.
@@ -73,7 +75,8 @@ async fn task_count(client: &ApiClient) -> usize {
 async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothing() {
     let redis = RedisServer::start();
     let prefix = unique_prefix();
-    let api = spawn_api(config(&redis, &prefix, "[tenants.acme]\nmax_queued = 5\n")).await;
+    let config = config(&redis, &prefix, "[tenants.acme]\nmax_queued = 5\n");
+    let api = spawn_api(config.clone()).await;
     let acme = ready(&api).await;
     let key = flotilla_tests::api_key();
     for _ in 0..3 {
@@ -101,6 +104,14 @@ async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothi
     assert_eq!(usage["limits"]["max_queued"], 5);
     assert_eq!(usage["limits"]["queued"], 5);
     assert_eq!(usage["limits"]["queued_left"], 0);
+
+    // Workers drain the queue; after Retry-After the refused submit passes.
+    let retry_after = header(&headers, "retry-after").expect("Retry-After");
+    let worker = InProcessWorker::start(config.clone(), Registry::standard());
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    let (status, _, body) = submit(&api, key, "/v1/tasks", &task()).await;
+    assert_eq!(status, 202, "after Retry-After a submit passes: {body}");
+    worker.stop().await;
 }
 
 #[tokio::test]
@@ -171,6 +182,16 @@ async fn a_tenant_past_its_daily_tokens_is_refused_until_the_day_turns() {
     let (_, usage) = acme.get("/v1/usage").await;
     assert_eq!(usage["limits"]["tokens_today"], 1000);
     assert_eq!(usage["limits"]["tokens_left_today"], 0);
+
+    // Retry-After is the time to the next UTC day: once the clock passed
+    // it, the same request passes.
+    config.clock.advance(clock::ms_to_next_utc_day(queue.now_ms()) - 3_000);
+    let (status, headers, _) = submit(&api, key, "/v1/tasks", &task()).await;
+    assert_eq!(status, 429, "moments before midnight the tenant is still past its tokens");
+    assert!(header(&headers, "retry-after").is_some_and(|s| (1..=4).contains(&s)), "{headers:?}");
+    config.clock.advance(i64::try_from(header(&headers, "retry-after").expect("Retry-After")).expect("seconds") * 1000);
+    let (status, _, body) = submit(&api, key, "/v1/batches", &batch(2)).await;
+    assert_eq!(status, 202, "after Retry-After a submit passes: {body}");
 }
 
 #[tokio::test]
@@ -281,5 +302,102 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
     assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 202, "submits pass on the new day");
     let (_, usage) = acme_api.get("/v1/usage").await;
     assert_eq!(usage["limits"]["tokens_today"], 220, "the new day counts afresh: {usage}");
+    fleet.stop().await;
+}
+
+/// A tenant's running tasks, once it passes its `max_tokens_per_day` (one
+/// model turn of a computer-use task against the protocol-faithful OpenAI
+/// server crosses it, while a scripted task of the same tenant is midway
+/// through its actions): each finishes the step it is on, takes no further
+/// step and no further model call, and goes back to `queued` with a
+/// `queued` event, its sandbox released and its attempt not counted
+/// against its retries; `GET /v1/tasks/{id}` says it waits for
+/// `max_tokens_per_day`. Another tenant's tasks run meanwhile. Once the
+/// fleet's clock passes the next UTC midnight both run again, from the
+/// start, to success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_wait_for_the_day() {
+    let server = ScriptedServer::start().await;
+    // 2 000 tokens in the first turn: past the tenant's 1 500 at once.
+    let crossing = openai::response("resp_1", vec![openai::computer_call("call_1", openai::click(10, 10, "left"))], 1_900, 100);
+    server.push(Reply::json(crossing));
+    let file = config_file("[tenants.acme]\nmax_tokens_per_day = 1500\n");
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_CONFIG", file.to_string_lossy().into_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", "2".to_owned()),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider.clone()), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ready(&api).await;
+    let key = flotilla_tests::api_key();
+    let acme = TenantId::parse("acme").expect("tenant");
+    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+
+    const WAITS: u32 = 30;
+    let waits = json!({"prompt": "wait a while", "pipeline": "scripted", "retry": {"max_attempts": 1},
+        "actions": vec![json!({"type": "wait", "ms": 150}); WAITS as usize]});
+    let (status, _, body) = submit(&api, key, "/v1/tasks", &waits).await;
+    assert_eq!(status, 202, "{body}");
+    let scripted = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+    eventually("the scripted task is under way", Duration::from_secs(30), async || record(&scripted).await.steps_taken >= 2)
+        .await;
+    let model_task = json!({"prompt": "click then stop", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let (status, _, body) = submit(&api, key, "/v1/tasks", &model_task).await;
+    assert_eq!(status, 202, "{body}");
+    let model = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+
+    let both_queued = async || {
+        let (a, b) = (record(&model).await, record(&scripted).await);
+        a.status == TaskStatus::Queued && a.attempts == 1 && b.status == TaskStatus::Queued && b.attempts == 1
+    };
+    eventually("both running tasks go back to waiting", Duration::from_secs(30), both_queued).await;
+    let first_pass = record(&scripted).await.steps_taken;
+    assert!(first_pass < WAITS, "the scripted task stopped midway ({first_pass} of {WAITS} steps)");
+    for id in [&model, &scripted] {
+        let events = flotilla_tests::tasks::events(&fleet.queue, id).await;
+        let names: Vec<&str> = events.iter().map(|e| e.kind.name()).collect();
+        assert_eq!(names.last(), Some(&"queued"), "{names:?}");
+        assert!(!names.iter().any(|n| ["failed", "retrying", "succeeded"].contains(n)), "{names:?}");
+        if id == &scripted {
+            assert_eq!(names[names.len() - 2], "action_completed", "it finished its current step, then took no other: {names:?}");
+        }
+    }
+    let model_events = flotilla_tests::tasks::events(&fleet.queue, &model).await;
+    assert_eq!(flotilla_tests::desktop::count(&model_events, "action"), 0, "the crossing turn's click is not carried out");
+    assert_eq!(server.received().len(), 1, "no model call after the tenant passed its tokens");
+    eventually("the waiting task's sandbox is released", Duration::from_secs(10), async || provider.live() == 0).await;
+    let (_, shown) = acme_api.get(&format!("/v1/tasks/{model}")).await;
+    assert_eq!(shown["status"], "queued", "{shown}");
+    assert!(shown["waiting_for"].as_array().is_some_and(|w| w.contains(&json!("max_tokens_per_day"))), "{shown}");
+
+    let (status, _, body) = submit(&api, flotilla_tests::globex_key(), "/v1/tasks", &task()).await;
+    assert_eq!(status, 202, "{body}");
+    let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+    let globex = TenantId::parse("globex").expect("tenant");
+    eventually("the other tenant's task runs", Duration::from_secs(30), async || {
+        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(record(&model).await.status, TaskStatus::Queued, "still waiting for the day");
+    assert_eq!(record(&scripted).await.steps_taken, first_pass, "no step taken while waiting");
+
+    server.push(Reply::json(openai::response("resp_2", vec![openai::message("done")], 100, 10)));
+    let now = fleet.queue.now_ms();
+    fleet.config.clock.advance(clock::ms_to_next_utc_day(now) + 1_000);
+    eventually("both run again on the next day", Duration::from_secs(40), async || {
+        record(&model).await.status.is_terminal() && record(&scripted).await.status.is_terminal()
+    })
+    .await;
+    for id in [&model, &scripted] {
+        let done = record(id).await;
+        assert_eq!((done.status, done.attempts), (TaskStatus::Succeeded, 2), "{id}: waiting spent no retry");
+    }
+    assert_eq!(record(&scripted).await.steps_taken, WAITS, "the second attempt ran every action");
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(usage["limits"]["tokens_today"], 110, "the new day counts afresh: {usage}");
     fleet.stop().await;
 }

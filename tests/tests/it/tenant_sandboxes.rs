@@ -6,16 +6,15 @@
 //! tasks are not held back by the limit.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::event::EventKind;
 use flotilla_shared::ids::{TaskId, TenantId};
 use flotilla_shared::queue::Queue;
 use flotilla_shared::task::{TaskSpec, TaskStatus};
-use flotilla_tests::fleet::test_env;
-use flotilla_tests::tasks::{events, queue, wait_spec};
-use flotilla_tests::{spawn_api, test_config, unique_prefix, RedisServer, WorkerProcess};
+use flotilla_tests::fleet::FileFleet;
+use flotilla_tests::tasks::{events, wait_spec};
+use flotilla_tests::{unique_prefix, RedisServer, WorkerProcess};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
@@ -59,19 +58,11 @@ async fn on_its_desktop(q: &Queue, id: &TaskId) -> bool {
     events(q, id).await.iter().any(|e| matches!(e.kind, EventKind::SandboxReady { .. }))
 }
 
-fn config_file(dir: &Path, text: &str) -> String {
-    let file = dir.join("flotilla.toml");
-    std::fs::write(&file, text).expect("write config");
-    file.to_string_lossy().into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_worker() {
     let redis = RedisServer::start();
-    let prefix = unique_prefix();
-    let dir = std::env::temp_dir().join(format!("flotilla-tenant-sandboxes-{prefix}"));
+    let dir = std::env::temp_dir().join(format!("flotilla-tenant-sandboxes-{}", unique_prefix()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = config_file(&dir, "[tenants.acme]\nmax_sandboxes = 2\n");
     let extra = [
         ("FLOTILLA_SANDBOX_PROVIDER", "local"),
         ("FLOTILLA_SANDBOX_WARM", "1"),
@@ -79,20 +70,15 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
         ("FLOTILLA_WORKER_CONCURRENCY", "3"),
         ("FLOTILLA_LEASE_MS", "2000"),
         ("FLOTILLA_HEARTBEAT_MS", "300"),
-        ("FLOTILLA_CONFIG", file.as_str()),
     ];
-    let env = test_env(&redis, &prefix, &extra);
-    let config = test_config(&redis, &prefix, &extra);
-    let q = queue(&config).await;
-    let api = spawn_api(config).await;
-    let client = api.client();
-    let url = api.url("/v1/tasks?status=running&limit=100");
-    let mut workers: Vec<WorkerProcess> = (0..4).map(|n| WorkerProcess::spawn(&env, &format!("w{n}"))).collect();
+    let fleet = FileFleet::start(&redis, &unique_prefix(), &dir, "[tenants.acme]\nmax_sandboxes = 2\n", &extra).await;
+    let FileFleet { env, queue: q, client, running_url: url, .. } = &fleet;
+    let mut workers: Vec<WorkerProcess> = (0..4).map(|n| WorkerProcess::spawn(env, &format!("w{n}"))).collect();
 
     let (acme, globex) = (tenant("acme"), tenant("globex"));
-    let desktop_ids = submit(&q, &acme, &on_screen(1_500), 8).await;
-    let plain_ids = submit(&q, &acme, &wait_spec(300), 6).await;
-    let other_ids = submit(&q, &globex, &on_screen(1_500), 4).await;
+    let desktop_ids = submit(q, &acme, &on_screen(1_500), 8).await;
+    let plain_ids = submit(q, &acme, &wait_spec(300), 6).await;
+    let other_ids = submit(q, &globex, &on_screen(1_500), 4).await;
     let desktop: HashSet<String> = desktop_ids.iter().map(|id| id.as_str().to_owned()).collect();
 
     let (mut most, mut samples, mut other_most) = (0, 0, 0);
@@ -100,17 +86,17 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let tick = Instant::now();
-        let holding = running(&client, &url, flotilla_tests::api_key()).await.intersection(&desktop).count();
+        let holding = running(client, url, flotilla_tests::api_key()).await.intersection(&desktop).count();
         most = most.max(holding);
-        other_most = other_most.max(running(&client, &url, flotilla_tests::globex_key()).await.len());
+        other_most = other_most.max(running(client, url, flotilla_tests::globex_key()).await.len());
         samples += 1;
         if killed.is_none() {
             for id in &desktop_ids {
                 let record = q.get(&acme, id).await.expect("get").expect("task");
-                if record.status != TaskStatus::Running || !on_its_desktop(&q, id).await {
+                if record.status != TaskStatus::Running || !on_its_desktop(q, id).await {
                     continue;
                 }
-                if let Some(n) = started_by(&q, id).await.and_then(|w| w.strip_prefix('w')?.parse::<usize>().ok()) {
+                if let Some(n) = started_by(q, id).await.and_then(|w| w.strip_prefix('w')?.parse::<usize>().ok()) {
                     workers[n].signal("KILL");
                     assert!(workers[n].wait_exit(5), "SIGKILL ends the worker");
                     killed = Some(n);

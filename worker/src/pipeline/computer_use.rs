@@ -154,6 +154,7 @@ impl ComputerUse {
         let grid = self.models.grid();
         let mapping = Mapping { view: *scale, act: grid.map_or(*scale, |model| Scale { screen: scale.screen, model }) };
         let mut model = self.models.open(run, grid.unwrap_or(scale.model))?;
+        session.steps().between_steps()?;
         let screen = look(session, scale).await?;
         let provider = self.models.provider();
         let model_name = self.models.model(run);
@@ -170,6 +171,7 @@ impl ComputerUse {
             if let Some(message) = session.steps_mut().take_hand_back() {
                 hand_back(session, &mapping, &mut results, message).await?;
             }
+            session.steps().between_steps()?;
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }

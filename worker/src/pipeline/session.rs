@@ -30,7 +30,7 @@ use flotilla_shared::blobstore::{BlobStore, UploadError, Uploader, UploaderOptio
 use flotilla_shared::event::EventKind;
 use flotilla_shared::queue::Attempt;
 use flotilla_shared::task::{HumanInput, SandboxSpec, StopCode};
-use flotilla_shared::usage::Amount;
+use flotilla_shared::usage::{Amount, DayTokens};
 use flotilla_shared::{QueueError, TaskId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -103,6 +103,8 @@ pub struct Steps {
     metrics: WorkerMetrics,
     /// Who drives the desktop now, as far as the steps know.
     hand: Hand,
+    /// Where the tenant's tokens of today stood at the last count.
+    day: std::sync::Mutex<DayTokens>,
 }
 
 /// Who drives a task's desktop: its agent, or a person who took it over
@@ -129,6 +131,7 @@ impl Steps {
             sandbox_clock: None,
             metrics: run.metrics.clone(),
             hand: Hand::Agent,
+            day: std::sync::Mutex::new(DayTokens::Left),
         }
     }
 
@@ -155,10 +158,23 @@ impl Steps {
     }
 
     /// Counts what the task spent, and ends it when that takes it past its
-    /// budget.
+    /// budget. Also learns whether the tenant spent its tokens of today,
+    /// for [`Steps::between_steps`].
     pub async fn count(&self, amounts: &[Amount]) -> Result<(), PipelineError> {
-        let meter = self.attempt.add_usage(amounts).await?;
-        budget::check(&self.attempt.spec, &meter)
+        let counted = self.attempt.add_usage(amounts).await?;
+        *self.day.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = counted.day;
+        budget::check(&self.attempt.spec, &counted.meter)
+    }
+
+    /// Where one step ends and the next begins (an action, a model call): a
+    /// task whose tenant spent its `max_tokens_per_day` (as its last count
+    /// found) stops here, its current step finished, to wait for the next
+    /// UTC day.
+    pub fn between_steps(&self) -> Result<(), PipelineError> {
+        match *self.day.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            DayTokens::Left => Ok(()),
+            DayTokens::Spent { resume_at_ms } => Err(PipelineError::DayTokensSpent { resume_at_ms }),
+        }
     }
 
     /// The attempt the steps belong to, for events of its own.
@@ -227,6 +243,7 @@ impl Steps {
         action: &Action,
         perform: impl Future<Output = Result<(), PipelineError>>,
     ) -> Result<(), PipelineError> {
+        self.between_steps()?;
         if self.taken >= self.limits.max_steps {
             return Err(PipelineError::Fatal {
                 code: StopCode::Problem,

@@ -178,11 +178,12 @@ async fn grant(
 }
 
 /// Counts each model call on the task as the gateway reports it; returns
-/// only when a count fails or crosses the task's budget.
+/// only when a count fails, crosses the task's budget or finds its tenant
+/// past its tokens of today (the call that crossed was answered).
 async fn count_calls(session: &Session, calls: Option<&mut mpsc::UnboundedReceiver<CallUsage>>) -> PipelineError {
     if let Some(calls) = calls {
         while let Some(call) = calls.recv().await {
-            if let Err(e) = session.steps().count(&[tokens_of(call)]).await {
+            if let Err(e) = session.steps().count(&[tokens_of(call)]).await.and_then(|()| session.steps().between_steps()) {
                 return e;
             }
         }
