@@ -157,9 +157,9 @@ impl Queue {
         Ok(Some(Submitted { id: earlier_id, created_at_ms: created_at_ms.unwrap_or_else(clock::now_ms), replayed: true }))
     }
 
-    /// Creates tasks and queues them, in two pipelined round trips: first
-    /// every task's hash, event and index entry, then the lane entries, so no
-    /// worker can be handed a task whose hash is not written yet.
+    /// Creates tasks and queues them: first every task's hash and event, then
+    /// the tenants' indexes, then the lane entries, so no worker can be
+    /// handed a task whose hash is not written yet.
     /// Returns the creation time given to them.
     pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
         let now = clock::now_ms();
@@ -189,19 +189,7 @@ impl Queue {
         }
         let _created: Vec<i64> = self.invoke_each(&creates).await?;
 
-        let indexes: Vec<_> =
-            tasks.iter().map(|t| redis::Cmd::zadd(self.keys.tenant_tasks(&t.tenant), t.id.as_str(), 0)).collect();
-        let mut tenants = redis::pipe();
-        let mut tenants_seen: Vec<&TenantId> = Vec::new();
-        for task in &tasks {
-            if !tenants_seen.contains(&&task.tenant) {
-                tenants_seen.push(&task.tenant);
-                tenants.sadd(self.keys.tenants(), task.tenant.as_str()).ignore();
-            }
-        }
-        let _: Vec<redis::Value> = self.redis.query_many(indexes).await?;
-        let mut conn = self.redis.shared();
-        let () = tenants.query_async(&mut conn).await?;
+        let _: Vec<redis::Value> = self.redis.query_many(self.index_writes(&tasks)).await?;
         let queued: Vec<Queued<'_>> = tasks
             .iter()
             .zip(routes)
@@ -209,6 +197,25 @@ impl Queue {
             .collect();
         self.enqueue(&queued, now).await?;
         Ok(now)
+    }
+
+    /// The writes that list new tasks: per tenant, one `ZADD` of all its
+    /// tasks to its index and one `SADD` to the set of tenants (one round
+    /// trip for the lot on a single server).
+    fn index_writes(&self, tasks: &[NewTask]) -> Vec<redis::Cmd> {
+        let mut by_tenant: BTreeMap<&TenantId, Vec<(u8, &str)>> = BTreeMap::new();
+        for task in tasks {
+            by_tenant.entry(&task.tenant).or_default().push((0, task.id.as_str()));
+        }
+        by_tenant
+            .into_iter()
+            .flat_map(|(tenant, ids)| {
+                [
+                    redis::Cmd::zadd_multiple(self.keys.tenant_tasks(tenant), &ids),
+                    redis::Cmd::sadd(self.keys.tenants(), tenant.as_str()),
+                ]
+            })
+            .collect()
     }
 
     /// Puts tasks into their tenants' lanes (or due sets), one call per
