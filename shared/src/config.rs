@@ -32,6 +32,7 @@ mod live_view;
 mod providers;
 mod queue;
 mod routing;
+mod scrub;
 mod streams;
 mod telemetry;
 mod tenants;
@@ -235,9 +236,14 @@ impl Config {
         loaded
     }
 
-    /// Loads the configuration from the process environment.
+    /// Loads the configuration from the process environment, then takes the
+    /// variables that carry key material out of it (see `config/scrub.rs`).
     pub fn from_process_env() -> Result<Self, ConfigError> {
-        Self::from_env(std::env::vars())
+        let config = Self::from_env(std::env::vars());
+        if let Err(e) = scrub::scrub_process_env(&KEY_MATERIAL) {
+            eprintln!("warning: {e}");
+        }
+        config
     }
 
     fn from_settings(s: &Settings) -> Result<Self, ConfigError> {

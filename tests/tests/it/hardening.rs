@@ -275,6 +275,45 @@ async fn the_log_names_the_key_by_its_id_never_the_key() {
     assert!(!log.contains(&api_key()[4..]), "nor its secret part");
 }
 
+/// Finding "API keys": the plaintext keys stayed in the process environment
+/// for the life of the process (`/proc/<pid>/environ`, and every child it
+/// starts inherits them). Once the configuration is read, the API and the
+/// worker keep only digests: the key variables leave the environment and
+/// their values are blanked in its initial block, while the keys still work.
+#[tokio::test(flavor = "multi_thread")]
+async fn api_keys_leave_the_process_environment_once_read() {
+    let redis = RedisServer::start();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").to_string();
+    let env = flotilla_tests::fleet::test_env(&redis, &unique_prefix(), &[("FLOTILLA_API_ADDR", &addr)]);
+    let mut api = Command::new(binary("flotilla-api"))
+        .env_clear()
+        .envs(env.clone())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start flotilla-api");
+    let worker = flotilla_tests::WorkerProcess::spawn(&env, "scrubbed");
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/tasks");
+    let answered =
+        eventually(|| async { http.get(&url).bearer_auth(api_key()).send().await.is_ok_and(|r| r.status().as_u16() == 200) })
+            .await;
+    let environ = |pid: u32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let shows_a_key = |pid: u32| {
+        let text = String::from_utf8_lossy(&environ(pid)).into_owned();
+        [api_key(), globex_key(), admin_key()].iter().any(|key| text.contains(&key[4..]))
+    };
+    let scrubbed = eventually(|| async { !shows_a_key(api.id()) && !shows_a_key(worker.child.id()) }).await;
+    let still_answers = http.get(&url).bearer_auth(api_key()).send().await.is_ok_and(|r| r.status().as_u16() == 200);
+    let api_environ = String::from_utf8_lossy(&environ(api.id())).replace('\0', "\n");
+    let _ = api.kill();
+    let _ = api.wait();
+    assert!(answered, "the api answered with the key");
+    assert!(!api_environ.is_empty() && api_environ.contains("FLOTILLA_REDIS_URL="), "the environment was read: {api_environ}");
+    assert!(scrubbed, "no key is left in /proc/<pid>/environ of the api or the worker: {api_environ}");
+    assert!(still_answers, "the key still works once it left the environment");
+}
+
 /// Finding "Advisories": nothing checked the dependencies for known
 /// vulnerabilities. The test command runs `scripts/deny.sh`, which checks
 /// them against the RustSec database, fetched or cached; when it can have
