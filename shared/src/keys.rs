@@ -245,6 +245,13 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:usage:{day}", self.prefix)
     }
 
+    /// Hash: what a tenant used since its first count, the same counters as
+    /// a day's; kept only while per-tenant metrics are on
+    /// (`FLOTILLA_TENANT_METRICS`), and never expires (one per tenant).
+    pub fn usage_total(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:usage:total", self.prefix)
+    }
+
     /// String with a 24 h TTL: `task id` and body hash behind an idempotency key.
     pub fn idempotency(&self, tenant: &TenantId, key_digest: &str) -> String {
         format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)

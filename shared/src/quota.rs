@@ -222,6 +222,14 @@ impl Queue {
         Ok(())
     }
 
+    /// The sandboxes a tenant holds fleet-wide (its running tasks' and its
+    /// kept-alive ones), as `max_sandboxes` counts them.
+    pub async fn sandboxes_held(&self, tenant: &TenantId) -> Result<u64, QueueError> {
+        let read = redis::Cmd::hget(self.keys().tenant_state(tenant), "sandboxed");
+        let got: Vec<Option<i64>> = self.redis().query_many(vec![read]).await?;
+        Ok(got.into_iter().flatten().next().map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+    }
+
     /// A tenant's waiting tasks (`queued` and `delayed`), as admission counts them.
     pub async fn queued_count(&self, tenant: &TenantId) -> Result<u64, QueueError> {
         let mut read = redis::cmd("HMGET");

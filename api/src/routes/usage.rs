@@ -62,6 +62,10 @@ pub struct UsageLimits {
     pub tokens_today: u64,
     pub tokens_left_today: Option<u64>,
     pub max_sandboxes: Option<u64>,
+    /// Sandboxes the tenant holds now, fleet-wide: its running tasks' and
+    /// its kept-alive ones, as `max_sandboxes` counts them.
+    pub sandboxes: u64,
+    pub sandboxes_left: Option<u64>,
     pub max_schedules: u64,
 }
 
@@ -128,6 +132,7 @@ pub async fn usage(
     }
     let quota = state.config().tenants.get(&tenant);
     let queued = queue.queued_count(&tenant).await?;
+    let sandboxes = queue.sandboxes_held(&tenant).await?;
     let limits = UsageLimits {
         max_queued: quota.max_queued,
         queued,
@@ -137,6 +142,8 @@ pub async fn usage(
         tokens_today: today.tokens(),
         tokens_left_today: quota.max_tokens_per_day.map(|m| m.saturating_sub(today.tokens())),
         max_sandboxes: quota.max_sandboxes,
+        sandboxes,
+        sandboxes_left: quota.max_sandboxes.map(|m| m.saturating_sub(sandboxes)),
         max_schedules: quota.max_schedules,
     };
     Ok(Json(UsageReport {

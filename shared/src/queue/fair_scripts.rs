@@ -16,7 +16,8 @@
 //! task's end or hand-back is written), `delayed` (tasks in the due set),
 //! `vt` (its virtual time), `weight` and `max` (max_running, 0 for none),
 //! `busy` (`1` while it is in the shard's `busy` set),
-//! `sandboxed` (entries running on routes that hold a sandbox) and `maxsb`
+//! `sandboxed` (entries running on routes that hold a sandbox, plus the
+//! tenant's kept-alive sandboxes, see [`super::kept`]) and `maxsb`
 //! (max_sandboxes, absent for none), `paused` (epoch ms until which the
 //! tenant takes no turn: it spent its `max_tokens_per_day`; the shard's
 //! `paused` set holds the same times, and the promoter lifts them);
@@ -548,7 +549,7 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
 end
 "#;
 
-fn fair_script(body: &str) -> Script {
+pub(super) fn fair_script(body: &str) -> Script {
     Script::new(&format!("{FAIR_FN}\n{body}"))
 }
 
@@ -745,14 +746,27 @@ return out
     )
 });
 
-/// Moves due tasks of one shard into their tenants' lanes, and lets
-/// tenants held back by [`PAUSE`] until now take turns again. `KEYS[1]` the
+/// Moves due tasks of one shard into their tenants' lanes, lets
+/// tenants held back by [`PAUSE`] until now take turns again, and gives
+/// back the sandbox slots of kept-alive sandboxes past their deadline (see
+/// [`super::kept`]). `KEYS[1]` the
 /// shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the group,
 /// `ARGV[3]` now, `ARGV[4]` the most to move. Returns how many moved.
 pub static PROMOTE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local S, group = ARGV[1], ARGV[2]
+local expired = redis.call('ZRANGE', S .. 'kept', '-inf', ARGV[3], 'BYSCORE')
+if #expired > 0 then
+  redis.call('ZREM', S .. 'kept', unpack(expired))
+  for _, k in ipairs(expired) do
+    local tenant = string.match(k, '^([^:]+):')
+    if tenant then
+      redis.call('HINCRBY', tkey(S, tenant), 'sandboxed', -1)
+      activate(S, tenant)
+    end
+  end
+end
 local back = redis.call('ZRANGE', S .. 'paused', '-inf', ARGV[3], 'BYSCORE')
 if #back > 0 then
   redis.call('ZREM', S .. 'paused', unpack(back))
@@ -778,7 +792,7 @@ end
 if #members > 0 then redis.call('ZREM', S .. 'due', unpack(members)) end
 for tenant in pairs(touched) do activate(S, tenant) end
 flush(S)
-if #members > 0 or #back > 0 then wake(S) end
+if #members > 0 or #back > 0 or #expired > 0 then wake(S) end
 return #members
 "#,
     )

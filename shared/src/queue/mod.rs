@@ -28,6 +28,7 @@ mod claim;
 pub mod fair_scripts;
 mod feed;
 mod feed_relay;
+mod kept;
 mod next;
 mod record;
 mod routing;
@@ -72,6 +73,9 @@ pub struct QueueSettings {
     pub tenants: Arc<TenantsConfig>,
     /// The clock of usage days, the daily token limit and due tasks.
     pub clock: crate::clock::Clock,
+    /// Whether usage also goes into each tenant's all-time totals, which
+    /// the API's per-tenant metrics show (`FLOTILLA_TENANT_METRICS`).
+    pub tenant_totals: bool,
 }
 
 impl QueueSettings {
@@ -83,6 +87,7 @@ impl QueueSettings {
             retry_max: config.queue.retry_max,
             tenants: Arc::new(config.tenants.clone()),
             clock: config.clock.clone(),
+            tenant_totals: config.limits.tenant_metrics,
         }
     }
 }

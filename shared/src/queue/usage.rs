@@ -14,7 +14,8 @@ use crate::ids::TenantId;
 use crate::usage::{Added, Amount, Counted, DayTokens, Meter, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
 
 /// Adds amounts to a running attempt's task and to its tenant's day.
-/// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash; `ARGV[1]`
+/// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash, `KEYS[3]`
+/// (when given) the tenant's all-time totals; `ARGV[1]`
 /// attempt, `ARGV[2]` worker id, `ARGV[3]` the day hash's TTL in seconds,
 /// `ARGV[4]` the tenant's max tokens per day (0 for none), then counter,
 /// amount pairs. Returns the task's counters as JSON and the tenant's
@@ -32,6 +33,7 @@ for i = 5, #ARGV, 2 do
   local n = tonumber(ARGV[i + 1])
   m[ARGV[i]] = (m[ARGV[i]] or 0) + n
   if KEYS[2] then redis.call('HINCRBY', KEYS[2], ARGV[i], n) end
+  if KEYS[3] then redis.call('HINCRBY', KEYS[3], ARGV[i], n) end
 end
 if KEYS[2] and #ARGV > 4 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
 local encoded = cjson.encode(m)
@@ -66,6 +68,9 @@ impl Queue {
         inv.key(task_key);
         if !cluster {
             inv.key(&day_key);
+            if self.settings().tenant_totals {
+                inv.key(self.keys().usage_total(tenant));
+            }
         }
         inv.arg(attempt).arg(owner).arg(USAGE_TTL_S).arg(max.unwrap_or(0));
         for (field, n) in &counters {
@@ -78,7 +83,7 @@ impl Queue {
         }
         let mut spent_today = u64::try_from(day_tokens).ok();
         if cluster {
-            spent_today = self.count_day_apart(&day_key, &counters, max.is_some()).await?;
+            spent_today = self.count_day_apart(tenant, &day_key, &counters, max.is_some()).await?;
         }
         let Some(max) = max else {
             return Ok(Added::Counted(Counted { meter: Meter::from_json(&answer), day: DayTokens::Left }));
@@ -95,10 +100,12 @@ impl Queue {
     }
 
     /// On a cluster, where the day hash lies in another slot than the
-    /// task's: adds the counters to it in calls of their own, and reads the
-    /// day's tokens when `read_tokens`.
+    /// task's: adds the counters to it (and to the tenant's totals, when
+    /// kept) in calls of their own, and reads the day's tokens when
+    /// `read_tokens`.
     async fn count_day_apart(
         &self,
+        tenant: &TenantId,
         day_key: &str,
         counters: &[(String, u64)],
         read_tokens: bool,
@@ -106,6 +113,10 @@ impl Queue {
         if !counters.is_empty() {
             let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(day_key, f, *n)).collect();
             cmds.push(redis::Cmd::expire(day_key, USAGE_TTL_S as i64));
+            if self.settings().tenant_totals {
+                let total = self.keys().usage_total(tenant);
+                cmds.extend(counters.iter().map(|(f, n)| redis::Cmd::hincr(&total, f, *n)));
+            }
             let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
         }
         if !read_tokens {
@@ -127,19 +138,32 @@ impl Queue {
         }
         let mut keys = Vec::new();
         let mut cmds = Vec::new();
-        for ((tenant, outcome), n) in per {
+        for ((tenant, outcome), n) in &per {
             let Ok(tenant) = TenantId::parse(tenant) else { continue };
             let key = self.keys().usage_day(&tenant, &day);
-            cmds.push(redis::Cmd::hincr(&key, format!("tasks:{outcome}"), n));
-            keys.push((key, n));
+            cmds.push(redis::Cmd::hincr(&key, format!("tasks:{outcome}"), *n));
+            keys.push((key, *n));
         }
-        let totals: Vec<i64> = self.redis().query_many(cmds).await?;
+        let days = keys.len();
+        if self.settings().tenant_totals {
+            for ((tenant, outcome), n) in &per {
+                let Ok(tenant) = TenantId::parse(tenant) else { continue };
+                cmds.push(redis::Cmd::hincr(self.keys().usage_total(&tenant), format!("tasks:{outcome}"), *n));
+            }
+        }
+        let mut totals: Vec<i64> = self.redis().query_many(cmds).await?;
+        totals.truncate(days);
+        self.expire_made_days(&keys, &totals).await
+    }
+
+    /// Sets the TTL of the day keys a count of outcomes made.
+    async fn expire_made_days(&self, keys: &[(String, i64)], totals: &[i64]) -> Result<(), QueueError> {
         // A day key is made by the first count of some field; only a count
         // that made its field can have made the key, so only then is its
         // TTL set (the other writer of day keys sets it each time).
         let made: Vec<redis::Cmd> = keys
             .iter()
-            .zip(&totals)
+            .zip(totals)
             .filter(|((_, n), total)| **total == *n)
             .map(|((key, _), _)| redis::Cmd::expire(key, USAGE_TTL_S as i64))
             .collect();
@@ -147,6 +171,17 @@ impl Queue {
             let _: Vec<redis::Value> = self.redis().query_many(made).await?;
         }
         Ok(())
+    }
+
+    /// Every tenant's all-time totals (kept while per-tenant metrics are
+    /// on), by tenant name; tenants with nothing counted are left out.
+    pub async fn tenant_totals(&self) -> Result<Vec<(TenantId, Meter)>, QueueError> {
+        let names: Vec<Vec<String>> = self.redis().query_many(vec![redis::Cmd::smembers(self.keys().tenants())]).await?;
+        let mut tenants: Vec<TenantId> = names.into_iter().flatten().filter_map(|t| TenantId::parse(&t).ok()).collect();
+        tenants.sort();
+        let reads = tenants.iter().map(|t| redis::Cmd::hgetall(self.keys().usage_total(t))).collect();
+        let got: Vec<BTreeMap<String, u64>> = self.redis().query_many(reads).await?;
+        Ok(tenants.into_iter().zip(got).filter(|(_, m)| !m.is_empty()).map(|(t, m)| (t, Meter(m))).collect())
     }
 
     /// A tenant's usage per UTC day from `from` to `to` (epoch ms of their

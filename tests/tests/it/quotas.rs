@@ -401,3 +401,158 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
     assert_eq!(usage["limits"]["tokens_today"], 110, "the new day counts afresh: {usage}");
     fleet.stop().await;
 }
+
+/// The API's `/metrics` page, with the admin key.
+async fn metrics_page(api: &ApiServer) -> String {
+    let response = reqwest::Client::new().get(api.url("/metrics")).bearer_auth(flotilla_tests::fleet::admin_key());
+    let response = response.send().await.expect("answers");
+    assert_eq!(response.status().as_u16(), 200);
+    response.text().await.expect("text")
+}
+
+/// A sample's value on a metrics page, by its full series name.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Per-tenant Prometheus counters: off by default (no tenant is named on
+/// `/metrics`); with `FLOTILLA_TENANT_METRICS=1` the page counts each
+/// tenant's tokens per model, sandbox seconds, steps and tasks by outcome,
+/// equal to what `GET /v1/usage` shows for it, and another tenant's figures
+/// apart from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_tenant_counters_on_metrics_only_when_switched_on() {
+    for switched_on in [false, true] {
+        let server = ScriptedServer::start().await;
+        server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", openai::click(10, 10, "left"))]));
+        server.push(Reply::json(openai::response("resp_2", vec![openai::message("done")], 300, 20)));
+        let mut env = vec![
+            ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+            ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+            ("FLOTILLA_WORKER_CONCURRENCY", "1".to_owned()),
+        ];
+        if switched_on {
+            env.push(("FLOTILLA_TENANT_METRICS", "1".to_owned()));
+        }
+        let provider = Arc::new(MemoryProvider::new());
+        let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+        let api = spawn_api(fleet.config.clone()).await;
+        let acme_api = ready(&api).await;
+        let (status, _, body) =
+            submit(&api, flotilla_tests::api_key(), "/v1/tasks", &json!({"prompt": "click", "pipeline": "openai-cua"})).await;
+        assert_eq!(status, 202, "{body}");
+        let model = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+        let (status, _, body) = submit(&api, flotilla_tests::globex_key(), "/v1/tasks", &task()).await;
+        assert_eq!(status, 202, "{body}");
+        let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+        let (acme, globex) = (TenantId::parse("acme").expect("tenant"), TenantId::parse("globex").expect("tenant"));
+        eventually("both tasks end", Duration::from_secs(30), async || {
+            let a = fleet.queue.get(&acme, &model).await.expect("get").is_some_and(|r| r.status.is_terminal());
+            a && fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status.is_terminal())
+        })
+        .await;
+
+        let page = metrics_page(&api).await;
+        assert!(page.contains("flotilla_tasks_total{outcome=\"succeeded\"}"), "{page}");
+        if !switched_on {
+            assert!(!page.contains("flotilla_tenant_") && !page.contains("tenant=\""), "no tenant is named by default: {page}");
+            fleet.stop().await;
+            continue;
+        }
+        let (_, usage) = acme_api.get("/v1/usage").await;
+        let total = &usage["total"];
+        let acme_series = |name: &str, labels: &str| sample(&page, &format!("{name}{{tenant=\"acme\"{labels}}}"));
+        let model_name = total["models"].as_object().and_then(|m| m.keys().next().cloned()).expect("a model in usage");
+        let input = format!(",model=\"{model_name}\",direction=\"input\"");
+        assert_eq!(acme_series("flotilla_tenant_tokens_total", &input), total["input_tokens"].as_f64(), "{page}\n{usage}");
+        assert_eq!(acme_series("flotilla_tenant_tokens_total", &input), Some(1_300.0), "{page}");
+        let output = format!(",model=\"{model_name}\",direction=\"output\"");
+        assert_eq!(acme_series("flotilla_tenant_tokens_total", &output), Some(70.0), "{page}");
+        assert_eq!(acme_series("flotilla_tenant_steps_total", ""), total["steps"].as_f64(), "{page}\n{usage}");
+        let sandbox_ms = total["sandbox_ms"]["memory"].as_f64().expect("sandbox time in usage");
+        let seconds = acme_series("flotilla_tenant_sandbox_seconds_total", ",provider=\"memory\"").expect("sandbox seconds");
+        assert!((seconds * 1000.0 - sandbox_ms).abs() < 1.0, "{seconds} s against {sandbox_ms} ms");
+        assert_eq!(acme_series("flotilla_tenant_tasks_total", ",outcome=\"succeeded\""), Some(1.0), "{page}");
+        let globex_steps = sample(&page, "flotilla_tenant_steps_total{tenant=\"globex\"}");
+        assert_eq!(globex_steps, Some(1.0), "the other tenant's own figures: {page}");
+        fleet.stop().await;
+    }
+}
+
+/// A kept-alive sandbox holds one of its tenant's `max_sandboxes` slots
+/// until its deadline (in-memory sandboxes, a worker running up to three
+/// tasks): with `max_sandboxes = 2` and one sandbox kept, one more sandbox
+/// task runs and the next waits `queued` until it ends, while another
+/// tenant's sandbox task runs; a task naming the kept sandbox runs in it
+/// (its slot passes to the task and back); once the deadline passes the
+/// slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_deadline() {
+    let file = config_file("[tenants.acme]\nmax_sandboxes = 2\n");
+    let env = vec![("FLOTILLA_CONFIG", file.to_string_lossy().into_owned()), ("FLOTILLA_WORKER_CONCURRENCY", "3".to_owned())];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ready(&api).await;
+    let acme = TenantId::parse("acme").expect("tenant");
+    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+    let submit_as = async |key: &str, body: Value| {
+        let (status, _, answer) = submit(&api, key, "/v1/tasks", &body).await;
+        assert_eq!(status, 202, "{answer}");
+        TaskId::parse(answer["id"].as_str().expect("id")).expect("task id")
+    };
+    let on_screen = |wait_ms: u64, sandbox: Value| {
+        json!({"prompt": "hold a desktop", "pipeline": "scripted", "sandbox": sandbox,
+            "actions": [{"type": "move", "x": 5, "y": 5}, {"type": "wait", "ms": wait_ms}]})
+    };
+    let key = flotilla_tests::api_key();
+    let sandboxed = async || fleet_redis_field(&fleet, &fleet.queue.keys().tenant_state(&acme), "sandboxed").await;
+
+    let kept = submit_as(key, on_screen(1, json!({"keep_alive": true, "timeout_s": 10}))).await;
+    eventually("the keeping task ends", Duration::from_secs(30), async || record(&kept).await.status.is_terminal()).await;
+    assert_eq!(record(&kept).await.status, TaskStatus::Succeeded);
+    let (_, shown) = acme_api.get(&format!("/v1/tasks/{kept}")).await;
+    let kept_id = shown["sandbox"]["id"].as_str().expect("the kept sandbox's id").to_owned();
+    eventually("the kept sandbox holds a slot", Duration::from_secs(5), async || sandboxed().await == 1).await;
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(
+        (usage["limits"]["sandboxes"].as_u64(), usage["limits"]["sandboxes_left"].as_u64()),
+        (Some(1), Some(1)),
+        "{usage}"
+    );
+
+    let holder = submit_as(key, on_screen(2_500, json!({}))).await;
+    eventually("a second sandbox task runs", Duration::from_secs(30), async || record(&holder).await.steps_taken >= 1).await;
+    let waiting = submit_as(key, on_screen(1, json!({}))).await;
+    let other = submit_as(flotilla_tests::globex_key(), on_screen(1, json!({}))).await;
+    let globex = TenantId::parse("globex").expect("tenant");
+    eventually("another tenant's sandbox task runs", Duration::from_secs(30), async || {
+        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+    })
+    .await;
+    assert_eq!(record(&holder).await.status, TaskStatus::Running, "the second task still holds its sandbox");
+    assert_eq!(record(&waiting).await.status, TaskStatus::Queued, "a third sandbox would pass max_sandboxes with the kept one");
+    eventually("the waiting task runs once a slot is free", Duration::from_secs(30), async || {
+        record(&waiting).await.status == TaskStatus::Succeeded
+    })
+    .await;
+
+    let follow_up = submit_as(key, on_screen(1, json!({"id": kept_id, "timeout_s": 10}))).await;
+    eventually("a task naming the kept sandbox runs in it", Duration::from_secs(30), async || {
+        record(&follow_up).await.status.is_terminal()
+    })
+    .await;
+    let (_, shown) = acme_api.get(&format!("/v1/tasks/{follow_up}")).await;
+    assert_eq!(shown["status"], "succeeded", "{shown}");
+    assert_eq!(shown["sandbox"]["id"].as_str(), Some(kept_id.as_str()), "{shown}");
+    eventually("the kept sandbox counts once again", Duration::from_secs(5), async || sandboxed().await == 1).await;
+    eventually("its deadline passed: the slot is free", Duration::from_secs(30), async || sandboxed().await == 0).await;
+    fleet.stop().await;
+}
+
+/// A field of a hash in the fleet's Redis, as a number (0 when absent).
+async fn fleet_redis_field(fleet: &DesktopFleet, key: &str, field: &str) -> i64 {
+    let mut conn = fleet.queue.redis().shared();
+    let value: Option<i64> = redis::AsyncCommands::hget(&mut conn, key, field).await.expect("hget");
+    value.unwrap_or(0)
+}

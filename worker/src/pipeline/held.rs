@@ -13,13 +13,17 @@
 //!
 //! Every sandbox a task takes is recorded as its tenant's ([`SandboxOwners`]),
 //! until its deadline; an `id` the task's tenant does not own fails exactly
-//! as an unknown id does.
+//! as an unknown id does. A sandbox left running after its task holds one of
+//! its tenant's `max_sandboxes` slots until its deadline (see
+//! `flotilla_shared::queue`'s kept sandboxes); a task that takes it by id
+//! holds the slot through its own entry while it runs, then leaves it kept.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_shared::config::TenantSettings;
 use flotilla_shared::ids::TenantId;
+use flotilla_shared::queue::Queue;
 use flotilla_shared::task::{SandboxProviderKind, SandboxSpec, StopCode};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -81,6 +85,8 @@ impl SandboxChoice {
 pub(crate) struct Claimant<'a> {
     pub owners: &'a SandboxOwners,
     pub tenant: &'a TenantId,
+    /// Where a kept sandbox counts against the tenant's `max_sandboxes`.
+    pub queue: &'a Queue,
 }
 
 impl Claimant<'_> {
@@ -92,6 +98,20 @@ impl Claimant<'_> {
             warn!(sandbox = %sandbox.id, error = %e, "could not record the sandbox's owner");
         }
     }
+
+    /// Counts the sandbox, left running after its task, against the
+    /// tenant's `max_sandboxes` until its deadline.
+    async fn keep(&self, provider: &str, sandbox: &Sandbox) {
+        let until_ms = (sandbox.expires_at.unix_timestamp_nanos() / 1_000_000) as i64;
+        if let Err(e) = self.queue.keep_sandbox(self.tenant, &kept_name(provider, &sandbox.id), until_ms).await {
+            warn!(sandbox = %sandbox.id, error = %e, "could not count the kept sandbox against the tenant's max_sandboxes");
+        }
+    }
+}
+
+/// A kept sandbox as the scheduler names it: `<provider>:<id>`.
+fn kept_name(provider: &str, id: &SandboxId) -> String {
+    format!("{provider}:{id}")
 }
 
 /// The sandbox a session acts on.
@@ -124,6 +144,10 @@ impl Held {
                     return Err(existing_failure(id, SandboxError::NotFound(id.clone())));
                 }
                 let sandbox = pool.provider().connect(id).await.map_err(|e| existing_failure(id, e))?;
+                // The task's own entry holds a sandbox slot while it runs.
+                if let Err(e) = claimant.queue.take_kept_sandbox(claimant.tenant, &kept_name(provider, id)).await {
+                    warn!(sandbox = %id, error = %e, "could not pass the kept sandbox's slot to its task");
+                }
                 Ok(Self::Existing { sandbox, waited: began.elapsed() })
             }
         }
@@ -169,6 +193,7 @@ impl Held {
                     lease.sandbox.expires_at = at;
                 }
                 claimant.own(provider, &lease.sandbox).await;
+                claimant.keep(provider, &lease.sandbox).await;
                 pool.keep(lease).await;
             }
             Self::Leased { lease, .. } => {
@@ -182,6 +207,7 @@ impl Held {
                     sandbox.expires_at = at;
                     claimant.own(provider, &sandbox).await;
                 }
+                claimant.keep(provider, &sandbox).await;
             }
         }
     }

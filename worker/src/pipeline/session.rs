@@ -322,7 +322,7 @@ impl Session {
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &settings)?;
         let queue = run.attempt.queue();
         let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
-        let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant() };
+        let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant(), queue };
         let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel)).await?;
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
@@ -461,7 +461,7 @@ impl Session {
         drop(self.live.take());
         let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
         if let Some(held) = self.held.take() {
-            let claimant = Claimant { owners: &self.owners, tenant: self.attempt.tenant() };
+            let claimant = Claimant { owners: &self.owners, tenant: self.attempt.tenant(), queue: self.attempt.queue() };
             held.settle(&self.pool, &result, expires_at, claimant).await;
         }
         result
