@@ -14,10 +14,13 @@
 //! granted on a Unix socket of its own (bind-mounted into that sandbox
 //! alone, relayed by a forwarder inside), and the token is valid on that
 //! socket only, so it is bound to its sandbox. Other sandboxes (E2B) call
-//! the TCP listener: a loopback port by default; set `FLOTILLA_GATEWAY_ADDR`
-//! to listen elsewhere and `FLOTILLA_GATEWAY_URL` to the URL they should
-//! call. The TCP listener starts with the first task that needs it and stops
-//! when the worker drops it.
+//! the TCP listener, which speaks [TLS](tls) only: each token granted there
+//! comes with a client certificate of the gateway's own authority and is
+//! valid only on connections that present that certificate, so it is bound
+//! to the sandbox it was handed to. The listener is on a loopback port by
+//! default; set `FLOTILLA_GATEWAY_ADDR` to listen elsewhere and
+//! `FLOTILLA_GATEWAY_URL` to the `https://` URL they should call. It starts
+//! with the first task that needs it and stops when the worker drops it.
 //!
 //! Each token carries limits ([`GrantLimits`]): the models it may call,
 //! how many requests and how many tokens (input plus output, counted from
@@ -32,6 +35,7 @@
 #[cfg(test)]
 mod limits_tests;
 mod policy;
+mod tls;
 mod usage;
 
 use std::collections::HashMap;
@@ -56,6 +60,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::sandbox::GatewayBridge;
+pub use tls::ClientCredentials;
 
 /// The largest request body forwarded (a long conversation with images).
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
@@ -95,7 +100,8 @@ pub struct GatewayConfig {
     pub api_key: Secret,
     /// Where to listen; port 0 picks a free one.
     pub listen: SocketAddr,
-    /// The URL sandboxes call; `http://<bound address>` when unset.
+    /// The URL sandboxes call (`https://`); `https://<bound address>` when
+    /// unset.
     pub public_url: Option<String>,
     /// How long a grant lasts before its holder must refresh it
     /// ([`TaskToken::refresh`]); a task that stops refreshing loses it then.
@@ -128,6 +134,8 @@ pub enum GatewayError {
     BindSocket { path: PathBuf, source: std::io::Error },
     #[error("the model gateway cannot build its HTTP client: {0}")]
     Client(String),
+    #[error("the model gateway cannot set up TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A worker's model gateway. Cheap to clone; the server stops when the last
@@ -171,15 +179,16 @@ impl Default for GrantLimits {
 /// Where a token is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Listener {
-    /// The shared TCP listener.
-    Tcp,
+    /// The TLS listener, on connections with this client certificate.
+    Client(tls::Fingerprint),
     /// One sandbox's Unix socket.
     Socket(u64),
 }
 
-/// The running server, as sandboxes reach it.
+/// The running TLS listener, as sandboxes reach it.
 struct Server {
     url: String,
+    authority: tls::Authority,
 }
 
 /// What a request handler knows: the shared forwarder and which listener
@@ -275,22 +284,23 @@ impl ModelGateway {
         bridge: Option<&GatewayBridge>,
     ) -> Result<TaskToken, GatewayError> {
         let token = new_token();
-        let (listener, base_url, socket) = match bridge {
+        let (listener, base_url, socket, client) = match bridge {
             None => {
                 let server = self.inner.server.get_or_try_init(|| self.start()).await?;
-                (Listener::Tcp, server.url.clone(), None)
+                let (credentials, fingerprint) = server.authority.issue(&format!("flotilla task {task}"))?;
+                (Listener::Client(fingerprint), server.url.clone(), None, Some(credentials))
             }
             Some(bridge) => {
                 let id = self.inner.next_listener.fetch_add(1, Ordering::Relaxed);
                 let stop = self.serve_socket(bridge, Listener::Socket(id)).await?;
-                (Listener::Socket(id), bridge.url.clone(), Some((stop, bridge.socket.clone())))
+                (Listener::Socket(id), bridge.url.clone(), Some((stop, bridge.socket.clone())), None)
             }
         };
         let (calls, reported) = mpsc::unbounded_channel();
         let grant = Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::default(), calls };
         self.inner.grants.insert(&token, grant);
         debug!(task_id = %task, ttl_s = ttl.as_secs(), bridged = socket.is_some(), "model gateway token granted");
-        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket, calls: Some(reported) })
+        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket, client, calls: Some(reported) })
     }
 
     /// Serves the gateway on `bridge`'s Unix socket as `listener` until the
@@ -357,16 +367,15 @@ impl ModelGateway {
             .map_err(|source| GatewayError::Bind { addr: inner.listen, source })?;
         let bound = listener.local_addr().map_err(|source| GatewayError::Bind { addr: inner.listen, source })?;
         let forwarder = self.forwarder()?;
-        let app = axum::Router::new().fallback(forward).with_state(Route { forwarder, listener: Listener::Tcp });
-        let stop = inner.stop.clone();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
-                warn!(error = %e, "model gateway stopped");
-            }
-        });
-        let url = inner.public_url.clone().unwrap_or_else(|| format!("http://{bound}"));
-        info!(addr = %bound, url = %url, upstream = %inner.upstream, "model gateway listening");
-        Ok(Server { url })
+        let authority = tls::Authority::new(&tls::server_names(bound.ip(), inner.public_url.as_deref()))?;
+        let app = move |client| {
+            let route = Route { forwarder: Arc::clone(&forwarder), listener: Listener::Client(client) };
+            axum::Router::new().fallback(forward).with_state(route)
+        };
+        tokio::spawn(tls::serve(listener, authority.acceptor(), app, inner.stop.clone()));
+        let url = inner.public_url.clone().unwrap_or_else(|| format!("https://{bound}"));
+        info!(addr = %bound, url = %url, upstream = %inner.upstream, "model gateway listening (TLS)");
+        Ok(Server { url, authority })
     }
 }
 
@@ -377,6 +386,8 @@ pub struct TaskToken {
     grants: Arc<Grants>,
     /// The sandbox's own listener, stopped (and its socket removed) on drop.
     socket: Option<(CancellationToken, PathBuf)>,
+    /// On the TLS listener: the client certificate the token is bound to.
+    client: Option<ClientCredentials>,
     /// What the token's calls spent, one report per call.
     calls: Option<mpsc::UnboundedReceiver<CallUsage>>,
 }
@@ -390,6 +401,12 @@ impl TaskToken {
     /// The gateway's URL, for the sandbox's `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// What the sandbox presents with the token on the TLS listener (the
+    /// token is refused without it); `None` on a sandbox's own socket.
+    pub fn client_credentials(&self) -> Option<&ClientCredentials> {
+        self.client.as_ref()
     }
 
     /// The reports of what each call of this token spent, sent once the
@@ -719,7 +736,7 @@ mod tests {
         let revoked_text = revoked.token().to_owned();
         drop(revoked);
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let client = reqwest::Client::new();
+        let client = short.client_credentials().expect("a TLS token").http_client().expect("client");
         let url = format!("{}/v1/messages", short.base_url());
         for token in ["nonsense", short.token(), revoked_text.as_str()] {
             let answer = client.post(&url).header("x-api-key", token).body("{}").send().await.expect("answers");
@@ -733,7 +750,8 @@ mod tests {
     async fn the_preconnect_is_answered_without_a_token() {
         let gateway = gateway("http://127.0.0.1:9");
         let token = gateway.grant(&task(), Duration::from_secs(60)).await.expect("granted");
-        let answer = reqwest::Client::new().head(format!("{}/", token.base_url())).send().await.expect("answers");
+        let client = token.client_credentials().expect("a TLS token").http_client().expect("client");
+        let answer = client.head(format!("{}/", token.base_url())).send().await.expect("answers");
         assert_eq!(answer.status(), 200);
     }
 

@@ -25,8 +25,9 @@ pub struct WorkerConfig {
     /// scoped to their task.
     pub gateway_addr: SocketAddr,
     /// `FLOTILLA_GATEWAY_URL`: the gateway's URL as sandboxes reach it; by
-    /// default `http://<gateway_addr>`, right for local sandboxes on the
-    /// host's network. Remote sandboxes need an address they can reach.
+    /// default `https://<gateway_addr>`. Remote sandboxes need an address
+    /// they can reach. Always `https://`: the gateway's TCP listener speaks
+    /// TLS only.
     pub gateway_url: Option<String>,
 }
 
@@ -41,8 +42,18 @@ impl WorkerConfig {
             },
             drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
             gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
-            gateway_url: s.url("FLOTILLA_GATEWAY_URL")?,
+            gateway_url: https_only(s.url("FLOTILLA_GATEWAY_URL")?)?,
         })
+    }
+}
+
+fn https_only(url: Option<String>) -> Result<Option<String>, ConfigError> {
+    match url {
+        Some(url) if !url.starts_with("https://") => Err(ConfigError::new(
+            "FLOTILLA_GATEWAY_URL",
+            format!("{url:?} must be an https:// URL (the gateway speaks TLS only)"),
+        )),
+        url => Ok(url),
     }
 }
 
@@ -53,5 +64,19 @@ fn parse_worker_id(raw: Option<&str>) -> Result<String, ConfigError> {
         }
         Some(_) => Err(ConfigError::new("FLOTILLA_WORKER_ID", "must be at most 64 of A-Z a-z 0-9 - _ .")),
         None => Ok(format!("w-{}-{}", std::process::id(), &ulid::Ulid::new().to_string()[20..]).to_lowercase()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    #[test]
+    fn the_gateway_url_must_be_https() {
+        let config = Config::from_env([("FLOTILLA_GATEWAY_URL", "https://gw.example.com:4780/")]).expect("https");
+        assert_eq!(config.worker.gateway_url.as_deref(), Some("https://gw.example.com:4780"));
+        let err = Config::from_env([("FLOTILLA_GATEWAY_URL", "http://gw.example.com:4780")]).expect_err("plain HTTP");
+        assert_eq!(err.var, "FLOTILLA_GATEWAY_URL");
+        assert!(err.to_string().contains("https://"), "{err}");
     }
 }

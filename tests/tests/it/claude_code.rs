@@ -285,7 +285,8 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
     assert_eq!(fleet.gateway.live_tokens(), 0);
     let tcp = fleet.gateway.grant(&TaskId::generate(), Duration::from_secs(60)).await.expect("the TCP listener starts");
     let gateway_url = tcp.base_url().to_owned();
-    let answer = reqwest::Client::new()
+    let client = tcp.client_credentials().expect("TLS credentials").http_client().expect("client");
+    let answer = client
         .post(format!("{gateway_url}/v1/messages"))
         .header("x-api-key", &token)
         .header("content-type", "application/json")

@@ -19,6 +19,7 @@ mod dashboard;
 mod demo;
 mod deploy;
 mod desktop_tasks;
+mod e2b_gateway;
 mod fairness;
 mod faults;
 mod feeds;

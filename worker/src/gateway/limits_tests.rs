@@ -1,8 +1,10 @@
 //! The gateway's walls against a real local model server that counts what
 //! reaches it: traversal and unlisted calls are refused before the provider
 //! sees them, a token works on its own sandbox's socket only, budgets end in
-//! 429 and oversized bodies in 413. Requests go out as raw HTTP, so no
-//! client normalises the paths under test.
+//! 429 and oversized bodies in 413; on the TLS listener a token works only
+//! with the client certificate issued with it. Requests go out as raw HTTP
+//! (over TLS on the TCP listener), so no client normalises the paths under
+//! test.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,9 +13,11 @@ use std::time::Duration;
 
 use flotilla_shared::config::Secret;
 use flotilla_shared::ids::TaskId;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{GatewayConfig, GrantLimits, ModelGateway, MAX_REQUEST_BYTES};
+use super::{ClientCredentials, GatewayConfig, GrantLimits, ModelGateway, TaskToken, MAX_REQUEST_BYTES};
 use crate::sandbox::GatewayBridge;
 
 /// A model server on a loopback port: every call is counted and answered
@@ -48,7 +52,19 @@ fn gateway(upstream: &str) -> ModelGateway {
 }
 
 /// Sends one raw HTTP/1.1 request and returns the status code.
-async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, method: &str, path: &str, token: &str, body: &[u8]) -> u16 {
+async fn raw<S: AsyncRead + AsyncWrite + Unpin>(stream: S, method: &str, path: &str, token: &str, body: &[u8]) -> u16 {
+    let (status, text) = raw_status(stream, method, path, token, body).await;
+    status.unwrap_or_else(|| panic!("no HTTP answer: {text:?}"))
+}
+
+/// The same, and what came back when it was not an HTTP answer.
+async fn raw_status<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &[u8],
+) -> (Option<u16>, String) {
     let head = format!(
         "{method} {path} HTTP/1.1\r\nhost: gateway\r\nx-api-key: {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
@@ -61,13 +77,57 @@ async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, method: &str, pat
     }
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
-    let text = String::from_utf8_lossy(&answer);
-    text.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("no HTTP answer: {text:?}"))
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.starts_with("HTTP/1.").then(|| text.split_whitespace().nth(1).and_then(|code| code.parse().ok())).flatten();
+    (status, text)
 }
 
-async fn over_tcp(base_url: &str, method: &str, path: &str, token: &str, body: &[u8]) -> u16 {
-    let addr = base_url.trim_start_matches("http://");
-    raw(tokio::net::TcpStream::connect(addr).await.expect("connects"), method, path, token, body).await
+/// A TLS client that trusts the gateway's authority and presents `client`'s
+/// certificate (or none).
+fn tls_client(ca: &ClientCredentials, client: Option<&ClientCredentials>) -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.ca_pem.as_bytes()).expect("pem")).expect("root");
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("tls")
+        .with_root_certificates(roots);
+    let config = match client {
+        Some(client) => {
+            let cert = CertificateDer::from_pem_slice(client.cert_pem.as_bytes()).expect("pem");
+            let key = PrivateKeyDer::from_pem_slice(client.key_pem.expose().as_bytes()).expect("pem");
+            builder.with_client_auth_cert(vec![cert], key).expect("client auth")
+        }
+        None => builder.with_no_client_auth(),
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// One request over TLS to the listener of `base_url`, trusting `ca`'s
+/// authority and presenting `client`'s certificate; `None` when no HTTP
+/// answer came (the handshake was refused).
+async fn over_tls_as(
+    base_url: &str,
+    ca: &ClientCredentials,
+    client: Option<&ClientCredentials>,
+    (method, path): (&str, &str),
+    token: &str,
+    body: &[u8],
+) -> Option<u16> {
+    let addr = base_url.strip_prefix("https://").expect("the TCP listener is https");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connects");
+    let name = ServerName::try_from("127.0.0.1").expect("name");
+    let tls = tls_client(ca, client).connect(name, tcp).await.ok()?;
+    raw_status(tls, method, path, token, body).await.0
+}
+
+/// A request as the sandbox holding `holder` makes it: over TLS with
+/// `holder`'s client certificate, presenting `token`.
+async fn over_tcp(holder: &TaskToken, method: &str, path: &str, token: &str, body: &[u8]) -> u16 {
+    let credentials = holder.client_credentials().expect("a TLS token");
+    over_tls_as(holder.base_url(), credentials, Some(credentials), (method, path), token, body)
+        .await
+        .unwrap_or_else(|| panic!("no HTTP answer to {method} {path}"))
 }
 
 async fn over_socket(socket: &PathBuf, method: &str, path: &str, token: &str, body: &[u8]) -> u16 {
@@ -97,7 +157,7 @@ async fn gateway_refuses_traversal_and_unlisted_calls_without_reaching_the_provi
         ("PUT", "/v1/messages"),
     ];
     for (method, path) in refused {
-        assert_eq!(over_tcp(token.base_url(), method, path, token.token(), b"{}").await, 403, "{method} {path}");
+        assert_eq!(over_tcp(&token, method, path, token.token(), b"{}").await, 403, "{method} {path}");
     }
     assert_eq!(hits.load(Ordering::SeqCst), 0, "a refused call reached the model server");
     for (method, path, body) in [
@@ -107,7 +167,7 @@ async fn gateway_refuses_traversal_and_unlisted_calls_without_reaching_the_provi
         ("GET", "/v1/models", &b""[..]),
         ("GET", "/v1/models/claude-test", &b""[..]),
     ] {
-        assert_eq!(over_tcp(token.base_url(), method, path, token.token(), body).await, 200, "{method} {path}");
+        assert_eq!(over_tcp(&token, method, path, token.token(), body).await, 200, "{method} {path}");
     }
     assert_eq!(hits.load(Ordering::SeqCst), 5);
 }
@@ -126,7 +186,7 @@ async fn gateway_token_works_only_on_its_own_sandboxes_socket() {
     let tcp = gateway.grant(&TaskId::generate(), Duration::from_secs(60)).await.expect("tcp");
     assert_eq!(over_socket(&b.socket, "POST", "/v1/messages", token_a.token(), MESSAGE).await, 401, "a's token on b's socket");
     assert_eq!(over_socket(&a.socket, "POST", "/v1/messages", token_b.token(), MESSAGE).await, 401, "b's token on a's socket");
-    assert_eq!(over_tcp(tcp.base_url(), "POST", "/v1/messages", token_a.token(), MESSAGE).await, 401, "a's token on TCP");
+    assert_eq!(over_tcp(&tcp, "POST", "/v1/messages", token_a.token(), MESSAGE).await, 401, "a's token on TCP");
     assert_eq!(over_socket(&a.socket, "POST", "/v1/messages", tcp.token(), MESSAGE).await, 401, "a TCP token on a's socket");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     assert_eq!(over_socket(&a.socket, "POST", "/v1/messages", token_a.token(), MESSAGE).await, 200);
@@ -146,17 +206,17 @@ async fn gateway_budgets_and_models_are_enforced() {
     let requests = GrantLimits { max_requests: 2, ..GrantLimits::default() };
     let by_requests = gateway.grant_with(&task, ttl, requests, None).await.expect("granted");
     for expected in [200, 200, 429, 429] {
-        assert_eq!(over_tcp(by_requests.base_url(), "POST", "/v1/messages", by_requests.token(), MESSAGE).await, expected);
+        assert_eq!(over_tcp(&by_requests, "POST", "/v1/messages", by_requests.token(), MESSAGE).await, expected);
     }
     // Each answer used 100 tokens: a budget of 150 allows two calls.
     let tokens = GrantLimits { max_tokens: Some(150), ..GrantLimits::default() };
     let by_tokens = gateway.grant_with(&task, ttl, tokens, None).await.expect("granted");
     for expected in [200, 200, 429] {
-        assert_eq!(over_tcp(by_tokens.base_url(), "POST", "/v1/messages", by_tokens.token(), MESSAGE).await, expected);
+        assert_eq!(over_tcp(&by_tokens, "POST", "/v1/messages", by_tokens.token(), MESSAGE).await, expected);
     }
     let models = GrantLimits { models: Some(vec!["claude-other".into()]), ..GrantLimits::default() };
     let by_model = gateway.grant_with(&task, ttl, models, None).await.expect("granted");
-    assert_eq!(over_tcp(by_model.base_url(), "POST", "/v1/messages", by_model.token(), MESSAGE).await, 403);
+    assert_eq!(over_tcp(&by_model, "POST", "/v1/messages", by_model.token(), MESSAGE).await, 403);
     assert_eq!(hits.load(Ordering::SeqCst), 4, "refused calls never reach the model server");
 }
 
@@ -167,6 +227,42 @@ async fn gateway_refuses_a_20_mib_body() {
     let token = gateway.grant(&TaskId::generate(), Duration::from_secs(60)).await.expect("granted");
     let body = vec![b' '; 20 * 1024 * 1024];
     assert!(body.len() > MAX_REQUEST_BYTES);
-    assert_eq!(over_tcp(token.base_url(), "POST", "/v1/messages", token.token(), &body).await, 413);
+    assert_eq!(over_tcp(&token, "POST", "/v1/messages", token.token(), &body).await, 413);
     assert_eq!(hits.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn gateway_tls_token_works_only_with_the_certificate_issued_with_it() {
+    let (upstream, hits) = model_server().await;
+    let gateway = gateway(&upstream);
+    let ttl = Duration::from_secs(60);
+    let a = gateway.grant(&TaskId::generate(), ttl).await.expect("a");
+    let b = gateway.grant(&TaskId::generate(), ttl).await.expect("b");
+    assert!(a.base_url().starts_with("https://127.0.0.1:"), "{}", a.base_url());
+    let (creds_a, creds_b) = (a.client_credentials().expect("tls"), b.client_credentials().expect("tls"));
+    let call = ("POST", "/v1/messages");
+    // A's token from the sandbox that holds B's certificate, and the reverse.
+    assert_eq!(over_tls_as(a.base_url(), creds_a, Some(creds_b), call, a.token(), MESSAGE).await, Some(401));
+    assert_eq!(over_tls_as(a.base_url(), creds_a, Some(creds_a), call, b.token(), MESSAGE).await, Some(401));
+    // No client certificate, or one of another gateway's authority: no handshake.
+    assert_eq!(over_tls_as(a.base_url(), creds_a, None, call, a.token(), MESSAGE).await, None);
+    let elsewhere = self::gateway(&upstream);
+    let other = elsewhere.grant(&TaskId::generate(), ttl).await.expect("other");
+    let foreign = other.client_credentials().expect("tls");
+    assert_eq!(over_tls_as(a.base_url(), creds_a, Some(foreign), call, a.token(), MESSAGE).await, None);
+    // Plain HTTP gets no HTTP answer.
+    let addr = a.base_url().trim_start_matches("https://");
+    let plain =
+        raw_status(tokio::net::TcpStream::connect(addr).await.expect("connects"), "POST", "/v1/messages", a.token(), MESSAGE);
+    assert_eq!(plain.await.0, None, "the TCP listener speaks TLS only");
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing refused reached the model server");
+    assert_eq!(over_tcp(&a, "POST", "/v1/messages", a.token(), MESSAGE).await, 200);
+    assert_eq!(over_tcp(&b, "POST", "/v1/messages", b.token(), MESSAGE).await, 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+    // The certificate without a live token is worth nothing.
+    let token_a = a.token().to_owned();
+    let held = creds_a.clone();
+    drop(a);
+    assert_eq!(over_tls_as(b.base_url(), &held, Some(&held), call, &token_a, MESSAGE).await, Some(401));
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
 }

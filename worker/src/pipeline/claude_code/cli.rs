@@ -13,6 +13,7 @@ use flotilla_shared::task::StopCode;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::gateway_tls;
 use crate::gateway::TaskToken;
 use crate::pipeline::PipelineError;
 use crate::sandbox::CommandOutput;
@@ -61,7 +62,11 @@ pub(super) fn command(invocation: &Invocation<'_>) -> String {
         env.push(("ANTHROPIC_DEFAULT_HAIKU_MODEL", model.to_owned()));
     }
     env.sort_by_key(|(name, _)| *name);
-    let assignments: Vec<String> = env.iter().map(|(name, value)| format!("{name}={}", quoted(value))).collect();
+    let mut assignments: Vec<String> = env.iter().map(|(name, value)| format!("{name}={}", quoted(value))).collect();
+    if invocation.token.client_credentials().is_some() {
+        // The gateway's TLS listener: trust its authority, present the token's certificate.
+        assignments.extend(gateway_tls::ENV.iter().map(|(name, path)| format!("{name}=\"$HOME\"/{}", quoted(path))));
+    }
     let mut args = vec!["-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"]
         .into_iter()
         .map(str::to_owned)

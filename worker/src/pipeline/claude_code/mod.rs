@@ -17,7 +17,8 @@
 //! The sandbox never sees the fleet's model key: the CLI calls the worker's
 //! model gateway with a token that is valid only while this task runs
 //! (granted for a short lifetime, refreshed until the CLI ends, revoked
-//! then).
+//! then). On the gateway's TLS listener the token is bound to a client
+//! certificate written into the sandbox with it ([`gateway_tls`]).
 //! Cancellation and `max_duration_s` stop the CLI through the session's
 //! guard, which kills it with its sandbox.
 //!
@@ -28,6 +29,7 @@
 //! token any call past the budget meanwhile.
 
 mod cli;
+mod gateway_tls;
 mod live;
 mod resume;
 mod workdir;
@@ -114,6 +116,7 @@ async fn run_in_sandbox(
     let deadline = session.steps().limits().deadline;
     let bridge = sandbox.provider.gateway_bridge(sandbox.id).await?;
     let mut token = grant(gateway, run, deadline, bridge.as_ref()).await?;
+    session.guard(gateway_tls::install(sandbox, &token)).await?;
     let mut calls = token.calls();
     let invocation = Invocation {
         work_dir: WORK_DIR,

@@ -393,6 +393,7 @@ pub(crate) async fn build(
     };
     let (host, pid) = tokio::join!(host_addresses(&tools.ip, settings.network), namespaces);
     let pid = pid?;
+    let host = host?;
     apply_routes(tools, pid, settings.network, &host, &settings.exceptions).await?;
     Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
 }
@@ -441,15 +442,37 @@ fn route_script(network: Network, host: &[Ipv4Addr], exceptions: &[Ipv4Addr]) ->
     script
 }
 
-/// This host's IPv4 addresses, from `ip -o -4 addr show` (none needed offline).
-async fn host_addresses(ip: &Path, network: Network) -> Vec<Ipv4Addr> {
+/// This host's IPv4 addresses, from `ip -o -4 addr show` (none needed
+/// offline). Fails closed: addresses that cannot be read cannot be blocked,
+/// so a sandbox with egress is not built without them (a host always has
+/// its loopback, so an answer without any address is a failure too).
+async fn host_addresses(ip: &Path, network: Network) -> Result<Vec<Ipv4Addr>, SandboxError> {
     if network == Network::Offline {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let output = Command::new(ip).args(["-o", "-4", "addr", "show"]).stdin(Stdio::null()).kill_on_drop(true).output().await;
-    let Ok(output) = output else { return Vec::new() };
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
+    let failed = |why: String| {
+        SandboxError::Unavailable(format!(
+            "cannot read this host's addresses to block them in the sandbox ({} -o -4 addr show: {why})",
+            ip.display()
+        ))
+    };
+    let mut command = Command::new(ip);
+    command.args(["-o", "-4", "addr", "show"]).env_clear().env("PATH", host_path());
+    let output = process::run(command, None, SETUP_TIMEOUT, process::MAX_OUTPUT).await.map_err(|e| failed(e.to_string()))?;
+    if output.exit_code != 0 {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(failed(stderr.lines().next().unwrap_or("it failed").to_owned()));
+    }
+    let addresses = parse_addresses(&String::from_utf8_lossy(&output.stdout));
+    if addresses.is_empty() {
+        return Err(failed("it named no address".into()));
+    }
+    Ok(addresses)
+}
+
+/// The `inet` addresses of `ip -o -4 addr show`'s lines.
+fn parse_addresses(text: &str) -> Vec<Ipv4Addr> {
+    text.lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
             words.find(|w| *w == "inet")?;
@@ -494,5 +517,40 @@ mod tests {
         assert!(!script.contains("unreachable 198.51.100.9"));
         assert!(script.contains("route add 198.51.100.9/32 via 10.0.2.2 dev tap0\n"));
         assert_eq!(route_script(Network::Offline, &host, &[exception]), "link set lo up\n");
+    }
+
+    /// A stand-in for `ip` that prints `stdout` and exits with `code`.
+    fn fake_ip(dir: &Path, name: &str, stdout: &str, code: i32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\nprintf '%s' '{stdout}'\necho 'ip: cannot talk to the kernel' >&2\nexit {code}\n"),
+        )
+        .expect("written");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("executable");
+        path
+    }
+
+    #[tokio::test]
+    async fn host_addresses_fail_closed_when_ip_fails_or_names_none() {
+        let dir = std::env::temp_dir().join(format!("flotilla-ip-test-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let listing = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet 192.0.2.7/24 brd 192.0.2.255 scope global eth0\n";
+        let works = fake_ip(&dir, "ip-works", listing, 0);
+        let fails = fake_ip(&dir, "ip-fails", listing, 1);
+        let silent = fake_ip(&dir, "ip-silent", "", 0);
+        let found = host_addresses(&works, Network::Egress).await.expect("read");
+        assert_eq!(found, ["127.0.0.1".parse::<Ipv4Addr>().expect("ip"), "192.0.2.7".parse().expect("ip")]);
+        for broken in [fails.clone(), silent, dir.join("no-such-ip")] {
+            match host_addresses(&broken, Network::Egress).await {
+                Err(SandboxError::Unavailable(why)) => assert!(why.contains("cannot read this host's addresses"), "{why}"),
+                other => panic!("{} must fail closed, got {other:?}", broken.display()),
+            }
+        }
+        let Err(SandboxError::Unavailable(why)) = host_addresses(&fails, Network::Egress).await else { panic!("fails") };
+        assert!(why.contains("cannot talk to the kernel"), "the reason is quoted: {why}");
+        assert_eq!(host_addresses(&fails, Network::Offline).await.expect("offline needs none"), Vec::<Ipv4Addr>::new());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

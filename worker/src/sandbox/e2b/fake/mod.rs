@@ -20,6 +20,7 @@ mod edge;
 mod envd;
 
 use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -125,8 +126,20 @@ pub struct FakeE2b {
 impl FakeE2b {
     /// Starts both servers on free loopback ports with a fresh API key.
     pub async fn start() -> Self {
+        Self::start_with_internet(Vec::new()).await
+    }
+
+    /// The same, with sandboxes that reach `internet` (addresses of this
+    /// host, which a sandbox's jail otherwise blocks) as a hosted sandbox
+    /// reaches public addresses: through its own network's way out.
+    pub async fn start_with_internet(internet: Vec<Ipv4Addr>) -> Self {
         let root = std::env::temp_dir().join(format!("flotilla-e2b-fake-{:016x}", rand::random::<u64>()));
-        let local = LocalProvider::new(LocalConfig { root: root.clone(), isolation: Isolation::Full, ..LocalConfig::default() });
+        let local = LocalProvider::new(LocalConfig {
+            root: root.clone(),
+            isolation: Isolation::Full,
+            egress_exceptions: internet,
+            ..LocalConfig::default()
+        });
         let state = Arc::new(State {
             api_key: format!("e2b_{:032x}", rand::random::<u128>()),
             desktops: Desktops { provider: Some(local), root },
