@@ -16,12 +16,15 @@
 //!   for the model, and base64-encoding it as a request carries it. The
 //!   uploader's feed emits the `screenshot` events in the background; their
 //!   time is shown but is not on the step's path.
-//! - **session**: the same step through [`Session::observe_settled`] as the
-//!   pipelines call it, as a check on the parts. Observing waits on purpose
-//!   for the screen to settle (a fixed sleep, then captures a fixed gap
-//!   apart until two match); that sleep is the desktop's time, like the
-//!   action's, and is shown apart from the work (`observe` is the wall time
-//!   less the sleeps asked for, so a late wake-up counts as work).
+//! - **session**: the same step through [`Session::observe_settled`], as
+//!   the pipelines take it; its `total` is the step loop's overhead.
+//!   Observing waits on purpose for the screen to settle (at least 100 ms
+//!   after the action and until the display has reported no change for
+//!   50 ms, then one capture; a provider that cannot report changes is
+//!   captured every 50 ms until two captures match); that wait is the
+//!   desktop's time, like the action's, and is shown apart from the work
+//!   (`observe` is the wall time less the wait asked for, so a late
+//!   wake-up counts as work).
 //!
 //! Screenshots go to an `s3s-fs` it starts on loopback (`--no-store` keeps
 //! none). Every wait is bounded and the whole run stops after

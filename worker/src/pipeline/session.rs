@@ -47,11 +47,12 @@ use crate::sandbox::{
 };
 
 /// How long programs get to react to an action before the screen is read.
-const SETTLE_FIRST: Duration = Duration::from_millis(100);
-/// The gap between two captures that must match for the screen to count as settled.
-const SETTLE_POLL: Duration = Duration::from_millis(50);
+pub(crate) const SETTLE_FIRST: Duration = Duration::from_millis(100);
+/// How long the screen must stay unchanged to count as settled (for a
+/// provider that cannot tell, the gap between two captures that must match).
+pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(50);
 /// The longest wait for a screen to settle.
-const SETTLE_MAX: Duration = Duration::from_millis(1_000);
+pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(1_000);
 
 /// How often a waiting task looks for a human's input.
 const INPUT_POLL: Duration = Duration::from_millis(250);
@@ -66,7 +67,8 @@ pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
 pub struct Settled {
     pub shot: Screenshot,
     /// The time spent asleep on purpose, giving programs time to draw
-    /// (not work: [`SETTLE_FIRST`] and each [`SETTLE_POLL`]).
+    /// (not work: from the action's end to when the screen counted as
+    /// settled, or [`SETTLE_FIRST`] and each [`SETTLE_POLL`] between captures).
     pub waited: Duration,
     /// How many captures it took.
     pub captures: u32,
@@ -397,14 +399,21 @@ impl Session {
         Ok(settled)
     }
 
-    /// The screen once programs have caught up with the last action: after
-    /// [`SETTLE_FIRST`], the first capture equal to the one before it (taken
-    /// [`SETTLE_POLL`] apart), or the latest capture after [`SETTLE_MAX`]
-    /// for a screen that never stops changing.
+    /// The screen once programs have caught up with the last action: at
+    /// least [`SETTLE_FIRST`] after it, once the screen has not changed for
+    /// [`SETTLE_POLL`], or after [`SETTLE_MAX`] for a screen that never
+    /// stops changing. A provider that reports its screen's changes is
+    /// captured once, when they have stopped; any other is captured every
+    /// [`SETTLE_POLL`] until two captures match.
     async fn settled_screen(&self) -> Result<Settled, PipelineError> {
         let id = &self.held()?.sandbox().id;
         let provider = self.pool.provider();
-        let deadline = Instant::now() + SETTLE_MAX;
+        let started = Instant::now();
+        if let Some(quiet) = quiet_screen(provider.as_ref(), id, started).await {
+            let shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
+            return Ok(Settled { shot, waited: quiet - started, captures: 1 });
+        }
+        let deadline = started + SETTLE_MAX;
         let mut waited = SETTLE_FIRST;
         tokio::time::sleep(SETTLE_FIRST).await;
         let mut shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
@@ -465,6 +474,22 @@ impl Session {
             held.settle(&self.pool, &result, expires_at, claimant).await;
         }
         result
+    }
+}
+
+/// Sleeps until `provider` says sandbox `id`'s screen is quiet: at least
+/// [`SETTLE_FIRST`] after `started` and [`SETTLE_POLL`] after its last
+/// change, or [`SETTLE_MAX`] after `started`. Returns the time it slept
+/// until, or `None` at once when the provider does not report changes.
+pub(crate) async fn quiet_screen(provider: &dyn SandboxProvider, id: &SandboxId, started: Instant) -> Option<Instant> {
+    let (earliest, latest) = (started + SETTLE_FIRST, started + SETTLE_MAX);
+    loop {
+        let changed = provider.screen_changed_at(id)?;
+        let due = earliest.max(changed + SETTLE_POLL).min(latest);
+        if Instant::now() >= due {
+            return Some(due);
+        }
+        tokio::time::sleep_until(due.into()).await;
     }
 }
 

@@ -232,6 +232,15 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// one with [`SandboxProvider::screenshot`]); `wait` sleeps.
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>>;
 
+    /// When sandbox `id`'s screen last changed, for a provider its display
+    /// tells (a local X display's DAMAGE reports), read without a capture;
+    /// `None`, this default, when it is not known: whoever waits for the
+    /// screen to settle compares screenshots instead.
+    fn screen_changed_at(&self, id: &SandboxId) -> Option<std::time::Instant> {
+        let _ = id;
+        None
+    }
+
     /// The display a VNC server on this host can attach to for a live view
     /// of the sandbox; `None` when the provider shows it some other way or
     /// not at all.

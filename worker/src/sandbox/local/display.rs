@@ -3,6 +3,8 @@
 //! [`Capture`] (MIT-SHM, else `GetImage`), encoded to PNG in-process. Every method blocks on the X
 //! socket, so async callers run them on the blocking pool. Each input method
 //! ends with a round trip, so the server has applied the input when it returns.
+//! Beside it, a [`Watch`] on a connection of its own says when the screen
+//! last changed (X DAMAGE), read without blocking.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +20,7 @@ use x11rb::protocol::xtest::{self, ConnectionExt as _};
 use x11rb::rust_connection::{DefaultStream, RustConnection};
 
 use super::capture::Capture;
+use super::damage::Watch;
 use super::launch::x_socket;
 use super::xauth::{self, Cookie};
 
@@ -36,6 +39,8 @@ pub(crate) struct Display {
     width: u16,
     height: u16,
     capture: Mutex<Capture>,
+    /// When the screen last changed; `None` when the server cannot say.
+    changes: Option<Watch>,
     keyboard: Mutex<Keyboard>,
     client_list: xproto::Atom,
     net_wm_name: xproto::Atom,
@@ -69,12 +74,17 @@ impl Display {
         let keyboard = Keyboard::load(&conn)?;
         let client_list = intern(&conn, "_NET_CLIENT_LIST")?;
         let net_wm_name = intern(&conn, "_NET_WM_NAME")?;
+        let changes = Watch::start(display, cookie).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "no damage reports; settling compares screenshots");
+            None
+        });
         Ok(Self {
             conn,
             root,
             width,
             height,
             capture: Mutex::new(capture),
+            changes,
             keyboard: Mutex::new(keyboard),
             client_list,
             net_wm_name,
@@ -90,6 +100,12 @@ impl Display {
     pub fn screenshot(&self) -> Result<Screenshot, SandboxError> {
         let mut capture = self.capture.lock().map_err(|_| x_error("capture state poisoned"))?;
         capture.take(&self.conn, self.root)
+    }
+
+    /// When the screen last changed, as the server reports it; `None` when
+    /// it does not.
+    pub fn last_change(&self) -> Option<std::time::Instant> {
+        self.changes.as_ref().and_then(Watch::last_change)
     }
 
     /// Whether screenshots go through shared memory; with `socket_only`,

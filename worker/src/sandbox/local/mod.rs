@@ -7,8 +7,10 @@
 //! the host). A provider whose jail does not work here refuses to start: it
 //! never falls back to weaker walls; `Isolation::None` (development only)
 //! runs plain processes and says so at error level. Input goes through XTEST
-//! and screenshots through `GetImage`, both over one native X connection
-//! that presents the display's cookie.
+//! and screenshots through MIT-SHM (else `GetImage`), both over one native X
+//! connection that presents the display's cookie; a second connection hears
+//! the display's DAMAGE reports, so a step knows when the screen settled
+//! without capturing it to compare.
 //!
 //! Deadlines: every call checks the sandbox's deadline, and a reaper task
 //! kills sandboxes past it between calls. A killed or expired sandbox leaves
@@ -17,6 +19,7 @@
 //! it, and the next one on the host sweeps what is left (see [`record`]).
 
 mod capture;
+mod damage;
 mod desktop;
 mod display;
 #[cfg(test)]
@@ -623,6 +626,11 @@ impl SandboxProvider for LocalProvider {
 
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
+    }
+
+    fn screen_changed_at(&self, id: &SandboxId) -> Option<Instant> {
+        let sandboxes = self.inner.sandboxes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        sandboxes.get(id).and_then(|sandbox| sandbox.display.last_change())
     }
 
     fn live_display(&self, id: &SandboxId) -> Option<crate::live::X11Display> {
