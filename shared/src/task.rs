@@ -271,6 +271,13 @@ impl TaskSpec {
 
     /// Checks every rule of the contract that the types alone do not.
     pub fn validate(&self) -> Result<(), ValidationError> {
+        self.validate_fields()?;
+        self.validate_pipeline_fields()
+    }
+
+    /// Checks each field on its own (values and bounds), not the rules
+    /// between fields (which pipeline takes which).
+    pub fn validate_fields(&self) -> Result<(), ValidationError> {
         let prompt_chars = self.prompt.chars().count();
         if prompt_chars == 0 || prompt_chars > MAX_PROMPT_CHARS || self.prompt.trim().is_empty() {
             return Err(ValidationError::at("prompt", format!("prompt must be 1 to {MAX_PROMPT_CHARS} characters")));
@@ -320,7 +327,7 @@ impl TaskSpec {
                 return Err(ValidationError::at("files", "file paths must be relative and stay inside the task's folder"));
             }
         }
-        self.validate_pipeline_fields()
+        Ok(())
     }
 
     fn validate_pipeline_fields(&self) -> Result<(), ValidationError> {

@@ -25,6 +25,9 @@ pub fn batch_specs(
     if defaults.is_some_and(|d| d.get("idempotency_key").is_some_and(|k| !k.is_null())) {
         return Err(ValidationError::at("defaults.idempotency_key", "idempotency keys are not accepted in a batch"));
     }
+    if let Some(defaults) = defaults {
+        defaults_fields(defaults).map_err(|e| e.under("defaults"))?;
+    }
     let mut specs = Vec::with_capacity(tasks.len());
     for (index, task) in tasks.iter().enumerate() {
         let Value::Object(task) = task else {
@@ -34,6 +37,16 @@ pub fn batch_specs(
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// Checks `defaults` on their own, field by field, as the document states
+/// them: each value one its field takes, within its bounds, even where every
+/// task overrides it. The rules between fields (which pipeline takes which)
+/// apply to each merged spec only.
+fn defaults_fields(defaults: &Map<String, Value>) -> Result<(), ValidationError> {
+    let mut fields = defaults.clone();
+    fields.entry("prompt").or_insert_with(|| Value::from("a prompt the defaults leave to the tasks"));
+    spec_from_value(Value::Object(fields))?.validate_fields()
 }
 
 /// Checks each spec's sandbox template against `allowed` (the tenant's
@@ -198,6 +211,10 @@ mod tests {
     fn idempotency_keys_and_empty_or_huge_batches_are_refused() {
         let err = specs(json!([{"prompt": "a", "idempotency_key": "k"}]), json!(null)).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("tasks[0].idempotency_key"));
+        let err = specs(json!([{"prompt": "a"}]), json!({"prompt": {}})).expect_err("a default is a value of its field");
+        assert_eq!(err.field.as_deref(), Some("defaults.prompt"));
+        let err = specs(json!([{"prompt": "a", "max_steps": 3}]), json!({"max_steps": 0})).expect_err("within its bounds");
+        assert_eq!(err.field.as_deref(), Some("defaults.max_steps"));
         let err = specs(json!([{"prompt": "a"}]), json!({"idempotency_key": "k"})).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("defaults.idempotency_key"));
         assert_eq!(specs(json!([]), json!(null)).expect_err("refused").field.as_deref(), Some("tasks"));
