@@ -76,8 +76,9 @@ pub async fn a_quiet_tenant_starts_at_once_beside_a_noisy_one(redis: impl RedisU
 }
 
 /// Weights 3:1 and both tenants backlogged: over the first 400 completions
-/// A:B is 3:1 within 10 %. A floods `high` on top of `normal`: every A
-/// `high` task starts before any A `normal` one, and B still gets its share.
+/// A:B is 3:1 within 10 %. A floods `high` on top of `normal`: A's `high`
+/// tasks start before its `normal` ones (but for claims in flight at once),
+/// and B still gets its share.
 pub async fn weights_set_shares_and_priorities_order_a_tenants_own_tasks(redis: impl RedisUnderTest) {
     let prefix = unique_prefix();
     let extra = [("FLOTILLA_WORKER_CONCURRENCY", "8"), ("FLOTILLA_TENANT_WEIGHTS", "acme=3,globex=1")];
@@ -103,9 +104,17 @@ pub async fn weights_set_shares_and_priorities_order_a_tenants_own_tasks(redis: 
     let started = |ids: &[TaskId]| -> Vec<i64> {
         records.iter().filter(|r| ids.contains(&r.id)).map(|r| ms(r.started_at.as_ref())).collect::<Vec<_>>()
     };
+    // Start times are stamped by each worker's clock as it sends its claim,
+    // so two workers' claims in flight at once may cross: at most the slots
+    // of the fleet (2 workers × 8) A normal tasks start before A's last high
+    // one. A scheduler that ignored priority would start about half of them
+    // before it.
     let last_high = started(&a_high).into_iter().max().expect("high tasks");
-    let first_normal = started(&a_normal).into_iter().min().expect("normal tasks");
-    assert!(last_high <= first_normal, "every A high task started before any A normal one");
+    let normal_before_last_high = started(&a_normal).into_iter().filter(|s| *s < last_high).count();
+    assert!(
+        normal_before_last_high <= 16,
+        "A high tasks go first: {normal_before_last_high} A normal tasks started before the last A high one"
+    );
     drop(fleet);
 }
 
