@@ -197,8 +197,11 @@ pub struct Budget {
 }
 
 /// Input files of a claude-code task: inline contents, or a prefix in S3.
+/// An object whose one key is `s3_prefix` names a prefix; any other object
+/// is inline contents by path (so `{"s3_prefix": "a", "b.txt": "…"}` is two
+/// inline files, never a prefix with a field ignored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(untagged)]
+#[serde(untagged, deny_unknown_fields)]
 pub enum TaskFiles {
     S3 { s3_prefix: String },
     Inline(BTreeMap<String, String>),
@@ -590,6 +593,19 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("actions[1].ms"));
         let err = spec(r#"{"prompt": "#).expect_err("refused");
         assert!(err.message.starts_with("malformed JSON"), "{}", err.message);
+    }
+
+    /// `{"s3_prefix": …}` alone is a prefix; with other keys the object is
+    /// inline files (no key is ignored), so every object of relative paths
+    /// to strings is valid input files, whatever its keys.
+    #[test]
+    fn an_s3_prefix_takes_no_other_key() {
+        let files = |json: &str| serde_json::from_str::<TaskFiles>(json);
+        assert_eq!(files(r#"{"s3_prefix": "in/"}"#).expect("prefix"), TaskFiles::S3 { s3_prefix: "in/".to_owned() });
+        let mixed = files(r#"{"s3_prefix": "in/", "a.txt": "x"}"#).expect("inline");
+        assert!(matches!(&mixed, TaskFiles::Inline(map) if map.len() == 2), "{mixed:?}");
+        assert!(files(r#"{"s3_prefix": "in/", "a.txt": 5}"#).is_err());
+        assert_eq!(files("{}").expect("no files"), TaskFiles::Inline(BTreeMap::new()));
     }
 
     #[test]

@@ -18,9 +18,10 @@
 //! enforces with a 400, and the reverse; `schemathesis::*` checks the two
 //! against each other.
 
-use flotilla_shared::queue::MAX_BATCH_TASKS;
 use flotilla_shared::task::{Pipeline, MAX_ACTIONS, MAX_ATTEMPTS, MAX_DURATION_S, MAX_LABELS, MAX_LABEL_CHARS};
 use serde_json::{json, Map, Value};
+
+mod batch;
 
 /// The spec fields whose use depends on the pipeline.
 const PIPELINE_FIELDS: [&str; 4] = ["actions", "replay_of", "files", "continue_task"];
@@ -78,21 +79,10 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     );
     set(doc, "/paths/~1v1~1tasks/post/requestBody/content/application~1json/schema", reference("TaskSubmission"));
     if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
-        let (defaults, patch) = (batch_fields(&spec, schemas, false), batch_fields(&spec, schemas, true));
-        schemas.insert("BatchDefaults".to_owned(), defaults);
-        schemas.insert("BatchTaskPatch".to_owned(), patch);
+        for (name, schema) in batch::body(&spec, schemas, default) {
+            schemas.insert(name.to_owned(), schema);
+        }
     }
-    set(
-        doc,
-        "/components/schemas/BatchRequest/properties/tasks",
-        json!({"type": "array", "minItems": 1,
-        "maxItems": MAX_BATCH_TASKS, "items": reference("BatchTaskPatch")}),
-    );
-    set(
-        doc,
-        "/components/schemas/BatchRequest/properties/defaults",
-        json!({"oneOf": [{"type": "null"}, reference("BatchDefaults")]}),
-    );
     set(doc, "/paths/~1v1~1batches/post/requestBody/content/application~1json", json!({"examples": batch_examples()}));
     usage_parameters(doc);
     set(doc, "/components/schemas/NewSchedule/properties/task", reference("ScheduledTask"));
@@ -116,51 +106,6 @@ fn batch_examples() -> Value {
         "plain": {"summary": "Whole specs, no defaults", "value": {
             "tasks": [{"prompt": "alone", "pipeline": "scripted", "actions": wait, "max_steps": 5}]}}
     })
-}
-
-/// The fields of a batch's `defaults` (`patch` false) or of one of its
-/// tasks, laid over the defaults as a JSON merge patch (`patch` true): any
-/// spec field but `idempotency_key`, none of them required, since the rules
-/// of a whole spec apply to the merged result (stated in prose). In a patch
-/// `null` removes a key whatever its name, so any key may be `null` there,
-/// in nested objects too; `files` is any object, as a patch of one form
-/// of input files may turn it into the other.
-fn batch_fields(spec: &Value, schemas: &Map<String, Value>, patch: bool) -> Value {
-    let mut fields = spec.clone();
-    let Some(object) = fields.as_object_mut() else { return fields };
-    object.remove("required");
-    object.insert(
-        "description".to_owned(),
-        json!(if patch {
-            "One task of a batch, laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge \
-             key by key, `null` removes a key. The merged spec must be one a `POST /v1/tasks` would take (see \
-             `TaskSubmission`), without `idempotency_key`; the error names the field as `tasks[i].field`."
-        } else {
-            "Spec fields every task of the batch starts from; with each task laid over them, every rule of a spec \
-             applies (see `TaskSubmission`)."
-        }),
-    );
-    if patch {
-        object.insert("additionalProperties".to_owned(), json!({"type": "null"}));
-    }
-    let Some(properties) = object.get_mut("properties").and_then(Value::as_object_mut) else { return fields };
-    properties.insert("idempotency_key".to_owned(), json!({"type": "null"}));
-    properties.insert("files".to_owned(), json!({"type": ["object", "null"]}));
-    for (name, component) in [("sandbox", "SandboxSpec"), ("retry", "RetryPolicy"), ("budget", "Budget")] {
-        let Some(mut nested) = schemas.get(component).cloned() else { continue };
-        if let Some(nested) = nested.as_object_mut() {
-            nested.remove("required");
-            nested.remove("description");
-            if patch {
-                nested.insert("additionalProperties".to_owned(), json!({"type": "null"}));
-            }
-        }
-        if let Some(max_attempts) = nested.pointer_mut("/properties/max_attempts/type") {
-            *max_attempts = json!(["integer", "null"]);
-        }
-        properties.insert(name.to_owned(), json!({"oneOf": [{"type": "null"}, nested]}));
-    }
-    fields
 }
 
 /// `GET /v1/usage`'s days (a date, or a date-time on it) and its one
@@ -293,13 +238,14 @@ fn sandbox_rules(sandbox: &mut Value, templates: Option<&[String]>) {
     set(sandbox, "/properties/timeout_s", json!({"minimum": 10, "maximum": 86_400}));
 }
 
-/// A claude-code task's input files: a prefix in S3, or inline contents by
-/// relative path (not empty, not absolute, no `..` part).
+/// A claude-code task's input files: a prefix in S3 (`s3_prefix` alone), or
+/// inline contents by relative path (not empty, not absolute, no `..` part).
 fn task_files() -> Value {
     json!({
-        "description": "Input files of a claude-code task: inline contents by relative path, or a prefix in S3.",
+        "description": "Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).",
         "anyOf": [
-            {"type": "object", "required": ["s3_prefix"], "properties": {"s3_prefix": {"type": "string"}}},
+            {"type": "object", "required": ["s3_prefix"], "properties": {"s3_prefix": {"type": "string"}},
+             "additionalProperties": false},
             {"type": "object", "additionalProperties": {"type": "string"},
              "propertyNames": {"pattern": "^(?!/)(?!(?:[\\s\\S]*/)?\\.\\.(?:/|(?![\\s\\S])))[\\s\\S]"}},
         ],

@@ -67,16 +67,14 @@ pub fn check_batch_templates(
     Ok(())
 }
 
-/// One task's spec: the task over the defaults, parsed and validated.
+/// One task's spec: the task over the defaults (over `{}` without them, so
+/// a `null` removes its key in either case), parsed and validated.
 fn task_spec(
     task: &Map<String, Value>,
     defaults: Option<&Map<String, Value>>,
     pipeline: Pipeline,
 ) -> Result<TaskSpec, ValidationError> {
-    let merged = match defaults {
-        Some(defaults) => merge_patch(Value::Object(defaults.clone()), task),
-        None => Value::Object(task.clone()),
-    };
+    let merged = merge_patch(Value::Object(defaults.cloned().unwrap_or_default()), task);
     let spec = spec_from_value(merged)?.with_default_pipeline(pipeline);
     if spec.idempotency_key.is_some() {
         return Err(ValidationError::at("idempotency_key", "idempotency keys are not accepted in a batch"));
@@ -177,6 +175,24 @@ mod tests {
         assert_eq!(got[1].model, None, "null removes a default");
         assert_eq!(got[1].metadata.as_ref().map(|m| m.len()), Some(2), "objects merge key by key");
         assert_eq!(got[1].pipeline, Some(Pipeline::OpenaiCua));
+    }
+
+    /// A task is a merge patch with or without `defaults`: a `null` (at the
+    /// top or in a nested object) removes its key either way, so the same
+    /// task is read alike with no `defaults` and with `{}`.
+    #[test]
+    fn a_task_is_a_patch_without_defaults_too() {
+        let task = json!([{"prompt": "p", "pipeline": "claude-code", "files": {"a.txt": "x", "b.txt": null},
+            "metadata": {"k": null, "l": 1}, "colour": null}]);
+        for defaults in [json!(null), json!({})] {
+            let got = specs(task.clone(), defaults.clone()).expect("valid");
+            assert_eq!(
+                got[0].files,
+                Some(crate::task::TaskFiles::Inline([("a.txt".to_owned(), "x".to_owned())].into())),
+                "{defaults}"
+            );
+            assert_eq!(got[0].metadata, Some(json!({"l": 1}).as_object().cloned().expect("object")), "{defaults}");
+        }
     }
 
     #[test]

@@ -400,3 +400,213 @@ async fn the_documents_batch_examples_are_each_accepted() {
         assert_eq!(status, 202, "example {name}: {body}");
     }
 }
+
+/// Values a sampled field takes: `None` leaves the key out.
+type Pool = &'static [Option<&'static str>];
+
+/// The fields of sampled `defaults`, each with the values it may hold
+/// (JSON text); those marked `!` are refused on their own.
+const DEFAULTS_POOL: [(&str, Pool); 12] = [
+    (
+        "pipeline",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some(r#""scripted""#),
+            Some(r#""claude-code""#),
+            Some(r#""openai-cua""#),
+            Some(r#""gemini-computer-use""#),
+        ],
+    ),
+    ("actions", &[None, None, Some("null"), Some(r#"[{"type": "wait", "ms": 1}]"#), Some("[]")]),
+    ("replay_of", &[None, None, None, Some("null"), Some(r#""tsk_00000000000000000000000000""#)]),
+    (
+        "files",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some(r#"{"s3_prefix": "in/"}"#),
+            Some(r#"{"a.txt": "x"}"#),
+            Some("{}"),
+            Some(r#"!{"s3_prefix": "in/", "b": 1}"#),
+        ],
+    ),
+    ("continue_task", &[None, None, None, Some("null"), Some(r#""tsk_00000000000000000000000000""#)]),
+    ("prompt", &[None, Some(r#""shared""#), Some(r#"!" ""#)]),
+    ("retry", &[None, None, Some("null"), Some(r#"{"max_attempts": 2}"#), Some("!{}")]),
+    ("sandbox", &[None, None, Some(r#"{"resolution": [1280, 800]}"#), Some(r#"{"resolution": null}"#)]),
+    ("budget", &[None, None, Some(r#"{"max_sandbox_s": 60}"#)]),
+    ("metadata", &[None, None, Some(r#"{"k": "v", "n": null}"#)]),
+    ("idempotency_key", &[None, None, None, Some("null"), Some(r#"!"k""#)]),
+    ("max_steps", &[None, None, None, Some("3"), Some("!0")]),
+];
+
+/// The fields of a sampled task (a merge patch): given, removed with
+/// `null`, or left to inherit, nested keys alike.
+const TASK_POOL: [(&str, Pool); 14] = [
+    (
+        "pipeline",
+        &[
+            None,
+            None,
+            None,
+            Some("null"),
+            Some(r#""scripted""#),
+            Some(r#""claude-code""#),
+            Some(r#""openai-cua""#),
+            Some(r#""claude-computer-use""#),
+        ],
+    ),
+    ("actions", &[None, None, Some("null"), Some(r#"[{"type": "wait", "ms": 2}]"#)]),
+    ("replay_of", &[None, None, None, Some("null"), Some(r#""tsk_00000000000000000000000001""#)]),
+    (
+        "files",
+        &[
+            None,
+            None,
+            None,
+            Some("null"),
+            Some(r#"{"b.txt": "y"}"#),
+            Some(r#"{"s3_prefix": "p"}"#),
+            Some(r#"{"s3_prefix": null}"#),
+            Some(r#"{"s3_prefix": null, "c.txt": "z"}"#),
+            Some(r#"{"../x": null}"#),
+            Some(r#"!{"../x": "bad"}"#),
+            Some(r#"!{"": "e"}"#),
+            Some(r#"{"a.txt": null, "b": null}"#),
+            Some(r#"!{"a.txt": 5}"#),
+            Some(r#"!{"a.txt": {"x": "y"}}"#),
+            Some("{}"),
+        ],
+    ),
+    ("continue_task", &[None, None, None, Some("null"), Some(r#""tsk_00000000000000000000000002""#)]),
+    ("prompt", &[None, None, Some(r#""own""#), Some(r#""own""#), Some("null")]),
+    (
+        "retry",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some("{}"),
+            Some(r#"{"max_attempts": null}"#),
+            Some(r#"{"max_attempts": 3}"#),
+            Some(r#"{"x": null}"#),
+            Some(r#"!{"max_attempts": 0}"#),
+        ],
+    ),
+    (
+        "sandbox",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some(r#"{"resolution": null}"#),
+            Some(r#"{"colour": null}"#),
+            Some(r#"!{"colour": "red"}"#),
+            Some(r#"!{"timeout_s": 5}"#),
+        ],
+    ),
+    ("budget", &[None, None, Some(r#"{"max_tokens": null}"#), Some(r#"{"max_tokens": 10, "max_sandbox_s": null}"#)]),
+    ("metadata", &[None, None, Some(r#"{"k": null}"#), Some(r#"{"k": {"n": null}}"#), Some("![1]")]),
+    ("idempotency_key", &[None, None, None, Some("null"), Some(r#"!"k""#)]),
+    ("colour", &[None, None, None, Some("null"), Some(r#"!"red""#), Some("!{}")]),
+    ("max_steps", &[None, None, None, Some("null"), Some("4"), Some("!0")]),
+    ("not_before", &[None, None, Some(r#""2999-01-01T00:00:00Z""#)]),
+];
+
+/// An object of fields drawn from `pool`; values marked `!` (refused on
+/// their own) only for the field `bad`, if any.
+fn sampled(pool: &[(&str, Pool)], bad: Option<usize>, rng: &mut impl rand::Rng) -> serde_json::Map<String, Value> {
+    let mut object = serde_json::Map::new();
+    for (i, (field, values)) in pool.iter().enumerate() {
+        let allowed: Vec<Option<&str>> =
+            values.iter().copied().filter(|v| bad == Some(i) || !v.is_some_and(|t| t.starts_with('!'))).collect();
+        if let Some(text) = allowed[rng.random_range(0..allowed.len())] {
+            let value = serde_json::from_str(text.trim_start_matches('!')).expect("pool values are JSON");
+            object.insert((*field).to_owned(), value);
+        }
+    }
+    object
+}
+
+/// A field index of `pool` to draw a bad value for, one time in `n`.
+fn bad_field(pool: &[(&str, Pool)], n: usize, rng: &mut impl rand::Rng) -> Option<usize> {
+    (rng.random_range(0..n) == 0).then(|| rng.random_range(0..pool.len()))
+}
+
+/// A sampled batch body: no `defaults`, `null` or an object, and one or
+/// two tasks.
+fn sampled_body(rng: &mut impl rand::Rng) -> Value {
+    let mut body = serde_json::Map::new();
+    match rng.random_range(0..20) {
+        0 => {}
+        1 => drop(body.insert("defaults".into(), Value::Null)),
+        _ => {
+            let bad = bad_field(&DEFAULTS_POOL, 8, rng);
+            body.insert("defaults".into(), Value::Object(sampled(&DEFAULTS_POOL, bad, rng)));
+        }
+    }
+    let tasks = (0..if rng.random_bool(0.2) { 2 } else { 1 })
+        .map(|_| {
+            let bad = bad_field(&TASK_POOL, 12, rng);
+            Value::Object(sampled(&TASK_POOL, bad, rng))
+        })
+        .collect();
+    body.insert("tasks".into(), Value::Array(tasks));
+    Value::Object(body)
+}
+
+/// Which of `bodies` the document's `BatchRequest` schema admits, by
+/// `jsonschema_rs` (a third-party validator, installed with schemathesis by
+/// `scripts/setup.sh`).
+fn valid_by_document(doc: &Value, bodies: &[Value]) -> Vec<bool> {
+    let dir = std::env::temp_dir().join(format!("batch-schema-{}", unique_prefix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let schema = json!({"$ref": "#/components/schemas/BatchRequest", "components": doc["components"]});
+    std::fs::write(dir.join("schema.json"), schema.to_string()).expect("write schema");
+    let lines: Vec<String> = bodies.iter().map(Value::to_string).collect();
+    std::fs::write(dir.join("bodies.jsonl"), lines.join("\n")).expect("write bodies");
+    let script = "import json, sys, jsonschema_rs\n\
+        v = jsonschema_rs.Draft202012Validator(json.load(open(sys.argv[1])))\n\
+        print(''.join('1' if v.is_valid(json.loads(l)) else '0' for l in open(sys.argv[2])))";
+    let output = std::process::Command::new(flotilla_tests::python::venv_python())
+        .args(["-c", script])
+        .arg(dir.join("schema.json"))
+        .arg(dir.join("bodies.jsonl"))
+        .output()
+        .expect("the venv's python runs: `bash scripts/setup.sh`");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let verdicts: Vec<bool> = String::from_utf8_lossy(&output.stdout).trim().chars().map(|c| c == '1').collect();
+    assert_eq!(verdicts.len(), bodies.len());
+    verdicts
+}
+
+/// The document states exactly which batches the server takes, though a
+/// task's validity depends on what `defaults` holds: for each default
+/// pipeline, thousands of sampled bodies (`defaults` in every state of the
+/// merge rules, tasks giving, removing or inheriting each field, nested
+/// keys too, some values bad on their own) are valid by the document's
+/// schema exactly when the server's `batch_specs` takes them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_batch_schema_agrees_with_the_server() {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1807);
+    for default in [Pipeline::Scripted, Pipeline::OpenaiCua, Pipeline::ClaudeCode] {
+        let fleet = fleet(&[("FLOTILLA_DEFAULT_PIPELINE", default.as_str())]).await;
+        let (status, doc) = fleet.acme.get("/openapi.json").await;
+        assert_eq!(status, 200);
+        let bodies: Vec<Value> = (0..4000).map(|_| sampled_body(&mut rng)).collect();
+        let documented = valid_by_document(&doc, &bodies);
+        let mut taken = 0;
+        for (body, documented) in bodies.iter().zip(documented) {
+            let tasks = body["tasks"].as_array().expect("tasks");
+            let server = flotilla_shared::queue::batch_specs(tasks, body["defaults"].as_object(), default);
+            assert_eq!(documented, server.is_ok(), "default {default:?}, {body}: the server says {server:?}");
+            taken += usize::from(documented);
+        }
+        assert!((100..=3900).contains(&taken), "{taken} of 4000 taken with default {default:?}: sample both sides");
+    }
+}

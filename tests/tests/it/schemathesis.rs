@@ -10,13 +10,11 @@
 //!
 //! Settings beyond the command line are in `tests/schemathesis/schemathesis.toml`:
 //! no stateful phase (its link inference sends one resource's id to
-//! another's path), and only schema-breaking requests for `POST /v1/batches`,
-//! whose tasks are merge patches over `defaults` (the merged specs follow the
-//! rules of `POST /v1/tasks`, which the document states in prose there).
-//! The valid side of batches is shown by
-//! `batches::every_split_of_a_valid_spec_between_defaults_and_task_is_accepted_as_that_spec`
-//! (valid specs cut at random between `defaults` and tasks, each accepted
-//! as that spec) and `batches::the_documents_batch_examples_are_each_accepted`.
+//! another's path). `POST /v1/batches` runs like every other operation: its
+//! schema states how each task merges with `defaults` (see
+//! `api/src/openapi/request_rules/batch.rs`), and
+//! `batches::the_batch_schema_agrees_with_the_server` checks it against the
+//! server on thousands of sampled bodies besides.
 //!
 //! Left out: `GET /v1/tasks/{id}/view/socket` is a WebSocket: OpenAPI cannot
 //! describe the upgrade, and a plain `GET` is refused by design.
