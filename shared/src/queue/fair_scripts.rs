@@ -153,12 +153,16 @@ local function ensure_lane(S, group, tenant, route, lane)
 end
 -- A tenant's weight and max_running; the shard's `limits` holds the
 -- tenants with a limit, so an acknowledgement reads them all at once.
--- Whether a route's tasks hold a sandbox (its middle part is not `none`).
+-- Whether a route's tasks hold a sandbox slot: its middle part is not
+-- `none`, and not marked `+id` (a task naming its sandbox starts none: a
+-- kept sandbox's slot stays the kept one, see `kept`). Worked out once per
+-- route and call.
 local SANDBOXED = {}
 local function holds_sandbox(route)
   local held = SANDBOXED[route]
   if held == nil then
-    held = string.match(route, '^[^|]*|([^|]*)|') ~= 'none'
+    local s = string.match(route, '^[^|]*|([^|]*)|') or ''
+    held = s ~= 'none' and string.sub(s, -3) ~= '+id'
     SANDBOXED[route] = held
   end
   return held
@@ -215,7 +219,7 @@ local function capabilities(sandbox, pipelines, labels)
   return c
 end
 local function serves(c, route)
-  local p, s, l = string.match(route, '^([^|]*)|([^|]*)|(.*)$')
+  local p, s, l = string.match(route, '^([^|]*)|([^|+]*)[^|]*|(.*)$')
   if not p then return false end
   if not c.pipelines[p] then return false end
   if s ~= 'none' and (c.sandbox == 'none' or (s ~= 'any' and s ~= c.sandbox)) then return false end

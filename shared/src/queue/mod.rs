@@ -34,6 +34,7 @@ mod record;
 mod routing;
 mod screens;
 pub mod scripts;
+mod settings_sync;
 mod stats;
 mod submit;
 mod takeover;
