@@ -152,8 +152,13 @@ local function ensure_lane(S, group, tenant, route, lane)
 end
 -- A tenant's weight and max_running; the shard's `limits` holds the
 -- tenants with a limit, so an acknowledgement reads them all at once.
--- Whether a route's tasks hold a sandbox (its middle part is not `none`).
-local function holds_sandbox(route) return string.match(route, '^[^|]*|([^|]*)|') ~= 'none' end
+-- Whether a route's tasks hold a sandbox slot: its middle part is not
+-- `none`, and not marked `+id` (a task naming its sandbox starts none: a
+-- kept sandbox's slot stays the kept one, see `kept`).
+local function holds_sandbox(route)
+  local s = string.match(route, '^[^|]*|([^|]*)|') or ''
+  return s ~= 'none' and string.sub(s, -3) ~= '+id'
+end
 -- What keeps a tenant from turns: all its routes (paused for the day's
 -- tokens, or at max_running), or only its sandbox routes (at max_sandboxes).
 local function held_back(st, running)
@@ -206,7 +211,7 @@ local function capabilities(sandbox, pipelines, labels)
   return c
 end
 local function serves(c, route)
-  local p, s, l = string.match(route, '^([^|]*)|([^|]*)|(.*)$')
+  local p, s, l = string.match(route, '^([^|]*)|([^|+]*)[^|]*|(.*)$')
   if not p then return false end
   if not c.pipelines[p] then return false end
   if s ~= 'none' and (c.sandbox == 'none' or (s ~= 'any' and s ~= c.sandbox)) then return false end

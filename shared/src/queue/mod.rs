@@ -35,6 +35,7 @@ mod record;
 mod routing;
 mod screens;
 pub mod scripts;
+mod settings_sync;
 mod stats;
 mod submit;
 mod takeover;
