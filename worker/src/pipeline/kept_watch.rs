@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use crate::sandbox::{SandboxError, SandboxId, SandboxProvider};
 
 /// How often a kept sandbox is looked at.
-pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// One kept sandbox to watch.
 pub(crate) struct KeptSandbox {
