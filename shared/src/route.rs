@@ -1,7 +1,8 @@
 //! Capability routing: what a task needs to run and what a worker can run.
 //!
 //! A task's [`Route`] is the canonical set of its needs: its pipeline, the
-//! sandbox it takes (none, any provider, or a named one) and the free
+//! sandbox it takes (none, any provider, or a named one), whether it names
+//! an existing sandbox by id (`sandbox.id`: it starts none) and the free
 //! labels of its `requires`. The queue keeps a lane per (tenant, route,
 //! priority), and a worker advertises its [`Capabilities`] with every claim,
 //! so it is only ever handed tasks of routes it [`Capabilities::serves`].
@@ -9,7 +10,8 @@
 //! what.
 //!
 //! A route travels as one string, `<pipeline>|<sandbox>|<label>,<label>`
-//! (labels sorted, no `:` anywhere), because it is part of Redis key names
+//! (labels sorted, no `:` anywhere; a task naming its sandbox by id has
+//! `+id` after the sandbox part, `openai-cua|any+id|`), because it is part of Redis key names
 //! and the scheduler scripts parse it (see [`crate::queue::fair_scripts`]).
 
 use std::collections::BTreeSet;
@@ -50,12 +52,21 @@ impl SandboxNeed {
     }
 }
 
+/// The mark after a route's sandbox part when the task names its sandbox
+/// by id; the scheduler scripts read it too.
+const NAMED: &str = "+id";
+
 /// What a task needs of the worker that runs it; see the module doc.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Route {
     /// The pipeline the task was given when it entered the queue.
     pub pipeline: Pipeline,
     pub sandbox: SandboxNeed,
+    /// The task names an existing sandbox (`sandbox.id`): it runs in that
+    /// sandbox and starts none, so it takes no sandbox slot of its own
+    /// (a kept sandbox's slot is the kept one, see `crate::queue`'s kept
+    /// sandboxes).
+    pub named: bool,
     pub labels: BTreeSet<String>,
 }
 
@@ -78,24 +89,31 @@ impl Route {
             (true, Some(kind)) => SandboxNeed::Of(kind),
             (true, None) => SandboxNeed::Any,
         };
+        let named = sandbox != SandboxNeed::None && spec.sandbox.as_ref().is_some_and(|s| s.id.is_some());
         let labels = spec.requires.iter().flatten().cloned().collect();
-        Some(Self { pipeline, sandbox, labels })
+        Some(Self { pipeline, sandbox, named, labels })
     }
 
     /// The canonical string (see the module doc).
     pub fn key(&self) -> String {
         let pipeline = self.pipeline.as_str();
         let labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
-        format!("{pipeline}|{}|{}", self.sandbox.as_str(), labels.join(","))
+        let named = if self.named { NAMED } else { "" };
+        format!("{pipeline}|{}{named}|{}", self.sandbox.as_str(), labels.join(","))
     }
 
     /// Reads a canonical string back.
     pub fn parse(key: &str) -> Option<Self> {
         let mut parts = key.splitn(3, '|');
         let pipeline = parts.next()?.parse::<Pipeline>().ok()?;
-        let sandbox = SandboxNeed::parse(parts.next()?)?;
+        let sandbox_part = parts.next()?;
+        let (sandbox_part, named) = match sandbox_part.strip_suffix(NAMED) {
+            Some(need) => (need, true),
+            None => (sandbox_part, false),
+        };
+        let sandbox = SandboxNeed::parse(sandbox_part)?;
         let labels = parts.next()?.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect();
-        Some(Self { pipeline, sandbox, labels })
+        Some(Self { pipeline, sandbox, named, labels })
     }
 
     /// Each of the route's needs on its own.
@@ -244,6 +262,11 @@ mod tests {
         assert_eq!(Route::parse(&route.key()), Some(route));
         let e2b = spec(r#"{"prompt": "x", "pipeline": "openai-cua", "sandbox": {"provider": "e2b"}}"#);
         assert_eq!(Route::of(&e2b).expect("routed").key(), "openai-cua|e2b|");
+        let named = spec(r#"{"prompt": "x", "pipeline": "openai-cua", "sandbox": {"id": "local-1"}}"#);
+        let route = Route::of(&named).expect("routed");
+        assert_eq!(route.key(), "openai-cua|any+id|");
+        assert_eq!(Route::parse(&route.key()), Some(route.clone()));
+        assert!(worker(Some(SandboxProviderKind::Local), &[]).serves(&route), "a named sandbox needs the same worker");
     }
 
     #[test]

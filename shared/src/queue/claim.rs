@@ -19,6 +19,8 @@ use super::attempt::Outcome;
 const PROMOTE_BATCH: usize = 500;
 /// How many finished tasks one sweep call deletes at most.
 const SWEEP_BATCH: usize = 500;
+/// Tenants whose settings one call writes.
+const SETTINGS_CHUNK: usize = 500;
 /// The most sweep calls one pass makes (so a pass keeps up with 10 000
 /// ended tasks per pass).
 const SWEEP_ROUNDS: usize = 20;
@@ -68,23 +70,34 @@ impl Queue {
     }
 
     /// Writes the configured tenants' weights and limits where the
-    /// scheduler reads them (each tenant's settings are also written with
-    /// its tasks).
+    /// scheduler reads them, and the defaults for every other tenant the
+    /// scheduler knows (each tenant's settings are also written with its
+    /// tasks); then lifts day holds the current limits no longer call for
+    /// (see [`super::settings_sync`]).
     pub async fn write_tenant_settings(&self) -> Result<(), QueueError> {
-        let mut by_shard: BTreeMap<Shard, Vec<(&TenantId, u32, u32, u64)>> = BTreeMap::new();
+        let mut by_shard: BTreeMap<Shard, Vec<(TenantId, u32, u32, u64)>> = BTreeMap::new();
         for (tenant, settings) in self.settings.tenants.iter() {
-            let entry = (tenant, settings.weight, settings.max_running.unwrap_or(0), settings.max_sandboxes.unwrap_or(0));
+            let entry = (tenant.clone(), settings.weight, settings.max_running.unwrap_or(0), settings.max_sandboxes.unwrap_or(0));
             by_shard.entry(self.keys.shard_of(tenant)).or_default().push(entry);
+        }
+        for shard in self.keys.shards() {
+            for tenant in self.unnamed_tenants(shard).await? {
+                let settings = self.settings.tenants.get(&tenant);
+                let entry = (tenant, settings.weight, settings.max_running.unwrap_or(0), settings.max_sandboxes.unwrap_or(0));
+                by_shard.entry(shard).or_default().push(entry);
+            }
         }
         let mut conn = self.redis.shared();
         for (shard, tenants) in by_shard {
-            let mut inv = self.shard_call(&fair_scripts::SET_SETTINGS, shard);
-            for (tenant, weight, max, max_sandboxes) in tenants {
-                inv.arg(tenant.as_str()).arg(weight).arg(max).arg(max_sandboxes);
+            for chunk in tenants.chunks(SETTINGS_CHUNK) {
+                let mut inv = self.shard_call(&fair_scripts::SET_SETTINGS, shard);
+                for (tenant, weight, max, max_sandboxes) in chunk {
+                    inv.arg(tenant.as_str()).arg(weight).arg(max).arg(max_sandboxes);
+                }
+                let _: i64 = inv.invoke_async(&mut conn).await?;
             }
-            let _: i64 = inv.invoke_async(&mut conn).await?;
         }
-        Ok(())
+        self.lift_stale_holds().await
     }
 
     /// Takes turns on one shard for `consumer`, which can run what `caps`

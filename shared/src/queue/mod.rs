@@ -21,6 +21,7 @@
 //! Retention: a finished task's hash and events expire after the configured
 //! retention; the tenant index forgets ids whose hash is gone.
 
+mod admission;
 mod attempt;
 mod batch;
 mod batch_spec;
@@ -34,6 +35,7 @@ mod record;
 mod routing;
 mod screens;
 pub mod scripts;
+mod settings_sync;
 mod stats;
 mod submit;
 mod takeover;
@@ -42,6 +44,8 @@ mod usage;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use admission::ADMIT_FN;
+pub use admission::{Verdict, SUBMIT_ONE};
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};

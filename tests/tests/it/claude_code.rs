@@ -6,7 +6,9 @@
 //! wrote come back as artifacts, a follow-up task resumes the session, the
 //! sandbox never holds the real model key, and an error result fails the
 //! task with the CLI's message; files come as `file` events while the CLI
-//! writes them, and its token, refreshed, outlives its first expiry.
+//! writes them, and its token, refreshed, outlives its first expiry; a
+//! task's token budget and its tenant's daily tokens stop it at the model
+//! call that crosses them.
 //!
 //! These tests need the CLI on this machine (`scripts/setup.sh` installs
 //! it); without it they fail saying so.
@@ -63,6 +65,11 @@ impl CodeFleet {
 
     /// A fleet whose gateway grants tokens for `token_ttl` at a time.
     async fn start_with_token_ttl(token_ttl: Duration) -> Self {
+        Self::start_with(token_ttl, &[]).await
+    }
+
+    /// A fleet with these settings beside the test defaults.
+    async fn start_with(token_ttl: Duration, extra: &[(&str, &str)]) -> Self {
         require_claude_cli();
         let s3 = S3Server::start();
         let store = s3.store(&unique_prefix());
@@ -75,7 +82,9 @@ impl CodeFleet {
             token_ttl,
         });
         let redis = RedisServer::start();
-        let config = test_config(&redis, &unique_prefix(), &[("FLOTILLA_HEARTBEAT_MS", "200")]);
+        let mut env = vec![("FLOTILLA_HEARTBEAT_MS", "200")];
+        env.extend_from_slice(extra);
+        let config = test_config(&redis, &unique_prefix(), &env);
         let provider = Arc::new(LocalProvider::new(LocalConfig::default()));
         let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
         let tools = Tools {
@@ -440,5 +449,67 @@ async fn sandbox_claude_code_stops_at_the_model_call_that_crosses_its_token_budg
     }
     assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
     assert_eq!(fleet.gateway.live_tokens(), 0, "its gateway token is revoked");
+    fleet.stop().await;
+}
+
+/// A tenant's `max_tokens_per_day` with the real CLI: the model call that
+/// takes the tenant past it is answered, then the task takes no further
+/// call, its sandbox is released and it goes back to `queued` (not failed,
+/// no retry spent); once the fleet's clock passes the next UTC midnight it
+/// runs again from the start, to success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent_its_daily_tokens() {
+    use flotilla_tests::fakes::anthropic::{CACHE_READ_INPUT_TOKENS, INPUT_TOKENS, OUTPUT_TOKENS};
+    let dir = std::env::temp_dir().join(format!("flotilla-code-day-{}", unique_prefix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("flotilla.toml");
+    // Each call spends 1 807 tokens: the second crosses 2 500.
+    std::fs::write(&file, "[tenants.acme]\nmax_tokens_per_day = 2500\n").expect("write config");
+    let fleet =
+        CodeFleet::start_with(flotilla_worker::gateway::DEFAULT_TOKEN_TTL, &[("FLOTILLA_CONFIG", file.to_str().expect("utf-8"))])
+            .await;
+    fleet.api.push(streamed_tool_turn("First step.", "toolu_one", "Bash", bash("echo one > one.txt")));
+    fleet.api.push(streamed_tool_turn("Second step.", "toolu_two", "Bash", bash("echo two > two.txt")));
+    fleet.api.push(streamed_answer("Both written."));
+    let spec = json!({"prompt": "write two files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
+    let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
+    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+
+    let began = Instant::now();
+    loop {
+        let task = record(&fleet.queue, &id).await;
+        assert!(!task.status.is_terminal(), "the task must wait, not end: {:?} {:?}", task.status, task.error);
+        if task.status == TaskStatus::Queued && task.attempts == 1 {
+            break;
+        }
+        assert!(began.elapsed() < TASK_TIMEOUT, "the task never went back to waiting");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let per_call = INPUT_TOKENS + CACHE_READ_INPUT_TOKENS + OUTPUT_TOKENS;
+    let task = record(&fleet.queue, &id).await;
+    let usage = task.usage.as_ref().expect("usage");
+    assert_eq!(usage.input_tokens + usage.output_tokens, 2 * per_call, "both answered calls counted: {usage:?}");
+    let first_run = events(&fleet.queue, &id).await;
+    let names: Vec<&str> = first_run.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(names.last(), Some(&"queued"), "{names:?}");
+    assert!(!names.iter().any(|n| ["failed", "retrying", "succeeded"].contains(n)), "{names:?}");
+    let released = Instant::now();
+    while fleet.pool.live() > 0 && released.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
+    assert_eq!(fleet.gateway.live_tokens(), 0, "its gateway token is revoked");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(fleet.model_calls().len(), 2, "no model call after the crossing one");
+    assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Queued, "still waiting for the day");
+
+    // The answer queued for the first run is used by the second, which
+    // starts over: a new session, so one answer is all it needs.
+    let now = fleet.queue.now_ms();
+    fleet.config.clock.advance(flotilla_shared::clock::ms_to_next_utc_day(now) + 1_000);
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
+    let task = record(&fleet.queue, &id).await;
+    assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 2), "{:?}", task.error);
+    assert_eq!(fleet.model_calls().len(), 3, "the second run made its one call");
     fleet.stop().await;
 }

@@ -24,6 +24,7 @@ mod fairness;
 mod faults;
 mod feeds;
 mod hardening;
+mod kept_limits;
 mod layering;
 mod live_view;
 mod model_anthropic;

@@ -15,8 +15,11 @@
 //! until its deadline; an `id` the task's tenant does not own fails exactly
 //! as an unknown id does. A sandbox left running after its task holds one of
 //! its tenant's `max_sandboxes` slots until its deadline (see
-//! `flotilla_shared::queue`'s kept sandboxes); a task that takes it by id
-//! holds the slot through its own entry while it runs, then leaves it kept.
+//! `flotilla_shared::queue`'s kept sandboxes), or until it is found gone
+//! (its keeper watches it, [`super::kept_watch`]; a task naming it finds it
+//! gone). A task that takes it by id starts no sandbox and takes no slot of
+//! its own: the kept slot is its slot while it runs (held at least until
+//! the task's own deadline), and it leaves the sandbox kept again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,10 +28,12 @@ use flotilla_shared::config::TenantSettings;
 use flotilla_shared::ids::TenantId;
 use flotilla_shared::queue::Queue;
 use flotilla_shared::task::{SandboxProviderKind, SandboxSpec, StopCode};
+use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::error::PipelineError;
+use super::kept_watch::{self, KeptSandbox};
 use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxOwners, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// What the task's `sandbox` field asks for.
@@ -102,11 +107,30 @@ impl Claimant<'_> {
     /// Counts the sandbox, left running after its task, against the
     /// tenant's `max_sandboxes` until its deadline.
     async fn keep(&self, provider: &str, sandbox: &Sandbox) {
-        let until_ms = (sandbox.expires_at.unix_timestamp_nanos() / 1_000_000) as i64;
+        let until_ms = epoch_ms(sandbox.expires_at);
         if let Err(e) = self.queue.keep_sandbox(self.tenant, &kept_name(provider, &sandbox.id), until_ms).await {
             warn!(sandbox = %sandbox.id, error = %e, "could not count the kept sandbox against the tenant's max_sandboxes");
         }
     }
+
+    /// The task runs in the sandbox it names, which it may keep alive until
+    /// `until`: the sandbox's slot lasts at least that long.
+    async fn hold(&self, provider: &str, id: &SandboxId, until: OffsetDateTime) {
+        if let Err(e) = self.queue.hold_kept_sandbox(self.tenant, &kept_name(provider, id), epoch_ms(until)).await {
+            warn!(sandbox = %id, error = %e, "could not hold the kept sandbox's slot for its task");
+        }
+    }
+
+    /// The sandbox was found gone: its slot comes back now.
+    async fn forget(&self, provider: &str, id: &SandboxId) {
+        if let Err(e) = self.queue.forget_kept_sandbox(self.tenant, &kept_name(provider, id)).await {
+            warn!(sandbox = %id, error = %e, "could not give back the slot of a kept sandbox found gone");
+        }
+    }
+}
+
+fn epoch_ms(at: OffsetDateTime) -> i64 {
+    (at.unix_timestamp_nanos() / 1_000_000) as i64
 }
 
 /// A kept sandbox as the scheduler names it: `<provider>:<id>`.
@@ -124,12 +148,14 @@ pub(crate) enum Held {
 
 impl Held {
     /// Gets the sandbox `choice` asks for; waits for the pool (and the fleet
-    /// cap) unless `cancel` fires.
+    /// cap) unless `cancel` fires. `runs_until` is the latest the task may
+    /// keep a sandbox alive.
     pub(crate) async fn take(
         pool: &SandboxPool,
         choice: &SandboxChoice,
         claimant: Claimant<'_>,
         cancel: &CancellationToken,
+        runs_until: OffsetDateTime,
     ) -> Result<Self, PipelineError> {
         let provider = pool.provider().name();
         match choice {
@@ -143,11 +169,17 @@ impl Held {
                 if !claimant.owners.owned_by(provider, id, claimant.tenant).await? {
                     return Err(existing_failure(id, SandboxError::NotFound(id.clone())));
                 }
-                let sandbox = pool.provider().connect(id).await.map_err(|e| existing_failure(id, e))?;
-                // The task's own entry holds a sandbox slot while it runs.
-                if let Err(e) = claimant.queue.take_kept_sandbox(claimant.tenant, &kept_name(provider, id)).await {
-                    warn!(sandbox = %id, error = %e, "could not pass the kept sandbox's slot to its task");
-                }
+                let sandbox = match pool.provider().connect(id).await {
+                    Ok(sandbox) => sandbox,
+                    Err(e) => {
+                        if matches!(e, SandboxError::NotFound(_) | SandboxError::Expired(_)) {
+                            claimant.forget(provider, id).await;
+                        }
+                        return Err(existing_failure(id, e));
+                    }
+                };
+                // The kept slot is the task's slot while it runs.
+                claimant.hold(provider, id, runs_until.max(sandbox.expires_at)).await;
                 Ok(Self::Existing { sandbox, waited: began.elapsed() })
             }
         }
@@ -178,12 +210,14 @@ impl Held {
     /// to be kept and the task ended for good. `expires_at` is its deadline
     /// as last extended.
     /// The owner's record follows: kept or the user's own, it lasts until
-    /// the deadline as extended; released, it is dropped.
+    /// the deadline as extended; released, it is dropped. A named sandbox
+    /// its keeper found `gone` is no longer counted as kept.
     pub(crate) async fn settle<T>(
         self,
         pool: &SandboxPool,
         outcome: &Result<T, PipelineError>,
         expires_at: Option<time::OffsetDateTime>,
+        gone: bool,
         claimant: Claimant<'_>,
     ) {
         let provider = pool.provider().name();
@@ -194,6 +228,14 @@ impl Held {
                 }
                 claimant.own(provider, &lease.sandbox).await;
                 claimant.keep(provider, &lease.sandbox).await;
+                kept_watch::spawn(KeptSandbox {
+                    provider: Arc::clone(pool.provider()),
+                    queue: claimant.queue.clone(),
+                    tenant: claimant.tenant.clone(),
+                    name: kept_name(provider, &lease.sandbox.id),
+                    id: lease.sandbox.id.clone(),
+                    until: lease.sandbox.expires_at,
+                });
                 pool.keep(lease).await;
             }
             Self::Leased { lease, .. } => {
@@ -202,6 +244,7 @@ impl Held {
                 }
                 pool.release(lease).await;
             }
+            Self::Existing { sandbox, .. } if gone => claimant.forget(provider, &sandbox.id).await,
             Self::Existing { mut sandbox, .. } => {
                 if let Some(at) = expires_at {
                     sandbox.expires_at = at;

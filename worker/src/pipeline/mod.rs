@@ -7,6 +7,7 @@ mod claude_code;
 pub mod computer_use;
 pub mod error;
 mod held;
+mod kept_watch;
 pub mod planner;
 pub mod providers;
 mod replay;

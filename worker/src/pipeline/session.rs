@@ -325,10 +325,12 @@ impl Session {
         let queue = run.attempt.queue();
         let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
         let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant(), queue };
-        let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel)).await?;
+        let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
+        let runs_until =
+            time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+        let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?;
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
-        let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let sandbox = held.sandbox();
         steps.keeper =
             Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
@@ -468,10 +470,12 @@ impl Session {
             }
         }
         drop(self.live.take());
-        let expires_at = self.steps.keeper.take().map(|keeper| keeper.expires_at());
+        let keeper = self.steps.keeper.take();
+        let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
+        let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
         if let Some(held) = self.held.take() {
             let claimant = Claimant { owners: &self.owners, tenant: self.attempt.tenant(), queue: self.attempt.queue() };
-            held.settle(&self.pool, &result, expires_at, claimant).await;
+            held.settle(&self.pool, &result, expires_at, gone, claimant).await;
         }
         result
     }

@@ -87,6 +87,11 @@ impl KeepAlive {
         self.state.borrow().expires_at
     }
 
+    /// Whether the provider no longer knows the sandbox.
+    pub fn is_gone(&self) -> bool {
+        matches!(self.state.borrow().lost, Some(SandboxLost::Gone(_)))
+    }
+
     /// Resolves once the sandbox could not be kept; never while it is.
     pub async fn lost(&self) -> SandboxLost {
         let mut state = self.state.clone();
