@@ -41,6 +41,7 @@ mod sandbox_lifecycle;
 mod schedules;
 mod schemathesis;
 mod sdk_checks;
+mod submit_path;
 mod telemetry;
 mod tenant_sandboxes;
 mod tenant_templates;
