@@ -29,7 +29,8 @@ use crate::clock;
 use crate::config::TenantSettings;
 use crate::error::QueueError;
 use crate::ids::TenantId;
-use crate::queue::Queue;
+use crate::queue::{Queue, Submitted, Verdict, ADMIT_FN};
+use crate::task::TaskSpec;
 use crate::usage::TOKENS_FIELD;
 
 /// Retry-After of a tenant whose queue is full: its tasks start within
@@ -43,55 +44,21 @@ const SCHEDULES_FULL_RETRY_S: u64 = 60;
 /// How long a reservation holds room when its request never drops it.
 const RESERVATION_MS: u64 = 120_000;
 
-/// `KEYS[1]` the tenant's hash in its shard (`queued`, `delayed`),
-/// `KEYS[2]` the rate key, `KEYS[3]` the reservations, `KEYS[4]` (when
-/// given) the tenant's usage hash of today; `ARGV[1]` tasks asked for,
-/// `ARGV[2]` the rate's emission interval in µs (0: no rate), `ARGV[3]`
-/// burst, `ARGV[4]` max queued, `ARGV[5]` the reservation's ticket,
-/// `ARGV[6]` how long it holds (ms), `ARGV[7]` max tokens per day (read
-/// only with `KEYS[4]`). Returns `{'ok', remaining, reset_s}`,
-/// `{'tokens', spent, 0}`, `{'rate', retry_after_s, reset_s}` or
-/// `{'queued', waiting, 0}`.
+/// [`ADMIT_FN`] as a script of its own, with a reservation. `KEYS[1]` the
+/// tenant's hash in its shard (`queued`, `delayed`), `KEYS[2]` the rate
+/// key, `KEYS[3]` the reservations, `KEYS[4]` (when given) the tenant's
+/// usage hash of today; `ARGV[1]` tasks asked for, `ARGV[2]` the rate's
+/// emission interval in µs (0: no rate), `ARGV[3]` burst, `ARGV[4]` max
+/// queued, `ARGV[5]` the reservation's ticket, `ARGV[6]` how long it holds
+/// (ms), `ARGV[7]` max tokens per day (read only with `KEYS[4]`).
 static ADMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{ADMIT_FN}\n{}",
         r#"
-if KEYS[4] then
-  local spent = tonumber(redis.call('HGET', KEYS[4], 'tokens') or '0')
-  if spent >= tonumber(ARGV[7]) then return {'tokens', spent, 0} end
-end
-local n = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
-local burst = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now / 1000)
-local new_tat
-if interval > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if tat < now then tat = now end
-  new_tat = tat + interval
-  local allow_at = new_tat - burst * interval
-  if allow_at > now then
-    return {'rate', math.ceil((allow_at - now) / 1000000), math.ceil((tat - now) / 1000000)}
-  end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-local held = 0
-for _, r in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  held = held + tonumber(string.match(r, ':(%d+)$'))
-end
-local counts = redis.call('HMGET', KEYS[1], 'queued', 'delayed')
-local waiting = math.max(tonumber(counts[1] or '0'), 0) + math.max(tonumber(counts[2] or '0'), 0) + held
-if waiting + n > tonumber(ARGV[4]) then return {'queued', waiting, 0} end
-redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[6]), ARGV[5] .. ':' .. n)
-redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[6]))
-if interval > 0 then
-  redis.call('SET', KEYS[2], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
-  return {'ok', math.floor((burst * interval - (new_tat - now)) / interval), math.ceil((new_tat - now) / 1000000)}
-end
-return {'ok', -1, 0}
-"#,
-    )
+return admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[7]), ARGV[5], tonumber(ARGV[6]))
+"#
+    ))
 });
 
 /// Where a tenant's submit-rate bucket stands, for the `RateLimit-*` headers.
@@ -154,6 +121,30 @@ fn tokens_spent(max: u64, now: i64) -> QuotaError {
     QuotaError::TokensSpent { max, retry_after_s: (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1) }
 }
 
+/// What admission's `verdict` means for a tenant with `quota` whose
+/// daily token limit read was `max_tokens`: the rate bucket's state (when
+/// it has a rate) or the refusal.
+fn judged(verdict: Verdict, quota: &TenantSettings, max_tokens: u64, now: i64) -> Result<Option<RateState>, QuotaError> {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    match (verdict, quota.rate) {
+        (Verdict::Admitted { remaining, reset_s }, rate) => {
+            Ok(rate.map(|r| RateState { limit: r.burst, remaining: count(remaining), reset_s: count(reset_s) }))
+        }
+        (Verdict::RateLimited { retry_after_s, reset_s }, Some(rate)) => Err(QuotaError::RateLimited {
+            per_second: rate.per_second,
+            retry_after_s: count(retry_after_s).max(1),
+            state: RateState { limit: rate.burst, remaining: 0, reset_s: count(reset_s).max(1) },
+        }),
+        (Verdict::QueueFull { waiting }, _) => {
+            Err(QuotaError::QueueFull { max_queued: quota.max_queued, queued: count(waiting) })
+        }
+        (Verdict::TokensSpent, _) => Err(tokens_spent(max_tokens, now)),
+        (Verdict::RateLimited { .. }, None) => {
+            Err(QueueError::Corrupt("admit answered rate for a tenant without one".into()).into())
+        }
+    }
+}
+
 impl Queue {
     /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
     /// reserving room for them, or says why not (and changes nothing).
@@ -175,23 +166,34 @@ impl Queue {
         inv.arg(tasks).arg(interval_us).arg(burst).arg(quota.max_queued).arg(&ticket).arg(RESERVATION_MS);
         inv.arg(max_tokens.unwrap_or(0));
         let mut conn = self.redis().shared();
-        let (verdict, a, b): (String, i64, i64) = inv.invoke_async(&mut conn).await?;
-        let count = |n: i64| u64::try_from(n).unwrap_or(0);
-        match (verdict.as_str(), quota.rate) {
-            ("ok", rate) => Ok(Admitted {
-                rate: rate.map(|r| RateState { limit: r.burst, remaining: count(a), reset_s: count(b) }),
-                tenant: tenant.clone(),
-                reservation: format!("{ticket}:{tasks}"),
-            }),
-            ("rate", Some(rate)) => Err(QuotaError::RateLimited {
-                per_second: rate.per_second,
-                retry_after_s: count(a).max(1),
-                state: RateState { limit: rate.burst, remaining: 0, reset_s: count(b).max(1) },
-            }),
-            ("queued", _) => Err(QuotaError::QueueFull { max_queued: quota.max_queued, queued: count(a) }),
-            ("tokens", _) => Err(tokens_spent(max_tokens.unwrap_or(0), now)),
-            _ => Err(QueueError::Corrupt(format!("admit answered {verdict}")).into()),
+        let verdict = Verdict::of_reply(inv.invoke_async(&mut conn).await?)?;
+        let rate = judged(verdict, quota, max_tokens.unwrap_or(0), now)?;
+        Ok(Admitted { rate, tenant: tenant.clone(), reservation: format!("{ticket}:{tasks}") })
+    }
+
+    /// Admits and queues one task of `tenant` under `quota`: on a single
+    /// server in one script call ([`Queue::submit_one`]); otherwise (or with
+    /// an idempotency key) admission with a reservation, the submit, and the
+    /// reservation's drop. Returns the task and, when the tenant has a
+    /// rate, where its bucket stands.
+    pub async fn submit_admitted(
+        &self,
+        tenant: &TenantId,
+        spec: TaskSpec,
+        quota: &TenantSettings,
+    ) -> Result<(Submitted, Option<RateState>), QuotaError> {
+        if !self.submits_in_one_call(&spec) {
+            let admitted = self.admit(tenant, 1, quota).await?;
+            let submitted = self.submit(tenant, spec).await;
+            if let Err(e) = self.release_admission(&admitted).await {
+                tracing::warn!(error = %e, "could not drop a queue reservation; it lapses by itself");
+            }
+            return Ok((submitted?, admitted.rate));
         }
+        let (verdict, submitted) = self.submit_one(tenant, &spec, quota).await?;
+        let rate = judged(verdict, quota, quota.max_tokens_per_day.unwrap_or(0), self.now_ms())?;
+        let submitted = submitted.ok_or_else(|| QueueError::Corrupt("an admitted submit made no task".into()))?;
+        Ok((submitted, rate))
     }
 
     /// Refuses a request once the tenant spent its `max_tokens_per_day`.

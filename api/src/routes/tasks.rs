@@ -137,10 +137,7 @@ pub async fn submit(
     spec.validate()?;
     let settings = state.config().tenants.get(&tenant);
     spec.check_template(&settings.sandbox_templates)?;
-    let admitted = state.queue().admit(&tenant, 1, &settings).await?;
-    let submitted = state.queue().submit(&tenant, spec).await;
-    release(&state, &admitted).await;
-    let submitted = submitted?;
+    let (submitted, rate) = state.queue().submit_admitted(&tenant, spec, &settings).await?;
     tracing::Span::current().record("task_id", submitted.id.as_str());
     let (code, status) = if submitted.replayed {
         let current = state.queue().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
@@ -153,7 +150,7 @@ pub async fn submit(
     let location = links.self_.clone();
     let body = TaskAccepted { id: submitted.id, status, created_at: clock::rfc3339(submitted.created_at_ms), links };
     let mut response = (code, [(header::LOCATION, location)], Json(body)).into_response();
-    if let Some(rate) = admitted.rate {
+    if let Some(rate) = rate {
         rate_limit_headers(response.headers_mut(), &rate);
     }
     Ok(response)

@@ -69,7 +69,7 @@ pub const HEAD_START_TURNS: u32 = 4;
 /// Counter changes of the shard's totals are summed in `SHARD_ACC` and
 /// `ROUTE_ACC` and written once, by `flush`, at the end of each script.
 /// `serves` is the script side of `Capabilities::serves`.
-const FAIR_FN: &str = r#"
+pub(super) const FAIR_FN: &str = r#"
 local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
 local HEAD_START = 4 -- HEAD_START_TURNS
@@ -558,63 +558,74 @@ pub(super) fn fair_script(body: &str) -> Script {
     Script::new(&format!("{FAIR_FN}\n{body}"))
 }
 
+/// Puts tasks into their tenants' lanes (or the due set) on one shard and
+/// lets those tenants take turns, shared by [`ENQUEUE`] and
+/// `super::admission::SUBMIT_ONE`: `S` the shard base, `group` the group,
+/// `now` epoch ms, then from `args[first]` per task `tenant, weight,
+/// max_running (0 none), lane index, task id, due ms (0 now), route`
+/// ([`ENQUEUE_GROUP`] values). A tenant's settings are written with its
+/// tasks, so a restart with new settings takes effect at the next submit.
+/// Returns how many went into lanes.
+pub(super) const ENQUEUE_FN: &str = r#"
+local function enqueue(S, group, now, args, first)
+  local touched, order = {}, {}
+  local queued = 0
+  -- Counts are summed per (tenant, lane) and written once per call.
+  local into_lanes, into_due, counted = {}, {}, {}
+  local function count(list, key, parts)
+    if not list[key] then
+      list[key] = {parts, 0}
+      counted[#counted + 1] = {list, key}
+    end
+    list[key][2] = list[key][2] + 1
+  end
+  for a = first, #args, 7 do -- ENQUEUE_GROUP
+    local tenant, lane, id, due, route = args[a], tonumber(args[a + 3]), args[a + 4], tonumber(args[a + 5]), args[a + 6]
+    if not touched[tenant] then
+      touched[tenant] = true
+      order[#order + 1] = tenant
+      redis.call('SADD', S .. 'tenants', tenant)
+      set_settings(S, tenant, args[a + 1], args[a + 2])
+    end
+    if due > now then
+      redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. route .. ':' .. id)
+      count(into_due, tenant .. '\0' .. lane, {tenant, lane})
+    else
+      ensure_lane(S, group, tenant, route, lane)
+      redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
+      count(into_lanes, tenant .. '\0' .. lane .. ':' .. route, {tenant, route, lane})
+      queued = queued + 1
+    end
+  end
+  for _, c in ipairs(counted) do
+    local parts, n = c[1][c[2]][1], c[1][c[2]][2]
+    if c[1] == into_due then
+      bump_delayed(S, parts[1], parts[2], n)
+    else
+      bump_queued(S, parts[1], parts[2], parts[3], n)
+    end
+  end
+  for _, tenant in ipairs(order) do activate(S, tenant) end
+  flush(S)
+  if queued > 0 then wake(S) end
+  return queued
+end
+"#;
+
 /// Arguments per task of [`ENQUEUE`].
 pub const ENQUEUE_GROUP: usize = 7;
 
-/// Puts tasks into their tenants' lanes (or the due set) on one shard and
-/// lets those tenants take turns. `KEYS[1]` the shard's `sched`; `ARGV[1]`
-/// the shard base, `ARGV[2]` the group, `ARGV[3]` now (epoch ms); then per
-/// task `tenant, weight, max_running (0 none), lane index, task id, due ms
-/// (0 now), route` ([`ENQUEUE_GROUP`] values). A tenant's settings are
-/// written with its tasks, so a restart with new settings takes effect at
-/// the next submit. Returns how many went into lanes.
+/// Puts tasks into their tenants' lanes (or the due set) on one shard
+/// ([`ENQUEUE_FN`]). `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard
+/// base, `ARGV[2]` the group, `ARGV[3]` now (epoch ms); then per task the
+/// [`ENQUEUE_GROUP`] values. Returns how many went into lanes.
 pub static ENQUEUE: LazyLock<Script> = LazyLock::new(|| {
-    fair_script(
+    Script::new(&format!(
+        "{FAIR_FN}\n{ENQUEUE_FN}\n{}",
         r#"
-local S, group, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local touched, order = {}, {}
-local queued = 0
--- Counts are summed per (tenant, lane) and written once per call.
-local into_lanes, into_due, counted = {}, {}, {}
-local function count(list, key, parts)
-  if not list[key] then
-    list[key] = {parts, 0}
-    counted[#counted + 1] = {list, key}
-  end
-  list[key][2] = list[key][2] + 1
-end
-for a = 4, #ARGV, 7 do -- ENQUEUE_GROUP
-  local tenant, lane, id, due, route = ARGV[a], tonumber(ARGV[a + 3]), ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
-  if not touched[tenant] then
-    touched[tenant] = true
-    order[#order + 1] = tenant
-    redis.call('SADD', S .. 'tenants', tenant)
-    set_settings(S, tenant, ARGV[a + 1], ARGV[a + 2])
-  end
-  if due > now then
-    redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. route .. ':' .. id)
-    count(into_due, tenant .. '\0' .. lane, {tenant, lane})
-  else
-    ensure_lane(S, group, tenant, route, lane)
-    redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
-    count(into_lanes, tenant .. '\0' .. lane .. ':' .. route, {tenant, route, lane})
-    queued = queued + 1
-  end
-end
-for _, c in ipairs(counted) do
-  local parts, n = c[1][c[2]][1], c[1][c[2]][2]
-  if c[1] == into_due then
-    bump_delayed(S, parts[1], parts[2], n)
-  else
-    bump_queued(S, parts[1], parts[2], parts[3], n)
-  end
-end
-for _, tenant in ipairs(order) do activate(S, tenant) end
-flush(S)
-if queued > 0 then wake(S) end
-return queued
-"#,
-    )
+return enqueue(ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV, 4)
+"#
+    ))
 });
 
 /// Writes tenants' settings on one shard (at start, from the config file)

@@ -21,6 +21,7 @@
 //! Retention: a finished task's hash and events expire after the configured
 //! retention; the tenant index forgets ids whose hash is gone.
 
+mod admission;
 mod attempt;
 mod batch;
 mod batch_spec;
@@ -43,6 +44,8 @@ mod usage;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use admission::ADMIT_FN;
+pub use admission::{Verdict, SUBMIT_ONE};
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};

@@ -122,32 +122,44 @@ fn starting_script(body: &str) -> Script {
 /// Arguments per task of [`CREATE`].
 pub const CREATE_GROUP: usize = 6;
 
-/// Creates tasks with their `queued` event. `ARGV[2]` the draft, `ARGV[3]`
-/// now, `ARGV[4]` the W3C `traceparent` of the request that made them (or
-/// empty); then per task `id, hdr, spec, tenant, batch, max_attempts`
-/// ([`CREATE_GROUP`] values per task, starting at `ARGV[5]`).
+/// Creating one task with its `queued` event, shared by [`CREATE`] and
+/// `super::admission::SUBMIT_ONE`: `t` the task, `a` where its
+/// [`CREATE_GROUP`] arguments start (`id, hdr, spec, tenant, batch,
+/// max_attempts`), `draft` the event draft, `now` epoch ms, `trace` the W3C
+/// `traceparent` of the request that made it (or empty).
+pub(super) const CREATE_FN: &str = r#"
+local function create(t, a, draft, now, trace)
+  local fields = {'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
+    'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', '0', 'created_at', now}
+  if trace ~= '' then
+    fields[#fields + 1] = 'trace'
+    fields[#fields + 1] = trace
+  end
+  record(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], draft), fields)
+end
+"#;
+
+/// Creates tasks with their `queued` event ([`CREATE_FN`]). `ARGV[2]` the
+/// draft, `ARGV[3]` now, `ARGV[4]` the W3C `traceparent` of the request
+/// that made them (or empty); then per task `id, hdr, spec, tenant, batch,
+/// max_attempts` ([`CREATE_GROUP`] values per task, starting at `ARGV[5]`).
 /// Returns how many were created (an existing id is skipped).
 pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    task_script(
+    Script::new(&format!(
+        "{PRELUDE}\n{CREATE_FN}\n{}",
         r#"
 local created = 0
 for i = 1, #KEYS do
   local a = 5 + (i - 1) * 6 -- CREATE_GROUP
   local t = task_at(i, ARGV[a])
   if redis.call('EXISTS', t[1]) == 0 then
-    local fields = {'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
-      'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', '0', 'created_at', ARGV[3]}
-    if ARGV[4] ~= '' then
-      fields[#fields + 1] = 'trace'
-      fields[#fields + 1] = ARGV[4]
-    end
-    record(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], ARGV[2]), fields)
+    create(t, a, ARGV[2], ARGV[3], ARGV[4])
     created = created + 1
   end
 end
 return created
-"#,
-    )
+"#
+    ))
 });
 
 /// Starts the next attempt of delivered tasks. `ARGV[2]` the `started`
