@@ -126,9 +126,10 @@ local function state_of(S, tenant)
   local all = redis.call('HGETALL', tkey(S, tenant))
   local st, lanes = {}, {}
   for i = 1, #all, 2 do
-    local lane = tonumber(string.sub(all[i], 1, 1))
-    if lane and string.sub(all[i], 2, 2) == ':' then
-      lanes[#lanes + 1] = {string.sub(all[i], 3), lane, tonumber(all[i + 1]) or 0}
+    -- `<digit>:<route>` is a lane's count (bytes 49..51 are '1'..'3', 58 is ':').
+    local first, second = string.byte(all[i], 1, 2)
+    if second == 58 and first >= 49 and first <= 51 then
+      lanes[#lanes + 1] = {string.sub(all[i], 3), first - 48, tonumber(all[i + 1]) or 0}
     else
       st[all[i]] = all[i + 1]
     end
@@ -154,10 +155,17 @@ end
 -- tenants with a limit, so an acknowledgement reads them all at once.
 -- Whether a route's tasks hold a sandbox slot: its middle part is not
 -- `none`, and not marked `+id` (a task naming its sandbox starts none: a
--- kept sandbox's slot stays the kept one, see `kept`).
+-- kept sandbox's slot stays the kept one, see `kept`). Worked out once per
+-- route and call.
+local SANDBOXED = {}
 local function holds_sandbox(route)
-  local s = string.match(route, '^[^|]*|([^|]*)|') or ''
-  return s ~= 'none' and string.sub(s, -3) ~= '+id'
+  local held = SANDBOXED[route]
+  if held == nil then
+    local s = string.match(route, '^[^|]*|([^|]*)|') or ''
+    held = s ~= 'none' and string.sub(s, -3) ~= '+id'
+    SANDBOXED[route] = held
+  end
+  return held
 end
 -- What keeps a tenant from turns: all its routes (paused for the day's
 -- tokens, or at max_running), or only its sandbox routes (at max_sandboxes).
@@ -258,20 +266,31 @@ local function ack_counting(S, group, entries, counts)
   return rest, freed
 end
 local function settle(S, group, entries, freed)
-  local by_lane = {}
-  local order = {}
+  -- Entries grouped by lane without a string per entry: tenant → route →
+  -- lane index → {tenant, route, lane, ids}, in order of first appearance.
+  local by_lane, order = {}, {}
   for _, e in ipairs(entries) do
-    local key = e[1] .. '\0' .. e[2] .. '\0' .. e[3]
-    if not by_lane[key] then
-      by_lane[key] = {e[1], e[2], tonumber(e[3]), {}}
-      order[#order + 1] = key
+    local routes = by_lane[e[1]]
+    if not routes then
+      routes = {}
+      by_lane[e[1]] = routes
     end
-    local ids = by_lane[key][4]
+    local lanes = routes[e[2]]
+    if not lanes then
+      lanes = {}
+      routes[e[2]] = lanes
+    end
+    local l = lanes[e[3]]
+    if not l then
+      l = {e[1], e[2], tonumber(e[3]), {}}
+      lanes[e[3]] = l
+      order[#order + 1] = l
+    end
+    local ids = l[4]
     ids[#ids + 1] = e[4]
   end
   freed = freed or {}
-  for _, key in ipairs(order) do
-    local l = by_lane[key]
+  for _, l in ipairs(order) do
     local n = redis.call('XACK', lkey(S, l[1], l[2], l[3]), group, unpack(l[4]))
     if n > 0 then
       freed[l[1]] = (freed[l[1]] or 0) + n
@@ -322,7 +341,8 @@ end
 /// reply, route}`.
 ///
 /// The turn order is read once per call: each served route's first
-/// `wanted + 1` tenants go into an in-memory heap (`order_of`), a tenant
+/// `wanted / TURN_TASKS + 2` tenants (at most `wanted + 2`, see `window`)
+/// go into an in-memory heap (`order_of`), a tenant
 /// goes back into it with its new virtual time after its turn, and the
 /// active sets and the clock are written once at the end (`write_order`).
 /// Tenants beyond a route's window have at least its last score (`edge`):
@@ -372,6 +392,10 @@ local function heap_pop(h)
   end
   return top
 end
+-- How many tenants of a route a call reads at first: enough for `wanted`
+-- entries at a turn's usual size, and two more; a window that runs out is
+-- read again (see `take_turns`).
+local function window(wanted) return math.min(wanted, math.floor(wanted / TURN_TASKS)) + 2 end
 -- The first `depth` tenants of each route as a heap, and the lowest score
 -- that a tenant left out of a window may have (nil when no window was cut).
 local function order_of(S, routes, depth)
@@ -424,8 +448,9 @@ end
 -- changed count fields to `fields` (written with the tenant's counters).
 -- Returns how many were read and by how much the tenant's queued count
 -- changed.
+local LANE_NAMES = {'1', '2', '3'}
 local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
-  local got, change = 0, 0
+  local got, change, sandboxed = 0, 0, 0
   for lane = 1, 3 do
     for _, l in ipairs(lanes[lane]) do
       if got >= k then break end
@@ -442,11 +467,12 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
             started = {'malformed'}
             if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
           end
-          out[#out + 1] = {tostring(lane), entry[1], id, tenant, started, route}
+          out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, started, route}
           read = read + 1
         end
       end
       got = got + read
+      if holds_sandbox(route) then sandboxed = sandboxed + read end
       -- Fewer than asked: the lane is empty, whatever its count said.
       local left = n - read
       if read < want then left = 0 end
@@ -459,14 +485,15 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
       end
     end
   end
-  return got, change
+  return got, change, sandboxed
 end
 local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
   local out = {}
   local routes, served = served_routes(S, c)
   local clock0 = tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
   local clock, moved = clock0, {}
-  local heap, edge = order_of(S, routes, wanted + 1)
+  local depth = window(wanted)
+  local heap, edge = order_of(S, routes, depth)
   local guard = 2 * wanted + 16
   while wanted > 0 and guard > 0 do
     guard = guard - 1
@@ -474,7 +501,7 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     if edge and (not top or top[2] > edge) then
       write_order(S, moved)
       moved = {}
-      heap, edge = order_of(S, routes, wanted + 1)
+      heap, edge = order_of(S, routes, depth)
       top = heap_pop(heap)
     end
     if not top then break end
@@ -502,14 +529,9 @@ local function take_turns(S, group, consumer, wanted, do_start, task_prefix, c)
     if max > 0 then k = math.min(k, max - running) end
     if sb_lanes then k = math.min(k, sb_left) end
     if st.paused then k = 0 end
-    local first = #out + 1
     if next_vt then k = math.min(k, math.floor((next_vt - vt) / stride) + TURN_TASKS) end
     local fields = {}
-    local got, change = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
-    local sb_got = 0
-    for i = first, #out do
-      if holds_sandbox(out[i][6]) then sb_got = sb_got + 1 end
-    end
+    local got, change, sb_got = read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
     if sb_got > 0 then
       fields[#fields + 1] = 'sandboxed'
       fields[#fields + 1] = sandboxed + sb_got

@@ -38,17 +38,29 @@ pub(super) const PRELUDE: &str = r#"
 local CHANNELS = ARGV[1]
 local FEED = string.byte(CHANNELS, -1) == 43
 if FEED then CHANNELS = string.sub(CHANNELS, 1, -2) end
+-- A tenant's feed stream and channel, made once per call.
+local TENANT_KEYS = {}
+local function tenant_keys(tenant)
+  local k = TENANT_KEYS[tenant]
+  if not k then
+    k = {CHANNELS .. 'feed:{' .. tenant .. '}', CHANNELS .. 'tenant:' .. tenant}
+    TENANT_KEYS[tenant] = k
+  end
+  return k
+end
 local function record(t, tenant, batch, seq, body, fields)
   local event = '{"seq":' .. seq .. ',' .. body
-  fields[#fields + 1] = 'seq'
-  fields[#fields + 1] = seq
-  fields[#fields + 1] = 'e:' .. seq
-  fields[#fields + 1] = event
+  local n = #fields
+  fields[n + 1] = 'seq'
+  fields[n + 2] = seq
+  fields[n + 3] = 'e:' .. seq
+  fields[n + 4] = event
   redis.call('HSET', t[1], unpack(fields))
-  if FEED then redis.call('XADD', CHANNELS .. 'feed:{' .. tenant .. '}', '*', 'e', event) end
+  local keys = tenant_keys(tenant)
+  if FEED then redis.call('XADD', keys[1], '*', 'e', event) end
   redis.call('PUBLISH', CHANNELS .. 'task:' .. t[2], event)
   if batch and batch ~= '' then redis.call('PUBLISH', CHANNELS .. 'batch:' .. batch, event) end
-  redis.call('PUBLISH', CHANNELS .. 'tenant:' .. tenant, event)
+  redis.call('PUBLISH', keys[2], event)
   return seq
 end
 local function with_hdr(hdr, draft)
@@ -81,6 +93,8 @@ local ONE = {KEYS[1], ARGV[2]}
 /// running task is a second one (a retry's promotion raced the reclaim of
 /// the first), and the attempt holding the first entry runs the task.
 pub(super) const START_FN: &str = r#"
+-- The `started` draft without its opening brace, cut once per call.
+local STARTED
 local function start(t, reclaimed, entry)
   local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace', 'entry')
   if not st[1] then return {'gone'} end
@@ -106,7 +120,8 @@ local function start(t, reclaimed, entry)
     fields[9] = 'started_at'
     fields[10] = ARGV[3]
   end
-  record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. string.sub(ARGV[2], 2), fields)
+  STARTED = STARTED or string.sub(ARGV[2], 2)
+  record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
   return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
 end
 "#;
