@@ -24,6 +24,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+const USAGE: &str = "flotilla-chaos [--tasks 5000] [--desktop-tasks 60] [--task-ms 300] [--workers 3] [--minutes 5] [--seed N]";
+
 struct Args {
     tasks: usize,
     desktop_tasks: usize,
@@ -37,7 +39,11 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { tasks: 5_000, desktop_tasks: 60, task_ms: 300, workers: 3, minutes: 5, seed: 7 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = it.next().with_context(|| format!("{flag} needs a value (see --help)"))?;
         let number: u64 = value.parse().with_context(|| format!("{flag} takes a number, not {value:?}"))?;
         match flag.as_str() {
             "--tasks" => args.tasks = number as usize,
@@ -46,7 +52,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--workers" => args.workers = number as usize,
             "--minutes" => args.minutes = number,
             "--seed" => args.seed = number,
-            other => bail!("unknown argument {other:?}"),
+            other => bail!("unknown argument {other:?} (see --help)"),
         }
     }
     if args.tasks == 0 || args.workers < 2 || args.minutes == 0 || args.minutes > 10 {

@@ -642,3 +642,31 @@ async fn wait_ready(api: &ApiServer) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// The measurement binaries answer `--help` with their usage, and a flag
+/// without its value or an unknown one with one line naming it, before
+/// they start anything.
+#[test]
+fn measurement_binaries_print_their_usage_and_name_a_bad_flag_in_one_line() {
+    for (name, flag) in [("flotilla-chaos", "--tasks"), ("flotilla-bench", "--rounds"), ("flotilla-cluster-spread", "--tenants")]
+    {
+        let run = |args: &[&str]| {
+            std::process::Command::new(flotilla_tests::fleet::binary(name)).args(args).output().expect("binary runs")
+        };
+        let help = run(&["--help"]);
+        assert!(help.status.success(), "{name} --help exits {:?}", help.status);
+        assert!(String::from_utf8_lossy(&help.stdout).starts_with(name), "{name} --help prints its usage");
+
+        let missing = run(&[flag]);
+        let stderr = String::from_utf8_lossy(&missing.stderr);
+        assert_eq!(missing.status.code(), Some(2), "{name} {flag} without a value");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: one line, got {stderr:?}");
+        assert!(stderr.contains(&format!("{flag} needs a value")), "{name}: {stderr:?}");
+
+        let unknown = run(&["--frobnicate", "1"]);
+        let stderr = String::from_utf8_lossy(&unknown.stderr);
+        assert_eq!(unknown.status.code(), Some(2), "{name} with an unknown flag");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: one line, got {stderr:?}");
+        assert!(stderr.contains("--frobnicate"), "{name}: {stderr:?}");
+    }
+}

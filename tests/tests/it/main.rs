@@ -1,6 +1,7 @@
 //! The end-to-end suites, one module each, linked into one test binary so the API and the
 //! worker are linked once.
 
+mod api_bounds;
 mod api_events;
 mod bad_input;
 mod batches;
@@ -41,6 +42,7 @@ mod sandbox_lifecycle;
 mod schedules;
 mod schemathesis;
 mod sdk_checks;
+mod submit_path;
 mod telemetry;
 mod tenant_sandboxes;
 mod tenant_templates;

@@ -3,7 +3,8 @@
 //! running) and retried tasks of two tenants. Each tenant's
 //! `GET /v1/usage` equals exactly the sum of its own tasks' `usage` (steps,
 //! sandbox time, screenshot bytes stored and saved) and counts its tasks by
-//! outcome; neither tenant sees the other's figures.
+//! outcome; neither tenant sees the other's figures. A running task's
+//! tokens show before it ends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -161,7 +162,51 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
     let mut conn = fleet.queue.redis().shared();
     for who in [&acme, &globex] {
         let ttl: i64 = conn.ttl(fleet.queue.keys().usage_day(who, &day)).await.expect("ttl");
-        assert!(ttl > 0, "{who}'s usage of today expires (TTL {ttl})");
+        assert!(ttl >= 90 * 86_400, "{who}'s usage of today is kept at least 90 days, then expires (TTL {ttl})");
     }
+    fleet.stop().await;
+}
+
+/// Usage is counted as it happens: a running task's model tokens (its
+/// first turn against the protocol-faithful OpenAI server, the second turn
+/// answered 4 s later) show in `GET /v1/usage` and in the task's own
+/// `usage` while it still runs, and the rest once it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_tasks_tokens_show_in_usage_before_it_ends() {
+    use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
+    let server = ScriptedServer::start().await;
+    let click = vec![openai::computer_call("call_1", openai::click(10, 10, "left"))];
+    server.push(Reply::json(openai::response("resp_1", click, 700, 50)));
+    server.push(Reply::json(openai::response("resp_2", vec![openai::message("done")], 100, 10)).after(Duration::from_secs(4)));
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", "1".to_owned()),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ApiClient::new(&api, flotilla_tests::api_key());
+    let acme = tenant("acme");
+    let id = fleet.submit(json!({"prompt": "click then stop", "pipeline": "openai-cua", "retry": {"max_attempts": 1}})).await;
+    let input_shown = async || {
+        let (status, usage) = acme_api.get("/v1/usage").await;
+        status == 200 && usage["total"]["input_tokens"] == 700
+    };
+    eventually("the first turn's tokens show while the task runs", Duration::from_secs(20), input_shown).await;
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(usage["total"]["output_tokens"], 50, "{usage}");
+    let record = fleet.queue.get(&acme, &id).await.expect("get").expect("task");
+    assert_eq!(record.status, TaskStatus::Running, "the task has not ended yet");
+    let own = record.usage.expect("the task's own usage so far");
+    assert_eq!((own.input_tokens, own.output_tokens), (700, 50));
+
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(30)).await;
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(
+        (usage["total"]["input_tokens"].as_u64(), usage["total"]["output_tokens"].as_u64()),
+        (Some(800), Some(60)),
+        "{usage}"
+    );
     fleet.stop().await;
 }

@@ -1,0 +1,129 @@
+//! The single-task submit's path through Redis, against a real
+//! redis-server: on a single server `POST /v1/tasks` is one script call
+//! (admission, create, index and enqueue together), reserves nothing, and
+//! still counts the room other requests' reservations hold against
+//! `max_queued`, while the task it makes is queued, listed and announced
+//! as before.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_shared::keys::Keys;
+use flotilla_shared::{clock, Config, TenantId};
+use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use serde_json::{json, Value};
+
+fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
+    let dir = std::env::temp_dir().join(format!("flotilla-submit-path-{}", unique_prefix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path: PathBuf = dir.join("flotilla.toml");
+    std::fs::write(&path, tenants).expect("write config");
+    test_config(redis, prefix, &[("FLOTILLA_CONFIG", path.to_str().expect("utf-8 path"))])
+}
+
+async fn ready(api: &ApiServer) -> ApiClient {
+    let client = ApiClient::new(api, flotilla_tests::api_key());
+    for _ in 0..500 {
+        if client.get("/readyz").await.0 == 200 {
+            return client;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the api never became ready");
+}
+
+fn task() -> Value {
+    json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}]})
+}
+
+/// `calls` of each command in `INFO commandstats`.
+fn command_calls(redis: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+fn acme() -> TenantId {
+    TenantId::parse("acme").expect("tenant")
+}
+
+#[tokio::test]
+async fn a_single_task_submit_is_one_script_call_and_its_task_is_queued_listed_and_announced() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = config(
+        &redis,
+        &prefix,
+        "[tenants.acme]\nmax_queued = 100\nrate = { per_second = 1000, burst = 1000 }\nmax_tokens_per_day = 1000000\n",
+    );
+    let keys = Keys::new(config.key_prefix.clone());
+    let api = spawn_api(config).await;
+    let client = ready(&api).await;
+    // The first call loads the script (`NOSCRIPT`, `SCRIPT LOAD`, again).
+    let (status, first) = client.post("/v1/tasks", &task()).await;
+    assert_eq!(status, 202, "{first}");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let (status, body) = client.post("/v1/tasks", &task()).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["status"], "queued");
+        ids.push(body["id"].as_str().expect("id").to_owned());
+    }
+    let calls = command_calls(&redis);
+    assert_eq!(calls.get("evalsha"), Some(&20), "one script call per submit: {calls:?}");
+    for absent in ["zrem", "pexpire", "exists", "zremrangebyscore"] {
+        assert!(!calls.contains_key(absent), "a one-call submit makes no reservation and checks no id: {calls:?}");
+    }
+    assert_eq!(redis.cli(&["EXISTS", &keys.tenant_admitting(&acme())]).trim(), "0", "no reservation is left");
+    assert_eq!(redis.cli(&["ZCARD", &keys.tenant_tasks(&acme())]).trim(), "21", "every task is in the tenant's index");
+    assert_eq!(redis.cli(&["HGET", &keys.tenant_state(&acme()), "queued"]).trim(), "21", "every task is counted as queued");
+    let (status, page) = client.get("/v1/tasks?limit=50").await;
+    assert_eq!(status, 200, "{page}");
+    let listed: Vec<&str> = page["tasks"].as_array().expect("tasks").iter().filter_map(|t| t["id"].as_str()).collect();
+    for id in &ids {
+        assert!(listed.contains(&id.as_str()), "{id} is listed");
+        let (status, record) = client.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!(status, 200, "{record}");
+        assert_eq!(record["status"], "queued");
+    }
+    let feed = redis.cli(&["XLEN", &keys.tenant_feed(&acme())]);
+    assert_eq!(feed.trim(), "21", "each task's queued event is in the tenant's feed");
+}
+
+#[tokio::test]
+async fn a_single_task_submit_counts_the_room_other_requests_reserved() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = config(&redis, &prefix, "[tenants.acme]\nmax_queued = 5\n");
+    let admitting = Keys::new(config.key_prefix.clone()).tenant_admitting(&acme());
+    let api = spawn_api(config).await;
+    let client = ready(&api).await;
+    let now = clock::now_ms();
+    // A batch's live reservation of 3 tasks, and one that lapsed.
+    redis.cli(&["ZADD", &admitting, &(now + 60_000).to_string(), "live:3", &(now - 1_000).to_string(), "lapsed:4"]);
+    for _ in 0..2 {
+        let (status, body) = client.post("/v1/tasks", &task()).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let response = reqwest::Client::new()
+        .post(api.url("/v1/tasks"))
+        .bearer_auth(flotilla_tests::api_key())
+        .json(&task())
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status().as_u16(), 429, "2 queued + 3 reserved + 1 is past max_queued 5");
+    assert!(response.headers().get("retry-after").is_some(), "a refusal says when to come back");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    redis.cli(&["ZREM", &admitting, "live:3"]);
+    let (status, body) = client.post("/v1/tasks", &task()).await;
+    assert_eq!(status, 202, "room again once the reservation is gone: {body}");
+}
