@@ -22,6 +22,19 @@ impl ApiClient {
         Self { http: reqwest::Client::new(), base: api.base_url.clone(), key: key.to_owned() }
     }
 
+    /// A client of `api` that sends `key`, once `api` answers `/readyz`
+    /// with 200 (within 10 s).
+    pub async fn when_ready(api: &ApiServer, key: &str) -> Self {
+        let client = Self::new(api, key);
+        for _ in 0..500 {
+            if client.get("/readyz").await.0 == 200 {
+                return client;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the api never became ready");
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.send(self.http.get(self.url(path))).await
     }

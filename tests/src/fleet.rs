@@ -36,6 +36,16 @@ pub fn unique_prefix() -> String {
     format!("t{}-{n}-{}", std::process::id(), &ulid::Ulid::new().to_string()[18..].to_lowercase())
 }
 
+/// A config file (`flotilla.toml`) holding `contents`, in a fresh
+/// directory of its own.
+pub fn config_file(contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("flotilla-config-{}", unique_prefix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("flotilla.toml");
+    std::fs::write(&path, contents).expect("write config");
+    path
+}
+
 /// The environment of a test fleet on `redis` under `prefix`, plus `extra`.
 pub fn test_env(redis: &dyn RedisUnderTest, prefix: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env = vec![

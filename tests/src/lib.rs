@@ -15,7 +15,8 @@ pub mod sse;
 
 pub use api_client::ApiClient;
 pub use fleet::{
-    admin_key, api_key, globex_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer, WorkerProcess,
+    admin_key, api_key, config_file, globex_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiServer,
+    WorkerProcess,
 };
 pub use in_process::InProcessWorker;
 pub use redis_server::{RedisCluster, RedisServer, RedisUnderTest};

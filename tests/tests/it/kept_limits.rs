@@ -6,7 +6,7 @@
 //! file, a `max_tokens_per_day` raised or taken out releases a tenant held
 //! back for the day, and a `max_sandboxes` taken out is no longer in force.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use flotilla_shared::{TaskId, TenantId};
 use flotilla_tests::desktop::eventually;
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::in_process::InProcessWorker;
-use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_tests::{config_file, test_config, unique_prefix, RedisServer};
 use flotilla_worker::sandbox::{MemoryProvider, PoolConfig, SandboxId, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
@@ -24,15 +24,6 @@ use serde_json::{json, Value};
 
 fn acme() -> TenantId {
     TenantId::parse("acme").expect("tenant")
-}
-
-/// A config file holding `settings`, in a fresh directory.
-fn config_file(settings: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flotilla-kept-limits-{}", unique_prefix()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("flotilla.toml");
-    std::fs::write(&path, settings).expect("write config");
-    path
 }
 
 /// One worker process's worth of fleet: a worker in this process on

@@ -5,7 +5,6 @@
 //! daily tokens is refused and its queued tasks wait for the next UTC day
 //! (on a clock the test moves), and the other tenant is never affected.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,19 +13,10 @@ use flotilla_shared::{clock, Config, TaskId, TenantId};
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::in_process::InProcessWorker;
-use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use flotilla_tests::{config_file, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use flotilla_worker::sandbox::MemoryProvider;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
-
-/// A config file holding `tenants`, in a fresh directory.
-fn config_file(tenants: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flotilla-quotas-{}", unique_prefix()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("flotilla.toml");
-    std::fs::write(&path, tenants).expect("write config");
-    path
-}
 
 fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
     let path = config_file(tenants);
@@ -34,14 +24,7 @@ fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
 }
 
 async fn ready(api: &ApiServer) -> ApiClient {
-    let client = ApiClient::new(api, flotilla_tests::api_key());
-    for _ in 0..500 {
-        if client.get("/readyz").await.0 == 200 {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the api never became ready");
+    ApiClient::when_ready(api, flotilla_tests::api_key()).await
 }
 
 fn task() -> Value {

@@ -5,31 +5,18 @@
 //! `max_queued`, while the task it makes is queued, listed and announced
 //! as before.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use flotilla_shared::keys::Keys;
 use flotilla_shared::{clock, Config, TenantId};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use serde_json::{json, Value};
 
 fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
-    let dir = std::env::temp_dir().join(format!("flotilla-submit-path-{}", unique_prefix()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path: PathBuf = dir.join("flotilla.toml");
-    std::fs::write(&path, tenants).expect("write config");
+    let path = flotilla_tests::config_file(tenants);
     test_config(redis, prefix, &[("FLOTILLA_CONFIG", path.to_str().expect("utf-8 path"))])
 }
 
 async fn ready(api: &ApiServer) -> ApiClient {
-    let client = ApiClient::new(api, flotilla_tests::api_key());
-    for _ in 0..500 {
-        if client.get("/readyz").await.0 == 200 {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the api never became ready");
+    ApiClient::when_ready(api, flotilla_tests::api_key()).await
 }
 
 fn task() -> Value {

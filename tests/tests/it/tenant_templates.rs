@@ -5,7 +5,6 @@
 //! count.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use serde_json::{json, Value};
@@ -15,22 +14,11 @@ const TENANTS: &str =
     "[tenants.acme]\nsandbox_templates = [\"desktop-chrome\"]\n\n[tenants.globex]\nsandbox_templates = [\"desktop-office\"]\n";
 
 fn config_file() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flotilla-templates-{}", unique_prefix()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("flotilla.toml");
-    std::fs::write(&path, TENANTS).expect("write config");
-    path
+    flotilla_tests::config_file(TENANTS)
 }
 
 async fn ready(api: &ApiServer, key: &str) -> ApiClient {
-    let client = ApiClient::new(api, key);
-    for _ in 0..500 {
-        if client.get("/readyz").await.0 == 200 {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the api never became ready");
+    ApiClient::when_ready(api, key).await
 }
 
 fn task(template: Option<&str>) -> Value {
