@@ -151,7 +151,9 @@ impl ApiError {
             ApiError::Hub(HubError::TooManyStreams(_)) => {
                 Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
             }
-            ApiError::Unavailable | ApiError::Queue(QueueError::Pool(_)) | ApiError::Hub(HubError::NotConnected) => {
+            ApiError::Unavailable
+            | ApiError::Queue(QueueError::Pool(_) | QueueError::Archive(_))
+            | ApiError::Hub(HubError::NotConnected) => {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             ApiError::Queue(QueueError::Redis(e)) if redis_unavailable(e) => {

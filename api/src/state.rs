@@ -54,6 +54,11 @@ impl AppState {
         shutdown: CancellationToken,
     ) -> Self {
         let keys = Arc::new(LiveKeys::new(&config.auth));
+        // Finished tasks past the hot window are read from the store.
+        let queue = match &blobs {
+            Some(store) => queue.with_archive(store.clone()),
+            None => queue,
+        };
         let webhooks = Webhooks::of_queue(&queue, config.webhooks.clone()).with_lookup(lookup);
         let relay = crate::relay::start(&queue, shutdown.clone());
         let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), relay, shutdown.clone());

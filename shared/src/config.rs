@@ -73,6 +73,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_HEARTBEAT_MS", "heartbeat_ms"),
     ("FLOTILLA_DRAIN_DEADLINE_S", "drain_deadline_s"),
     ("FLOTILLA_RETENTION_S", "retention_s"),
+    ("FLOTILLA_ARCHIVE_AFTER_S", "archive_after_s"),
     ("FLOTILLA_DEFAULT_PIPELINE", "default_pipeline"),
     ("FLOTILLA_RETRY_BASE_MS", "retry_base_ms"),
     ("FLOTILLA_RETRY_MAX_MS", "retry_max_ms"),

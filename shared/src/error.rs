@@ -52,6 +52,10 @@ pub enum QueueError {
     /// `FLOTILLA_DEFAULT_PIPELINE`), so no worker ever guesses one.
     #[error("the task names no pipeline; one is decided before a task is queued")]
     NoPipeline,
+    /// The object store holding finished tasks past their hot window
+    /// (`queue::archive`) failed.
+    #[error("task archive: {0}")]
+    Archive(#[from] crate::blobstore::BlobError),
 }
 
 impl From<deadpool_redis::PoolError> for QueueError {

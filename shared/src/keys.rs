@@ -234,6 +234,30 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:tasks", self.prefix)
     }
 
+    /// Sorted set: a tenant's tasks whose record and events were moved to
+    /// the object store after the hot window (`queue::archive`), each scored
+    /// by `finished_at × 4 + outcome` (0 succeeded, 1 failed, 2 cancelled),
+    /// so a listing or a batch's counts read the outcome and end time
+    /// without reading the object; it leaves with its object after the
+    /// retention.
+    pub fn archived(&self, tenant: &TenantId) -> String {
+        format!("{}:tenant:{{{tenant}}}:archived", self.prefix)
+    }
+
+    /// String: the position of the last entry of `tenant`'s feed stream
+    /// moved to the object store (`<ms>-<n>`); everything up to it is read
+    /// from the archived segments, the rest from the stream.
+    pub fn feed_archived(&self, tenant: &TenantId) -> String {
+        format!("{}:events:feed:{{{tenant}}}:archived", self.prefix)
+    }
+
+    /// String with a TTL: held by the worker running an archive pass, so
+    /// workers take turns rather than repeat each other's work (a pass is
+    /// safe to run twice; this only saves the work).
+    pub fn archiving(&self) -> String {
+        format!("{}:{{q}}:archiving", self.prefix)
+    }
+
     /// Sorted set: a tenant's dead-lettered task ids by the epoch ms they died.
     pub fn dead(&self, tenant: &TenantId) -> String {
         format!("{}:tenant:{{{tenant}}}:dead", self.prefix)

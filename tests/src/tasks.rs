@@ -47,7 +47,7 @@ pub async fn submit_many(queue: &Queue, spec: &TaskSpec, n: usize) -> Vec<TaskId
 /// The stored events of a task, parsed.
 pub async fn events(queue: &Queue, id: &TaskId) -> Vec<Event> {
     queue
-        .events_after(id, 0)
+        .events_after(&tenant(), id, 0)
         .await
         .expect("events")
         .iter()

@@ -1,7 +1,9 @@
 //! Background duties every worker shares, with no leader: promoting due
 //! tasks (retries after their backoff, `not_before`) into their lanes,
 //! firing due schedules, trimming acknowledged entries from the lanes,
-//! deleting finished tasks past their retention, dropping expired tasks
+//! moving finished tasks past the hot window to the object store,
+//! deleting finished tasks past their retention (in Redis and in the
+//! store), dropping expired tasks
 //! from the tenant indexes, trimming the tenant feeds to the retention,
 //! sealing finished batches,
 //! and removing the consumers of workers gone for good. Any number of workers
@@ -23,6 +25,8 @@ const FIRE_EVERY: Duration = Duration::from_secs(1);
 const TRIM_EVERY: Duration = Duration::from_millis(250);
 /// How often the tenant indexes are pruned and finished batches sealed.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// How often finished tasks past the hot window move to the store.
+const ARCHIVE_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs until `shutdown` is cancelled.
 pub async fn run(queue: Queue, shutdown: CancellationToken) {
@@ -30,6 +34,8 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
     let mut trim = tokio::time::interval(TRIM_EVERY);
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     let mut fire = tokio::time::interval(FIRE_EVERY);
+    let mut archive = tokio::time::interval(ARCHIVE_EVERY);
+    archive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     promote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     fire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -55,7 +61,19 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
                     warn!(error = %e, "deleting finished tasks past their retention failed");
                 }
             }
+            _ = archive.tick() => {
+                match queue.archive_finished().await {
+                    Ok(pass) if pass.tasks > 0 || pass.entries > 0 => {
+                        info!(tasks = pass.tasks, entries = pass.entries, segments = pass.segments, "archived finished tasks");
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "archiving finished tasks failed"),
+                }
+            }
             _ = prune.tick() => {
+                if let Err(e) = queue.expire_archive().await {
+                    warn!(error = %e, "deleting archived tasks past their retention failed");
+                }
                 if let Err(e) = queue.prune_indexes().await {
                     warn!(error = %e, "pruning task indexes failed");
                 }

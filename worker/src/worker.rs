@@ -54,6 +54,11 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let metrics = WorkerMetrics::with_tools(&tools);
     let mut tools = tools;
     let queue = connect_patiently(&config, &shutdown).await?;
+    // With a store, finished tasks move there after the hot window.
+    let queue = match &tools.blobs {
+        Some(store) => queue.with_archive(store.clone()),
+        None => queue,
+    };
     let http = match config.worker.http_addr {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

@@ -58,7 +58,7 @@ impl BatchFeed {
     /// its tasks are still open, so call it before reading the feed.
     pub async fn prepare(queue: Queue, batch: &BatchRecord, cursor: Option<FeedId>, client: Client) -> Result<Self, QueueError> {
         let tasks = queue.batch_task_ids(&batch.id).await?;
-        let states = queue.task_states(&tasks).await?;
+        let states = queue.task_states(&batch.tenant, &tasks).await?;
         let open = tasks
             .iter()
             .zip(states)

@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::response::sse::Event as SseEvent;
 use flotilla_shared::event::is_terminal_type;
 use flotilla_shared::queue::{FeedId, Queue};
-use flotilla_shared::{QueueError, TaskId};
+use flotilla_shared::{QueueError, TaskId, TenantId};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -188,6 +188,7 @@ impl Client {
     async fn deliver(
         &self,
         queue: &Queue,
+        tenant: &TenantId,
         task: &TaskId,
         cursor: &mut Cursor,
         head: &Head,
@@ -199,7 +200,7 @@ impl Client {
         if cursor.is_next(head.seq) {
             return Ok(self.send(cursor, head, raw).await);
         }
-        let missed = queue.events_after(task, cursor.last).await?;
+        let missed = queue.events_after(tenant, task, cursor.last).await?;
         Ok(self.send_all(cursor, &missed).await)
     }
 

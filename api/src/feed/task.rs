@@ -59,7 +59,7 @@ impl TaskFeed {
         let Some((head, raw)) = self.client.read_live(payload) else {
             return Ok(Flow::Continue);
         };
-        let sent = self.client.deliver(&self.queue, &self.id, &mut self.cursor, &head, raw).await?;
+        let sent = self.client.deliver(&self.queue, &self.tenant, &self.id, &mut self.cursor, &head, raw).await?;
         Ok(settle(sent))
     }
 
@@ -68,7 +68,7 @@ impl TaskFeed {
         let Some(task) = self.queue.get(&self.tenant, &self.id).await? else {
             return Ok(Flow::Stop);
         };
-        let missed = self.queue.events_after(&self.id, self.cursor.last).await?;
+        let missed = self.queue.events_after(&self.tenant, &self.id, self.cursor.last).await?;
         let flow = settle(self.client.send_all(&mut self.cursor, &missed).await);
         Ok(if task.status.is_terminal() { Flow::Stop } else { flow })
     }

@@ -115,6 +115,25 @@ impl KeyLayout {
         Ok(format!("{}{trimmed}/", self.tenant_inputs(tenant)))
     }
 
+    /// Prefix of one tenant's archive: its finished tasks and its feed,
+    /// moved out of Redis after the hot window (`queue::archive`). The
+    /// tenant names the prefix, so a read made for one tenant can only
+    /// ever reach that tenant's objects.
+    pub fn tenant_archive(&self, tenant: &TenantId) -> String {
+        format!("{}archive/{}/", self.prefix, tenant.as_str())
+    }
+
+    /// The archived record and events of one of `tenant`'s tasks.
+    pub fn archived_task(&self, tenant: &TenantId, task: &TaskId) -> String {
+        format!("{}tasks/{}.json", self.tenant_archive(tenant), task.as_str())
+    }
+
+    /// Prefix of `tenant`'s archived feed segments, each named by its last
+    /// position so that keys sort as positions do.
+    pub fn archived_feed(&self, tenant: &TenantId) -> String {
+        format!("{}feed/", self.tenant_archive(tenant))
+    }
+
     /// The object `BlobStore::check` writes to learn whether the store
     /// honours `If-None-Match: *`.
     pub fn probe(&self) -> String {

@@ -362,6 +362,26 @@ impl BlobStore {
         self.inner.bucket.list(prefix).await
     }
 
+    /// At most `max` objects under `prefix` whose keys sort after
+    /// `start_after`, in key order.
+    pub async fn list_after(&self, prefix: &str, start_after: &str, max: i32) -> Result<Vec<ObjectInfo>, BlobError> {
+        self.inner.bucket.list_after(prefix, start_after, max).await
+    }
+
+    /// Writes `body` at `key` (JSON), replacing what was there; once this
+    /// returns, the store holds it durably.
+    pub async fn put_json(&self, key: &str, body: impl Into<Bytes>) -> Result<(), BlobError> {
+        let body = body.into();
+        bump(&self.inner.counters.put_requests, 1);
+        bump(&self.inner.counters.bytes_sent, body.len() as u64);
+        self.inner.bucket.put(key, body, "application/json", false).await.map(|_| ())
+    }
+
+    /// Deletes the object at `key`; one that is not there is no error.
+    pub async fn delete(&self, key: &str) -> Result<(), BlobError> {
+        self.inner.bucket.delete(key).await
+    }
+
     /// What the store did so far.
     pub fn stats(&self) -> BlobStats {
         let c = &self.inner.counters;

@@ -169,6 +169,37 @@ impl S3Bucket {
         }
     }
 
+    /// At most `max` keys under `prefix` that sort after `start_after`, in
+    /// key order (one request).
+    pub async fn list_after(&self, prefix: &str, start_after: &str, max: i32) -> Result<Vec<ObjectInfo>, BlobError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .start_after(start_after)
+            .max_keys(max)
+            .send()
+            .await
+            .map_err(|e| self.classify(e, prefix))?;
+        Ok(out
+            .contents()
+            .iter()
+            .filter_map(|o| Some(ObjectInfo { key: o.key()?.to_owned(), size: o.size().unwrap_or(0).max(0) as u64 }))
+            .collect())
+    }
+
+    /// Deletes the object at `key`; deleting what is not there succeeds.
+    pub async fn delete(&self, key: &str) -> Result<(), BlobError> {
+        match self.client.delete_object().bucket(&self.bucket).key(key).send().await {
+            Ok(_) => Ok(()),
+            Err(err) => match self.classify(err, key) {
+                BlobError::NotFound { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
     /// Lists at most one key under `prefix`: proves the bucket exists and the
     /// credentials may read it, with an error body that says why not (a
     /// `HEAD` answers 403 or 404 without one).

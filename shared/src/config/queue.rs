@@ -17,6 +17,11 @@ pub struct QueueConfig {
     /// `FLOTILLA_RETENTION_S`: how long a finished task, its events and its
     /// idempotency record are kept.
     pub retention: Duration,
+    /// `FLOTILLA_ARCHIVE_AFTER_S`: how long a finished task stays in Redis
+    /// before its record, events and feed entries move to the object store
+    /// (with `FLOTILLA_S3_BUCKET` set, on a single server); `0` keeps them
+    /// in Redis for the whole retention.
+    pub archive_after: Option<Duration>,
     /// `FLOTILLA_RETRY_BASE_MS`.
     pub retry_base: Duration,
     /// `FLOTILLA_RETRY_MAX_MS`.
@@ -39,6 +44,7 @@ impl QueueConfig {
             return Err(ConfigError::new("FLOTILLA_RETRY_MAX_MS", "must not be below FLOTILLA_RETRY_BASE_MS"));
         }
         let retention = Duration::from_secs(s.positive("FLOTILLA_RETENTION_S", 7 * 24 * 3600)? as u64);
-        Ok(Self { lease, heartbeat, retention, retry_base, retry_max })
+        let archive_after = Some(Duration::from_secs(s.count("FLOTILLA_ARCHIVE_AFTER_S", 300)? as u64)).filter(|d| !d.is_zero());
+        Ok(Self { lease, heartbeat, retention, archive_after, retry_base, retry_max })
     }
 }

@@ -153,7 +153,7 @@ impl Queue {
     /// has ended. Returns the counts and when the batch finished, if it has.
     pub async fn batch_counts(&self, batch: &BatchRecord) -> Result<(BatchCounts, Option<i64>), QueueError> {
         let ids = self.batch_task_ids(&batch.id).await?;
-        let states = self.task_states(&ids).await?;
+        let states = self.task_states(&batch.tenant, &ids).await?;
         let mut counts = BatchCounts::default();
         let mut open = false;
         let mut last_end = None;
@@ -171,21 +171,28 @@ impl Queue {
         Ok((counts, Some(finished_at)))
     }
 
-    /// Each task's status and end time (`None` for a task that is gone).
-    pub async fn task_states(&self, ids: &[TaskId]) -> Result<Vec<TaskState>, QueueError> {
+    /// Each of `tenant`'s tasks' status and end time, from Redis or, for an
+    /// archived one, from its `archived` score (`None` for a task that is
+    /// gone).
+    pub async fn task_states(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<TaskState>, QueueError> {
         let mut states = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(READ_CHUNK) {
             let reads = chunk.iter().map(|id| redis::Cmd::hmget(self.keys.task(id), &["status", "finished_at"])).collect();
             let replies: Vec<(Option<String>, Option<i64>)> = self.redis.query_many(reads).await?;
-            states.extend(replies.into_iter().map(|(status, ended)| Some((TaskStatus::parse(&status?)?, ended))));
+            let gone: Vec<&TaskId> = chunk.iter().zip(&replies).filter(|(_, r)| r.0.is_none()).map(|(id, _)| id).collect();
+            let mut archived = self.archived_states(tenant, &gone).await?.into_iter();
+            states.extend(replies.into_iter().map(|(status, ended)| match status {
+                Some(status) => Some((TaskStatus::parse(&status)?, ended)),
+                None => archived.next().flatten().map(|(status, ended)| (status, Some(ended))),
+            }));
         }
         Ok(states)
     }
 
-    /// The stored events of each task, as JSON text.
-    pub async fn events_of(&self, ids: &[TaskId]) -> Result<Vec<Vec<String>>, QueueError> {
+    /// The stored events of each of `tenant`'s tasks, as JSON text.
+    pub async fn events_of(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Vec<String>>, QueueError> {
         let wanted: Vec<(&TaskId, u64)> = ids.iter().map(|id| (id, 0)).collect();
-        self.histories(&wanted).await
+        self.histories(tenant, &wanted).await
     }
 
     /// Cancels every task of a batch: queued ones at once, running and

@@ -82,15 +82,29 @@ impl Queue {
         self.keys.script_channels(self.scripts_append_feeds())
     }
 
-    /// Up to [`FEED_READ`] events of `tenant`'s feed after `after`, in order.
+    /// Up to [`FEED_READ`] events of `tenant`'s feed after `after`, in
+    /// order: first those moved to the archive (up to its mark), then the
+    /// stream's.
     pub async fn feed_after(&self, tenant: &TenantId, after: FeedId) -> Result<Vec<FeedEntry>, QueueError> {
+        let mark = self.feed_archived_mark(tenant).await?;
+        let mut found = if after < mark { self.archived_feed_after(tenant, after, mark, FEED_READ).await? } else { Vec::new() };
+        if found.len() >= FEED_READ {
+            return Ok(found);
+        }
+        // The archive held everything up to its mark: the stream holds the rest.
+        found.extend(self.stream_after(tenant, after.max(mark), FEED_READ - found.len()).await?);
+        Ok(found)
+    }
+
+    /// Up to `count` entries of `tenant`'s feed stream after `after`.
+    async fn stream_after(&self, tenant: &TenantId, after: FeedId, count: usize) -> Result<Vec<FeedEntry>, QueueError> {
         let mut conn = self.redis.shared();
         let reply: StreamRangeReply = redis::cmd("XRANGE")
             .arg(self.keys.tenant_feed(tenant))
             .arg(format!("({after}"))
             .arg("+")
             .arg("COUNT")
-            .arg(FEED_READ)
+            .arg(count)
             .query_async(&mut conn)
             .await?;
         Ok(reply
@@ -104,8 +118,8 @@ impl Queue {
             .collect())
     }
 
-    /// The position of the last event of `tenant`'s feed ([`FeedId::START`]
-    /// when it is empty).
+    /// The position of the last event of `tenant`'s feed, archived or not
+    /// ([`FeedId::START`] when it is empty).
     pub async fn feed_tip(&self, tenant: &TenantId) -> Result<FeedId, QueueError> {
         let mut conn = self.redis.shared();
         let reply: StreamRangeReply = redis::cmd("XREVRANGE")
@@ -116,7 +130,8 @@ impl Queue {
             .arg(1)
             .query_async(&mut conn)
             .await?;
-        Ok(reply.ids.first().and_then(|e| e.id.parse().ok()).unwrap_or(FeedId::START))
+        let tip = reply.ids.first().and_then(|e| e.id.parse().ok()).unwrap_or(FeedId::START);
+        Ok(tip.max(self.feed_archived_mark(tenant).await?))
     }
 
     /// Drops the events older than the retention from every tenant's feed,

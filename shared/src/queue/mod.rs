@@ -22,6 +22,7 @@
 //! retention; the tenant index forgets ids whose hash is gone.
 
 mod admission;
+mod archive;
 mod attempt;
 mod batch;
 mod batch_spec;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 pub(crate) use admission::ADMIT_FN;
 pub use admission::{Verdict, SUBMIT_ONE};
+pub use archive::ArchivePass;
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};
@@ -71,6 +73,9 @@ use crate::redis_conn::Redis;
 pub struct QueueSettings {
     pub lease: Duration,
     pub retention: Duration,
+    /// The hot window: how long a finished task stays in Redis before the
+    /// archive pass moves it to the object store (`None`: never).
+    pub archive_after: Option<Duration>,
     pub retry_base: Duration,
     pub retry_max: Duration,
     /// Each tenant's weight and limits.
@@ -87,6 +92,7 @@ impl QueueSettings {
         Self {
             lease: config.queue.lease,
             retention: config.queue.retention,
+            archive_after: config.queue.archive_after,
             retry_base: config.queue.retry_base,
             retry_max: config.queue.retry_max,
             tenants: Arc::new(config.tenants.clone()),
@@ -102,6 +108,8 @@ pub struct Queue {
     redis: Redis,
     keys: Keys,
     settings: QueueSettings,
+    /// Where finished tasks go after the hot window, when there is a store.
+    archive: Option<archive::Archive>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -115,13 +123,21 @@ impl Queue {
     /// [`CLUSTER_SHARDS`] scheduler shards.
     pub fn new(redis: Redis, keys: Keys, settings: QueueSettings) -> Self {
         let keys = keys.with_shards(if redis.is_cluster() { CLUSTER_SHARDS } else { 1 });
-        Self { redis, keys, settings }
+        Self { redis, keys, settings, archive: None }
     }
 
     /// The same queue over another connection, for work beside the task
     /// path that should not share the task path's connection.
     pub fn on(&self, redis: Redis) -> Self {
-        Self::new(redis, self.keys.clone(), self.settings.clone())
+        Self { archive: self.archive.clone(), ..Self::new(redis, self.keys.clone(), self.settings.clone()) }
+    }
+
+    /// The same queue reading finished tasks past the hot window from
+    /// `store` too, and (with [`Queue::archive_finished`]) moving them there;
+    /// unchanged when the hot window is off.
+    pub fn with_archive(self, store: crate::blobstore::BlobStore) -> Self {
+        let archive = self.settings.archive_after.map(|hot| archive::Archive::new(store, hot));
+        Self { archive, ..self }
     }
 
     /// Connects to Redis as configured and writes the configured tenants'

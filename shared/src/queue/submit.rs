@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
+use super::archive::Archived;
 use super::{fair_scripts, origin, scripts, Queue, TaskRecord};
 use crate::clock;
 use crate::error::QueueError;
@@ -244,18 +245,18 @@ impl Queue {
 
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
     pub async fn get(&self, tenant: &TenantId, id: &TaskId) -> Result<Option<TaskRecord>, QueueError> {
-        let hash = self.task_hashes(std::slice::from_ref(id)).await?.pop().unwrap_or_default();
+        let hash = self.task_hashes(tenant, std::slice::from_ref(id), |_| true).await?.pop().flatten().unwrap_or_default();
         Ok(TaskRecord::from_hash(id, hash)?.filter(|t| &t.tenant == tenant))
     }
 
     /// Several of a tenant's tasks in one round trip, in order: `None` for
     /// one that does not exist, is another tenant's or cannot be read.
     pub async fn get_many(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Option<TaskRecord>>, QueueError> {
-        let hashes = self.task_hashes(ids).await?;
+        let hashes = self.task_hashes(tenant, ids, |_| true).await?;
         Ok(ids
             .iter()
             .zip(hashes)
-            .map(|(id, hash)| TaskRecord::from_hash(id, hash).ok().flatten().filter(|t| &t.tenant == tenant))
+            .map(|(id, hash)| TaskRecord::from_hash(id, hash?).ok().flatten().filter(|t| &t.tenant == tenant))
             .collect())
     }
 
@@ -283,9 +284,11 @@ impl Queue {
                 .await?;
             let page_full = ids.len() == limit;
             let ids: Vec<TaskId> = ids.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
-            let hashes = self.task_hashes(&ids).await?;
+            let hashes = self.task_hashes(tenant, &ids, |s| filter.status.is_none_or(|wanted| wanted == s)).await?;
             for (id, hash) in ids.iter().zip(hashes) {
                 cursor = Some(id.clone());
+                // Archived with an outcome the filter does not want.
+                let Some(hash) = hash else { continue };
                 let Some(record) = TaskRecord::from_hash(id, hash)? else {
                     gone.push(id.as_str().to_owned());
                     continue;
@@ -309,13 +312,30 @@ impl Queue {
         Ok((found, cursor))
     }
 
-    /// The record fields of these tasks, in one round trip (empty for a
-    /// gone task).
-    async fn task_hashes(&self, ids: &[TaskId]) -> Result<Vec<HashMap<String, String>>, QueueError> {
+    /// The record fields of these tasks of `tenant`, in one round trip,
+    /// and the archived ones from the store: empty for a gone task, `None`
+    /// for an archived one whose outcome `wanted` does not let through.
+    async fn task_hashes(
+        &self,
+        tenant: &TenantId,
+        ids: &[TaskId],
+        wanted: impl Fn(TaskStatus) -> bool,
+    ) -> Result<Vec<Option<HashMap<String, String>>>, QueueError> {
         let reads =
             ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
         let values: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
-        Ok(values.into_iter().map(TaskRecord::fields_hash).collect())
+        let mut hashes: Vec<Option<HashMap<String, String>>> =
+            values.into_iter().map(|v| Some(TaskRecord::fields_hash(v))).collect();
+        let missing: Vec<usize> = (0..ids.len()).filter(|&i| hashes[i].as_ref().is_some_and(HashMap::is_empty)).collect();
+        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| &ids[i]).collect();
+        for (i, archived) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, wanted).await?) {
+            match archived {
+                Archived::No => {}
+                Archived::Skipped => hashes[i] = None,
+                Archived::Read(hash) => hashes[i] = Some(hash),
+            }
+        }
+        Ok(hashes)
     }
 
     /// Drops ids whose task has expired from an index.
@@ -328,16 +348,26 @@ impl Queue {
         Ok(())
     }
 
-    /// A task's stored events with `seq` above `after`, as JSON text.
-    pub async fn events_after(&self, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
-        Ok(self.histories(&[(id, after)]).await?.pop().unwrap_or_default())
+    /// One of `tenant`'s tasks' stored events with `seq` above `after`, as
+    /// JSON text.
+    pub async fn events_after(&self, tenant: &TenantId, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
+        Ok(self.histories(tenant, &[(id, after)]).await?.pop().unwrap_or_default())
     }
 
     /// Each task's stored events with `seq` above its `after`, as JSON
     /// text, in two round trips: the tasks' last seq, then the events.
-    pub(super) async fn histories(&self, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
+    /// A task no longer in Redis is read from the archive, whole.
+    pub(super) async fn histories(&self, tenant: &TenantId, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
         let lasts: Vec<Option<u64>> =
             self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
+        let missing: Vec<usize> = (0..wanted.len()).filter(|&i| lasts[i].is_none()).collect();
+        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| wanted[i].0).collect();
+        let mut archived: HashMap<usize, HashMap<String, String>> = HashMap::new();
+        for (i, found) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, |_| true).await?) {
+            if let Archived::Read(hash) = found {
+                archived.insert(i, hash);
+            }
+        }
         let mut reads = Vec::new();
         let mut read_for = Vec::new();
         for (i, ((id, after), last)) in wanted.iter().zip(lasts).enumerate() {
@@ -352,13 +382,18 @@ impl Queue {
         for (i, events) in read_for.into_iter().zip(got) {
             histories[i].extend(events.into_iter().flatten());
         }
+        for (i, mut hash) in archived {
+            let after = wanted[i].1;
+            let last = hash.get("seq").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            histories[i] = (after + 1..=last).filter_map(|seq| hash.remove(&event_field(seq))).collect();
+        }
         Ok(histories)
     }
 
     /// The screenshots of a task's latest attempt, in step order, read from
     /// its `screenshot` events.
-    pub async fn screenshots(&self, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
-        let events = self.events_after(id, 0).await?;
+    pub async fn screenshots(&self, tenant: &TenantId, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
+        let events = self.events_after(tenant, id, 0).await?;
         Ok(latest_attempt_screenshots(&events))
     }
 
@@ -371,7 +406,10 @@ impl Queue {
             scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
         match answer.as_str() {
             "accepted" => Ok(()),
-            "missing" => Err(QueueError::NotFound),
+            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
+                Some((status, _)) => Err(QueueError::WrongStatus(status.as_str().to_owned())),
+                None => Err(QueueError::NotFound),
+            },
             status => Err(QueueError::WrongStatus(status.to_owned())),
         }
     }
@@ -384,7 +422,10 @@ impl Queue {
         inv.arg(tenant.as_str()).arg(self.retention_ms());
         let outcome: String = inv.invoke_async(&mut conn).await?;
         match outcome.as_str() {
-            "missing" => Err(QueueError::NotFound),
+            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
+                Some((status, _)) => Ok(CancelOutcome::AlreadyEnded(status)),
+                None => Err(QueueError::NotFound),
+            },
             "now-cancelled" => {
                 let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
                 self.count_outcomes(&[(tenant, "cancelled")]).await?;
@@ -407,11 +448,11 @@ impl Queue {
         let index = self.keys.dead(tenant);
         let page = score_page(&self.redis, &index, limit.min(MAX_LIST_LIMIT), cursor).await?;
         let ids: Vec<TaskId> = page.items.iter().filter_map(|i| TaskId::parse(i).ok()).collect();
-        let hashes = self.task_hashes(&ids).await?;
+        let hashes = self.task_hashes(tenant, &ids, |_| true).await?;
         let mut records = Vec::new();
         let mut gone = Vec::new();
         for (id, hash) in ids.iter().zip(hashes) {
-            match TaskRecord::from_hash(id, hash)? {
+            match TaskRecord::from_hash(id, hash.unwrap_or_default())? {
                 Some(record) => records.push(record),
                 None => gone.push(id.as_str().to_owned()),
             }
@@ -468,15 +509,16 @@ impl Queue {
         for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
             let index = self.keys.tenant_tasks(&tenant);
             let oldest: Vec<String> = conn.zrangebylex_limit(&index, "-", &made_before, 0, PRUNE_BATCH as isize).await?;
-            self.forget_expired(&index, oldest).await?;
+            self.forget_expired(&tenant, &index, oldest).await?;
             let dead_index = self.keys.dead(&tenant);
             let oldest_dead: Vec<String> = conn.zrangebyscore_limit(&dead_index, "-inf", cutoff, 0, PRUNE_BATCH as isize).await?;
-            self.forget_expired(&dead_index, oldest_dead).await?;
+            self.forget_expired(&tenant, &dead_index, oldest_dead).await?;
         }
         Ok(())
     }
 
-    async fn forget_expired(&self, index: &str, ids: Vec<String>) -> Result<(), QueueError> {
+    /// Forgets the ids whose task is neither in Redis nor in the archive.
+    async fn forget_expired(&self, tenant: &TenantId, index: &str, ids: Vec<String>) -> Result<(), QueueError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -488,7 +530,14 @@ impl Queue {
             })
             .collect();
         let alive: Vec<bool> = self.redis.query_many(checks).await?;
-        let gone: Vec<String> = ids.into_iter().zip(alive).filter(|(_, alive)| !alive).map(|(id, _)| id).collect();
+        let parsed: Vec<TaskId> = ids.iter().map(|id| TaskId::parse(id).unwrap_or_else(|_| TaskId::generate())).collect();
+        let archived = self.are_archived(tenant, &parsed.iter().collect::<Vec<_>>()).await?;
+        let gone: Vec<String> = ids
+            .into_iter()
+            .zip(alive.into_iter().zip(archived))
+            .filter(|(_, (alive, archived))| !alive && !archived)
+            .map(|(id, _)| id)
+            .collect();
         self.forget(index, gone).await
     }
 }

@@ -157,7 +157,7 @@ async fn run() -> anyhow::Result<bool> {
     for id in &ids {
         let record = q.get(&tenant(), id).await?.context("a task vanished")?;
         let history = events(&q, id).await;
-        for shot in q.screenshots(id).await? {
+        for shot in q.screenshots(&tenant(), id).await? {
             screenshots += 1;
             if !store.exists(&shot.key).await.unwrap_or(false) {
                 missing_images += 1;

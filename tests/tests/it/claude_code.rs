@@ -287,7 +287,7 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
         assert!(!format!("{:?}", call.headers).contains(&token), "the token stops at the gateway");
     }
     // The key is in no event.
-    let raw = fleet.queue.events_after(&id, 0).await.expect("events");
+    let raw = fleet.queue.events_after(&tenant(), &id, 0).await.expect("events");
     assert!(raw.iter().all(|e| !e.contains(REAL_KEY)), "the real key never appears in events");
 
     // The token died with its task (and was only ever valid on its sandbox's socket).

@@ -3,6 +3,7 @@
 
 mod api_bounds;
 mod api_events;
+mod archive;
 mod bad_input;
 mod batches;
 mod blobstore;

@@ -433,7 +433,7 @@ async fn errors_stored_on_a_task_and_in_its_events_have_their_secrets_masked() {
     worker.stop().await;
     assert_eq!((records[0].status, records[0].attempts), (TaskStatus::Failed, 2));
     let stored = records[0].error.clone().unwrap_or_default();
-    let raw: Vec<String> = q.events_after(&id, 0).await.expect("events");
+    let raw: Vec<String> = q.events_after(&tenant(), &id, 0).await.expect("events");
     let all = format!("{stored}\n{}", raw.join("\n"));
     for secret in ["hunter2", "tok-9f8e7d", "AbCdEf0123456789", "ftk_secret"] {
         assert!(!all.contains(secret), "{secret} leaked:\n{all}");

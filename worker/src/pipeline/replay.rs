@@ -31,7 +31,7 @@ pub(super) async fn trajectory(attempt: &Attempt, id: &TaskId) -> Result<Traject
     if !original.status.is_terminal() {
         return Err(not_replayable(&format!("the task is {}; only an ended task can be replayed", original.status)));
     }
-    let events = attempt.queue().events_after(id, 0).await?;
+    let events = attempt.queue().events_after(attempt.tenant(), id, 0).await?;
     let actions = latest_attempt_actions(&events);
     if actions.is_empty() {
         return Err(not_replayable("the task recorded no actions to replay"));
