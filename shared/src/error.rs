@@ -55,7 +55,7 @@ pub enum QueueError {
     /// The object store holding finished tasks past their hot window
     /// (`queue::archive`) failed.
     #[error("task archive: {0}")]
-    Archive(#[from] crate::blobstore::BlobError),
+    Archive(String),
 }
 
 impl From<deadpool_redis::PoolError> for QueueError {

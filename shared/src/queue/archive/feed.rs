@@ -8,6 +8,7 @@
 //! skips what it has passed already, so overlapping segments repeat
 //! nothing.
 
+use super::store_failed;
 use crate::error::QueueError;
 use crate::ids::TenantId;
 use crate::queue::{FeedEntry, FeedId, Queue};
@@ -45,7 +46,7 @@ impl Queue {
     pub(super) async fn write_feed_segment(&self, tenant: &TenantId, entries: &[FeedEntry]) -> Result<(), QueueError> {
         let (Some(archive), Some(last)) = (&self.archive, entries.last()) else { return Ok(()) };
         let key = segment_key(&archive.store.layout().archived_feed(tenant), last.id);
-        archive.store.put_json(&key, segment_body(entries)).await?;
+        archive.store.put_json(&key, segment_body(entries)).await.map_err(store_failed)?;
         Ok(())
     }
 
@@ -75,7 +76,7 @@ impl Queue {
         let mut listed_after = segment_key(&prefix, after);
         let mut last = after;
         while found.len() < room && last < mark {
-            let segments = archive.store.list_after(&prefix, &listed_after, LIST_AT_ONCE).await?;
+            let segments = archive.store.list_after(&prefix, &listed_after, LIST_AT_ONCE).await.map_err(store_failed)?;
             let Some(final_segment) = segments.last() else { break };
             listed_after = final_segment.key.clone();
             for segment in &segments {
@@ -86,7 +87,7 @@ impl Queue {
                     Ok(body) => body,
                     // Deleted after the retention meanwhile.
                     Err(crate::blobstore::BlobError::NotFound { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(store_failed(e)),
                 };
                 for entry in segment_entries(&body) {
                     if entry.id <= last || entry.id > mark || found.len() >= room {
@@ -110,12 +111,12 @@ impl Queue {
     pub(super) async fn expire_feed_segments(&self, tenant: &TenantId, floor: FeedId) -> Result<(), QueueError> {
         let Some(archive) = &self.archive else { return Ok(()) };
         let prefix = archive.store.layout().archived_feed(tenant);
-        let segments = archive.store.list_after(&prefix, &prefix, 1_000).await?;
+        let segments = archive.store.list_after(&prefix, &prefix, 1_000).await.map_err(store_failed)?;
         for segment in segments {
             if segment_end(&segment.key).is_none_or(|end| end >= floor) {
                 break;
             }
-            archive.store.delete(&segment.key).await?;
+            archive.store.delete(&segment.key).await.map_err(store_failed)?;
         }
         Ok(())
     }

@@ -66,6 +66,11 @@ struct ArchivedTask {
     fields: HashMap<String, String>,
 }
 
+/// A failure of the store, as the queue reports it.
+pub(super) fn store_failed(e: BlobError) -> QueueError {
+    QueueError::Archive(e.to_string())
+}
+
 /// What the archive holds of one task.
 pub(super) enum Archived {
     /// Nothing: the task is not archived.
@@ -137,10 +142,7 @@ impl Queue {
             .map(|(id, state)| {
                 let key = archive.store.layout().archived_task(tenant, id);
                 let store = archive.store.clone();
-                let read = match state {
-                    None => None,
-                    Some((status, _)) => Some(wanted(status)),
-                };
+                let read = state.map(|(status, _)| wanted(status));
                 async move {
                     match read {
                         None => return Ok(Archived::No),
@@ -152,7 +154,7 @@ impl Queue {
                             .map(|task| Archived::Read(task.fields))
                             .map_err(|e| QueueError::Corrupt(format!("archived task {key}: {e}")))?),
                         Err(BlobError::NotFound { .. }) => Ok(Archived::No),
-                        Err(e) => Err(QueueError::Archive(e)),
+                        Err(e) => Err(store_failed(e)),
                     }
                 }
             })

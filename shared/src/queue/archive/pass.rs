@@ -20,7 +20,7 @@ use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply
 use redis::Script;
 use std::sync::LazyLock;
 
-use super::{archived_score, ArchivedTask};
+use super::{archived_score, store_failed, ArchivedTask};
 use crate::error::QueueError;
 use crate::ids::{TaskId, TenantId};
 use crate::queue::{FeedEntry, FeedId, Queue};
@@ -235,7 +235,7 @@ impl Queue {
             return Ok(false);
         }
         let body = serde_json::to_vec(&ArchivedTask { v: 1, fields }).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-        archive.store.put_json(&archive.store.layout().archived_task(tenant, id), body).await?;
+        archive.store.put_json(&archive.store.layout().archived_task(tenant, id), body).await.map_err(store_failed)?;
         let moved: i64 = MOVE_TASK
             .key(key)
             .key(self.keys.archived(tenant))
@@ -280,7 +280,7 @@ impl Queue {
                     })
                     .collect();
                 let done: Vec<Result<(), _>> = futures::stream::iter(deletes).buffer_unordered(TASKS_AT_ONCE).collect().await;
-                done.into_iter().collect::<Result<Vec<()>, _>>()?;
+                done.into_iter().collect::<Result<Vec<()>, _>>().map_err(store_failed)?;
                 if !ids.is_empty() {
                     let _: i64 = redis::cmd("ZREM").arg(&index).arg(&ids).query_async(&mut conn).await?;
                 }
