@@ -34,11 +34,13 @@ use crate::task::TaskSpec;
 /// its waiting tasks (`state`'s `queued` and `delayed`, plus the room live
 /// reservations in `admitting` hold) against `max_queued`. Only when all
 /// pass does it take the rate's token and, when given a `ticket`, reserve
-/// room for `n` tasks for `hold_ms`; a refusal changes nothing. Returns
+/// room for `n` tasks for `hold_ms`; a refusal changes nothing. `counts`
+/// (optional) are `state`'s `queued` and `delayed` when the caller read
+/// them already. Returns
 /// `{'ok', remaining, reset_s}`, `{'tokens', spent, 0}`,
 /// `{'rate', retry_after_s, reset_s}` or `{'queued', waiting, 0}`.
 pub(crate) const ADMIT_FN: &str = r#"
-local function admit(state, rate, admitting, usage, n, interval, burst, max_queued, max_tokens, ticket, hold_ms)
+local function admit(state, rate, admitting, usage, n, interval, burst, max_queued, max_tokens, ticket, hold_ms, counts)
   if usage then
     local spent = tonumber(redis.call('HGET', usage, 'tokens') or '0')
     if spent >= max_tokens then return {'tokens', spent, 0} end
@@ -60,7 +62,7 @@ local function admit(state, rate, admitting, usage, n, interval, burst, max_queu
   for _, r in ipairs(redis.call('ZRANGE', admitting, '(' .. string.format('%.0f', now_ms), '+inf', 'BYSCORE')) do
     held = held + tonumber(string.match(r, ':(%d+)$'))
   end
-  local counts = redis.call('HMGET', state, 'queued', 'delayed')
+  counts = counts or redis.call('HMGET', state, 'queued', 'delayed')
   local waiting = math.max(tonumber(counts[1] or '0'), 0) + math.max(tonumber(counts[2] or '0'), 0) + held
   if waiting + n > max_queued then return {'queued', waiting, 0} end
   if ticket then
@@ -93,13 +95,16 @@ pub static SUBMIT_ONE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{CREATE_FN}\n{FAIR_FN}\n{ENQUEUE_FN}\n{ADMIT_FN}\n{}",
         r#"
+-- The tenant's hash (`KEYS[3]`), read once for admission and the enqueue.
+local st, lanes = state_of(ARGV[15], ARGV[17])
 local verdict = admit(KEYS[3], KEYS[4], KEYS[5], KEYS[8], 1, tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]),
-  tonumber(ARGV[14]))
+  tonumber(ARGV[14]), nil, nil, {st.queued, st.delayed})
 if verdict[1] ~= 'ok' then return verdict end
 create({KEYS[2], ARGV[5]}, 5, ARGV[2], ARGV[3], ARGV[4])
 redis.call('ZADD', KEYS[6], 0, ARGV[5])
-redis.call('SADD', KEYS[7], ARGV[8])
-enqueue(ARGV[15], ARGV[16], tonumber(ARGV[3]), ARGV, 17)
+-- A tenant with a lane was listed with its first task.
+if #lanes == 0 then redis.call('SADD', KEYS[7], ARGV[8]) end
+enqueue(ARGV[15], ARGV[16], tonumber(ARGV[3]), ARGV, 17, {[ARGV[17]] = {st, lanes}})
 return verdict
 "#
     ))
