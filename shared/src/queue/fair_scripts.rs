@@ -583,7 +583,7 @@ pub(super) fn fair_script(body: &str) -> Script {
 
 /// Puts tasks into their tenants' lanes (or the due set) on one shard and
 /// lets those tenants take turns, shared by [`ENQUEUE`] and
-/// `super::admission::SUBMIT_ONE`: `S` the shard base, `group` the group,
+/// `super::singles::SUBMIT_SINGLES`: `S` the shard base, `group` the group,
 /// `now` epoch ms, then from `args[first]` per task `tenant, weight,
 /// max_running (0 none), lane index, task id, due ms (0 now), route`
 /// ([`ENQUEUE_GROUP`] values). A tenant's settings are written with its

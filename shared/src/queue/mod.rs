@@ -36,6 +36,7 @@ mod routing;
 mod screens;
 pub mod scripts;
 mod settings_sync;
+mod singles;
 mod stats;
 mod submit;
 mod takeover;
@@ -44,8 +45,8 @@ mod usage;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use admission::Verdict;
 pub(crate) use admission::ADMIT_FN;
-pub use admission::{Verdict, SUBMIT_ONE};
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};
@@ -55,6 +56,7 @@ pub use feed_relay::Heard;
 pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
+pub use singles::SUBMIT_SINGLES;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 pub use takeover::Takeover;
@@ -102,6 +104,8 @@ pub struct Queue {
     redis: Redis,
     keys: Keys,
     settings: QueueSettings,
+    /// Single-task submits waiting for their tenant's next script call.
+    singles: Arc<singles::Waiting>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -115,7 +119,7 @@ impl Queue {
     /// [`CLUSTER_SHARDS`] scheduler shards.
     pub fn new(redis: Redis, keys: Keys, settings: QueueSettings) -> Self {
         let keys = keys.with_shards(if redis.is_cluster() { CLUSTER_SHARDS } else { 1 });
-        Self { redis, keys, settings }
+        Self { redis, keys, settings, singles: Arc::default() }
     }
 
     /// The same queue over another connection, for work beside the task
