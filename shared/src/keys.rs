@@ -5,7 +5,7 @@
 //! in one cluster slot: a task is one hash, under `{task id}`; a tenant's
 //! index, dead letters and idempotency records share `{tenant}`; a batch's
 //! record and task list share `{batch id}`; every schedule key shares `{s}`;
-//! the finished index and the tenant set share `{q}`.
+//! the ended stream and the tenant set share `{q}`.
 //!
 //! The queue itself is split into scheduler shards, each under a hash tag
 //! of its own, `{f<n>}` (one shard on a single server, [`CLUSTER_SHARDS`] on
@@ -23,7 +23,6 @@
 //! | `sched` | hash | `clock` (virtual time of the last turn), the shard's `queued`, `running`, `delayed` |
 //! | `routes` | hash | queued entries per route (routes without any are absent) |
 //! | `active:<route>` | sorted set | tenants with queued tasks on the route below their `max_running`, by virtual time |
-//! | `active` | sorted set | tenants in any `active:<route>`, by virtual time (orders shards on a cluster) |
 //! | `busy` | set | every tenant with entries delivered and not yet acknowledged, and maybe some with none left (its hash's `busy` says it is in; reclaim looks only here and drops those with none) |
 //! | `trim` | set | tenants with acknowledged entries to trim |
 //! | `wake` | sorted set | one member, `ready`, while tasks became claimable since an idle worker last looked (idle workers wait on it with `BZPOPMIN`) |
@@ -133,10 +132,10 @@ impl Keys {
         format!("{}wake", self.shard_base(shard))
     }
 
-    /// Sorted set: the shard's tenants that may take a turn on some route,
-    /// by virtual time.
-    pub fn active(&self, shard: Shard) -> String {
-        format!("{}active", self.shard_base(shard))
+    /// Sorted set: the shard's tenants that may take a turn on `route`, by
+    /// virtual time.
+    pub fn active_route(&self, shard: Shard, route: &str) -> String {
+        format!("{}active:{route}", self.shard_base(shard))
     }
 
     /// Hash: one tenant's scheduler state and settings.
@@ -217,9 +216,18 @@ impl Keys {
         self.outcomes(self.shard_of(tenant))
     }
 
-    /// Sorted set: tasks a worker ended on a single server, by when they
-    /// ended; each is deleted once the retention has passed (a task ended
-    /// elsewhere expires through its own TTL).
+    /// Stream: tasks a worker ended on a single server, one entry per
+    /// acknowledgement call, whose id is when they ended and whose field
+    /// `t` lists their ids (space-separated); each is deleted once the
+    /// retention has passed (a task ended elsewhere expires through its own
+    /// TTL).
+    pub fn ended(&self) -> String {
+        format!("{}:{{q}}:ended", self.prefix)
+    }
+
+    /// Sorted set: the finished index of earlier versions (ended tasks by
+    /// when they ended), still swept so an upgraded fleet deletes what it
+    /// holds.
     pub fn finished(&self) -> String {
         format!("{}:{{q}}:finished", self.prefix)
     }
@@ -496,7 +504,7 @@ mod tests {
         assert_eq!(tag(&keys.lane(&tenant, "scripted|none|", Priority::High)), tag(&keys.sched(shard)));
         assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.shard_routes(shard)));
         assert_eq!(tag(&keys.tenant_state(&tenant)), tag(&keys.due(shard)));
-        assert_eq!(tag(&keys.active(shard)), tag(&keys.sched(shard)));
+        assert_eq!(tag(&keys.active_route(shard, "scripted|none|")), tag(&keys.sched(shard)));
         let batch = BatchId::generate();
         assert_eq!(tag(&keys.batch(&batch)), tag(&keys.batch_tasks(&batch)));
         let schedule = ScheduleId::generate();

@@ -417,7 +417,7 @@ impl Queue {
         }
         let shard = Shard(0);
         let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
-        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.finished());
+        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.ended());
         inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
         for ending in ends {
             self.add_ending(&mut inv, ending);

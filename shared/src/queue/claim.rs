@@ -17,8 +17,13 @@ use super::attempt::Outcome;
 
 /// How many due tasks one promoter pass moves per shard.
 const PROMOTE_BATCH: usize = 500;
-/// How many finished tasks one sweep call deletes at most.
+/// How many tasks of the earlier versions' finished index one sweep call
+/// deletes at most.
 const SWEEP_BATCH: usize = 500;
+/// How many entries of the ended stream one sweep call takes at most (an
+/// entry holds the tasks one acknowledgement ended, at most a worker's
+/// concurrency).
+const SWEEP_ENTRIES: usize = 20;
 /// Tenants whose settings one call writes.
 const SETTINGS_CHUNK: usize = 500;
 /// The most sweep calls one pass makes (so a pass keeps up with 10 000
@@ -231,26 +236,29 @@ impl Queue {
         Ok(removed)
     }
 
-    /// Deletes the tasks of the finished index whose retention has passed
-    /// (see [`scripts::SWEEP_FINISHED`]); returns how many left the index.
+    /// Deletes the ended tasks whose retention has passed (see
+    /// [`scripts::SWEEP_ENDED`], and [`scripts::SWEEP_FINISHED`] for the
+    /// index of earlier versions); returns how many index entries went.
     /// Nothing to do on a cluster, where every ended task has a TTL.
     pub async fn sweep_finished(&self) -> Result<usize, QueueError> {
         if self.redis.is_cluster() {
             return Ok(0);
         }
         let cutoff = clock::now_ms() - self.retention_ms() as i64;
+        let ended = self.sweep_rounds(&scripts::SWEEP_ENDED, self.keys.ended(), cutoff, SWEEP_ENTRIES).await?;
+        let finished = self.sweep_rounds(&scripts::SWEEP_FINISHED, self.keys.finished(), cutoff, SWEEP_BATCH).await?;
+        Ok(ended + finished)
+    }
+
+    /// Runs a sweep script on `index` until it takes fewer than `batch`
+    /// entries, at most [`SWEEP_ROUNDS`] times.
+    async fn sweep_rounds(&self, script: &redis::Script, index: String, cutoff: i64, batch: usize) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
         let mut swept = 0;
         for _ in 0..SWEEP_ROUNDS {
-            let n: usize = scripts::SWEEP_FINISHED
-                .key(self.keys.finished())
-                .arg(cutoff)
-                .arg(SWEEP_BATCH)
-                .arg(self.keys.task_prefix())
-                .invoke_async(&mut conn)
-                .await?;
+            let n: usize = script.key(&index).arg(cutoff).arg(batch).arg(self.keys.task_prefix()).invoke_async(&mut conn).await?;
             swept += n;
-            if n < SWEEP_BATCH {
+            if n < batch {
                 break;
             }
         }

@@ -30,8 +30,8 @@
 //!
 //! Invariants: a tenant is in `active:<route>` exactly when it has queued
 //! entries on that route, is below its `max`, is not `paused`, and, when
-//! the route holds a sandbox, is below its `maxsb`; and in `active` when it
-//! is in any of them (a tenant held back is simply not given a turn); every such score is the tenant's `vt`, so the claim takes
+//! the route holds a sandbox, is below its `maxsb` (a tenant held back is
+//! simply not given a turn); every such score is the tenant's `vt`, so the claim takes
 //! the lowest-vt tenant over the routes the worker serves, reading only
 //! those routes' heads (cost O(routes served), never O(tenants)). `running`
 //! changes only in the claim (up, by the entries read) and in
@@ -201,11 +201,6 @@ local function activate(S, tenant, st, lanes)
       end
       redis.call('ZADD', akey(S, route), num(v), tenant)
     end
-  end
-  if v then
-    redis.call('ZADD', S .. 'active', num(v), tenant)
-  else
-    redis.call('ZREM', S .. 'active', tenant)
   end
 end
 -- Tells idle workers that tasks went into lanes: one member, so however
@@ -419,30 +414,19 @@ end
 -- Writes the active sets of the tenants that took turns: `moved` maps a
 -- tenant to {vt, {route = still active?}}.
 local function write_order(S, moved)
-  local add, rem, any_add, any_rem = {}, {}, {}, {}
+  local add, rem = {}, {}
   for tenant, m in pairs(moved) do
-    local v, active = num(m[1]), false
+    local v = num(m[1])
     for route, on in pairs(m[2]) do
       local list = on and add or rem
       list[route] = list[route] or {}
       local l = list[route]
-      if on then
-        l[#l + 1] = v
-        active = true
-      end
+      if on then l[#l + 1] = v end
       l[#l + 1] = tenant
-    end
-    if active then
-      any_add[#any_add + 1] = v
-      any_add[#any_add + 1] = tenant
-    else
-      any_rem[#any_rem + 1] = tenant
     end
   end
   for route, l in pairs(add) do redis.call('ZADD', akey(S, route), unpack(l)) end
   for route, l in pairs(rem) do redis.call('ZREM', akey(S, route), unpack(l)) end
-  if #any_add > 0 then redis.call('ZADD', S .. 'active', unpack(any_add)) end
-  if #any_rem > 0 then redis.call('ZREM', S .. 'active', unpack(any_rem)) end
 end
 -- Reads up to `k` entries of the tenant's lanes in `lanes` (by priority),
 -- appending them to `out`, and corrects each lane's count, adding the
@@ -987,8 +971,8 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 3;
 /// outcomes in one step, so a task is counted exactly when it ends and its
 /// tenant's slot frees with it; on a single server only (the tasks' keys
 /// and the shard's are in one call). Instead of a TTL each, the ended tasks
-/// go into the finished index in one command. `KEYS[1]` the shard's
-/// `sched`, `KEYS[2]` the shard's outcome counts, `KEYS[3]` the finished index,
+/// go into the ended stream as one entry. `KEYS[1]` the shard's
+/// `sched`, `KEYS[2]` the shard's outcome counts, `KEYS[3]` the ended stream,
 /// then the key of each ended task. `ARGV[1]` the channel prefix,
 /// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
 /// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`
@@ -1013,7 +997,6 @@ for i = 1, ended do
   if replies[i] ~= -1 then
     entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13]}
     count(ARGV[a + 4])
-    finished[#finished + 1] = ARGV[a + 8]
     finished[#finished + 1] = ARGV[a]
   end
 end
@@ -1025,7 +1008,7 @@ local rest, freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts)
 for _, e in ipairs(rest) do entries[#entries + 1] = e end
 settle(ARGV[5], ARGV[3], entries, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
-if #finished > 0 then redis.call('ZADD', KEYS[3], unpack(finished)) end
+if #finished > 0 then redis.call('XADD', KEYS[3], '*', 't', table.concat(finished, ' ')) end
 return replies
 "#
     ))

@@ -9,13 +9,14 @@
 //! [`Claimer::wait_for_work`], which on a single server returns as soon as
 //! tasks go into lanes (the shard's `wake` signal) and otherwise sleeps.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{Delivery, Queue, StartOutcome};
 use crate::error::QueueError;
 use crate::keys::Shard;
 use crate::redis_conn::Dedicated;
-use crate::route::Capabilities;
+use crate::route::{Capabilities, Route};
 
 /// One entry handed to a worker and what starting it gave.
 #[derive(Debug)]
@@ -113,26 +114,50 @@ impl Claimer {
         self.last_reclaim.is_none_or(|at| at.elapsed() >= every)
     }
 
-    /// Takes turns shard by shard, the shard whose next tenant has the
-    /// lowest virtual time first, so turns stay fair across shards (the
-    /// order looks at every route's tenants, the turns only at the routes
-    /// this worker serves).
+    /// Takes turns shard by shard, the shard whose next tenant (on the
+    /// routes this worker serves) has the lowest virtual time first, so
+    /// turns stay fair across shards.
     async fn claim_on_cluster(&self, free: usize) -> Result<Vec<Delivery>, QueueError> {
-        let shards: Vec<Shard> = self.queue.keys.shards().collect();
-        let heads =
-            shards.iter().map(|s| redis::cmd("ZRANGE").arg(self.queue.keys.active(*s)).arg(0).arg(0).arg("WITHSCORES").clone());
-        let heads: Vec<Vec<(String, f64)>> = self.queue.redis.query_many(heads.collect()).await?;
-        let mut order: Vec<(f64, Shard)> =
-            shards.iter().zip(&heads).filter_map(|(shard, head)| head.first().map(|(_, vt)| (*vt, *shard))).collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut got = Vec::new();
-        for (_, shard) in order {
+        for shard in self.shards_in_turn_order().await? {
             if got.len() >= free {
                 break;
             }
             got.extend(self.queue.claim_turns(shard, &self.worker, &self.caps, free - got.len()).await?);
         }
         Ok(got)
+    }
+
+    /// The shards with a tenant ready on a route this worker serves, that
+    /// tenant's virtual time lowest first: every shard's routes with queued
+    /// entries in one round trip, then the head of each served route's turn
+    /// order in another.
+    async fn shards_in_turn_order(&self) -> Result<Vec<Shard>, QueueError> {
+        let keys = &self.queue.keys;
+        let shards: Vec<Shard> = keys.shards().collect();
+        let routes: Vec<HashMap<String, i64>> =
+            self.queue.redis.query_many(shards.iter().map(|s| redis::Cmd::hgetall(keys.shard_routes(*s))).collect()).await?;
+        let served: Vec<(Shard, String)> = shards
+            .iter()
+            .zip(routes)
+            .flat_map(|(shard, routes)| routes.into_iter().map(move |(route, queued)| (*shard, route, queued)))
+            .filter(|(_, route, queued)| *queued > 0 && Route::parse(route).is_some_and(|r| self.caps.serves(&r)))
+            .map(|(shard, route, _)| (shard, route))
+            .collect();
+        let heads = served.iter().map(|(shard, route)| {
+            redis::cmd("ZRANGE").arg(keys.active_route(*shard, route)).arg(0).arg(0).arg("WITHSCORES").clone()
+        });
+        let heads: Vec<Vec<(String, f64)>> = self.queue.redis.query_many(heads.collect()).await?;
+        let mut lowest: HashMap<Shard, f64> = HashMap::new();
+        for ((shard, _), head) in served.iter().zip(&heads) {
+            if let Some((_, vt)) = head.first() {
+                let best = lowest.entry(*shard).or_insert(*vt);
+                *best = best.min(*vt);
+            }
+        }
+        let mut order: Vec<(f64, Shard)> = lowest.into_iter().map(|(shard, vt)| (vt, shard)).collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        Ok(order.into_iter().map(|(_, shard)| shard).collect())
     }
 
     async fn start(&self, deliveries: Vec<Delivery>) -> Result<Vec<Claim>, QueueError> {

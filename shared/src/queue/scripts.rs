@@ -48,8 +48,8 @@ local function tenant_keys(tenant)
   end
   return k
 end
-local function record(t, tenant, batch, seq, body, fields)
-  local event = '{"seq":' .. seq .. ',' .. body
+-- `record` with the event already made (`{"seq":<seq>,…}`).
+local function store(t, tenant, batch, seq, event, fields)
   local n = #fields
   fields[n + 1] = 'seq'
   fields[n + 2] = seq
@@ -63,10 +63,18 @@ local function record(t, tenant, batch, seq, body, fields)
   redis.call('PUBLISH', keys[2], event)
   return seq
 end
+local function record(t, tenant, batch, seq, body, fields)
+  return store(t, tenant, batch, seq, '{"seq":' .. seq .. ',' .. body, fields)
+end
 local function with_hdr(hdr, draft)
   return hdr .. ',' .. string.sub(draft, 2)
 end
+-- The count after `current` (a decimal string, or absent for 0): by its
+-- last digit while that is not a 9, as formatting a Lua number costs
+-- several times more.
 local function next_seq(current)
+  local last = current and string.byte(current, -1)
+  if last and last >= 48 and last < 57 then return string.sub(current, 1, -2) .. string.char(last + 1) end
   return tostring((tonumber(current) or 0) + 1)
 end
 local function is_terminal(status)
@@ -96,9 +104,9 @@ pub(super) const START_FN: &str = r#"
 -- The `started` draft without its opening brace, cut once per call.
 local STARTED
 local function start(t, reclaimed, entry)
-  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace', 'entry')
+  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
   if not st[1] then return {'gone'} end
-  if is_terminal(st[1]) then return {'terminal', st[1], st[11] or ''} end
+  if is_terminal(st[1]) then return {'terminal', st[1], redis.call('HGET', t[1], 'entry') or ''} end
   if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return {'duplicate'} end
   local seq = next_seq(st[9])
   if st[4] == '1' then
@@ -106,14 +114,13 @@ local function start(t, reclaimed, entry)
     redis.call('PEXPIRE', t[1], ARGV[7])
     return {'cancelled'}
   end
-  local number = tonumber(st[2]) + 1
-  if number > tonumber(st[3]) then
+  if tonumber(st[2]) >= tonumber(st[3]) then
     record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), {'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
       'error', 'attempts exhausted: the worker running the last attempt stopped responding'})
     redis.call('PEXPIRE', t[1], ARGV[7])
     return {'dead', st[2], st[6]}
   end
-  local attempt = tostring(number)
+  local attempt = next_seq(st[2])
   if st[1] == 'waiting' then redis.call('HDEL', t[1], 'takeover', 'released', 'input') end
   local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry}
   if st[2] == '0' then
@@ -121,7 +128,7 @@ local function start(t, reclaimed, entry)
     fields[10] = ARGV[3]
   end
   STARTED = STARTED or string.sub(ARGV[2], 2)
-  record(t, st[6], st[7], seq, '"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
+  store(t, st[6], st[7], seq, '{"seq":' .. seq .. ',"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
   return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
 end
 "#;
@@ -430,25 +437,58 @@ return 'requeued'
     )
 });
 
-/// Deletes tasks of the finished index (`KEYS[1]`) that ended at or
-/// before `ARGV[1]` (epoch ms), at most `ARGV[2]` of them, on a single
-/// server (the task keys are computed from the prefix `ARGV[3]`). A task
-/// that was revived since is not ended any more, or ended later: it stays,
-/// and leaves the index until it ends again. Returns how many entries were
-/// taken from the index.
-pub static SWEEP_FINISHED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local cutoff = tonumber(ARGV[1])
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
-for _, id in ipairs(ids) do
+/// Deletes the task `id` (its key made from the prefix `ARGV[3]`) when it
+/// ended at or before `cutoff`. A task that was revived since is not ended
+/// any more, or ended later: it stays, and its index entry goes, until it
+/// ends again.
+const DELETE_IF_EXPIRED_FN: &str = r#"
+local function delete_if_expired(id, cutoff)
   local key = ARGV[3] .. '{' .. id .. '}'
   local st = redis.call('HMGET', key, 'status', 'finished_at')
   local ended = st[1] == 'succeeded' or st[1] == 'failed' or st[1] == 'cancelled'
   if ended and (tonumber(st[2]) or 0) <= cutoff then redis.call('DEL', key) end
 end
+"#;
+
+/// Deletes the tasks of the ended stream (`KEYS[1]`) whose entries were
+/// written at or before `ARGV[1]` (epoch ms) and that ended by then, taking
+/// at most `ARGV[2]` entries from the stream, on a single server (the task
+/// keys are made from the prefix `ARGV[3]`). Returns how many entries went.
+pub static SWEEP_ENDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{DELETE_IF_EXPIRED_FN}\n{}",
+        r#"
+local cutoff = tonumber(ARGV[1])
+local entries = redis.call('XRANGE', KEYS[1], '-', ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local gone = {}
+for _, entry in ipairs(entries) do
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 't' then
+      for id in string.gmatch(fields[i + 1], '%S+') do delete_if_expired(id, cutoff) end
+    end
+  end
+  gone[#gone + 1] = entry[1]
+end
+if #gone > 0 then redis.call('XDEL', KEYS[1], unpack(gone)) end
+return #gone
+"#
+    ))
+});
+
+/// Deletes tasks of the finished index of earlier versions (`KEYS[1]`, a
+/// sorted set by end time) that ended at or before `ARGV[1]` (epoch ms),
+/// at most `ARGV[2]` of them, as [`SWEEP_ENDED`] does. Returns how many
+/// entries were taken from the index.
+pub static SWEEP_FINISHED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{DELETE_IF_EXPIRED_FN}\n{}",
+        r#"
+local cutoff = tonumber(ARGV[1])
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do delete_if_expired(id, cutoff) end
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
 return #ids
-"#,
-    )
+"#
+    ))
 });

@@ -276,6 +276,27 @@ async fn the_retention_sweep_leaves_a_task_that_is_not_ended() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_retention_sweep_takes_an_ended_entry_and_leaves_its_task_that_is_not_ended() {
+    let (_redis, config) = fleet(&[("FLOTILLA_RETENTION_S", "1")]);
+    let q = queue(&config).await;
+    let queued = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
+    let mut conn = q.redis().shared();
+    let long_ago = format!("{}-0", clock::now_ms() - 60_000);
+    let _: String = redis::cmd("XADD")
+        .arg(q.keys().ended())
+        .arg(long_ago)
+        .arg("t")
+        .arg(queued.as_str())
+        .query_async(&mut conn)
+        .await
+        .expect("XADD");
+    assert_eq!(q.sweep_finished().await.expect("sweep"), 1, "the entry left the ended stream");
+    assert_eq!(record(&q, &queued).await.status, TaskStatus::Queued, "the queued task is untouched");
+    let left: i64 = redis::cmd("XLEN").arg(q.keys().ended()).query_async(&mut conn).await.expect("XLEN");
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_second_delivery_after_the_end_is_acknowledged_and_not_counted_again() {
     let (_redis, config) = fleet(&[]);
     let q = queue(&config).await;
