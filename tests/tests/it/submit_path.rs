@@ -136,7 +136,8 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     assert!(matches!(first, Verdict::Admitted { .. }), "{first:?}");
     redis.cli(&["CONFIG", "RESETSTAT"]);
     // On the test's one thread every submit is waiting before the call runs.
-    let answers = futures::future::join_all((0..40).map(|_| queue.submit_one(&acme(), &spec, &quota))).await;
+    let tenant = acme();
+    let answers = futures::future::join_all((0..40).map(|_| queue.submit_one(&tenant, &spec, &quota))).await;
     let calls = command_calls(&redis);
     assert_eq!(calls.get("evalsha"), Some(&1), "40 waiting submits in one call: {calls:?}");
     let mut admitted = Vec::new();
