@@ -181,9 +181,10 @@ local function set_settings(S, tenant, weight, max)
     redis.call('HDEL', S .. 'limits', tenant)
   end
 end
-local function activate(S, tenant)
+-- `st` and `lanes` as `state_of` gives them, when the caller has them.
+local function activate(S, tenant, st, lanes)
   local t = tkey(S, tenant)
-  local st, lanes = state_of(S, tenant)
+  if not st then st, lanes = state_of(S, tenant) end
   local blocked, sb_full = held_back(st, tonumber(st.running) or 0)
   local per_route = {}
   for _, l in ipairs(lanes) do per_route[l[1]] = (per_route[l[1]] or 0) + l[3] end
@@ -566,52 +567,102 @@ pub(super) fn fair_script(body: &str) -> Script {
 
 /// Puts tasks into their tenants' lanes (or the due set) on one shard and
 /// lets those tenants take turns, shared by [`ENQUEUE`] and
-/// `super::admission::SUBMIT_ONE`: `S` the shard base, `group` the group,
+/// `super::singles::SUBMIT_SINGLES`: `S` the shard base, `group` the group,
 /// `now` epoch ms, then from `args[first]` per task `tenant, weight,
 /// max_running (0 none), lane index, task id, due ms (0 now), route`
 /// ([`ENQUEUE_GROUP`] values). A tenant's settings are written with its
 /// tasks, so a restart with new settings takes effect at the next submit.
 /// Returns how many went into lanes.
 pub(super) const ENQUEUE_FN: &str = r#"
-local function enqueue(S, group, now, args, first)
-  local touched, order = {}, {}
+local function enqueue(S, group, now, args, first, read)
+  -- Per tenant touched, in order: its hash read once (or as `read` gives
+  -- it), the lanes it had by field, the routes its tasks go to, and
+  -- whether its settings changed; its counters are written in one `HSET`.
+  local tenants, order = {}, {}
   local queued = 0
-  -- Counts are summed per (tenant, lane) and written once per call.
-  local into_lanes, into_due, counted = {}, {}, {}
-  local function count(list, key, parts)
-    if not list[key] then
-      list[key] = {parts, 0}
-      counted[#counted + 1] = {list, key}
-    end
-    list[key][2] = list[key][2] + 1
-  end
+  local into_due, due_order = {}, {}
   for a = first, #args, 7 do -- ENQUEUE_GROUP
     local tenant, lane, id, due, route = args[a], tonumber(args[a + 3]), args[a + 4], tonumber(args[a + 5]), args[a + 6]
-    if not touched[tenant] then
-      touched[tenant] = true
+    local t = tenants[tenant]
+    if not t then
+      local st, lanes
+      if read and read[tenant] then
+        st, lanes = read[tenant][1], read[tenant][2]
+      else
+        st, lanes = state_of(S, tenant)
+      end
+      t = {st = st, lanes = lanes, by_field = {}, routes = {}, added = 0}
+      for _, l in ipairs(lanes) do t.by_field[l[2] .. ':' .. l[1]] = l end
+      -- A tenant with a lane was put in the shard's tenants when it was made.
+      if #lanes == 0 then redis.call('SADD', S .. 'tenants', tenant) end
+      if st.weight ~= args[a + 1] or st.max ~= args[a + 2] then
+        set_settings(S, tenant, args[a + 1], args[a + 2])
+        st.weight, st.max = args[a + 1], args[a + 2]
+        t.changed = true
+      end
+      tenants[tenant] = t
       order[#order + 1] = tenant
-      redis.call('SADD', S .. 'tenants', tenant)
-      set_settings(S, tenant, args[a + 1], args[a + 2])
     end
     if due > now then
       redis.call('ZADD', S .. 'due', due, lane .. ':' .. tenant .. ':' .. route .. ':' .. id)
-      count(into_due, tenant .. '\0' .. lane, {tenant, lane})
+      local key = tenant .. '\0' .. lane
+      if not into_due[key] then
+        into_due[key] = {tenant, lane, 0}
+        due_order[#due_order + 1] = into_due[key]
+      end
+      into_due[key][3] = into_due[key][3] + 1
     else
-      ensure_lane(S, group, tenant, route, lane)
+      local field = lane .. ':' .. route
+      local l = t.by_field[field]
+      if not l then
+        make_group(lkey(S, tenant, route, lane), group)
+        l = {route, lane, 0}
+        t.by_field[field] = l
+        t.lanes[#t.lanes + 1] = l
+      end
       redis.call('XADD', lkey(S, tenant, route, lane), '*', 't', id)
-      count(into_lanes, tenant .. '\0' .. lane .. ':' .. route, {tenant, route, lane})
+      if not l.before then l.before = l[3] end
+      l[3] = l[3] + 1
+      t.routes[route] = true
+      t.added = t.added + 1
+      ROUTE_ACC[route] = (ROUTE_ACC[route] or 0) + 1
       queued = queued + 1
     end
   end
-  for _, c in ipairs(counted) do
-    local parts, n = c[1][c[2]][1], c[1][c[2]][2]
-    if c[1] == into_due then
-      bump_delayed(S, parts[1], parts[2], n)
+  for _, d in ipairs(due_order) do bump_delayed(S, d[1], d[2], d[3]) end
+  local clock
+  for _, tenant in ipairs(order) do
+    local t = tenants[tenant]
+    local st = t.st
+    if t.added > 0 then
+      st.queued = tostring((tonumber(st.queued) or 0) + t.added)
+      SHARD_ACC.queued = (SHARD_ACC.queued or 0) + t.added
+      local fields = {'queued', st.queued}
+      -- How many each route had before, to know whether it was active.
+      local had = {}
+      for _, l in ipairs(t.lanes) do
+        if l.before then
+          fields[#fields + 1] = l[2] .. ':' .. l[1]
+          fields[#fields + 1] = l[3]
+        end
+        had[l[1]] = (had[l[1]] or 0) + (l.before or l[3])
+      end
+      redis.call('HSET', tkey(S, tenant), unpack(fields))
+      -- A tenant whose settings stayed, whose routes all had queued
+      -- entries, and whose virtual time the clock does not move is already
+      -- where `activate` would put it.
+      local same = not t.changed
+      for route in pairs(t.routes) do same = same and had[route] > 0 end
+      if same then
+        clock = clock or tonumber(redis.call('HGET', S .. 'sched', 'clock')) or 0
+        local vt = tonumber(st.vt) or 0
+        same = vt >= clock - HEAD_START * STRIDE_UNIT / math.max(tonumber(st.weight) or 1, 1)
+      end
+      if not same then activate(S, tenant, st, t.lanes) end
     else
-      bump_queued(S, parts[1], parts[2], parts[3], n)
+      activate(S, tenant)
     end
   end
-  for _, tenant in ipairs(order) do activate(S, tenant) end
   flush(S)
   if queued > 0 then wake(S) end
   return queued

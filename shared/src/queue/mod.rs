@@ -37,6 +37,7 @@ mod routing;
 mod screens;
 pub mod scripts;
 mod settings_sync;
+mod singles;
 mod stats;
 mod submit;
 mod takeover;
@@ -45,8 +46,8 @@ mod usage;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use admission::Verdict;
 pub(crate) use admission::ADMIT_FN;
-pub use admission::{Verdict, SUBMIT_ONE};
 pub use archive::ArchivePass;
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
@@ -57,6 +58,7 @@ pub use feed_relay::Heard;
 pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
+pub use singles::SUBMIT_SINGLES;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 pub use takeover::Takeover;
@@ -110,6 +112,8 @@ pub struct Queue {
     settings: QueueSettings,
     /// Where finished tasks go after the hot window, when there is a store.
     archive: Option<archive::Archive>,
+    /// Single-task submits waiting for their tenant's next script call.
+    singles: Arc<singles::Waiting>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -123,7 +127,7 @@ impl Queue {
     /// [`CLUSTER_SHARDS`] scheduler shards.
     pub fn new(redis: Redis, keys: Keys, settings: QueueSettings) -> Self {
         let keys = keys.with_shards(if redis.is_cluster() { CLUSTER_SHARDS } else { 1 });
-        Self { redis, keys, settings, archive: None }
+        Self { redis, keys, settings, archive: None, singles: Arc::default() }
     }
 
     /// The same queue over another connection, for work beside the task

@@ -145,7 +145,7 @@ fn starting_script(body: &str) -> Script {
 pub const CREATE_GROUP: usize = 6;
 
 /// Creating one task with its `queued` event, shared by [`CREATE`] and
-/// `super::admission::SUBMIT_ONE`: `t` the task, `a` where its
+/// `super::singles::SUBMIT_SINGLES`: `t` the task, `a` where its
 /// [`CREATE_GROUP`] arguments start (`id, hdr, spec, tenant, batch,
 /// max_attempts`), `draft` the event draft, `now` epoch ms, `trace` the W3C
 /// `traceparent` of the request that made it (or empty).

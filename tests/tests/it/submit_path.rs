@@ -6,6 +6,7 @@
 //! as before.
 
 use flotilla_shared::keys::Keys;
+use flotilla_shared::queue::Verdict;
 use flotilla_shared::{clock, Config, TenantId};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use serde_json::{json, Value};
@@ -113,4 +114,48 @@ async fn a_single_task_submit_counts_the_room_other_requests_reserved() {
     redis.cli(&["ZREM", &admitting, "live:3"]);
     let (status, body) = client.post("/v1/tasks", &task()).await;
     assert_eq!(status, 202, "room again once the reservation is gone: {body}");
+}
+
+/// Single submits of one tenant made while its call is under way go
+/// together in one script call, and each is still judged on its own, in
+/// order: with a burst of 10, the first submit and 9 of the 40 made at once
+/// pass the rate, the rest are refused, and only the admitted ones are
+/// created, listed, counted and announced.
+#[tokio::test]
+async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = config(&redis, &prefix, "[tenants.acme]\nmax_queued = 25\nrate = { per_second = 0.001, burst = 10 }\n");
+    let keys = Keys::new(config.key_prefix.clone());
+    let quota = config.tenants.get(&acme());
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let spec = flotilla_tests::tasks::wait_spec(1);
+    assert!(queue.submits_in_one_call(&spec));
+    // The first call loads the script (`NOSCRIPT`, `SCRIPT LOAD`, again).
+    let (first, _) = queue.submit_one(&acme(), &spec, &quota).await.expect("first submit");
+    assert!(matches!(first, Verdict::Admitted { .. }), "{first:?}");
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    // On the test's one thread every submit is waiting before the call runs.
+    let tenant = acme();
+    let answers = futures::future::join_all((0..40).map(|_| queue.submit_one(&tenant, &spec, &quota))).await;
+    let calls = command_calls(&redis);
+    assert_eq!(calls.get("evalsha"), Some(&1), "40 waiting submits in one call: {calls:?}");
+    let mut admitted = Vec::new();
+    for (n, answer) in answers.into_iter().enumerate() {
+        let (verdict, submitted) = answer.expect("submit");
+        if n < 9 {
+            assert!(matches!(verdict, Verdict::Admitted { remaining, .. } if remaining == 8 - n as i64), "{n}: {verdict:?}");
+            admitted.push(submitted.expect("an admitted submit makes a task").id);
+        } else {
+            assert!(matches!(verdict, Verdict::RateLimited { .. }), "{n}: {verdict:?}");
+            assert!(submitted.is_none(), "{n}: a refused submit makes no task");
+        }
+    }
+    assert_eq!(redis.cli(&["ZCARD", &keys.tenant_tasks(&acme())]).trim(), "10", "the admitted tasks are listed");
+    assert_eq!(redis.cli(&["HGET", &keys.tenant_state(&acme()), "queued"]).trim(), "10", "and counted as queued");
+    assert_eq!(redis.cli(&["XLEN", &keys.tenant_feed(&acme())]).trim(), "10", "and announced in the feed");
+    for id in &admitted {
+        let task = queue.get(&acme(), id).await.expect("read").expect("the admitted task exists");
+        assert_eq!(task.status, flotilla_shared::task::TaskStatus::Queued);
+    }
 }
