@@ -85,19 +85,6 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-async fn used_memory(queue: &Queue) -> anyhow::Result<i64> {
-    let mut conn = queue.redis().shared();
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("INFO memory has no used_memory")
-}
-
-async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
-}
-
 async fn run(args: Args) -> anyhow::Result<Value> {
     let (_redis, url) = support::start_redis("archive-bench-redis")?.context("redis-server is not installed")?;
     let (_s3, endpoint) = support::start_s3s_fs(None, "archive-bench-s3", BUCKET, (ACCESS_KEY, SECRET_KEY))?;
@@ -127,7 +114,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         ..TaskSpec::default()
     };
 
-    let memory_before = used_memory(&queue).await?;
+    let memory_before = support::used_memory(&queue).await?;
     let mut ids = Vec::with_capacity(args.tasks);
     while ids.len() < args.tasks {
         let batch: Vec<NewTask> = (0..(args.tasks - ids.len()).min(1_000))
@@ -141,13 +128,13 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let shutdown = CancellationToken::new();
     let drain_started = Instant::now();
     let worker = tokio::spawn(flotilla_worker::run_with(config.clone(), registry, shutdown.clone()));
-    while succeeded(&queue).await? < args.tasks as u64 {
+    while support::succeeded(&queue).await? < args.tasks as u64 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let drain_s = drain_started.elapsed().as_secs_f64();
     shutdown.cancel();
     worker.await??;
-    let memory_hot = used_memory(&queue).await?;
+    let memory_hot = support::used_memory(&queue).await?;
     let events = queue.events_after(&tenant, &ids[0], 0).await?.len();
 
     config.clock.advance(3 * HOT_S * 1000);
@@ -163,7 +150,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         }
     }
     let archive_s = archive_started.elapsed().as_secs_f64();
-    let memory_archived = used_memory(&queue).await?;
+    let memory_archived = support::used_memory(&queue).await?;
 
     // Every sampled task reads back whole from the archive.
     let sample: Vec<&TaskId> = ids.iter().step_by((ids.len() / 100).max(1)).collect();

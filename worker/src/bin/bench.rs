@@ -123,15 +123,6 @@ fn new_task(tenant: &TenantId, spec: &TaskSpec) -> NewTask {
     NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() }
 }
 
-async fn used_memory(queue: &Queue) -> anyhow::Result<i64> {
-    let mut conn = queue.redis().shared();
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("INFO memory has no used_memory")
-}
-
 /// Seconds of CPU Redis has used, user and system.
 async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
     let mut conn = queue.redis().shared();
@@ -139,11 +130,6 @@ async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
     let field =
         |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
     Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
-}
-
-async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
-    let fleet = queue.fleet_stats().await?;
-    Ok(fleet.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 fn start_worker(
@@ -180,7 +166,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let queue = Queue::connect(&config).await?;
     let tenant_ids = bench_tenants(tenants)?;
     let spec = noop_spec();
-    let memory_before = used_memory(&queue).await?;
+    let memory_before = support::used_memory(&queue).await?;
     let enqueue_started = Instant::now();
     let mut next = 0;
     while next < n {
@@ -193,7 +179,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let started = Arc::new(Mutex::new(HashMap::new()));
     let cpu_before = redis_cpu_s(&queue).await?;
     let (shutdown, handle) = start_worker(config, started.clone());
-    while succeeded(&queue).await? < n as u64 {
+    while support::succeeded(&queue).await? < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let drained_at = Instant::now();
@@ -204,7 +190,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let redis_cpu_us = (redis_cpu_s(&queue).await? - cpu_before) * 1e6 / n as f64;
     shutdown.cancel();
     handle.await??;
-    let memory_after = used_memory(&queue).await?;
+    let memory_after = support::used_memory(&queue).await?;
     Ok(json!({
         "backlog": n,
         "tenants": tenants,
@@ -237,7 +223,7 @@ async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::
         queue.create_tasks(vec![task]).await?;
         submitted.push((id, at));
     }
-    while succeeded(&queue).await? < n as u64 {
+    while support::succeeded(&queue).await? < n as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     shutdown.cancel();

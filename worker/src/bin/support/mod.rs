@@ -1,7 +1,8 @@
 //! What the benchmark binaries share: the loopback servers they start for
 //! themselves (a `redis-server`, an `s3s-fs`), each stopped and its
 //! directory removed on drop, percentile summaries of timings, a plain text
-//! table, and the one-line usage error that exits with status 2.
+//! table, the one-line usage error that exits with status 2, and what Redis
+//! and the queue say about a run (memory used, tasks succeeded).
 //!
 //! Each benchmark uses a part of this, so items unused by one are allowed.
 #![allow(dead_code)]
@@ -266,4 +267,19 @@ mod tests {
         assert!(parse_size("1920").is_err());
         assert!(parse_size("0x10").is_err());
     }
+}
+
+/// Bytes of memory the queue's Redis uses (`INFO memory`).
+pub async fn used_memory(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<i64> {
+    let mut conn = queue.redis().shared();
+    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("INFO memory has no used_memory")
+}
+
+/// Tasks the fleet counted as succeeded.
+pub async fn succeeded(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<u64> {
+    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
