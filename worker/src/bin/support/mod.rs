@@ -249,6 +249,21 @@ pub fn build_kind() -> &'static str {
     }
 }
 
+/// Bytes of memory the queue's Redis uses (`INFO memory`).
+pub async fn used_memory(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<i64> {
+    let mut conn = queue.redis().shared();
+    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("INFO memory has no used_memory")
+}
+
+/// Tasks the fleet counted as succeeded.
+pub async fn succeeded(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<u64> {
+    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,19 +282,4 @@ mod tests {
         assert!(parse_size("1920").is_err());
         assert!(parse_size("0x10").is_err());
     }
-}
-
-/// Bytes of memory the queue's Redis uses (`INFO memory`).
-pub async fn used_memory(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<i64> {
-    let mut conn = queue.redis().shared();
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("INFO memory has no used_memory")
-}
-
-/// Tasks the fleet counted as succeeded.
-pub async fn succeeded(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
