@@ -284,6 +284,18 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:usage:total", self.prefix)
     }
 
+    /// [`Keys::usage_day`] of `day` as the text before the tenant and after
+    /// it, for a script that makes the key of each tenant it counts.
+    pub fn usage_day_around(&self, day: &str) -> (String, String) {
+        (format!("{}:tenant:{{", self.prefix), format!("}}:usage:{day}"))
+    }
+
+    /// The text after the tenant in [`Keys::usage_total`] (the text before
+    /// it is [`Keys::usage_day_around`]'s).
+    pub fn usage_total_after(&self) -> &'static str {
+        "}:usage:total"
+    }
+
     /// String with a 24 h TTL: `task id` and body hash behind an idempotency key.
     pub fn idempotency(&self, tenant: &TenantId, key_digest: &str) -> String {
         format!("{}:tenant:{{{tenant}}}:idem:{key_digest}", self.prefix)
@@ -496,6 +508,15 @@ mod tests {
         assert_eq!(keys.task_channel(&id), "flotilla:events:task:tsk_01jc0000000000000000000000");
         let tenant = TenantId::parse("acme").expect("tenant");
         assert_eq!(keys.tenant_channel(&tenant), "flotilla:events:tenant:acme");
+    }
+
+    #[test]
+    fn a_script_makes_the_same_usage_keys_from_their_parts() {
+        let keys = Keys::new("flotilla");
+        let tenant = TenantId::parse("acme").expect("tenant");
+        let (before, after) = keys.usage_day_around("2026-11-28");
+        assert_eq!(format!("{before}{tenant}{after}"), keys.usage_day(&tenant, "2026-11-28"));
+        assert_eq!(format!("{before}{tenant}{}", keys.usage_total_after()), keys.usage_total(&tenant));
     }
 
     #[test]

@@ -263,7 +263,7 @@ mod tests {
     async fn a_frame_carries_its_position_type_and_the_stored_json() {
         let (head, raw) = parse(REASONING.as_bytes()).expect("parses");
         assert_eq!(bytes_of(frame(&head, raw, "3".into())).await, format!("id: 3\nevent: reasoning\ndata: {raw}\n\n"));
-        let at = FeedId { ms: 17, n: 2 }.to_string();
+        let at = FeedId::entry(17, 2).to_string();
         assert_eq!(bytes_of(frame(&head, raw, at)).await, format!("id: 17-2\nevent: reasoning\ndata: {raw}\n\n"));
     }
 

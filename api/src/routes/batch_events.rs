@@ -18,7 +18,8 @@ use crate::feed::BatchFeed;
 
 /// Stream the events of every task of a batch.
 ///
-/// Each frame's `id` is its position in the tenant's feed (`<ms>-<n>`). The
+/// Each frame's `id` is its position in the tenant's feed (`<ms>-<n>` or
+/// `<ms>-<n>.<i>`). The
 /// batch's stored events after the position come first (from the batch's
 /// start without one), then live events; the stream closes once every task
 /// has ended.

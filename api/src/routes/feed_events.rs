@@ -11,8 +11,8 @@ use crate::feed::TenantFeed;
 
 /// Stream every event of the caller's tenant.
 ///
-/// Each frame's `id` is its position in the tenant's feed (`<ms>-<n>`,
-/// increasing). Without a position the stream starts with the next event;
+/// Each frame's `id` is its position in the tenant's feed (`<ms>-<n>`, or
+/// `<ms>-<n>.<i>` for an event before the last of its entry; increasing). Without a position the stream starts with the next event;
 /// with one it first sends every stored event after it (events are kept for
 /// the retention window).
 #[utoipa::path(get, path = "/v1/events", tag = "tasks", security(("bearer" = [])), params(sse::FeedResume),

@@ -98,10 +98,10 @@ pub const SEQ: Position = Position {
 
 /// A tenant's feed (and a batch's view of it): the `id` of a frame.
 pub const FEED: Position = Position {
-    pattern: r"^([0-9]{1,19}-[0-9]{1,19})?$",
+    pattern: r"^([0-9]{1,19}-[0-9]{1,19}(\.[0-9]{1,9})?)?$",
     header: "Resume after this position (the `id` of the last frame received)",
     after: "Send only events after this position; `Last-Event-ID` wins when both are given.",
-    what: "the id of a frame of this feed, like 1732500000000-0",
+    what: "the id of a frame of this feed, like 1732500000000-0 or 1732500000000-0.3",
 };
 
 impl Position {
@@ -191,9 +191,15 @@ pub fn resume_at<T: FromStr>(headers: &HeaderMap, after: Option<&str>, what: &st
 }
 
 /// A position as the document states it: whole numbers of at most 19
-/// digits, joined by `-` for a feed (no sign, no space).
+/// digits, joined by `-` for a feed, then for an event inside a feed entry
+/// `.` and at most 9 digits (no sign, no space).
 fn position<T: FromStr>(text: &str) -> Option<T> {
-    let digits = text.split('-').all(|n| (1..=19).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()));
+    let number = |n: &str, most: usize| (1..=most).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit());
+    let (id, inside) = match text.split_once('.') {
+        Some((id, i)) => (id, Some(i)),
+        None => (text, None),
+    };
+    let digits = id.split('-').all(|n| number(n, 19)) && inside.is_none_or(|i| number(i, 9));
     if digits {
         text.parse().ok()
     } else {
@@ -271,5 +277,12 @@ mod tests {
         }
         let feed = resume_at::<flotilla_shared::queue::FeedId>(&HeaderMap::new(), Some("1732500000000-3"), "a feed position");
         assert!(matches!(feed, Ok(Some(_))));
+        let inside = resume_at::<flotilla_shared::queue::FeedId>(&with_header("1732500000000-3.2"), None, "a feed position");
+        assert_eq!(inside.map(|p| p.map(|p| p.to_string())), Ok(Some("1732500000000-3.2".to_owned())));
+        for bad in ["1-2.", "1-2.1234567890", "1-2.3.4", "1.2-3", "3.5"] {
+            let refused = resume_at::<flotilla_shared::queue::FeedId>(&HeaderMap::new(), Some(bad), "a feed position");
+            assert!(refused.is_err(), "{bad:?}");
+        }
+        assert!(resume_at::<u64>(&HeaderMap::new(), Some("3.5"), SEQ).is_err(), "a seq has no place inside an entry");
     }
 }

@@ -16,6 +16,7 @@ use crate::keys::{Shard, GROUP};
 use crate::redact::redact;
 use crate::route::Capabilities;
 use crate::task::{HumanInput, StopCode, TaskSpec};
+use crate::usage::USAGE_TTL_S;
 use crate::usage::{Added, Amount, Counted};
 
 /// The error a task gets when the worker of its last attempt vanished.
@@ -419,6 +420,9 @@ impl Queue {
         let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
         inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.ended());
         inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
+        let (day_before, day_after) = self.keys.usage_day_around(&clock::utc_day(self.now_ms()));
+        let totals_after = if self.settings.tenant_totals { self.keys.usage_total_after() } else { "" };
+        inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
         for ending in ends {
             self.add_ending(&mut inv, ending);
             let delivery = &ending.0.delivery;
@@ -430,7 +434,6 @@ impl Queue {
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
-        self.count_endings(ends, &seqs).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
     }
 

@@ -754,7 +754,9 @@ pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",
         r#"
-return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10], capabilities(ARGV[12], ARGV[13], ARGV[14]))
+return holding_feed(function()
+  return take_turns(ARGV[11], ARGV[8], ARGV[4], tonumber(ARGV[9]), true, ARGV[10], capabilities(ARGV[12], ARGV[13], ARGV[14]))
+end)
 "#
     ))
 });
@@ -970,12 +972,17 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 3;
 /// Ends owning attempts, acknowledges their entries and counts their
 /// outcomes in one step, so a task is counted exactly when it ends and its
 /// tenant's slot frees with it; on a single server only (the tasks' keys
-/// and the shard's are in one call). Instead of a TTL each, the ended tasks
+/// and the shard's are in one call). Each ended task's outcome is counted
+/// in its tenant's usage of the day in the same step (and in its all-time
+/// totals when those are kept). Instead of a TTL each, the ended tasks
 /// go into the ended stream as one entry. `KEYS[1]` the shard's
 /// `sched`, `KEYS[2]` the shard's outcome counts, `KEYS[3]` the ended stream,
 /// then the key of each ended task. `ARGV[1]` the channel prefix,
 /// `ARGV[2]` retention ms (unused here), `ARGV[3]` the group, `ARGV[4]` how
-/// many tasks end, `ARGV[5]` the shard base; from `ARGV[6]`
+/// many tasks end, `ARGV[5]` the shard base, `ARGV[6]` and `ARGV[7]` a usage
+/// day key's text before and after its tenant, `ARGV[8]` the day key's TTL
+/// in seconds (set when a count makes the key), `ARGV[9]` the totals key's
+/// text after its tenant (empty when totals are not kept); from `ARGV[10]`
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
 /// acknowledge only, as `tenant, route, lane index, entry id, outcome (or
 /// empty)`, whose outcome is counted only if this call acknowledged the
@@ -985,23 +992,40 @@ pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{FINISH_FN}\n{FAIR_FN}\n{SETTLE_FN}\n{}",
         r#"
-local entries, counts, finished = {}, {}, {}
+return holding_feed(function()
+local entries, counts, finished, used = {}, {}, {}, {}
 local function count(outcome)
   if outcome ~= '' then counts[outcome] = (counts[outcome] or 0) + 1 end
+end
+local function use(tenant, outcome)
+  local of = used[tenant]
+  if not of then
+    of = {}
+    used[tenant] = of
+  end
+  of[outcome] = (of[outcome] or 0) + 1
 end
 local ended = tonumber(ARGV[4])
 local replies = {}
 for i = 1, ended do
-  local a = 6 + (i - 1) * 14 -- FINISH_AND_ACK_GROUP
+  local a = 10 + (i - 1) * 14 -- FINISH_AND_ACK_GROUP
   replies[i] = finish(task_at(i, ARGV[a], 4), a, false)
   if replies[i] ~= -1 then
     entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13]}
     count(ARGV[a + 4])
+    use(ARGV[a + 9], ARGV[a + 4])
     finished[#finished + 1] = ARGV[a]
   end
 end
+for tenant, of in pairs(used) do
+  local day = ARGV[6] .. tenant .. ARGV[7]
+  for outcome, n in pairs(of) do
+    if redis.call('HINCRBY', day, 'tasks:' .. outcome, n) == n then redis.call('EXPIRE', day, ARGV[8]) end
+    if ARGV[9] ~= '' then redis.call('HINCRBY', ARGV[6] .. tenant .. ARGV[9], 'tasks:' .. outcome, n) end
+  end
+end
 local only_acks = {}
-for j = 6 + ended * 14, #ARGV, 5 do
+for j = 10 + ended * 14, #ARGV, 5 do
   only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4]}
 end
 local rest, freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts)
@@ -1010,6 +1034,7 @@ settle(ARGV[5], ARGV[3], entries, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 if #finished > 0 then redis.call('XADD', KEYS[3], '*', 't', table.concat(finished, ' ')) end
 return replies
+end)
 "#
     ))
 });

@@ -1,11 +1,15 @@
 //! A tenant's feed: every event of its tasks, in the order they happened,
 //! resumable from any position within the retention window.
 //!
-//! On a single server the task scripts append each event to the tenant's
-//! feed stream in the same step that stores and publishes it, so the
-//! stream holds exactly the events the task hashes hold, in commit order.
-//! A position is the stream entry id ([`FeedId`]), which the API hands out
-//! as the SSE `id` of `GET /v1/events` and of a batch's stream. The stream
+//! On a single server the task scripts append the events to the tenant's
+//! feed stream in the same script call that stores and publishes them, so
+//! the stream holds exactly the events the task hashes hold, in commit
+//! order. A call that writes many events (a claim, an acknowledgement, a
+//! batch's creation) appends each tenant's as one entry, one event a line
+//! (an event's JSON holds no raw newline); an entry of one event is just
+//! that event. A position ([`FeedId`]) is the entry id and the event's
+//! place in it, which the API hands out as the SSE `id` of `GET /v1/events`
+//! and of a batch's stream. The stream
 //! is trimmed to the retention window by housekeeping, never on the hot
 //! path. On a cluster the stream lives in another slot than the task, so
 //! the scripts cannot append to it: the API relays each event it hears to
@@ -24,40 +28,86 @@ use crate::ids::TenantId;
 /// How many entries one read of a feed takes at most.
 pub const FEED_READ: usize = 500;
 
-/// A position in a tenant's feed: a stream entry id, `<ms>-<n>`. Ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+/// A position in a tenant's feed: the stream entry id `<ms>-<n>` and the
+/// event's place in that entry. The last (or only) event of an entry is
+/// named by the entry id alone, `<ms>-<n>`; an earlier one `<ms>-<n>.<i>`
+/// (`i` from 0). Ordered as the events are, so resuming after a position
+/// repeats nothing and skips nothing, also inside an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FeedId {
     pub ms: u64,
     pub n: u64,
+    /// The event's index in the entry, [`FeedId::LAST`] for its last.
+    pub i: u32,
+}
+
+impl Default for FeedId {
+    fn default() -> Self {
+        Self::START
+    }
 }
 
 impl FeedId {
+    /// `i` of an entry's last event: the entry id alone names it.
+    pub const LAST: u32 = u32::MAX;
+
     /// The position before every entry.
-    pub const START: FeedId = FeedId { ms: 0, n: 0 };
+    pub const START: FeedId = FeedId::entry(0, 0);
+
+    /// The position of entry `<ms>-<n>` as a whole (its last event).
+    pub const fn entry(ms: u64, n: u64) -> Self {
+        Self { ms, n, i: Self::LAST }
+    }
 
     /// The first position at or after `ms`.
     pub fn at_ms(ms: u64) -> Self {
-        Self { ms, n: 0 }
+        Self::entry(ms, 0)
+    }
+
+    /// Whether this names an event before the last of its entry.
+    pub fn is_inside_entry(&self) -> bool {
+        self.i != Self::LAST
+    }
+
+    /// The stream entry id, `<ms>-<n>`.
+    pub fn entry_id(&self) -> String {
+        format!("{}-{}", self.ms, self.n)
     }
 }
 
 impl fmt::Display for FeedId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.ms, self.n)
+        if self.is_inside_entry() {
+            write!(f, "{}-{}.{}", self.ms, self.n, self.i)
+        } else {
+            write!(f, "{}-{}", self.ms, self.n)
+        }
     }
 }
 
 /// Text that is not a feed position.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not a feed position (<ms>-<n>)")]
+#[error("not a feed position (<ms>-<n>, or <ms>-<n>.<i>)")]
 pub struct BadFeedId;
 
 impl FromStr for FeedId {
     type Err = BadFeedId;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (ms, n) = text.trim().split_once('-').ok_or(BadFeedId)?;
-        Ok(Self { ms: ms.parse().map_err(|_| BadFeedId)?, n: n.parse().map_err(|_| BadFeedId)? })
+        let digits = |part: &str| -> Result<u64, BadFeedId> {
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(BadFeedId);
+            }
+            part.parse().map_err(|_| BadFeedId)
+        };
+        let (id, i) = match text.trim().split_once('.') {
+            // An entry never holds a billion events: at most nine digits.
+            Some((id, i)) if i.len() <= 9 => (id, u32::try_from(digits(i)?).map_err(|_| BadFeedId)?),
+            Some(_) => return Err(BadFeedId),
+            None => (text.trim(), Self::LAST),
+        };
+        let (ms, n) = id.split_once('-').ok_or(BadFeedId)?;
+        Ok(Self { ms: digits(ms)?, n: digits(n)?, i })
     }
 }
 
@@ -67,6 +117,23 @@ pub struct FeedEntry {
     pub id: FeedId,
     /// The event JSON, exactly as stored in its task.
     pub event: String,
+}
+
+impl FeedEntry {
+    /// The events of stream entry `entry` whose `e` field is `text`, owned.
+    pub fn all_of(entry: FeedId, text: &str) -> impl Iterator<Item = FeedEntry> + '_ {
+        events_in(entry, text).map(|(id, event)| FeedEntry { id, event: event.to_owned() })
+    }
+}
+
+/// The events of stream entry `entry` whose `e` field is `text` (one event
+/// a line), each with its position.
+pub fn events_in(entry: FeedId, text: &str) -> impl Iterator<Item = (FeedId, &str)> {
+    let last = text.matches('\n').count();
+    text.split('\n').enumerate().map(move |(i, event)| {
+        let id = if i == last { FeedId::entry(entry.ms, entry.n) } else { FeedId { i: i as u32, ..entry } };
+        (id, event)
+    })
 }
 
 impl Queue {
@@ -96,26 +163,20 @@ impl Queue {
         Ok(found)
     }
 
-    /// Up to `count` entries of `tenant`'s feed stream after `after`.
+    /// The events of up to `count` entries of `tenant`'s feed stream after
+    /// `after` (from inside `after`'s entry when it names an earlier event).
     async fn stream_after(&self, tenant: &TenantId, after: FeedId, count: usize) -> Result<Vec<FeedEntry>, QueueError> {
         let mut conn = self.redis.shared();
+        let from = if after.is_inside_entry() { after.entry_id() } else { format!("({after}") };
         let reply: StreamRangeReply = redis::cmd("XRANGE")
             .arg(self.keys.tenant_feed(tenant))
-            .arg(format!("({after}"))
+            .arg(from)
             .arg("+")
             .arg("COUNT")
             .arg(count)
             .query_async(&mut conn)
             .await?;
-        Ok(reply
-            .ids
-            .into_iter()
-            .filter_map(|entry| {
-                let id = entry.id.parse().ok()?;
-                let event: String = entry.get("e")?;
-                Some(FeedEntry { id, event })
-            })
-            .collect())
+        Ok(events_of(reply).filter(|e| e.id > after).collect())
     }
 
     /// The position of the last event of `tenant`'s feed, archived or not
@@ -154,19 +215,57 @@ impl Queue {
     }
 }
 
+/// The events of feed stream entries, in order, each at its position.
+pub fn events_of(reply: StreamRangeReply) -> impl Iterator<Item = FeedEntry> {
+    reply.ids.into_iter().flat_map(|entry| {
+        let id = entry.id.parse::<FeedId>().ok().filter(|id| !id.is_inside_entry());
+        let text: Option<String> = entry.get("e");
+        let events: Vec<FeedEntry> = match (id, text) {
+            (Some(id), Some(text)) => FeedEntry::all_of(id, &text).collect(),
+            _ => Vec::new(),
+        };
+        events
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(text: &str) -> FeedId {
+        text.parse().expect("a position")
+    }
+
     #[test]
     fn positions_parse_print_and_order() {
-        let a: FeedId = "1700000000000-3".parse().expect("parses");
-        assert_eq!(a, FeedId { ms: 1_700_000_000_000, n: 3 });
+        let a = at("1700000000000-3");
+        assert_eq!(a, FeedId::entry(1_700_000_000_000, 3));
         assert_eq!(a.to_string(), "1700000000000-3");
-        assert!(a < "1700000000000-4".parse().expect("parses"));
-        assert!(a < "1700000000001-0".parse().expect("parses"));
-        assert!("12".parse::<FeedId>().is_err());
-        assert!("a-1".parse::<FeedId>().is_err());
-        assert!("-1-2".parse::<FeedId>().is_err());
+        assert!(a < at("1700000000000-4"));
+        assert!(a < at("1700000000001-0"));
+        for bad in ["12", "a-1", "-1-2", "1-2.", "1-2.x", "1-2.-1", "1-2.4294967295", "1-2.1234567890", "1.2-3", "+1-2"] {
+            assert!(bad.parse::<FeedId>().is_err(), "{bad} is not a position");
+        }
+    }
+
+    #[test]
+    fn an_event_inside_an_entry_comes_before_the_entry_s_last_and_after_the_entry_before() {
+        let inside = at("1700000000000-3.1");
+        assert_eq!(inside, FeedId { ms: 1_700_000_000_000, n: 3, i: 1 });
+        assert_eq!(inside.to_string(), "1700000000000-3.1");
+        assert!(at("1700000000000-2") < at("1700000000000-3.0"));
+        assert!(at("1700000000000-3.0") < inside);
+        assert!(inside < at("1700000000000-3"));
+        assert_eq!(inside.entry_id(), "1700000000000-3");
+    }
+
+    #[test]
+    fn an_entry_of_several_events_gives_each_its_own_position_and_the_last_the_entry_id() {
+        let events: Vec<FeedEntry> = FeedEntry::all_of(at("5-1"), "{\"a\":1}\n{\"b\":2}\n{\"c\":3}").collect();
+        let positions: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
+        assert_eq!(positions, ["5-1.0", "5-1.1", "5-1"]);
+        assert_eq!(events[1].event, "{\"b\":2}");
+        let one: Vec<FeedEntry> = FeedEntry::all_of(at("5-2"), "{}").collect();
+        assert_eq!(one, [FeedEntry { id: at("5-2"), event: "{}".into() }]);
     }
 }

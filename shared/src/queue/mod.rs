@@ -28,7 +28,7 @@ mod batch;
 mod batch_spec;
 mod claim;
 pub mod fair_scripts;
-mod feed;
+pub(crate) mod feed;
 mod feed_relay;
 mod kept;
 mod next;

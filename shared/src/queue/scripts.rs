@@ -48,6 +48,9 @@ local function tenant_keys(tenant)
   end
   return k
 end
+-- Set by `holding_feed`: the tenants (their `tenant_keys`) whose events
+-- wait in `keys[3]` for `append_held`.
+local FEED_HELD
 -- `record` with the event already made (`{"seq":<seq>,…}`).
 local function store(t, tenant, batch, seq, event, fields)
   local n = #fields
@@ -57,7 +60,19 @@ local function store(t, tenant, batch, seq, event, fields)
   fields[n + 4] = event
   redis.call('HSET', t[1], unpack(fields))
   local keys = tenant_keys(tenant)
-  if FEED then redis.call('XADD', keys[1], '*', 'e', event) end
+  if FEED then
+    if FEED_HELD then
+      local held = keys[3]
+      if not held then
+        held = {}
+        keys[3] = held
+        FEED_HELD[#FEED_HELD + 1] = keys
+      end
+      held[#held + 1] = event
+    else
+      redis.call('XADD', keys[1], '*', 'e', event)
+    end
+  end
   redis.call('PUBLISH', CHANNELS .. 'task:' .. t[2], event)
   if batch and batch ~= '' then redis.call('PUBLISH', CHANNELS .. 'batch:' .. batch, event) end
   redis.call('PUBLISH', keys[2], event)
@@ -92,6 +107,26 @@ local function task_at(i, id, first_key)
   return {KEYS[(first_key or 1) + i - 1], id}
 end
 local ONE = {KEYS[1], ARGV[2]}
+-- Appends the events `store` held to each tenant's feed as one entry, one
+-- event a line, in the order they were stored.
+local function append_held()
+  for _, keys in ipairs(FEED_HELD) do
+    redis.call('XADD', keys[1], '*', 'e', table.concat(keys[3], '\n'))
+    keys[3] = nil
+  end
+  FEED_HELD = {}
+end
+-- Runs `body` with the feed appends of its events held and made at its
+-- end, one entry per tenant: also when `body` fails part-way, so the feed
+-- always holds the events the tasks do.
+local function holding_feed(body)
+  FEED_HELD = {}
+  local ok, result = pcall(body)
+  append_held()
+  FEED_HELD = nil
+  if not ok then error(result) end
+  return result
+end
 "#;
 
 /// Starting one task's next attempt, shared by [`START`] and the
@@ -170,16 +205,18 @@ pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{CREATE_FN}\n{}",
         r#"
-local created = 0
-for i = 1, #KEYS do
-  local a = 5 + (i - 1) * 6 -- CREATE_GROUP
-  local t = task_at(i, ARGV[a])
-  if redis.call('EXISTS', t[1]) == 0 then
-    create(t, a, ARGV[2], ARGV[3], ARGV[4])
-    created = created + 1
+return holding_feed(function()
+  local created = 0
+  for i = 1, #KEYS do
+    local a = 5 + (i - 1) * 6 -- CREATE_GROUP
+    local t = task_at(i, ARGV[a])
+    if redis.call('EXISTS', t[1]) == 0 then
+      create(t, a, ARGV[2], ARGV[3], ARGV[4])
+      created = created + 1
+    end
   end
-end
-return created
+  return created
+end)
 "#
     ))
 });
@@ -196,11 +233,13 @@ return created
 pub static START: LazyLock<Script> = LazyLock::new(|| {
     starting_script(
         r#"
-local replies = {}
-for i = 1, #KEYS do
-  replies[i] = start(task_at(i, ARGV[5 + 3 * i]), ARGV[6 + 3 * i] == '1', ARGV[7 + 3 * i])
-end
-return replies
+return holding_feed(function()
+  local replies = {}
+  for i = 1, #KEYS do
+    replies[i] = start(task_at(i, ARGV[5 + 3 * i]), ARGV[6 + 3 * i] == '1', ARGV[7 + 3 * i])
+  end
+  return replies
+end)
 "#,
     )
 });
@@ -239,12 +278,14 @@ pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{FINISH_FN}\n{}",
         r#"
-local replies = {}
-for i = 1, #KEYS do
-  local a = 3 + (i - 1) * 11 -- FINISH_GROUP
-  replies[i] = finish(task_at(i, ARGV[a]), a, true)
-end
-return replies
+return holding_feed(function()
+  local replies = {}
+  for i = 1, #KEYS do
+    local a = 3 + (i - 1) * 11 -- FINISH_GROUP
+    replies[i] = finish(task_at(i, ARGV[a]), a, true)
+  end
+  return replies
+end)
 "#
     ))
 });

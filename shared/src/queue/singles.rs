@@ -63,6 +63,7 @@ pub static SUBMIT_SINGLES: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{CREATE_FN}\n{FAIR_FN}\n{ENQUEUE_FN}\n{ADMIT_FN}\n{}",
         r#"
+return holding_feed(function()
 local S, tenant = ARGV[9], ARGV[4]
 local interval, burst, max_queued, max_tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 -- The tenant's hash (`KEYS[2]`), read once for admission and the enqueue.
@@ -92,6 +93,7 @@ if #listed > 0 then
   enqueue(S, ARGV[10], tonumber(ARGV[3]), queue, 1, {[tenant] = {st, lanes}})
 end
 return verdicts
+end)
 "#
     ))
 });

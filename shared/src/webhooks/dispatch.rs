@@ -25,6 +25,7 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::event::is_terminal_type;
 use crate::ids::{BatchId, MessageId, TaskId, TenantId};
+use crate::queue::feed::events_in;
 use crate::queue::{FeedId, Queue, TaskRecord};
 
 /// How long an entry may stay pending with another consumer before it is
@@ -111,7 +112,7 @@ impl Dispatcher {
             return Ok(0);
         }
         let endpoints = self.hooks.all(tenant).await?;
-        let reads: Vec<Read<'_>> = entries.iter().filter_map(parse).collect();
+        let reads: Vec<Read<'_>> = entries.iter().flat_map(parse).collect();
         let mut messages = self.task_messages(tenant, &endpoints, &reads).await?;
         messages.extend(self.batch_messages(tenant, &endpoints, &reads).await?);
         self.hooks.create_messages(tenant, &messages).await?;
@@ -279,16 +280,18 @@ impl Dispatcher {
     }
 }
 
-/// A feed entry's position and event, when it is one.
-fn parse(entry: &StreamId) -> Option<Read<'_>> {
-    let position = entry.id.parse::<FeedId>().ok()?;
-    let event = match entry.map.get("e")? {
-        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
-        redis::Value::SimpleString(text) => text.as_str(),
-        _ => return None,
+/// The events of a feed entry (one a line), each at its position.
+fn parse(entry: &StreamId) -> Vec<Read<'_>> {
+    let Some(id) = entry.id.parse::<FeedId>().ok().filter(|id| !id.is_inside_entry()) else { return Vec::new() };
+    let text = match entry.map.get("e") {
+        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+        Some(redis::Value::SimpleString(text)) => Some(text.as_str()),
+        _ => None,
     };
-    let head = serde_json::from_str::<Head<'_>>(event).ok()?;
-    Some(Read { position, event, head })
+    let Some(text) = text else { return Vec::new() };
+    events_in(id, text)
+        .filter_map(|(position, event)| Some(Read { position, event, head: serde_json::from_str::<Head<'_>>(event).ok()? }))
+        .collect()
 }
 
 /// The endpoints that want the task event read as `reads[i]`, if any do.

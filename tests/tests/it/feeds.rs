@@ -6,6 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use flotilla_shared::queue::{FeedId, NewTask};
+use flotilla_shared::TaskId;
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, SseFrame, SseReader};
 use futures::future::join_all;
 use serde_json::{json, Value};
@@ -55,11 +57,9 @@ fn key_of(frame: &SseFrame, tenant: &str) -> (String, u64) {
     (data["task_id"].as_str().expect("task_id").to_owned(), data["seq"].as_u64().expect("seq"))
 }
 
-/// A feed position as numbers, to check the order.
-fn position(frame: &SseFrame) -> (u64, u64) {
-    let id = frame.id.as_deref().expect("frames carry an id");
-    let (ms, n) = id.split_once('-').expect("<ms>-<n>");
-    (ms.parse().expect("ms"), n.parse().expect("n"))
+/// A frame's feed position, to check the order.
+fn position(frame: &SseFrame) -> FeedId {
+    frame.id.as_deref().expect("frames carry an id").parse().expect("<ms>-<n> or <ms>-<n>.<i>")
 }
 
 /// Submits and cancels `n` tasks of acme, with globex doing the same in
@@ -230,4 +230,49 @@ async fn five_thousand_streams_share_one_subscription_a_tenant_past_its_cap_gets
         *by_kind.entry(kind).or_default() += 1;
     }
     assert_eq!(by_kind.values().sum::<usize>(), TOTAL);
+}
+
+/// The tasks a call creates at once, as a batch or a bench would.
+async fn create_at_once(queue: &flotilla_shared::queue::Queue, n: usize) -> Vec<flotilla_shared::TaskId> {
+    let tenant = flotilla_tests::tasks::tenant();
+    let spec = flotilla_tests::tasks::wait_spec(1);
+    let tasks: Vec<NewTask> =
+        (0..n).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() }).collect();
+    let ids = tasks.iter().map(|t| t.id.clone()).collect();
+    queue.create_tasks(tasks).await.expect("created");
+    ids
+}
+
+#[tokio::test]
+async fn events_written_by_one_call_share_a_feed_entry_and_reading_after_any_of_them_gives_exactly_the_rest() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis, &unique_prefix(), &[]);
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let tenant = flotilla_tests::tasks::tenant();
+    let first = create_at_once(&queue, 5).await;
+    let second = create_at_once(&queue, 3).await;
+
+    let feed_key = flotilla_shared::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
+    assert_eq!(redis.cli(&["XLEN", &feed_key]).trim(), "2", "each call's queued events are one entry");
+    let all = queue.feed_after(&tenant, FeedId::START).await.expect("reads");
+    let announced: Vec<String> = all.iter().map(|e| key_of_event(&e.event)).collect();
+    let created: Vec<String> = first.iter().chain(&second).map(ToString::to_string).collect();
+    assert_eq!(announced, created, "every event once, in the order written");
+    let positions: Vec<String> = all.iter().map(|e| e.id.to_string()).collect();
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id), "positions increase: {positions:?}");
+    let entry_ids: BTreeSet<String> = all.iter().map(|e| e.id.entry_id()).collect();
+    assert_eq!(entry_ids.len(), 2, "{positions:?}");
+    assert!(positions[4].parse::<FeedId>().is_ok_and(|p| !p.is_inside_entry()), "an entry's last event is named by the entry id");
+    assert!(positions[..4].iter().all(|p| p.contains('.')), "earlier events carry their place: {positions:?}");
+
+    for (k, at) in all.iter().enumerate() {
+        let after: FeedId = at.id.to_string().parse().expect("a printed position parses");
+        let rest = queue.feed_after(&tenant, after).await.expect("reads");
+        assert_eq!(rest, all[k + 1..], "after {after}: exactly the events that follow");
+    }
+}
+
+fn key_of_event(event: &str) -> String {
+    let data: Value = serde_json::from_str(event).expect("an event is JSON");
+    data["task_id"].as_str().expect("task_id").to_owned()
 }

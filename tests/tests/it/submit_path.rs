@@ -6,7 +6,7 @@
 //! as before.
 
 use flotilla_shared::keys::Keys;
-use flotilla_shared::queue::Verdict;
+use flotilla_shared::queue::{FeedId, Verdict};
 use flotilla_shared::{clock, Config, TenantId};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
 use serde_json::{json, Value};
@@ -153,7 +153,17 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     }
     assert_eq!(redis.cli(&["ZCARD", &keys.tenant_tasks(&acme())]).trim(), "10", "the admitted tasks are listed");
     assert_eq!(redis.cli(&["HGET", &keys.tenant_state(&acme()), "queued"]).trim(), "10", "and counted as queued");
-    assert_eq!(redis.cli(&["XLEN", &keys.tenant_feed(&acme())]).trim(), "10", "and announced in the feed");
+    let feed = queue.feed_after(&acme(), FeedId::START).await.expect("the feed reads");
+    let announced: Vec<&str> = feed.iter().filter_map(|e| e.event.split("\"task_id\":\"").nth(1)?.split('"').next()).collect();
+    assert_eq!(announced.len(), 10, "and announced in the feed, each once: {feed:?}");
+    for id in &admitted {
+        assert!(announced.contains(&id.as_str()), "{id} is announced");
+    }
+    assert_eq!(
+        redis.cli(&["XLEN", &keys.tenant_feed(&acme())]).trim(),
+        "2",
+        "the first submit's event is one feed entry, the call's nine are another"
+    );
     for id in &admitted {
         let task = queue.get(&acme(), id).await.expect("read").expect("the admitted task exists");
         assert_eq!(task.status, flotilla_shared::task::TaskStatus::Queued);

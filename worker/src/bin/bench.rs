@@ -5,8 +5,9 @@
 //! It starts its own `redis-server` on a free loopback port (no persistence),
 //! or uses `--redis-url`. Measured: enqueue and drain throughput at several
 //! backlog sizes (the cost per task must stay flat as the backlog grows),
-//! enqueue-to-start latency at a steady arrival rate, and Redis memory per
-//! finished task.
+//! enqueue-to-start latency at a steady arrival rate, Redis memory per
+//! finished task, and Redis's CPU, script calls and commands (those the
+//! scripts call included) per drained task.
 //!
 //! `--tenants 1,100` spreads each throughput run's tasks evenly over that
 //! many tenants (the fair scheduler takes turns between them), one run per
@@ -132,6 +133,41 @@ async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
     Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
+/// Commands Redis has run since its start or its last `CONFIG RESETSTAT`:
+/// script calls, and every other command (the ones scripts call included).
+#[derive(Debug, Default, Clone, Copy)]
+struct Calls {
+    scripts: u64,
+    commands: u64,
+}
+
+impl Calls {
+    fn since(self, before: &Calls) -> Calls {
+        Calls { scripts: self.scripts - before.scripts, commands: self.commands - before.commands }
+    }
+}
+
+/// What `INFO commandstats` counts, its own `INFO`s left out.
+async fn redis_calls(queue: &Queue) -> anyhow::Result<Calls> {
+    let mut conn = queue.redis().shared();
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+    let mut calls = Calls::default();
+    for line in info.lines() {
+        let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+        let count: u64 = stats.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|c| c.parse().ok()).unwrap_or(0);
+        match name {
+            "evalsha" | "eval" | "fcall" => calls.scripts += count,
+            "info" | "script|load" => {}
+            _ => calls.commands += count,
+        }
+    }
+    Ok(calls)
+}
+
+fn per_task(count: u64, n: usize) -> f64 {
+    (count as f64 / n as f64 * 100.0).round() / 100.0
+}
+
 fn start_worker(
     config: Config,
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
@@ -178,8 +214,11 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
 
     let started = Arc::new(Mutex::new(HashMap::new()));
     let cpu_before = redis_cpu_s(&queue).await?;
+    let calls_before = redis_calls(&queue).await?;
     let (shutdown, handle) = start_worker(config, started.clone());
+    let mut polls = 0;
     while support::succeeded(&queue).await? < n as u64 {
+        polls += 1;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let drained_at = Instant::now();
@@ -188,6 +227,9 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let first_start = started.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.values().min().copied();
     let drain_s = drained_at.saturating_duration_since(first_start.context("no task started")?).as_secs_f64();
     let redis_cpu_us = (redis_cpu_s(&queue).await? - cpu_before) * 1e6 / n as f64;
+    let mut calls = redis_calls(&queue).await?.since(&calls_before);
+    // Each poll of the fleet's counts above is two `HGETALL`s.
+    calls.commands = calls.commands.saturating_sub(2 * (polls + 1));
     shutdown.cancel();
     handle.await??;
     let memory_after = support::used_memory(&queue).await?;
@@ -198,6 +240,8 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
         "drain_per_s": (n as f64 / drain_s).round(),
         "drain_us_per_task": (drain_s * 1e6 / n as f64 * 10.0).round() / 10.0,
         "redis_cpu_us_per_task": (redis_cpu_us * 10.0).round() / 10.0,
+        "redis_script_calls_per_task": per_task(calls.scripts, n),
+        "redis_commands_per_task": per_task(calls.commands, n),
         "redis_bytes_per_finished_task": (memory_after - memory_before) / n as i64,
     }))
 }

@@ -27,6 +27,17 @@ fn segment_end(key: &str) -> Option<FeedId> {
     name.parse().ok()
 }
 
+/// The entry position before `at`'s entry when `at` names an event inside
+/// it (the segment holding the rest of that entry must be listed), else `at`.
+fn entry_before(at: FeedId) -> FeedId {
+    match (at.is_inside_entry(), at.n, at.ms) {
+        (false, _, _) => at,
+        (true, 0, 0) => FeedId::START,
+        (true, 0, ms) => FeedId::entry(ms - 1, u64::MAX),
+        (true, n, ms) => FeedId::entry(ms, n - 1),
+    }
+}
+
 fn segment_body(entries: &[FeedEntry]) -> String {
     entries.iter().map(|e| format!("{} {}\n", e.id, e.event)).collect()
 }
@@ -73,7 +84,7 @@ impl Queue {
         let Some(archive) = &self.archive else { return Ok(Vec::new()) };
         let prefix = archive.store.layout().archived_feed(tenant);
         let mut found: Vec<FeedEntry> = Vec::new();
-        let mut listed_after = segment_key(&prefix, after);
+        let mut listed_after = segment_key(&prefix, entry_before(after));
         let mut last = after;
         while found.len() < room && last < mark {
             let segments = archive.store.list_after(&prefix, &listed_after, LIST_AT_ONCE).await.map_err(store_failed)?;
@@ -127,14 +138,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reading_from_inside_an_entry_lists_the_segment_that_ends_with_that_entry() {
+        let inside = FeedId { i: 2, ..FeedId::entry(1_000, 5) };
+        let listed_after = segment_key("p/feed/", entry_before(inside));
+        assert!(listed_after < segment_key("p/feed/", FeedId::entry(1_000, 5)), "the entry's own segment is listed");
+        assert!(listed_after >= segment_key("p/feed/", FeedId::entry(1_000, 4)), "earlier segments are not");
+        assert_eq!(entry_before(FeedId { i: 0, ..FeedId::entry(1_000, 0) }), FeedId::entry(999, u64::MAX));
+        assert_eq!(entry_before(FeedId::entry(1_000, 5)), FeedId::entry(1_000, 5), "a whole entry lists after itself");
+    }
+
+    #[test]
     fn segment_names_sort_as_positions_and_read_back() {
-        let a = segment_key("p/feed/", FeedId { ms: 999, n: 12 });
-        let b = segment_key("p/feed/", FeedId { ms: 1_000, n: 1 });
+        let a = segment_key("p/feed/", FeedId::entry(999, 12));
+        let b = segment_key("p/feed/", FeedId::entry(1_000, 1));
         assert!(a < b);
-        assert_eq!(segment_end(&a), Some(FeedId { ms: 999, n: 12 }));
+        assert_eq!(segment_end(&a), Some(FeedId::entry(999, 12)));
         let entries = vec![
-            FeedEntry { id: FeedId { ms: 5, n: 0 }, event: r#"{"a":"x y"}"#.into() },
-            FeedEntry { id: FeedId { ms: 5, n: 1 }, event: "{}".into() },
+            FeedEntry { id: FeedId::entry(5, 0), event: r#"{"a":"x y"}"#.into() },
+            FeedEntry { id: FeedId { i: 0, ..FeedId::entry(5, 1) }, event: "{}".into() },
+            FeedEntry { id: FeedId::entry(5, 1), event: "{}".into() },
         ];
         assert_eq!(segment_entries(segment_body(&entries).as_bytes()), entries);
     }

@@ -23,6 +23,7 @@ use std::sync::LazyLock;
 use super::{archived_score, store_failed, ArchivedTask};
 use crate::error::QueueError;
 use crate::ids::{TaskId, TenantId};
+use crate::queue::feed::events_of;
 use crate::queue::{FeedEntry, FeedId, Queue};
 use crate::task::TaskStatus;
 
@@ -158,11 +159,7 @@ impl Queue {
             .arg(SEGMENT_MAX)
             .query_async(&mut conn)
             .await?;
-        let entries: Vec<FeedEntry> = reply
-            .ids
-            .into_iter()
-            .filter_map(|entry| Some(FeedEntry { id: entry.id.parse().ok()?, event: entry.get("e")? }))
-            .collect();
+        let entries: Vec<FeedEntry> = events_of(reply).collect();
         let Some(first) = entries.first() else { return Ok((0, 0)) };
         let oldest_waited = first.id.ms < now.saturating_sub(2 * hot_ms);
         if entries.len() < SEGMENT_MIN && !oldest_waited {
@@ -201,7 +198,7 @@ impl Queue {
         let mut bound = bound;
         for group in groups.groups {
             let delivered: FeedId = group.last_delivered_id.parse().unwrap_or(FeedId::START);
-            bound = bound.min(FeedId { ms: delivered.ms, n: delivered.n + 1 });
+            bound = bound.min(FeedId::entry(delivered.ms, delivered.n + 1));
             if group.pending > 0 {
                 let pending: StreamPendingReply =
                     redis::cmd("XPENDING").arg(&feed).arg(&group.name).query_async(&mut conn).await?;
@@ -322,7 +319,7 @@ mod tests {
         let id = TaskId::generate();
         let other = TaskId::generate();
         let entry = |n: u64, task: &TaskId, kind: &str| FeedEntry {
-            id: FeedId { ms: 1, n },
+            id: FeedId::entry(1, n),
             event: format!(r#"{{"task_id":"{task}","seq":{n},"type":"{kind}"}}"#),
         };
         let entries = [entry(1, &id, "queued"), entry(2, &id, "failed"), entry(3, &other, "started"), entry(4, &id, "succeeded")];
