@@ -15,6 +15,13 @@
 //! missed from storage. Readers therefore subscribe first and read stored
 //! history second, as the feeds do.
 //!
+//! The pattern is subscribed to only while someone follows a topic (or, on
+//! a cluster, always: the relay needs every event). Every submit publishes
+//! on its tenant's channel, and a process that serves no stream would
+//! otherwise read and route each of those events for nobody. The first
+//! [`Hub::subscribe`] after an idle spell waits for Redis to confirm the
+//! pattern; the last [`Subscription`] dropped lets the listener drop it.
+//!
 //! The hub also keeps the stream limits: [`Hub::admit`] counts the streams
 //! each tenant holds open (past the cap: [`HubError::TooManyStreams`], a 429)
 //! and gives each a deadline ([`StreamPermit::expires`]) after which it
@@ -29,8 +36,9 @@ use flotilla_shared::keys::Keys;
 use flotilla_shared::redis_conn::Redis;
 use flotilla_shared::{BatchId, TaskId, TenantId};
 use futures::StreamExt;
+use redis::aio::PubSubSink;
 use serde::Deserialize;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -78,10 +86,24 @@ pub struct Hub {
 }
 
 struct Shared {
-    topics: Mutex<HashMap<Topic, broadcast::Sender<Live>>>,
+    topics: Mutex<Topics>,
     open: Mutex<HashMap<TenantId, usize>>,
-    ready: watch::Sender<bool>,
+    /// Mirrors [`Topics::listening`], changed only under the `topics` lock,
+    /// for [`Hub::subscribe`] to wait on.
+    listening: watch::Sender<bool>,
+    /// Tells the listener that topics came or went.
+    changed: Notify,
     limits: StreamsConfig,
+}
+
+/// The topics followed and whether their events reach the hub.
+#[derive(Default)]
+struct Topics {
+    senders: HashMap<Topic, broadcast::Sender<Live>>,
+    /// The pattern subscription is confirmed and stays while a topic is
+    /// followed: it turns false on a lost connection, or while no topic is
+    /// followed before the pattern is dropped.
+    listening: bool,
 }
 
 impl Hub {
@@ -94,8 +116,9 @@ impl Hub {
         relay: Option<RelaySender>,
         shutdown: CancellationToken,
     ) -> Self {
-        let (ready, _) = watch::channel(false);
-        let shared = Arc::new(Shared { topics: Mutex::default(), open: Mutex::default(), ready, limits });
+        let (listening, _) = watch::channel(false);
+        let shared =
+            Arc::new(Shared { topics: Mutex::default(), open: Mutex::default(), listening, changed: Notify::new(), limits });
         let listener = Listener { redis, pattern: keys.tenant_channel_pattern(), shared: shared.clone(), relay };
         tokio::spawn(listener.run(shutdown));
         Self { shared }
@@ -103,13 +126,23 @@ impl Hub {
 
     /// Follows `topic`; waits (a little) for the Redis subscription to be up.
     pub async fn subscribe(&self, topic: Topic) -> Result<Subscription, HubError> {
-        let mut ready = self.shared.ready.subscribe();
-        let up = matches!(tokio::time::timeout(READY_WAIT, ready.wait_for(|up| *up)).await, Ok(Ok(_)));
+        let (subscription, mut listening) = {
+            let mut topics = lock(&self.shared.topics);
+            let rx = topics.senders.entry(topic.clone()).or_insert_with(|| broadcast::channel(TOPIC_BUFFER).0).subscribe();
+            let subscription = Subscription { rx: Some(rx), topic, shared: self.shared.clone() };
+            if topics.listening {
+                return Ok(subscription);
+            }
+            (subscription, self.shared.listening.subscribe())
+        };
+        // Followed from now on, so the listener keeps the pattern once it
+        // has it; `listening` turns true only after this topic was added.
+        self.shared.changed.notify_one();
+        let up = matches!(tokio::time::timeout(READY_WAIT, listening.wait_for(|up| *up)).await, Ok(Ok(_)));
         if !up {
             return Err(HubError::NotConnected);
         }
-        let rx = lock(&self.shared.topics).entry(topic.clone()).or_insert_with(|| broadcast::channel(TOPIC_BUFFER).0).subscribe();
-        Ok(Subscription { rx: Some(rx), topic, shared: self.shared.clone() })
+        Ok(subscription)
     }
 
     /// Counts one more open stream of `tenant`, refused past the cap.
@@ -133,7 +166,7 @@ impl Hub {
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hub").field("topics", &lock(&self.shared.topics).len()).finish_non_exhaustive()
+        f.debug_struct("Hub").field("topics", &lock(&self.shared.topics).senders.len()).finish_non_exhaustive()
     }
 }
 
@@ -174,8 +207,11 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         drop(self.rx.take());
         let mut topics = lock(&self.shared.topics);
-        if topics.get(&self.topic).is_some_and(|tx| tx.receiver_count() == 0) {
-            topics.remove(&self.topic);
+        if topics.senders.get(&self.topic).is_some_and(|tx| tx.receiver_count() == 0) {
+            topics.senders.remove(&self.topic);
+            if topics.senders.is_empty() {
+                self.shared.changed.notify_one();
+            }
         }
     }
 }
@@ -226,25 +262,36 @@ struct Listener {
 impl Listener {
     async fn run(self, shutdown: CancellationToken) {
         let mut delay = RETRY_BASE;
-        let mut first = true;
+        // Whether events may have been missed since the last subscription.
+        let mut lost = false;
         while !shutdown.is_cancelled() {
-            match self.connect().await {
-                Ok(mut messages) => {
+            match self.redis.pubsub().await {
+                Ok(pubsub) => {
                     delay = RETRY_BASE;
-                    self.shared.ready.send_replace(true);
-                    if !first {
-                        self.resync_all();
-                    }
-                    first = false;
+                    let (mut sink, mut messages) = pubsub.split();
+                    let mut subscribed = false;
+                    // Whether topics may have come or gone since the pattern was last looked at.
+                    let mut changed = true;
                     loop {
+                        if std::mem::take(&mut changed) {
+                            if let Err(error) = self.follow(&mut sink, &mut subscribed, &mut lost).await {
+                                tracing::warn!(%error, "subscribing to events failed");
+                                break;
+                            }
+                        }
                         let message = tokio::select! {
                             message = messages.next() => message,
+                            () = self.shared.changed.notified() => {
+                                changed = true;
+                                continue;
+                            }
                             () = shutdown.cancelled() => return,
                         };
                         let Some(message) = message else { break };
                         self.dispatch(message.get_channel_name(), message.get_payload_bytes());
                     }
-                    self.shared.ready.send_replace(false);
+                    self.set_listening(false);
+                    lost |= subscribed;
                     tracing::warn!("event subscription lost; subscribing again");
                 }
                 Err(error) => tracing::warn!(%error, "subscribing to events failed"),
@@ -257,15 +304,49 @@ impl Listener {
         }
     }
 
-    async fn connect(&self) -> Result<redis::aio::PubSubStream, flotilla_shared::QueueError> {
-        let mut pubsub = self.redis.pubsub().await?;
-        pubsub.psubscribe(&self.pattern).await?;
-        Ok(pubsub.into_on_message())
+    /// Holds the pattern subscription while a topic is followed (always
+    /// with a relay) and drops it when none is; `subscribed` is whether
+    /// Redis has it now. Once it is back after a lost connection (`lost`),
+    /// every reader is told to re-read what it may have missed.
+    async fn follow(&self, sink: &mut PubSubSink, subscribed: &mut bool, lost: &mut bool) -> Result<(), redis::RedisError> {
+        let wanted = self.relay.is_some() || !lock(&self.shared.topics).senders.is_empty();
+        if wanted && !*subscribed {
+            sink.psubscribe(&self.pattern).await?;
+            *subscribed = true;
+            if std::mem::take(lost) {
+                self.resync_all();
+            }
+            self.set_listening(true);
+        } else if !wanted && *subscribed {
+            // Decided under the lock: a topic added from here on waits for
+            // the pattern to be subscribed again.
+            let idle = {
+                let mut topics = lock(&self.shared.topics);
+                let idle = topics.senders.is_empty();
+                if idle {
+                    topics.listening = false;
+                    self.shared.listening.send_replace(false);
+                }
+                idle
+            };
+            if idle {
+                sink.punsubscribe(&self.pattern).await?;
+                *subscribed = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records whether the pattern subscription is up, under the topics lock.
+    fn set_listening(&self, up: bool) {
+        let mut topics = lock(&self.shared.topics);
+        topics.listening = up;
+        self.shared.listening.send_replace(up);
     }
 
     /// Tells every reader that events may have been missed.
     fn resync_all(&self) {
-        for tx in lock(&self.shared.topics).values() {
+        for tx in lock(&self.shared.topics).senders.values() {
             let _ = tx.send(Live::Resync);
         }
     }
@@ -283,7 +364,7 @@ impl Listener {
         wanted.extend(route.task_id.and_then(|t| TaskId::parse(t).ok()).map(Topic::Task));
         wanted.extend(route.batch_id.and_then(|b| BatchId::parse(b).ok()).map(Topic::Batch));
         let topics = lock(&self.shared.topics);
-        let senders: Vec<_> = wanted.iter().filter_map(|t| topics.get(t)).collect();
+        let senders: Vec<_> = wanted.iter().filter_map(|t| topics.senders.get(t)).collect();
         for tx in senders {
             let _ = tx.send(Live::Event(event.clone()));
         }

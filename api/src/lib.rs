@@ -39,8 +39,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, MatchedPath};
+use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::Request;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use flotilla_shared::blobstore::{BlobConfig, BlobStore};
@@ -102,10 +104,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
         .route("/v1/events", get(routes::feed_events::stream));
+    // One layer per route, as each layer costs every request a clone of
+    // the route's service and a boxed future.
     timed_routes(state.config().api.batch_body_limit)
-        .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, limits::time_limit))
-        .merge(streams)
-        .route_layer(axum::middleware::from_fn(record_matched_route))
+        .route_layer(axum::middleware::from_fn_with_state(limits.request_timeout, timed))
+        .merge(streams.route_layer(axum::middleware::from_fn(record_matched_route)))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -120,11 +123,22 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Records the route a request matched on its span.
-async fn record_matched_route(request: Request<Body>, next: axum::middleware::Next) -> axum::response::Response {
+async fn record_matched_route(request: Request<Body>, next: Next) -> Response {
+    record_route(&request);
+    next.run(request).await
+}
+
+/// Records the route a request matched on its span and answers within the
+/// request time limit ([`limits::time_limit`]).
+async fn timed(State(limit): State<Duration>, request: Request<Body>, next: Next) -> Response {
+    record_route(&request);
+    limits::time_limit(State(limit), request, next).await
+}
+
+fn record_route(request: &Request<Body>) {
     if let Some(route) = request.extensions().get::<MatchedPath>() {
         tracing::Span::current().record("route", route.as_str());
     }
-    next.run(request).await
 }
 
 /// Every route that answers within the request time limit.

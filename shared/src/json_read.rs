@@ -4,7 +4,6 @@
 //! it; an object that names a key twice is refused, since which of the two
 //! values counts would otherwise be a guess.
 
-use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
@@ -89,9 +88,10 @@ impl<'de> Visitor<'de> for ReadVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
-        let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
+            // Checked before its value is read, as the object itself knows
+            // every key read so far.
+            if object.contains_key(&key) {
                 return Err(A::Error::custom(format!("duplicate field `{key}`")));
             }
             let Read(value) = map.next_value()?;

@@ -180,19 +180,23 @@ fn starting_script(body: &str) -> Script {
 pub const CREATE_GROUP: usize = 6;
 
 /// Creating one task with its `queued` event, shared by [`CREATE`] and
-/// `super::singles::SUBMIT_SINGLES`: `t` the task, `a` where its
-/// [`CREATE_GROUP`] arguments start (`id, hdr, spec, tenant, batch,
-/// max_attempts`), `draft` the event draft, `now` epoch ms, `trace` the W3C
-/// `traceparent` of the request that made it (or empty).
+/// `super::singles::SUBMIT_SINGLES`: `t` the task, then its `hdr`, `spec`,
+/// `tenant`, `batch` (empty for none) and `max_attempts`, `draft` the event
+/// draft (the same for every task of a call: it is cut once), `now` epoch
+/// ms, `trace` the W3C `traceparent` of the request that made it (or
+/// empty). The event is `record`'s, made in one concatenation.
 pub(super) const CREATE_FN: &str = r#"
-local function create(t, a, draft, now, trace)
-  local fields = {'hdr', ARGV[a + 1], 'spec', ARGV[a + 2], 'tenant', ARGV[a + 3], 'batch', ARGV[a + 4],
-    'max_attempts', ARGV[a + 5], 'status', 'queued', 'attempt', '0', 'created_at', now}
+-- The `queued` draft without its opening brace, cut once per call.
+local QUEUED
+local function create(t, hdr, spec, tenant, batch, max_attempts, draft, now, trace)
+  local fields = {'hdr', hdr, 'spec', spec, 'tenant', tenant, 'batch', batch,
+    'max_attempts', max_attempts, 'status', 'queued', 'attempt', '0', 'created_at', now}
   if trace ~= '' then
-    fields[#fields + 1] = 'trace'
-    fields[#fields + 1] = trace
+    fields[17] = 'trace'
+    fields[18] = trace
   end
-  record(t, ARGV[a + 3], ARGV[a + 4], '1', with_hdr(ARGV[a + 1], draft), fields)
+  QUEUED = QUEUED or string.sub(draft, 2)
+  store(t, tenant, batch, '1', '{"seq":1,' .. hdr .. ',' .. QUEUED, fields)
 end
 "#;
 
@@ -211,7 +215,7 @@ return holding_feed(function()
     local a = 5 + (i - 1) * 6 -- CREATE_GROUP
     local t = task_at(i, ARGV[a])
     if redis.call('EXISTS', t[1]) == 0 then
-      create(t, a, ARGV[2], ARGV[3], ARGV[4])
+      create(t, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[2], ARGV[3], ARGV[4])
       created = created + 1
     end
   end

@@ -56,9 +56,10 @@ const MOST_PER_CALL: usize = 64;
 /// `ARGV[5..8]` the rate's interval (µs, 0 none), burst, `max_queued`,
 /// `max_tokens_per_day` (empty for none), `ARGV[9]` the shard base,
 /// `ARGV[10]` the group, `ARGV[11..12]` weight and `max_running` (0 none);
-/// then per task from `ARGV[13]` its id, header, spec, tenant, batch
-/// (empty), max attempts, `traceparent`, lane index, due ms (0 now) and
-/// route (ten values). Returns each task's verdict.
+/// then per task from `ARGV[13]` its id, header, spec, max attempts,
+/// `traceparent`, lane index, due ms (0 now) and route (eight values; the
+/// tenant is `ARGV[4]` for all, and none has a batch).
+/// Returns each task's verdict.
 pub static SUBMIT_SINGLES: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{CREATE_FN}\n{FAIR_FN}\n{ENQUEUE_FN}\n{ADMIT_FN}\n{}",
@@ -70,23 +71,26 @@ local interval, burst, max_queued, max_tokens = tonumber(ARGV[5]), tonumber(ARGV
 local st, lanes = state_of(S, tenant)
 local a = admission_read(KEYS[3], KEYS[4], max_tokens and KEYS[7], interval)
 local waiting = waiting_of(st.queued, st.delayed)
-local verdicts, listed, queue = {}, {}, {}
+-- `n` tasks admitted so far: two values each in `listed`, seven (ENQUEUE_GROUP) in `queue`.
+local verdicts, listed, queue, n = {}, {}, {}, 0
 for i = 1, #KEYS - 7 do
-  local g = 13 + (i - 1) * 10
+  local g = 13 + (i - 1) * 8
   local verdict = judge(a, 1, interval, burst, max_queued, max_tokens, waiting)
   verdicts[i] = verdict
   if verdict[1] == 'ok' then
     waiting = waiting + 1
-    create({KEYS[7 + i], ARGV[g]}, g, ARGV[2], ARGV[3], ARGV[g + 6])
-    listed[#listed + 1] = 0
-    listed[#listed + 1] = ARGV[g]
-    for _, v in ipairs({tenant, ARGV[11], ARGV[12], ARGV[g + 7], ARGV[g], ARGV[g + 8], ARGV[g + 9]}) do
-      queue[#queue + 1] = v
-    end
+    local id = ARGV[g]
+    create({KEYS[7 + i], id}, ARGV[g + 1], ARGV[g + 2], tenant, '', ARGV[g + 3], ARGV[2], ARGV[3], ARGV[g + 4])
+    listed[2 * n + 1] = 0
+    listed[2 * n + 2] = id
+    local q = 7 * n
+    queue[q + 1], queue[q + 2], queue[q + 3], queue[q + 4] = tenant, ARGV[11], ARGV[12], ARGV[g + 5]
+    queue[q + 5], queue[q + 6], queue[q + 7] = id, ARGV[g + 6], ARGV[g + 7]
+    n = n + 1
   end
 end
 admission_write(a, KEYS[3])
-if #listed > 0 then
+if n > 0 then
   redis.call('ZADD', KEYS[5], unpack(listed))
   -- A tenant with a lane was listed with its first task.
   if #lanes == 0 then redis.call('SADD', KEYS[6], tenant) end
@@ -266,8 +270,9 @@ impl Queue {
         inv.arg(keys.shard_base(shard)).arg(GROUP).arg(limits.weight).arg(limits.max_running);
         for single in call {
             inv.key(keys.task(&single.id));
-            inv.arg(single.id.as_str()).arg(&single.header).arg(&single.spec).arg(tenant.as_str()).arg("");
-            inv.arg(single.max_attempts).arg(&single.trace).arg(single.lane).arg(single.due_ms).arg(&single.route);
+            // Eight values, as the script reads them.
+            inv.arg(single.id.as_str()).arg(&single.header).arg(&single.spec).arg(single.max_attempts);
+            inv.arg(&single.trace).arg(single.lane).arg(single.due_ms).arg(&single.route);
         }
         let mut conn = self.redis.shared();
         let replies: Vec<(String, i64, i64)> = inv.invoke_async(&mut conn).await?;

@@ -3,7 +3,8 @@
 //! exactly once and in order, with the stored JSON as the data, and the
 //! stream closed right after the terminal event, also across a gap on the
 //! channel and a Redis restart. Every stream shares the API's one pattern
-//! subscription, and a client that leaves frees its place under the cap.
+//! subscription, held only while a stream is open, and a client that
+//! leaves frees its place under the cap.
 //!
 //! Events past `queued` are written here the way the queue's scripts write
 //! them (bump the task's seq, append to its list, publish on its channel), so
@@ -104,6 +105,11 @@ async fn republish(conn: &mut MultiplexedConnection, keys: &Keys, event: &str) {
     let _: i64 = redis::cmd("PUBLISH").arg(keys.tenant_channel(&acme())).arg(event).query_async(conn).await.expect("PUBLISH");
 }
 
+/// How many pattern subscriptions the server holds (`PUBSUB NUMPAT`).
+async fn patterns(conn: &mut MultiplexedConnection) -> u64 {
+    redis::cmd("PUBSUB").arg("NUMPAT").query_async(conn).await.expect("NUMPAT")
+}
+
 fn acme() -> TenantId {
     TenantId::parse("acme").expect("tenant")
 }
@@ -199,10 +205,6 @@ async fn streams_share_one_pattern_subscription_and_a_client_that_leaves_frees_i
     let api = spawn_api(test_config(&redis, &prefix, &[("FLOTILLA_STREAMS_PER_TENANT", "2")])).await;
     let id = submit(&api).await;
     let mut conn = connect(&redis).await;
-    let patterns = |conn: &mut MultiplexedConnection| {
-        let mut conn = conn.clone();
-        async move { redis::cmd("PUBSUB").arg("NUMPAT").query_async::<u64>(&mut conn).await.expect("NUMPAT") }
-    };
 
     let mut first = open(&api, &id, None).await;
     let mut second = open(&api, &id, None).await;
@@ -230,6 +232,33 @@ async fn streams_share_one_pattern_subscription_and_a_client_that_leaves_frees_i
         assert!(tokio::time::Instant::now() < deadline, "the stream's place outlived its client");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pattern_is_subscribed_only_while_a_stream_is_open() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let keys = Keys::new(prefix.clone());
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let id = submit(&api).await;
+    let mut conn = connect(&redis).await;
+    assert_eq!(patterns(&mut conn).await, 0, "submits alone keep no subscription");
+
+    let mut stream = open(&api, &id, None).await;
+    assert_eq!(stream.next().await.expect("queued").id.as_deref(), Some("1"));
+    assert_eq!(patterns(&mut conn).await, 1, "an open stream holds the subscription");
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + STEP;
+    while patterns(&mut conn).await != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the subscription outlived the last stream");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut stream = open(&api, &id, None).await;
+    assert_eq!(stream.next().await.expect("queued again").id.as_deref(), Some("1"));
+    let reasoning = append(&mut conn, &keys, &id, 2, json!({"type": "reasoning", "text": "heard again"}), true).await;
+    let second = stream.next().await.expect("a live event once subscribed again");
+    assert_eq!((second.id.as_deref(), second.data.as_str()), (Some("2"), reasoning.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread")]
