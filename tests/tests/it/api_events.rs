@@ -62,6 +62,28 @@ async fn cancel(api: &ApiServer, id: &str) -> u16 {
     response.status().as_u16()
 }
 
+/// A fresh Redis and API with one task of acme's submitted, and a Redis
+/// connection of the test's own.
+struct Fleet {
+    redis: RedisServer,
+    keys: Keys,
+    api: ApiServer,
+    id: String,
+    conn: MultiplexedConnection,
+}
+
+impl Fleet {
+    async fn with_a_task() -> Self {
+        let redis = RedisServer::start();
+        let prefix = unique_prefix();
+        let keys = Keys::new(prefix.clone());
+        let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+        let id = submit(&api).await;
+        let conn = connect(&redis).await;
+        Self { redis, keys, api, id, conn }
+    }
+}
+
 async fn connect(redis: &RedisServer) -> MultiplexedConnection {
     let client = redis::Client::open(redis.url()).expect("redis client");
     client.get_multiplexed_async_connection().await.expect("redis connection")
@@ -144,12 +166,7 @@ async fn a_finished_task_replays_its_history_and_closes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_follower_gets_each_event_once_in_order_and_the_stream_closes() {
-    let redis = RedisServer::start();
-    let prefix = unique_prefix();
-    let keys = Keys::new(prefix.clone());
-    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
-    let id = submit(&api).await;
-    let mut conn = connect(&redis).await;
+    let Fleet { redis: _redis, keys, api, id, mut conn } = Fleet::with_a_task().await;
 
     let mut stream = open(&api, &id, None).await;
     let first = stream.next().await.expect("queued event");
@@ -236,12 +253,7 @@ async fn streams_share_one_pattern_subscription_and_a_client_that_leaves_frees_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pattern_is_subscribed_only_while_a_stream_is_open() {
-    let redis = RedisServer::start();
-    let prefix = unique_prefix();
-    let keys = Keys::new(prefix.clone());
-    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
-    let id = submit(&api).await;
-    let mut conn = connect(&redis).await;
+    let Fleet { redis: _redis, keys, api, id, mut conn } = Fleet::with_a_task().await;
     assert_eq!(patterns(&mut conn).await, 0, "submits alone keep no subscription");
 
     let mut stream = open(&api, &id, None).await;
