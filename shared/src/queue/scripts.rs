@@ -31,9 +31,12 @@ use redis::Script;
 /// `record` sets `fields` (a flat list of field, value), `seq` and the
 /// event `{"seq":<seq>,<body>` in one `HSET`, appends it to the tenant's
 /// feed stream when `ARGV[1]` ends in `+` (see `Keys::script_channels`),
-/// then publishes the event on the task's, batch's and tenant's channels; `body` is the header and the
-/// draft's fields (`with_hdr`). Sequence and attempt numbers stay strings in
-/// the scripts: turning a Lua number into text costs more than it seems.
+/// then publishes the event on the task's, batch's and tenant's channels;
+/// `body` is the header and the draft's fields (`with_hdr`). Inside
+/// `holding_feed` the appends wait for the end of the call and go in as one
+/// entry per tenant, one event a line (see `super::feed`). Sequence and
+/// attempt numbers stay strings in the scripts: turning a Lua number into
+/// text costs more than it seems.
 pub(super) const PRELUDE: &str = r#"
 local CHANNELS = ARGV[1]
 local FEED = string.byte(CHANNELS, -1) == 43
