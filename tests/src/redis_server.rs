@@ -105,6 +105,20 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `calls` of each command in `INFO commandstats` (the commands scripts
+    /// call counted under their own names), since the start or the last
+    /// `CONFIG RESETSTAT`.
+    pub fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter_map(|line| {
+                let (name, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
     /// A plain connection for assertions.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.url()).and_then(|c| c.get_connection()).expect("connect to test redis")

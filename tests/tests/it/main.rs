@@ -21,6 +21,7 @@ mod dashboard;
 mod demo;
 mod deploy;
 mod desktop_tasks;
+mod drain_path;
 mod e2b_gateway;
 mod fairness;
 mod faults;

@@ -24,19 +24,6 @@ fn task() -> Value {
     json!({"prompt": "wait", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 1}]})
 }
 
-/// `calls` of each command in `INFO commandstats`.
-fn command_calls(redis: &RedisServer) -> std::collections::BTreeMap<String, u64> {
-    redis
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter_map(|line| {
-            let (name, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 fn acme() -> TenantId {
     TenantId::parse("acme").expect("tenant")
 }
@@ -64,7 +51,7 @@ async fn a_single_task_submit_is_one_script_call_and_its_task_is_queued_listed_a
         assert_eq!(body["status"], "queued");
         ids.push(body["id"].as_str().expect("id").to_owned());
     }
-    let calls = command_calls(&redis);
+    let calls = redis.command_calls();
     assert_eq!(calls.get("evalsha"), Some(&20), "one script call per submit: {calls:?}");
     for absent in ["zrem", "pexpire", "exists", "zremrangebyscore"] {
         assert!(!calls.contains_key(absent), "a one-call submit makes no reservation and checks no id: {calls:?}");
@@ -138,7 +125,7 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     // On the test's one thread every submit is waiting before the call runs.
     let tenant = acme();
     let answers = futures::future::join_all((0..40).map(|_| queue.submit_one(&tenant, &spec, &quota))).await;
-    let calls = command_calls(&redis);
+    let calls = redis.command_calls();
     assert_eq!(calls.get("evalsha"), Some(&1), "40 waiting submits in one call: {calls:?}");
     let mut admitted = Vec::new();
     for (n, answer) in answers.into_iter().enumerate() {
