@@ -16,9 +16,10 @@
 //! history second, as the feeds do.
 //!
 //! The pattern is subscribed to only while someone follows a topic (or, on
-//! a cluster, always: the relay needs every event). Every submit publishes
-//! on its tenant's channel, and a process that serves no stream would
-//! otherwise read and route each of those events for nobody. The first
+//! a cluster, always: the relay needs every event). A process that serves
+//! no stream would otherwise read and route every event for nobody, and
+//! while no pattern or channel is subscribed the task scripts leave their
+//! `PUBLISH`es out. The first
 //! [`Hub::subscribe`] after an idle spell waits for Redis to confirm the
 //! pattern; the last [`Subscription`] dropped lets the listener drop it.
 //!

@@ -53,8 +53,12 @@ pub const STRIDE_UNIT: u32 = 10_000;
 /// `TURN_TASKS` of the tenant's strides past the next tenant's virtual time
 /// (deficit round-robin's quantum). Larger turns cost Redis less per task
 /// (a turn's reads and writes, and an acknowledgement's per-tenant writes,
-/// serve more tasks) and loosen fairness by as many tasks per tenant.
-pub const TURN_TASKS: u32 = 4;
+/// serve more tasks) and loosen fairness by as many tasks per tenant. A
+/// claim never asks for more than its worker's free slots, so where tasks
+/// run for seconds a turn is that small whatever this is; it matters in
+/// fast drains, where 16 costs Redis about a sixth less per task than 4
+/// with 100 backlogged tenants.
+pub const TURN_TASKS: u32 = 16;
 
 /// How many tasks ahead of the clock a tenant that comes back from idle may
 /// start: it joins at `max(its own virtual time, clock - HEAD_START_TURNS
@@ -73,7 +77,7 @@ pub(super) const FAIR_FN: &str = r#"
 local LANES = {'high', 'normal', 'low'}
 local STRIDE_UNIT = 10000
 local HEAD_START = 4 -- HEAD_START_TURNS
-local TURN_TASKS = 4 -- TURN_TASKS
+local TURN_TASKS = 16 -- TURN_TASKS
 local SHARD_ACC, ROUTE_ACC = {}, {}
 -- Sandbox slots (entries of routes that hold a sandbox) freed per tenant.
 local SB_FREED = {}

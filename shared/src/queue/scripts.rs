@@ -31,7 +31,8 @@ use redis::Script;
 /// `record` sets `fields` (a flat list of field, value), `seq` and the
 /// event `{"seq":<seq>,<body>` in one `HSET`, appends it to the tenant's
 /// feed stream when `ARGV[1]` ends in `+` (see `Keys::script_channels`),
-/// then publishes the event on the task's, batch's and tenant's channels;
+/// then publishes the event on the task's, batch's and tenant's channels
+/// (inside `holding_feed` only on those someone can hear: `heard`);
 /// `body` is the header and the draft's fields (`with_hdr`). Inside
 /// `holding_feed` the appends wait for the end of the call and go in as one
 /// entry per tenant, one event a line (see `super::feed`). Sequence and
@@ -54,6 +55,43 @@ end
 -- Set by `holding_feed`: the tenants (their `tenant_keys`) whose events
 -- wait in `keys[3]` for `append_held`.
 local FEED_HELD
+-- Who can hear a call's events: `true` (any channel may have a listener),
+-- `false` (no channel has one) or the set of channels with a subscriber.
+-- Outside `holding_feed`, and on a cluster (a `PUBLISH` reaches the other
+-- nodes' subscribers), with a pattern subscribed or with a replica (whose
+-- clients may subscribe there), always `true`; likewise when the caller's
+-- Redis user may not ask (`PUBSUB`, `INFO replication`). Else what `PUBSUB
+-- CHANNELS` lists when the call first publishes. A script runs alone, so
+-- whoever subscribed before it is in that list and nobody subscribes
+-- during it: leaving out a `PUBLISH` nobody hears changes nothing anyone
+-- sees.
+local HEARD
+local MAX_LISTED = 1000
+local function asked(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then return nil end
+  return reply
+end
+local function heard()
+  if HEARD ~= nil then return HEARD end
+  if not FEED_HELD or not FEED then return true end
+  HEARD = true
+  if asked('PUBSUB', 'NUMPAT') ~= 0 then return HEARD end
+  local replication = asked('INFO', 'replication')
+  if not replication or string.match(replication, 'connected_slaves:(%d+)') ~= '0' then return HEARD end
+  local listed = asked('PUBSUB', 'CHANNELS')
+  if not listed then return HEARD end
+  if #listed == 0 then
+    HEARD = false
+  elseif #listed <= MAX_LISTED then
+    HEARD = {}
+    for _, channel in ipairs(listed) do HEARD[channel] = true end
+  end
+  return HEARD
+end
+local function publish(to, channel, event)
+  if to == true or to[channel] then redis.call('PUBLISH', channel, event) end
+end
 -- `record` with the event already made (`{"seq":<seq>,…}`).
 local function store(t, tenant, batch, seq, event, fields)
   local n = #fields
@@ -76,9 +114,12 @@ local function store(t, tenant, batch, seq, event, fields)
       redis.call('XADD', keys[1], '*', 'e', event)
     end
   end
-  redis.call('PUBLISH', CHANNELS .. 'task:' .. t[2], event)
-  if batch and batch ~= '' then redis.call('PUBLISH', CHANNELS .. 'batch:' .. batch, event) end
-  redis.call('PUBLISH', keys[2], event)
+  local to = heard()
+  if to then
+    publish(to, CHANNELS .. 'task:' .. t[2], event)
+    if batch and batch ~= '' then publish(to, CHANNELS .. 'batch:' .. batch, event) end
+    publish(to, keys[2], event)
+  end
   return seq
 end
 local function record(t, tenant, batch, seq, body, fields)
@@ -124,9 +165,11 @@ end
 -- always holds the events the tasks do.
 local function holding_feed(body)
   FEED_HELD = {}
+  HEARD = nil
   local ok, result = pcall(body)
   append_held()
   FEED_HELD = nil
+  HEARD = nil
   if not ok then error(result) end
   return result
 end

@@ -135,15 +135,37 @@ async fn redis_cpu_s(queue: &Queue) -> anyhow::Result<f64> {
 
 /// Commands Redis has run since its start or its last `CONFIG RESETSTAT`:
 /// script calls, and every other command (the ones scripts call included).
-#[derive(Debug, Default, Clone, Copy)]
+/// `each` keeps every command's calls and microseconds (a script's
+/// commands count in the script's time too).
+#[derive(Debug, Default, Clone)]
 struct Calls {
     scripts: u64,
     commands: u64,
+    each: HashMap<String, (u64, u64)>,
 }
 
 impl Calls {
     fn since(self, before: &Calls) -> Calls {
-        Calls { scripts: self.scripts - before.scripts, commands: self.commands - before.commands }
+        let each = self
+            .each
+            .into_iter()
+            .map(|(name, (calls, usec))| {
+                let (c0, u0) = before.each.get(&name).copied().unwrap_or_default();
+                (name, (calls.saturating_sub(c0), usec.saturating_sub(u0)))
+            })
+            .collect();
+        Calls { scripts: self.scripts - before.scripts, commands: self.commands - before.commands, each }
+    }
+
+    /// The commands that took the most Redis time, per task: `{name: [calls, µs]}`.
+    fn costliest(&self, n: usize, limit: usize) -> Value {
+        let mut all: Vec<_> = self.each.iter().filter(|(_, (calls, _))| *calls > 0).collect();
+        all.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        all.into_iter()
+            .take(limit)
+            .map(|(name, (calls, usec))| (name.clone(), json!([per_task(*calls, n), per_task(*usec, n)])))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 }
 
@@ -154,7 +176,10 @@ async fn redis_calls(queue: &Queue) -> anyhow::Result<Calls> {
     let mut calls = Calls::default();
     for line in info.lines() {
         let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
-        let count: u64 = stats.split(',').find_map(|f| f.strip_prefix("calls=")).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let stat =
+            |key: &str| -> u64 { stats.split(',').find_map(|f| f.strip_prefix(key)).and_then(|c| c.parse().ok()).unwrap_or(0) };
+        let count = stat("calls=");
+        calls.each.insert(name.to_owned(), (count, stat("usec=")));
         match name {
             "evalsha" | "eval" | "fcall" => calls.scripts += count,
             "info" | "script|load" => {}
@@ -242,6 +267,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
         "redis_cpu_us_per_task": (redis_cpu_us * 10.0).round() / 10.0,
         "redis_script_calls_per_task": per_task(calls.scripts, n),
         "redis_commands_per_task": per_task(calls.commands, n),
+        "redis_costliest_commands_per_task": calls.costliest(n, 12),
         "redis_bytes_per_finished_task": (memory_after - memory_before) / n as i64,
     }))
 }
