@@ -165,7 +165,7 @@ async fn with_a_pattern_subscribed_every_event_goes_out_on_all_its_channels() {
     let keys = Keys::new(config.key_prefix.clone());
     let mut claimer = queue.claimer("w1", plain_worker());
     let acme = tenant("acme");
-    let ids = create_at_once(&queue, &[acme.clone()], PER_TENANT).await;
+    let ids = create_at_once(&queue, std::slice::from_ref(&acme), PER_TENANT).await;
     let mut everything = subscriber(&redis.url(), &[], Some(&format!("{}*", keys.channel_prefix()))).await;
 
     redis.cli(&["CONFIG", "RESETSTAT"]);
