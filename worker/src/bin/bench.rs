@@ -160,7 +160,7 @@ impl Calls {
     /// The commands that took the most Redis time, per task: `{name: [calls, µs]}`.
     fn costliest(&self, n: usize, limit: usize) -> Value {
         let mut all: Vec<_> = self.each.iter().filter(|(_, (calls, _))| *calls > 0).collect();
-        all.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        all.sort_by_key(|(_, (_, usec))| std::cmp::Reverse(*usec));
         all.into_iter()
             .take(limit)
             .map(|(name, (calls, usec))| (name.clone(), json!([per_task(*calls, n), per_task(*usec, n)])))
