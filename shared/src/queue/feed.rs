@@ -5,9 +5,11 @@
 //! feed stream in the same script call that stores and publishes them, so
 //! the stream holds exactly the events the task hashes hold, in commit
 //! order. A call that writes many events (a claim, an acknowledgement, a
-//! batch's creation) appends each tenant's as one entry, one event a line
-//! (an event's JSON holds no raw newline); an entry of one event is just
-//! that event. A position ([`FeedId`]) is the entry id and the event's
+//! batch's creation) appends each tenant's as one entry (up to 1 000
+//! events), one event a field: `e`, `e1`, `e2`, … (joining them into one
+//! string cost Redis more than the fields do); an entry of one event is
+//! just `e`. A field may also hold several events one a line (an event's
+//! JSON holds no raw newline), as entries written before did. A position ([`FeedId`]) is the entry id and the event's
 //! place in it, which the API hands out as the SSE `id` of `GET /v1/events`
 //! and of a batch's stream. The stream
 //! is trimmed to the retention window by housekeeping, never on the hot
@@ -18,7 +20,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use redis::streams::StreamRangeReply;
+use redis::streams::{StreamId, StreamRangeReply};
 
 use super::Queue;
 use crate::clock;
@@ -120,17 +122,34 @@ pub struct FeedEntry {
 }
 
 impl FeedEntry {
-    /// The events of stream entry `entry` whose `e` field is `text`, owned.
-    pub fn all_of(entry: FeedId, text: &str) -> impl Iterator<Item = FeedEntry> + '_ {
-        events_in(entry, text).map(|(id, event)| FeedEntry { id, event: event.to_owned() })
+    /// The events of stream entry `entry` whose fields hold `texts`, owned.
+    pub fn all_of(entry: FeedId, texts: &[&str]) -> Vec<FeedEntry> {
+        events_in(entry, texts).map(|(id, event)| FeedEntry { id, event: event.to_owned() }).collect()
     }
 }
 
-/// The events of stream entry `entry` whose `e` field is `text` (one event
-/// a line), each with its position.
-pub fn events_in(entry: FeedId, text: &str) -> impl Iterator<Item = (FeedId, &str)> {
-    let last = text.matches('\n').count();
-    text.split('\n').enumerate().map(move |(i, event)| {
+/// The texts of a feed stream entry, in order: its `e` field, then `e1`,
+/// `e2`, … while there are more (nothing without an `e`).
+pub fn texts_of(entry: &StreamId) -> Vec<&str> {
+    let text = |name: &str| match entry.map.get(name) {
+        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+        Some(redis::Value::SimpleString(text)) => Some(text.as_str()),
+        _ => None,
+    };
+    let Some(first) = text("e") else { return Vec::new() };
+    let mut texts = vec![first];
+    while let Some(next) = text(&format!("e{}", texts.len())) {
+        texts.push(next);
+    }
+    texts
+}
+
+/// The events of stream entry `entry` whose fields hold `texts` (each one
+/// event or several one a line), each with its position.
+pub fn events_in<'t>(entry: FeedId, texts: &[&'t str]) -> impl Iterator<Item = (FeedId, &'t str)> {
+    let events: Vec<&'t str> = texts.iter().flat_map(|text| text.split('\n')).collect();
+    let last = events.len().saturating_sub(1);
+    events.into_iter().enumerate().map(move |(i, event)| {
         let id = if i == last { FeedId::entry(entry.ms, entry.n) } else { FeedId { i: i as u32, ..entry } };
         (id, event)
     })
@@ -217,14 +236,9 @@ impl Queue {
 
 /// The events of feed stream entries, in order, each at its position.
 pub fn events_of(reply: StreamRangeReply) -> impl Iterator<Item = FeedEntry> {
-    reply.ids.into_iter().flat_map(|entry| {
-        let id = entry.id.parse::<FeedId>().ok().filter(|id| !id.is_inside_entry());
-        let text: Option<String> = entry.get("e");
-        let events: Vec<FeedEntry> = match (id, text) {
-            (Some(id), Some(text)) => FeedEntry::all_of(id, &text).collect(),
-            _ => Vec::new(),
-        };
-        events
+    reply.ids.into_iter().flat_map(|entry| match entry.id.parse::<FeedId>().ok().filter(|id| !id.is_inside_entry()) {
+        Some(id) => FeedEntry::all_of(id, &texts_of(&entry)),
+        None => Vec::new(),
     })
 }
 
@@ -261,11 +275,29 @@ mod tests {
 
     #[test]
     fn an_entry_of_several_events_gives_each_its_own_position_and_the_last_the_entry_id() {
-        let events: Vec<FeedEntry> = FeedEntry::all_of(at("5-1"), "{\"a\":1}\n{\"b\":2}\n{\"c\":3}").collect();
-        let positions: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
-        assert_eq!(positions, ["5-1.0", "5-1.1", "5-1"]);
-        assert_eq!(events[1].event, "{\"b\":2}");
-        let one: Vec<FeedEntry> = FeedEntry::all_of(at("5-2"), "{}").collect();
+        for texts in [
+            &["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"][..],
+            &["{\"a\":1}\n{\"b\":2}\n{\"c\":3}"],
+            &["{\"a\":1}\n{\"b\":2}", "{\"c\":3}"],
+        ] {
+            let events = FeedEntry::all_of(at("5-1"), texts);
+            let positions: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
+            assert_eq!(positions, ["5-1.0", "5-1.1", "5-1"], "{texts:?}");
+            assert_eq!(events[1].event, "{\"b\":2}");
+        }
+        let one = FeedEntry::all_of(at("5-2"), &["{}"]);
         assert_eq!(one, [FeedEntry { id: at("5-2"), event: "{}".into() }]);
+    }
+
+    fn stream_entry(fields: &[(&str, &str)]) -> StreamId {
+        let map = fields.iter().map(|(k, v)| ((*k).to_owned(), redis::Value::BulkString(v.as_bytes().to_vec()))).collect();
+        StreamId { id: "5-1".into(), map, ..StreamId::default() }
+    }
+
+    #[test]
+    fn an_entry_s_texts_are_its_e_fields_in_order_and_nothing_without_e() {
+        let entry = stream_entry(&[("e2", "{\"c\":3}"), ("e", "{\"a\":1}"), ("e1", "{\"b\":2}"), ("e4", "{}")]);
+        assert_eq!(texts_of(&entry), ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"], "e, e1, e2: e4 comes after a gap and is no part");
+        assert!(texts_of(&stream_entry(&[("e1", "{}")])).is_empty());
     }
 }

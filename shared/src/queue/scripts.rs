@@ -35,7 +35,7 @@ use redis::Script;
 /// (inside `holding_feed` only on those someone can hear: `heard`);
 /// `body` is the header and the draft's fields (`with_hdr`). Inside
 /// `holding_feed` the appends wait for the end of the call and go in as one
-/// entry per tenant, one event a line (see `super::feed`). Sequence and
+/// entry per tenant, one event a field (see `super::feed`). Sequence and
 /// attempt numbers stay strings in the scripts: turning a Lua number into
 /// text costs more than it seems.
 pub(super) const PRELUDE: &str = r#"
@@ -151,11 +151,33 @@ local function task_at(i, id, first_key)
   return {KEYS[(first_key or 1) + i - 1], id}
 end
 local ONE = {KEYS[1], ARGV[2]}
--- Appends the events `store` held to each tenant's feed as one entry, one
--- event a line, in the order they were stored.
+-- Appends the events `store` held to each tenant's feed as one entry per
+-- 1 000, in the order they were stored, one event a field: `e`, `e1`, …
+-- (see `super::feed`; one string of them all cost more to make).
+local FEED_FIELDS = {'e'}
+local function feed_field(i)
+  local name = FEED_FIELDS[i]
+  if not name then
+    name = 'e' .. (i - 1)
+    FEED_FIELDS[i] = name
+  end
+  return name
+end
+-- More fields than Lua's `unpack` takes at once go into further entries
+-- (no call holds that many today: creates go 500 tasks a call).
+local ENTRY_EVENTS = 1000
 local function append_held()
   for _, keys in ipairs(FEED_HELD) do
-    redis.call('XADD', keys[1], '*', 'e', table.concat(keys[3], '\n'))
+    local held = keys[3]
+    for first = 1, #held, ENTRY_EVENTS do
+      local args = {'XADD', keys[1], '*'}
+      for i = first, math.min(first + ENTRY_EVENTS - 1, #held) do
+        local n = #args
+        args[n + 1] = feed_field(i - first + 1)
+        args[n + 2] = held[i]
+      end
+      redis.call(unpack(args))
+    end
     keys[3] = nil
   end
   FEED_HELD = {}

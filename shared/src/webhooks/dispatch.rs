@@ -25,7 +25,7 @@ use crate::clock;
 use crate::error::QueueError;
 use crate::event::is_terminal_type;
 use crate::ids::{BatchId, MessageId, TaskId, TenantId};
-use crate::queue::feed::events_in;
+use crate::queue::feed::{events_in, texts_of};
 use crate::queue::{FeedId, Queue, TaskRecord};
 
 /// How long an entry may stay pending with another consumer before it is
@@ -280,16 +280,10 @@ impl Dispatcher {
     }
 }
 
-/// The events of a feed entry (one a line), each at its position.
+/// The events of a feed entry, each at its position.
 fn parse(entry: &StreamId) -> Vec<Read<'_>> {
     let Some(id) = entry.id.parse::<FeedId>().ok().filter(|id| !id.is_inside_entry()) else { return Vec::new() };
-    let text = match entry.map.get("e") {
-        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
-        Some(redis::Value::SimpleString(text)) => Some(text.as_str()),
-        _ => None,
-    };
-    let Some(text) = text else { return Vec::new() };
-    events_in(id, text)
+    events_in(id, &texts_of(entry))
         .filter_map(|(position, event)| Some(Read { position, event, head: serde_json::from_str::<Head<'_>>(event).ok()? }))
         .collect()
 }

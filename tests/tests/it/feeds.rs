@@ -272,6 +272,30 @@ async fn events_written_by_one_call_share_a_feed_entry_and_reading_after_any_of_
     }
 }
 
+#[tokio::test]
+async fn entries_of_one_event_a_field_read_back_in_order_beside_an_older_entry_of_lines() {
+    let redis = RedisServer::start();
+    let config = test_config(&redis, &unique_prefix(), &[]);
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let tenant = flotilla_tests::tasks::tenant();
+    let feed_key = flotilla_shared::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
+    let older = [r#"{"seq":1,"task_id":"tsk_a","type":"queued"}"#, r#"{"seq":1,"task_id":"tsk_b","type":"queued"}"#];
+    redis.cli(&["XADD", &feed_key, "*", "e", &older.join("\n")]);
+    let created = create_at_once(&queue, 1_001).await;
+
+    assert_eq!(redis.cli(&["XLEN", &feed_key]).trim(), "4", "the entry of lines, then a call's entry per 500 created");
+    let all = queue.feed_after(&tenant, FeedId::START).await.expect("reads");
+    let announced: Vec<String> = all.iter().map(|e| key_of_event(&e.event)).collect();
+    let expected: Vec<String> =
+        ["tsk_a", "tsk_b"].into_iter().map(str::to_owned).chain(created.iter().map(ToString::to_string)).collect();
+    assert_eq!(announced, expected, "every event once, in the order written");
+    assert!(all.windows(2).all(|w| w[0].id < w[1].id), "positions increase");
+    let after_older = queue.feed_after(&tenant, all[1].id).await.expect("reads");
+    assert_eq!(after_older, all[2..], "after the older entry: the new ones");
+    let in_second_entry = queue.feed_after(&tenant, all[700].id).await.expect("reads");
+    assert_eq!(in_second_entry, all[701..], "from inside the second call's entry: the rest");
+}
+
 fn key_of_event(event: &str) -> String {
     let data: Value = serde_json::from_str(event).expect("an event is JSON");
     data["task_id"].as_str().expect("task_id").to_owned()
