@@ -34,6 +34,10 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+/// The shipped worker's allocator, so the drain measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A pipeline that does nothing but note when it started.
 struct NoOp {
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
