@@ -28,7 +28,11 @@
 //! many calls it may have open at once; past a limit the gateway answers
 //! 429. What each call spent (model, input and output tokens) is also
 //! reported, once its answer has been read, to the token's holder
-//! ([`TaskToken::calls`]), which counts it on the task. Only an exact allowlist of (method, path) pairs is forwarded, checked
+//! ([`TaskToken::calls`]), which counts it on the task. While the holder
+//! takes the reports, a call waits until every answer before it is
+//! counted ([`CallReports::counted`]), and once the holder says stop (the
+//! tenant spent its tokens of today) none goes out: the call that crossed
+//! is the last one answered, however fast the agent asks again. Only an exact allowlist of (method, path) pairs is forwarded, checked
 //! on the raw path before anything normalises it ([`policy`]); bodies are
 //! capped at [`MAX_REQUEST_BYTES`].
 
@@ -42,7 +46,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,7 +59,7 @@ use flotilla_shared::ids::TaskId;
 use flotilla_shared::Config;
 use futures::StreamExt;
 use rand::Rng;
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::{mpsc, Notify, OnceCell};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -233,12 +237,77 @@ pub struct CallUsage {
     pub output: u64,
 }
 
-/// What a token has spent so far.
+/// What a token has spent so far, and how far its holder has counted it.
 #[derive(Debug, Default)]
 struct Spent {
     requests: AtomicU32,
     tokens: AtomicU64,
     open: AtomicU32,
+    /// Whether the holder took the reports ([`TaskToken::calls`]): only
+    /// then do calls wait for them to be counted.
+    counting: AtomicBool,
+    /// Answers reported to the holder, and how many of them it counted.
+    reported: AtomicU32,
+    counted: AtomicU32,
+    /// The holder said no call may go out any more.
+    stopped: AtomicBool,
+    /// Woken when the holder counts or stops.
+    settled: Notify,
+}
+
+impl Spent {
+    /// Waits (at most [`COUNT_WAIT`]) until the holder counted every answer
+    /// reported; false when it said stop.
+    async fn wait_counted(&self) -> bool {
+        if self.counting.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout(COUNT_WAIT, async {
+                loop {
+                    let settled = self.settled.notified();
+                    if self.stopped.load(Ordering::Acquire)
+                        || self.counted.load(Ordering::Acquire) >= self.reported.load(Ordering::Acquire)
+                    {
+                        return;
+                    }
+                    settled.await;
+                }
+            })
+            .await;
+        }
+        !self.stopped.load(Ordering::Acquire)
+    }
+}
+
+/// How long a call waits for the answers before it to be counted; past it
+/// the call goes out (a holder that stopped counting is a task ending).
+const COUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// The reports of what each call of a token spent ([`TaskToken::calls`]).
+#[derive(Debug)]
+pub struct CallReports {
+    reports: mpsc::UnboundedReceiver<CallUsage>,
+    spent: Arc<Spent>,
+}
+
+impl CallReports {
+    /// The next call's usage, once its answer has been read.
+    pub async fn next(&mut self) -> Option<CallUsage> {
+        self.reports.recv().await
+    }
+
+    /// A report already sent, if any, without waiting.
+    pub fn try_next(&mut self) -> Option<CallUsage> {
+        self.reports.try_recv().ok()
+    }
+
+    /// The report [`next`](Self::next) gave is counted; with `stop`, the
+    /// token's further calls are refused (429).
+    pub fn counted(&self, stop: bool) {
+        if stop {
+            self.spent.stopped.store(true, Ordering::Release);
+        }
+        self.spent.counted.fetch_add(1, Ordering::AcqRel);
+        self.spent.settled.notify_waiters();
+    }
 }
 
 impl Drop for Inner {
@@ -296,11 +365,14 @@ impl ModelGateway {
                 (Listener::Socket(id), bridge.url.clone(), Some((stop, bridge.socket.clone())), None)
             }
         };
-        let (calls, reported) = mpsc::unbounded_channel();
-        let grant = Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::default(), calls };
+        let (calls, reports) = mpsc::unbounded_channel();
+        let spent = Arc::<Spent>::default();
+        let grant =
+            Grant { task: task.clone(), expires: Instant::now() + ttl, listener, limits, spent: Arc::clone(&spent), calls };
         self.inner.grants.insert(&token, grant);
         debug!(task_id = %task, ttl_s = ttl.as_secs(), bridged = socket.is_some(), "model gateway token granted");
-        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket, client, calls: Some(reported) })
+        let calls = Some(CallReports { reports, spent });
+        Ok(TaskToken { token, base_url, grants: Arc::clone(&self.inner.grants), socket, client, calls })
     }
 
     /// Serves the gateway on `bridge`'s Unix socket as `listener` until the
@@ -389,7 +461,7 @@ pub struct TaskToken {
     /// On the TLS listener: the client certificate the token is bound to.
     client: Option<ClientCredentials>,
     /// What the token's calls spent, one report per call.
-    calls: Option<mpsc::UnboundedReceiver<CallUsage>>,
+    calls: Option<CallReports>,
 }
 
 impl TaskToken {
@@ -410,9 +482,12 @@ impl TaskToken {
     }
 
     /// The reports of what each call of this token spent, sent once the
-    /// call's answer has been read (the first caller takes them).
-    pub fn calls(&mut self) -> Option<mpsc::UnboundedReceiver<CallUsage>> {
-        self.calls.take()
+    /// call's answer has been read (the first caller takes them). From
+    /// then on each call waits for the ones before it to be counted.
+    pub fn calls(&mut self) -> Option<CallReports> {
+        let calls = self.calls.take()?;
+        calls.spent.counting.store(true, Ordering::Release);
+        Some(calls)
     }
 
     /// Keeps the token valid for `ttl` from now; false when it had already
@@ -526,6 +601,9 @@ async fn forward(State(route): State<Route>, request: Request) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await else {
         return refusal(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", "the request body is too large or was cut off");
     };
+    if !grant.spent.wait_counted().await {
+        return refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "this task's tenant spent its tokens of today");
+    }
     if let Err(over) = check_limits(&grant, &call, &bytes) {
         return over.response();
     }
@@ -653,7 +731,9 @@ impl Drop for Meter {
         if input + output > 0 {
             let model = model.unwrap_or("unknown").to_owned();
             // The holder may be gone (the task ended): nothing to count then.
-            let _ = self.calls.send(CallUsage { model, input, output });
+            if self.calls.send(CallUsage { model, input, output }).is_ok() {
+                self.spent.reported.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 }
@@ -661,15 +741,22 @@ impl Drop for Meter {
 /// The provider's answer as the sandbox gets it: status, headers and a body
 /// streamed through as it arrives, its `usage` counted on the way; the call
 /// stays open until the body has been read.
-fn relay(answer: reqwest::Response, open: Option<Open>, mut meter: Meter) -> Response {
+fn relay(answer: reqwest::Response, open: Option<Open>, meter: Meter) -> Response {
     let status = answer.status();
     let headers = forwardable_headers(answer.headers());
-    let stream = answer.bytes_stream().map(move |chunk| {
+    let mut meter = Some(meter);
+    let mut chunks = answer.bytes_stream();
+    // The answer's usage is reported before its end reaches the caller, so
+    // a next call already finds it (`Spent::wait_counted`).
+    let stream = futures::stream::poll_fn(move |cx| {
         let _open = &open;
-        if let Ok(bytes) = &chunk {
-            meter.push(bytes);
+        let next = futures::ready!(chunks.poll_next_unpin(cx));
+        match (&next, meter.as_mut()) {
+            (Some(Ok(bytes)), Some(meter)) => meter.push(bytes),
+            (None, _) => drop(meter.take()),
+            _ => {}
         }
-        chunk
+        std::task::Poll::Ready(next)
     });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;

@@ -266,3 +266,28 @@ async fn gateway_tls_token_works_only_with_the_certificate_issued_with_it() {
     assert_eq!(over_tls_as(b.base_url(), &held, Some(&held), call, &token_a, MESSAGE).await, Some(401));
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn gateway_holds_a_call_until_the_answers_before_it_are_counted_and_sends_none_after_a_stop() {
+    let (upstream, hits) = model_server().await;
+    let gateway = gateway(&upstream);
+    let mut token = gateway.grant(&TaskId::generate(), Duration::from_secs(60)).await.expect("granted");
+    let mut calls = token.calls().expect("the reports");
+    assert_eq!(over_tcp(&token, "POST", "/v1/messages", token.token(), MESSAGE).await, 200);
+    let first = calls.next().await.expect("the first call's report");
+    assert_eq!((first.input, first.output), (60, 40));
+
+    let token = Arc::new(token);
+    let asking = Arc::clone(&token);
+    let second = tokio::spawn(async move { over_tcp(&asking, "POST", "/v1/messages", asking.token(), MESSAGE).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "the second call waits while the first is not counted");
+    calls.counted(false);
+    assert_eq!(second.await.expect("joins"), 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+
+    calls.next().await.expect("the second call's report");
+    calls.counted(true);
+    assert_eq!(over_tcp(&token, "POST", "/v1/messages", token.token(), MESSAGE).await, 429, "after a stop");
+    assert_eq!(hits.load(Ordering::SeqCst), 2, "no call reaches the provider after the stop");
+}

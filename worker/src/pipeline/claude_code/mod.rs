@@ -50,7 +50,7 @@ use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
 use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
-use crate::gateway::{CallUsage, GrantLimits, ModelGateway, TaskToken};
+use crate::gateway::{CallReports, CallUsage, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
@@ -141,7 +141,7 @@ async fn run_in_sandbox(
     drop(token);
     let finished = finished?;
     if let Some(calls) = calls.as_mut() {
-        while let Ok(call) = calls.try_recv() {
+        while let Some(call) = calls.try_next() {
             session.steps().count(&[tokens_of(call)]).await?;
         }
     }
@@ -180,10 +180,14 @@ async fn grant(
 /// Counts each model call on the task as the gateway reports it; returns
 /// only when a count fails, crosses the task's budget or finds its tenant
 /// past its tokens of today (the call that crossed was answered).
-async fn count_calls(session: &Session, calls: Option<&mut mpsc::UnboundedReceiver<CallUsage>>) -> PipelineError {
+/// Each count is handed back to the gateway, which holds the next call
+/// until then and refuses it once a count said stop.
+async fn count_calls(session: &Session, calls: Option<&mut CallReports>) -> PipelineError {
     if let Some(calls) = calls {
-        while let Some(call) = calls.recv().await {
-            if let Err(e) = session.steps().count(&[tokens_of(call)]).await.and_then(|()| session.steps().between_steps()) {
+        while let Some(call) = calls.next().await {
+            let counted = session.steps().count(&[tokens_of(call)]).await.and_then(|()| session.steps().between_steps());
+            calls.counted(counted.is_err());
+            if let Err(e) = counted {
                 return e;
             }
         }
