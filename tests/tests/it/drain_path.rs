@@ -30,6 +30,15 @@ async fn create_at_once(queue: &Queue, tenants: &[TenantId], n: usize) -> Vec<Ta
     ids
 }
 
+/// A queue on `redis` under a prefix of its own, its keys, and a claimer
+/// of worker `w1`.
+async fn queue_on(redis: &RedisServer) -> (Queue, Keys, Claimer) {
+    let config = test_config(redis, &unique_prefix(), &[]);
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let claimer = queue.claimer("w1", plain_worker());
+    (queue, Keys::new(config.key_prefix.clone()), claimer)
+}
+
 fn tenant(name: &str) -> TenantId {
     TenantId::parse(name).expect("tenant")
 }
@@ -93,10 +102,7 @@ async fn drain_once(queue: &Queue, claimer: &mut Claimer, most: usize) -> usize 
 #[tokio::test]
 async fn a_drained_task_costs_the_budgeted_calls_and_a_call_appends_one_feed_entry_per_tenant() {
     let redis = RedisServer::start();
-    let config = test_config(&redis, &unique_prefix(), &[]);
-    let queue = flotilla_tests::tasks::queue(&config).await;
-    let keys = Keys::new(config.key_prefix.clone());
-    let mut claimer = queue.claimer("w1", plain_worker());
+    let (queue, keys, mut claimer) = queue_on(&redis).await;
     // A first task loads the scripts and makes the first claim's look for
     // entries of workers presumed dead.
     create_at_once(&queue, &[tenant("initech")], 1).await;
@@ -129,10 +135,7 @@ async fn a_drained_task_costs_the_budgeted_calls_and_a_call_appends_one_feed_ent
 #[tokio::test]
 async fn a_call_publishes_each_event_on_the_channels_subscribed_to_and_on_no_other() {
     let redis = RedisServer::start();
-    let config = test_config(&redis, &unique_prefix(), &[]);
-    let queue = flotilla_tests::tasks::queue(&config).await;
-    let keys = Keys::new(config.key_prefix.clone());
-    let mut claimer = queue.claimer("w1", plain_worker());
+    let (queue, keys, mut claimer) = queue_on(&redis).await;
     let (acme, globex) = (tenant("acme"), tenant("globex"));
     let mut acme_channel = subscriber(&redis.url(), &[keys.tenant_channel(&acme)], None).await;
     let ids = create_at_once(&queue, &[acme.clone(), globex.clone()], 2 * PER_TENANT).await;
@@ -160,10 +163,7 @@ async fn a_call_publishes_each_event_on_the_channels_subscribed_to_and_on_no_oth
 #[tokio::test]
 async fn with_a_pattern_subscribed_every_event_goes_out_on_all_its_channels() {
     let redis = RedisServer::start();
-    let config = test_config(&redis, &unique_prefix(), &[]);
-    let queue = flotilla_tests::tasks::queue(&config).await;
-    let keys = Keys::new(config.key_prefix.clone());
-    let mut claimer = queue.claimer("w1", plain_worker());
+    let (queue, keys, mut claimer) = queue_on(&redis).await;
     let acme = tenant("acme");
     let ids = create_at_once(&queue, std::slice::from_ref(&acme), PER_TENANT).await;
     let mut everything = subscriber(&redis.url(), &[], Some(&format!("{}*", keys.channel_prefix()))).await;
@@ -192,14 +192,11 @@ async fn a_subscriber_on_a_replica_hears_the_events() {
         assert!(std::time::Instant::now() < deadline, "the replica did not link: {}", replica.cli(&["INFO", "replication"]));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let config = test_config(&primary, &unique_prefix(), &[]);
-    let queue = flotilla_tests::tasks::queue(&config).await;
-    let keys = Keys::new(config.key_prefix.clone());
-    let mut claimer = queue.claimer("w1", plain_worker());
+    let (queue, keys, mut claimer) = queue_on(&primary).await;
     let ids = create_at_once(&queue, &[tenant("acme")], 2).await;
     // The `queued` events reach the replica before a write made after them.
     let mut conn = primary.connection();
-    let _: () = redis::cmd("SET").arg(format!("{}:synced", config.key_prefix)).arg(1).query(&mut conn).expect("SET");
+    let _: () = redis::cmd("SET").arg(format!("{}:synced", keys.prefix())).arg(1).query(&mut conn).expect("SET");
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut conn).expect("WAIT");
     assert_eq!(acked, 1, "the replica caught up");
     let mut on_replica = subscriber(&replica.url(), &[keys.task_channel(&ids[0])], None).await;
