@@ -108,7 +108,8 @@ impl Terminal {
     }
 
     /// The terminal event and what the task hash records: status, code, and
-    /// the result or error field with its value.
+    /// the result or error field with its value; no field (empty) for a
+    /// null result, which a record reads as null anyway.
     fn written(&self) -> (EventKind, &'static str, &'static str, &'static str, String) {
         match self {
             Terminal::Succeeded(result) => {
@@ -117,7 +118,7 @@ impl Terminal {
                     EventKind::Succeeded { code: code.into(), result: result.clone() },
                     "succeeded",
                     code,
-                    "result",
+                    if result.is_null() { "" } else { "result" },
                     result.to_string(),
                 )
             }
@@ -259,10 +260,17 @@ impl Queue {
         StartArgs::new(self, owner).add_to(&mut inv);
         inv.arg(GROUP).arg(count).arg(self.keys.task_prefix()).arg(self.keys.shard_base(shard)).arg(&caps.script_args());
         let mut conn = self.redis.shared();
-        let claimed: Vec<(String, String, String, String, Vec<String>, String)> = inv.invoke_async(&mut conn).await?;
+        // Per entry: lane index, entry id, task id, tenant, route, then the
+        // start's reply.
+        let claimed: Vec<Vec<String>> = inv.invoke_async(&mut conn).await?;
         let mut counted = Vec::new();
         let mut outcomes = Vec::with_capacity(claimed.len());
-        for (lane, entry_id, task, tenant, reply, route) in claimed {
+        for mut row in claimed {
+            if row.len() < 5 {
+                return Err(QueueError::Corrupt(format!("claim answered {row:?}")));
+            }
+            let reply = row.split_off(5);
+            let [lane, entry_id, task, tenant, route] = <[String; 5]>::try_from(row).map_err(|_| QueueError::Corrupt("claim row".into()))?;
             let Some(delivery) = Delivery::from_reply((&lane, entry_id, &task, &tenant, route), false) else { continue };
             let outcome = match &delivery.task_id {
                 Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),

@@ -117,12 +117,10 @@ impl Queue {
         let mut inv = self.shard_call(&fair_scripts::CLAIM_TURNS, shard);
         inv.arg(GROUP).arg(consumer).arg(count).arg(&caps.script_args());
         let mut conn = self.redis.shared();
-        let got: Vec<(String, String, String, String, redis::Value, String)> = inv.invoke_async(&mut conn).await?;
+        let got: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
         Ok(got
             .into_iter()
-            .filter_map(|(lane, entry, task, tenant, _, route)| {
-                Delivery::from_reply((&lane, entry, &task, &tenant, route), false)
-            })
+            .filter_map(|(lane, entry, task, tenant, route)| Delivery::from_reply((&lane, entry, &task, &tenant, route), false))
             .collect())
     }
 

@@ -250,8 +250,36 @@ end
 /// acknowledges it; it returns the entries without an outcome and the
 /// slots freed.
 const SETTLE_FN: &str = r#"
-local function ack_counting(S, group, entries, counts)
-  local rest, freed = {}, {}
+-- Entries to acknowledge, grouped by lane as they are added, with neither
+-- a string nor a table per entry: tenant → route → lane index → {tenant,
+-- route, lane, ids}, and the lanes in order of first appearance.
+local function new_acks() return {by_lane = {}, order = {}} end
+local function add_ack(acks, tenant, route, lane, id)
+  local routes = acks.by_lane[tenant]
+  if not routes then
+    routes = {}
+    acks.by_lane[tenant] = routes
+  end
+  local lanes = routes[route]
+  if not lanes then
+    lanes = {}
+    routes[route] = lanes
+  end
+  local l = lanes[lane]
+  if not l then
+    l = {tenant, route, tonumber(lane), {}}
+    lanes[lane] = l
+    acks.order[#acks.order + 1] = l
+  end
+  local ids = l[4]
+  ids[#ids + 1] = id
+end
+-- Acknowledges one at a time the `entries` ({tenant, route, lane, id,
+-- outcome}) with an outcome, counting the outcome only when this call
+-- acknowledged the entry; the others go into `acks`. Returns the slots
+-- freed per tenant.
+local function ack_counting(S, group, entries, counts, acks)
+  local freed = {}
   for _, e in ipairs(entries) do
     if e[5] ~= '' then
       if redis.call('XACK', lkey(S, e[1], e[2], tonumber(e[3])), group, e[4]) == 1 then
@@ -260,37 +288,14 @@ local function ack_counting(S, group, entries, counts)
         if holds_sandbox(e[2]) then SB_FREED[e[1]] = (SB_FREED[e[1]] or 0) + 1 end
       end
     else
-      rest[#rest + 1] = e
+      add_ack(acks, e[1], e[2], e[3], e[4])
     end
   end
-  return rest, freed
+  return freed
 end
-local function settle(S, group, entries, freed)
-  -- Entries grouped by lane without a string per entry: tenant → route →
-  -- lane index → {tenant, route, lane, ids}, in order of first appearance.
-  local by_lane, order = {}, {}
-  for _, e in ipairs(entries) do
-    local routes = by_lane[e[1]]
-    if not routes then
-      routes = {}
-      by_lane[e[1]] = routes
-    end
-    local lanes = routes[e[2]]
-    if not lanes then
-      lanes = {}
-      routes[e[2]] = lanes
-    end
-    local l = lanes[e[3]]
-    if not l then
-      l = {e[1], e[2], tonumber(e[3]), {}}
-      lanes[e[3]] = l
-      order[#order + 1] = l
-    end
-    local ids = l[4]
-    ids[#ids + 1] = e[4]
-  end
+local function settle(S, group, acks, freed)
   freed = freed or {}
-  for _, l in ipairs(order) do
+  for _, l in ipairs(acks.order) do
     local n = redis.call('XACK', lkey(S, l[1], l[2], l[3]), group, unpack(l[4]))
     if n > 0 then
       freed[l[1]] = (freed[l[1]] or 0) + n
@@ -337,8 +342,9 @@ end
 /// them with one tenant), and never more than its `max` leaves room for.
 /// With `start`, each entry's task is started in the same step (single
 /// server only: the task keys are made from `task_prefix`). Returns
-/// `{entry, …}` with each `{lane index, entry id, task id, tenant, start
-/// reply, route}`.
+/// `{entry, …}` with each `{lane index, entry id, task id, tenant, route}`
+/// and, with `start`, the start's reply after them (`'malformed'` for an
+/// entry without a task id).
 ///
 /// The turn order is read once per call: each served route's first
 /// `wanted / TURN_TASKS + 2` tenants (at most `wanted + 2`, see `window`)
@@ -451,12 +457,14 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
       if reply then
         for _, entry in ipairs(reply[1][2]) do
           local id = entry_task(entry)
-          local started = {}
-          if do_start then
-            started = {'malformed'}
-            if id ~= '' then started = start({task_prefix .. '{' .. id .. '}', id}, false, entry[1]) end
+          -- One table per entry: the start's reply goes on its end.
+          if not do_start then
+            out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route}
+          elseif id == '' then
+            out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route, 'malformed'}
+          else
+            out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route, start(task_prefix .. '{' .. id .. '}', id, false, entry[1])}
           end
-          out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, started, route}
           read = read + 1
         end
       end
@@ -778,8 +786,9 @@ local entries, counts = {}, {}
 for a = 3, #ARGV, 5 do
   entries[#entries + 1] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]}
 end
-local rest, freed = ack_counting(ARGV[1], ARGV[2], entries, counts)
-settle(ARGV[1], ARGV[2], rest, freed)
+local acks = new_acks()
+local freed = ack_counting(ARGV[1], ARGV[2], entries, counts, acks)
+settle(ARGV[1], ARGV[2], acks, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 return #entries
 "#
@@ -997,7 +1006,7 @@ pub static FINISH_AND_ACK: LazyLock<Script> = LazyLock::new(|| {
         "{PRELUDE}\n{FINISH_FN}\n{FAIR_FN}\n{SETTLE_FN}\n{}",
         r#"
 return holding_feed(function()
-local entries, counts, finished, used = {}, {}, {}, {}
+local acks, counts, finished, used = new_acks(), {}, {}, {}
 local function count(outcome)
   if outcome ~= '' then counts[outcome] = (counts[outcome] or 0) + 1 end
 end
@@ -1013,9 +1022,9 @@ local ended = tonumber(ARGV[4])
 local replies = {}
 for i = 1, ended do
   local a = 10 + (i - 1) * 14 -- FINISH_AND_ACK_GROUP
-  replies[i] = finish(task_at(i, ARGV[a], 4), a, false)
+  replies[i] = finish(KEYS[3 + i], ARGV[a], a, false)
   if replies[i] ~= -1 then
-    entries[#entries + 1] = {ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13]}
+    add_ack(acks, ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13])
     count(ARGV[a + 4])
     use(ARGV[a + 9], ARGV[a + 4])
     finished[#finished + 1] = ARGV[a]
@@ -1032,9 +1041,8 @@ local only_acks = {}
 for j = 10 + ended * 14, #ARGV, 5 do
   only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4]}
 end
-local rest, freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts)
-for _, e in ipairs(rest) do entries[#entries + 1] = e end
-settle(ARGV[5], ARGV[3], entries, freed)
+local freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts, acks)
+settle(ARGV[5], ARGV[3], acks, freed)
 for outcome, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], outcome, n) end
 if #finished > 0 then redis.call('XADD', KEYS[3], '*', 't', table.concat(finished, ' ')) end
 return replies

@@ -27,8 +27,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared helpers of the task scripts. `t` is a task: `{hash key, id}`.
-/// `record` sets `fields` (a flat list of field, value), `seq` and the
+/// Shared helpers of the task scripts. A task comes as two arguments, its
+/// hash `key` and its `id` (a table per task would cost Redis an allocation
+/// and its collection). `record` sets `fields` (a flat list of field,
+/// value; its first `n` items when given), `seq` and the
 /// event `{"seq":<seq>,<body>` in one `HSET`, appends it to the tenant's
 /// feed stream when `ARGV[1]` ends in `+` (see `Keys::script_channels`),
 /// then publishes the event on the task's, batch's and tenant's channels
@@ -93,13 +95,8 @@ local function publish(to, channel, event)
   if to == true or to[channel] then redis.call('PUBLISH', channel, event) end
 end
 -- `record` with the event already made (`{"seq":<seq>,…}`).
-local function store(t, tenant, batch, seq, event, fields)
-  local n = #fields
-  fields[n + 1] = 'seq'
-  fields[n + 2] = seq
-  fields[n + 3] = 'e:' .. seq
-  fields[n + 4] = event
-  redis.call('HSET', t[1], unpack(fields))
+local function store(key, id, tenant, batch, seq, event, fields, n)
+  redis.call('HSET', key, 'seq', seq, 'e:' .. seq, event, unpack(fields, 1, n or #fields))
   local keys = tenant_keys(tenant)
   if FEED then
     if FEED_HELD then
@@ -116,22 +113,25 @@ local function store(t, tenant, batch, seq, event, fields)
   end
   local to = heard()
   if to then
-    publish(to, CHANNELS .. 'task:' .. t[2], event)
+    publish(to, CHANNELS .. 'task:' .. id, event)
     if batch and batch ~= '' then publish(to, CHANNELS .. 'batch:' .. batch, event) end
     publish(to, keys[2], event)
   end
   return seq
 end
-local function record(t, tenant, batch, seq, body, fields)
-  return store(t, tenant, batch, seq, '{"seq":' .. seq .. ',' .. body, fields)
+local function record(key, id, tenant, batch, seq, body, fields)
+  return store(key, id, tenant, batch, seq, '{"seq":' .. seq .. ',' .. body, fields)
 end
 local function with_hdr(hdr, draft)
   return hdr .. ',' .. string.sub(draft, 2)
 end
--- The count after `current` (a decimal string, or absent for 0): by its
--- last digit while that is not a 9, as formatting a Lua number costs
--- several times more.
+-- The count after `current` (a decimal string, or absent for 0): after a
+-- single digit from a table, else by its last digit while that is not a
+-- 9, as formatting a Lua number costs several times more.
+local NEXT_DIGIT = {['0'] = '1', ['1'] = '2', ['2'] = '3', ['3'] = '4', ['4'] = '5', ['5'] = '6', ['6'] = '7', ['7'] = '8', ['8'] = '9'}
 local function next_seq(current)
+  local quick = current and NEXT_DIGIT[current]
+  if quick then return quick end
   local last = current and string.byte(current, -1)
   if last and last >= 48 and last < 57 then return string.sub(current, 1, -2) .. string.char(last + 1) end
   return tostring((tonumber(current) or 0) + 1)
@@ -147,10 +147,6 @@ local function pairs_from(from)
   for i = from, #ARGV do fields[#fields + 1] = ARGV[i] end
   return fields
 end
-local function task_at(i, id, first_key)
-  return {KEYS[(first_key or 1) + i - 1], id}
-end
-local ONE = {KEYS[1], ARGV[2]}
 -- Appends the events `store` held to each tenant's feed as one entry per
 -- 1 000, in the order they were stored, one event a field: `e`, `e1`, …
 -- (see `super::feed`; one string of them all cost more to make).
@@ -203,36 +199,40 @@ end
 /// only then does a running task get a new attempt. A new entry of a
 /// running task is a second one (a retry's promotion raced the reclaim of
 /// the first), and the attempt holding the first entry runs the task.
+/// Returns its reply (see [`START`]) as several values, not a table, so a
+/// caller puts it into the table it makes anyway.
 pub(super) const START_FN: &str = r#"
 -- The `started` draft without its opening brace, cut once per call.
 local STARTED
-local function start(t, reclaimed, entry)
-  local st = redis.call('HMGET', t[1], 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
-  if not st[1] then return {'gone'} end
-  if is_terminal(st[1]) then return {'terminal', st[1], redis.call('HGET', t[1], 'entry') or ''} end
-  if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return {'duplicate'} end
+local function start(key, id, reclaimed, entry)
+  local st = redis.call('HMGET', key, 'status', 'attempt', 'max_attempts', 'cancel', 'hdr', 'tenant', 'batch', 'spec', 'seq', 'trace')
+  if not st[1] then return 'gone' end
+  if is_terminal(st[1]) then return 'terminal', st[1], redis.call('HGET', key, 'entry') or '' end
+  if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return 'duplicate' end
   local seq = next_seq(st[9])
   if st[4] == '1' then
-    record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
-    redis.call('PEXPIRE', t[1], ARGV[7])
-    return {'cancelled'}
+    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
+    redis.call('PEXPIRE', key, ARGV[7])
+    return 'cancelled'
   end
   if tonumber(st[2]) >= tonumber(st[3]) then
-    record(t, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), {'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
+    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), {'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
       'error', 'attempts exhausted: the worker running the last attempt stopped responding'})
-    redis.call('PEXPIRE', t[1], ARGV[7])
-    return {'dead', st[2], st[6]}
+    redis.call('PEXPIRE', key, ARGV[7])
+    return 'dead', st[2], st[6]
   end
   local attempt = next_seq(st[2])
-  if st[1] == 'waiting' then redis.call('HDEL', t[1], 'takeover', 'released', 'input') end
-  local fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry}
+  if st[1] == 'waiting' then redis.call('HDEL', key, 'takeover', 'released', 'input') end
+  -- Each list made at its full size: a table that grows is made again.
+  local fields
   if st[2] == '0' then
-    fields[9] = 'started_at'
-    fields[10] = ARGV[3]
+    fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry, 'started_at', ARGV[3]}
+  else
+    fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry}
   end
   STARTED = STARTED or string.sub(ARGV[2], 2)
-  store(t, st[6], st[7], seq, '{"seq":' .. seq .. ',"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
-  return {'started', attempt, st[8], st[6], st[7] or '', st[10] or ''}
+  store(key, id, st[6], st[7], seq, '{"seq":' .. seq .. ',"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
+  return 'started', attempt, st[8], st[6], st[7] or '', st[10] or ''
 end
 "#;
 
@@ -256,15 +256,24 @@ pub const CREATE_GROUP: usize = 6;
 pub(super) const CREATE_FN: &str = r#"
 -- The `queued` draft without its opening brace, cut once per call.
 local QUEUED
-local function create(t, hdr, spec, tenant, batch, max_attempts, draft, now, trace)
-  local fields = {'hdr', hdr, 'spec', spec, 'tenant', tenant, 'batch', batch,
-    'max_attempts', max_attempts, 'status', 'queued', 'attempt', '0', 'created_at', now}
+local function create(key, id, hdr, spec, tenant, batch, max_attempts, draft, now, trace)
+  -- Made at its full size (a table that grows is made again); `batch`
+  -- and `trace` only when the task has them.
+  local fields = {'hdr', hdr, 'spec', spec, 'tenant', tenant, 'max_attempts', max_attempts,
+    'status', 'queued', 'attempt', '0', 'created_at', now, false, false, false, false}
+  local n = 14
+  if batch ~= '' then
+    fields[n + 1] = 'batch'
+    fields[n + 2] = batch
+    n = n + 2
+  end
   if trace ~= '' then
-    fields[17] = 'trace'
-    fields[18] = trace
+    fields[n + 1] = 'trace'
+    fields[n + 2] = trace
+    n = n + 2
   end
   QUEUED = QUEUED or string.sub(draft, 2)
-  store(t, tenant, batch, '1', '{"seq":1,' .. hdr .. ',' .. QUEUED, fields)
+  store(key, id, tenant, batch, '1', '{"seq":1,' .. hdr .. ',' .. QUEUED, fields, n)
 end
 "#;
 
@@ -281,9 +290,8 @@ return holding_feed(function()
   local created = 0
   for i = 1, #KEYS do
     local a = 5 + (i - 1) * 6 -- CREATE_GROUP
-    local t = task_at(i, ARGV[a])
-    if redis.call('EXISTS', t[1]) == 0 then
-      create(t, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[2], ARGV[3], ARGV[4])
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+      create(KEYS[i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[2], ARGV[3], ARGV[4])
       created = created + 1
     end
   end
@@ -308,7 +316,7 @@ pub static START: LazyLock<Script> = LazyLock::new(|| {
 return holding_feed(function()
   local replies = {}
   for i = 1, #KEYS do
-    replies[i] = start(task_at(i, ARGV[5 + 3 * i]), ARGV[6 + 3 * i] == '1', ARGV[7 + 3 * i])
+    replies[i] = {start(KEYS[i], ARGV[5 + 3 * i], ARGV[6 + 3 * i] == '1', ARGV[7 + 3 * i])}
   end
   return replies
 end)
@@ -327,18 +335,20 @@ pub const FINISH_GROUP: usize = 11;
 /// after `ARGV[2]`, the retention ms.
 /// Returns the terminal event's seq, or -1 when fenced.
 pub(super) const FINISH_FN: &str = r#"
-local function finish(t, a, expire)
-  local cur = redis.call('HMGET', t[1], 'attempt', 'owner', 'status', 'cancel', 'seq')
+local function finish(key, id, a, expire)
+  local cur = redis.call('HMGET', key, 'attempt', 'owner', 'status', 'cancel', 'seq')
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
   local seq = next_seq(cur[5])
-  local fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], 'owner', ''}
+  -- `owner` stays: a terminal status already fences every later write.
+  local fields
   if ARGV[a + 6] ~= '' then
-    fields[9] = ARGV[a + 6]
-    fields[10] = ARGV[a + 7]
+    fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], ARGV[a + 6], ARGV[a + 7]}
+  else
+    fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8]}
   end
-  if cur[4] then redis.call('HDEL', t[1], 'cancel') end
-  record(t, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], fields)
-  if expire then redis.call('PEXPIRE', t[1], ARGV[2]) end
+  if cur[4] then redis.call('HDEL', key, 'cancel') end
+  record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], fields)
+  if expire then redis.call('PEXPIRE', key, ARGV[2]) end
   return seq
 end
 "#;
@@ -354,7 +364,7 @@ return holding_feed(function()
   local replies = {}
   for i = 1, #KEYS do
     local a = 3 + (i - 1) * 11 -- FINISH_GROUP
-    replies[i] = finish(task_at(i, ARGV[a]), a, true)
+    replies[i] = finish(KEYS[i], ARGV[a], a, true)
   end
   return replies
 end)
@@ -386,7 +396,7 @@ pub static EMIT: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq')
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
-return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), pairs_from(7))
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), pairs_from(7))
 "#,
     )
 });
@@ -402,7 +412,7 @@ if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 local fields = pairs_from(7)
 for _, v in ipairs({'status', 'queued', 'owner', ''}) do fields[#fields + 1] = v end
 redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
-return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
 "#,
     )
 });
@@ -419,7 +429,7 @@ local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 't
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
 local fields = {'status', 'queued', 'owner', '', 'max_attempts', tostring((tonumber(cur[8]) or 0) + 1)}
-return record(ONE, cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
 "#,
     )
 });
@@ -435,7 +445,7 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'se
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if is_terminal(cur[1]) then return cur[1] end
 if cur[1] == 'queued' then
-  record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4]})
+  record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4]})
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   return 'now-cancelled'
 end
@@ -509,7 +519,7 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'se
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'running' and cur[1] ~= 'waiting' then return cur[1] end
 if cur[6] == '1' then return 'held' end
-record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]),
+record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]),
   {'status', 'waiting', 'code', 'human-intervention', 'takeover', '1'})
 return 'taken'
 "#,
@@ -528,7 +538,7 @@ if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'waiting' then return cur[1] end
 if cur[6] ~= '1' then return 'not taken over' end
 redis.call('HDEL', KEYS[1], 'takeover')
-record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'input', ARGV[6], 'released', '1'})
+record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'input', ARGV[6], 'released', '1'})
 return 'released'
 "#,
     )
@@ -544,7 +554,7 @@ if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'failed' then return cur[1] end
 redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
-record(ONE, cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'queued', 'attempt', '0', 'owner', ''})
+record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'queued', 'attempt', '0', 'owner', ''})
 return 'requeued'
 "#,
     )

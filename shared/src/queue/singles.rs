@@ -80,7 +80,7 @@ for i = 1, #KEYS - 7 do
   if verdict[1] == 'ok' then
     waiting = waiting + 1
     local id = ARGV[g]
-    create({KEYS[7 + i], id}, ARGV[g + 1], ARGV[g + 2], tenant, '', ARGV[g + 3], ARGV[2], ARGV[3], ARGV[g + 4])
+    create(KEYS[7 + i], id, ARGV[g + 1], ARGV[g + 2], tenant, '', ARGV[g + 3], ARGV[2], ARGV[3], ARGV[g + 4])
     listed[2 * n + 1] = 0
     listed[2 * n + 2] = id
     local q = 7 * n
