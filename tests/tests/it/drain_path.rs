@@ -206,3 +206,26 @@ async fn a_subscriber_on_a_replica_hears_the_events() {
     let kinds: Vec<String> = heard(&mut on_replica, 2).await.into_iter().map(|(_, kind)| kind).collect();
     assert_eq!(kinds, ["started", "succeeded"], "published on the primary, heard through the replica");
 }
+
+#[tokio::test]
+async fn a_finished_task_keeps_no_empty_field_and_reads_back_the_same() {
+    let redis = RedisServer::start();
+    let (queue, keys, mut claimer) = queue_on(&redis).await;
+    let acme = tenant("acme");
+    let ids = create_at_once(&queue, std::slice::from_ref(&acme), 1).await;
+    assert_eq!(drain_once(&queue, &mut claimer, 1).await, 1);
+
+    let key = keys.task(&ids[0]);
+    let fields: Vec<String> = redis.cli(&["HKEYS", &key]).lines().map(str::to_owned).collect();
+    for absent in ["batch", "result", "trace", "cancel"] {
+        assert!(!fields.iter().any(|f| f == absent), "no {absent} field when the task has none: {fields:?}");
+    }
+    assert_eq!(redis.cli(&["HGET", &key, "owner"]).trim(), "w1", "the last owner stays; the terminal status fences");
+    assert!(fields.len() <= 16, "a finished no-op task's hash stays within 16 fields: {fields:?}");
+
+    let record = queue.get(&acme, &ids[0]).await.expect("reads").expect("the task exists");
+    let shown = serde_json::to_value(&record).expect("json");
+    assert_eq!(shown["status"], "succeeded");
+    assert_eq!((shown["batch_id"].clone(), shown["result"].clone()), (serde_json::Value::Null, serde_json::Value::Null));
+    assert_eq!(shown["last_seq"], 3, "queued, started, succeeded");
+}
