@@ -265,15 +265,15 @@ impl Queue {
         let claimed: Vec<Vec<String>> = inv.invoke_async(&mut conn).await?;
         let mut counted = Vec::new();
         let mut outcomes = Vec::with_capacity(claimed.len());
-        for mut row in claimed {
-            if row.len() < 5 {
+        for row in &claimed {
+            let [lane, entry_id, task, tenant, route, reply @ ..] = row.as_slice() else {
                 return Err(QueueError::Corrupt(format!("claim answered {row:?}")));
-            }
-            let reply = row.split_off(5);
-            let [lane, entry_id, task, tenant, route] = <[String; 5]>::try_from(row).map_err(|_| QueueError::Corrupt("claim row".into()))?;
-            let Some(delivery) = Delivery::from_reply((&lane, entry_id, &task, &tenant, route), false) else { continue };
+            };
+            let Some(delivery) = Delivery::from_reply((lane, entry_id.clone(), task, tenant, route.clone()), false) else {
+                continue;
+            };
             let outcome = match &delivery.task_id {
-                Some(task_id) => self.read_start_reply(&delivery, task_id, owner, &reply, &mut counted),
+                Some(task_id) => self.read_start_reply(&delivery, task_id, owner, reply, &mut counted),
                 None => Ok(StartOutcome::Nothing(Skipped::Malformed)),
             };
             outcomes.push((delivery, outcome));
