@@ -15,6 +15,14 @@ use tracing::{info, warn};
 
 use crate::metrics::WorkerMetrics;
 
+/// How often a flush yields first (taking what came meanwhile into its
+/// batch): the tasks that just ended freed their slots, and the claim loop
+/// then sends the claim that fills them before this flush. Redis answers a
+/// connection's calls in order, so the claim is not stuck behind the
+/// flush: slots wait less, and Redis always has the next call queued
+/// (busy 0.98 of a no-op drain instead of 0.90, about 8 % more tasks a
+/// second; BENCHMARKS.md). Finishing waits a few scheduler turns more.
+const ACK_YIELDS: usize = 4;
 /// The most items one flush handles.
 const MAX_BATCH: usize = 256;
 /// How long a failing flush is retried before its entries are left pending;
@@ -65,6 +73,15 @@ impl Acker {
 async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>, metrics: WorkerMetrics) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        for _ in 0..ACK_YIELDS {
+            tokio::task::yield_now().await;
+        }
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(work) => batch.push(work),
+                Err(_) => break,
+            }
+        }
         let started = tokio::time::Instant::now();
         let mut delay = Duration::from_millis(20);
         loop {
