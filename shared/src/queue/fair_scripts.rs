@@ -237,18 +237,19 @@ local function entry_task(entry)
 end
 "#;
 
-/// Acknowledging entries of one shard: `entries` is a list of
-/// `{tenant, route, lane index, entry id}`. Each tenant's `running` goes
-/// down by what `XACK` acknowledged; a tenant that was at its limit may take
-/// turns again; its lanes are marked for trimming. `freed` (optional) holds
-/// slots already acknowledged by `ack_counting`.
+/// Acknowledging entries of one shard: `settle` acknowledges the entries
+/// gathered with `add_ack` (tenant, route, lane index, entry id), a lane's
+/// at once. Each tenant's `running` goes down by what `XACK` acknowledged;
+/// a tenant that was at its limit may take turns again; its lanes are
+/// marked for trimming. `freed` (optional) holds slots already
+/// acknowledged by `ack_counting`.
 ///
 /// `ack_counting` acknowledges, one at a time, the entries of
 /// `{tenant, route, lane index, entry id, outcome}` that carry an outcome
 /// and adds the outcome to `counts` only when `XACK` acknowledged the entry
 /// (it was still pending), so an entry's outcome is counted once whoever
-/// acknowledges it; it returns the entries without an outcome and the
-/// slots freed.
+/// acknowledges it; it adds the entries without an outcome to the
+/// gathered ones and returns the slots freed.
 const SETTLE_FN: &str = r#"
 -- Entries to acknowledge, grouped by lane as they are added, with neither
 -- a string nor a table per entry: tenant → route → lane index → {tenant,
