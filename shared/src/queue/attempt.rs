@@ -261,12 +261,15 @@ impl Queue {
         inv.arg(GROUP).arg(count).arg(self.keys.task_prefix()).arg(self.keys.shard_base(shard)).arg(&caps.script_args());
         let mut conn = self.redis.shared();
         // Per entry: lane index, entry id, task id, tenant, route, then the
-        // start's reply.
-        let claimed: Vec<Vec<String>> = inv.invoke_async(&mut conn).await?;
+        // start's reply, all in one list.
+        let claimed: Vec<String> = inv.invoke_async(&mut conn).await?;
+        if claimed.len() % fair_scripts::CLAIM_ROW != 0 {
+            return Err(QueueError::Corrupt(format!("claim answered {} values", claimed.len())));
+        }
         let mut counted = Vec::new();
-        let mut outcomes = Vec::with_capacity(claimed.len());
-        for row in &claimed {
-            let [lane, entry_id, task, tenant, route, reply @ ..] = row.as_slice() else {
+        let mut outcomes = Vec::with_capacity(claimed.len() / fair_scripts::CLAIM_ROW);
+        for row in claimed.chunks_exact(fair_scripts::CLAIM_ROW) {
+            let [lane, entry_id, task, tenant, route, reply @ ..] = row else {
                 return Err(QueueError::Corrupt(format!("claim answered {row:?}")));
             };
             let Some(delivery) = Delivery::from_reply((lane, entry_id.clone(), task, tenant, route.clone()), false) else {

@@ -445,6 +445,10 @@ end
 -- Returns how many were read and by how much the tenant's queued count
 -- changed.
 local LANE_NAMES = {'1', '2', '3'}
+-- The start's reply (one to six values) as six, after `out[at]`.
+local function put_start_reply(out, at, a, b, c, d, e, f)
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = a, b or '', c or '', d or '', e or '', f or ''
+end
 local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
   local got, change, sandboxed = 0, 0, 0
   for lane = 1, 3 do
@@ -458,13 +462,17 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
       if reply then
         for _, entry in ipairs(reply[1][2]) do
           local id = entry_task(entry)
-          -- One table per entry: the start's reply goes on its end.
           if not do_start then
             out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route}
-          elseif id == '' then
-            out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route, 'malformed'}
           else
-            out[#out + 1] = {LANE_NAMES[lane], entry[1], id, tenant, route, start(task_prefix .. '{' .. id .. '}', id, false, entry[1])}
+            -- Starting, the rows are flat: no table per entry.
+            local n = #out
+            out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = LANE_NAMES[lane], entry[1], id, tenant, route
+            if id == '' then
+              put_start_reply(out, n + 5, 'malformed')
+            else
+              put_start_reply(out, n + 5, start(task_prefix .. '{' .. id .. '}', id, false, entry[1]))
+            end
           end
           read = read + 1
         end
@@ -758,11 +766,16 @@ return take_turns(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), false, '', capab
     ))
 });
 
+/// Values per entry in [`CLAIM_AND_START`]'s reply.
+pub const CLAIM_ROW: usize = 11;
+
 /// Takes turns and starts the tasks in one step, on a single server.
 /// `ARGV[1..7]` as [`super::scripts::START`] reads them; `ARGV[8]` the
 /// group, `ARGV[9]` the most entries, `ARGV[10]` the task key prefix,
 /// `ARGV[11]` the shard base, `ARGV[12..14]` the consumer's capabilities.
-/// `KEYS[1]` the shard's `sched`.
+/// `KEYS[1]` the shard's `sched`. Returns one flat list: per entry
+/// [`CLAIM_ROW`] values, its lane index, entry id, task id, tenant and route,
+/// then the start's reply with `''` after its last value.
 pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}\n{START_FN}\n{FAIR_FN}\n{TURNS_FN}\n{}",

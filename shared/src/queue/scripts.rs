@@ -29,8 +29,8 @@ use redis::Script;
 
 /// Shared helpers of the task scripts. A task comes as two arguments, its
 /// hash `key` and its `id` (a table per task would cost Redis an allocation
-/// and its collection). `record` sets `fields` (a flat list of field,
-/// value; its first `n` items when given), `seq` and the
+/// and its collection). `record` sets the field, value pairs it is given
+/// after `body` (as arguments, not a table, for the same reason), `seq` and the
 /// event `{"seq":<seq>,<body>` in one `HSET`, appends it to the tenant's
 /// feed stream when `ARGV[1]` ends in `+` (see `Keys::script_channels`),
 /// then publishes the event on the task's, batch's and tenant's channels
@@ -95,8 +95,18 @@ local function publish(to, channel, event)
   if to == true or to[channel] then redis.call('PUBLISH', channel, event) end
 end
 -- `record` with the event already made (`{"seq":<seq>,…}`).
-local function store(key, id, tenant, batch, seq, event, fields, n)
-  redis.call('HSET', key, 'seq', seq, 'e:' .. seq, event, unpack(fields, 1, n or #fields))
+-- An event's field name (`e:<seq>`), made once per call and seq.
+local EVENT_FIELDS = {}
+local function event_field(seq)
+  local name = EVENT_FIELDS[seq]
+  if not name then
+    name = 'e:' .. seq
+    EVENT_FIELDS[seq] = name
+  end
+  return name
+end
+local function store(key, id, tenant, batch, seq, event, ...)
+  redis.call('HSET', key, 'seq', seq, event_field(seq), event, ...)
   local keys = tenant_keys(tenant)
   if FEED then
     if FEED_HELD then
@@ -119,8 +129,8 @@ local function store(key, id, tenant, batch, seq, event, fields, n)
   end
   return seq
 end
-local function record(key, id, tenant, batch, seq, body, fields)
-  return store(key, id, tenant, batch, seq, '{"seq":' .. seq .. ',' .. body, fields)
+local function record(key, id, tenant, batch, seq, body, ...)
+  return store(key, id, tenant, batch, seq, '{"seq":' .. seq .. ',' .. body, ...)
 end
 local function with_hdr(hdr, draft)
   return hdr .. ',' .. string.sub(draft, 2)
@@ -211,27 +221,25 @@ local function start(key, id, reclaimed, entry)
   if not reclaimed and (st[1] == 'running' or st[1] == 'waiting') then return 'duplicate' end
   local seq = next_seq(st[9])
   if st[4] == '1' then
-    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', ''})
+    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[5]), 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[3], 'owner', '')
     redis.call('PEXPIRE', key, ARGV[7])
     return 'cancelled'
   end
   if tonumber(st[2]) >= tonumber(st[3]) then
-    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), {'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
-      'error', 'attempts exhausted: the worker running the last attempt stopped responding'})
+    record(key, id, st[6], st[7], seq, with_hdr(st[5], ARGV[6]), 'status', 'failed', 'code', 'problem', 'finished_at', ARGV[3], 'owner', '',
+      'error', 'attempts exhausted: the worker running the last attempt stopped responding')
     redis.call('PEXPIRE', key, ARGV[7])
     return 'dead', st[2], st[6]
   end
   local attempt = next_seq(st[2])
   if st[1] == 'waiting' then redis.call('HDEL', key, 'takeover', 'released', 'input') end
-  -- Each list made at its full size: a table that grows is made again.
-  local fields
-  if st[2] == '0' then
-    fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry, 'started_at', ARGV[3]}
-  else
-    fields = {'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry}
-  end
   STARTED = STARTED or string.sub(ARGV[2], 2)
-  store(key, id, st[6], st[7], seq, '{"seq":' .. seq .. ',"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED, fields)
+  local event = '{"seq":' .. seq .. ',"attempt":' .. attempt .. ',' .. st[5] .. ',' .. STARTED
+  if st[2] == '0' then
+    store(key, id, st[6], st[7], seq, event, 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry, 'started_at', ARGV[3])
+  else
+    store(key, id, st[6], st[7], seq, event, 'status', 'running', 'attempt', attempt, 'owner', ARGV[4], 'entry', entry)
+  end
   return 'started', attempt, st[8], st[6], st[7] or '', st[10] or ''
 end
 "#;
@@ -273,7 +281,7 @@ local function create(key, id, hdr, spec, tenant, batch, max_attempts, draft, no
     n = n + 2
   end
   QUEUED = QUEUED or string.sub(draft, 2)
-  store(key, id, tenant, batch, '1', '{"seq":1,' .. hdr .. ',' .. QUEUED, fields, n)
+  store(key, id, tenant, batch, '1', '{"seq":1,' .. hdr .. ',' .. QUEUED, unpack(fields, 1, n))
 end
 "#;
 
@@ -340,14 +348,12 @@ local function finish(key, id, a, expire)
   if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
   local seq = next_seq(cur[5])
   -- `owner` stays: a terminal status already fences every later write.
-  local fields
-  if ARGV[a + 6] ~= '' then
-    fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], ARGV[a + 6], ARGV[a + 7]}
-  else
-    fields = {'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8]}
-  end
   if cur[4] then redis.call('HDEL', key, 'cancel') end
-  record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], fields)
+  if ARGV[a + 6] ~= '' then
+    record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], ARGV[a + 6], ARGV[a + 7])
+  else
+    record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8])
+  end
   if expire then redis.call('PEXPIRE', key, ARGV[2]) end
   return seq
 end
@@ -396,7 +402,7 @@ pub static EMIT: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq')
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
-return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), pairs_from(7))
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), unpack(ARGV, 7))
 "#,
     )
 });
@@ -412,7 +418,7 @@ if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 local fields = pairs_from(7)
 for _, v in ipairs({'status', 'queued', 'owner', ''}) do fields[#fields + 1] = v end
 redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
-return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), unpack(fields))
 "#,
     )
 });
@@ -429,7 +435,7 @@ local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 't
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
 local fields = {'status', 'queued', 'owner', '', 'max_attempts', tostring((tonumber(cur[8]) or 0) + 1)}
-return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), fields)
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), unpack(fields))
 "#,
     )
 });
@@ -445,7 +451,7 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'se
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if is_terminal(cur[1]) then return cur[1] end
 if cur[1] == 'queued' then
-  record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4]})
+  record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), 'status', 'cancelled', 'code', 'cancelled', 'finished_at', ARGV[4])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   return 'now-cancelled'
 end
@@ -520,7 +526,7 @@ if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'running' and cur[1] ~= 'waiting' then return cur[1] end
 if cur[6] == '1' then return 'held' end
 record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]),
-  {'status', 'waiting', 'code', 'human-intervention', 'takeover', '1'})
+  'status', 'waiting', 'code', 'human-intervention', 'takeover', '1')
 return 'taken'
 "#,
     )
@@ -538,7 +544,7 @@ if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'waiting' then return cur[1] end
 if cur[6] ~= '1' then return 'not taken over' end
 redis.call('HDEL', KEYS[1], 'takeover')
-record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'input', ARGV[6], 'released', '1'})
+record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), 'input', ARGV[6], 'released', '1')
 return 'released'
 "#,
     )
@@ -554,7 +560,7 @@ if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'failed' then return cur[1] end
 redis.call('HDEL', KEYS[1], 'code', 'error', 'finished_at', 'cancel')
 redis.call('PERSIST', KEYS[1])
-record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), {'status', 'queued', 'attempt', '0', 'owner', ''})
+record(KEYS[1], ARGV[2], cur[2], cur[4], next_seq(cur[5]), with_hdr(cur[3], ARGV[3]), 'status', 'queued', 'attempt', '0', 'owner', '')
 return 'requeued'
 "#,
     )
