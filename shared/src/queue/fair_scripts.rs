@@ -471,7 +471,7 @@ local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_p
             if id == '' then
               put_start_reply(out, n + 5, 'malformed')
             else
-              put_start_reply(out, n + 5, start(task_prefix .. '{' .. id .. '}', id, false, entry[1]))
+              put_start_reply(out, n + 5, start(task_prefix .. '{' .. id .. '}', id, false, entry[1], tenant))
             end
           end
           read = read + 1
