@@ -263,7 +263,7 @@ impl Queue {
         // Per entry: lane index, entry id, task id, tenant, route, then the
         // start's reply, all in one list.
         let claimed: Vec<String> = inv.invoke_async(&mut conn).await?;
-        if claimed.len() % fair_scripts::CLAIM_ROW != 0 {
+        if !claimed.len().is_multiple_of(fair_scripts::CLAIM_ROW) {
             return Err(QueueError::Corrupt(format!("claim answered {} values", claimed.len())));
         }
         let mut counted = Vec::new();

@@ -343,9 +343,10 @@ end
 /// them with one tenant), and never more than its `max` leaves room for.
 /// With `start`, each entry's task is started in the same step (single
 /// server only: the task keys are made from `task_prefix`). Returns
-/// `{entry, …}` with each `{lane index, entry id, task id, tenant, route}`
-/// and, with `start`, the start's reply after them (`'malformed'` for an
-/// entry without a task id).
+/// `{entry, …}` with each `{lane index, entry id, task id, tenant, route}`;
+/// with `start`, one flat list instead, each entry's five values followed
+/// by the start's reply as six (`'malformed'` for an entry without a task
+/// id; see [`CLAIM_ROW`]).
 ///
 /// The turn order is read once per call: each served route's first
 /// `wanted / TURN_TASKS + 2` tenants (at most `wanted + 2`, see `window`)
@@ -439,16 +440,16 @@ local function write_order(S, moved)
   for route, l in pairs(add) do redis.call('ZADD', akey(S, route), unpack(l)) end
   for route, l in pairs(rem) do redis.call('ZREM', akey(S, route), unpack(l)) end
 end
+-- The start's reply (one to six values) as six, after `out[at]`.
+local function put_start_reply(out, at, a, b, c, d, e, f)
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = a, b or '', c or '', d or '', e or '', f or ''
+end
 -- Reads up to `k` entries of the tenant's lanes in `lanes` (by priority),
 -- appending them to `out`, and corrects each lane's count, adding the
 -- changed count fields to `fields` (written with the tenant's counters).
 -- Returns how many were read and by how much the tenant's queued count
 -- changed.
 local LANE_NAMES = {'1', '2', '3'}
--- The start's reply (one to six values) as six, after `out[at]`.
-local function put_start_reply(out, at, a, b, c, d, e, f)
-  out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5], out[at + 6] = a, b or '', c or '', d or '', e or '', f or ''
-end
 local function read_lanes(S, group, consumer, tenant, lanes, k, do_start, task_prefix, out, fields)
   local got, change, sandboxed = 0, 0, 0
   for lane = 1, 3 do

@@ -94,7 +94,6 @@ end
 local function publish(to, channel, event)
   if to == true or to[channel] then redis.call('PUBLISH', channel, event) end
 end
--- `record` with the event already made (`{"seq":<seq>,…}`).
 -- An event's field name (`e:<seq>`), made once per call and seq.
 local EVENT_FIELDS = {}
 local function event_field(seq)
@@ -105,6 +104,7 @@ local function event_field(seq)
   end
   return name
 end
+-- `record` with the event already made (`{"seq":<seq>,…}`).
 local function store(key, id, tenant, batch, seq, event, ...)
   redis.call('HSET', key, 'seq', seq, event_field(seq), event, ...)
   local keys = tenant_keys(tenant)
@@ -443,8 +443,8 @@ pub static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
 local cur = redis.call('HMGET', KEYS[1], 'attempt', 'owner', 'status', 'hdr', 'tenant', 'batch', 'seq', 'max_attempts')
 if not owns(cur, ARGV[5], ARGV[6]) then return -1 end
 redis.call('HDEL', KEYS[1], 'takeover', 'released', 'input')
-local fields = {'status', 'queued', 'owner', '', 'max_attempts', tostring((tonumber(cur[8]) or 0) + 1)}
-return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]), unpack(fields))
+return record(KEYS[1], ARGV[2], cur[5], cur[6], next_seq(cur[7]), with_hdr(cur[4], ARGV[3]),
+  'status', 'queued', 'owner', '', 'max_attempts', tostring((tonumber(cur[8]) or 0) + 1))
 "#,
     )
 });
