@@ -74,6 +74,10 @@ pub enum StartOutcome {
 /// An attempt, how it ends its task, and when (epoch ms).
 pub type Ending<'a> = (&'a Attempt, Terminal, i64);
 
+/// What endings of one [`Queue::finish_and_ack`] call often share: worker,
+/// status, code, result or error field, tenant, batch, route and lane.
+type FinishContext<'a> = (&'a str, &'static str, &'static str, &'static str, &'a str, &'a str, &'a str, usize);
+
 /// A fenced script's reply: the seq it wrote, or -1 as [`QueueError::Fenced`].
 fn written_seq(seq: i64) -> Result<u64, QueueError> {
     u64::try_from(seq).map_err(|_| QueueError::Fenced)
@@ -434,11 +438,7 @@ impl Queue {
         let (day_before, day_after) = self.keys.usage_day_around(&clock::utc_day(self.now_ms()));
         let totals_after = if self.settings.tenant_totals { self.keys.usage_total_after() } else { "" };
         inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
-        for ending in ends {
-            self.add_ending(&mut inv, ending);
-            let delivery = &ending.0.delivery;
-            inv.arg(&delivery.route).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
-        }
+        self.add_endings_with_contexts(&mut inv, ends);
         for (delivery, outcome) in acks {
             inv.arg(delivery.tenant.as_str()).arg(&delivery.route).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
             inv.arg(outcome.map_or("", |o| o.as_str()));
@@ -446,6 +446,50 @@ impl Queue {
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
         Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// The keys and arguments of [`fair_scripts::FINISH_AND_ACK`]'s
+    /// endings: what many endings share (worker, status, code, result or
+    /// error field, tenant, batch, route, lane) once per call as a context
+    /// of [`fair_scripts::FINISH_CONTEXT`] values, their number first; then
+    /// per ending [`fair_scripts::FINISH_AND_ACK_GROUP`] values: its
+    /// context's number (from 1), task id, attempt, event body,
+    /// `finished_at`, entry id and the field's value.
+    fn add_endings_with_contexts(&self, inv: &mut redis::ScriptInvocation<'_>, ends: &[Ending<'_>]) {
+        let mut contexts: Vec<FinishContext<'_>> = Vec::new();
+        let mut per_task = Vec::with_capacity(ends.len());
+        for (attempt, terminal, at_ms) in ends {
+            let (kind, status, code, field, value) = terminal.written();
+            let delivery = &attempt.delivery;
+            let batch = attempt.origin.batch_id.as_ref().map_or("", |b| b.as_str());
+            let context = (
+                attempt.owner.as_str(),
+                status,
+                code,
+                field,
+                attempt.tenant().as_str(),
+                batch,
+                delivery.route.as_str(),
+                delivery.lane.lane_number(),
+            );
+            let number = match contexts.iter().position(|c| *c == context) {
+                Some(i) => i + 1,
+                None => {
+                    contexts.push(context);
+                    contexts.len()
+                }
+            };
+            inv.key(self.keys.task(attempt.task_id()));
+            per_task.push((number, attempt, event_body(&attempt.origin, &draft_at(kind, *at_ms)), *at_ms, value));
+        }
+        inv.arg(contexts.len());
+        for (owner, status, code, field, tenant, batch, route, lane) in contexts {
+            inv.arg(owner).arg(status).arg(code).arg(field).arg(tenant).arg(batch).arg(route).arg(lane);
+        }
+        for (number, attempt, body, at_ms, value) in per_task {
+            inv.arg(number).arg(attempt.task_id().as_str()).arg(attempt.number).arg(body);
+            inv.arg(at_ms).arg(&attempt.delivery.entry_id).arg(value);
+        }
     }
 
     /// The keys and the [`scripts::FINISH_GROUP`] arguments of one ending.

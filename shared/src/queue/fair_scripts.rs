@@ -993,9 +993,15 @@ return 0
     )
 });
 
-/// Arguments per ended task of [`FINISH_AND_ACK`]: the
-/// [`super::scripts::FINISH_GROUP`] and the entry's route, lane index and id.
-pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 3;
+/// Arguments per ended task of [`FINISH_AND_ACK`]: its context's number,
+/// task id, attempt, event body (after its seq), `finished_at`, entry id
+/// and the value of its context's field.
+pub const FINISH_AND_ACK_GROUP: usize = 7;
+
+/// Arguments per context of [`FINISH_AND_ACK`], what many ended tasks
+/// share: worker id, status, code, field (`result` or `error`, or empty),
+/// tenant, batch (or empty), route, lane index.
+pub const FINISH_CONTEXT: usize = 8;
 
 /// Ends owning attempts, acknowledges their entries and counts their
 /// outcomes in one step, so a task is counted exactly when it ends and its
@@ -1010,7 +1016,9 @@ pub const FINISH_AND_ACK_GROUP: usize = super::scripts::FINISH_GROUP + 3;
 /// many tasks end, `ARGV[5]` the shard base, `ARGV[6]` and `ARGV[7]` a usage
 /// day key's text before and after its tenant, `ARGV[8]` the day key's TTL
 /// in seconds (set when a count makes the key), `ARGV[9]` the totals key's
-/// text after its tenant (empty when totals are not kept); from `ARGV[10]`
+/// text after its tenant (empty when totals are not kept), `ARGV[10]` the
+/// number of contexts and from `ARGV[11]` [`FINISH_CONTEXT`] values each
+/// (what many ended tasks share, so it is sent and read once); then
 /// [`FINISH_AND_ACK_GROUP`] values per ended task; after them, entries to
 /// acknowledge only, as `tenant, route, lane index, entry id, outcome (or
 /// empty)`, whose outcome is counted only if this call acknowledged the
@@ -1034,15 +1042,23 @@ local function use(tenant, outcome)
   of[outcome] = (of[outcome] or 0) + 1
 end
 local ended = tonumber(ARGV[4])
+-- Where each context's values start, by its number as the tasks name it.
+local contexts = tonumber(ARGV[10])
+local context_at = {}
+for n = 1, contexts do context_at[tostring(n)] = 11 + (n - 1) * 8 end -- FINISH_CONTEXT
+local first = 11 + contexts * 8
 local replies = {}
 for i = 1, ended do
-  local a = 10 + (i - 1) * 14 -- FINISH_AND_ACK_GROUP
-  replies[i] = finish(KEYS[3 + i], ARGV[a], a, false)
+  local a = first + (i - 1) * 7 -- FINISH_AND_ACK_GROUP
+  local c = context_at[ARGV[a]]
+  local id, tenant, status = ARGV[a + 1], ARGV[c + 4], ARGV[c + 1]
+  replies[i] = finish(KEYS[3 + i], id, ARGV[a + 2], ARGV[c], ARGV[a + 3], status, ARGV[c + 2], ARGV[c + 3], ARGV[a + 6],
+    ARGV[a + 4], tenant, ARGV[c + 5], false)
   if replies[i] ~= -1 then
-    add_ack(acks, ARGV[a + 9], ARGV[a + 11], ARGV[a + 12], ARGV[a + 13])
-    count(ARGV[a + 4])
-    use(ARGV[a + 9], ARGV[a + 4])
-    finished[#finished + 1] = ARGV[a]
+    add_ack(acks, tenant, ARGV[c + 6], ARGV[c + 7], ARGV[a + 5])
+    count(status)
+    use(tenant, status)
+    finished[#finished + 1] = id
   end
 end
 for tenant, of in pairs(used) do
@@ -1053,7 +1069,7 @@ for tenant, of in pairs(used) do
   end
 end
 local only_acks = {}
-for j = 10 + ended * 14, #ARGV, 5 do
+for j = first + ended * 7, #ARGV, 5 do
   only_acks[#only_acks + 1] = {ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3], ARGV[j + 4]}
 end
 local freed = ack_counting(ARGV[5], ARGV[3], only_acks, counts, acks)

@@ -345,23 +345,24 @@ end)
 pub const FINISH_GROUP: usize = 11;
 
 /// Ending one owning attempt's task, shared by [`FINISH`] and
-/// `fair_scripts::FINISH_AND_ACK`: `t` the task, `a` where its [`FINISH_GROUP`]
-/// arguments start (`id, attempt, worker id, body, status, code, field,
-/// value, finished_at, tenant, batch`; `field` is `result` or `error`, or
-/// empty; `body` the event after its seq). With `expire`, the task expires
-/// after `ARGV[2]`, the retention ms.
+/// `fair_scripts::FINISH_AND_ACK` (each reads its own layout of
+/// arguments): `key` and `id` the task, `attempt` and `owner` the attempt
+/// that ends it, `body` the event after its seq, `status`, `code`,
+/// `field` (`result` or `error`, or empty) and its `value`, `at` the
+/// `finished_at`, the task's `tenant` and `batch`. With `expire`, the task
+/// expires after `ARGV[2]`, the retention ms.
 /// Returns the terminal event's seq, or -1 when fenced.
 pub(super) const FINISH_FN: &str = r#"
-local function finish(key, id, a, expire)
+local function finish(key, id, attempt, owner, body, status, code, field, value, at, tenant, batch, expire)
   local cur = redis.call('HMGET', key, 'attempt', 'owner', 'status', 'cancel', 'seq')
-  if not owns(cur, ARGV[a + 1], ARGV[a + 2]) then return -1 end
+  if not owns(cur, attempt, owner) then return -1 end
   local seq = next_seq(cur[5])
   -- `owner` stays: a terminal status already fences every later write.
   if cur[4] then redis.call('HDEL', key, 'cancel') end
-  if ARGV[a + 6] ~= '' then
-    record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8], ARGV[a + 6], ARGV[a + 7])
+  if field ~= '' then
+    record(key, id, tenant, batch, seq, body, 'status', status, 'code', code, 'finished_at', at, field, value)
   else
-    record(key, id, ARGV[a + 9], ARGV[a + 10], seq, ARGV[a + 3], 'status', ARGV[a + 4], 'code', ARGV[a + 5], 'finished_at', ARGV[a + 8])
+    record(key, id, tenant, batch, seq, body, 'status', status, 'code', code, 'finished_at', at)
   end
   if expire then redis.call('PEXPIRE', key, ARGV[2]) end
   return seq
@@ -369,7 +370,9 @@ end
 "#;
 
 /// Ends owning attempts and their tasks. `ARGV[2]` retention ms; then
-/// [`FINISH_GROUP`] values per task from `ARGV[3]`, as `finish` reads them.
+/// [`FINISH_GROUP`] values per task from `ARGV[3]`: `id, attempt, worker
+/// id, body, status, code, field, value, finished_at, tenant, batch` (see
+/// `finish`).
 /// Returns per task the terminal event's seq, or -1 when fenced.
 pub static FINISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -379,7 +382,8 @@ return holding_feed(function()
   local replies = {}
   for i = 1, #KEYS do
     local a = 3 + (i - 1) * 11 -- FINISH_GROUP
-    replies[i] = finish(KEYS[i], ARGV[a], a, true)
+    replies[i] = finish(KEYS[i], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6],
+      ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], true)
   end
   return replies
 end)

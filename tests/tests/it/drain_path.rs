@@ -13,6 +13,7 @@ use futures::StreamExt;
 
 use flotilla_shared::keys::Keys;
 use flotilla_shared::queue::{Claimer, Ending, FeedId, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_shared::{clock, TaskId, TenantId};
 use flotilla_tests::tasks::{plain_worker, wait_spec};
 use flotilla_tests::{test_config, unique_prefix, RedisServer};
@@ -129,6 +130,59 @@ async fn a_drained_task_costs_the_budgeted_calls_and_a_call_appends_one_feed_ent
         assert_eq!((of("queued"), of("started"), of("succeeded")), (PER_TENANT, PER_TENANT, PER_TENANT), "{tenant}");
         let used = redis.cli(&["HGET", &keys.usage_day(tenant, &today), "tasks:succeeded"]);
         assert_eq!(used.trim(), PER_TENANT.to_string(), "{tenant}'s ended tasks are in its usage as the call returns");
+    }
+}
+
+#[tokio::test]
+async fn one_call_ends_tasks_of_many_tenants_and_outcomes_each_with_its_own() {
+    let redis = RedisServer::start();
+    let (queue, keys, mut claimer) = queue_on(&redis).await;
+    let tenants = [tenant("acme"), tenant("globex")];
+    create_at_once(&queue, &tenants, 6).await;
+    let attempts: Vec<_> = claimer
+        .next(6)
+        .await
+        .expect("claims")
+        .into_iter()
+        .filter_map(|c| match c.outcome {
+            Ok(StartOutcome::Started(attempt)) => Some(attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts.len(), 6, "every task starts");
+    // Tasks of both tenants end in one call, in every way a task ends, so
+    // the call's shared values differ from task to task.
+    let terminal = |i: usize| match i % 3 {
+        0 => Terminal::Succeeded(serde_json::json!({ "n": i })),
+        1 => Terminal::Failed(StopCode::Problem, format!("broke at {i}")),
+        _ => Terminal::Cancelled,
+    };
+    let ends: Vec<Ending<'_>> = attempts.iter().enumerate().map(|(i, a)| (a.as_ref(), terminal(i), clock::now_ms())).collect();
+    let written = queue.finish_and_ack(&ends, &[]).await.expect("ended");
+    assert!(written.iter().all(Result::is_ok), "{written:?}");
+
+    for (i, attempt) in attempts.iter().enumerate() {
+        let task = queue.get(attempt.tenant(), attempt.task_id()).await.expect("reads").expect("the task is there");
+        let (status, code, result, error) = match terminal(i) {
+            Terminal::Succeeded(result) => (TaskStatus::Succeeded, StopCode::Done, Some(result), None),
+            Terminal::Failed(code, error) => (TaskStatus::Failed, code, None, Some(error)),
+            Terminal::Cancelled => (TaskStatus::Cancelled, StopCode::Cancelled, None, None),
+        };
+        assert_eq!((task.status, task.code, task.result, task.error), (status, Some(code), result, error), "task {i}");
+        assert_eq!(task.tenant, *attempt.tenant(), "task {i} keeps its tenant");
+    }
+    let today = clock::utc_day(clock::now_ms());
+    for tenant in &tenants {
+        let mine: Vec<usize> = (0..6).filter(|i| attempts[*i].tenant() == tenant).collect();
+        for (outcome, rest) in [("succeeded", 0), ("failed", 1), ("cancelled", 2)] {
+            let expected = mine.iter().filter(|i| *i % 3 == rest).count();
+            let used = redis.cli(&["HGET", &keys.usage_day(tenant, &today), &format!("tasks:{outcome}")]);
+            assert_eq!(used.trim().parse::<usize>().unwrap_or(0), expected, "{tenant}'s {outcome} tasks in its usage");
+        }
+    }
+    for tenant in &tenants {
+        let load = queue.stats(tenant).await.expect("stats").tenants.remove(0);
+        assert_eq!(load.running, 0, "{tenant}: every entry is acknowledged and its slot freed");
     }
 }
 
