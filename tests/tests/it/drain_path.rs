@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use flotilla_shared::keys::Keys;
-use flotilla_shared::queue::{Claimer, Ending, FeedId, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_shared::queue::{Attempt, Claimer, Ending, FeedId, NewTask, Queue, StartOutcome, Terminal};
 use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_shared::{clock, TaskId, TenantId};
 use flotilla_tests::tasks::{plain_worker, wait_spec};
@@ -81,9 +81,9 @@ async fn hears_nothing_more(pubsub: &mut redis::aio::PubSub) {
     );
 }
 
-/// Claims up to `most` tasks in one call and ends them in another.
-async fn drain_once(queue: &Queue, claimer: &mut Claimer, most: usize) -> usize {
-    let attempts: Vec<_> = claimer
+/// The attempts one claim of up to `most` tasks started.
+async fn claim_started(claimer: &mut Claimer, most: usize) -> Vec<Box<Attempt>> {
+    claimer
         .next(most)
         .await
         .expect("claims")
@@ -92,7 +92,12 @@ async fn drain_once(queue: &Queue, claimer: &mut Claimer, most: usize) -> usize 
             Ok(StartOutcome::Started(attempt)) => Some(attempt),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Claims up to `most` tasks in one call and ends them in another.
+async fn drain_once(queue: &Queue, claimer: &mut Claimer, most: usize) -> usize {
+    let attempts = claim_started(claimer, most).await;
     let ends: Vec<Ending<'_>> =
         attempts.iter().map(|a| (a.as_ref(), Terminal::Succeeded(serde_json::Value::Null), clock::now_ms())).collect();
     let written = queue.finish_and_ack(&ends, &[]).await.expect("ended");
@@ -139,16 +144,7 @@ async fn one_call_ends_tasks_of_many_tenants_and_outcomes_each_with_its_own() {
     let (queue, keys, mut claimer) = queue_on(&redis).await;
     let tenants = [tenant("acme"), tenant("globex")];
     create_at_once(&queue, &tenants, 6).await;
-    let attempts: Vec<_> = claimer
-        .next(6)
-        .await
-        .expect("claims")
-        .into_iter()
-        .filter_map(|c| match c.outcome {
-            Ok(StartOutcome::Started(attempt)) => Some(attempt),
-            _ => None,
-        })
-        .collect();
+    let attempts = claim_started(&mut claimer, 6).await;
     assert_eq!(attempts.len(), 6, "every task starts");
     // Tasks of both tenants end in one call, in every way a task ends, so
     // the call's shared values differ from task to task.
