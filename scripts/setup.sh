@@ -45,6 +45,7 @@ APT_TOOLS=(
   # and X tools the isolation tests drive displays with.
   "unshare:util-linux"
   "nsenter:util-linux"
+  "prlimit:util-linux"
   # Every process of a local desktop runs under `setpriv --pdeathsig KILL`.
   "setpriv:util-linux"
   "slirp4netns:slirp4netns"
@@ -189,11 +190,27 @@ ensure_tun_device() {
   fi
 }
 
+# A worker that runs as root maps each sandbox onto one uid and gid of a
+# subordinate range of root's (worker/src/sandbox/local/identity.rs), so no
+# sandbox process is ever host uid 0. The range is set once, far above the
+# ids people and packages use; an existing range for root is kept.
+SUBORDINATE_RANGE="1000000000:65536"
+ensure_subordinate_ids() {
+  local file
+  for file in /etc/subuid /etc/subgid; do
+    if ! grep -Eq '^(root|0):[0-9]+:[1-9][0-9]*$' "$file" 2>/dev/null; then
+      log "giving root the subordinate id range $SUBORDINATE_RANGE in $file (sandboxes of a root worker)"
+      printf 'root:%s\n' "$SUBORDINATE_RANGE" | "${SUDO[@]}" tee -a "$file" >/dev/null
+    fi
+  done
+}
+
 # `--demo`: only what scripts/demo.sh runs (the Debian packages and s3s-fs);
 # the test tools, the Python packages and the Claude Code CLI are left out.
 main() {
   ensure_apt_packages
   ensure_tun_device
+  ensure_subordinate_ids
   ensure_s3s_fs
   [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages

@@ -7,6 +7,7 @@
 //! status codes in one place.
 
 pub mod action;
+pub mod address;
 pub mod apikey;
 pub mod blobstore;
 pub mod clock;

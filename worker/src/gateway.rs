@@ -386,6 +386,9 @@ impl ModelGateway {
             _ => {}
         }
         let socket = tokio::net::UnixListener::bind(path).map_err(bind_error)?;
+        // The directory is the one sandbox's own; its programs run as a uid
+        // other than the worker's and must be able to connect.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666)).map_err(bind_error)?;
         let app = axum::Router::new().fallback(forward).with_state(Route { forwarder, listener });
         let stop = self.inner.stop.child_token();
         let until = stop.clone();

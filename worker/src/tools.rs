@@ -18,8 +18,8 @@ use tracing::{info, warn};
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
 use crate::sandbox::{
-    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, Isolation, LocalConfig, LocalProvider, Network, PoolConfig, SandboxPool,
-    SandboxProvider,
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, Ipv4Net, Isolation, LocalConfig, LocalProvider, Network, PoolConfig,
+    SandboxLimits, SandboxPool, SandboxProvider,
 };
 
 /// Sandboxes and storage for the tasks of one worker.
@@ -75,7 +75,7 @@ impl Tools {
 
 async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
-        SandboxProviderKind::Local => Ok(Arc::new(local_provider(config.isolation).await?)),
+        SandboxProviderKind::Local => Ok(Arc::new(local_provider(&config.isolation).await?)),
         SandboxProviderKind::E2b => {
             let key = config
                 .e2b
@@ -89,7 +89,8 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 }
 
 /// The local provider, refused when its jail does not work here.
-async fn local_provider(settings: IsolationConfig) -> anyhow::Result<LocalProvider> {
+async fn local_provider(settings: &IsolationConfig) -> anyhow::Result<LocalProvider> {
+    let mb = |n: u64| n.saturating_mul(1 << 20);
     let config = LocalConfig {
         isolation: match settings.isolation {
             SandboxIsolation::Full => Isolation::Full,
@@ -99,6 +100,14 @@ async fn local_provider(settings: IsolationConfig) -> anyhow::Result<LocalProvid
             SandboxNetwork::Egress => Network::Egress,
             SandboxNetwork::Offline => Network::Offline,
         },
+        limits: SandboxLimits {
+            memory_bytes: mb(settings.limits.memory_mb),
+            pids: settings.limits.pids,
+            cpus: settings.limits.cpus,
+            home_bytes: mb(settings.limits.home_mb),
+            tmp_bytes: mb(settings.limits.tmp_mb),
+        },
+        egress_deny: settings.deny.iter().map(|(network, prefix)| Ipv4Net { network: *network, prefix: *prefix }).collect(),
         ..LocalConfig::default()
     };
     LocalProvider::start(config)

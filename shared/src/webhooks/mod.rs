@@ -21,7 +21,6 @@
 //! tag, indexed per tenant; messages, the due queues and each endpoint's
 //! delivery log share `{w}`.
 
-mod address;
 pub mod deliver;
 pub mod dispatch;
 pub mod due;
@@ -37,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 pub use crate::page::{lex_page, Order, Page, MAX_PAGE};
-pub use address::{embedded_v4, kind_of, AddressKind};
+pub use crate::address::{embedded_v4, kind_of, AddressKind};
 pub use messages::{Delivery, DeliveryStatus};
 
 use crate::clock;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use super::address::{kind_of, AddressKind};
+use crate::address::{kind_of, AddressKind};
 
 /// How long a lookup made to check a new endpoint may take; past it, the
 /// endpoint is kept and its address checked at each delivery.

@@ -17,6 +17,10 @@ pub enum SandboxError {
     /// The sandbox outlived its deadline and was killed.
     #[error("sandbox {0} has expired")]
     Expired(SandboxId),
+    /// The sandbox went past one of its limits (memory, processes) and was
+    /// killed whole.
+    #[error("sandbox {id} was killed: it went past its {limit} limit")]
+    LimitExceeded { id: SandboxId, limit: String },
     /// The provider cannot serve sandboxes now: a tool is missing, the
     /// display did not start, the desktop died.
     #[error("sandbox provider unavailable: {0}")]

@@ -33,7 +33,7 @@ pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
-pub use local::{DisplayAccess, Isolation, Leftovers, LocalConfig, LocalProvider, Network};
+pub use local::{DisplayAccess, Ipv4Net, Isolation, Leftovers, LocalConfig, LocalProvider, Network, SandboxLimits};
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub use memory::MemoryProvider;
 pub use owners::SandboxOwners;

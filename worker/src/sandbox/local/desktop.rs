@@ -13,6 +13,7 @@
 //! deadline. All processes join the Xvfb's process group and carry the
 //! sandbox's marker, so teardown finds them all.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -22,9 +23,11 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
 use super::display::Display;
+use super::identity::{HostUser, Slot};
 use super::jail::{self, JailSettings};
+use super::limits::Cgroup;
 use super::launch::{self, Launcher};
-use super::process::{self, Signal, MARKER_VAR};
+use super::process::{self, Signal};
 use super::record::RecordFile;
 use super::xauth::Cookie;
 use crate::sandbox::SandboxError;
@@ -47,7 +50,7 @@ pub(crate) struct Desktop {
     pub launcher: Launcher,
 }
 
-/// Starts Xvfb, the jail (with `jail` settings) or nothing (without),
+/// Starts the jail (with `jail` settings) or nothing (without), Xvfb,
 /// openbox and a terminal for sandbox `marker` in `dir`.
 pub(crate) async fn start(
     marker: &str,
@@ -65,58 +68,46 @@ pub(crate) async fn start(
     let cookie = Cookie::generate();
     let xauthority = dir.join("Xauthority");
     cookie.write(&xauthority)?;
+    let slot = Slot::claim(jail.map_or(HostUser::Unprivileged, |s| s.user))?;
+    let display_number = slot.display();
     if let Some(settings) = jail {
-        jail::prepare_files(dir, &home, settings.network)?;
+        jail::prepare_files(dir, &home, settings.network, settings.user.ids(&slot))?;
     }
-    let mut record = RecordFile::create(dir, marker)?;
+    let record = RecordFile::create(dir, marker)?;
     let deadline = Instant::now() + timeout;
-    let log = logs.join("xvfb.log");
-    let (xvfb, announced) = spawn_xvfb(marker, dir, &xauthority, resolution, &log)?;
-    let pgid = xvfb.id();
-    note(record.add(pgid));
     let mut processes = Processes {
         marker: marker.to_owned(),
         dir: dir.to_owned(),
-        pgid,
-        display_number: None,
-        xvfb: Some(xvfb),
+        pgid: None,
+        display_number: Some(display_number),
+        xvfb: None,
         children: Vec::new(),
         record,
+        cgroup: None,
+        slot: Some(slot),
         stopped: false,
     };
-    // The display server and the jail need nothing from each other: both
-    // come up at once, and the jail's processes join the server's group
-    // (and the desktop's record once both are up).
-    let mut setup = Vec::new();
+    note(processes.record.set_display(display_number));
     let started = Instant::now();
-    let display = async { (wait_for_display(announced, &log, deadline).await, started.elapsed()) };
-    let walls = async {
-        let walls = match jail {
-            Some(settings) => jail::build(settings, marker, pgid, dir, deadline, &mut setup).await.map(Some),
-            None => Ok(None),
-        };
-        (walls, started.elapsed())
+    let walls = match jail {
+        Some(settings) => match build_jail(&mut processes, settings, marker, dir, &home, deadline).await {
+            Ok(walls) => Some(walls),
+            Err(error) => {
+                processes.stop(Duration::ZERO).await;
+                return Err(error);
+            }
+        },
+        None => None,
     };
-    let ((number, xvfb_took), (walls, jail_took)) = tokio::join!(display, walls);
-    for child in std::mem::take(&mut setup) {
-        processes.adopt(child);
-    }
-    if let Ok(number) = number {
-        processes.display_number = Some(number);
-        note(processes.record.set_display(number));
-    }
-    let (display_number, walls) = match (number, walls) {
-        (Ok(number), Ok(walls)) => (number, walls),
-        (Err(error), _) | (_, Err(error)) => {
-            processes.stop(Duration::ZERO).await;
-            return Err(error);
-        }
-    };
+    let jail_took = started.elapsed();
     let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls };
-    let up = bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await;
+    let up = async {
+        start_xvfb(&mut processes, &launcher, resolution, &logs, deadline).await?;
+        bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await
+    };
+    let up = up.await;
     tracing::debug!(
         sandbox = marker,
-        xvfb_ms = xvfb_took.as_millis() as u64,
         jail_ms = jail_took.as_millis() as u64,
         total_ms = started.elapsed().as_millis() as u64,
         "desktop start"
@@ -130,33 +121,102 @@ pub(crate) async fn start(
     }
 }
 
-/// Starts Xvfb in a process group of its own; it announces its display
-/// number on the returned pipe once it accepts connections.
-fn spawn_xvfb(
+/// Builds the sandbox's jail; its processes and group become the desktop's.
+async fn build_jail(
+    processes: &mut Processes,
+    settings: &JailSettings,
     marker: &str,
     dir: &Path,
-    xauthority: &Path,
+    home: &Path,
+    deadline: Instant,
+) -> Result<jail::Jail, SandboxError> {
+    let Some(slot) = processes.slot.as_ref() else {
+        return Err(SandboxError::Unavailable("the sandbox holds no slot".into()));
+    };
+    let site = jail::Site { slot, marker, dir, home, deadline };
+    let mut setup = Vec::new();
+    let mut cgroup = None;
+    let walls = jail::build(settings, &site, &mut setup, &mut cgroup).await;
+    if let Some(group) = &cgroup {
+        note(processes.record.set_cgroup(group.dirs().to_vec()));
+    }
+    processes.cgroup = cgroup;
+    for child in setup {
+        processes.pgid = processes.pgid.or(child.id());
+        processes.adopt(child);
+    }
+    walls
+}
+
+/// Starts Xvfb on the slot's display (in the jail when there is one, where
+/// its socket appears in the sandbox's own directory and is linked from the
+/// host's socket directory) and waits until it accepts connections. Without
+/// a jail it leads the desktop's process group.
+async fn start_xvfb(
+    processes: &mut Processes,
+    launcher: &Launcher,
     (width, height): (u32, u32),
-    log: &Path,
-) -> Result<(Child, Option<ChildStdout>), SandboxError> {
-    let mut command = process::tied_to_worker("Xvfb");
-    command
-        .args(["-displayfd", "1", "-screen", "0", &format!("{width}x{height}x24"), "-nolisten", "tcp"])
-        .args(["-noreset", "-auth"])
-        .arg(xauthority)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env(MARKER_VAR, marker)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log_file(log)?)
-        .process_group(0)
-        .kill_on_drop(true);
+    logs: &Path,
+    deadline: Instant,
+) -> Result<(), SandboxError> {
+    let number = launcher.display;
+    let screen = format!("{width}x{height}x24");
+    let display = format!(":{number}");
+    let log = logs.join("xvfb.log");
+    let mut args = vec![display.as_str(), "-displayfd", "1", "-screen", "0", &screen, "-nolisten", "tcp", "-noreset"];
+    // GLX is nothing a desktop needs and a way into the server. (RECORD
+    // cannot go without XTEST going too; in the sandbox's own server it
+    // hears only the sandbox's own clients and the person who takes over.)
+    args.extend(["-extension", "GLX"]);
+    let auth = launcher.xauthority.display().to_string();
+    let mut command = match &launcher.jail {
+        Some(_) => {
+            args.extend(["-auth", jail::XAUTHORITY_PATH]);
+            launcher.server_command("Xvfb", &args)
+        }
+        None => {
+            args.extend(["-auth", &auth]);
+            launcher.command("Xvfb", &args)
+        }
+    };
+    command.stdout(Stdio::piped()).stderr(log_file(&log)?);
+    command.process_group(processes.pgid.and_then(|g| i32::try_from(g).ok()).unwrap_or(0));
     let mut xvfb =
         command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
     let announced = xvfb.stdout.take();
-    Ok((xvfb, announced))
+    processes.pgid = processes.pgid.or(xvfb.id());
+    note(processes.record.add(xvfb.id()));
+    processes.xvfb = Some(xvfb);
+    let shown = wait_for_display(announced, &log, deadline).await?;
+    if shown != number {
+        return Err(SandboxError::Unavailable(format!("Xvfb took display :{shown}, not :{number}")));
+    }
+    if let Some(walls) = &launcher.jail {
+        link_socket(&walls.dir, number)?;
+    }
+    Ok(())
+}
+
+/// Links the host's socket path of display `number` to the one the jailed
+/// server made, so host programs reach `:number` as any display. A link
+/// left by a desktop whose worker died goes first; anything else there is
+/// another server's, and the display is refused.
+fn link_socket(dir: &Path, number: u32) -> Result<(), SandboxError> {
+    let host = launch::x_socket(number);
+    let target = dir.join("x11").join(format!("X{number}"));
+    if let Ok(meta) = std::fs::symlink_metadata(&host) {
+        if !meta.file_type().is_symlink() {
+            return Err(SandboxError::Unavailable(format!("{} belongs to another X server", host.display())));
+        }
+        std::fs::remove_file(&host)?;
+    }
+    if let Some(parent) = host.parent() {
+        if std::fs::create_dir(parent).is_ok() {
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o1777))?;
+        }
+    }
+    std::os::unix::fs::symlink(&target, &host)?;
+    Ok(())
 }
 
 /// The display number Xvfb announces once it is ready.
@@ -305,21 +365,32 @@ where
 pub(crate) struct Processes {
     marker: String,
     dir: PathBuf,
-    /// The Xvfb's pid, which is also the process group of the desktop.
+    /// The process group of the desktop: the jail's holder, or the Xvfb
+    /// without a jail.
     pgid: Option<u32>,
-    /// The display, once Xvfb announced it.
+    /// The display the desktop's slot owns.
     display_number: Option<u32>,
     xvfb: Option<Child>,
     children: Vec<Child>,
     /// The record on disk of these processes, for the sweep after a crash.
     record: RecordFile,
+    /// The sandbox's control group, when it has one.
+    cgroup: Option<Cgroup>,
+    /// The sandbox's hold on its uid and display, let go after teardown.
+    slot: Option<Slot>,
     stopped: bool,
 }
 
 impl Processes {
     /// Whether the display server still runs.
     pub fn alive(&self) -> bool {
-        self.pgid.and_then(process::stat).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
+        let server = self.xvfb.as_ref().and_then(Child::id);
+        server.and_then(process::stat).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
+    }
+
+    /// The sandbox's control group, when it has one.
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     pub fn pgid(&self) -> Option<u32> {
@@ -340,8 +411,8 @@ impl Processes {
             return;
         }
         self.stopped = true;
-        let (pgid, marker) = (self.pgid, self.marker.clone());
-        let _ = tokio::task::spawn_blocking(move || terminate(pgid, &marker, grace)).await;
+        let (pgid, marker, cgroup) = (self.pgid, self.marker.clone(), self.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || terminate(pgid, &marker, cgroup.as_ref(), grace)).await;
         for child in self.xvfb.iter_mut().chain(self.children.iter_mut()) {
             let _ = child.start_kill();
             let _ = tokio::time::timeout(KILL_TIMEOUT, child.wait()).await;
@@ -355,7 +426,7 @@ impl Processes {
             return;
         }
         self.stopped = true;
-        terminate(self.pgid, &self.marker, Duration::ZERO);
+        terminate(self.pgid, &self.marker, self.cgroup.as_ref(), Duration::ZERO);
         for child in self.xvfb.iter_mut().chain(self.children.iter_mut()) {
             let _ = child.start_kill();
             let _ = child.try_wait();
@@ -363,22 +434,20 @@ impl Processes {
         self.remove_files();
     }
 
-    fn remove_files(&self) {
-        // A killed Xvfb leaves its socket and lock; remove them only while
-        // the lock still names our Xvfb, so a newer server's stay.
+    fn remove_files(&mut self) {
         if let Some(number) = self.display_number {
-            let lock = launch::x_lock(number);
-            let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
-            if owner.is_some() && owner == self.pgid {
-                let _ = std::fs::remove_file(launch::x_socket(number));
-                let _ = std::fs::remove_file(&lock);
-            }
+            let ours = |pid: u32| Some(pid) == self.xvfb.as_ref().and_then(Child::id) || Some(pid) == self.pgid;
+            launch::remove_display_files(number, &self.dir, ours);
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.remove();
         }
         if let Err(error) = std::fs::remove_dir_all(&self.dir) {
             if error.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(%error, dir = %self.dir.display(), "cannot remove sandbox directory");
             }
         }
+        self.slot = None;
     }
 }
 
@@ -388,10 +457,17 @@ impl Drop for Processes {
     }
 }
 
-/// TERM to the group and to every marked process, KILL to what outlives
+/// TERM to the group, to every marked process and to every process in the
+/// sandbox's control group, KILL to what outlives
 /// `grace`, until nothing is left or [`KILL_TIMEOUT`] passes. Blocking.
-fn terminate(pgid: Option<u32>, marker: &str, grace: Duration) {
-    let find = || process::live_processes(pgid, marker);
+fn terminate(pgid: Option<u32>, marker: &str, cgroup: Option<&Cgroup>, grace: Duration) {
+    let find = || {
+        let mut pids = process::live_processes(pgid, marker);
+        pids.extend(cgroup.map(Cgroup::pids).unwrap_or_default());
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
     let pids = find();
     if pids.is_empty() {
         return;

@@ -120,6 +120,19 @@ impl Display {
         })
     }
 
+    /// Whether the server attaches SysV shared-memory segment `shmid` for
+    /// this client, as MIT-SHM's `ShmAttach` asks it to.
+    #[cfg(test)]
+    pub fn attaches_segment(&self, shmid: u32) -> Result<bool, SandboxError> {
+        use x11rb::protocol::shm::ConnectionExt as _;
+        let seg = self.conn.generate_id().map_err(x_error)?;
+        let attached = self.conn.shm_attach(seg, shmid, false).map_err(x_error)?.check().is_ok();
+        if attached {
+            let _ = self.conn.shm_detach(seg);
+        }
+        Ok(attached)
+    }
+
     /// Where the pointer is.
     pub fn pointer(&self) -> Result<(u32, u32), SandboxError> {
         let reply = self.conn.query_pointer(self.root).map_err(x_error)?.reply().map_err(x_error)?;

@@ -17,13 +17,13 @@ use super::{Isolation, LocalConfig, LocalProvider, Network};
 use crate::sandbox::{suite, Sandbox, SandboxProvider};
 
 /// A provider with its own root, removed after the test.
-struct Fixture {
+pub(super) struct Fixture {
     provider: Option<LocalProvider>,
-    root: PathBuf,
+    pub root: PathBuf,
 }
 
 impl Fixture {
-    fn new(network: Network, exceptions: Vec<Ipv4Addr>) -> Self {
+    pub fn new(network: Network, exceptions: Vec<Ipv4Addr>) -> Self {
         let root = std::env::temp_dir().join(format!("flotilla-jail-test-{:016x}", rand::random::<u64>()));
         let config = LocalConfig {
             root: root.clone(),
@@ -32,10 +32,15 @@ impl Fixture {
             egress_exceptions: exceptions,
             ..LocalConfig::default()
         };
+        Self::with_config(config, root)
+    }
+
+    /// A provider of `config`, whose sandboxes live under `root`.
+    pub fn with_config(config: LocalConfig, root: PathBuf) -> Self {
         Self { provider: Some(LocalProvider::new(config)), root }
     }
 
-    fn provider(&self) -> &LocalProvider {
+    pub fn provider(&self) -> &LocalProvider {
         self.provider.as_ref().expect("provider not dropped yet")
     }
 }
@@ -74,7 +79,7 @@ async fn serve(addr: SocketAddr, body: String) -> SocketAddr {
 
 /// Runs `script` by typing `bash <file>` into the sandbox's terminal and
 /// returns what it printed once it printed `done`.
-async fn typed(provider: &LocalProvider, sandbox: &Sandbox, name: &str, script: &str) -> String {
+pub(super) async fn typed(provider: &LocalProvider, sandbox: &Sandbox, name: &str, script: &str) -> String {
     provider.write_file(&sandbox.id, name, script.as_bytes()).await.expect("script written");
     suite::type_line(provider, sandbox, &format!("bash {name} > {name}.out 2>&1; echo done >> {name}.out")).await;
     suite::eventually("the typed script to finish", || async {
@@ -85,7 +90,7 @@ async fn typed(provider: &LocalProvider, sandbox: &Sandbox, name: &str, script: 
     .await
 }
 
-const TRY_TCP: &str = r#"try() { if timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; then echo "$1:$2 open"; else echo "$1:$2 closed"; fi; }
+pub(super) const TRY_TCP: &str = r#"try() { if timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; then echo "$1:$2 open"; else echo "$1:$2 closed"; fi; }
 fetch() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/$2; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3" 2>/dev/null | tail -n 1; echo; }
 "#;
 

@@ -1,27 +1,39 @@
-//! The walls around one local sandbox. A sandbox's programs reach their own
-//! desktop and, when egress is on, the internet, and nothing else:
+//! The walls around one local sandbox. A sandbox's programs, its X server
+//! among them, reach their own desktop and, when egress is on, the public
+//! internet, and nothing else:
 //!
-//! - **Network**: a namespace holder (`unshare --user --map-root-user
-//!   --net`) owns the sandbox's network namespace for its whole life; every
-//!   sandbox program joins it (`nsenter`). With egress on, `slirp4netns`
+//! - **Namespaces**: a holder process (`unshare --user --net --mount --ipc
+//!   --pid`) owns the sandbox's user, network, mount, IPC and pid namespaces
+//!   for its whole life; every program of the sandbox joins all five
+//!   (`nsenter`), so they share one IPC namespace (the X server's MIT-SHM
+//!   sees the sandbox's segments and no host segment) and one pid namespace
+//!   (nothing of the host is in view). In the holder's mount namespace the
+//!   home and `/tmp` are size-limited tmpfs mounts.
+//! - **Identity** ([`identity`](super::identity)): the namespace's root is the
+//!   worker's uid when the worker is not root, and a subordinate uid of the
+//!   sandbox's own when it is: no sandbox process is host uid 0. On top of it
+//!   bubblewrap runs each program as uid 1000 with every capability dropped
+//!   (bounding set included), no further user namespaces, a pid, UTS and
+//!   cgroup namespace of its own, a new session, and the
+//!   [seccomp filter](super::seccomp).
+//! - **Network** ([`egress`](super::egress)): with egress on, `slirp4netns`
 //!   (user-mode TCP/IP, `--disable-host-loopback`, its own sandbox and
-//!   seccomp) is the only way out, and the namespace's routing table makes the
-//!   host's loopback, private ranges (RFC 1918, 100.64/10), link-local
-//!   (169.254/16, the metadata address), multicast, reserved ranges and the
-//!   host's own addresses unreachable. There is no IPv6 route at all.
-//!   Offline, the namespace has a loopback and nothing else.
-//! - **Identity**: bubblewrap makes a user namespace in which the program runs
-//!   as uid 1000 with every capability dropped (bounding set included), no
-//!   further user namespaces, its own pid, IPC, UTS and cgroup namespaces, a
-//!   new session, and the [seccomp filter](super::seccomp).
+//!   seccomp, running as the sandbox's root) is the only way out, and routes
+//!   make every non-public range and this host's own addresses and links
+//!   unreachable. Offline, the namespace has a loopback and nothing else.
 //! - **Files**: a read-only view of `/usr` (and the `/bin`, `/lib` links), a
 //!   curated `/etc` (generated `passwd`, `group`, `hosts`, `resolv.conf`,
-//!   plus read-only certificates, fonts and the like), its own `/tmp`, home,
-//!   X socket and cookie, and the directory its gateway socket appears in.
-//!   The root is read-only; the host's `/root`, `/home`, `/proc` of other
-//!   processes, configuration and keys are not in view.
+//!   plus read-only CA certificates, fonts and the like; never
+//!   `/etc/ssl/private`), its own `/tmp`, home, X socket and cookie, and the
+//!   directory its gateway socket appears in. The root is read-only; `/proc`
+//!   is the sandbox's own, with `/proc/sys`, `/proc/sysrq-trigger` and the
+//!   like read-only and `/proc/kcore`, `/proc/keys` and the like masked, as
+//!   container runtimes do.
+//! - **Limits** ([`limits`](super::limits)): every process joins the
+//!   sandbox's control group and starts under its resource limits.
 
 use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -30,6 +42,9 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
+use super::egress::{self, host_path, HostNetwork, Ipv4Net};
+use super::identity::{HostUser, Slot};
+use super::limits::{Cgroup, Confinement, Hierarchy, SandboxLimits};
 use super::process::{self, MARKER_VAR};
 use super::seccomp;
 use crate::sandbox::SandboxError;
@@ -40,8 +55,8 @@ pub(crate) const SANDBOX_UID: u32 = 1000;
 pub(crate) const XAUTHORITY_PATH: &str = "/run/flotilla/Xauthority";
 /// Where the sandbox's own run directory (the gateway socket) appears.
 pub(crate) const RUN_DIR: &str = "/run/flotilla/run";
-/// The user-mode network's gateway (slirp4netns' fixed layout).
-const SLIRP_GATEWAY: &str = "10.0.2.2";
+/// Where X sockets are, inside a sandbox and on the host.
+pub(crate) const X_SOCKET_DIR: &str = "/tmp/.X11-unix";
 /// The user-mode network's DNS forwarder.
 const SLIRP_DNS: &str = "10.0.2.3";
 /// The device slirp4netns makes the sandbox's tap interface with.
@@ -49,24 +64,7 @@ const TUN_DEVICE: &str = "/dev/net/tun";
 /// How long one setup command (routes, probes) may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// IPv4 ranges a sandbox never reaches: loopback, "this network", private
-/// (RFC 1918), shared (100.64/10), link-local with the metadata address,
-/// benchmarking, multicast and reserved.
-pub(crate) const BLOCKED_V4: &[&str] = &[
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.0.0.0/24",
-    "192.168.0.0/16",
-    "198.18.0.0/15",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-];
-
-/// Host files a sandbox may read under `/etc`: certificates, fonts, the
+/// Host files a sandbox may read under `/etc`: CA certificates, fonts, the
 /// dynamic linker's cache, alternatives links, time zone, desktop settings.
 const HOST_ETC: &[&str] = &[
     "alternatives",
@@ -86,12 +84,20 @@ const HOST_ETC: &[&str] = &[
     "mime.types",
     "protocols",
     "services",
-    "ssl",
+    "ssl/certs",
+    "ssl/openssl.cnf",
     "terminfo",
     "timezone",
     "X11",
     "xdg",
 ];
+
+/// `/proc` entries a sandbox may read but not write.
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// `/proc` files a sandbox sees as empty.
+const PROC_MASKED_FILES: &[&str] = &["kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats", "timer_stats"];
+/// `/proc` directories a sandbox sees as empty.
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
 
 /// The top-level names that are `/usr` links on a merged-`/usr` system,
 /// mirrored as they are on the host.
@@ -114,6 +120,11 @@ pub(crate) struct JailSettings {
     pub network: Network,
     /// Addresses reachable through egress even though they are blocked.
     pub exceptions: Vec<Ipv4Addr>,
+    /// Prefixes the operator blocks besides the non-public ones.
+    pub deny: Vec<Ipv4Net>,
+    pub user: HostUser,
+    pub hierarchy: Hierarchy,
+    pub limits: SandboxLimits,
 }
 
 /// The host programs that build jails, found on the worker's `PATH` once.
@@ -123,7 +134,7 @@ pub(crate) struct HostTools {
     nsenter: PathBuf,
     unshare: PathBuf,
     slirp4netns: Option<PathBuf>,
-    ip: PathBuf,
+    pub ip: PathBuf,
 }
 
 impl HostTools {
@@ -133,6 +144,7 @@ impl HostTools {
         let need = |name: &str, package: &str| {
             which(name).ok_or_else(|| format!("{name} is not installed or not on PATH (Debian package {package})"))
         };
+        need("prlimit", "util-linux")?;
         Ok(Self {
             bwrap: need("bwrap", "bubblewrap")?,
             nsenter: need("nsenter", "util-linux")?,
@@ -151,8 +163,7 @@ impl HostTools {
 }
 
 /// Whether this user may open `/dev/net/tun`, as slirp4netns does to make
-/// the sandbox's tap device (a worker that is not root needs mode 0666, as
-/// Debian's udev rules set it).
+/// the sandbox's tap device (mode 0666, as Debian's udev rules set it).
 fn check_tun() -> Result<(), String> {
     std::fs::OpenOptions::new().read(true).write(true).open(TUN_DEVICE).map(drop).map_err(|e| {
         format!(
@@ -164,21 +175,35 @@ fn check_tun() -> Result<(), String> {
 
 /// The first executable file called `name` on the worker's `PATH`.
 fn which(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|candidate| std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
+/// What an X program of the sandbox gets of the display.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum XAccess<'a> {
+    /// Nothing (the probe).
+    None,
+    /// A client: the display's socket.
+    Client(&'a Path),
+    /// The server: the directory its socket is made in.
+    Server,
+}
+
 /// What the walls of one sandbox are made of, known once it is up.
 #[derive(Debug, Clone)]
 pub(crate) struct Jail {
     pub tools: Arc<HostTools>,
-    /// The namespace holder's pid: `/proc/<pid>/ns/{user,net}`.
+    /// The namespace holder's pid: `/proc/<pid>/ns/*`.
     pub holder: u32,
     /// The sandbox's directory on the host.
     pub dir: PathBuf,
+    pub user: HostUser,
+    /// The sandbox's own host uid and gid, for a root worker.
+    pub ids: Option<(u32, u32)>,
+    pub confinement: Confinement,
 }
 
 impl Jail {
@@ -187,29 +212,56 @@ impl Jail {
     }
 
     /// The program and arguments that run `program args` inside: join the
-    /// holder's namespaces, then bubblewrap with the seccomp filter on fd 9
-    /// (opened by a one-line `sh`, since std passes no other descriptors).
-    pub fn wrap(&self, home: &Path, tmp: &Path, x_socket: Option<&Path>, program: &str, args: &[&str]) -> (String, Vec<String>) {
-        let mut argv: Vec<String> = vec!["--preserve-credentials".into(), "-U".into(), "-n".into(), "-t".into()];
-        argv.push(self.holder.to_string());
+    /// sandbox's group and limits, then its namespaces, then bubblewrap with
+    /// the seccomp filter on fd 9 (opened by a one-line `sh`, since std
+    /// passes no other descriptors).
+    pub fn wrap(&self, home: &Path, x: XAccess<'_>, program: &str, args: &[&str]) -> (String, Vec<String>) {
+        let (entry, mut argv) = enter(self.user, self.ids, &self.tools.nsenter, self.holder, true);
         argv.extend(["--".into(), "/bin/sh".into(), "-c".into(), r#"f=$1; shift; exec "$0" --seccomp 9 "$@" 9<"$f""#.into()]);
         argv.push(self.tools.bwrap.display().to_string());
         argv.push(self.seccomp_file().display().to_string());
-        argv.extend(bwrap_args(&self.dir, home, tmp, x_socket));
+        argv.extend(bwrap_args(&self.dir, home, x));
         argv.push("--".into());
         argv.push(program.into());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
-        (self.tools.nsenter.display().to_string(), argv)
+        ("sh".into(), self.confinement.wrap(&entry, &argv))
     }
 }
 
+/// The program and arguments that run `nsenter` as the sandbox's owner —
+/// the worker's uid, or a root worker's subordinate uid for the sandbox
+/// (`setpriv`) — joining the holder's user namespace (where that uid is
+/// root) and, with `all`, its network, mount, IPC and pid namespaces. No
+/// process of the chain stays host uid 0 once it is inside.
+fn enter(user: HostUser, ids: Option<(u32, u32)>, nsenter: &Path, holder: u32, all: bool) -> (String, Vec<String>) {
+    let mut argv = Vec::with_capacity(12);
+    let program = match (user, ids) {
+        (HostUser::Root(_), Some((uid, gid))) => {
+            argv.extend([format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--".into()]);
+            argv.push(nsenter.display().to_string());
+            "setpriv".to_owned()
+        }
+        _ => nsenter.display().to_string(),
+    };
+    argv.push("--preserve-credentials".to_owned());
+    let ns = |name: &str| format!("/proc/{holder}/ns/{name}");
+    argv.push(format!("--user={}", ns("user")));
+    if all {
+        argv.push(format!("--net={}", ns("net")));
+        argv.push(format!("--mount={}", ns("mnt")));
+        argv.push(format!("--ipc={}", ns("ipc")));
+        argv.push(format!("--pid={}", ns("pid_for_children")));
+    }
+    (program, argv)
+}
+
 /// bubblewrap's arguments for one program of the sandbox in `dir`.
-fn bwrap_args(dir: &Path, home: &Path, tmp: &Path, x_socket: Option<&Path>) -> Vec<String> {
-    let mut args: Vec<String> = Vec::with_capacity(96);
+fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
+    let mut args: Vec<String> = Vec::with_capacity(128);
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
     let uid = SANDBOX_UID.to_string();
     push(&["--unshare-user", "--uid", &uid, "--gid", &uid, "--disable-userns", "--cap-drop", "ALL"]);
-    push(&["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
+    push(&["--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
     push(&["--die-with-parent", "--new-session"]);
     push(&["--ro-bind", "/usr", "/usr"]);
     for name in USR_LINKS {
@@ -230,19 +282,46 @@ fn bwrap_args(dir: &Path, home: &Path, tmp: &Path, x_socket: Option<&Path>) -> V
         push(&["--ro-bind", &generated, &format!("/etc/{name}")]);
     }
     push(&["--ro-bind-try", "/var/cache/fontconfig", "/var/cache/fontconfig", "--tmpfs", "/var/tmp"]);
-    push(&["--proc", "/proc", "--dev", "/dev"]);
-    // /tmp first: the home may live under the host's /tmp.
-    push(&["--bind", &tmp.display().to_string(), "/tmp"]);
-    if let Some(socket) = x_socket {
-        let socket = socket.display().to_string();
-        push(&["--bind", &socket, &socket]);
-    }
+    push(&["--dev", "/dev"]);
+    args.extend(proc_args());
+    let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
+    // The holder's tmpfs mounts: /tmp first, as the home may live below it.
     let home = home.display().to_string();
+    push(&["--bind", &dir.join("tmp").display().to_string(), "/tmp"]);
+    match x {
+        XAccess::None => {}
+        XAccess::Client(socket) => {
+            let socket = socket.display().to_string();
+            push(&["--bind", &socket, &socket]);
+        }
+        XAccess::Server => push(&["--bind", &dir.join("x11").display().to_string(), X_SOCKET_DIR]),
+    }
     push(&["--bind", &home, &home, "--chdir", &home]);
     let xauthority = dir.join("Xauthority").display().to_string();
     push(&["--ro-bind-try", &xauthority, XAUTHORITY_PATH]);
     push(&["--bind", &dir.join("run").display().to_string(), RUN_DIR]);
     push(&["--remount-ro", "/"]);
+    args
+}
+
+/// The sandbox's own `/proc`, with what a container runtime masks masked.
+fn proc_args() -> Vec<String> {
+    let mut args = vec!["--proc".to_owned(), "/proc".to_owned()];
+    for name in PROC_READ_ONLY {
+        let path = format!("/proc/{name}");
+        args.extend(["--ro-bind-try".to_owned(), path.clone(), path]);
+    }
+    for name in PROC_MASKED_FILES {
+        if Path::new("/proc").join(name).exists() {
+            args.extend(["--ro-bind".to_owned(), "/dev/null".to_owned(), format!("/proc/{name}")]);
+        }
+    }
+    for name in PROC_MASKED_DIRS {
+        if Path::new("/proc").join(name).is_dir() {
+            let path = format!("/proc/{name}");
+            args.extend(["--tmpfs".to_owned(), path.clone(), "--remount-ro".to_owned(), path]);
+        }
+    }
     args
 }
 
@@ -268,79 +347,117 @@ fn etc_files(network: Network, home: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Writes the sandbox's generated `/etc` and its seccomp filter into `dir`.
-pub(crate) fn prepare_files(dir: &Path, home: &Path, network: Network) -> Result<(), SandboxError> {
+/// Writes the sandbox's generated `/etc`, its seccomp filter and the
+/// directories its programs write to into `dir`; with a uid of its own
+/// (`ids`), those directories and the X cookie become the sandbox's.
+pub(crate) fn prepare_files(dir: &Path, home: &Path, network: Network, ids: Option<(u32, u32)>) -> Result<(), SandboxError> {
     let etc = dir.join("etc");
     std::fs::create_dir_all(&etc)?;
-    std::fs::create_dir_all(dir.join("run"))?;
+    for name in ["run", "x11", "tmp"] {
+        std::fs::create_dir_all(dir.join(name))?;
+    }
+    std::fs::create_dir_all(home)?;
     for (name, text) in etc_files(network, home) {
         std::fs::write(etc.join(name), text)?;
     }
     let program = seccomp::program().map_err(SandboxError::Unavailable)?;
     std::fs::write(dir.join("seccomp.bpf"), program)?;
+    if let Some((uid, gid)) = ids {
+        for owned in [dir.join("x11"), dir.join("Xauthority")] {
+            if owned.exists() {
+                std::os::unix::fs::chown(&owned, Some(uid), Some(gid))?;
+            }
+        }
+    }
     Ok(())
 }
 
-/// Starts the namespace holder in process group `pgid` and waits until its
-/// namespaces exist.
-async fn start_holder(
-    tools: &HostTools,
-    marker: &str,
-    pgid: Option<u32>,
-    deadline: Instant,
-) -> Result<(Child, u32), SandboxError> {
-    let mut command = process::tied_to_worker(&tools.unshare);
-    command.args(["--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]);
-    let mut holder = spawn_setup(command, marker, pgid, "unshare (util-linux)")?;
+/// Where one sandbox's jail is built: its slot, marker, directory and home,
+/// and by when.
+pub(crate) struct Site<'a> {
+    pub slot: &'a Slot,
+    pub marker: &'a str,
+    pub dir: &'a Path,
+    pub home: &'a Path,
+    pub deadline: Instant,
+}
+
+/// The holder's script: mounts the home and `/tmp` in the sandbox's mount
+/// namespace, says so, and holds the namespaces.
+const HOLDER_SCRIPT: &str = r#"mount -t tmpfs -o "size=$3,mode=0755,uid=0,gid=0,nosuid,nodev" sandbox-home "$1" || exit 1
+mount -t tmpfs -o "size=$4,mode=1777,uid=0,gid=0,nosuid,nodev" sandbox-tmp "$2" || exit 1
+echo ready
+exec sleep infinity"#;
+
+/// Starts the namespace holder (the leader of the sandbox's process group)
+/// and waits until its namespaces and mounts exist. A root worker starts it
+/// as the sandbox's own uid (`setpriv`), so the namespaces belong to that
+/// uid and map their root onto it, as an unprivileged worker's map theirs
+/// onto its own uid: nothing of the sandbox is host uid 0.
+async fn start_holder(settings: &JailSettings, confinement: &Confinement, site: &Site<'_>) -> Result<(Child, u32), SandboxError> {
+    let Site { slot, marker, dir, home, deadline } = *site;
+    let mut argv = Vec::new();
+    if let Some((uid, gid)) = settings.user.ids(slot) {
+        argv.extend(["setpriv".to_owned(), format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--".into()]);
+    }
+    argv.push(settings.tools.unshare.display().to_string());
+    argv.extend(
+        ["--user", "--map-root-user", "--net", "--mount", "--ipc", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", HOLDER_SCRIPT, "holder"]
+            .map(String::from),
+    );
+    argv.extend([home.display().to_string(), dir.join("tmp").display().to_string()]);
+    argv.extend([settings.limits.home_bytes.to_string(), settings.limits.tmp_bytes.to_string()]);
+    let mut command = process::tied_to_worker("sh");
+    command.args(confinement.wrap(&argv[0], &argv[1..]));
+    let mut holder = spawn_setup(command, marker, None, "unshare (util-linux)")?;
     let pid = holder.id().ok_or_else(|| SandboxError::Unavailable("the namespace holder exited at once".into()))?;
     let mut stdout = holder.stdout.take();
-    let ready = tokio::time::timeout_at(deadline.into(), async {
-        let mut line = [0u8; 6];
-        match stdout.as_mut() {
-            Some(out) => out.read_exact(&mut line).await.is_ok() && &line == b"ready\n",
-            None => false,
-        }
-    })
-    .await;
-    if ready != Ok(true) {
+    let ready = tokio::time::timeout_at(deadline.into(), expect_line(stdout.as_mut(), "ready")).await;
+    if ready.ok().flatten().is_none() {
         let _ = holder.start_kill();
         return Err(SandboxError::Unavailable(
-            "cannot make a network and user namespace (unshare --user --net failed; are user namespaces enabled?)".into(),
+            "cannot make the sandbox's namespaces and mounts (unshare --user --net --mount --ipc --pid failed; are user \
+             namespaces enabled?)"
+                .into(),
         ));
     }
     Ok((holder, pid))
 }
 
-/// Starts slirp4netns for the holder's namespace and waits until it has
-/// configured the interface.
-async fn start_egress(
-    tools: &HostTools,
-    marker: &str,
-    pgid: Option<u32>,
-    holder: u32,
-    deadline: Instant,
-) -> Result<Child, SandboxError> {
+/// Reads exactly `word` and a newline from `out`.
+async fn expect_line(out: Option<&mut tokio::process::ChildStdout>, word: &str) -> Option<()> {
+    let mut line = vec![0u8; word.len() + 1];
+    out?.read_exact(&mut line).await.ok()?;
+    (line[..word.len()] == *word.as_bytes() && line[word.len()] == b'\n').then_some(())
+}
+
+/// Starts slirp4netns for the holder's namespace, as the sandbox's root,
+/// and waits until it has configured the interface.
+async fn start_egress(settings: &JailSettings, confinement: &Confinement, site: &Site<'_>, holder: u32) -> Result<Child, SandboxError> {
+    let (marker, deadline) = (site.marker, site.deadline);
+    let tools = &settings.tools;
     let slirp = tools.slirp4netns.as_ref().ok_or_else(|| SandboxError::Unavailable("slirp4netns was not looked for".into()))?;
-    // slirp4netns runs inside the holder's user namespace (where the worker
-    // is root, without any privilege on the host), as rootless containers
-    // start it: its own sandbox (`--enable-sandbox`) needs that when the
-    // worker is not root. Its sockets stay in the host's network namespace.
-    let mut command = process::tied_to_worker(&tools.nsenter);
-    command.args(["--preserve-credentials", "-U", "-t", &holder.to_string(), "--"]).arg(slirp).args([
-        "--configure",
-        "--disable-host-loopback",
-        "--mtu",
-        "65520",
-        "--enable-sandbox",
-        "--enable-seccomp",
-        "--ready-fd",
-        "1",
-        "--netns-type",
-        "path",
-        &format!("/proc/{holder}/ns/net"),
-        "tap0",
-    ]);
-    let mut slirp = spawn_setup(command, marker, pgid, "slirp4netns")?;
+    // slirp4netns runs inside the holder's user namespace as its root,
+    // without any privilege on the host, as rootless containers start it;
+    // its sockets stay in the host's network namespace. The sandbox's
+    // network namespace reaches it as a descriptor opened before the ids
+    // change, since the sandbox's uid may not open the holder's /proc.
+    let mut inner = vec![r#"ns=$1; shift; exec "$@" 3<"$ns""#.to_owned(), "slirp".into(), format!("/proc/{holder}/ns/net")];
+    let (entry, args) = enter(settings.user, settings.user.ids(site.slot), &tools.nsenter, holder, false);
+    inner.push(entry);
+    inner.extend(args);
+    inner.push("--".into());
+    inner.push(slirp.display().to_string());
+    inner.extend(
+        ["--configure", "--disable-host-loopback", "--mtu", "65520", "--enable-sandbox", "--enable-seccomp"].map(String::from),
+    );
+    inner.extend(["--ready-fd", "1", "--netns-type", "path", "/proc/self/fd/3", "tap0"].map(String::from));
+    let mut wrapped = vec!["-c".to_owned()];
+    wrapped.extend(inner);
+    let mut command = process::tied_to_worker("sh");
+    command.args(confinement.wrap("sh", &wrapped));
+    // That is: sh -c JOIN … prlimit … -- sh -c OPEN-NS … nsenter … slirp4netns.
+    let mut slirp = spawn_setup(command, marker, Some(holder), "slirp4netns")?;
     let mut stdout = slirp.stdout.take();
     // It writes "1" on its ready fd, after warnings (on the same stdout).
     let ready = tokio::time::timeout_at(deadline.into(), async {
@@ -370,48 +487,47 @@ async fn start_egress(
     Ok(slirp)
 }
 
-/// Builds the walls of the sandbox in `dir`: the namespace holder, with
+/// Builds the walls of the sandbox at `site`: its control group, the
+/// namespace holder (the leader of the sandbox's process group), with
 /// egress slirp4netns, and the routes. The host's addresses are read while
-/// the holder starts. Every process started joins group `pgid` and
-/// `children`, also when a later step fails.
+/// the holder starts. Every process started joins `children`, also when a
+/// later step fails; so does the group (`cgroup`) once made.
 pub(crate) async fn build(
     settings: &JailSettings,
-    marker: &str,
-    pgid: Option<u32>,
-    dir: &Path,
-    deadline: Instant,
+    site: &Site<'_>,
     children: &mut Vec<Child>,
+    cgroup: &mut Option<Cgroup>,
 ) -> Result<Jail, SandboxError> {
-    let tools = &settings.tools;
+    *cgroup = Cgroup::create(&settings.hierarchy, site.marker, &settings.limits)?;
+    // With a group, its own limit comes first and is seen; the resource
+    // limit stays a backstop.
+    let backstop = if cgroup.is_some() { 2 } else { 1 };
+    let nproc = settings.user.ids(site.slot).map(|_| settings.limits.pids.saturating_mul(backstop));
+    let confinement = Confinement { cgroup: cgroup.clone(), limits: settings.limits, nproc };
     let namespaces = async {
-        let (holder, pid) = start_holder(tools, marker, pgid, deadline).await?;
+        let (holder, pid) = start_holder(settings, &confinement, site).await?;
         children.push(holder);
         if settings.network == Network::Egress {
-            children.push(start_egress(tools, marker, pgid, pid, deadline).await?);
+            children.push(start_egress(settings, &confinement, site, pid).await?);
         }
         Ok::<_, SandboxError>(pid)
     };
-    let (host, pid) = tokio::join!(host_addresses(&tools.ip, settings.network), namespaces);
+    let (host, pid) = tokio::join!(egress::host_network(&settings.tools.ip, settings.network), namespaces);
     let pid = pid?;
     let host = host?;
-    apply_routes(tools, pid, settings.network, &host, &settings.exceptions).await?;
-    Ok(Jail { tools: Arc::clone(tools), holder: pid, dir: dir.to_owned() })
+    apply_routes(settings, site, pid, &host).await?;
+    let ids = settings.user.ids(site.slot);
+    Ok(Jail { tools: Arc::clone(&settings.tools), holder: pid, dir: site.dir.to_owned(), user: settings.user, ids, confinement })
 }
 
-/// Brings up the loopback and, with egress, makes every blocked range and
-/// `host` (this machine's own addresses) unreachable, except `exceptions`
-/// (which go out through the user-mode network: tests use one as "the
-/// internet").
-async fn apply_routes(
-    tools: &HostTools,
-    holder: u32,
-    network: Network,
-    host: &[Ipv4Addr],
-    exceptions: &[Ipv4Addr],
-) -> Result<(), SandboxError> {
-    let script = route_script(network, host, exceptions);
-    let mut command = Command::new(&tools.nsenter);
-    command.args(["--preserve-credentials", "-U", "-n", "-t", &holder.to_string()]).arg(&tools.ip).args(["-batch", "-"]);
+/// Brings up the loopback and, with egress, the routes of
+/// [`egress::route_script`].
+async fn apply_routes(settings: &JailSettings, site: &Site<'_>, holder: u32, host: &HostNetwork) -> Result<(), SandboxError> {
+    let script = egress::route_script(settings.network, host, &settings.deny, &settings.exceptions);
+    let (entry, args) = enter(settings.user, settings.user.ids(site.slot), &settings.tools.nsenter, holder, false);
+    let mut command = Command::new(entry);
+    command.args(args).arg(format!("--net=/proc/{holder}/ns/net"));
+    command.arg("--").arg(&settings.tools.ip).args(["-batch", "-"]);
     command.env_clear().env("PATH", host_path());
     let output = process::run(command, Some(script.as_bytes()), SETUP_TIMEOUT, process::MAX_OUTPUT).await?;
     if output.exit_code != 0 {
@@ -424,81 +540,18 @@ async fn apply_routes(
     Ok(())
 }
 
-/// The `ip -batch` lines for a namespace.
-fn route_script(network: Network, host: &[Ipv4Addr], exceptions: &[Ipv4Addr]) -> String {
-    let mut script = String::from("link set lo up\n");
-    if network == Network::Offline {
-        return script;
-    }
-    for range in BLOCKED_V4 {
-        script.push_str(&format!("route add unreachable {range}\n"));
-    }
-    for address in host.iter().filter(|a| !a.is_loopback() && !exceptions.contains(a)) {
-        script.push_str(&format!("route add unreachable {address}/32\n"));
-    }
-    for address in exceptions {
-        script.push_str(&format!("route add {address}/32 via {SLIRP_GATEWAY} dev tap0\n"));
-    }
-    script
-}
-
-/// This host's IPv4 addresses, from `ip -o -4 addr show` (none needed
-/// offline). Fails closed: addresses that cannot be read cannot be blocked,
-/// so a sandbox with egress is not built without them (a host always has
-/// its loopback, so an answer without any address is a failure too).
-async fn host_addresses(ip: &Path, network: Network) -> Result<Vec<Ipv4Addr>, SandboxError> {
-    if network == Network::Offline {
-        return Ok(Vec::new());
-    }
-    let failed = |why: String| {
-        SandboxError::Unavailable(format!(
-            "cannot read this host's addresses to block them in the sandbox ({} -o -4 addr show: {why})",
-            ip.display()
-        ))
-    };
-    let mut command = Command::new(ip);
-    command.args(["-o", "-4", "addr", "show"]).env_clear().env("PATH", host_path());
-    let output = process::run(command, None, SETUP_TIMEOUT, process::MAX_OUTPUT).await.map_err(|e| failed(e.to_string()))?;
-    if output.exit_code != 0 {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(failed(stderr.lines().next().unwrap_or("it failed").to_owned()));
-    }
-    let addresses = parse_addresses(&String::from_utf8_lossy(&output.stdout));
-    if addresses.is_empty() {
-        return Err(failed("it named no address".into()));
-    }
-    Ok(addresses)
-}
-
-/// The `inet` addresses of `ip -o -4 addr show`'s lines.
-fn parse_addresses(text: &str) -> Vec<Ipv4Addr> {
-    text.lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inet")?;
-            words.next()?.split('/').next()?.parse().ok()
-        })
-        .collect()
-}
-
-fn host_path() -> std::ffi::OsString {
-    std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into())
-}
-
 /// Spawns a setup process of the sandbox (holder, slirp4netns) with its
-/// marker, in its group, stdout piped.
+/// marker, in its group (a new one when `pgid` is `None`), stdout piped.
 fn spawn_setup(mut command: Command, marker: &str, pgid: Option<u32>, what: &str) -> Result<Child, SandboxError> {
     command
         .env_clear()
         .env("PATH", host_path())
         .env(MARKER_VAR, marker)
-        .stdin(Stdio::null())
+        .current_dir("/")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true);
-    if let Some(pgid) = pgid {
-        command.process_group(i32::try_from(pgid).unwrap_or(0));
-    }
+    command.process_group(pgid.and_then(|g| i32::try_from(g).ok()).unwrap_or(0));
     command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start {what}: {e}")))
 }
 
@@ -507,50 +560,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routes_block_private_ranges_and_the_host_but_not_exceptions() {
-        let host = ["127.0.0.1".parse().expect("ip"), "192.0.2.2".parse().expect("ip"), "198.51.100.9".parse().expect("ip")];
-        let exception: Ipv4Addr = "198.51.100.9".parse().expect("ip");
-        let script = route_script(Network::Egress, &host, &[exception]);
-        assert!(script.contains("route add unreachable 10.0.0.0/8\n"));
-        assert!(script.contains("route add unreachable 169.254.0.0/16\n"));
-        assert!(script.contains("route add unreachable 192.0.2.2/32\n"));
-        assert!(!script.contains("unreachable 198.51.100.9"));
-        assert!(script.contains("route add 198.51.100.9/32 via 10.0.2.2 dev tap0\n"));
-        assert_eq!(route_script(Network::Offline, &host, &[exception]), "link set lo up\n");
+    fn programs_see_no_private_keys_and_a_masked_proc() {
+        let args = bwrap_args(Path::new("/s"), Path::new("/s/home"), XAccess::Server).join(" ");
+        assert!(args.contains("--ro-bind-try /etc/ssl/certs /etc/ssl/certs"), "{args}");
+        assert!(!args.contains("/etc/ssl "), "never the whole /etc/ssl: {args}");
+        assert!(args.contains("--proc /proc --ro-bind-try /proc/sys /proc/sys"), "{args}");
+        assert!(args.contains("--bind /s/x11 /tmp/.X11-unix"), "the server makes its socket on the host: {args}");
+        assert!(!args.contains("--unshare-ipc"), "one IPC namespace per sandbox, the holder's: {args}");
     }
 
-    /// A stand-in for `ip` that prints `stdout` and exits with `code`.
-    fn fake_ip(dir: &Path, name: &str, stdout: &str, code: i32) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join(name);
-        std::fs::write(
-            &path,
-            format!("#!/bin/sh\nprintf '%s' '{stdout}'\necho 'ip: cannot talk to the kernel' >&2\nexit {code}\n"),
-        )
-        .expect("written");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("executable");
-        path
-    }
-
-    #[tokio::test]
-    async fn host_addresses_fail_closed_when_ip_fails_or_names_none() {
-        let dir = std::env::temp_dir().join(format!("flotilla-ip-test-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let listing = "1: lo    inet 127.0.0.1/8 scope host lo\n2: eth0    inet 192.0.2.7/24 brd 192.0.2.255 scope global eth0\n";
-        let works = fake_ip(&dir, "ip-works", listing, 0);
-        let fails = fake_ip(&dir, "ip-fails", listing, 1);
-        let silent = fake_ip(&dir, "ip-silent", "", 0);
-        let found = host_addresses(&works, Network::Egress).await.expect("read");
-        assert_eq!(found, ["127.0.0.1".parse::<Ipv4Addr>().expect("ip"), "192.0.2.7".parse().expect("ip")]);
-        for broken in [fails.clone(), silent, dir.join("no-such-ip")] {
-            match host_addresses(&broken, Network::Egress).await {
-                Err(SandboxError::Unavailable(why)) => assert!(why.contains("cannot read this host's addresses"), "{why}"),
-                other => panic!("{} must fail closed, got {other:?}", broken.display()),
-            }
-        }
-        let Err(SandboxError::Unavailable(why)) = host_addresses(&fails, Network::Egress).await else { panic!("fails") };
-        assert!(why.contains("cannot talk to the kernel"), "the reason is quoted: {why}");
-        assert_eq!(host_addresses(&fails, Network::Offline).await.expect("offline needs none"), Vec::<Ipv4Addr>::new());
-        let _ = std::fs::remove_dir_all(&dir);
+    #[test]
+    fn a_root_worker_enters_as_the_sandboxes_uid_and_others_as_themselves() {
+        let range = super::super::identity::SubordinateRange { uid: 7, gid: 9, count: 1 };
+        let nsenter = Path::new("/usr/bin/nsenter");
+        let (program, root) = enter(HostUser::Root(range), Some((7, 9)), nsenter, 42, true);
+        assert_eq!(program, "setpriv");
+        assert_eq!(root[..5], ["--reuid=7", "--regid=9", "--clear-groups", "--", "/usr/bin/nsenter"]);
+        assert!(root.contains(&"--pid=/proc/42/ns/pid_for_children".to_owned()) && root.contains(&"--mount=/proc/42/ns/mnt".to_owned()));
+        let (program, own) = enter(HostUser::Unprivileged, None, nsenter, 42, false);
+        assert_eq!((program.as_str(), own), ("/usr/bin/nsenter", vec!["--preserve-credentials".to_owned(), "--user=/proc/42/ns/user".to_owned()]));
     }
 }

@@ -13,7 +13,7 @@ use std::process::Stdio;
 
 use tokio::process::Command;
 
-use super::jail::{Jail, XAUTHORITY_PATH};
+use super::jail::{Jail, XAccess, XAUTHORITY_PATH, X_SOCKET_DIR};
 use super::process::{self, MARKER_VAR};
 
 /// The `PATH` inside a sandbox.
@@ -48,10 +48,20 @@ impl Launcher {
     /// A command that runs `program args` inside the sandbox, in its home,
     /// with stdin closed. The caller picks the process group and output.
     pub fn command(&self, program: &str, args: &[&str]) -> Command {
+        let socket = x_socket(self.display);
+        self.command_with(XAccess::Client(&socket), program, args)
+    }
+
+    /// The display server's command: inside the jail it makes its socket in
+    /// the sandbox's own socket directory, which the host reaches.
+    pub fn server_command(&self, program: &str, args: &[&str]) -> Command {
+        self.command_with(XAccess::Server, program, args)
+    }
+
+    fn command_with(&self, x: XAccess<'_>, program: &str, args: &[&str]) -> Command {
         let mut command = match &self.jail {
             Some(jail) => {
-                let socket = x_socket(self.display);
-                let (wrapper, argv) = jail.wrap(&self.home, &self.tmp, Some(&socket), program, args);
+                let (wrapper, argv) = jail.wrap(&self.home, x, program, args);
                 let mut command = process::tied_to_worker(wrapper);
                 command.args(argv);
                 command
@@ -84,10 +94,30 @@ impl Launcher {
 
 /// The Unix socket of display `:n` on the host.
 pub(crate) fn x_socket(display: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/.X11-unix/X{display}"))
+    PathBuf::from(format!("{X_SOCKET_DIR}/X{display}"))
 }
 
 /// The lock file of display `:n` on the host.
 pub(crate) fn x_lock(display: u32) -> PathBuf {
     PathBuf::from(format!("/tmp/.X{display}-lock"))
+}
+
+/// Removes what a desktop in `dir` left of display `:n` on the host: the
+/// link to a jailed server's socket, while it points into `dir`; an
+/// unjailed server's socket and lock, while the lock names a process the
+/// desktop started (`ours`). Another server's files stay.
+pub(crate) fn remove_display_files(display: u32, dir: &std::path::Path, ours: impl Fn(u32) -> bool) {
+    let socket = x_socket(display);
+    if let Ok(target) = std::fs::read_link(&socket) {
+        if target.starts_with(dir) {
+            let _ = std::fs::remove_file(&socket);
+        }
+        return;
+    }
+    let lock = x_lock(display);
+    let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
+    if owner.is_some_and(ours) {
+        let _ = std::fs::remove_file(&socket);
+        let _ = std::fs::remove_file(&lock);
+    }
 }

@@ -22,10 +22,15 @@ mod capture;
 mod damage;
 mod desktop;
 mod display;
+mod egress;
+mod identity;
+#[cfg(test)]
+mod escape_tests;
 #[cfg(test)]
 mod isolation_tests;
 mod jail;
 mod launch;
+mod limits;
 pub(crate) mod process;
 mod record;
 mod seccomp;
@@ -57,8 +62,10 @@ use super::{
 };
 
 pub use self::desktop::TERMINAL_TITLE;
+pub use self::egress::Ipv4Net;
 pub use self::jail::Network;
 pub use self::launch::Isolation;
+pub use self::limits::SandboxLimits;
 pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.
@@ -89,6 +96,11 @@ pub struct LocalConfig {
     /// Blocked addresses that egress reaches anyway. Not a setting: tests
     /// use one of this host's own addresses as a stand-in for the internet.
     pub egress_exceptions: Vec<Ipv4Addr>,
+    /// Prefixes sandboxes never reach besides the non-public ones: the
+    /// fleet's own services on public addresses.
+    pub egress_deny: Vec<Ipv4Net>,
+    /// What each sandbox may use of the host.
+    pub limits: SandboxLimits,
     /// How often the reaper looks for expired sandboxes.
     pub reap_interval: Duration,
     /// How long a killed sandbox has between TERM and KILL.
@@ -106,6 +118,8 @@ impl Default for LocalConfig {
             isolation: Isolation::Full,
             network: Network::Egress,
             egress_exceptions: Vec::new(),
+            egress_deny: Vec::new(),
+            limits: SandboxLimits::default(),
             reap_interval: Duration::from_secs(1),
             kill_grace: Duration::from_millis(200),
             key_delay: Duration::ZERO,
@@ -123,8 +137,8 @@ pub struct LocalProvider {
 struct Inner {
     config: LocalConfig,
     sandboxes: Mutex<HashMap<SandboxId, Arc<LocalSandbox>>>,
-    /// Ids of sandboxes killed for expiry, with when.
-    expired: Mutex<HashMap<SandboxId, Instant>>,
+    /// Ids of sandboxes killed for expiry or for a limit, with when and why.
+    expired: Mutex<HashMap<SandboxId, (Instant, Ending)>>,
     /// How to build a jail here (probed once by building one), or why it
     /// cannot be built.
     jail: OnceCell<Result<JailSettings, String>>,
@@ -150,6 +164,23 @@ struct LocalSandbox {
     deadline: Mutex<Deadline>,
     /// The gateway forwarder, once started.
     forwarder: OnceCell<()>,
+}
+
+/// Why the provider killed a sandbox on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Expired,
+    /// It went past this limit.
+    Limit(&'static str),
+}
+
+impl Ending {
+    fn error(self, id: &SandboxId) -> SandboxError {
+        match self {
+            Ending::Expired => SandboxError::Expired(id.clone()),
+            Ending::Limit(limit) => SandboxError::LimitExceeded { id: id.clone(), limit: limit.to_owned() },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -248,6 +279,13 @@ impl LocalProvider {
     pub(crate) async fn shared_capture(&self, id: &SandboxId, socket_only: bool) -> Result<bool, SandboxError> {
         let sandbox = self.inner.get(id).await?;
         blocking(move || Ok(sandbox.display.shared_capture(socket_only))).await
+    }
+
+    /// Whether sandbox `id`'s X server attaches SysV segment `shmid`.
+    #[cfg(test)]
+    pub(crate) async fn attaches_segment(&self, id: &SandboxId, shmid: u32) -> Result<bool, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        blocking(move || sandbox.display.attaches_segment(shmid)).await
     }
 
     /// A command that runs `program args` inside sandbox `id` (its home,
@@ -421,43 +459,60 @@ impl Inner {
     }
 
     /// The live sandbox `id`; one past its deadline is killed first and
-    /// reported as expired.
+    /// reported as expired, one killed for a limit says which.
     async fn get(&self, id: &SandboxId) -> Result<Arc<LocalSandbox>, SandboxError> {
         let found = lock(&self.sandboxes).get(id).cloned();
         let Some(sandbox) = found else {
-            if lock(&self.expired).contains_key(id) {
-                return Err(SandboxError::Expired(id.clone()));
+            if let Some((_, ending)) = lock(&self.expired).get(id) {
+                return Err(ending.error(id));
             }
             return Err(SandboxError::NotFound(id.clone()));
         };
         if sandbox.deadline().at > Instant::now() {
             return Ok(sandbox);
         }
-        self.expire(id).await;
+        self.end(id, Ending::Expired).await;
         Err(SandboxError::Expired(id.clone()))
     }
 
-    /// Kills sandbox `id` for expiry and remembers that it expired.
-    async fn expire(&self, id: &SandboxId) {
+    /// Kills sandbox `id` on the provider's own account and remembers why.
+    async fn end(&self, id: &SandboxId, ending: Ending) {
         let removed = lock(&self.sandboxes).remove(id);
         {
             let mut expired = lock(&self.expired);
             if expired.len() >= MAX_TOMBSTONES {
-                if let Some(oldest) = expired.iter().min_by_key(|(_, at)| **at).map(|(id, _)| id.clone()) {
+                if let Some(oldest) = expired.iter().min_by_key(|(_, (at, _))| *at).map(|(id, _)| id.clone()) {
                     expired.remove(&oldest);
                 }
             }
-            expired.insert(id.clone(), Instant::now());
+            expired.insert(id.clone(), (Instant::now(), ending));
         }
         if let Some(sandbox) = removed {
             sandbox.processes.lock().await.stop(self.config.kill_grace).await;
-            tracing::info!(sandbox = %id, "sandbox expired and was killed");
+            match ending {
+                Ending::Expired => tracing::info!(sandbox = %id, "sandbox expired and was killed"),
+                Ending::Limit(limit) => tracing::warn!(sandbox = %id, limit, "sandbox went past its limit and was killed"),
+            }
         }
     }
 
-    fn expired_ids(&self) -> Vec<SandboxId> {
+    /// The sandboxes the reaper ends now: past their deadline, or past a
+    /// limit of their control group.
+    async fn endings(&self) -> Vec<(SandboxId, Ending)> {
         let now = Instant::now();
-        lock(&self.sandboxes).values().filter(|s| s.deadline().at <= now).map(|s| s.id.clone()).collect()
+        let sandboxes: Vec<Arc<LocalSandbox>> = lock(&self.sandboxes).values().cloned().collect();
+        let mut ended = Vec::new();
+        for sandbox in sandboxes {
+            if sandbox.deadline().at <= now {
+                ended.push((sandbox.id.clone(), Ending::Expired));
+                continue;
+            }
+            let processes = sandbox.processes.lock().await;
+            if let Some(limit) = processes.cgroup().and_then(limits::Cgroup::exceeded) {
+                ended.push((sandbox.id.clone(), Ending::Limit(limit)));
+            }
+        }
+        ended
     }
 }
 
@@ -498,8 +553,25 @@ async fn start_forwarder(sandbox: &LocalSandbox, dir: &std::path::Path) -> Resul
 /// Builds a throwaway jail under `root` and runs `true` in it; the reason
 /// it failed, in one line.
 async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
+    config.limits.check()?;
     let tools = Arc::new(jail::HostTools::find(config.network)?);
-    let settings = JailSettings { tools, network: config.network, exceptions: config.egress_exceptions.clone() };
+    let hierarchy = limits::Hierarchy::detect();
+    if let limits::Hierarchy::None(why) = &hierarchy {
+        tracing::warn!(
+            reason = %why,
+            "sandboxes have no memory, process or CPU limit (no control group can be made): give the worker a \
+             delegated cgroup or run it as root"
+        );
+    }
+    let settings = JailSettings {
+        tools,
+        network: config.network,
+        exceptions: config.egress_exceptions.clone(),
+        deny: config.egress_deny.clone(),
+        user: identity::HostUser::detect()?,
+        hierarchy,
+        limits: config.limits,
+    };
     let dir = config.root.join(format!("probe-{:016x}", rand::random::<u64>()));
     let result = run_probe(&dir, &settings).await.map_err(|e| match e {
         SandboxError::Unavailable(reason) => reason,
@@ -510,18 +582,18 @@ async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
 }
 
 async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(), SandboxError> {
-    let (home, tmp) = (dir.join("home"), dir.join("tmp"));
-    for path in [&home, &tmp] {
-        std::fs::create_dir_all(path)?;
-    }
-    jail::prepare_files(dir, &home, settings.network)?;
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home)?;
+    let slot = identity::Slot::claim(settings.user)?;
+    jail::prepare_files(dir, &home, settings.network, settings.user.ids(&slot))?;
     let marker = format!("probe-{:016x}", rand::random::<u64>());
-    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let site = jail::Site { slot: &slot, marker: &marker, dir, home: &home, deadline: Instant::now() + PROBE_TIMEOUT };
     let mut children = Vec::new();
+    let mut cgroup = None;
     let result = async {
-        let walls = jail::build(settings, &marker, None, dir, deadline, &mut children).await?;
-        let (program, args) = walls.wrap(&home, &tmp, None, "true", &[]);
-        let mut command = tokio::process::Command::new(program);
+        let walls = jail::build(settings, &site, &mut children, &mut cgroup).await?;
+        let (program, args) = walls.wrap(&home, jail::XAccess::None, "true", &[]);
+        let mut command = process::tied_to_worker(program);
         command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         let output = process::run(command, None, PROBE_TIMEOUT, 64 * 1024).await?;
         if output.exit_code != 0 {
@@ -536,10 +608,14 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
+    if let Some(cgroup) = cgroup {
+        cgroup.remove();
+    }
     result
 }
 
-/// Kills expired sandboxes every `interval` until cancelled or the provider is gone.
+/// Kills expired sandboxes and those past a limit every `interval` until
+/// cancelled or the provider is gone.
 async fn reap(inner: Weak<Inner>, interval: Duration, cancel: CancellationToken) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -549,8 +625,8 @@ async fn reap(inner: Weak<Inner>, interval: Duration, cancel: CancellationToken)
             _ = ticks.tick() => {}
         }
         let Some(inner) = inner.upgrade() else { return };
-        for id in inner.expired_ids() {
-            inner.expire(&id).await;
+        for (id, ending) in inner.endings().await {
+            inner.end(&id, ending).await;
         }
     }
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::launch;
+use super::limits::Cgroup;
 use super::process::{self, Signal};
 
 /// The record's file name in a desktop's directory.
@@ -64,6 +65,9 @@ pub(crate) struct DesktopRecord {
     pub display: Option<u32>,
     /// Every process the desktop started directly, in order.
     pub processes: Vec<ProcessStamp>,
+    /// The directories of the desktop's control group, once made.
+    #[serde(default)]
+    pub cgroup: Option<Vec<PathBuf>>,
 }
 
 /// A desktop's record and where it is kept; every change is written at once.
@@ -80,7 +84,7 @@ impl RecordFile {
             ProcessStamp::of(std::process::id()).ok_or_else(|| std::io::Error::other("cannot read this process's stat"))?;
         let file = Self {
             path: dir.join(RECORD_FILE),
-            record: DesktopRecord { owner, marker: marker.to_owned(), display: None, processes: Vec::new() },
+            record: DesktopRecord { owner, marker: marker.to_owned(), display: None, processes: Vec::new(), cgroup: None },
         };
         file.save()?;
         Ok(file)
@@ -89,6 +93,12 @@ impl RecordFile {
     /// Notes the display number.
     pub fn set_display(&mut self, display: u32) -> std::io::Result<()> {
         self.record.display = Some(display);
+        self.save()
+    }
+
+    /// Notes the desktop's control group.
+    pub fn set_cgroup(&mut self, dirs: Vec<PathBuf>) -> std::io::Result<()> {
+        self.record.cgroup = Some(dirs);
         self.save()
     }
 
@@ -147,7 +157,10 @@ pub(crate) fn sweep(root: &Path) -> Leftovers {
         }
         found.desktops += 1;
         found.processes += kill_leftovers(&record);
-        remove_x_files(&record);
+        remove_x_files(&record, &dir);
+        if let Some(dirs) = record.cgroup.clone() {
+            Cgroup::from_dirs(dirs).remove();
+        }
         if let Err(error) = std::fs::remove_dir_all(&dir) {
             tracing::warn!(%error, dir = %dir.display(), "cannot remove a leftover desktop's directory");
         }
@@ -164,7 +177,8 @@ pub(crate) fn load(path: &Path) -> Option<DesktopRecord> {
 /// other carrying its marker.
 fn live(record: &DesktopRecord) -> Vec<u32> {
     let mut pids: Vec<u32> = record.processes.iter().filter(|p| p.is_alive()).map(|p| p.pid).collect();
-    for pid in process::live_processes(None, &record.marker) {
+    let grouped = record.cgroup.clone().map(|dirs| Cgroup::from_dirs(dirs).pids()).unwrap_or_default();
+    for pid in process::live_processes(None, &record.marker).into_iter().chain(grouped) {
         if !pids.contains(&pid) {
             pids.push(pid);
         }
@@ -189,16 +203,11 @@ fn kill_leftovers(record: &DesktopRecord) -> usize {
     first.len()
 }
 
-/// A killed Xvfb leaves its socket and lock; they go only while the lock
-/// names a process of this desktop, so another server's stay.
-fn remove_x_files(record: &DesktopRecord) {
+/// A killed Xvfb leaves its socket (or the link to it) and lock; they go
+/// only while they are this desktop's, so another server's stay.
+fn remove_x_files(record: &DesktopRecord, dir: &Path) {
     let Some(display) = record.display else { return };
-    let lock = launch::x_lock(display);
-    let owner = std::fs::read_to_string(&lock).ok().and_then(|t| t.trim().parse::<u32>().ok());
-    if owner.is_some_and(|pid| record.processes.iter().any(|p| p.pid == pid)) {
-        let _ = std::fs::remove_file(launch::x_socket(display));
-        let _ = std::fs::remove_file(&lock);
-    }
+    launch::remove_display_files(display, dir, |pid| record.processes.iter().any(|p| p.pid == pid));
 }
 
 #[cfg(test)]

@@ -5,12 +5,16 @@
 //! else is allowed. It is compiled once, with `seccompiler`, to the classic
 //! BPF program bubblewrap takes on `--seccomp FD`; bubblewrap installs it
 //! after it has built the sandbox, so it binds the sandbox and not the setup.
-//! A call from another architecture's ABI (x32, i386) kills the process.
+//! A call from another architecture's ABI kills the process: seccompiler's
+//! own check refuses another audit architecture (i386), and on x86-64 a
+//! prefix of ours kills x32 calls, which share x86-64's audit architecture
+//! and differ only by bit 30 of the call number. `io_uring` is refused: it
+//! performs system calls the filter never sees.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{sock_filter, BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
 /// The system calls refused inside a sandbox.
 const DENIED: &[(&str, libc::c_long)] = &[
@@ -59,7 +63,23 @@ const DENIED: &[(&str, libc::c_long)] = &[
     ("ioperm", libc::SYS_ioperm),
     ("vhangup", libc::SYS_vhangup),
     ("lookup_dcookie", libc::SYS_lookup_dcookie),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
 ];
+
+/// Classic BPF opcodes and seccomp values the x32 prefix uses.
+const LOAD_WORD_AT: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const JUMP_IF_EQUAL: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+const KILL_PROCESS: u32 = 0x8000_0000; // SECCOMP_RET_KILL_PROCESS
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+/// Where `struct seccomp_data` keeps the call number and the architecture.
+const NR_OFFSET: u32 = 0;
+const ARCH_OFFSET: u32 = 4;
+/// The bit x32 system call numbers carry.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// The compiled filter as the bytes bubblewrap reads (native-endian
 /// `struct sock_filter`s), or why it could not be built.
@@ -74,14 +94,29 @@ fn compile() -> Result<Vec<u8>, String> {
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
         .map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
     let program: BpfProgram = filter.try_into().map_err(|e| format!("cannot compile the seccomp filter: {e}"))?;
-    let mut bytes = Vec::with_capacity(program.len() * 8);
-    for instruction in &program {
+    let mut bytes = Vec::with_capacity((program.len() + 6) * 8);
+    let prefix = if arch == TargetArch::x86_64 { x32_prefix() } else { Vec::new() };
+    for instruction in prefix.iter().chain(&program) {
         bytes.extend_from_slice(&instruction.code.to_ne_bytes());
         bytes.push(instruction.jt);
         bytes.push(instruction.jf);
         bytes.extend_from_slice(&instruction.k.to_ne_bytes());
     }
     Ok(bytes)
+}
+
+/// Kills a call of another audit architecture or with the x32 bit, then
+/// falls through to seccompiler's program (whose jumps are relative).
+fn x32_prefix() -> Vec<sock_filter> {
+    let op = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
+    vec![
+        op(LOAD_WORD_AT, 0, 0, ARCH_OFFSET),
+        op(JUMP_IF_EQUAL, 1, 0, AUDIT_ARCH_X86_64),
+        op(RETURN, 0, 0, KILL_PROCESS),
+        op(LOAD_WORD_AT, 0, 0, NR_OFFSET),
+        op(JUMP_IF_AT_LEAST, 0, 1, X32_SYSCALL_BIT),
+        op(RETURN, 0, 0, KILL_PROCESS),
+    ]
 }
 
 #[cfg(test)]
@@ -93,5 +128,11 @@ mod tests {
         let bytes = program().expect("compiles");
         assert!(!bytes.is_empty() && bytes.len().is_multiple_of(8));
         assert!(DENIED.iter().any(|(n, _)| *n == "mount") && DENIED.iter().any(|(n, _)| *n == "ptrace"));
+        assert!(DENIED.iter().any(|(n, _)| *n == "io_uring_setup"));
+        if std::env::consts::ARCH == "x86_64" {
+            // The prefix comes first: load the architecture, compare, kill.
+            assert_eq!(bytes[..2], LOAD_WORD_AT.to_ne_bytes());
+            assert_eq!(bytes[20..24], KILL_PROCESS.to_ne_bytes());
+        }
     }
 }

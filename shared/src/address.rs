@@ -1,4 +1,5 @@
-//! Which IP addresses are public, for the webhook target check: every
+//! Which IP addresses are public, for the webhook target check and the
+//! sandboxes' egress filter alike (one table, [`NON_PUBLIC_V4`]): every
 //! special-purpose range of the IANA IPv4 and IPv6 registries that a
 //! request must not reach is named here, and an IPv6 address that carries
 //! an IPv4 one (mapped `::ffff:a.b.c.d`, compatible `::a.b.c.d`, NAT64
@@ -67,25 +68,36 @@ pub fn kind_of(ip: IpAddr) -> Option<AddressKind> {
     }
 }
 
+/// Every IPv4 range that is not public, as `(network, prefix length,
+/// kind)`, most specific first where two overlap: the one table the webhook
+/// target check and the sandboxes' egress filter both use.
+pub const NON_PUBLIC_V4: &[(Ipv4Addr, u8, AddressKind)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8, AddressKind::Unspecified),
+    (Ipv4Addr::new(127, 0, 0, 0), 8, AddressKind::Loopback),
+    (Ipv4Addr::new(10, 0, 0, 0), 8, AddressKind::Private),
+    (Ipv4Addr::new(172, 16, 0, 0), 12, AddressKind::Private),
+    (Ipv4Addr::new(192, 168, 0, 0), 16, AddressKind::Private),
+    (Ipv4Addr::new(100, 64, 0, 0), 10, AddressKind::SharedNat),
+    (Ipv4Addr::new(169, 254, 0, 0), 16, AddressKind::LinkLocal),
+    (Ipv4Addr::new(192, 0, 2, 0), 24, AddressKind::Documentation),
+    (Ipv4Addr::new(198, 51, 100, 0), 24, AddressKind::Documentation),
+    (Ipv4Addr::new(203, 0, 113, 0), 24, AddressKind::Documentation),
+    (Ipv4Addr::new(198, 18, 0, 0), 15, AddressKind::Benchmarking),
+    (Ipv4Addr::new(192, 0, 0, 0), 24, AddressKind::Reserved),
+    (Ipv4Addr::new(192, 88, 99, 0), 24, AddressKind::Reserved),
+    (Ipv4Addr::new(224, 0, 0, 0), 4, AddressKind::Multicast),
+    (Ipv4Addr::new(255, 255, 255, 255), 32, AddressKind::Broadcast),
+    (Ipv4Addr::new(240, 0, 0, 0), 4, AddressKind::Reserved),
+];
+
+/// Whether `ip` is inside `network/prefix`.
+pub fn in_prefix(ip: Ipv4Addr, network: Ipv4Addr, prefix: u8) -> bool {
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0);
+    u32::from(ip) & mask == u32::from(network) & mask
+}
+
 fn kind_of_v4(ip: Ipv4Addr) -> Option<AddressKind> {
-    use AddressKind::*;
-    let [a, b, c, _] = ip.octets();
-    let kind = match (a, b, c) {
-        (0, ..) => Unspecified,
-        (127, ..) => Loopback,
-        (10, ..) | (192, 168, _) => Private,
-        (172, 16..=31, _) => Private,
-        (100, 64..=127, _) => SharedNat,
-        (169, 254, _) => LinkLocal,
-        (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => Documentation,
-        (198, 18..=19, _) => Benchmarking,
-        (192, 0, 0) | (192, 88, 99) => Reserved,
-        (224..=239, ..) => Multicast,
-        _ if ip.is_broadcast() => Broadcast,
-        (240..=255, ..) => Reserved,
-        _ => return None,
-    };
-    Some(kind)
+    NON_PUBLIC_V4.iter().find(|(network, prefix, _)| in_prefix(ip, *network, *prefix)).map(|(_, _, kind)| *kind)
 }
 
 fn kind_of_v6(ip: Ipv6Addr) -> Option<AddressKind> {

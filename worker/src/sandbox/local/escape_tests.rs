@@ -1,0 +1,199 @@
+//! The ways out of a sandbox that a security review found, tried from inside
+//! as an agent would (commands typed into the sandbox's own terminal), each
+//! now closed: the kernel's settings under `/proc/sys` (a writable
+//! `core_pattern` ran a script as host root), host root's files, the X
+//! server's shared memory, the host's own links and the documentation
+//! ranges, and one sandbox starving the others. These run as whatever user
+//! runs the tests (root on CI), where a root worker's sandboxes get uids of
+//! their own.
+
+use std::time::Duration;
+
+use super::isolation_tests::{typed, Fixture, TRY_TCP};
+use super::{LocalConfig, Network, SandboxLimits};
+use crate::sandbox::{suite, SandboxError, SandboxProvider};
+
+/// The ids of every process of a sandbox, as the host sees them:
+/// `(pid, [real, effective, saved, filesystem uid])`.
+fn sandbox_uids(pgid: Option<u32>, marker: &str) -> Vec<(u32, Vec<u32>)> {
+    super::process::live_processes(pgid, marker)
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            Some((pid, line.split_whitespace().skip(1).filter_map(|n| n.parse().ok()).collect()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sandbox_cannot_write_proc_sys_read_private_keys_or_be_host_root() {
+    let fixture = Fixture::new(Network::Egress, Vec::new());
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("the host's core_pattern");
+    let home = fixture.root.display().to_string();
+    let script = format!(
+        "if (printf '|{home}/pwn.sh' > /proc/sys/kernel/core_pattern) 2>/dev/null; then echo 'core_pattern written'; fi\n\
+         writable=$(find /proc/sys -type f -writable 2>/dev/null | head -n 5); echo \"writable: $writable\"\n\
+         for f in /proc/sysrq-trigger /proc/sys/net/ipv4/ip_forward; do test -w \"$f\" && echo \"$f writable\"; done\n\
+         test -e /etc/ssl/private && echo 'private keys in view'\n\
+         test -r /etc/ssl/certs/ca-certificates.crt && echo 'ca bundle in view'\n\
+         echo \"kcore $(wc -c < /proc/kcore 2>/dev/null)\"\n\
+         echo \"keys $(wc -c < /proc/keys 2>/dev/null)\"\n"
+    );
+    let out = typed(provider, &sandbox, "procsys.sh", &script).await;
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("read"), core_pattern, "core_pattern changed");
+    assert!(!out.contains("core_pattern written"), "{out}");
+    assert!(out.lines().any(|l| l.trim_end() == "writable:"), "a file under /proc/sys is writable:\n{out}");
+    assert!(!out.contains(" writable\n") && !out.contains("private keys in view"), "{out}");
+    assert!(out.contains("ca bundle in view"), "certificates stay readable:\n{out}");
+    assert!(out.lines().any(|l| l.trim_end() == "kcore 0" || l.trim_end() == "kcore"), "kcore is masked:\n{out}");
+    assert!(out.lines().any(|l| l.trim_end() == "keys 0" || l.trim_end() == "keys"), "keys are masked:\n{out}");
+
+    let pgid = provider.process_group(&sandbox.id).await.expect("group");
+    let uids = sandbox_uids(pgid, sandbox.id.as_str());
+    assert!(uids.len() >= 4, "the holder, the X server, the window manager and the terminal at least: {uids:?}");
+    for (pid, ids) in &uids {
+        assert!(ids.len() == 4 && ids.iter().all(|id| *id != 0), "process {pid} is host uid 0: {ids:?}");
+    }
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+/// A SysV shared-memory segment of the host, made with `ipcmk`
+/// (util-linux) and removed when dropped.
+struct HostSegment(u32);
+
+impl HostSegment {
+    fn make() -> Self {
+        let out = std::process::Command::new("ipcmk").args(["-M", "4096", "-p", "0600"]).output().expect("ipcmk runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let id = text.split(':').nth(1).and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("ipcmk said {text:?}"));
+        Self(id)
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ipcrm").args(["-m", &self.0.to_string()]).status();
+    }
+}
+
+/// The namespace `kind` of `pid`, as `kind:[inode]`.
+fn namespace(pid: &str, kind: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_x_server_is_inside_the_sandbox_and_cannot_attach_host_memory() {
+    let fixture = Fixture::new(Network::Offline, Vec::new());
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    let segment = HostSegment::make();
+    // A client asks the server to attach the host's segment, as a jailed
+    // agent did through MIT-SHM: the server looks it up in the sandbox's own
+    // IPC namespace, where it does not exist.
+    let attached = provider.attaches_segment(&sandbox.id, segment.0).await.expect("asked");
+    assert!(!attached, "the X server attached host segment {}", segment.0);
+
+    let pgid = provider.process_group(&sandbox.id).await.expect("group");
+    let server = super::process::live_processes(pgid, sandbox.id.as_str())
+        .into_iter()
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "Xvfb"))
+        .expect("the sandbox's X server");
+    let server = server.to_string();
+    for kind in ["pid", "ipc", "net", "user"] {
+        assert_ne!(namespace(&server, kind), namespace("self", kind), "the X server shares the host's {kind} namespace");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{server}/status")).expect("status");
+    let levels = status.lines().find(|l| l.starts_with("NSpid:")).map_or(0, |l| l.split_whitespace().count() - 1);
+    assert!(levels >= 2, "the X server's pid is not inside a pid namespace: {status}");
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+fn small_limits() -> SandboxLimits {
+    SandboxLimits { memory_bytes: 384 << 20, pids: 128, cpus: 0.5, home_bytes: 8 << 20, tmp_bytes: 8 << 20 }
+}
+
+/// A provider of `limits`, under its own root.
+fn limited(limits: SandboxLimits) -> Fixture {
+    let root = std::env::temp_dir().join(format!("flotilla-limits-test-{:016x}", rand::random::<u64>()));
+    Fixture::with_config(LocalConfig { root: root.clone(), network: Network::Offline, limits, ..LocalConfig::default() }, root)
+}
+
+#[tokio::test]
+async fn a_sandbox_past_its_limits_is_killed_alone_and_its_disk_is_bounded() {
+    let fixture = limited(small_limits());
+    let provider = fixture.provider();
+    let (bomb, balloon, steady) =
+        tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
+
+    // Writing past the home's size fails with ENOSPC, and nothing else breaks.
+    let full = provider.run(&steady.id, "head -c 20000000 /dev/zero > big; echo \"exit $?\"", Duration::from_secs(30)).await;
+    let full = full.expect("runs");
+    assert!(full.stderr.contains("No space left on device"), "{full:?}");
+    provider.run(&steady.id, "rm -f big", Duration::from_secs(30)).await.expect("removed");
+
+    suite::type_line(provider, &bomb, "f() { f | f & }; f").await;
+    suite::type_line(provider, &balloon, "python3 -c 'b = bytearray(1 << 30); print(len(b))'").await;
+
+    // The steady sandbox keeps doing its steps while the others go under.
+    for step in 0..10 {
+        let echoed = provider.run(&steady.id, &format!("echo step-{step}"), Duration::from_secs(30)).await.expect("a step");
+        assert_eq!(echoed.stdout.trim(), format!("step-{step}"));
+        provider.screenshot(&steady.id).await.expect("a screenshot");
+    }
+    for (sandbox, limit) in [(&bomb, "processes"), (&balloon, "memory")] {
+        let error = suite::eventually(&format!("the sandbox past its {limit} limit to be killed"), || async {
+            match provider.status(&sandbox.id).await {
+                Err(error @ SandboxError::LimitExceeded { .. }) => Some(error),
+                _ => None,
+            }
+        })
+        .await;
+        assert_eq!(error.to_string(), format!("sandbox {} was killed: it went past its {limit} limit", sandbox.id));
+    }
+    let status = provider.status(&steady.id).await.expect("the steady sandbox is there");
+    assert!(status.alive, "the steady sandbox still runs");
+    provider.kill(&steady.id).await.expect("kill");
+}
+
+/// A link on the host (one end of a veth pair, the kernel here may have no
+/// dummy links) with a public prefix of its own, removed when dropped: a
+/// neighbour of a fleet machine on a public address.
+struct DummyLink(String);
+
+impl DummyLink {
+    fn add(address: &str) -> Self {
+        let name = format!("fl{:08x}", rand::random::<u32>());
+        let peer = format!("{name}p");
+        let ip = |args: &[&str]| std::process::Command::new("ip").args(args).status().expect("ip runs").success();
+        let made = ip(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
+        assert!(made, "cannot make a veth pair (run the tests as root)");
+        assert!(ip(&["addr", "add", address, "dev", &name]) && ip(&["link", "set", &name, "up"]));
+        Self(name)
+    }
+}
+
+impl Drop for DummyLink {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["link", "del", &self.0]).status();
+    }
+}
+
+#[tokio::test]
+async fn sandbox_reaches_neither_the_hosts_links_nor_documentation_ranges() {
+    let _link = DummyLink::add("11.22.33.1/24");
+    let fixture = Fixture::new(Network::Egress, Vec::new());
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    let mut script = TRY_TCP.to_owned();
+    for target in ["11.22.33.44", "11.22.33.1", "198.51.100.1", "203.0.113.9", "192.88.99.1"] {
+        script.push_str(&format!("try {target} 80\n"));
+    }
+    let out = typed(provider, &sandbox, "links.sh", &script).await;
+    for target in ["11.22.33.44", "11.22.33.1", "198.51.100.1", "203.0.113.9", "192.88.99.1"] {
+        assert!(out.lines().any(|l| l == format!("{target}:80 closed")), "{target} was reached:\n{out}");
+    }
+    provider.kill(&sandbox.id).await.expect("kill");
+}
