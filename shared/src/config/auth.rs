@@ -95,6 +95,25 @@ mod tests {
         Config::from_env(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
     }
 
+    /// The README's fleet by hand reads `scripts/fleet.env` in every process:
+    /// the API must take its keys and the CLI's key must be one of them.
+    #[test]
+    fn the_fleet_by_hand_settings_load_and_their_key_is_accepted() {
+        let text = include_str!("../../../scripts/fleet.env");
+        let vars: Vec<(String, String)> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            .collect();
+        let config = Config::from_env(vars.clone()).expect("fleet.env loads");
+        config.require_api_keys().expect("the API starts with fleet.env's keys");
+        let cli_key = vars.iter().find(|(k, _)| k == "FLOTILLA_API_KEY").map(|(_, v)| v.as_str()).expect("a CLI key");
+        assert!(crate::apikey::check_format(cli_key).is_ok(), "the CLI's key has the API's format");
+        let keys = vars.iter().find(|(k, _)| k == "FLOTILLA_API_KEYS").map(|(_, v)| v.as_str()).expect("keys");
+        assert!(keys.split(',').any(|pair| pair.split_once('=').is_some_and(|(key, _)| key == cli_key)));
+    }
+
     #[test]
     fn shorthand_keys_map_to_tenants_and_scopes() {
         let config = load(&[("FLOTILLA_API_KEYS", &format!("{ACME}=acme, {GLOBEX}=globex:read"))]).expect("loads");

@@ -35,8 +35,8 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use crate::page::{lex_page, Order, Page, MAX_PAGE};
 pub use crate::address::{embedded_v4, kind_of, AddressKind};
+pub use crate::page::{lex_page, Order, Page, MAX_PAGE};
 pub use messages::{Delivery, DeliveryStatus};
 
 use crate::clock;

@@ -25,8 +25,8 @@ use tokio::process::{Child, ChildStdout, Command};
 use super::display::Display;
 use super::identity::{HostUser, Slot};
 use super::jail::{self, JailSettings};
-use super::limits::Cgroup;
 use super::launch::{self, Launcher};
+use super::limits::Cgroup;
 use super::process::{self, Signal};
 use super::record::RecordFile;
 use super::xauth::Cookie;
@@ -40,6 +40,8 @@ const WM_READY: &str = "flotilla-wm-ready";
 const WINDOW_POLL: Duration = Duration::from_millis(10);
 /// How long teardown keeps killing before it gives up on a process.
 const KILL_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most one stream of a sandbox program adds to its log on the host.
+const MAX_LOG_BYTES: u64 = 1 << 20;
 /// How often teardown looks for what is left.
 const SWEEP_POLL: Duration = Duration::from_millis(10);
 
@@ -179,11 +181,12 @@ async fn start_xvfb(
             launcher.command("Xvfb", &args)
         }
     };
-    command.stdout(Stdio::piped()).stderr(log_file(&log)?);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.process_group(processes.pgid.and_then(|g| i32::try_from(g).ok()).unwrap_or(0));
     let mut xvfb =
         command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
     let announced = xvfb.stdout.take();
+    drain_to_log(xvfb.stderr.take(), &log);
     processes.pgid = processes.pgid.or(xvfb.id());
     note(processes.record.add(xvfb.id()));
     processes.xvfb = Some(xvfb);
@@ -312,13 +315,40 @@ pub(crate) fn spawn_in_group(
     log: &Path,
     pipe_stdout: bool,
 ) -> Result<Child, SandboxError> {
-    command.stdout(if pipe_stdout { Stdio::piped() } else { log_file(log)?.into() }).stderr(log_file(log)?);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(pgid) = pgid {
         command.process_group(i32::try_from(pgid).unwrap_or(0));
     }
-    command
-        .spawn()
-        .map_err(|e| SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy())))
+    let mut child = command.spawn().map_err(|e| {
+        SandboxError::Unavailable(format!("cannot start {}: {e}", command.as_std().get_program().to_string_lossy()))
+    })?;
+    if !pipe_stdout {
+        drain_to_log(child.stdout.take(), log);
+    }
+    drain_to_log(child.stderr.take(), log);
+    Ok(child)
+}
+
+/// Copies what a sandbox program writes on `pipe` into its log on the host,
+/// at most [`MAX_LOG_BYTES`]; the rest is read and dropped, so a program
+/// cannot fill the host's disk through its output.
+fn drain_to_log<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, log: &Path) {
+    let Some(mut pipe) = pipe else { return };
+    let log = log.to_owned();
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&log).await.ok();
+        let (mut written, mut chunk) = (0u64, vec![0u8; 8192]);
+        while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+            let room = usize::try_from(MAX_LOG_BYTES.saturating_sub(written)).unwrap_or(0).min(n);
+            if let (Some(out), 1..) = (file.as_mut(), room) {
+                if out.write_all(&chunk[..room]).await.is_err() {
+                    file = None;
+                }
+                written += room as u64;
+            }
+        }
+    });
 }
 
 /// A record that cannot be updated only weakens the sweep after a crash
@@ -327,10 +357,6 @@ fn note(written: std::io::Result<()>) {
     if let Err(error) = written {
         tracing::warn!(%error, "cannot update the desktop's record of its processes");
     }
-}
-
-fn log_file(path: &Path) -> Result<std::fs::File, SandboxError> {
-    Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
 }
 
 /// The last line of a log, to say why a program did not start.

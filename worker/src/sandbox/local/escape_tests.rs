@@ -125,8 +125,11 @@ fn limited(limits: SandboxLimits) -> Fixture {
 async fn a_sandbox_past_its_limits_is_killed_alone_and_its_disk_is_bounded() {
     let fixture = limited(small_limits());
     let provider = fixture.provider();
-    let (bomb, balloon, steady) =
-        tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
+    let (bomb, balloon, steady) = tokio::join!(
+        suite::create(provider, (800, 600)),
+        suite::create(provider, (800, 600)),
+        suite::create(provider, (800, 600))
+    );
 
     // Writing past the home's size fails with ENOSPC, and nothing else breaks.
     let full = provider.run(&steady.id, "head -c 20000000 /dev/zero > big; echo \"exit $?\"", Duration::from_secs(30)).await;

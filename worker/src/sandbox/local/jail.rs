@@ -398,12 +398,33 @@ async fn start_holder(settings: &JailSettings, confinement: &Confinement, site: 
     let Site { slot, marker, dir, home, deadline } = *site;
     let mut argv = Vec::new();
     if let Some((uid, gid)) = settings.user.ids(slot) {
-        argv.extend(["setpriv".to_owned(), format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--".into()]);
+        argv.extend([
+            "setpriv".to_owned(),
+            format!("--reuid={uid}"),
+            format!("--regid={gid}"),
+            "--clear-groups".into(),
+            "--".into(),
+        ]);
     }
     argv.push(settings.tools.unshare.display().to_string());
     argv.extend(
-        ["--user", "--map-root-user", "--net", "--mount", "--ipc", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", HOLDER_SCRIPT, "holder"]
-            .map(String::from),
+        [
+            "--user",
+            "--map-root-user",
+            "--net",
+            "--mount",
+            "--ipc",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            "--",
+            "sh",
+            "-c",
+            HOLDER_SCRIPT,
+            "holder",
+        ]
+        .map(String::from),
     );
     argv.extend([home.display().to_string(), dir.join("tmp").display().to_string()]);
     argv.extend([settings.limits.home_bytes.to_string(), settings.limits.tmp_bytes.to_string()]);
@@ -433,7 +454,12 @@ async fn expect_line(out: Option<&mut tokio::process::ChildStdout>, word: &str) 
 
 /// Starts slirp4netns for the holder's namespace, as the sandbox's root,
 /// and waits until it has configured the interface.
-async fn start_egress(settings: &JailSettings, confinement: &Confinement, site: &Site<'_>, holder: u32) -> Result<Child, SandboxError> {
+async fn start_egress(
+    settings: &JailSettings,
+    confinement: &Confinement,
+    site: &Site<'_>,
+    holder: u32,
+) -> Result<Child, SandboxError> {
     let (marker, deadline) = (site.marker, site.deadline);
     let tools = &settings.tools;
     let slirp = tools.slirp4netns.as_ref().ok_or_else(|| SandboxError::Unavailable("slirp4netns was not looked for".into()))?;
@@ -576,8 +602,14 @@ mod tests {
         let (program, root) = enter(HostUser::Root(range), Some((7, 9)), nsenter, 42, true);
         assert_eq!(program, "setpriv");
         assert_eq!(root[..5], ["--reuid=7", "--regid=9", "--clear-groups", "--", "/usr/bin/nsenter"]);
-        assert!(root.contains(&"--pid=/proc/42/ns/pid_for_children".to_owned()) && root.contains(&"--mount=/proc/42/ns/mnt".to_owned()));
+        assert!(
+            root.contains(&"--pid=/proc/42/ns/pid_for_children".to_owned())
+                && root.contains(&"--mount=/proc/42/ns/mnt".to_owned())
+        );
         let (program, own) = enter(HostUser::Unprivileged, None, nsenter, 42, false);
-        assert_eq!((program.as_str(), own), ("/usr/bin/nsenter", vec!["--preserve-credentials".to_owned(), "--user=/proc/42/ns/user".to_owned()]));
+        assert_eq!(
+            (program.as_str(), own),
+            ("/usr/bin/nsenter", vec!["--preserve-credentials".to_owned(), "--user=/proc/42/ns/user".to_owned()])
+        );
     }
 }

@@ -44,13 +44,7 @@ pub struct SandboxLimits {
 
 impl Default for SandboxLimits {
     fn default() -> Self {
-        Self {
-            memory_bytes: 4 << 30,
-            pids: 1024,
-            cpus: 1.0,
-            home_bytes: 2 << 30,
-            tmp_bytes: 1 << 30,
-        }
+        Self { memory_bytes: 4 << 30, pids: 1024, cpus: 1.0, home_bytes: 2 << 30, tmp_bytes: 1 << 30 }
     }
 }
 
@@ -239,9 +233,7 @@ impl Cgroup {
     pub fn exceeded(&self) -> Option<&'static str> {
         let count = |file: PathBuf, key: &str| -> u64 {
             let text = std::fs::read_to_string(file).unwrap_or_default();
-            text.lines()
-                .find_map(|l| l.strip_prefix(key).and_then(|rest| rest.trim().parse().ok()))
-                .unwrap_or(0)
+            text.lines().find_map(|l| l.strip_prefix(key).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0)
         };
         let (memory, pids) = if self.unified {
             let dir = &self.dirs[0];

@@ -23,9 +23,9 @@ mod damage;
 mod desktop;
 mod display;
 mod egress;
-mod identity;
 #[cfg(test)]
 mod escape_tests;
+mod identity;
 #[cfg(test)]
 mod isolation_tests;
 mod jail;
