@@ -75,7 +75,8 @@ pub(crate) fn route_script(network: Network, host: &HostNetwork, deny: &[Ipv4Net
     blocked.extend(deny);
     let mut seen = Vec::new();
     for net in blocked {
-        if !seen.contains(&net) && !(net.prefix == 32 && exceptions.contains(&net.network)) {
+        let excepted = net.prefix == 32 && exceptions.contains(&net.network);
+        if !excepted && !seen.contains(&net) {
             script.push_str(&format!("route add unreachable {net}\n"));
             seen.push(net);
         }
