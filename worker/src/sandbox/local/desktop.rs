@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
 use super::display::Display;
+use super::dns::DnsServer;
 use super::identity::{HostUser, Slot};
 use super::jail::{self, JailSettings};
 use super::launch::{self, Launcher};
@@ -87,12 +88,13 @@ pub(crate) async fn start(
         record,
         cgroup: None,
         slot: Some(slot),
+        dns: None,
         stopped: false,
     };
     note(processes.record.set_display(display_number));
     let started = Instant::now();
     let walls = match jail {
-        Some(settings) => match build_jail(&mut processes, settings, marker, dir, &home, deadline).await {
+        Some(settings) => match hold_jail(&mut processes, settings, marker, dir, &home, deadline).await {
             Ok(walls) => Some(walls),
             Err(error) => {
                 processes.stop(Duration::ZERO).await;
@@ -103,11 +105,39 @@ pub(crate) async fn start(
     };
     let jail_took = started.elapsed();
     let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls };
+    // The display server starts while the network comes up: it needs the
+    // namespaces, not the routes.
+    let mut network = Vec::new();
+    let pgid = processes.pgid;
     let up = async {
-        start_xvfb(&mut processes, &launcher, resolution, &logs, deadline).await?;
-        bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await
+        let connected = async {
+            match (jail, &launcher.jail, processes.slot.as_ref()) {
+                (Some(settings), Some(walls), Some(slot)) => {
+                    let site = jail::Site { slot, marker, dir, home: &launcher.home, deadline };
+                    jail::connect(settings, &site, walls, &mut network).await
+                }
+                _ => Ok(None),
+            }
+        };
+        let (xvfb, connected) = tokio::join!(start_xvfb(&launcher, pgid, resolution, &logs, deadline), connected);
+        (xvfb, connected)
     };
-    let up = up.await;
+    let (xvfb, connected) = up.await;
+    for child in network {
+        processes.adopt(child);
+    }
+    let up = match (xvfb, connected) {
+        (Ok(xvfb), Ok(dns)) => {
+            processes.dns = dns;
+            processes.adopt_server(xvfb);
+            bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await
+        }
+        (Ok(xvfb), Err(error)) => {
+            processes.adopt_server(xvfb);
+            Err(error)
+        }
+        (Err(error), _) => Err(error),
+    };
     tracing::debug!(
         sandbox = marker,
         jail_ms = jail_took.as_millis() as u64,
@@ -123,8 +153,9 @@ pub(crate) async fn start(
     }
 }
 
-/// Builds the sandbox's jail; its processes and group become the desktop's.
-async fn build_jail(
+/// Makes the sandbox's group and namespaces; its processes and group
+/// become the desktop's.
+async fn hold_jail(
     processes: &mut Processes,
     settings: &JailSettings,
     marker: &str,
@@ -138,7 +169,7 @@ async fn build_jail(
     let site = jail::Site { slot, marker, dir, home, deadline };
     let mut setup = Vec::new();
     let mut cgroup = None;
-    let walls = jail::build(settings, &site, &mut setup, &mut cgroup).await;
+    let walls = jail::hold(settings, &site, &mut setup, &mut cgroup).await;
     if let Some(group) = &cgroup {
         note(processes.record.set_cgroup(group.dirs().to_vec()));
     }
@@ -155,12 +186,12 @@ async fn build_jail(
 /// host's socket directory) and waits until it accepts connections. Without
 /// a jail it leads the desktop's process group.
 async fn start_xvfb(
-    processes: &mut Processes,
     launcher: &Launcher,
+    pgid: Option<u32>,
     (width, height): (u32, u32),
     logs: &Path,
     deadline: Instant,
-) -> Result<(), SandboxError> {
+) -> Result<Child, SandboxError> {
     let number = launcher.display;
     let screen = format!("{width}x{height}x24");
     let display = format!(":{number}");
@@ -182,14 +213,12 @@ async fn start_xvfb(
         }
     };
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    command.process_group(processes.pgid.and_then(|g| i32::try_from(g).ok()).unwrap_or(0));
+    command.process_group(pgid.and_then(|g| i32::try_from(g).ok()).unwrap_or(0));
+    // Killed when dropped on a failure below; the teardown finds the rest.
     let mut xvfb =
         command.spawn().map_err(|e| SandboxError::Unavailable(format!("cannot start Xvfb (is xvfb installed?): {e}")))?;
     let announced = xvfb.stdout.take();
     drain_to_log(xvfb.stderr.take(), &log);
-    processes.pgid = processes.pgid.or(xvfb.id());
-    note(processes.record.add(xvfb.id()));
-    processes.xvfb = Some(xvfb);
     let shown = wait_for_display(announced, &log, deadline).await?;
     if shown != number {
         return Err(SandboxError::Unavailable(format!("Xvfb took display :{shown}, not :{number}")));
@@ -197,7 +226,7 @@ async fn start_xvfb(
     if let Some(walls) = &launcher.jail {
         link_socket(&walls.dir, number)?;
     }
-    Ok(())
+    Ok(xvfb)
 }
 
 /// Links the host's socket path of display `number` to the one the jailed
@@ -404,6 +433,8 @@ pub(crate) struct Processes {
     cgroup: Option<Cgroup>,
     /// The sandbox's hold on its uid and display, let go after teardown.
     slot: Option<Slot>,
+    /// The worker's side of the sandbox's resolver.
+    dns: Option<DnsServer>,
     stopped: bool,
 }
 
@@ -412,6 +443,14 @@ impl Processes {
     pub fn alive(&self) -> bool {
         let server = self.xvfb.as_ref().and_then(Child::id);
         server.and_then(process::stat).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
+    }
+
+    /// Takes the display server into the sandbox's set and its record; it
+    /// leads the process group when nothing else does.
+    fn adopt_server(&mut self, xvfb: Child) {
+        self.pgid = self.pgid.or(xvfb.id());
+        note(self.record.add(xvfb.id()));
+        self.xvfb = Some(xvfb);
     }
 
     /// The sandbox's control group, when it has one.
@@ -474,6 +513,7 @@ impl Processes {
             }
         }
         self.slot = None;
+        self.dns = None;
     }
 }
 

@@ -200,3 +200,35 @@ async fn sandbox_reaches_neither_the_hosts_links_nor_documentation_ranges() {
     }
     provider.kill(&sandbox.id).await.expect("kill");
 }
+
+#[tokio::test]
+async fn sandbox_resolves_public_names_and_no_name_that_points_inside() {
+    let _link = DummyLink::add("11.23.34.1/24");
+    let names = [
+        ("public.example", std::net::Ipv4Addr::new(93, 184, 216, 34)),
+        ("internal.example", std::net::Ipv4Addr::new(10, 0, 0, 5)),
+        ("metadata.example", std::net::Ipv4Addr::new(169, 254, 169, 254)),
+        ("neighbour.example", std::net::Ipv4Addr::new(11, 23, 34, 7)),
+    ];
+    let upstream = super::dns::stand_in::serve(names.iter().map(|(n, ip)| ((*n).to_owned(), *ip)).collect()).await;
+    let root = std::env::temp_dir().join(format!("flotilla-dns-test-{:016x}", rand::random::<u64>()));
+    let config = LocalConfig { root: root.clone(), dns_upstream: Some(vec![upstream]), ..LocalConfig::default() };
+    let fixture = Fixture::with_config(config, root);
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    let mut script = String::new();
+    for (name, _) in &names {
+        script.push_str(&format!("echo \"udp {name}: $(getent ahostsv4 {name} | head -n 1 | cut -d' ' -f1)\"\n"));
+        script.push_str(&format!(
+            "echo \"tcp {name}: $(RES_OPTIONS=use-vc getent ahostsv4 {name} | head -n 1 | cut -d' ' -f1)\"\n"
+        ));
+    }
+    let out = typed(provider, &sandbox, "dns.sh", &script).await;
+    for transport in ["udp", "tcp"] {
+        assert!(out.lines().any(|l| l == format!("{transport} public.example: 93.184.216.34")), "a public name resolves:\n{out}");
+        for (name, _) in &names[1..] {
+            assert!(out.lines().any(|l| l.trim_end() == format!("{transport} {name}:")), "{name} resolved:\n{out}");
+        }
+    }
+    provider.kill(&sandbox.id).await.expect("kill");
+}

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
+use super::dns::{self, DnsPolicy, DnsServer};
 use super::egress::{self, host_path, HostNetwork, Ipv4Net};
 use super::identity::{HostUser, Slot};
 use super::limits::{Cgroup, Confinement, Hierarchy, SandboxLimits};
@@ -57,8 +58,8 @@ pub(crate) const XAUTHORITY_PATH: &str = "/run/flotilla/Xauthority";
 pub(crate) const RUN_DIR: &str = "/run/flotilla/run";
 /// Where X sockets are, inside a sandbox and on the host.
 pub(crate) const X_SOCKET_DIR: &str = "/tmp/.X11-unix";
-/// The user-mode network's DNS forwarder.
-const SLIRP_DNS: &str = "10.0.2.3";
+/// Where a sandbox's resolver is, in its own network namespace.
+const SANDBOX_DNS: &str = "127.0.0.1";
 /// The device slirp4netns makes the sandbox's tap interface with.
 const TUN_DEVICE: &str = "/dev/net/tun";
 /// How long one setup command (routes, probes) may take.
@@ -125,6 +126,8 @@ pub(crate) struct JailSettings {
     pub user: HostUser,
     pub hierarchy: Hierarchy,
     pub limits: SandboxLimits,
+    /// The resolvers the sandboxes' queries go to.
+    pub dns_upstream: Vec<std::net::SocketAddr>,
 }
 
 /// The host programs that build jails, found on the worker's `PATH` once.
@@ -329,7 +332,7 @@ fn proc_args() -> Vec<String> {
 fn etc_files(network: Network, home: &Path) -> Vec<(&'static str, String)> {
     let home = home.display();
     let resolv = match network {
-        Network::Egress => format!("nameserver {SLIRP_DNS}\n"),
+        Network::Egress => format!("nameserver {SANDBOX_DNS}\n"),
         Network::Offline => String::new(),
     };
     vec![
@@ -475,7 +478,8 @@ async fn start_egress(
     inner.push("--".into());
     inner.push(slirp.display().to_string());
     inner.extend(
-        ["--configure", "--disable-host-loopback", "--mtu", "65520", "--enable-sandbox", "--enable-seccomp"].map(String::from),
+        ["--configure", "--disable-host-loopback", "--disable-dns", "--mtu", "65520", "--enable-sandbox", "--enable-seccomp"]
+            .map(String::from),
     );
     inner.extend(["--ready-fd", "1", "--netns-type", "path", "/proc/self/fd/3", "tap0"].map(String::from));
     let mut wrapped = vec!["-c".to_owned()];
@@ -513,12 +517,24 @@ async fn start_egress(
     Ok(slirp)
 }
 
-/// Builds the walls of the sandbox at `site`: its control group, the
-/// namespace holder (the leader of the sandbox's process group), with
-/// egress slirp4netns, and the routes. The host's addresses are read while
-/// the holder starts. Every process started joins `children`, also when a
-/// later step fails; so does the group (`cgroup`) once made.
+/// Builds the walls of the sandbox at `site` at once: [`hold`], then
+/// [`connect`]. Every process started joins `children`, also when a later
+/// step fails; so does the group (`cgroup`) once made.
 pub(crate) async fn build(
+    settings: &JailSettings,
+    site: &Site<'_>,
+    children: &mut Vec<Child>,
+    cgroup: &mut Option<Cgroup>,
+) -> Result<Jail, SandboxError> {
+    let jail = hold(settings, site, children, cgroup).await?;
+    // The probe's resolver ends with it.
+    drop(connect(settings, site, &jail, children).await?);
+    Ok(jail)
+}
+
+/// Makes the sandbox's control group and its namespaces (the holder, the
+/// leader of the sandbox's process group): enough to start programs in.
+pub(crate) async fn hold(
     settings: &JailSettings,
     site: &Site<'_>,
     children: &mut Vec<Child>,
@@ -530,20 +546,86 @@ pub(crate) async fn build(
     let backstop = if cgroup.is_some() { 2 } else { 1 };
     let nproc = settings.user.ids(site.slot).map(|_| settings.limits.pids.saturating_mul(backstop));
     let confinement = Confinement { cgroup: cgroup.clone(), limits: settings.limits, nproc };
-    let namespaces = async {
-        let (holder, pid) = start_holder(settings, &confinement, site).await?;
-        children.push(holder);
-        if settings.network == Network::Egress {
-            children.push(start_egress(settings, &confinement, site, pid).await?);
-        }
-        Ok::<_, SandboxError>(pid)
-    };
-    let (host, pid) = tokio::join!(egress::host_network(&settings.tools.ip, settings.network), namespaces);
-    let pid = pid?;
-    let host = host?;
-    apply_routes(settings, site, pid, &host).await?;
+    let (holder, pid) = start_holder(settings, &confinement, site).await?;
+    children.push(holder);
     let ids = settings.user.ids(site.slot);
     Ok(Jail { tools: Arc::clone(&settings.tools), holder: pid, dir: site.dir.to_owned(), user: settings.user, ids, confinement })
+}
+
+/// Gives the held namespaces their network: with egress slirp4netns, then
+/// the routes (the host's addresses are read meanwhile) and the sandbox's
+/// [resolver](dns), whose worker side is returned; offline, the loopback
+/// alone. A sandbox is handed out only after this, so nothing it runs sees
+/// its network before the routes.
+pub(crate) async fn connect(
+    settings: &JailSettings,
+    site: &Site<'_>,
+    jail: &Jail,
+    children: &mut Vec<Child>,
+) -> Result<Option<DnsServer>, SandboxError> {
+    let slirp = async {
+        if settings.network == Network::Egress {
+            children.push(start_egress(settings, &jail.confinement, site, jail.holder).await?);
+        }
+        Ok::<_, SandboxError>(())
+    };
+    let (host, slirp) = tokio::join!(egress::host_network(&settings.tools.ip, settings.network), slirp);
+    slirp?;
+    let host = host?;
+    apply_routes(settings, site, jail.holder, &host).await?;
+    if settings.network == Network::Offline {
+        return Ok(None);
+    }
+    let mut blocked: Vec<Ipv4Net> = host.on_link.clone();
+    blocked.extend(host.addresses.iter().map(|a| Ipv4Net { network: *a, prefix: 32 }));
+    blocked.extend(&settings.deny);
+    let policy = DnsPolicy { upstream: settings.dns_upstream.clone(), blocked };
+    let server = dns::serve(&site.dir.join("run"), std::sync::Arc::new(policy))?;
+    for forwarder in dns::forwarders(&site.dir.join("run")) {
+        children.push(start_dns_forwarder(settings, site, jail, &forwarder).await?);
+    }
+    Ok(Some(server))
+}
+
+/// Starts one of the sandbox's resolver forwarders in its network namespace
+/// as its root, and waits until it listens.
+async fn start_dns_forwarder(
+    settings: &JailSettings,
+    site: &Site<'_>,
+    jail: &Jail,
+    args: &[String],
+) -> Result<Child, SandboxError> {
+    let (entry, mut argv) = enter(settings.user, jail.ids, &settings.tools.nsenter, jail.holder, false);
+    argv.push(format!("--net=/proc/{}/ns/net", jail.holder));
+    argv.extend(["--".to_owned(), "socat".to_owned()]);
+    argv.extend(args.iter().cloned());
+    let mut command = process::tied_to_worker("sh");
+    command.args(jail.confinement.wrap(&entry, &argv));
+    let mut child = spawn_setup(command, site.marker, Some(jail.holder), "socat (the sandbox's resolver)")?;
+    let pid = child.id().unwrap_or_default();
+    let udp = args[0].starts_with("UDP");
+    loop {
+        if listens_on_dns(pid, udp) {
+            return Ok(child);
+        }
+        if Instant::now() >= site.deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.start_kill();
+            return Err(SandboxError::Unavailable("the sandbox's resolver (socat) did not start".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether a socket on the loopback's DNS port is bound in the network
+/// namespace of `pid` (`/proc/PID/net/{udp,tcp}`: `0100007F:0035`).
+fn listens_on_dns(pid: u32, udp: bool) -> bool {
+    // Until it runs socat, the process is in the host's namespace.
+    if !std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "socat") {
+        return false;
+    }
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/{}", if udp { "udp" } else { "tcp" })).unwrap_or_default();
+    let local = format!("0100007F:{:04X}", dns::DNS_PORT);
+    table.lines().skip(1).any(|line| line.split_whitespace().nth(1) == Some(local.as_str()))
 }
 
 /// Brings up the loopback and, with egress, the routes of

@@ -22,6 +22,7 @@ mod capture;
 mod damage;
 mod desktop;
 mod display;
+mod dns;
 mod egress;
 #[cfg(test)]
 mod escape_tests;
@@ -101,6 +102,9 @@ pub struct LocalConfig {
     pub egress_deny: Vec<Ipv4Net>,
     /// What each sandbox may use of the host.
     pub limits: SandboxLimits,
+    /// The resolvers sandboxes' queries go to; `None`: this host's own
+    /// (`/etc/resolv.conf`). Tests name a stand-in.
+    pub dns_upstream: Option<Vec<std::net::SocketAddr>>,
     /// How often the reaper looks for expired sandboxes.
     pub reap_interval: Duration,
     /// How long a killed sandbox has between TERM and KILL.
@@ -120,6 +124,7 @@ impl Default for LocalConfig {
             egress_exceptions: Vec::new(),
             egress_deny: Vec::new(),
             limits: SandboxLimits::default(),
+            dns_upstream: None,
             reap_interval: Duration::from_secs(1),
             kill_grace: Duration::from_millis(200),
             key_delay: Duration::ZERO,
@@ -571,6 +576,7 @@ async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
         user: identity::HostUser::detect()?,
         hierarchy,
         limits: config.limits,
+        dns_upstream: config.dns_upstream.clone().unwrap_or_else(dns::host_resolvers),
     };
     let dir = config.root.join(format!("probe-{:016x}", rand::random::<u64>()));
     let result = run_probe(&dir, &settings).await.map_err(|e| match e {
