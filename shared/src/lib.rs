@@ -23,6 +23,7 @@ pub mod queue;
 pub mod quota;
 pub mod redact;
 pub mod redis_conn;
+mod redis_lua;
 pub mod route;
 pub mod schedule;
 pub mod task;
