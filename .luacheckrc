@@ -71,7 +71,9 @@ local function normal(path)
   return table.concat(parts, '/')
 end
 
-local listing = assert(io.popen("find shared -name '*.lua' -not -path '*/target/*'"))
+exclude_files = { 'target/**' }
+
+local listing = assert(io.popen("find . -path ./target -prune -o -name '*.lua' -print"))
 local settings = {}
 for path in listing:lines() do
   path = normal(path)
