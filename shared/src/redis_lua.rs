@@ -49,6 +49,33 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
     out
 }
 
+/// A struct whose fields, in order, are one group of a script's arguments
+/// (one task's, one entry's), each field one argument: `WIDTH` is their
+/// number, the width the script's Lua names, so the Lua and the code that
+/// builds a group cannot disagree on it. Passed whole to
+/// `ScriptInvocation::arg`, it writes its fields as consecutive arguments,
+/// each as the field alone would (the bytes sent do not change).
+macro_rules! arg_group {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident<$lt:lifetime> { $($(#[$fmeta:meta])* $field:ident: $ty:ty,)+ }) => {
+        $(#[$meta])*
+        $vis struct $name<$lt> {
+            $($(#[$fmeta])* pub(crate) $field: $ty,)+
+        }
+
+        impl $name<'_> {
+            /// How many arguments the group is.
+            pub const WIDTH: usize = [$(stringify!($field)),+].len();
+        }
+
+        impl redis::ToRedisArgs for $name<'_> {
+            fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+                $(self.$field.write_redis_args(out);)+
+            }
+        }
+    };
+}
+pub(crate) use arg_group;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +84,21 @@ mod tests {
     fn only_whole_names_are_replaced() {
         let text = source(&["for a = 1, #ARGV, GROUP do", "local GROUPS, MY_GROUP = GROUP_X, GROUP"], &[("GROUP", &7)]);
         assert_eq!(text, "for a = 1, #ARGV, 7 do\nlocal GROUPS, MY_GROUP = GROUP_X, 7");
+    }
+
+    arg_group! {
+        struct Pair<'a> {
+            name: &'a str,
+            count: u32,
+        }
+    }
+
+    #[test]
+    fn a_group_writes_its_fields_as_arguments_in_order() {
+        use redis::ToRedisArgs;
+        let args = Pair { name: "acme", count: 7 }.to_redis_args();
+        assert_eq!(args, [b"acme".to_vec(), b"7".to_vec()]);
+        assert_eq!(Pair::WIDTH, 2);
     }
 
     #[test]

@@ -45,7 +45,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::scripts::{FINISH_FN, PRELUDE, START_FN};
-use crate::redis_lua;
+use crate::redis_lua::{self, arg_group};
 
 /// One unit of virtual time: a task of a tenant of weight `w` advances the
 /// tenant's virtual time by `STRIDE_UNIT / w`.
@@ -135,8 +135,23 @@ pub(super) fn fair_script(body: &str) -> Script {
 /// Returns how many went into lanes.
 pub(super) const ENQUEUE_FN: &str = include_str!("lua/enqueue_fn.lua");
 
+arg_group! {
+    /// One task's arguments of [`ENQUEUE`] (see [`ENQUEUE_FN`]).
+    pub(super) struct EnqueueGroup<'a> {
+        tenant: &'a str,
+        weight: u32,
+        /// 0 for none.
+        max_running: u32,
+        lane: usize,
+        id: &'a str,
+        /// 0 for now.
+        due_ms: i64,
+        route: &'a str,
+    }
+}
+
 /// Arguments per task of [`ENQUEUE`].
-pub const ENQUEUE_GROUP: usize = 7;
+pub const ENQUEUE_GROUP: usize = EnqueueGroup::WIDTH;
 
 /// Puts tasks into their tenants' lanes (or the due set) on one shard
 /// ([`ENQUEUE_FN`]). `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard
@@ -162,8 +177,20 @@ pub static SET_SETTINGS: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+arg_group! {
+    /// One tenant's arguments of [`SET_SETTINGS`].
+    pub(super) struct SettingsGroup<'a> {
+        tenant: &'a str,
+        weight: u32,
+        /// 0 for none.
+        max_running: u32,
+        /// 0 for none.
+        max_sandboxes: u64,
+    }
+}
+
 /// Arguments per tenant of [`SET_SETTINGS`].
-pub const SETTINGS_GROUP: usize = 4;
+pub const SETTINGS_GROUP: usize = SettingsGroup::WIDTH;
 
 /// Holds a tenant back from turns until a time (it spent its
 /// `max_tokens_per_day`): its queued tasks stay queued, and the promoter's
@@ -195,10 +222,22 @@ pub static CLAIM_AND_START: LazyLock<Script> = LazyLock::new(|| {
     redis_lua::script(&[PRELUDE, START_FN, FAIR_FN, TURNS_FN, include_str!("lua/claim_and_start.lua")], FAIR_CONSTANTS)
 });
 
-/// Arguments per entry of [`ACK`], and per entry to acknowledge only of
-/// [`FINISH_AND_ACK`]: tenant, route, lane index, entry id, outcome (or
-/// empty).
-pub const ACK_GROUP: usize = 5;
+arg_group! {
+    /// One entry's arguments of [`ACK`], and of an entry [`FINISH_AND_ACK`]
+    /// only acknowledges.
+    pub(super) struct AckGroup<'a> {
+        tenant: &'a str,
+        route: &'a str,
+        lane: usize,
+        entry_id: &'a str,
+        /// Empty for none.
+        outcome: &'a str,
+    }
+}
+
+/// Arguments per entry of [`ACK`] and per entry to acknowledge only of
+/// [`FINISH_AND_ACK`].
+pub const ACK_GROUP: usize = AckGroup::WIDTH;
 
 /// Acknowledges entries of one shard and counts outcomes. `KEYS[1]` the
 /// shard's `sched`, `KEYS[2]` the shard's outcome counts; `ARGV[1]` the
@@ -249,15 +288,45 @@ pub static FORGET_GONE_CONSUMERS: LazyLock<Script> = LazyLock::new(|| fair_scrip
 /// `ARGV[6]` the task's route.
 pub static DEFER: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("lua/defer.lua")));
 
-/// Arguments per ended task of [`FINISH_AND_ACK`]: its context's number,
-/// task id, attempt, event body (after its seq), `finished_at`, entry id
-/// and the value of its context's field.
-pub const FINISH_AND_ACK_GROUP: usize = 7;
+arg_group! {
+    /// One ended task's arguments of [`FINISH_AND_ACK`].
+    pub(super) struct FinishAndAckGroup<'a> {
+        /// Its context's number, from 1.
+        context: usize,
+        id: &'a str,
+        attempt: u32,
+        /// The event after its seq.
+        body: &'a str,
+        finished_at: i64,
+        entry_id: &'a str,
+        /// The value of its context's field.
+        value: &'a str,
+    }
+}
 
-/// Arguments per context of [`FINISH_AND_ACK`], what many ended tasks
-/// share: worker id, status, code, field (`result` or `error`, or empty),
-/// tenant, batch (or empty), route, lane index.
-pub const FINISH_CONTEXT: usize = 8;
+/// Arguments per ended task of [`FINISH_AND_ACK`].
+pub const FINISH_AND_ACK_GROUP: usize = FinishAndAckGroup::WIDTH;
+
+arg_group! {
+    /// What many ended tasks of one [`FINISH_AND_ACK`] call share, sent
+    /// once as a context.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(super) struct FinishContext<'a> {
+        owner: &'a str,
+        status: &'a str,
+        code: &'a str,
+        /// `result` or `error`, or empty.
+        field: &'a str,
+        tenant: &'a str,
+        /// Empty for none.
+        batch: &'a str,
+        route: &'a str,
+        lane: usize,
+    }
+}
+
+/// Arguments per context of [`FINISH_AND_ACK`].
+pub const FINISH_CONTEXT: usize = FinishContext::WIDTH;
 
 /// Ends owning attempts, acknowledges their entries and counts their
 /// outcomes in one step, so a task is counted exactly when it ends and its

@@ -27,7 +27,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::redis_lua;
+use crate::redis_lua::{self, arg_group};
 
 /// Shared helpers of the task scripts. A task comes as two arguments, its
 /// hash `key` and its `id` (a table per task would cost Redis an allocation
@@ -60,8 +60,21 @@ fn task_script(body: &str) -> Script {
     redis_lua::script(&[PRELUDE, body], &[])
 }
 
+arg_group! {
+    /// One task's arguments of [`CREATE`] (see [`CREATE_FN`]).
+    pub(super) struct CreateGroup<'a> {
+        id: &'a str,
+        header: &'a str,
+        spec: &'a str,
+        tenant: &'a str,
+        /// Empty for none.
+        batch: &'a str,
+        max_attempts: u32,
+    }
+}
+
 /// Arguments per task of [`CREATE`].
-pub const CREATE_GROUP: usize = 6;
+pub const CREATE_GROUP: usize = CreateGroup::WIDTH;
 
 /// Creating one task with its `queued` event, shared by [`CREATE`] and
 /// `super::singles::SUBMIT_SINGLES`: `t` the task, then its `hdr`, `spec`,
@@ -80,8 +93,19 @@ pub static CREATE: LazyLock<Script> = LazyLock::new(|| {
     redis_lua::script(&[PRELUDE, CREATE_FN, include_str!("lua/create.lua")], &[("CREATE_GROUP", &CREATE_GROUP)])
 });
 
+arg_group! {
+    /// One task's arguments of [`START`].
+    pub(super) struct StartGroup<'a> {
+        id: &'a str,
+        /// `1` when its entry was reclaimed, else empty.
+        reclaimed: &'a str,
+        /// The lane entry the attempt comes from.
+        entry: &'a str,
+    }
+}
+
 /// Arguments per task of [`START`].
-pub const START_GROUP: usize = 3;
+pub const START_GROUP: usize = StartGroup::WIDTH;
 
 /// Starts the next attempt of delivered tasks. `ARGV[2]` the `started`
 /// draft, `ARGV[3]` now, `ARGV[4]` worker id, `ARGV[5]` draft of the
@@ -95,8 +119,28 @@ pub const START_GROUP: usize = 3;
 pub static START: LazyLock<Script> =
     LazyLock::new(|| redis_lua::script(&[PRELUDE, START_FN, include_str!("lua/start.lua")], &[("START_GROUP", &START_GROUP)]));
 
+arg_group! {
+    /// One ending's arguments of [`FINISH`] (see [`FINISH_FN`]).
+    pub(super) struct FinishGroup<'a> {
+        id: &'a str,
+        attempt: u32,
+        owner: &'a str,
+        /// The event after its seq.
+        body: &'a str,
+        status: &'a str,
+        code: &'a str,
+        /// `result` or `error`, or empty.
+        field: &'a str,
+        value: &'a str,
+        finished_at: i64,
+        tenant: &'a str,
+        /// Empty for none.
+        batch: &'a str,
+    }
+}
+
 /// Arguments per task of [`FINISH`].
-pub const FINISH_GROUP: usize = 11;
+pub const FINISH_GROUP: usize = FinishGroup::WIDTH;
 
 /// Ending one owning attempt's task, shared by [`FINISH`] and
 /// `fair_scripts::FINISH_AND_ACK` (each reads its own layout of

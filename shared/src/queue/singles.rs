@@ -38,15 +38,30 @@ use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{TaskId, TenantId};
 use crate::keys::GROUP;
-use crate::redis_lua;
+use crate::redis_lua::{self, arg_group};
 use crate::route::Route;
 use crate::task::TaskSpec;
 
 /// The most tasks one call takes.
 const MOST_PER_CALL: usize = 64;
 
+arg_group! {
+    /// One task's arguments of [`SUBMIT_SINGLES`].
+    struct SingleGroup<'a> {
+        id: &'a str,
+        header: &'a str,
+        spec: &'a str,
+        max_attempts: u32,
+        trace: &'a str,
+        lane: usize,
+        /// 0 for now.
+        due_ms: i64,
+        route: &'a str,
+    }
+}
+
 /// Arguments per task of [`SUBMIT_SINGLES`].
-pub const SINGLE_GROUP: usize = 8;
+pub const SINGLE_GROUP: usize = SingleGroup::WIDTH;
 
 /// Admits single tasks of one tenant one by one, in order ([`ADMIT_FN`]
 /// against one read, no reservation), and creates each admitted one with
@@ -239,9 +254,16 @@ impl Queue {
         inv.arg(keys.shard_base(shard)).arg(GROUP).arg(limits.weight).arg(limits.max_running);
         for single in call {
             inv.key(keys.task(&single.id));
-            // Eight values, as the script reads them.
-            inv.arg(single.id.as_str()).arg(&single.header).arg(&single.spec).arg(single.max_attempts);
-            inv.arg(&single.trace).arg(single.lane).arg(single.due_ms).arg(&single.route);
+            inv.arg(SingleGroup {
+                id: single.id.as_str(),
+                header: &single.header,
+                spec: &single.spec,
+                max_attempts: single.max_attempts,
+                trace: &single.trace,
+                lane: single.lane,
+                due_ms: single.due_ms,
+                route: &single.route,
+            });
         }
         let mut conn = self.redis.shared();
         let replies: Vec<(String, i64, i64)> = inv.invoke_async(&mut conn).await?;

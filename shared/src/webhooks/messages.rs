@@ -15,7 +15,7 @@ use super::{lex_page, EventType, Order, Page, WebhookError, Webhooks};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{MessageId, TenantId, WebhookId};
-use crate::redis_lua;
+use crate::redis_lua::{self, arg_group};
 
 /// Where a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -55,8 +55,18 @@ pub struct Delivery {
 /// Keys per message of [`CREATE`]: its hash, its endpoint's queue and its
 /// endpoint's log.
 const MESSAGE_KEYS: usize = 3;
-/// Arguments per message of [`CREATE`]: its id, endpoint id, type and body.
-const MESSAGE_GROUP: usize = 4;
+arg_group! {
+    /// One message's arguments of [`CREATE`].
+    struct MessageGroup<'a> {
+        id: &'a str,
+        endpoint: &'a str,
+        kind: &'a str,
+        body: &'a str,
+    }
+}
+
+/// Arguments per message of [`CREATE`].
+const MESSAGE_GROUP: usize = MessageGroup::WIDTH;
 
 /// Stores messages of one tenant, each unless it exists, makes each due in
 /// its endpoint's queue and puts it in the endpoint's log; then, once per
@@ -155,7 +165,7 @@ impl Webhooks {
             inv.key(self.keys.webhook_message(message.id.as_str()))
                 .key(self.keys.webhook_endpoint_due(endpoint))
                 .key(self.keys.webhook_deliveries(endpoint));
-            inv.arg(message.id.as_str()).arg(endpoint).arg(message.kind.as_str()).arg(message.body.as_str());
+            inv.arg(MessageGroup { id: message.id.as_str(), endpoint, kind: message.kind.as_str(), body: message.body.as_str() });
         }
         Ok(inv.invoke_async(&mut self.redis.shared()).await?)
     }
