@@ -28,6 +28,8 @@ pub mod route;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod usage;
 pub mod webhooks;
 

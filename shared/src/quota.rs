@@ -233,3 +233,9 @@ impl Queue {
         Ok(got.into_iter().flatten().flatten().map(|n| u64::try_from(n).unwrap_or(0)).sum())
     }
 }
+
+/// Admission's Redis script by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![("quota/admit", &ADMIT)]
+}
