@@ -118,7 +118,7 @@ ensure_stylua() {
   if command -v stylua >/dev/null 2>&1; then
     return 0
   fi
-  log "installing stylua $STYLUA_VERSION (cargo install, about 2 minutes on 2 cores)"
+  log "installing stylua $STYLUA_VERSION (cargo install, a few minutes on 2 cores)"
   cargo install "stylua@$STYLUA_VERSION" --locked --quiet
 }
 
