@@ -72,6 +72,17 @@ pub enum StartOutcome {
     AlreadyEnded { outcome: Outcome, from_this_entry: bool },
 }
 
+/// The [`fair_scripts::AckGroup`] of a delivered entry and its outcome.
+pub(super) fn ack_group(delivery: &Delivery, outcome: Option<Outcome>) -> fair_scripts::AckGroup<'_> {
+    fair_scripts::AckGroup {
+        tenant: delivery.tenant.as_str(),
+        route: &delivery.route,
+        lane: delivery.lane.lane_number(),
+        entry_id: &delivery.entry_id,
+        outcome: outcome.map_or("", Outcome::as_str),
+    }
+}
+
 /// An attempt, how it ends its task, and when (epoch ms).
 pub type Ending<'a> = (&'a Attempt, Terminal, i64);
 
@@ -438,7 +449,7 @@ impl Queue {
         inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
         self.add_endings_with_contexts(&mut inv, ends);
         for (delivery, outcome) in acks {
-            inv.arg(super::claim::ack_group(delivery, *outcome));
+            inv.arg(ack_group(delivery, *outcome));
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;

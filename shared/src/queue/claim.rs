@@ -65,17 +65,6 @@ impl Delivery {
     }
 }
 
-/// The [`fair_scripts::AckGroup`] of a delivered entry and its outcome.
-pub(super) fn ack_group(delivery: &Delivery, outcome: Option<Outcome>) -> fair_scripts::AckGroup<'_> {
-    fair_scripts::AckGroup {
-        tenant: delivery.tenant.as_str(),
-        route: &delivery.route,
-        lane: delivery.lane.lane_number(),
-        entry_id: &delivery.entry_id,
-        outcome: outcome.map_or("", Outcome::as_str),
-    }
-}
-
 impl Queue {
     /// A scheduler script call on one shard: `KEYS[1]` its `sched`,
     /// `ARGV[1]` its key base.
@@ -202,7 +191,7 @@ impl Queue {
                 inv.key(self.keys.outcomes(shard));
                 inv.arg(GROUP);
                 for (delivery, outcome) in items {
-                    inv.arg(ack_group(delivery, *outcome));
+                    inv.arg(super::attempt::ack_group(delivery, *outcome));
                 }
                 inv
             })
