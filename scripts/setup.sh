@@ -57,6 +57,8 @@ APT_TOOLS=(
   "chromium:chromium"
   # Live views: a VNC server attached to a task's display on the worker.
   "x11vnc:x11vnc"
+  # The linter of the Redis scripts (`lua/*.lua`, .luacheckrc).
+  "luacheck:lua-check"
 )
 
 # Packages that install no command, checked with dpkg: the sandbox
@@ -108,6 +110,17 @@ ensure_cargo_deny() {
   fi
   log "installing cargo-deny $CARGO_DENY_VERSION (cargo install, about 4 minutes of CPU)"
   cargo install "cargo-deny@$CARGO_DENY_VERSION" --locked --quiet
+}
+
+# The formatter of the Redis scripts (`lua/*.lua`, stylua.toml), checked in
+# the test command. Pinned, so every machine formats alike.
+STYLUA_VERSION=2.6.0
+ensure_stylua() {
+  if command -v stylua >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing stylua $STYLUA_VERSION (cargo install, a few minutes on 2 cores)"
+  cargo install "stylua@$STYLUA_VERSION" --locked --quiet
 }
 
 # The S3-protocol server the blob store tests and screenshot_bench run
@@ -215,6 +228,7 @@ main() {
   [ "${1:-}" = "--demo" ] && return 0
   ensure_python_packages
   ensure_nextest
+  ensure_stylua
   ensure_cargo_deny
   ensure_claude_cli
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, checks formatting, lints and
-# the dependency tree (licenses, bans, advisories: scripts/deny.sh),
+# The whole test suite: installs what is missing, checks formatting and lints
+# (Rust, and the Redis scripts' Lua: stylua, luacheck), checks the dependency
+# tree (licenses, bans, advisories: scripts/deny.sh),
 # builds the binaries the tests run as processes, then runs every test of the
 # workspace in parallel.
 #
@@ -10,6 +11,8 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 cargo fmt --all --check
+stylua --check .
+luacheck --quiet --no-color .
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 bash scripts/deny.sh
 cargo build --workspace --bins --quiet

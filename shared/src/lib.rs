@@ -24,10 +24,13 @@ pub mod queue;
 pub mod quota;
 pub mod redact;
 pub mod redis_conn;
+mod redis_lua;
 pub mod route;
 pub mod schedule;
 pub mod task;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod usage;
 pub mod webhooks;
 

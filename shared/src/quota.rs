@@ -30,6 +30,7 @@ use crate::config::TenantSettings;
 use crate::error::QueueError;
 use crate::ids::TenantId;
 use crate::queue::{Queue, Submitted, Verdict, ADMIT_FN};
+use crate::redis_lua;
 use crate::task::TaskSpec;
 use crate::usage::TOKENS_FIELD;
 
@@ -51,15 +52,7 @@ const RESERVATION_MS: u64 = 120_000;
 /// emission interval in µs (0: no rate), `ARGV[3]` burst, `ARGV[4]` max
 /// queued, `ARGV[5]` the reservation's ticket, `ARGV[6]` how long it holds
 /// (ms), `ARGV[7]` max tokens per day (read only with `KEYS[4]`).
-static ADMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{ADMIT_FN}\n{}",
-        r#"
-return admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
-  tonumber(ARGV[7]), ARGV[5], tonumber(ARGV[6]))
-"#
-    ))
-});
+pub(crate) static ADMIT: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[ADMIT_FN, include_str!("lua/admit.lua")], &[]));
 
 /// Where a tenant's submit-rate bucket stands, for the `RateLimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,4 +232,10 @@ impl Queue {
         let got: Vec<Vec<Option<i64>>> = self.redis().query_many(vec![read]).await?;
         Ok(got.into_iter().flatten().flatten().map(|n| u64::try_from(n).unwrap_or(0)).sum())
     }
+}
+
+/// Admission's Redis script by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![("quota/admit", &ADMIT)]
 }

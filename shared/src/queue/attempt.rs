@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
+use super::fair_scripts::{FinishAndAckGroup, FinishContext};
 use super::{fair_scripts, origin, scripts, Delivery, Queue};
 use crate::clock;
 use crate::error::QueueError;
@@ -71,12 +72,19 @@ pub enum StartOutcome {
     AlreadyEnded { outcome: Outcome, from_this_entry: bool },
 }
 
+/// The [`fair_scripts::AckGroup`] of a delivered entry and its outcome.
+pub(super) fn ack_group(delivery: &Delivery, outcome: Option<Outcome>) -> fair_scripts::AckGroup<'_> {
+    fair_scripts::AckGroup {
+        tenant: delivery.tenant.as_str(),
+        route: &delivery.route,
+        lane: delivery.lane.lane_number(),
+        entry_id: &delivery.entry_id,
+        outcome: outcome.map_or("", Outcome::as_str),
+    }
+}
+
 /// An attempt, how it ends its task, and when (epoch ms).
 pub type Ending<'a> = (&'a Attempt, Terminal, i64);
-
-/// What endings of one [`Queue::finish_and_ack`] call often share: worker,
-/// status, code, result or error field, tenant, batch, route and lane.
-type FinishContext<'a> = (&'a str, &'static str, &'static str, &'static str, &'a str, &'a str, &'a str, usize);
 
 /// A fenced script's reply: the seq it wrote, or -1 as [`QueueError::Fenced`].
 fn written_seq(seq: i64) -> Result<u64, QueueError> {
@@ -227,8 +235,9 @@ impl Queue {
                 let mut inv = scripts::START.prepare_invoke();
                 args.add_to(&mut inv);
                 for (delivery, task_id) in chunk {
-                    inv.key(self.keys.task(task_id)).arg(task_id.as_str()).arg(if delivery.reclaimed { "1" } else { "" });
-                    inv.arg(&delivery.entry_id);
+                    let reclaimed = if delivery.reclaimed { "1" } else { "" };
+                    inv.key(self.keys.task(task_id));
+                    inv.arg(scripts::StartGroup { id: task_id.as_str(), reclaimed, entry: &delivery.entry_id });
                 }
                 inv
             })
@@ -440,8 +449,7 @@ impl Queue {
         inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
         self.add_endings_with_contexts(&mut inv, ends);
         for (delivery, outcome) in acks {
-            inv.arg(delivery.tenant.as_str()).arg(&delivery.route).arg(delivery.lane.lane_number()).arg(&delivery.entry_id);
-            inv.arg(outcome.map_or("", |o| o.as_str()));
+            inv.arg(ack_group(delivery, *outcome));
         }
         let mut conn = self.redis.shared();
         let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
@@ -462,16 +470,16 @@ impl Queue {
             let (kind, status, code, field, value) = terminal.written();
             let delivery = &attempt.delivery;
             let batch = attempt.origin.batch_id.as_ref().map_or("", |b| b.as_str());
-            let context = (
-                attempt.owner.as_str(),
+            let context = FinishContext {
+                owner: attempt.owner.as_str(),
                 status,
                 code,
                 field,
-                attempt.tenant().as_str(),
+                tenant: attempt.tenant().as_str(),
                 batch,
-                delivery.route.as_str(),
-                delivery.lane.lane_number(),
-            );
+                route: delivery.route.as_str(),
+                lane: delivery.lane.lane_number(),
+            };
             let number = match contexts.iter().position(|c| *c == context) {
                 Some(i) => i + 1,
                 None => {
@@ -483,12 +491,19 @@ impl Queue {
             per_task.push((number, attempt, event_body(&attempt.origin, &draft_at(kind, *at_ms)), *at_ms, value));
         }
         inv.arg(contexts.len());
-        for (owner, status, code, field, tenant, batch, route, lane) in contexts {
-            inv.arg(owner).arg(status).arg(code).arg(field).arg(tenant).arg(batch).arg(route).arg(lane);
+        for context in contexts {
+            inv.arg(context);
         }
-        for (number, attempt, body, at_ms, value) in per_task {
-            inv.arg(number).arg(attempt.task_id().as_str()).arg(attempt.number).arg(body);
-            inv.arg(at_ms).arg(&attempt.delivery.entry_id).arg(value);
+        for (context, attempt, body, finished_at, value) in per_task {
+            inv.arg(FinishAndAckGroup {
+                context,
+                id: attempt.task_id().as_str(),
+                attempt: attempt.number,
+                body: &body,
+                finished_at,
+                entry_id: &attempt.delivery.entry_id,
+                value: &value,
+            });
         }
     }
 
@@ -498,8 +513,19 @@ impl Queue {
         let (kind, status, code, field, value) = terminal.written();
         let batch = attempt.origin.batch_id.as_ref().map_or("", |b| b.as_str());
         inv.key(self.keys.task(id));
-        inv.arg(id.as_str()).arg(attempt.number).arg(&attempt.owner).arg(event_body(&attempt.origin, &draft_at(kind, *at_ms)));
-        inv.arg(status).arg(code).arg(field).arg(value).arg(*at_ms).arg(attempt.tenant().as_str()).arg(batch);
+        inv.arg(scripts::FinishGroup {
+            id: id.as_str(),
+            attempt: attempt.number,
+            owner: &attempt.owner,
+            body: &event_body(&attempt.origin, &draft_at(kind, *at_ms)),
+            status,
+            code,
+            field,
+            value: &value,
+            finished_at: *at_ms,
+            tenant: attempt.tenant().as_str(),
+            batch,
+        });
     }
 
     /// The delay before retry number `attempt + 1`: exponential with jitter.

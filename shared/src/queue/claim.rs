@@ -96,8 +96,9 @@ impl Queue {
         for (shard, tenants) in by_shard {
             for chunk in tenants.chunks(SETTINGS_CHUNK) {
                 let mut inv = self.shard_call(&fair_scripts::SET_SETTINGS, shard);
-                for (tenant, weight, max, max_sandboxes) in chunk {
-                    inv.arg(tenant.as_str()).arg(weight).arg(max).arg(max_sandboxes);
+                for (tenant, weight, max_running, max_sandboxes) in chunk {
+                    let (weight, max_running, max_sandboxes) = (*weight, *max_running, *max_sandboxes);
+                    inv.arg(fair_scripts::SettingsGroup { tenant: tenant.as_str(), weight, max_running, max_sandboxes });
                 }
                 let _: i64 = inv.invoke_async(&mut conn).await?;
             }
@@ -190,8 +191,7 @@ impl Queue {
                 inv.key(self.keys.outcomes(shard));
                 inv.arg(GROUP);
                 for (delivery, outcome) in items {
-                    inv.arg(delivery.tenant.as_str()).arg(&delivery.route).arg(delivery.lane.lane_number());
-                    inv.arg(&delivery.entry_id).arg(outcome.map_or("", Outcome::as_str));
+                    inv.arg(super::attempt::ack_group(delivery, *outcome));
                 }
                 inv
             })

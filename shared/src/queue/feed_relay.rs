@@ -26,29 +26,14 @@ use super::Queue;
 use crate::error::QueueError;
 use crate::ids::{TaskId, TenantId};
 use crate::keys::event_field;
+use crate::redis_lua;
 
 /// Appends a task's events to its tenant's feed, those past the task's
 /// marker only. `KEYS` the feed stream, the task's marker; `ARGV` the
 /// retention (ms), `check` or `fill`, then seq, event pairs in seq order.
 /// With `check`, a first seq past the marker plus one is a gap: nothing is
 /// appended and `-1 - marker` is returned. Else returns the new marker.
-static APPEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-if ARGV[2] == 'check' and tonumber(ARGV[3]) > last + 1 then return -1 - last end
-for i = 3, #ARGV, 2 do
-  local seq = tonumber(ARGV[i])
-  if seq > last then
-    redis.call('XADD', KEYS[1], '*', 'e', ARGV[i + 1])
-    last = seq
-  end
-end
-redis.call('SET', KEYS[2], last, 'PX', ARGV[1])
-return last
-"#,
-    )
-});
+pub(crate) static APPEND: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/feed_append.lua")], &[]));
 
 /// The fields of an event the relay needs.
 #[derive(Debug, Deserialize)]

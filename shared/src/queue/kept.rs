@@ -34,42 +34,12 @@ use crate::ids::TenantId;
 /// `ARGV[4]` the deadline (epoch ms), `ARGV[5]` `hold` to only ever move
 /// the deadline later (a task runs in the sandbox), else `set`. Returns 1
 /// when newly kept.
-static KEEP: LazyLock<Script> = LazyLock::new(|| {
-    fair_script(
-        r#"
-local S, tenant = ARGV[1], ARGV[2]
-local member = tenant .. ':' .. ARGV[3]
-local added
-if ARGV[5] == 'hold' then
-  added = redis.call('ZADD', S .. 'kept', 'GT', ARGV[4], member)
-else
-  added = redis.call('ZADD', S .. 'kept', ARGV[4], member)
-end
-if added == 0 then return 0 end
-redis.call('HINCRBY', tkey(S, tenant), 'sandboxed', 1)
-activate(S, tenant)
-flush(S)
-return 1
-"#,
-    )
-});
+pub(crate) static KEEP: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("lua/keep_sandbox.lua")));
 
 /// A kept sandbox was found gone before its deadline: its slot comes back
 /// now. Keys and arguments as [`KEEP`] without the deadline. Returns 1 when
 /// the sandbox was kept.
-static FORGET: LazyLock<Script> = LazyLock::new(|| {
-    fair_script(
-        r#"
-local S, tenant = ARGV[1], ARGV[2]
-if redis.call('ZREM', S .. 'kept', tenant .. ':' .. ARGV[3]) == 0 then return 0 end
-redis.call('HINCRBY', tkey(S, tenant), 'sandboxed', -1)
-activate(S, tenant)
-flush(S)
-wake(S)
-return 1
-"#,
-    )
-});
+pub(crate) static FORGET: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("lua/forget_sandbox.lua")));
 
 /// What [`KEEP`] does with the deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -213,3 +213,48 @@ impl Queue {
 pub fn origin(task_id: &TaskId, batch_id: Option<&BatchId>, tenant: &TenantId) -> EventOrigin {
     EventOrigin { task_id: task_id.clone(), batch_id: batch_id.cloned(), tenant: tenant.clone() }
 }
+
+/// The queue's Redis scripts by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
+    use fair_scripts as f;
+    use scripts as s;
+    let mut all: Vec<(&'static str, &'static redis::Script)> = vec![
+        ("queue/create", &s::CREATE),
+        ("queue/start", &s::START),
+        ("queue/finish", &s::FINISH),
+        ("queue/heartbeat", &s::HEARTBEAT),
+        ("queue/emit", &s::EMIT),
+        ("queue/retry", &s::RETRY),
+        ("queue/requeue", &s::REQUEUE),
+        ("queue/cancel", &s::CANCEL),
+        ("queue/set_fields", &s::SET_FIELDS),
+        ("queue/give_input", &s::GIVE_INPUT),
+        ("queue/take_input", &s::TAKE_INPUT),
+        ("queue/takeover", &s::TAKEOVER),
+        ("queue/release", &s::RELEASE),
+        ("queue/revive", &s::REVIVE),
+        ("queue/sweep_ended", &s::SWEEP_ENDED),
+        ("queue/sweep_finished", &s::SWEEP_FINISHED),
+        ("queue/enqueue", &f::ENQUEUE),
+        ("queue/set_settings", &f::SET_SETTINGS),
+        ("queue/pause", &f::PAUSE),
+        ("queue/claim_turns", &f::CLAIM_TURNS),
+        ("queue/claim_and_start", &f::CLAIM_AND_START),
+        ("queue/ack", &f::ACK),
+        ("queue/reclaim", &f::RECLAIM),
+        ("queue/promote", &f::PROMOTE),
+        ("queue/trim", &f::TRIM),
+        ("queue/forget_gone_consumers", &f::FORGET_GONE_CONSUMERS),
+        ("queue/defer", &f::DEFER),
+        ("queue/finish_and_ack", &f::FINISH_AND_ACK),
+        ("queue/submit_singles", &singles::SUBMIT_SINGLES),
+        ("queue/add_usage", &usage::ADD),
+        ("queue/keep_sandbox", &kept::KEEP),
+        ("queue/forget_sandbox", &kept::FORGET),
+        ("queue/feed_append", &feed_relay::APPEND),
+        ("queue/lift_pause", &settings_sync::LIFT),
+    ];
+    all.extend(archive::lua_scripts());
+    all
+}

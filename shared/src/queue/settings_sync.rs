@@ -33,19 +33,7 @@ use crate::usage::TOKENS_FIELD;
 /// Lets a tenant held back for its day's tokens take turns again.
 /// `KEYS[1]` the shard's `sched`; `ARGV[1]` the shard base, `ARGV[2]` the
 /// tenant. Returns 1 when it was held back.
-static LIFT: LazyLock<Script> = LazyLock::new(|| {
-    fair_script(
-        r#"
-local S, tenant = ARGV[1], ARGV[2]
-if redis.call('ZREM', S .. 'paused', tenant) == 0 and redis.call('HEXISTS', tkey(S, tenant), 'paused') == 0 then return 0 end
-redis.call('HDEL', tkey(S, tenant), 'paused')
-activate(S, tenant)
-flush(S)
-wake(S)
-return 1
-"#,
-    )
-});
+pub(crate) static LIFT: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("lua/lift_pause.lua")));
 
 impl Queue {
     /// The tenants the shard knows of (every tenant that queued a task in

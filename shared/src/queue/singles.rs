@@ -29,7 +29,7 @@ use redis::Script;
 use tokio::sync::oneshot;
 
 use super::admission::{Verdict, ADMIT_FN};
-use super::fair_scripts::{ENQUEUE_FN, FAIR_FN};
+use super::fair_scripts::{ENQUEUE_FN, ENQUEUE_GROUP, FAIR_CONSTANTS, FAIR_FN};
 use super::scripts::{CREATE_FN, PRELUDE};
 use super::{origin, Queue, Submitted};
 use crate::clock;
@@ -38,11 +38,30 @@ use crate::error::QueueError;
 use crate::event::{draft, EventKind};
 use crate::ids::{TaskId, TenantId};
 use crate::keys::GROUP;
+use crate::redis_lua::{self, arg_group};
 use crate::route::Route;
 use crate::task::TaskSpec;
 
 /// The most tasks one call takes.
 const MOST_PER_CALL: usize = 64;
+
+arg_group! {
+    /// One task's arguments of [`SUBMIT_SINGLES`].
+    struct SingleGroup<'a> {
+        id: &'a str,
+        header: &'a str,
+        spec: &'a str,
+        max_attempts: u32,
+        trace: &'a str,
+        lane: usize,
+        /// 0 for now.
+        due_ms: i64,
+        route: &'a str,
+    }
+}
+
+/// Arguments per task of [`SUBMIT_SINGLES`].
+pub const SINGLE_GROUP: usize = SingleGroup::WIDTH;
 
 /// Admits single tasks of one tenant one by one, in order ([`ADMIT_FN`]
 /// against one read, no reservation), and creates each admitted one with
@@ -57,49 +76,14 @@ const MOST_PER_CALL: usize = 64;
 /// `max_tokens_per_day` (empty for none), `ARGV[9]` the shard base,
 /// `ARGV[10]` the group, `ARGV[11..12]` weight and `max_running` (0 none);
 /// then per task from `ARGV[13]` its id, header, spec, max attempts,
-/// `traceparent`, lane index, due ms (0 now) and route (eight values; the
-/// tenant is `ARGV[4]` for all, and none has a batch).
+/// `traceparent`, lane index, due ms (0 now) and route ([`SINGLE_GROUP`]
+/// values; the tenant is `ARGV[4]` for all, and none has a batch).
 /// Returns each task's verdict.
 pub static SUBMIT_SINGLES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}\n{CREATE_FN}\n{FAIR_FN}\n{ENQUEUE_FN}\n{ADMIT_FN}\n{}",
-        r#"
-return holding_feed(function()
-local S, tenant = ARGV[9], ARGV[4]
-local interval, burst, max_queued, max_tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
--- The tenant's hash (`KEYS[2]`), read once for admission and the enqueue.
-local st, lanes = state_of(S, tenant)
-local a = admission_read(KEYS[3], KEYS[4], max_tokens and KEYS[7], interval)
-local waiting = waiting_of(st.queued, st.delayed)
--- `n` tasks admitted so far: two values each in `listed`, seven (ENQUEUE_GROUP) in `queue`.
-local verdicts, listed, queue, n = {}, {}, {}, 0
-for i = 1, #KEYS - 7 do
-  local g = 13 + (i - 1) * 8
-  local verdict = judge(a, 1, interval, burst, max_queued, max_tokens, waiting)
-  verdicts[i] = verdict
-  if verdict[1] == 'ok' then
-    waiting = waiting + 1
-    local id = ARGV[g]
-    create(KEYS[7 + i], id, ARGV[g + 1], ARGV[g + 2], tenant, '', ARGV[g + 3], ARGV[2], ARGV[3], ARGV[g + 4])
-    listed[2 * n + 1] = 0
-    listed[2 * n + 2] = id
-    local q = 7 * n
-    queue[q + 1], queue[q + 2], queue[q + 3], queue[q + 4] = tenant, ARGV[11], ARGV[12], ARGV[g + 5]
-    queue[q + 5], queue[q + 6], queue[q + 7] = id, ARGV[g + 6], ARGV[g + 7]
-    n = n + 1
-  end
-end
-admission_write(a, KEYS[3])
-if n > 0 then
-  redis.call('ZADD', KEYS[5], unpack(listed))
-  -- A tenant with a lane was listed with its first task.
-  if #lanes == 0 then redis.call('SADD', KEYS[6], tenant) end
-  enqueue(S, ARGV[10], tonumber(ARGV[3]), queue, 1, {[tenant] = {st, lanes}})
-end
-return verdicts
-end)
-"#
-    ))
+    redis_lua::script(
+        &[PRELUDE, CREATE_FN, FAIR_FN, ENQUEUE_FN, ADMIT_FN, include_str!("lua/submit_singles.lua")],
+        &[FAIR_CONSTANTS, &[("ENQUEUE_GROUP", &ENQUEUE_GROUP), ("SINGLE_GROUP", &SINGLE_GROUP)]].concat(),
+    )
 });
 
 /// What a call needs of a tenant's settings; submits with the same ones go
@@ -270,9 +254,16 @@ impl Queue {
         inv.arg(keys.shard_base(shard)).arg(GROUP).arg(limits.weight).arg(limits.max_running);
         for single in call {
             inv.key(keys.task(&single.id));
-            // Eight values, as the script reads them.
-            inv.arg(single.id.as_str()).arg(&single.header).arg(&single.spec).arg(single.max_attempts);
-            inv.arg(&single.trace).arg(single.lane).arg(single.due_ms).arg(&single.route);
+            inv.arg(SingleGroup {
+                id: single.id.as_str(),
+                header: &single.header,
+                spec: &single.spec,
+                max_attempts: single.max_attempts,
+                trace: &single.trace,
+                lane: single.lane,
+                due_ms: single.due_ms,
+                route: &single.route,
+            });
         }
         let mut conn = self.redis.shared();
         let replies: Vec<(String, i64, i64)> = inv.invoke_async(&mut conn).await?;

@@ -178,13 +178,14 @@ impl Queue {
             for task in chunk {
                 let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
                 create.key(self.keys.task(&task.id));
-                create
-                    .arg(task.id.as_str())
-                    .arg(origin(&task.id, task.batch.as_ref(), &task.tenant).header())
-                    .arg(spec_json)
-                    .arg(task.tenant.as_str())
-                    .arg(task.batch.as_ref().map(BatchId::as_str).unwrap_or(""))
-                    .arg(task.spec.max_attempts());
+                create.arg(scripts::CreateGroup {
+                    id: task.id.as_str(),
+                    header: &origin(&task.id, task.batch.as_ref(), &task.tenant).header(),
+                    spec: &spec_json,
+                    tenant: task.tenant.as_str(),
+                    batch: task.batch.as_ref().map(BatchId::as_str).unwrap_or(""),
+                    max_attempts: task.spec.max_attempts(),
+                });
             }
             creates.push(create);
         }
@@ -233,8 +234,15 @@ impl Queue {
                 inv.arg(GROUP).arg(now);
                 for (tenant, priority, id, due, route) in tasks {
                     let settings = self.settings.tenants.get(tenant);
-                    inv.arg(tenant.as_str()).arg(settings.weight).arg(settings.max_running.unwrap_or(0));
-                    inv.arg(priority.lane_number()).arg(id.as_str()).arg(due.unwrap_or(0)).arg(route);
+                    inv.arg(fair_scripts::EnqueueGroup {
+                        tenant: tenant.as_str(),
+                        weight: settings.weight,
+                        max_running: settings.max_running.unwrap_or(0),
+                        lane: priority.lane_number(),
+                        id: id.as_str(),
+                        due_ms: due.unwrap_or(0),
+                        route,
+                    });
                 }
                 inv
             })

@@ -30,6 +30,7 @@ use redis::{AsyncCommands, Script};
 use super::store::{Overlap, Schedule, Schedules};
 use crate::error::QueueError;
 use crate::ids::{ScheduleId, TaskId};
+use crate::redis_lua;
 use crate::task::TaskStatus;
 
 /// How long a claimed due time may stay pending before another replica
@@ -44,42 +45,12 @@ const FIRE_BATCH: isize = 1_000;
 /// fired, `ARGV[5]` `1` to skip it, `ARGV[6]` the retry time. Returns 1 when
 /// claimed, 0 when the schedule changed meanwhile (another replica claimed
 /// it, it was paused, edited or deleted).
-static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local cur = redis.call('HMGET', KEYS[1], 'next_due', 'pending', 'paused')
-if cur[1] ~= ARGV[2] or (cur[2] and cur[2] ~= '') or cur[3] == '1' then return 0 end
-if ARGV[5] == '1' then
-  redis.call('HSET', KEYS[1], 'next_due', ARGV[3], 'last_skipped_due', ARGV[4])
-  redis.call('HINCRBY', KEYS[1], 'skipped', 1)
-  if ARGV[3] == '' then redis.call('ZREM', KEYS[2], ARGV[1]) else redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1]) end
-else
-  redis.call('HSET', KEYS[1], 'next_due', ARGV[3], 'pending', ARGV[4])
-  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[1])
-end
-return 1
-"#,
-    )
-});
+pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/claim_due.lua")], &[]));
 
 /// Records the task of a pending due time. `KEYS`: hash, due set. `ARGV[1]`
 /// id, `ARGV[2]` the due time, `ARGV[3]` the task id (empty when none could
 /// be made). Returns 1 when recorded, 0 when another replica did first.
-static RECORD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('HGET', KEYS[1], 'pending') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'pending', '', 'last_due', ARGV[2], 'last_task', ARGV[3])
-local st = redis.call('HMGET', KEYS[1], 'next_due', 'paused')
-if st[2] ~= '1' and st[1] and st[1] ~= '' then
-  redis.call('ZADD', KEYS[2], st[1], ARGV[1])
-else
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-return 1
-"#,
-    )
-});
+pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/record_run.lua")], &[]));
 
 /// A task a schedule made for one due time.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,3 +13,15 @@ mod store;
 pub use fire::{FireReport, Fired};
 pub use rule::{zone_names, CronRule, CRON_PATTERN};
 pub use store::{LastRun, NewSchedule, Overlap, Schedule, SchedulePatch, Schedules, Settings};
+
+/// The schedules' Redis scripts by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
+    vec![
+        ("schedule/create", &store::CREATE),
+        ("schedule/update", &store::UPDATE),
+        ("schedule/delete", &store::DELETE),
+        ("schedule/claim_due", &fire::CLAIM),
+        ("schedule/record_run", &fire::RECORD),
+    ]
+}

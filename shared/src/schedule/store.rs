@@ -21,6 +21,7 @@ use crate::error::{QueueError, ValidationError};
 use crate::ids::{ScheduleId, TaskId, TenantId};
 use crate::page::{lex_page, Order, Page};
 use crate::queue::Queue;
+use crate::redis_lua;
 use crate::task::{Pipeline, TaskSpec};
 
 /// What to do when a schedule comes due while its previous task still runs.
@@ -196,50 +197,18 @@ impl Schedule {
 
 /// Creates a schedule. `KEYS`: hash, due set, tenant index. `ARGV[1]` id,
 /// `ARGV[2]` next due ms (empty while paused), then field/value pairs.
-static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-if ARGV[2] ~= '' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) end
-redis.call('ZADD', KEYS[3], 0, ARGV[1])
-return 1
-"#,
-    )
-});
+pub(crate) static CREATE: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/create.lua")], &[]));
 
 /// Changes a tenant's schedule. `KEYS`: hash, due set. `ARGV[1]` id,
 /// `ARGV[2]` tenant, `ARGV[3]` next due ms (empty while paused), then
 /// field/value pairs. While a run is pending the due set keeps its retry
 /// time; recording the run puts the new due time there.
 /// Returns 0 when there is no such schedule for the tenant.
-static UPDATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-if ARGV[3] == '' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-elseif (redis.call('HGET', KEYS[1], 'pending') or '') == '' then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-end
-return 1
-"#,
-    )
-});
+pub(crate) static UPDATE: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/update.lua")], &[]));
 
 /// Deletes a tenant's schedule. `KEYS`: hash, due set, tenant index;
 /// `ARGV[1]` id, `ARGV[2]` tenant. Returns 0 when there is none.
-static DELETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('HGET', KEYS[1], 'tenant') ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-return 1
-"#,
-    )
-});
+pub(crate) static DELETE: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/delete.lua")], &[]));
 
 /// The schedules of one queue.
 #[derive(Debug, Clone, Copy)]

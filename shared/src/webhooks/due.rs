@@ -24,6 +24,7 @@ use super::Webhooks;
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::MessageId;
+use crate::redis_lua;
 
 /// Attempts at one endpoint under way at once, across the fleet.
 pub const PER_ENDPOINT: usize = 8;
@@ -36,58 +37,14 @@ const ENDPOINTS_PER_TAKE: usize = 256;
 /// `ARGV`: now, the lease's end, the attempt deadline, how many messages at
 /// most, the slots per endpoint, endpoints to look at, the key prefix of
 /// the per-endpoint keys (`<prefix>:{w}:`). Returns endpoint, message pairs.
-static TAKE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local now, lease, deadline, most, slots = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local out = {}
-local endpoints = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[6]))
-for _, ep in ipairs(endpoints) do
-  if #out >= 2 * most then break end
-  local queue, flight = ARGV[7] .. 'due:' .. ep, ARGV[7] .. 'inflight:' .. ep
-  redis.call('ZREMRANGEBYSCORE', flight, '-inf', now)
-  local room = math.min(slots - redis.call('ZCARD', flight), most - #out / 2)
-  if room > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', queue, '-inf', now, 'BYSCORE', 'LIMIT', 0, room)) do
-      redis.call('ZADD', queue, lease, id)
-      redis.call('ZADD', flight, deadline, id)
-      out[#out + 1] = ep
-      out[#out + 1] = id
-    end
-  end
-  local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
-  if first[1] == nil then
-    redis.call('ZREM', KEYS[1], ep)
-  else
-    local at = tonumber(first[2])
-    if redis.call('ZCARD', flight) >= slots then
-      local oldest = redis.call('ZRANGE', flight, 0, 0, 'WITHSCORES')
-      at = math.max(at, tonumber(oldest[2]))
-    end
-    redis.call('ZADD', KEYS[1], at, ep)
-  end
-end
-return out
-"#,
-    )
-});
+pub(crate) static TAKE: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/take_due.lua")], &[]));
 
 /// Ends an attempt (or a message): frees its slot, and either drops the
 /// message from its endpoint's queue (`ARGV[3]` empty) or makes it due at
 /// `ARGV[3]`; then sets when the endpoint needs a look. `KEYS`: the
 /// endpoint's queue, its in-flight set, the endpoint set; `ARGV`: the
 /// message id, the endpoint id, the next attempt (ms) or empty.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-redis.call('ZREM', KEYS[2], ARGV[1])
-if ARGV[3] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[1] == nil then redis.call('ZREM', KEYS[3], ARGV[2]) else redis.call('ZADD', KEYS[3], first[2], ARGV[2]) end
-return 1
-"#,
-    )
-});
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/release_due.lua")], &[]));
 
 /// A message taken for an attempt, with the endpoint it is for.
 #[derive(Debug, Clone, PartialEq, Eq)]

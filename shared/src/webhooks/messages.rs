@@ -15,6 +15,7 @@ use super::{lex_page, EventType, Order, Page, WebhookError, Webhooks};
 use crate::clock;
 use crate::error::QueueError;
 use crate::ids::{MessageId, TenantId, WebhookId};
+use crate::redis_lua::{self, arg_group};
 
 /// Where a message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -51,42 +52,32 @@ pub struct Delivery {
     pub next_attempt_at: Option<String>,
 }
 
+/// Keys per message of [`CREATE`]: its hash, its endpoint's queue and its
+/// endpoint's log.
+const MESSAGE_KEYS: usize = 3;
+arg_group! {
+    /// One message's arguments of [`CREATE`].
+    struct MessageGroup<'a> {
+        id: &'a str,
+        endpoint: &'a str,
+        kind: &'a str,
+        body: &'a str,
+    }
+}
+
+/// Arguments per message of [`CREATE`].
+const MESSAGE_GROUP: usize = MessageGroup::WIDTH;
+
 /// Stores messages of one tenant, each unless it exists, makes each due in
 /// its endpoint's queue and puts it in the endpoint's log; then, once per
 /// endpoint, wakes the endpoint and trims its log to its newest
 /// `FLOTILLA_WEBHOOK_LOG_MAX`. `KEYS[1]` the endpoint set, then per message
-/// its hash, its endpoint's queue and its endpoint's log; `ARGV` now (ms),
-/// retention (ms), the log's bound, the tenant, then per message its id,
-/// endpoint id, type and body. Returns how many were stored.
-static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local now, ttl, most, tenant = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local made, logs, seen = 0, {}, {}
-for i = 0, (#KEYS - 1) / 3 - 1 do
-  local msg, queue, log = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
-  local a = 5 + 4 * i
-  if redis.call('EXISTS', msg) == 0 then
-    redis.call('HSET', msg, 'tenant', tenant, 'endpoint', ARGV[a + 1], 'type', ARGV[a + 2], 'body', ARGV[a + 3],
-      'status', 'pending', 'attempts', '0', 'created_at', now, 'next_at', now)
-    redis.call('PEXPIRE', msg, ttl)
-    redis.call('ZADD', queue, now, ARGV[a])
-    redis.call('ZADD', log, 0, ARGV[a])
-    if not seen[log] then
-      seen[log] = true
-      logs[#logs + 1] = {log, ARGV[a + 1]}
-    end
-    made = made + 1
-  end
-end
-for _, l in ipairs(logs) do
-  redis.call('ZADD', KEYS[1], 'LT', now, l[2])
-  local extra = redis.call('ZCARD', l[1]) - most
-  if extra > 0 then redis.call('ZREMRANGEBYRANK', l[1], 0, extra - 1) end
-  redis.call('PEXPIRE', l[1], ttl)
-end
-return made
-"#,
+/// its [`MESSAGE_KEYS`]; `ARGV` now (ms), retention (ms), the log's bound,
+/// the tenant, then per message its [`MESSAGE_GROUP`] values. Returns how many were stored.
+pub(crate) static CREATE: LazyLock<Script> = LazyLock::new(|| {
+    redis_lua::script(
+        &[include_str!("lua/create_messages.lua")],
+        &[("MESSAGE_KEYS", &MESSAGE_KEYS), ("MESSAGE_GROUP", &MESSAGE_GROUP)],
     )
 });
 
@@ -174,7 +165,7 @@ impl Webhooks {
             inv.key(self.keys.webhook_message(message.id.as_str()))
                 .key(self.keys.webhook_endpoint_due(endpoint))
                 .key(self.keys.webhook_deliveries(endpoint));
-            inv.arg(message.id.as_str()).arg(endpoint).arg(message.kind.as_str()).arg(message.body.as_str());
+            inv.arg(MessageGroup { id: message.id.as_str(), endpoint, kind: message.kind.as_str(), body: message.body.as_str() });
         }
         Ok(inv.invoke_async(&mut self.redis.shared()).await?)
     }

@@ -399,3 +399,13 @@ fn endpoint_from_hash(id: &str, mut hash: HashMap<String, String>) -> Option<Sto
     };
     Some(StoredEndpoint { view, secret, old_secret })
 }
+
+/// The webhooks' Redis scripts by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
+    vec![
+        ("webhooks/create_messages", &messages::CREATE),
+        ("webhooks/take_due", &due::TAKE),
+        ("webhooks/release_due", &due::RELEASE),
+    ]
+}

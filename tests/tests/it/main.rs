@@ -30,6 +30,7 @@ mod hardening;
 mod kept_limits;
 mod layering;
 mod live_view;
+mod lua_scripts;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;

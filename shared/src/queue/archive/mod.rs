@@ -169,6 +169,12 @@ impl Queue {
     }
 }
 
+/// The archive pass's Redis scripts by name (see `crate::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
+    vec![("archive/move_task", &pass::MOVE_TASK), ("archive/mark_feed", &pass::MARK_FEED), ("archive/end_turn", &pass::END_TURN)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@ use crate::error::QueueError;
 use crate::ids::{TaskId, TenantId};
 use crate::queue::feed::events_of;
 use crate::queue::{FeedEntry, FeedId, Queue};
+use crate::redis_lua;
 use crate::task::TaskStatus;
 
 /// Most feed entries one segment holds.
@@ -56,46 +57,15 @@ pub struct ArchivePass {
 /// task, `KEYS[2]` the tenant's `archived` set; `ARGV[1]` the `seq` the
 /// object holds, `ARGV[2]` its score, `ARGV[3]` the task id. Returns 1
 /// when moved, 0 when the task changed since (it stays).
-static MOVE_TASK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('HGET', KEYS[1], 'seq') ~= ARGV[1] then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-redis.call('DEL', KEYS[1])
-return 1
-"#,
-    )
-});
+pub(crate) static MOVE_TASK: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/move_task.lua")], &[]));
 
 /// Advances a feed's archived mark (`KEYS[1]`) to position `ARGV[1]`-`ARGV[2]`
 /// if it is further, and trims the stream (`KEYS[2]`) to what lies after
 /// the mark. Returns how many entries left the stream.
-static MARK_FEED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local ms, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local cms, cn = string.match(cur, '^(%d+)-(%d+)$')
-  cms, cn = tonumber(cms), tonumber(cn)
-  if cms > ms or (cms == ms and cn >= n) then ms, n = cms, cn end
-end
-local mark = string.format('%.0f-%.0f', ms, n)
-redis.call('SET', KEYS[1], mark)
-return redis.call('XTRIM', KEYS[2], 'MINID', string.format('%.0f-%.0f', ms, n + 1))
-"#,
-    )
-});
+pub(crate) static MARK_FEED: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/mark_feed.lua")], &[]));
 
 /// Gives the turn back if it is still this pass's.
-static END_TURN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"#,
-    )
-});
+pub(crate) static END_TURN: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/end_turn.lua")], &[]));
 
 impl Queue {
     /// Moves every tenant's tasks that ended before the hot window, and its
