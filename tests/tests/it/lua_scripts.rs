@@ -26,9 +26,13 @@ struct Case<'a> {
 /// Runs every case of `name`'s table on one server, each under a prefix of
 /// its own.
 fn run(name: &str, cases: &[Case<'_>]) {
+    run_script(name, &testing::script(name), cases);
+}
+
+/// Runs every case of `script`'s table (called `name` in failures).
+fn run_script(name: &str, script: &redis::Script, cases: &[Case<'_>]) {
     let redis = RedisServer::start();
     let mut conn = redis.connection();
-    let script = testing::script(name);
     for (i, case) in cases.iter().enumerate() {
         let prefix = format!("{}:", unique_prefix());
         let words = |text: &str| -> Vec<String> {
@@ -83,9 +87,8 @@ fn every_script_has_a_table_here() {
     }
 }
 
-/// Rust files that still hold Lua: the sandbox fleet's cap, which moves to
-/// `worker/src/sandbox/lua/` with the sandbox work under way there.
-const LUA_STILL_IN_RUST: &[&str] = &["worker/src/sandbox/fleet.rs"];
+/// Rust files that hold Lua: none.
+const LUA_STILL_IN_RUST: &[&str] = &[];
 
 #[test]
 fn no_lua_is_left_in_rust_files() {
@@ -1253,5 +1256,48 @@ fn release_due() {
                 then: &[("ZSCORE ~due:e1 m1", "9000"), ("ZSCORE ~endpoints e1", "9000")],
             },
         ],
+    );
+}
+
+// The sandbox fleet's cap (`worker/src/sandbox/lua/`): a sorted set of
+// slots scored by when their lease ends, read against the server's clock.
+
+#[test]
+fn fleet_take() {
+    let script = redis::Script::new(include_str!("../../../worker/src/sandbox/lua/fleet_take.lua"));
+    run_script(
+        "fleet_take",
+        &script,
+        &[
+            Case {
+                given: &["ZADD ~s 1 expired"],
+                keys: "~s",
+                args: "a 1 60000",
+                reply: "1",
+                then: &[("ZCARD ~s", "1"), ("ZRANK ~s a", "0")],
+            },
+            Case { given: &["ZADD ~s 99999999999999 b"], keys: "~s", args: "a 1 60000", reply: "0", then: &[("ZCARD ~s", "1")] },
+            Case { given: &["ZADD ~s 99999999999999 a"], keys: "~s", args: "a 1 60000", reply: "1", then: &[("ZCARD ~s", "1")] },
+        ],
+    );
+}
+
+#[test]
+fn fleet_renew() {
+    let script = redis::Script::new(include_str!("../../../worker/src/sandbox/lua/fleet_renew.lua"));
+    run_script(
+        "fleet_renew",
+        &script,
+        &[Case { given: &["ZADD ~s 99999999999999 a"], keys: "~s", args: "60000 a b", reply: "1", then: &[("ZCARD ~s", "2")] }],
+    );
+}
+
+#[test]
+fn fleet_count() {
+    let script = redis::Script::new(include_str!("../../../worker/src/sandbox/lua/fleet_count.lua"));
+    run_script(
+        "fleet_count",
+        &script,
+        &[Case { given: &["ZADD ~s 1 expired", "ZADD ~s 99999999999999 live"], keys: "~s", args: "", reply: "1", then: &[] }],
     );
 }

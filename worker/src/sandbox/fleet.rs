@@ -38,47 +38,14 @@ use super::SandboxError;
 /// Takes a slot if fewer than the cap are live. KEYS[1] the slot set;
 /// ARGV: member, cap, lease ms. Returns 1 when taken (or already held), 0
 /// when the fleet is at its cap.
-static TAKE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-  return 1
-end
-return 0
-",
-    )
-});
+static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fleet_take.lua")));
 
 /// Renews the leases of slots. KEYS[1] the slot set; ARGV: lease ms, then
 /// the members. Returns how many members had expired and were added back.
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-local lost = 0
-for i = 2, #ARGV do
-  lost = lost + redis.call('ZADD', KEYS[1], until_ms, ARGV[i])
-end
-return lost
-",
-    )
-});
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fleet_renew.lua")));
 
 /// Counts the live slots. KEYS[1] the slot set.
-static COUNT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-",
-    )
-});
+static COUNT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/fleet_count.lua")));
 
 /// The longest pause between two tries while the fleet is at its cap.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
