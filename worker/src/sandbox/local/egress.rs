@@ -15,9 +15,18 @@ use std::time::Duration;
 use flotilla_shared::address::NON_PUBLIC_V4;
 use tokio::process::Command;
 
-use super::jail::Network;
 use super::process;
 use crate::sandbox::SandboxError;
+
+/// Whether a sandbox reaches the internet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Network {
+    /// Out through slirp4netns to public addresses only.
+    #[default]
+    Egress,
+    /// No route anywhere: a loopback alone.
+    Offline,
+}
 
 /// The user-mode network's gateway (slirp4netns' fixed layout).
 pub(crate) const SLIRP_GATEWAY: &str = "10.0.2.2";

@@ -43,7 +43,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use super::dns::{self, DnsPolicy, DnsServer};
-use super::egress::{self, host_path, HostNetwork, Ipv4Net};
+use super::egress::{self, host_path, HostNetwork, Ipv4Net, Network};
 use super::identity::{HostUser, Slot};
 use super::limits::{Cgroup, Confinement, Hierarchy, SandboxLimits};
 use super::process::{self, MARKER_VAR};
@@ -103,16 +103,6 @@ const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
 /// The top-level names that are `/usr` links on a merged-`/usr` system,
 /// mirrored as they are on the host.
 const USR_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
-
-/// Whether a sandbox reaches the internet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Network {
-    /// Out through slirp4netns to public addresses only.
-    #[default]
-    Egress,
-    /// No route anywhere: a loopback alone.
-    Offline,
-}
 
 /// How a provider builds its sandboxes' jails.
 #[derive(Debug, Clone)]
@@ -231,6 +221,13 @@ impl Jail {
     }
 }
 
+/// `setpriv`'s arguments that make a process the sandbox's own uid and gid.
+/// The kernel forgets a process's parent-death signal when its uid changes,
+/// so it is set again after: the process still dies with the worker.
+fn become_owner(uid: u32, gid: u32) -> [String; 5] {
+    [format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--pdeathsig=KILL".into(), "--".into()]
+}
+
 /// The program and arguments that run `nsenter` as the sandbox's owner —
 /// the worker's uid, or a root worker's subordinate uid for the sandbox
 /// (`setpriv`) — joining the holder's user namespace (where that uid is
@@ -240,7 +237,7 @@ fn enter(user: HostUser, ids: Option<(u32, u32)>, nsenter: &Path, holder: u32, a
     let mut argv = Vec::with_capacity(12);
     let program = match (user, ids) {
         (HostUser::Root(_), Some((uid, gid))) => {
-            argv.extend([format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--".into()]);
+            argv.extend(become_owner(uid, gid));
             argv.push(nsenter.display().to_string());
             "setpriv".to_owned()
         }
@@ -401,13 +398,8 @@ async fn start_holder(settings: &JailSettings, confinement: &Confinement, site: 
     let Site { slot, marker, dir, home, deadline } = *site;
     let mut argv = Vec::new();
     if let Some((uid, gid)) = settings.user.ids(slot) {
-        argv.extend([
-            "setpriv".to_owned(),
-            format!("--reuid={uid}"),
-            format!("--regid={gid}"),
-            "--clear-groups".into(),
-            "--".into(),
-        ]);
+        argv.push("setpriv".to_owned());
+        argv.extend(become_owner(uid, gid));
     }
     argv.push(settings.tools.unshare.display().to_string());
     argv.extend(
@@ -683,7 +675,7 @@ mod tests {
         let nsenter = Path::new("/usr/bin/nsenter");
         let (program, root) = enter(HostUser::Root(range), Some((7, 9)), nsenter, 42, true);
         assert_eq!(program, "setpriv");
-        assert_eq!(root[..5], ["--reuid=7", "--regid=9", "--clear-groups", "--", "/usr/bin/nsenter"]);
+        assert_eq!(root[..6], ["--reuid=7", "--regid=9", "--clear-groups", "--pdeathsig=KILL", "--", "/usr/bin/nsenter"]);
         assert!(
             root.contains(&"--pid=/proc/42/ns/pid_for_children".to_owned())
                 && root.contains(&"--mount=/proc/42/ns/mnt".to_owned())

@@ -63,8 +63,7 @@ use super::{
 };
 
 pub use self::desktop::TERMINAL_TITLE;
-pub use self::egress::Ipv4Net;
-pub use self::jail::Network;
+pub use self::egress::{Ipv4Net, Network};
 pub use self::launch::Isolation;
 pub use self::limits::SandboxLimits;
 pub use self::record::Leftovers;
