@@ -21,7 +21,9 @@ use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
-use flotilla_tests::vnc::{keysyms, marked_processes, socket_url, vnc_processes, RfbViewer};
+use flotilla_tests::vnc::{
+    keys_behind_a_desync, keysyms, listening, marked_processes, socket_url, vnc_processes, RawViewer, RfbViewer,
+};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
 use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
 use flotilla_worker::sandbox::{E2bConfig, E2bProvider, EnvdAddress, SandboxId, SandboxProvider, StreamKey};
@@ -308,6 +310,79 @@ async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     .await;
     let (status, body) = live.owner.get(&format!("/v1/tasks/{id}/view")).await;
     assert_eq!(status, 409, "a finished task has no view: {body}");
+    live.stop().await;
+}
+
+/// What a view token's viewer sends to type past the view-only filter if
+/// its version made the filter and the server disagree by one byte on where
+/// messages start: `RFB 003.005`, which x11vnc reads as 3.3 (no security
+/// choice byte) where a filter reading it as 3.7 expects one; `RFB 003.003`,
+/// where the worker's own handshake towards a remote desktop's viewers
+/// takes the viewer's `ClientInit` for a choice byte. On the `remote` path
+/// the filter would be one byte behind the desktop, so the attempt starts
+/// with bytes that put it one ahead.
+fn bypass_attempt(version: &str, remote: bool) -> Vec<u8> {
+    let mut bytes = version.as_bytes().to_vec();
+    bytes.push(1);
+    if remote {
+        // To the desktop: ClientInit and a Shift release; to the filter, a
+        // FramebufferUpdateRequest ending one byte into what follows.
+        bytes.extend([3, 4, 0, 0, 0, 0, 0, 0xff, 0xe1]);
+    }
+    bytes.extend(keys_behind_a_desync(&keysyms("touch viewonly-bypass\n")));
+    bytes
+}
+
+/// Tries both desyncs through view tokens of task `id`: the worker closes
+/// each view at its version, before any byte reaches the desktop. Then it
+/// types through a control view: once the control view's file is there,
+/// keys sent through the closed views would have landed too.
+async fn views_cannot_type_through_a_desync(live: &LiveFleet, id: &str, sandbox: &str, remote: bool) {
+    let provider = Arc::clone(live.fleet.pool.provider());
+    let sandbox_id = SandboxId::parse(sandbox).expect("sandbox id");
+    for version in ["RFB 003.005\n", "RFB 003.003\n"] {
+        let url = socket_url(&view_url(&live.owner, id, "view").await).expect("url");
+        let viewer = RawViewer::send(&url, &bypass_attempt(version, remote)).await.expect("the view opens");
+        assert!(viewer.closed_by_server().await, "the worker closes a view that answers {version:?}");
+    }
+    let control = socket_url(&view_url(&live.owner, id, "control").await).expect("url");
+    let mut controller = RfbViewer::connect(&control).await.expect("control");
+    controller.type_keysyms(&keysyms("touch control-marker\n")).await.expect("send keys");
+    eventually("the control view's keys land", SHOWN, async || provider.read_file(&sandbox_id, "control-marker").await.is_ok())
+        .await;
+    assert!(provider.read_file(&sandbox_id, "viewonly-bypass").await.is_err(), "a view token typed into the desktop");
+    controller.close().await;
+}
+
+/// Issue 34's view-only bypass, on a local desktop.
+#[tokio::test(flavor = "multi_thread")]
+async fn view_tokens_cannot_type_through_a_version_desync_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    views_cannot_type_through_a_desync(&live, &id, &sandbox, false).await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vnc_server_listens_only_on_a_private_unix_socket_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+    let viewer = RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
+    let pids = vnc_processes(&id);
+    assert_eq!(pids.len(), 1, "one VNC server");
+    let sockets = listening(pids[0]);
+    assert!(sockets.tcp_ports.is_empty(), "x11vnc listens on TCP ports {:?}", sockets.tcp_ports);
+    assert_eq!(sockets.unix_paths.len(), 1, "{sockets:?}");
+    let dir = sockets.unix_paths[0].parent().expect("a directory").to_owned();
+    let meta = std::fs::metadata(&dir).expect("the socket's directory");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mode() & 0o777, 0o700, "{} is private", dir.display());
+    assert_eq!(meta.uid(), std::fs::metadata("/proc/self").expect("self").uid(), "the worker's user owns it");
+    viewer.close().await;
+    eventually("no viewer, no VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    eventually("its directory goes with it", SHOWN, async || !dir.exists()).await;
+    live.cancel(&id).await;
     live.stop().await;
 }
 
@@ -856,5 +931,16 @@ async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_deskto
         e2b_stream_listens(&provider, &sandbox).await != Some(true)
     })
     .await;
+    live.stop().await;
+}
+
+/// Issue 34's view-only bypass, on the E2B stand-in's desktop.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_e2b_view_tokens_cannot_type_through_a_version_desync() {
+    let (_fake, provider) = e2b_provider().await;
+    let live = LiveFleet::start_with(&[], Some(provider)).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    views_cannot_type_through_a_desync(&live, &id, &sandbox, true).await;
+    live.cancel(&id).await;
     live.stop().await;
 }
