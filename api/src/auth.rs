@@ -3,7 +3,8 @@
 //!
 //! The key's non-secret id is recorded on the request's span (`key_id`) so
 //! every logged request names the key that made it. A read-only key
-//! (`scope = "read"`) may only `GET`; anything else answers 403.
+//! (`scope = "read"`) may only `GET`; anything else answers 403, and so
+//! does a `GET` that hands out control, such as a `control` view.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -42,6 +43,12 @@ fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
 pub fn tenant_of(state: &AppState, headers: &HeaderMap) -> Option<TenantId> {
     let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
     state.keys().resolve(key).map(|found| found.tenant)
+}
+
+/// The scope of the key `headers` carry, if it is a tenant's key.
+pub fn scope_of(state: &AppState, headers: &HeaderMap) -> Option<Scope> {
+    let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
+    state.keys().resolve(key).map(|found| found.scope)
 }
 
 /// Whether a key of `scope` may make a request with `method`.

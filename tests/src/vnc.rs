@@ -98,6 +98,11 @@ impl RfbViewer {
         Ok(())
     }
 
+    /// Whether the server closes the connection within a handshake step.
+    pub async fn closed_by_server(self) -> bool {
+        closed_by_server(self.socket).await
+    }
+
     /// Closes the connection.
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
@@ -145,17 +150,23 @@ impl RawViewer {
     }
 
     /// Whether the server closes the connection within a handshake step.
-    pub async fn closed_by_server(mut self) -> bool {
-        let until_closed = async {
-            loop {
-                match self.socket.next().await {
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => return,
-                    Some(Ok(_)) => {}
-                }
-            }
-        };
-        tokio::time::timeout(STEP, until_closed).await.is_ok()
+    pub async fn closed_by_server(self) -> bool {
+        closed_by_server(self.socket).await
     }
+}
+
+/// Whether the server closes `socket` within a handshake step; what it
+/// sends meanwhile is read and let go.
+async fn closed_by_server(mut socket: Socket) -> bool {
+    let until_closed = async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    };
+    tokio::time::timeout(STEP, until_closed).await.is_ok()
 }
 
 /// Key presses and releases hidden from a view-only filter that reads the

@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use axum::Json;
 use bytes::Bytes;
+use flotilla_shared::apikey::Scope;
 use flotilla_shared::live::{LiveViews, ViewGrant, ViewMode};
 use flotilla_shared::task::TaskStatus;
 use flotilla_shared::{clock, QueueError, TaskId, ValidationError};
@@ -22,7 +23,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WireMessage;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::Tenant;
+use crate::auth::{scope_of, Tenant};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{QueryParams, TaskIdPath};
 use crate::state::AppState;
@@ -70,6 +71,7 @@ pub struct SocketParams {
         (status = 200, description = "A view URL and when its token expires", body = ViewLink),
         (status = 400, description = "Malformed id or mode", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 403, description = "`mode=control` with a read-only key: control needs a write key (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),
         (status = 409, description = "The task holds no desktop that can be shown now (`conflict`)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
@@ -87,6 +89,10 @@ pub async fn view(
         None => ViewMode::View,
         Some(m) => ViewMode::parse(m).ok_or_else(|| ValidationError::at("mode", "mode must be view or control"))?,
     };
+    // A control view types into the desktop: a write, though asked for with GET.
+    if mode == ViewMode::Control && scope_of(&state, &headers) != Some(Scope::Write) {
+        return Err(ApiError::ReadOnlyKey);
+    }
     let link = view_link(&state, &tenant, &id, mode, &headers).await?;
     tracing::info!(mode = mode.as_str(), "view handed out");
     Ok(Json(link))
@@ -109,7 +115,7 @@ pub async fn view_link(
         return Err(ApiError::NotViewable);
     }
     let expires_at_ms = clock::now_ms() + state.config().live_view.token_ttl.as_millis() as i64;
-    let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms };
+    let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms, generation: 0 };
     let token = views.mint(&grant).await?;
     let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
     let url = format!(
@@ -209,7 +215,7 @@ async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
     let _ = worker.close(None).await;
 }
 
-fn live_views(state: &AppState) -> LiveViews {
+pub(crate) fn live_views(state: &AppState) -> LiveViews {
     LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
 }
 

@@ -386,6 +386,55 @@ async fn the_vnc_server_listens_only_on_a_private_unix_socket_sandbox() {
     live.stop().await;
 }
 
+/// Issue 34: a read key took control with `GET /view?mode=control`, and a
+/// control token kept working after the release. Control views need a write
+/// key; a new takeover and a release revoke the control tokens handed out
+/// before, at the API and at the worker, and the worker closes the control
+/// views they opened; view tokens keep watching.
+#[tokio::test(flavor = "multi_thread")]
+async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox() {
+    let read_key = "flt_readonlyacme000000000000000000000000";
+    let keys = format!("{}=acme,{}=globex,{read_key}=acme:read", api_key(), flotilla_tests::fleet::globex_key());
+    let live = LiveFleet::start(&[("FLOTILLA_API_KEYS", &keys)]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+
+    let reader = ApiClient::new(&live.api, read_key);
+    let (status, body) = reader.get(&format!("/v1/tasks/{id}/view?mode=control")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "{body}");
+    let watching = socket_url(&view_url(&reader, &id, "view").await).expect("a read key still watches");
+
+    let task = flotilla_shared::TaskId::parse(&id).expect("id");
+    let views = flotilla_shared::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
+    let worker = views.route(&task).await.expect("redis").expect("the worker's endpoint");
+    let at_worker = |url: &str| {
+        let token = url.split("token=").nth(1).expect("token");
+        format!("{}/live/{id}?token={token}", worker.replacen("http://", "ws://", 1))
+    };
+
+    // A control view opened before the takeover is closed by it.
+    let before = socket_url(&view_url(&live.owner, &id, "control").await).expect("url");
+    let early = RfbViewer::connect(&before).await.expect("control before the takeover");
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    assert!(early.closed_by_server().await, "a takeover closes the control views opened before it");
+    assert_eq!(refused_status(&before).await, 401, "the API refuses a token from before the takeover");
+    assert_eq!(refused_status(&at_worker(&before)).await, 403, "so does the worker");
+
+    // The takeover's own control view works until the release.
+    let held = socket_url(taken["view"]["url"].as_str().expect("a control view")).expect("url");
+    let holding = RfbViewer::connect(&held).await.expect("the takeover's control view");
+    let watcher = RfbViewer::connect(&watching).await.expect("a view");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "yours"})).await;
+    assert_eq!(status, 202, "{body}");
+    assert!(holding.closed_by_server().await, "the release closes the open control view");
+    assert_eq!(refused_status(&held).await, 401, "the API refuses the released token");
+    assert_eq!(refused_status(&at_worker(&held)).await, 403, "so does the worker");
+    RfbViewer::connect(&watching).await.expect("view tokens outlive the release").close().await;
+    watcher.close().await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
 /// The HTTP status a WebSocket request to `url` is refused with.
 async fn refused_status(url: &str) -> u16 {
     match RfbViewer::connect(url).await {

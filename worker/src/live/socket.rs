@@ -2,7 +2,8 @@
 //! the API opens on a viewer's behalf. The token is checked again here, the
 //! viewer attached (its desktop's VNC server started if it is the first),
 //! and RFB bytes carried both ways until either side closes or the task
-//! lets its desktop go. A `view` token's input goes through
+//! lets its desktop go (or, for a `control` token, until the token is
+//! revoked by a release or a new takeover). A `view` token's input goes through
 //! [`ViewOnlyFilter`] on its way to the desktop. For a desktop whose stream
 //! is elsewhere, the worker authenticates to it itself ([`RemoteRfb`]) and
 //! offers the viewer RFB without authentication ([`ViewerHandshake`]), so
@@ -17,11 +18,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use flotilla_shared::live::ViewMode;
+use flotilla_shared::live::{LiveViews, ViewGrant, ViewMode, REVOCATION_CHECK};
 use flotilla_shared::TaskId;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, warn};
 
 use super::remote::{RemoteDesktop, RemoteRfb, RFB_VERSION};
@@ -50,8 +52,8 @@ async fn open(
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let Ok(task) = TaskId::parse(&task) else { return StatusCode::NOT_FOUND.into_response() };
-    let mode = match live.views().redeem(&query.token).await {
-        Ok(Some(grant)) if grant.task == task => grant.mode,
+    let grant = match live.views().redeem(&query.token).await {
+        Ok(Some(grant)) if grant.task == task => grant,
         Ok(_) => return StatusCode::FORBIDDEN.into_response(),
         Err(e) => {
             warn!(error = %e, "cannot check a view token");
@@ -66,14 +68,46 @@ async fn open(
             return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
     };
-    upgrade.protocols([SUBPROTOCOL]).on_upgrade(move |socket| bridge(socket, viewer, mode))
+    // Ends with the desktop's showing, or when a control grant is revoked.
+    let ended = viewer.gone().child_token();
+    if grant.mode == ViewMode::Control {
+        tokio::spawn(end_when_revoked(live.views().clone(), grant.clone(), ended.clone()));
+    }
+    // Whether the connection is bridged or dropped unanswered, `ended` ends
+    // with it, and the watch with that.
+    let stop_watching = ended.clone().drop_guard();
+    let mode = grant.mode;
+    upgrade.protocols([SUBPROTOCOL]).on_upgrade(move |socket| bridge(socket, viewer, mode, ended, stop_watching))
 }
 
-/// Carries RFB between the viewer's socket and the desktop's VNC server.
-async fn bridge(socket: WebSocket, viewer: Viewer, mode: ViewMode) {
+/// Carries RFB between the viewer's socket and the desktop's VNC server
+/// until either side closes or `ended` is cancelled.
+async fn bridge(socket: WebSocket, viewer: Viewer, mode: ViewMode, ended: CancellationToken, _stop: DropGuard) {
     match viewer.target.clone() {
-        ViewTarget::Local(path) => bridge_local(socket, viewer, mode, path).await,
-        ViewTarget::Remote(desktop) => bridge_remote(socket, viewer, mode, desktop).await,
+        ViewTarget::Local(path) => bridge_local(socket, viewer, mode, path, ended).await,
+        ViewTarget::Remote(desktop) => bridge_remote(socket, viewer, mode, desktop, ended).await,
+    }
+}
+
+/// Cancels `ended` once `grant` is revoked (a release or a new takeover),
+/// checking every [`REVOCATION_CHECK`]; returns when `ended` is cancelled
+/// otherwise. A check that fails keeps the view (Redis is briefly away).
+async fn end_when_revoked(views: LiveViews, grant: ViewGrant, ended: CancellationToken) {
+    let mut tick = tokio::time::interval(REVOCATION_CHECK);
+    loop {
+        tokio::select! {
+            () = ended.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match views.in_force(&grant).await {
+            Ok(true) => {}
+            Ok(false) => {
+                debug!(task_id = %grant.task, "closing a control view: its token was revoked");
+                ended.cancel();
+                return;
+            }
+            Err(e) => warn!(error = %e, "cannot check a control view's token"),
+        }
     }
 }
 
@@ -94,8 +128,7 @@ fn pass<'a>(filter: Option<&mut ViewOnlyFilter>, data: &'a [u8], passed: &'a mut
 }
 
 /// Carries RFB between the viewer and a local x11vnc's Unix socket.
-async fn bridge_local(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, path: PathBuf) {
-    let gone = viewer.gone();
+async fn bridge_local(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, path: PathBuf, ended: CancellationToken) {
     let mut desktop = match UnixStream::connect(&path).await {
         Ok(stream) => stream,
         Err(e) => {
@@ -128,7 +161,7 @@ async fn bridge_local(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, pat
                     }
                 }
             },
-            () = gone.cancelled() => break,
+            () = ended.cancelled() => break,
         }
     }
     let _ = socket.send(Message::Close(None)).await;
@@ -158,8 +191,7 @@ fn from_viewer(message: Option<Result<Message, axum::Error>>) -> FromViewer {
 /// the worker authenticates with the desktop's key, then plays the
 /// server's part of the handshake towards the viewer with no
 /// authentication and carries the rest, `ClientInit` onwards.
-async fn bridge_remote(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, desktop: RemoteDesktop) {
-    let gone = viewer.gone();
+async fn bridge_remote(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, desktop: RemoteDesktop, ended: CancellationToken) {
     let client = reqwest::Client::new();
     let mut remote = match RemoteRfb::open(&client, &desktop).await {
         Ok(remote) => remote,
@@ -206,7 +238,7 @@ async fn bridge_remote(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, de
                     }
                     None => break,
                 },
-                () = gone.cancelled() => break,
+                () = ended.cancelled() => break,
             }
         }
     }
