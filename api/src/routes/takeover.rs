@@ -16,7 +16,7 @@
 //! over) revokes them too: control ends at a release either way.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use flotilla_shared::live::ViewMode;
 use flotilla_shared::queue::Takeover;
@@ -82,12 +82,11 @@ pub async fn takeover(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     TaskIdPath(id): TaskIdPath,
-    headers: HeaderMap,
 ) -> Result<Json<TakenOver>, ApiError> {
     // Known to be this tenant's before anything is revoked.
     state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     live_views(&state).revoke_control(&id).await?;
-    let view = view_link(&state, &tenant, &id, ViewMode::Control, &headers).await?;
+    let view = view_link(&state, &tenant, &id, ViewMode::Control).await?;
     let outcome = state.queue().take_over(&tenant, &id).await?;
     tracing::info!(already_held = outcome == Takeover::AlreadyHeld, "desktop taken over");
     Ok(Json(TakenOver { id, status: "waiting", code: "human-intervention", view }))

@@ -8,6 +8,8 @@
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
@@ -93,7 +95,7 @@ pub async fn view(
     if mode == ViewMode::Control && scope_of(&state, &headers) != Some(Scope::Write) {
         return Err(ApiError::ReadOnlyKey);
     }
-    let link = view_link(&state, &tenant, &id, mode, &headers).await?;
+    let link = view_link(&state, &tenant, &id, mode).await?;
     tracing::info!(mode = mode.as_str(), "view handed out");
     Ok(Json(link))
 }
@@ -104,7 +106,6 @@ pub async fn view_link(
     tenant: &flotilla_shared::TenantId,
     id: &TaskId,
     mode: ViewMode,
-    headers: &HeaderMap,
 ) -> Result<ViewLink, ApiError> {
     let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
     if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
@@ -120,7 +121,7 @@ pub async fn view_link(
     let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
     let url = format!(
         "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}&path={}",
-        public_base(state, headers),
+        public_base(state),
         mode == ViewMode::View,
         encode_component(&socket)
     );
@@ -220,13 +221,20 @@ pub(crate) fn live_views(state: &AppState) -> LiveViews {
 }
 
 /// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else
-/// the request's `Host`.
-fn public_base(state: &AppState, headers: &HeaderMap) -> String {
+/// the address the API listens on (a wildcard as loopback). Never the
+/// request's `Host`: whoever sends the request chooses it, and a link built
+/// from it would hand the token to their host.
+fn public_base(state: &AppState) -> String {
     if let Some(url) = &state.config().live_view.public_url {
         return url.clone();
     }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    format!("http://{host}")
+    let addr = state.listen_addr();
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
 /// Percent-encodes what a query value may not hold as is.

@@ -435,6 +435,47 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     live.stop().await;
 }
 
+/// Issue 34: without `FLOTILLA_PUBLIC_URL`, view links were built from the
+/// request's `Host`, which the caller chooses. They name the configured
+/// public URL, or else the address the API listens on, whatever `Host` says.
+#[tokio::test(flavor = "multi_thread")]
+async fn view_links_name_the_configured_address_never_the_host_header_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+    let link_with_host = async |base: &str, host: &str| {
+        let response = reqwest::Client::new()
+            .get(format!("{base}/v1/tasks/{id}/view?mode=control"))
+            .bearer_auth(api_key())
+            .header("host", host)
+            .send()
+            .await
+            .expect("view");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.expect("json");
+        body["url"].as_str().expect("url").to_owned()
+    };
+    let url = link_with_host(&live.api.base_url, "attacker.example").await;
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+    let taken = reqwest::Client::new()
+        .post(live.api.url(&format!("/v1/tasks/{id}/takeover")))
+        .bearer_auth(api_key())
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("takeover");
+    let taken: Value = taken.json().await.expect("json");
+    let url = taken["view"]["url"].as_str().expect("url");
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+
+    let mut config = live.fleet.config.clone();
+    config.live_view.public_url = Some("https://flotilla.example.com".to_owned());
+    let public = spawn_api(config).await;
+    let url = link_with_host(&public.base_url, "attacker.example").await;
+    assert!(url.starts_with("https://flotilla.example.com/novnc/vnc.html?"), "{url}");
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
 /// The HTTP status a WebSocket request to `url` is refused with.
 async fn refused_status(url: &str) -> u16 {
     match RfbViewer::connect(url).await {
