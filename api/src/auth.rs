@@ -10,7 +10,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use flotilla_shared::apikey::Scope;
+use flotilla_shared::apikey::{bearer_key, Scope};
 use flotilla_shared::TenantId;
 
 use crate::error::ApiError;
@@ -23,16 +23,6 @@ pub struct Tenant(pub TenantId);
 /// A request made with the admin key.
 #[derive(Debug, Clone, Copy)]
 pub struct Admin;
-
-/// The key of an `Authorization: Bearer <key>` header value.
-fn bearer_key(value: &str) -> Option<&str> {
-    let (scheme, key) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let key = key.trim();
-    (!key.is_empty()).then_some(key)
-}
 
 fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
     let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
@@ -90,16 +80,6 @@ impl FromRequestParts<AppState> for Admin {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_the_bearer_scheme_carries_a_key() {
-        assert_eq!(bearer_key("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_key("bearer  abc "), Some("abc"));
-        assert_eq!(bearer_key("Basic YWJjOmRlZg=="), None);
-        assert_eq!(bearer_key("Bearer"), None);
-        assert_eq!(bearer_key("Bearer "), None);
-        assert_eq!(bearer_key("abc"), None);
-    }
 
     /// Finding "API keys": read-only keys for dashboards may read, not write.
     #[test]
