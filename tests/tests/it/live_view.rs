@@ -606,7 +606,10 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     assert_eq!((taken["status"].as_str(), taken["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{taken}");
     assert_eq!(taken["view"]["mode"], "control");
     let (status, again) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
-    assert_eq!(status, 200, "taking over a held task again changes nothing: {again}");
+    assert_eq!(status, 200, "taking over a held task again keeps it held: {again}");
+    // ... with a new control view that replaces the first one's.
+    let first = socket_url(taken["view"]["url"].as_str().expect("url")).expect("socket url");
+    assert_eq!(refused_status(&first).await, 401, "the first takeover's token is revoked by the second");
     let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
     assert_eq!(status, 409, "a held task takes no input but a release: {body}");
     let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
@@ -617,7 +620,7 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "the agent waits for the person");
 
     let mut browser = Browser::launch(1100, 860).await.expect("chromium");
-    browser.navigate(taken["view"]["url"].as_str().expect("url")).await.expect("open the control view");
+    browser.navigate(again["view"]["url"].as_str().expect("url")).await.expect("open the control view");
     browser.wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === 1024"), SHOWN).await.expect("canvas");
     let before = live.settled_screen(&sandbox).await;
     browser.click("#noVNC_container canvas").await.expect("focus the desktop");
