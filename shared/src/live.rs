@@ -226,6 +226,15 @@ mod tests {
         assert_eq!(ViewMode::Control.as_str(), "control");
     }
 
+    /// A grant stored before control generations existed reads as
+    /// generation 0, the value of a task never revoked.
+    #[test]
+    fn a_grant_without_a_generation_is_at_the_first() {
+        let stored = r#"{"tenant":"acme","task":"tsk_01hzy8m3k2q7x9v4b6n5t0r1ce","mode":"control","expires_at_ms":1}"#;
+        let grant: ViewGrant = serde_json::from_str(stored).expect("an older grant");
+        assert_eq!((grant.mode, grant.generation), (ViewMode::Control, 0));
+    }
+
     #[test]
     fn tokens_never_print() {
         let token = ViewToken("a".repeat(64));

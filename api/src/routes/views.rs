@@ -228,7 +228,11 @@ fn public_base(state: &AppState) -> String {
     if let Some(url) = &state.config().live_view.public_url {
         return url.clone();
     }
-    let addr = state.listen_addr();
+    listen_base(state.listen_addr())
+}
+
+/// `http://` and `addr`, a wildcard address as its family's loopback.
+fn listen_base(addr: SocketAddr) -> String {
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -250,6 +254,15 @@ fn encode_component(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_name_the_listening_address_with_wildcards_as_loopback() {
+        let base = |addr: &str| listen_base(addr.parse().expect("socket address"));
+        assert_eq!(base("10.1.2.3:8080"), "http://10.1.2.3:8080");
+        assert_eq!(base("0.0.0.0:8080"), "http://127.0.0.1:8080");
+        assert_eq!(base("[::]:8080"), "http://[::1]:8080");
+        assert_eq!(base("[fd00::7]:80"), "http://[fd00::7]:80");
+    }
 
     #[test]
     fn the_socket_path_survives_a_query_value() {
