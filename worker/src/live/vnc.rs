@@ -6,7 +6,7 @@
 //! worker even when the worker is killed outright, and it carries the task
 //! id in [`TASK_VAR`] so its processes can be found by task.
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -80,8 +80,13 @@ impl VncServer {
     }
 }
 
+/// What the private directories' names start with, before the worker's pid.
+const DIR_PREFIX: &str = "flotilla-vnc-";
+
 /// A directory only the worker's user may enter, made afresh (never one
-/// that was there before) and removed with what is in it when dropped.
+/// that was there before) and removed with what is in it when dropped. Its
+/// name carries the worker's pid, so that what a worker killed outright
+/// left behind is removed when another starts a VNC server on the host.
 #[derive(Debug)]
 struct PrivateDir {
     path: PathBuf,
@@ -89,9 +94,28 @@ struct PrivateDir {
 
 impl PrivateDir {
     fn create() -> std::io::Result<Self> {
-        let path = std::env::temp_dir().join(format!("flotilla-vnc-{:016x}", rand::random::<u64>()));
+        let parent = std::env::temp_dir();
+        sweep_dead(&parent);
+        let name = format!("{DIR_PREFIX}{}-{:016x}", std::process::id(), rand::random::<u64>());
+        let path = parent.join(name);
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
         Ok(Self { path })
+    }
+}
+
+/// Removes the private directories in `parent` of processes of this user
+/// that are gone.
+fn sweep_dead(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else { continue };
+        let Some(pid) = rest.split_once('-').and_then(|(pid, _)| pid.parse::<u32>().ok()) else { continue };
+        let ours = entry.metadata().is_ok_and(|m| m.is_dir() && Some(m.uid()) == me);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -149,5 +173,29 @@ async fn exit_text(child: &mut Child) -> String {
     match child.wait().await {
         Ok(status) => format!("x11vnc exited ({status})"),
         Err(e) => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_of_gone_processes_are_swept_and_live_ones_kept() {
+        let parent = std::env::temp_dir().join(format!("flotilla-vnc-sweep-test-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir(&parent).expect("parent");
+        let mut gone = std::process::Command::new("true").spawn().expect("a process that ends");
+        gone.wait().expect("it ends");
+        let dead = parent.join(format!("{DIR_PREFIX}{}-00", gone.id()));
+        let alive = parent.join(format!("{DIR_PREFIX}{}-00", std::process::id()));
+        let other = parent.join("flotilla-vnc-notapid");
+        for dir in [&dead, &alive, &other] {
+            std::fs::create_dir(dir).expect("dir");
+        }
+        std::fs::write(dead.join(SOCKET_NAME), b"").expect("a file in it");
+        sweep_dead(&parent);
+        assert!(!dead.exists(), "a gone worker's directory is removed");
+        assert!(alive.exists() && other.exists(), "a live worker's, and what is not ours, stay");
+        std::fs::remove_dir_all(parent).expect("clean up");
     }
 }
