@@ -3,13 +3,14 @@
 //!
 //! The key's non-secret id is recorded on the request's span (`key_id`) so
 //! every logged request names the key that made it. A read-only key
-//! (`scope = "read"`) may only `GET`; anything else answers 403.
+//! (`scope = "read"`) may only `GET`; anything else answers 403, and so
+//! does a `GET` that hands out control, such as a `control` view.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use flotilla_shared::apikey::Scope;
+use flotilla_shared::apikey::{bearer_key, Scope};
 use flotilla_shared::TenantId;
 
 use crate::error::ApiError;
@@ -23,16 +24,6 @@ pub struct Tenant(pub TenantId);
 #[derive(Debug, Clone, Copy)]
 pub struct Admin;
 
-/// The key of an `Authorization: Bearer <key>` header value.
-fn bearer_key(value: &str) -> Option<&str> {
-    let (scheme, key) = value.trim().split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let key = key.trim();
-    (!key.is_empty()).then_some(key)
-}
-
 fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
     let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
     header.to_str().ok().and_then(bearer_key).ok_or(ApiError::Unauthorized)
@@ -42,6 +33,12 @@ fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
 pub fn tenant_of(state: &AppState, headers: &HeaderMap) -> Option<TenantId> {
     let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
     state.keys().resolve(key).map(|found| found.tenant)
+}
+
+/// The scope of the key `headers` carry, if it is a tenant's key.
+pub fn scope_of(state: &AppState, headers: &HeaderMap) -> Option<Scope> {
+    let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
+    state.keys().resolve(key).map(|found| found.scope)
 }
 
 /// Whether a key of `scope` may make a request with `method`.
@@ -83,16 +80,6 @@ impl FromRequestParts<AppState> for Admin {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_the_bearer_scheme_carries_a_key() {
-        assert_eq!(bearer_key("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_key("bearer  abc "), Some("abc"));
-        assert_eq!(bearer_key("Basic YWJjOmRlZg=="), None);
-        assert_eq!(bearer_key("Bearer"), None);
-        assert_eq!(bearer_key("Bearer "), None);
-        assert_eq!(bearer_key("abc"), None);
-    }
 
     /// Finding "API keys": read-only keys for dashboards may read, not write.
     #[test]

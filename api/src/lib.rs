@@ -75,8 +75,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 /// Serves the API with this state on `listener` until `shutdown` is cancelled.
 pub async fn serve(state: AppState, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     tokio::spawn(Arc::clone(state.keys()).watch(shutdown.clone()));
-    let app = router(state);
     let addr = listener.local_addr().context("listener has no address")?;
+    state.listening_on(addr);
+    if state.config().live_view.public_url.is_none() && addr.ip().is_unspecified() {
+        tracing::warn!(%addr, "FLOTILLA_PUBLIC_URL is unset: view links name this host's loopback address");
+    }
+    let app = router(state);
     tracing::info!(%addr, "api listening");
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned()).into_future();
     let deadline = async {

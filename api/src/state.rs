@@ -1,7 +1,8 @@
 //! What every handler shares: the queue, the configuration, the API keys and
 //! the process's shutdown token. Cloning it is cheap (one `Arc`).
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 
 use flotilla_shared::blobstore::BlobStore;
 use flotilla_shared::queue::Queue;
@@ -29,6 +30,8 @@ struct Inner {
     tails: Tails,
     webhooks: Webhooks,
     shutdown: CancellationToken,
+    /// The address [`crate::serve`] listens on, once it does.
+    listening: OnceLock<SocketAddr>,
 }
 
 impl AppState {
@@ -63,7 +66,8 @@ impl AppState {
         let relay = crate::relay::start(&queue, shutdown.clone());
         let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), relay, shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
-        Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, webhooks, shutdown }) }
+        let listening = OnceLock::new();
+        Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, webhooks, shutdown, listening }) }
     }
 
     /// The webhook store.
@@ -97,6 +101,17 @@ impl AppState {
     /// The API keys in force (reloaded from the keys file while running).
     pub fn keys(&self) -> &Arc<LiveKeys> {
         &self.inner.keys
+    }
+
+    /// The address the API listens on: the one it bound, else the
+    /// configured one (`FLOTILLA_API_ADDR`).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.inner.listening.get().copied().unwrap_or(self.inner.config.api.addr)
+    }
+
+    /// Records the address the API bound.
+    pub(crate) fn listening_on(&self, addr: SocketAddr) {
+        let _ = self.inner.listening.set(addr);
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

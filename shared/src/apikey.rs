@@ -156,6 +156,17 @@ impl fmt::Debug for KeyHasher {
     }
 }
 
+/// The key of an `Authorization` header's value, when it is
+/// `Bearer <key>` (the scheme in any case).
+pub fn bearer_key(value: &str) -> Option<&str> {
+    let (scheme, key) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let key = key.trim();
+    (!key.is_empty()).then_some(key)
+}
+
 /// Checks that `key` has the API key format.
 pub fn check_format(key: &str) -> Result<(), KeyError> {
     let rest = key.strip_prefix(KEY_PREFIX).ok_or(KeyError::Format)?;
@@ -334,6 +345,17 @@ impl KeyRing {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_bearer_scheme_carries_a_key() {
+        use super::bearer_key;
+        assert_eq!(bearer_key("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_key("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_key("Basic YWJjOmRlZg=="), None);
+        assert_eq!(bearer_key("Bearer"), None);
+        assert_eq!(bearer_key("Bearer "), None);
+        assert_eq!(bearer_key("abc"), None);
+    }
+
     use super::*;
 
     fn hasher() -> KeyHasher {

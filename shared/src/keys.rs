@@ -360,6 +360,13 @@ impl Keys {
         format!("{}:view:route:{id}", self.prefix)
     }
 
+    /// Integer: a task's control generation. A control token holds the
+    /// value it was minted at and opens nothing once a release or a new
+    /// takeover has moved it on.
+    pub fn view_generation(&self, id: &TaskId) -> String {
+        format!("{}:view:generation:{id}", self.prefix)
+    }
+
     /// What every event channel name starts with.
     pub fn channel_prefix(&self) -> String {
         format!("{}:events:", self.prefix)

@@ -10,6 +10,13 @@
 //! browser to a worker and the worker checks it again before it bridges the
 //! connection to the desktop, so neither trusts the other's network.
 //!
+//! A `control` token is also revocable: it holds the task's control
+//! generation of when it was minted, and [`LiveViews::revoke_control`]
+//! (called at a release and at a new takeover) moves the generation on, so
+//! the token opens nothing more at either end, and the worker closes a
+//! control view already open within [`REVOCATION_CHECK`]. `view` tokens
+//! are not revoked: watching changes nothing.
+//!
 //! The worker holding a task writes its view endpoint under the task's
 //! route key while the task holds a desktop, and deletes it when the
 //! desktop is let go; the key's expiry bounds what a killed worker leaves.
@@ -27,6 +34,12 @@ use crate::redis_conn::Redis;
 
 /// How long a route outlives the worker that wrote it, at most.
 const ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a task's control generation is kept after it last moved: far
+/// longer than any token lives (an hour at most), so a token it revoked
+/// never finds it back at its old value.
+const GENERATION_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How often an open control view's generation is checked.
+pub const REVOCATION_CHECK: Duration = Duration::from_millis(500);
 
 /// What a view lets a person do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -63,6 +76,10 @@ pub struct ViewGrant {
     pub mode: ViewMode,
     /// When the token stops opening the view, epoch ms.
     pub expires_at_ms: i64,
+    /// The task's control generation when the token was minted (set by
+    /// [`LiveViews::mint`]); a control token opens nothing once it moved on.
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// A view token as handed to a person: its `Debug` hides it.
@@ -94,13 +111,15 @@ impl LiveViews {
         Self { redis, keys }
     }
 
-    /// A new token for `grant`, kept until its expiry.
+    /// A new token for `grant`, kept until its expiry, at the task's
+    /// current control generation.
     pub async fn mint(&self, grant: &ViewGrant) -> Result<ViewToken, QueueError> {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
         let token = hex(&bytes);
         let ttl_ms = (grant.expires_at_ms - crate::clock::now_ms()).max(1);
-        let value = serde_json::to_string(grant).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        let grant = ViewGrant { generation: self.generation(&grant.task).await?, ..grant.clone() };
+        let value = serde_json::to_string(&grant).map_err(|e| QueueError::Corrupt(e.to_string()))?;
         let mut conn = self.redis.shared();
         let () = redis::cmd("SET")
             .arg(self.keys.view_token(&digest(&token)))
@@ -112,8 +131,8 @@ impl LiveViews {
         Ok(ViewToken(token))
     }
 
-    /// What `token` opens, if it is known and not expired. Malformed tokens
-    /// are unknown ones.
+    /// What `token` opens, if it is known, not expired and not revoked.
+    /// Malformed tokens are unknown ones.
     pub async fn redeem(&self, token: &str) -> Result<Option<ViewGrant>, QueueError> {
         if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Ok(None);
@@ -122,7 +141,41 @@ impl LiveViews {
         let stored: Option<String> = redis::cmd("GET").arg(self.keys.view_token(&digest(token))).query_async(&mut conn).await?;
         let Some(stored) = stored else { return Ok(None) };
         let grant: ViewGrant = serde_json::from_str(&stored).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-        Ok((grant.expires_at_ms > crate::clock::now_ms()).then_some(grant))
+        if grant.expires_at_ms <= crate::clock::now_ms() || !self.in_force(&grant).await? {
+            return Ok(None);
+        }
+        Ok(Some(grant))
+    }
+
+    /// Whether `grant` still holds: a `view` grant always, a `control` one
+    /// while its task's control generation has not moved on.
+    pub async fn in_force(&self, grant: &ViewGrant) -> Result<bool, QueueError> {
+        Ok(grant.mode == ViewMode::View || self.generation(&grant.task).await? == grant.generation)
+    }
+
+    /// Revokes every control token of `task` minted so far.
+    pub async fn revoke_control(&self, task: &TaskId) -> Result<(), QueueError> {
+        let key = self.keys.view_generation(task);
+        let mut conn = self.redis.shared();
+        let () = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg(&key)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(GENERATION_TTL.as_millis() as u64)
+            .ignore()
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// `task`'s control generation: 0 until a first revocation.
+    async fn generation(&self, task: &TaskId) -> Result<u64, QueueError> {
+        let mut conn = self.redis.shared();
+        let value: Option<u64> = redis::cmd("GET").arg(self.keys.view_generation(task)).query_async(&mut conn).await?;
+        Ok(value.unwrap_or(0))
     }
 
     /// Records that `task`'s view is served at `endpoint` (a worker's URL).
@@ -171,6 +224,15 @@ mod tests {
         assert_eq!(ViewMode::parse("control"), Some(ViewMode::Control));
         assert_eq!(ViewMode::parse("Control"), None);
         assert_eq!(ViewMode::Control.as_str(), "control");
+    }
+
+    /// A grant stored before control generations existed reads as
+    /// generation 0, the value of a task never revoked.
+    #[test]
+    fn a_grant_without_a_generation_is_at_the_first() {
+        let stored = r#"{"tenant":"acme","task":"tsk_01hzy8m3k2q7x9v4b6n5t0r1ce","mode":"control","expires_at_ms":1}"#;
+        let grant: ViewGrant = serde_json::from_str(stored).expect("an older grant");
+        assert_eq!((grant.mode, grant.generation), (ViewMode::Control, 0));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Live views from the outside: a minimal RFB viewer over the API's view
-//! WebSocket (handshake, key events, nothing drawn), and the VNC server
-//! processes of a task as `/proc` shows them.
+//! WebSocket (handshake, key events, nothing drawn), a viewer that sends
+//! whatever bytes it is given (as a hostile client would), and the VNC
+//! server processes of a task and their listening sockets as `/proc`
+//! shows them.
 
 use std::time::Duration;
 
@@ -96,6 +98,11 @@ impl RfbViewer {
         Ok(())
     }
 
+    /// Whether the server closes the connection within a handshake step.
+    pub async fn closed_by_server(self) -> bool {
+        closed_by_server(self.socket).await
+    }
+
     /// Closes the connection.
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
@@ -118,6 +125,67 @@ impl RfbViewer {
         }
         Ok(self.pending.drain(..n).collect())
     }
+}
+
+/// A viewer that answers the server's version with bytes of the test's
+/// choosing and reads whatever comes back.
+pub struct RawViewer {
+    socket: Socket,
+}
+
+impl RawViewer {
+    /// Opens `url` (a view socket), waits for the server's version and
+    /// sends `bytes` in one message.
+    pub async fn send(url: &str, bytes: &[u8]) -> anyhow::Result<Self> {
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert("sec-websocket-protocol", HeaderValue::from_static("binary"));
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        let mut viewer = RfbViewer { socket, pending: Vec::new(), size: (0, 0) };
+        let version = viewer.read(12).await?;
+        if !version.starts_with(b"RFB 003.") {
+            bail!("not an RFB server: {version:?}");
+        }
+        viewer.send(bytes).await?;
+        Ok(Self { socket: viewer.socket })
+    }
+
+    /// Whether the server closes the connection within a handshake step.
+    pub async fn closed_by_server(self) -> bool {
+        closed_by_server(self.socket).await
+    }
+}
+
+/// Whether the server closes `socket` within a handshake step; what it
+/// sends meanwhile is read and let go.
+async fn closed_by_server(mut socket: Socket) -> bool {
+    let until_closed = async {
+        loop {
+            match socket.next().await {
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    };
+    tokio::time::timeout(STEP, until_closed).await.is_ok()
+}
+
+/// Key presses and releases hidden from a view-only filter that reads the
+/// viewer's stream one byte ahead of the server. Each key event is, to the
+/// server, `SetEncodings` (raw and an unknown encoding) and a `KeyEvent`;
+/// to the filter, two `FramebufferUpdateRequest`s, after which it is one
+/// byte ahead again. The last message brings both into step (to the server
+/// `SetEncodings`, to the filter a `Fence` one byte shorter), so the server
+/// is left with no half message to wait on.
+pub fn keys_behind_a_desync(keysyms: &[u32]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for keysym in keysyms {
+        for down in [1u8, 0] {
+            bytes.extend([2, 3, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 4, down, 0, 0]);
+            bytes.extend(keysym.to_be_bytes());
+        }
+    }
+    bytes.extend([2, 248, 0, 2, 0, 0, 0, 0, 0, 2, 0, 0]);
+    bytes
 }
 
 /// The keysyms of ASCII text (Return for a newline).
@@ -147,4 +215,45 @@ pub fn marked_processes(var: &str, value: &str) -> Vec<u32> {
                     .unwrap_or(false)
         })
         .collect()
+}
+
+/// What a process listens on: TCP ports (IPv4 and IPv6) and Unix socket paths.
+#[derive(Debug, Default)]
+pub struct Listening {
+    pub tcp_ports: Vec<u16>,
+    pub unix_paths: Vec<std::path::PathBuf>,
+}
+
+/// The sockets process `pid` listens on, from its descriptors and the
+/// kernel's socket tables.
+pub fn listening(pid: u32) -> Listening {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(|fd| {
+                let target = std::fs::read_link(fd.ok()?.path()).ok()?;
+                let inode = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned();
+                Some(inode)
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Listening::default();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for fields in text.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+            // `st` 0A is LISTEN; the port is the local address's hex suffix.
+            if fields.len() > 9 && fields[3] == "0A" && inodes.iter().any(|i| i == fields[9]) {
+                let port = fields[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+                found.tcp_ports.extend(port);
+            }
+        }
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/unix")).unwrap_or_default();
+    for fields in text.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+        // Flags 00010000: accepting connections.
+        if fields.len() > 7 && fields[3] == "00010000" && inodes.iter().any(|i| i == fields[6]) {
+            found.unix_paths.push(std::path::PathBuf::from(fields[7]));
+        }
+    }
+    found
 }

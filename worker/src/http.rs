@@ -2,12 +2,18 @@
 //! `/metrics` for Prometheus, `/healthz` (the process answers) and `/readyz`
 //! (Redis answers) for Kubernetes probes, and `/live/{task}` for the API's
 //! live views of the desktops this worker holds.
+//!
+//! `/metrics` answers only the admin key (`FLOTILLA_ADMIN_KEY`), as the
+//! API's does: a worker's figures name its tasks' models, sandboxes and
+//! timings. The probes stay open.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use flotilla_shared::apikey::{bearer_key, KeyDigest, KeyHasher};
+use flotilla_shared::config::AuthConfig;
 use flotilla_shared::queue::Queue;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -15,23 +21,50 @@ use tracing::warn;
 use crate::live::LiveDesktops;
 use crate::metrics::WorkerMetrics;
 
+/// Who may read `/metrics`: whoever presents the admin key; nobody when
+/// none is configured.
+#[derive(Clone, Debug)]
+pub struct MetricsAccess {
+    hasher: KeyHasher,
+    admin: Option<KeyDigest>,
+}
+
+impl MetricsAccess {
+    /// The admin key of `auth` (`FLOTILLA_ADMIN_KEY`, kept as a digest).
+    pub fn from_config(auth: &AuthConfig) -> Self {
+        Self { hasher: auth.hasher.clone(), admin: auth.admin_key }
+    }
+
+    fn allows(&self, headers: &HeaderMap) -> bool {
+        let Some(admin) = &self.admin else { return false };
+        let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_key);
+        presented.is_some_and(|key| admin.matches(&self.hasher.digest(key)))
+    }
+}
+
 #[derive(Clone)]
 struct HttpState {
     queue: Queue,
     metrics: WorkerMetrics,
+    access: MetricsAccess,
 }
 
 /// The routes.
-fn router(queue: Queue, metrics: WorkerMetrics) -> Router {
+fn router(queue: Queue, metrics: WorkerMetrics, access: MetricsAccess) -> Router {
     Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .with_state(HttpState { queue, metrics })
+        .with_state(HttpState { queue, metrics, access })
 }
 
-async fn metrics_page(State(state): State<HttpState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
+async fn metrics_page(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    if !state.access.allows(&headers) {
+        let refusal = "send Authorization: Bearer <admin key> (FLOTILLA_ADMIN_KEY)";
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], refusal).into_response();
+    }
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], state.metrics.render()).into_response()
 }
 
 async fn ready(State(state): State<HttpState>) -> StatusCode {
@@ -48,10 +81,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     queue: Queue,
     metrics: WorkerMetrics,
+    access: MetricsAccess,
     live: Option<LiveDesktops>,
     shutdown: CancellationToken,
 ) {
-    let mut app = router(queue, metrics);
+    let mut app = router(queue, metrics, access);
     if let Some(live) = live {
         app = app.merge(crate::live::socket::router(live));
     }

@@ -71,7 +71,8 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
                 tools.live = live_desktops(&config, &listener, &queue);
             }
             let live = tools.live.clone();
-            Some(tokio::spawn(http::serve(listener, queue.clone(), metrics.clone(), live, shutdown.clone())))
+            let access = http::MetricsAccess::from_config(&config.auth);
+            Some(tokio::spawn(http::serve(listener, queue.clone(), metrics.clone(), access, live, shutdown.clone())))
         }
         None => None,
     };

@@ -9,21 +9,26 @@
 //!
 //! Only a task whose desktop can be shown now can be taken over: a person
 //! must be able to drive what they hold.
+//!
+//! A release, and a new takeover, revoke every `control` token of the task
+//! handed out before: they open nothing more, and the worker closes the
+//! control views they opened. A release refused (the task was not taken
+//! over) revokes them too: control ends at a release either way.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use flotilla_shared::live::ViewMode;
 use flotilla_shared::queue::Takeover;
 use flotilla_shared::task::MAX_INPUT_MESSAGE_CHARS;
-use flotilla_shared::{TaskId, ValidationError};
+use flotilla_shared::{QueueError, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonBody, TaskIdPath};
-use crate::routes::views::{view_link, ViewLink};
+use crate::routes::views::{live_views, view_link, ViewLink};
 use crate::state::AppState;
 
 /// The answer to a takeover.
@@ -77,9 +82,11 @@ pub async fn takeover(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     TaskIdPath(id): TaskIdPath,
-    headers: HeaderMap,
 ) -> Result<Json<TakenOver>, ApiError> {
-    let view = view_link(&state, &tenant, &id, ViewMode::Control, &headers).await?;
+    // Known to be this tenant's before anything is revoked.
+    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    live_views(&state).revoke_control(&id).await?;
+    let view = view_link(&state, &tenant, &id, ViewMode::Control).await?;
     let outcome = state.queue().take_over(&tenant, &id).await?;
     tracing::info!(already_held = outcome == Takeover::AlreadyHeld, "desktop taken over");
     Ok(Json(TakenOver { id, status: "waiting", code: "human-intervention", view }))
@@ -114,6 +121,9 @@ pub async fn release(
         let problem = format!("message must be at most {MAX_INPUT_MESSAGE_CHARS} characters");
         return Err(ValidationError::at("message", problem).into());
     }
+    // Known to be this tenant's before anything is revoked.
+    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    live_views(&state).revoke_control(&id).await?;
     state.queue().hand_back(&tenant, &id, release.message).await?;
     tracing::info!("desktop handed back");
     Ok((StatusCode::ACCEPTED, Json(Released { id, status: "released" })))

@@ -8,11 +8,14 @@
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use axum::Json;
 use bytes::Bytes;
+use flotilla_shared::apikey::Scope;
 use flotilla_shared::live::{LiveViews, ViewGrant, ViewMode};
 use flotilla_shared::task::TaskStatus;
 use flotilla_shared::{clock, QueueError, TaskId, ValidationError};
@@ -22,7 +25,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WireMessage;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::Tenant;
+use crate::auth::{scope_of, Tenant};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{QueryParams, TaskIdPath};
 use crate::state::AppState;
@@ -70,6 +73,7 @@ pub struct SocketParams {
         (status = 200, description = "A view URL and when its token expires", body = ViewLink),
         (status = 400, description = "Malformed id or mode", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 403, description = "`mode=control` with a read-only key: control needs a write key (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such task for this tenant", body = ErrorBody),
         (status = 409, description = "The task holds no desktop that can be shown now (`conflict`)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
@@ -87,7 +91,11 @@ pub async fn view(
         None => ViewMode::View,
         Some(m) => ViewMode::parse(m).ok_or_else(|| ValidationError::at("mode", "mode must be view or control"))?,
     };
-    let link = view_link(&state, &tenant, &id, mode, &headers).await?;
+    // A control view types into the desktop: a write, though asked for with GET.
+    if mode == ViewMode::Control && scope_of(&state, &headers) != Some(Scope::Write) {
+        return Err(ApiError::ReadOnlyKey);
+    }
+    let link = view_link(&state, &tenant, &id, mode).await?;
     tracing::info!(mode = mode.as_str(), "view handed out");
     Ok(Json(link))
 }
@@ -98,7 +106,6 @@ pub async fn view_link(
     tenant: &flotilla_shared::TenantId,
     id: &TaskId,
     mode: ViewMode,
-    headers: &HeaderMap,
 ) -> Result<ViewLink, ApiError> {
     let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
     if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
@@ -109,12 +116,12 @@ pub async fn view_link(
         return Err(ApiError::NotViewable);
     }
     let expires_at_ms = clock::now_ms() + state.config().live_view.token_ttl.as_millis() as i64;
-    let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms };
+    let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms, generation: 0 };
     let token = views.mint(&grant).await?;
     let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
     let url = format!(
         "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}&path={}",
-        public_base(state, headers),
+        public_base(state),
         mode == ViewMode::View,
         encode_component(&socket)
     );
@@ -209,18 +216,29 @@ async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
     let _ = worker.close(None).await;
 }
 
-fn live_views(state: &AppState) -> LiveViews {
+pub(crate) fn live_views(state: &AppState) -> LiveViews {
     LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
 }
 
 /// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else
-/// the request's `Host`.
-fn public_base(state: &AppState, headers: &HeaderMap) -> String {
+/// the address the API listens on (a wildcard as loopback). Never the
+/// request's `Host`: whoever sends the request chooses it, and a link built
+/// from it would hand the token to their host.
+fn public_base(state: &AppState) -> String {
     if let Some(url) = &state.config().live_view.public_url {
         return url.clone();
     }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    format!("http://{host}")
+    listen_base(state.listen_addr())
+}
+
+/// `http://` and `addr`, a wildcard address as its family's loopback.
+fn listen_base(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
 /// Percent-encodes what a query value may not hold as is.
@@ -236,6 +254,15 @@ fn encode_component(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_name_the_listening_address_with_wildcards_as_loopback() {
+        let base = |addr: &str| listen_base(addr.parse().expect("socket address"));
+        assert_eq!(base("10.1.2.3:8080"), "http://10.1.2.3:8080");
+        assert_eq!(base("0.0.0.0:8080"), "http://127.0.0.1:8080");
+        assert_eq!(base("[::]:8080"), "http://[::1]:8080");
+        assert_eq!(base("[fd00::7]:80"), "http://[fd00::7]:80");
+    }
 
     #[test]
     fn the_socket_path_survives_a_query_value() {

@@ -18,7 +18,8 @@ pub struct LiveViewConfig {
     /// Where noVNC's files are (`FLOTILLA_NOVNC_DIR`, Debian's `novnc` by default).
     pub novnc_dir: PathBuf,
     /// The API's address as browsers reach it (`FLOTILLA_PUBLIC_URL`); by
-    /// default the `Host` of the request that asked for the view.
+    /// default `http://` and the address the API listens on (never a
+    /// request's `Host`).
     pub public_url: Option<String>,
     /// The worker's HTTP side as the API reaches it
     /// (`FLOTILLA_WORKER_VIEW_URL`); by default `http://` and the address

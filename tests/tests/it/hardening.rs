@@ -20,7 +20,8 @@ fn wait_task() -> serde_json::Value {
 
 /// Finding "API keys": a read-only key (for dashboards) reads its tenant's
 /// tasks but may not submit or cancel; a write key of the same tenant may
-/// (one tenant holds several keys, each with its own scope).
+/// (one tenant holds several keys, each with its own scope), nor open a
+/// `control` view.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_key_reads_but_cannot_write() {
     let redis = RedisServer::start();
@@ -38,6 +39,9 @@ async fn a_read_key_reads_but_cannot_write() {
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "{body}");
     let (status, _) = reader.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
     assert_eq!(status, 403, "a read key cannot cancel");
+    // Issue 34: a control view types into the desktop, though asked for with GET.
+    let (status, body) = reader.get(&format!("/v1/tasks/{id}/view?mode=control")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "a read key takes no control: {body}");
 }
 
 /// Finding "API keys": rotation needed a restart. A key written to the keys

@@ -21,7 +21,9 @@ use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
-use flotilla_tests::vnc::{keysyms, marked_processes, socket_url, vnc_processes, RfbViewer};
+use flotilla_tests::vnc::{
+    keys_behind_a_desync, keysyms, listening, marked_processes, socket_url, vnc_processes, RawViewer, RfbViewer,
+};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
 use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
 use flotilla_worker::sandbox::{E2bConfig, E2bProvider, EnvdAddress, SandboxId, SandboxProvider, StreamKey};
@@ -311,6 +313,169 @@ async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     live.stop().await;
 }
 
+/// What a view token's viewer sends to type past the view-only filter if
+/// its version made the filter and the server disagree by one byte on where
+/// messages start: `RFB 003.005`, which x11vnc reads as 3.3 (no security
+/// choice byte) where a filter reading it as 3.7 expects one; `RFB 003.003`,
+/// where the worker's own handshake towards a remote desktop's viewers
+/// takes the viewer's `ClientInit` for a choice byte. On the `remote` path
+/// the filter would be one byte behind the desktop, so the attempt starts
+/// with bytes that put it one ahead.
+fn bypass_attempt(version: &str, remote: bool) -> Vec<u8> {
+    let mut bytes = version.as_bytes().to_vec();
+    bytes.push(1);
+    if remote {
+        // To the desktop: ClientInit and a Shift release; to the filter, a
+        // FramebufferUpdateRequest ending one byte into what follows.
+        bytes.extend([3, 4, 0, 0, 0, 0, 0, 0xff, 0xe1]);
+    }
+    bytes.extend(keys_behind_a_desync(&keysyms("touch viewonly-bypass\n")));
+    bytes
+}
+
+/// Tries both desyncs through view tokens of task `id`: the worker closes
+/// each view at its version, before any byte reaches the desktop. Then it
+/// types through a control view: once the control view's file is there,
+/// keys sent through the closed views would have landed too.
+async fn views_cannot_type_through_a_desync(live: &LiveFleet, id: &str, sandbox: &str, remote: bool) {
+    let provider = Arc::clone(live.fleet.pool.provider());
+    let sandbox_id = SandboxId::parse(sandbox).expect("sandbox id");
+    for version in ["RFB 003.005\n", "RFB 003.003\n"] {
+        let url = socket_url(&view_url(&live.owner, id, "view").await).expect("url");
+        let viewer = RawViewer::send(&url, &bypass_attempt(version, remote)).await.expect("the view opens");
+        assert!(viewer.closed_by_server().await, "the worker closes a view that answers {version:?}");
+    }
+    let control = socket_url(&view_url(&live.owner, id, "control").await).expect("url");
+    let mut controller = RfbViewer::connect(&control).await.expect("control");
+    controller.type_keysyms(&keysyms("touch control-marker\n")).await.expect("send keys");
+    eventually("the control view's keys land", SHOWN, async || provider.read_file(&sandbox_id, "control-marker").await.is_ok())
+        .await;
+    assert!(provider.read_file(&sandbox_id, "viewonly-bypass").await.is_err(), "a view token typed into the desktop");
+    controller.close().await;
+}
+
+/// Issue 34's view-only bypass, on a local desktop.
+#[tokio::test(flavor = "multi_thread")]
+async fn view_tokens_cannot_type_through_a_version_desync_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    views_cannot_type_through_a_desync(&live, &id, &sandbox, false).await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vnc_server_listens_only_on_a_private_unix_socket_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+    let viewer = RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
+    let pids = vnc_processes(&id);
+    assert_eq!(pids.len(), 1, "one VNC server");
+    let sockets = listening(pids[0]);
+    assert!(sockets.tcp_ports.is_empty(), "x11vnc listens on TCP ports {:?}", sockets.tcp_ports);
+    assert_eq!(sockets.unix_paths.len(), 1, "{sockets:?}");
+    let dir = sockets.unix_paths[0].parent().expect("a directory").to_owned();
+    let meta = std::fs::metadata(&dir).expect("the socket's directory");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mode() & 0o777, 0o700, "{} is private", dir.display());
+    assert_eq!(meta.uid(), std::fs::metadata("/proc/self").expect("self").uid(), "the worker's user owns it");
+    viewer.close().await;
+    eventually("no viewer, no VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
+    eventually("its directory goes with it", SHOWN, async || !dir.exists()).await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+/// Issue 34: a read key took control with `GET /view?mode=control`, and a
+/// control token kept working after the release. Control views need a write
+/// key; a new takeover and a release revoke the control tokens handed out
+/// before, at the API and at the worker, and the worker closes the control
+/// views they opened; view tokens keep watching.
+#[tokio::test(flavor = "multi_thread")]
+async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox() {
+    let read_key = "flt_readonlyacme000000000000000000000000";
+    let keys = format!("{}=acme,{}=globex,{read_key}=acme:read", api_key(), flotilla_tests::fleet::globex_key());
+    let live = LiveFleet::start(&[("FLOTILLA_API_KEYS", &keys)]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+
+    let reader = ApiClient::new(&live.api, read_key);
+    let (status, body) = reader.get(&format!("/v1/tasks/{id}/view?mode=control")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "{body}");
+    let watching = socket_url(&view_url(&reader, &id, "view").await).expect("a read key still watches");
+
+    let task = flotilla_shared::TaskId::parse(&id).expect("id");
+    let views = flotilla_shared::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
+    let worker = views.route(&task).await.expect("redis").expect("the worker's endpoint");
+    let at_worker = |url: &str| {
+        let token = url.split("token=").nth(1).expect("token");
+        format!("{}/live/{id}?token={token}", worker.replacen("http://", "ws://", 1))
+    };
+
+    // A control view opened before the takeover is closed by it.
+    let before = socket_url(&view_url(&live.owner, &id, "control").await).expect("url");
+    let early = RfbViewer::connect(&before).await.expect("control before the takeover");
+    let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
+    assert_eq!(status, 200, "{taken}");
+    assert!(early.closed_by_server().await, "a takeover closes the control views opened before it");
+    assert_eq!(refused_status(&before).await, 401, "the API refuses a token from before the takeover");
+    assert_eq!(refused_status(&at_worker(&before)).await, 403, "so does the worker");
+
+    // The takeover's own control view works until the release.
+    let held = socket_url(taken["view"]["url"].as_str().expect("a control view")).expect("url");
+    let holding = RfbViewer::connect(&held).await.expect("the takeover's control view");
+    let watcher = RfbViewer::connect(&watching).await.expect("a view");
+    let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "yours"})).await;
+    assert_eq!(status, 202, "{body}");
+    assert!(holding.closed_by_server().await, "the release closes the open control view");
+    assert_eq!(refused_status(&held).await, 401, "the API refuses the released token");
+    assert_eq!(refused_status(&at_worker(&held)).await, 403, "so does the worker");
+    RfbViewer::connect(&watching).await.expect("view tokens outlive the release").close().await;
+    watcher.close().await;
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
+/// Issue 34: without `FLOTILLA_PUBLIC_URL`, view links were built from the
+/// request's `Host`, which the caller chooses. They name the configured
+/// public URL, or else the address the API listens on, whatever `Host` says.
+#[tokio::test(flavor = "multi_thread")]
+async fn view_links_name_the_configured_address_never_the_host_header_sandbox() {
+    let live = LiveFleet::start(&[]).await;
+    let (id, _) = hold_desktop(&live.owner).await;
+    let link_with_host = async |base: &str, host: &str| {
+        let response = reqwest::Client::new()
+            .get(format!("{base}/v1/tasks/{id}/view?mode=control"))
+            .bearer_auth(api_key())
+            .header("host", host)
+            .send()
+            .await
+            .expect("view");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.expect("json");
+        body["url"].as_str().expect("url").to_owned()
+    };
+    let url = link_with_host(&live.api.base_url, "attacker.example").await;
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+    let taken = reqwest::Client::new()
+        .post(live.api.url(&format!("/v1/tasks/{id}/takeover")))
+        .bearer_auth(api_key())
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("takeover");
+    let taken: Value = taken.json().await.expect("json");
+    let url = taken["view"]["url"].as_str().expect("url");
+    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+
+    let mut config = live.fleet.config.clone();
+    config.live_view.public_url = Some("https://flotilla.example.com".to_owned());
+    let public = spawn_api(config).await;
+    let url = link_with_host(&public.base_url, "attacker.example").await;
+    assert!(url.starts_with("https://flotilla.example.com/novnc/vnc.html?"), "{url}");
+    live.cancel(&id).await;
+    live.stop().await;
+}
+
 /// The HTTP status a WebSocket request to `url` is refused with.
 async fn refused_status(url: &str) -> u16 {
     match RfbViewer::connect(url).await {
@@ -441,7 +606,10 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     assert_eq!((taken["status"].as_str(), taken["code"].as_str()), (Some("waiting"), Some("human-intervention")), "{taken}");
     assert_eq!(taken["view"]["mode"], "control");
     let (status, again) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
-    assert_eq!(status, 200, "taking over a held task again changes nothing: {again}");
+    assert_eq!(status, 200, "taking over a held task again keeps it held: {again}");
+    // ... with a new control view that replaces the first one's.
+    let first = socket_url(taken["view"]["url"].as_str().expect("url")).expect("socket url");
+    assert_eq!(refused_status(&first).await, 401, "the first takeover's token is revoked by the second");
     let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
     assert_eq!(status, 409, "a held task takes no input but a release: {body}");
     let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
@@ -452,7 +620,7 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     assert_eq!(server.received().iter().filter(|r| r.path == "/v1/responses").count(), 1, "the agent waits for the person");
 
     let mut browser = Browser::launch(1100, 860).await.expect("chromium");
-    browser.navigate(taken["view"]["url"].as_str().expect("url")).await.expect("open the control view");
+    browser.navigate(again["view"]["url"].as_str().expect("url")).await.expect("open the control view");
     browser.wait_for("the desktop fills the canvas", &format!("({CANVAS} || {{}}).width === 1024"), SHOWN).await.expect("canvas");
     let before = live.settled_screen(&sandbox).await;
     browser.click("#noVNC_container canvas").await.expect("focus the desktop");
@@ -856,5 +1024,16 @@ async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_deskto
         e2b_stream_listens(&provider, &sandbox).await != Some(true)
     })
     .await;
+    live.stop().await;
+}
+
+/// Issue 34's view-only bypass, on the E2B stand-in's desktop.
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_e2b_view_tokens_cannot_type_through_a_version_desync() {
+    let (_fake, provider) = e2b_provider().await;
+    let live = LiveFleet::start_with(&[], Some(provider)).await;
+    let (id, sandbox) = hold_desktop(&live.owner).await;
+    views_cannot_type_through_a_desync(&live, &id, &sandbox, true).await;
+    live.cancel(&id).await;
     live.stop().await;
 }

@@ -1,7 +1,7 @@
 //! A worker's own HTTP side: its metrics count what it ran and time its
 //! steps, model calls and sandbox acquires, report its pool and how many
-//! screenshots needed no upload; its health and readiness endpoints answer
-//! for Kubernetes probes.
+//! screenshots needed no upload, to the admin key only; its health and
+//! readiness endpoints answer anyone, for Kubernetes probes.
 
 use std::time::Duration;
 
@@ -11,10 +11,17 @@ use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::redis_server::free_port;
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{queue, record, submit_many, wait_all_ended, wait_spec};
-use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_tests::{admin_key, api_key, test_config, unique_prefix, RedisServer};
 use flotilla_worker::Registry;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+/// The metrics page at `url`, read with the admin key.
+async fn admin_metrics(url: &str) -> String {
+    let response = reqwest::Client::new().get(url).bearer_auth(admin_key()).send().await.expect("metrics");
+    assert_eq!(response.status(), 200, "the admin key reads the figures");
+    response.text().await.expect("body")
+}
 
 /// The value of one series (`name{labels}`) on a metrics page.
 fn sample(page: &str, series: &str) -> Option<f64> {
@@ -39,7 +46,13 @@ async fn a_worker_serves_metrics_of_what_it_ran_and_answers_probes() {
 
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    let page = http.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("body");
+    // Issue 34: the worker's figures answered anyone; only the admin key reads them now.
+    for refused in [http.get(format!("{base}/metrics")), http.get(format!("{base}/metrics")).bearer_auth(api_key())] {
+        let response = refused.send().await.expect("metrics");
+        assert_eq!(response.status(), 401, "no key, or a tenant's key");
+        assert!(!response.text().await.expect("body").contains("flotilla_worker"), "nothing of the figures");
+    }
+    let page = admin_metrics(&format!("{base}/metrics")).await;
     assert!(page.contains(r#"flotilla_worker_attempts_total{outcome="succeeded"} 3"#), "{page}");
     assert!(page.contains("flotilla_worker_attempt_seconds_count 3"), "{page}");
     assert!(page.contains("flotilla_worker_running_tasks 0"), "{page}");
@@ -98,7 +111,7 @@ async fn sandbox_a_worker_times_steps_model_calls_and_acquires_and_reports_its_p
     })
     .await;
 
-    let page = reqwest::get(format!("http://{addr}/metrics")).await.expect("metrics").text().await.expect("body");
+    let page = admin_metrics(&format!("http://{addr}/metrics")).await;
     assert_eq!(value(&page, r#"flotilla_worker_step_seconds_count{action="click"}"#), 1.0);
     assert_eq!(value(&page, r#"flotilla_worker_step_seconds_count{action="screenshot"}"#), 2.0);
     assert_eq!(value(&page, r#"flotilla_worker_model_call_seconds_count{provider="openai",outcome="ok"}"#), 2.0);

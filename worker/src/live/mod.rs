@@ -17,6 +17,7 @@ pub mod socket;
 pub mod vnc;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use flotilla_shared::live::LiveViews;
@@ -40,8 +41,8 @@ pub enum LiveSource {
 /// Where an attached viewer's bytes go.
 #[derive(Clone)]
 pub enum ViewTarget {
-    /// The loopback port of the desktop's x11vnc.
-    Local(u16),
+    /// The Unix socket of the desktop's x11vnc.
+    Local(PathBuf),
     /// The desktop's own stream.
     Remote(RemoteDesktop),
 }
@@ -123,7 +124,7 @@ impl LiveDesktops {
             return Err(LiveError::NotShown);
         }
         let target = match &serving.server {
-            Some(Running::Local(server)) => ViewTarget::Local(server.port),
+            Some(Running::Local(server)) => ViewTarget::Local(server.socket.clone()),
             Some(Running::Remote(desktop)) => ViewTarget::Remote(desktop.clone()),
             None => {
                 let (running, target) = start(task, &shown.source).await?;
@@ -155,8 +156,8 @@ async fn start(task: &TaskId, source: &LiveSource) -> Result<(Running, ViewTarge
     match source {
         LiveSource::X11(display) => {
             let server = VncServer::start(task, display).await?;
-            let port = server.port;
-            Ok((Running::Local(server), ViewTarget::Local(port)))
+            let socket = server.socket.clone();
+            Ok((Running::Local(server), ViewTarget::Local(socket)))
         }
         LiveSource::Remote(stream) => {
             let desktop = stream.start().await.map_err(LiveError::Remote)?;

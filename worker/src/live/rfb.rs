@@ -6,22 +6,44 @@
 //!
 //! The filter is fed the bytes as they come, in chunks of any size, and
 //! writes what may pass; a message split across chunks waits for its rest.
+//!
+//! The filter only works if it and the server agree on where each message
+//! starts, so it pins the handshake it forwards to the one shape every VNC
+//! server behind it reads the same way: version `RFB 003.008` or
+//! `RFB 003.007`, then security type None, then `ClientInit`. Any other
+//! version closes the view: x11vnc takes an unknown version (`RFB 003.005`)
+//! as 3.3, which has no security choice byte, and the worker's own
+//! handshake towards a remote desktop's viewers (`socket::ViewerHandshake`)
+//! always reads one; a one-byte disagreement would let input through.
 
 /// Why a viewer's stream was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RfbError {
     #[error("the viewer sent an RFB message of unknown type {0}")]
     UnknownMessage(u8),
-    #[error("the viewer sent {0:?} where an RFB version belongs")]
+    #[error("the viewer sent {0:?} where RFB 003.008 or 003.007 belongs")]
     BadVersion(String),
+    #[error("the viewer chose security type {0}, not None (1)")]
+    BadSecurity(u8),
+}
+
+/// The RFB versions a viewer may answer with: both read a security choice
+/// byte and then `ClientInit`, the same on every path.
+pub const VIEWER_VERSIONS: [&[u8; 12]; 2] = [b"RFB 003.008\n", b"RFB 003.007\n"];
+/// RFB security type None, the only one a viewer may choose.
+pub const SECURITY_NONE: u8 = 1;
+
+/// Whether `version` (12 bytes) is one a viewer may answer with.
+pub fn viewer_version_allowed(version: &[u8]) -> bool {
+    VIEWER_VERSIONS.iter().any(|allowed| &allowed[..] == version)
 }
 
 /// Where in the stream the viewer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// `RFB 003.00x\n`, 12 bytes.
+    /// `RFB 003.008\n` or `RFB 003.007\n`, 12 bytes.
     Version,
-    /// The security type the viewer picked (3.7 and later), 1 byte.
+    /// The security type the viewer picked, 1 byte: None.
     Security,
     /// ClientInit: the shared flag, 1 byte.
     Init,
@@ -73,18 +95,25 @@ fn next_unit(stage: &mut Stage, buf: &[u8]) -> Result<Option<Unit>, RfbError> {
     let unit = match *stage {
         Stage::Version => {
             let Some(version) = buf.get(..12) else { return Ok(None) };
-            *stage = match version {
-                b"RFB 003.003\n" => Stage::Init,
-                v if v.starts_with(b"RFB 003.") && v[11] == b'\n' => Stage::Security,
-                v => return Err(RfbError::BadVersion(String::from_utf8_lossy(v).into_owned())),
-            };
+            if !viewer_version_allowed(version) {
+                return Err(RfbError::BadVersion(String::from_utf8_lossy(version).into_owned()));
+            }
+            *stage = Stage::Security;
             Unit::Pass(12)
         }
-        Stage::Security | Stage::Init => {
+        Stage::Security => {
+            let Some(&chosen) = buf.first() else { return Ok(None) };
+            if chosen != SECURITY_NONE {
+                return Err(RfbError::BadSecurity(chosen));
+            }
+            *stage = Stage::Init;
+            Unit::Pass(1)
+        }
+        Stage::Init => {
             if buf.is_empty() {
                 return Ok(None);
             }
-            *stage = if *stage == Stage::Security { Stage::Init } else { Stage::Messages };
+            *stage = Stage::Messages;
             Unit::Pass(1)
         }
         Stage::Messages => match message_len(buf)? {
@@ -182,6 +211,71 @@ mod tests {
                 filter.feed(chunk, &mut out).expect("chunk");
             }
             assert_eq!(out, whole, "chunks of {size}");
+        }
+    }
+
+    /// Key events hidden from a filter one byte out of step with the server
+    /// (the shape of the view-only bypass): each unit is, to a server,
+    /// `SetEncodings` of two encodings and a `KeyEvent`; to a filter one
+    /// byte ahead of it, two `FramebufferUpdateRequest`s.
+    fn desync_units(keysyms: &[u32]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for keysym in keysyms {
+            for down in [1u8, 0] {
+                bytes.extend([2, 3, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 4, down, 0, 0]);
+                bytes.extend(keysym.to_be_bytes());
+            }
+        }
+        bytes
+    }
+
+    /// The messages of a stream past the handshake as a server reads them,
+    /// by type.
+    fn server_reads(mut messages: &[u8]) -> Vec<u8> {
+        let mut kinds = Vec::new();
+        while let Ok(Some((len, _))) = message_len(messages) {
+            if messages.len() < len {
+                break;
+            }
+            kinds.push(messages[0]);
+            messages = &messages[len..];
+        }
+        kinds
+    }
+
+    #[test]
+    fn only_versions_every_server_reads_alike_pass() {
+        for version in [&b"RFB 003.008\n"[..], b"RFB 003.007\n"] {
+            let mut stream = version.to_vec();
+            stream.extend([SECURITY_NONE, 1]);
+            stream.extend(desync_units(&[0x61, 0xff0d]));
+            let mut out = Vec::new();
+            ViewOnlyFilter::default().feed(&stream, &mut out).expect("a 3.8 or 3.7 viewer");
+            assert_eq!(out[..14], stream[..14], "the handshake passes as it is");
+            let kinds = server_reads(&out[14..]);
+            assert!(!kinds.is_empty() && kinds.iter().all(|&k| k == 2 || k == 3), "{kinds:?}");
+        }
+        // 3.3 and what x11vnc takes for 3.3 (3.5, 3.6, anything unknown), and
+        // versions of other servers: refused before a byte passes.
+        for version in ["RFB 003.003\n", "RFB 003.005\n", "RFB 003.006\n", "RFB 003.889\n", "RFB 004.001\n", "RFB 003.008\r"] {
+            let mut stream = version.as_bytes().to_vec();
+            stream.push(1);
+            stream.extend(desync_units(&[0x61]));
+            let mut out = Vec::new();
+            let refused = ViewOnlyFilter::default().feed(&stream, &mut out);
+            assert_eq!(refused, Err(RfbError::BadVersion(version.to_owned())), "{version:?}");
+            assert!(out.is_empty(), "{version:?} let {out:?} through");
+        }
+    }
+
+    #[test]
+    fn a_security_type_other_than_none_is_refused() {
+        for chosen in [0, 2, 16, 19] {
+            let mut stream = b"RFB 003.008\n".to_vec();
+            stream.extend([chosen, 1]);
+            let mut out = Vec::new();
+            assert_eq!(ViewOnlyFilter::default().feed(&stream, &mut out), Err(RfbError::BadSecurity(chosen)));
+            assert_eq!(out, b"RFB 003.008\n", "nothing past the version");
         }
     }
 
