@@ -42,7 +42,7 @@ const WINDOW_POLL: Duration = Duration::from_millis(10);
 /// How long teardown keeps killing before it gives up on a process.
 const KILL_TIMEOUT: Duration = Duration::from_secs(3);
 /// The most one stream of a sandbox program adds to its log on the host.
-const MAX_LOG_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_LOG_BYTES: u64 = 1 << 20;
 /// How often teardown looks for what is left.
 const SWEEP_POLL: Duration = Duration::from_millis(10);
 
@@ -71,7 +71,7 @@ pub(crate) async fn start(
     let cookie = Cookie::generate();
     let xauthority = dir.join("Xauthority");
     cookie.write(&xauthority)?;
-    let slot = Slot::claim(jail.map_or(HostUser::Unprivileged, |s| s.user))?;
+    let slot = Slot::claim(jail.map_or(HostUser::Unprivileged, |s| s.user), launch::display_is_free)?;
     let display_number = slot.display();
     if let Some(settings) = jail {
         jail::prepare_files(dir, &home, settings.network, settings.user.ids(&slot))?;
@@ -361,10 +361,10 @@ pub(crate) fn spawn_in_group(
 /// Copies what a sandbox program writes on `pipe` into its log on the host,
 /// at most [`MAX_LOG_BYTES`]; the rest is read and dropped, so a program
 /// cannot fill the host's disk through its output.
-fn drain_to_log<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, log: &Path) {
-    let Some(mut pipe) = pipe else { return };
+fn drain_to_log<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, log: &Path) -> Option<tokio::task::JoinHandle<()>> {
+    let mut pipe = pipe?;
     let log = log.to_owned();
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         use tokio::io::AsyncReadExt;
         let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&log).await.ok();
         let (mut written, mut chunk) = (0u64, vec![0u8; 8192]);
@@ -377,7 +377,7 @@ fn drain_to_log<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, log: &Pa
                 written += room as u64;
             }
         }
-    });
+    }))
 }
 
 /// A record that cannot be updated only weakens the sweep after a crash
@@ -555,5 +555,30 @@ fn terminate(pgid: Option<u32>, marker: &str, cgroup: Option<&Cgroup>, grace: Du
         }
         process::signal(Signal::Kill, pgid, &pids);
         std::thread::sleep(SWEEP_POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_program_writing_past_the_bound_leaves_a_bounded_log_and_is_never_blocked() {
+        let log = std::env::temp_dir().join(format!("flotilla-drain-test-{:016x}.log", rand::random::<u64>()));
+        let (mut program, pipe) = tokio::io::duplex(64 * 1024);
+        let drain = drain_to_log(Some(pipe), &log).expect("draining");
+        let chunk = vec![b'x'; 64 * 1024];
+        // Three times the bound: every write completes, so nothing the
+        // program writes waits on the log.
+        for _ in 0..(3 * MAX_LOG_BYTES as usize / chunk.len()) {
+            program.write_all(&chunk).await.expect("the drain keeps reading");
+        }
+        drop(program);
+        drain.await.expect("the drain ends with the pipe");
+        let size = std::fs::metadata(&log).expect("the log").len();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(size, MAX_LOG_BYTES, "the log holds the bound and no more");
     }
 }

@@ -28,6 +28,11 @@ fn sandbox_uids(pgid: Option<u32>, marker: &str) -> Vec<(u32, Vec<u32>)> {
 
 #[tokio::test]
 async fn sandbox_cannot_write_proc_sys_read_private_keys_or_be_host_root() {
+    cannot_write_proc_sys_read_private_keys_or_be_host_root().await;
+}
+
+/// Run again as `nobody` by `isolation_tests::sandbox_jail_holds_when_the_worker_is_not_root`.
+pub(super) async fn cannot_write_proc_sys_read_private_keys_or_be_host_root() {
     let fixture = Fixture::new(Network::Egress, Vec::new());
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
@@ -86,6 +91,11 @@ fn namespace(pid: &str, kind: &str) -> String {
 
 #[tokio::test]
 async fn the_x_server_is_inside_the_sandbox_and_cannot_attach_host_memory() {
+    x_server_is_inside_and_cannot_attach_host_memory().await;
+}
+
+/// Run again as `nobody` by `isolation_tests::sandbox_jail_holds_when_the_worker_is_not_root`.
+pub(super) async fn x_server_is_inside_and_cannot_attach_host_memory() {
     let fixture = Fixture::new(Network::Offline, Vec::new());
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
@@ -230,5 +240,23 @@ async fn sandbox_resolves_public_names_and_no_name_that_points_inside() {
             assert!(out.lines().any(|l| l.trim_end() == format!("{transport} {name}:")), "{name} resolved:\n{out}");
         }
     }
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn sandbox_output_reaches_the_host_only_as_a_bounded_log() {
+    let fixture = Fixture::new(Network::Offline, Vec::new());
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    // The terminal's processes hold the worker's end of its output; an
+    // agent finds it under /proc and writes far past the log's bound.
+    let script = "for fd in /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2; do case \"$(readlink \"$fd\")\" in pipe:*) head -c 3000000 /dev/zero | tr '\\0' x > \"$fd\" && echo \"wrote $fd\";; esac; done\n";
+    typed(provider, &sandbox, "flood.sh", script).await;
+    // Whatever reached a pipe (most of them are out of the agent's reach),
+    // the host keeps at most the bound of each of the terminal's streams.
+    let log = fixture.root.join(sandbox.id.as_str()).join("logs").join("xterm.log");
+    let bound = 2 * super::desktop::MAX_LOG_BYTES;
+    let size = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    assert!(size <= bound, "the host log grew to {size} bytes, past {bound}");
     provider.kill(&sandbox.id).await.expect("kill");
 }

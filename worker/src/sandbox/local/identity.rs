@@ -125,8 +125,9 @@ impl Slot {
         FIRST_DISPLAY + self.number
     }
 
-    /// Takes a free slot for `user`, starting at a random one.
-    pub fn claim(user: HostUser) -> Result<Self, SandboxError> {
+    /// Takes a free slot for `user` whose display `usable` says may be
+    /// taken (its socket path is free), starting at a random one.
+    pub fn claim(user: HostUser, usable: impl Fn(u32) -> bool) -> Result<Self, SandboxError> {
         let dir = Path::new(SLOT_DIR);
         make_shared_dir(dir)?;
         let count = user.slots();
@@ -134,7 +135,10 @@ impl Slot {
         for offset in 0..count {
             let number = (start + offset) % count;
             if let Some(lock) = try_lock(&slot_path(dir, number))? {
-                return Ok(Self { number, _lock: lock });
+                let slot = Self { number, _lock: lock };
+                if usable(slot.display()) {
+                    return Ok(slot);
+                }
             }
         }
         Err(SandboxError::Unavailable(format!("all {count} sandbox slots of this host are taken")))
@@ -186,7 +190,15 @@ mod tests {
 
     #[test]
     fn a_held_slot_is_not_handed_out_again_until_dropped() {
-        let first = Slot::claim(HostUser::Unprivileged).expect("a slot");
+        let first = Slot::claim(HostUser::Unprivileged, |_| true).expect("a slot");
+        let refused = std::cell::Cell::new(0);
+        let other = Slot::claim(HostUser::Unprivileged, |_| {
+            refused.set(refused.get() + 1);
+            refused.get() > 3
+        })
+        .expect("a slot past the unusable ones");
+        assert_eq!(refused.get(), 4, "a display that is not usable is passed over");
+        drop(other);
         let path = slot_path(Path::new(SLOT_DIR), first.number);
         assert!(try_lock(&path).expect("lockable").is_none(), "the slot is held");
         let number = first.number;

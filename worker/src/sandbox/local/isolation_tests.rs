@@ -306,4 +306,6 @@ async fn unprivileged_checks() {
     reachability(Network::Offline).await;
     cannot_see_or_drive_another_display().await;
     cannot_mount_write_the_host_or_read_secrets().await;
+    super::escape_tests::cannot_write_proc_sys_read_private_keys_or_be_host_root().await;
+    super::escape_tests::x_server_is_inside_and_cannot_attach_host_memory().await;
 }

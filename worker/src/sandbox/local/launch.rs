@@ -102,6 +102,19 @@ pub(crate) fn x_lock(display: u32) -> PathBuf {
     PathBuf::from(format!("/tmp/.X{display}-lock"))
 }
 
+/// Whether display `:n` may be taken: nothing is at its socket path, or
+/// only a link to a socket that is gone (left by a desktop whose worker
+/// died), which is removed. Another user's link that cannot be removed, or
+/// a live server's socket, keeps the display taken.
+pub(crate) fn display_is_free(display: u32) -> bool {
+    let socket = x_socket(display);
+    match std::fs::symlink_metadata(&socket) {
+        Err(_) => true,
+        Ok(meta) if meta.file_type().is_symlink() && !socket.exists() => std::fs::remove_file(&socket).is_ok(),
+        Ok(_) => false,
+    }
+}
+
 /// Removes what a desktop in `dir` left of display `:n` on the host: the
 /// link to a jailed server's socket, while it points into `dir`; an
 /// unjailed server's socket and lock, while the lock names a process the

@@ -589,7 +589,7 @@ async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
 async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(), SandboxError> {
     let home = dir.join("home");
     std::fs::create_dir_all(&home)?;
-    let slot = identity::Slot::claim(settings.user)?;
+    let slot = identity::Slot::claim(settings.user, |_| true)?;
     jail::prepare_files(dir, &home, settings.network, settings.user.ids(&slot))?;
     let marker = format!("probe-{:016x}", rand::random::<u64>());
     let site = jail::Site { slot: &slot, marker: &marker, dir, home: &home, deadline: Instant::now() + PROBE_TIMEOUT };
