@@ -26,7 +26,7 @@ struct Case<'a> {
 /// Runs every case of `name`'s table on one server, each under a prefix of
 /// its own.
 fn run(name: &str, cases: &[Case<'_>]) {
-    run_script(name, &testing::script(name), cases);
+    run_script(name, testing::script(name), cases);
 }
 
 /// Runs every case of `script`'s table (called `name` in failures).
