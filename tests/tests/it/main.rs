@@ -27,6 +27,7 @@ mod fairness;
 mod faults;
 mod feeds;
 mod hardening;
+mod invariant_guards;
 mod kept_limits;
 mod layering;
 mod live_view;

@@ -156,3 +156,33 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
         assert_eq!(task.status, flotilla_shared::task::TaskStatus::Queued);
     }
 }
+
+/// A request that goes away while its tenant's call is under way strands
+/// no submit behind it: the call belongs to a task of its own, which still
+/// makes the gone request's task and answers every submit that waited
+/// behind it.
+#[tokio::test]
+async fn a_submit_whose_request_goes_away_strands_none_behind_it() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = config(&redis, &prefix, "");
+    let keys = Keys::new(config.key_prefix.clone());
+    let quota = config.tenants.get(&acme());
+    let queue = flotilla_tests::tasks::queue(&config).await;
+    let spec = flotilla_tests::tasks::wait_spec(1);
+    assert!(queue.submits_in_one_call(&spec));
+    let tenant = acme();
+    let mut gone = Box::pin(queue.submit_one(&tenant, &spec, &quota));
+    assert!(futures::poll!(gone.as_mut()).is_pending(), "the first submit starts its tenant's call and waits for it");
+    let behind: Vec<_> = (0..5).map(|_| queue.submit_one(&tenant, &spec, &quota)).collect();
+    drop(gone);
+    let answers = tokio::time::timeout(std::time::Duration::from_secs(30), futures::future::join_all(behind))
+        .await
+        .expect("the submits behind a request that went away are answered");
+    for answer in answers {
+        let (verdict, submitted) = answer.expect("submit");
+        assert!(matches!(verdict, Verdict::Admitted { .. }), "{verdict:?}");
+        assert!(submitted.is_some(), "an admitted submit makes a task");
+    }
+    assert_eq!(redis.cli(&["ZCARD", &keys.tenant_tasks(&acme())]).trim(), "6", "the gone request's task is made too");
+}
