@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::isolation_tests::{typed, Fixture, TRY_TCP};
+use super::jail_fixture::{typed, Fixture, TRY_TCP};
 use super::{LocalConfig, Network, SandboxLimits};
 use crate::sandbox::{suite, SandboxError, SandboxProvider};
 

@@ -30,6 +30,8 @@ mod identity;
 #[cfg(test)]
 mod isolation_tests;
 mod jail;
+#[cfg(test)]
+mod jail_fixture;
 mod launch;
 mod limits;
 pub(crate) mod process;
