@@ -260,3 +260,49 @@ async fn sandbox_output_reaches_the_host_only_as_a_bounded_log() {
     assert!(size <= bound, "the host log grew to {size} bytes, past {bound}");
     provider.kill(&sandbox.id).await.expect("kill");
 }
+
+/// A program that asks for `io_uring` and then makes an x32 call, built
+/// with the host's C compiler as an agent could bring one in.
+const SYSCALLS_C: &str = r#"#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(void) {
+    char params[120] = {0};
+    long ring = syscall(425, 4, params);
+    printf("io_uring_setup %ld errno %d\n", ring, ring < 0 ? errno : 0);
+    fflush(stdout);
+    long pid = syscall(0x40000000 | 39);
+    printf("x32 getpid answered %ld\n", pid);
+    return 0;
+}
+"#;
+
+#[tokio::test]
+async fn io_uring_is_refused_and_an_x32_call_kills_its_caller() {
+    if std::env::consts::ARCH != "x86_64" {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("flotilla-syscalls-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("syscalls.c"), SYSCALLS_C).expect("source");
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(dir.join("syscalls"))
+        .arg(dir.join("syscalls.c"))
+        .status()
+        .expect("the C compiler runs (gcc)");
+    assert!(built.success(), "the test program builds");
+    let program = std::fs::read(dir.join("syscalls")).expect("built");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let fixture = Fixture::new(Network::Offline, Vec::new());
+    let provider = fixture.provider();
+    let sandbox = suite::create(provider, (800, 600)).await;
+    provider.write_file(&sandbox.id, "syscalls", &program).await.expect("copied in");
+    let ran = provider.run(&sandbox.id, "chmod +x syscalls && ./syscalls", Duration::from_secs(30)).await.expect("runs");
+    assert!(ran.stdout.contains(&format!("io_uring_setup -1 errno {}", libc::EPERM)), "io_uring was not refused: {ran:?}");
+    assert!(!ran.stdout.contains("x32 getpid answered"), "an x32 call went through: {ran:?}");
+    assert_ne!(ran.exit_code, 0, "the x32 call kills its caller: {ran:?}");
+    provider.kill(&sandbox.id).await.expect("kill");
+}
