@@ -28,6 +28,7 @@ use super::identity::{HostUser, Slot};
 use super::jail::{self, JailSettings};
 use super::launch::{self, Launcher};
 use super::limits::Cgroup;
+use super::network;
 use super::process::{self, Signal};
 use super::record::RecordFile;
 use super::xauth::Cookie;
@@ -114,7 +115,7 @@ pub(crate) async fn start(
             match (jail, &launcher.jail, processes.slot.as_ref()) {
                 (Some(settings), Some(walls), Some(slot)) => {
                     let site = jail::Site { slot, marker, dir, home: &launcher.home, deadline };
-                    jail::connect(settings, &site, walls, &mut network).await
+                    network::connect(settings, &site, walls, &mut network).await
                 }
                 _ => Ok(None),
             }

@@ -34,6 +34,8 @@ mod jail;
 mod jail_fixture;
 mod launch;
 mod limits;
+mod network;
+mod probe;
 pub(crate) mod process;
 mod record;
 mod seccomp;
@@ -82,8 +84,6 @@ const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
 const MAX_TOMBSTONES: usize = 4096;
 /// The port of the gateway forwarder inside a sandbox's own network.
 const GATEWAY_PORT: u16 = 4780;
-/// How long building the probe jail may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The one template: a desktop with a terminal.
 const DESKTOP_TEMPLATE: &str = "desktop";
 
@@ -460,7 +460,7 @@ impl LocalProvider {
 impl Inner {
     /// How to build a jail, once one was built here to see it works.
     async fn check_jail(&self) -> Result<JailSettings, SandboxError> {
-        let result = self.jail.get_or_init(|| probe_jail(&self.config)).await;
+        let result = self.jail.get_or_init(|| probe::probe_jail(&self.config)).await;
         result.clone().map_err(|reason| SandboxError::Unavailable(format!("local sandboxes cannot be isolated here: {reason}")))
     }
 
@@ -554,71 +554,6 @@ async fn start_forwarder(sandbox: &LocalSandbox, dir: &std::path::Path) -> Resul
         return Err(SandboxError::Unavailable("the gateway forwarder (socat) did not start in the sandbox".into()));
     }
     Ok(())
-}
-
-/// Builds a throwaway jail under `root` and runs `true` in it; the reason
-/// it failed, in one line.
-async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
-    config.limits.check()?;
-    let tools = Arc::new(jail::HostTools::find(config.network)?);
-    let hierarchy = limits::Hierarchy::detect();
-    if let limits::Hierarchy::None(why) = &hierarchy {
-        tracing::warn!(
-            reason = %why,
-            "sandboxes have no memory, process or CPU limit (no control group can be made): give the worker a \
-             delegated cgroup or run it as root"
-        );
-    }
-    let settings = JailSettings {
-        tools,
-        network: config.network,
-        exceptions: config.egress_exceptions.clone(),
-        deny: config.egress_deny.clone(),
-        user: identity::HostUser::detect()?,
-        hierarchy,
-        limits: config.limits,
-        dns_upstream: config.dns_upstream.clone().unwrap_or_else(dns::host_resolvers),
-    };
-    let dir = config.root.join(format!("probe-{:016x}", rand::random::<u64>()));
-    let result = run_probe(&dir, &settings).await.map_err(|e| match e {
-        SandboxError::Unavailable(reason) => reason,
-        other => other.to_string(),
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    result.map(|()| settings)
-}
-
-async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(), SandboxError> {
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home)?;
-    let slot = identity::Slot::claim(settings.user, |_| true)?;
-    jail::prepare_files(dir, &home, settings.network, settings.user.ids(&slot))?;
-    let marker = format!("probe-{:016x}", rand::random::<u64>());
-    let site = jail::Site { slot: &slot, marker: &marker, dir, home: &home, deadline: Instant::now() + PROBE_TIMEOUT };
-    let mut children = Vec::new();
-    let mut cgroup = None;
-    let result = async {
-        let walls = jail::build(settings, &site, &mut children, &mut cgroup).await?;
-        let (program, args) = walls.wrap(&home, jail::XAccess::None, "true", &[]);
-        let mut command = process::tied_to_worker(program);
-        command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-        let output = process::run(command, None, PROBE_TIMEOUT, 64 * 1024).await?;
-        if output.exit_code != 0 {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let line = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_owned();
-            return Err(SandboxError::Unavailable(format!("bubblewrap failed (exit {}): {line}", output.exit_code)));
-        }
-        Ok(())
-    }
-    .await;
-    for mut child in children {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
-    if let Some(cgroup) = cgroup {
-        cgroup.remove();
-    }
-    result
 }
 
 /// Kills expired sandboxes and those past a limit every `interval` until
