@@ -32,10 +32,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use flotilla_shared::config::StreamsConfig;
-use flotilla_shared::keys::Keys;
-use flotilla_shared::redis_conn::Redis;
-use flotilla_shared::{BatchId, TaskId, TenantId};
+use flotilla_config::StreamsConfig;
+use flotilla_queue::keys::Keys;
+use flotilla_queue::redis_conn::Redis;
+use flotilla_types::{BatchId, TaskId, TenantId};
 use futures::StreamExt;
 use redis::aio::PubSubSink;
 use serde::Deserialize;

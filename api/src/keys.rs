@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use flotilla_shared::apikey::{KeyDigest, KeyHasher, KeyMatch, KeyRing, KeysFileError};
-use flotilla_shared::config::AuthConfig;
+use flotilla_config::apikey::{KeyDigest, KeyHasher, KeyMatch, KeyRing, KeysFileError};
+use flotilla_config::AuthConfig;
 use tokio_util::sync::CancellationToken;
 
 /// How often the keys file is looked at for changes.
@@ -130,8 +130,9 @@ impl LiveKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_shared::apikey::Scope;
-    use flotilla_shared::{Config, TenantId};
+    use flotilla_config::apikey::Scope;
+    use flotilla_config::Config;
+    use flotilla_types::TenantId;
 
     const SECRET: &str = "a server secret of at least thirty-two bytes";
     const ENV_KEY: &str = "flt_envkey000000000000000000000000000000";

@@ -3,8 +3,8 @@
 //! local, so a task page costs no request to the store. Without a configured
 //! store the list is still given, without URLs.
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::queue::TaskRecord;
+use flotilla_blobstore::BlobStore;
+use flotilla_queue::queue::TaskRecord;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;

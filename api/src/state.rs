@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::queue::Queue;
-use flotilla_shared::webhooks::target::{Lookup, SystemLookup};
-use flotilla_shared::webhooks::Webhooks;
-use flotilla_shared::Config;
+use flotilla_blobstore::BlobStore;
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
+use flotilla_queue::webhooks::target::{Lookup, SystemLookup};
+use flotilla_queue::webhooks::Webhooks;
 use tokio_util::sync::CancellationToken;
 
 use crate::feed::Tails;

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
-use flotilla_shared::blobstore::{BlobStore, UploaderOptions};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
-use flotilla_shared::Config;
+use flotilla_blobstore::{BlobStore, UploaderOptions};
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
+use flotilla_types::action::Action;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxOwners, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
@@ -128,7 +128,7 @@ pub fn sandbox_ids(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
-            flotilla_shared::event::EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
+            flotilla_types::event::EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
             _ => None,
         })
         .collect()

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::clock;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue, TaskRecord};
-use flotilla_shared::task::{Priority, TaskSpec, TaskStatus};
+use flotilla_queue::queue::{NewTask, Queue, TaskRecord};
+use flotilla_types::clock;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Priority, TaskSpec, TaskStatus};
 
 use crate::fleet::{api_key, test_config, test_env, unique_prefix, FileFleet, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
@@ -190,9 +190,9 @@ async fn doomed_holds(q: &Queue, ids: &[TaskId], n: usize) -> bool {
     held >= n
 }
 
-fn started_by(event: &flotilla_shared::event::Event) -> Option<String> {
+fn started_by(event: &flotilla_types::event::Event) -> Option<String> {
     match &event.kind {
-        flotilla_shared::event::EventKind::Started { worker, .. } => Some(worker.clone()),
+        flotilla_types::event::EventKind::Started { worker, .. } => Some(worker.clone()),
         _ => None,
     }
 }

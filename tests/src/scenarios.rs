@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, record, submit_many, wait_all_ended, wait_spec};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::TaskStatus;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::TaskStatus;
 
 /// Waits until `check` holds, polling, or panics with `what`.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
@@ -97,7 +97,7 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
 }
 
 /// The worker that started a task's latest attempt.
-fn last_starter(history: &[flotilla_shared::event::Event]) -> Option<String> {
+fn last_starter(history: &[flotilla_types::event::Event]) -> Option<String> {
     history.iter().rev().find_map(|e| match &e.kind {
         EventKind::Started { worker, .. } => Some(worker.clone()),
         _ => None,

@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use flotilla_shared::queue::{ListFilter, Queue};
-use flotilla_shared::schedule::{NewSchedule, Schedule, SchedulePatch};
-use flotilla_shared::task::Pipeline;
-use flotilla_shared::{clock, Config, ScheduleId, TaskId};
+use flotilla_config::Config;
+use flotilla_queue::queue::{ListFilter, Queue};
+use flotilla_queue::schedule::{NewSchedule, Schedule, SchedulePatch};
+use flotilla_types::task::Pipeline;
+use flotilla_types::{clock, ScheduleId, TaskId};
 use serde_json::{json, Value};
 
 use crate::redis_server::RedisUnderTest;

@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::Event;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{Queue, TaskRecord};
-use flotilla_shared::route::Capabilities;
-use flotilla_shared::task::{Pipeline, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_queue::queue::{Queue, TaskRecord};
+use flotilla_types::event::Event;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::route::Capabilities;
+use flotilla_types::task::{Pipeline, TaskSpec};
 
 /// A worker with no sandbox, no labels and the standard pipelines: it runs
 /// [`wait_spec`] tasks.

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use flotilla_shared::clock;
-use flotilla_shared::queue::Queue;
+use flotilla_queue::queue::Queue;
+use flotilla_types::clock;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

@@ -9,10 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::live::LiveViews;
-use flotilla_shared::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
-use flotilla_shared::route::Capabilities;
-use flotilla_shared::{Config, QueueError};
+use flotilla_config::Config;
+use flotilla_queue::live::LiveViews;
+use flotilla_queue::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
+use flotilla_queue::QueueError;
+use flotilla_types::route::Capabilities;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

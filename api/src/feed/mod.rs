@@ -22,9 +22,10 @@ mod tenant;
 use std::time::Duration;
 
 use axum::response::sse::Event as SseEvent;
-use flotilla_shared::event::is_terminal_type;
-use flotilla_shared::queue::{FeedId, Queue};
-use flotilla_shared::{QueueError, TaskId, TenantId};
+use flotilla_queue::queue::{FeedId, Queue};
+use flotilla_queue::QueueError;
+use flotilla_types::event::is_terminal_type;
+use flotilla_types::{TaskId, TenantId};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use flotilla_shared::queue::{FeedEntry, FeedId, Queue, FEED_READ};
-use flotilla_shared::TenantId;
+use flotilla_queue::queue::{FeedEntry, FeedId, Queue, FEED_READ};
+use flotilla_types::TenantId;
 use tokio::sync::{broadcast, watch};
 
 use crate::hub::{Hub, HubError, Topic};

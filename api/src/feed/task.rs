@@ -6,8 +6,9 @@
 //! read again too: a task gone (expired) or ended by then ends the feed
 //! once its missed events are out.
 
-use flotilla_shared::queue::Queue;
-use flotilla_shared::{QueueError, TaskId, TenantId};
+use flotilla_queue::queue::Queue;
+use flotilla_queue::QueueError;
+use flotilla_types::{TaskId, TenantId};
 
 use super::{Client, Cursor, Flow, Recover, Sent};
 use crate::hub::{Live, Subscription};

@@ -3,8 +3,9 @@
 //! reader's entries, each sent once, in the order of the tenant's feed
 //! stream, with its position as the frame's `id`.
 
-use flotilla_shared::queue::{FeedId, Queue, FEED_READ};
-use flotilla_shared::{QueueError, TenantId};
+use flotilla_queue::queue::{FeedId, Queue, FEED_READ};
+use flotilla_queue::QueueError;
+use flotilla_types::TenantId;
 
 use super::tail::{TailSub, Tailed};
 use super::{parse, Client, Flow, Head, Recover};

@@ -8,8 +8,8 @@
 //! `Last-Event-ID`. The ordering rules live in [`crate::feed`].
 
 use axum::response::Response;
-use flotilla_shared::queue::FeedId;
-use flotilla_shared::BatchId;
+use flotilla_queue::queue::FeedId;
+use flotilla_types::BatchId;
 
 use super::batches::BatchIdPath;
 use super::sse::{self, Subscriber};

@@ -4,7 +4,8 @@
 //! [`crate::feed`].
 
 use axum::response::Response;
-use flotilla_shared::{QueueError, TaskId};
+use flotilla_queue::QueueError;
+use flotilla_types::TaskId;
 
 use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};

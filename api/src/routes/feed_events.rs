@@ -3,7 +3,7 @@
 //! retention keeps events. The ordering rules live in [`crate::feed`].
 
 use axum::response::Response;
-use flotilla_shared::queue::FeedId;
+use flotilla_queue::queue::FeedId;
 
 use super::sse::{self, Subscriber};
 use crate::error::{ApiError, ErrorBody};

@@ -3,10 +3,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use flotilla_shared::page::ScoreCursor;
-use flotilla_shared::queue::{QueueStats, TaskRecord};
-use flotilla_shared::task::TaskStatus;
-use flotilla_shared::TaskId;
+use flotilla_queue::page::ScoreCursor;
+use flotilla_queue::queue::{QueueStats, TaskRecord};
+use flotilla_types::task::TaskStatus;
+use flotilla_types::TaskId;
 use serde::Serialize;
 use utoipa::ToSchema;
 

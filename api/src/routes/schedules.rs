@@ -1,14 +1,14 @@
 //! `/v1/schedules`: cron rules that enqueue a task at each due time. The
-//! workers fire them; see `flotilla_shared::schedule`.
+//! workers fire them; see `flotilla_queue::schedule`.
 
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::schedule::{NewSchedule, Schedule, SchedulePatch};
-use flotilla_shared::{ScheduleId, ValidationError};
+use flotilla_queue::schedule::{NewSchedule, Schedule, SchedulePatch};
+use flotilla_types::clock;
+use flotilla_types::{ScheduleId, ValidationError};
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -18,10 +18,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use flotilla_shared::live::ViewMode;
-use flotilla_shared::queue::Takeover;
-use flotilla_shared::task::MAX_INPUT_MESSAGE_CHARS;
-use flotilla_shared::{QueueError, TaskId, ValidationError};
+use flotilla_queue::live::ViewMode;
+use flotilla_queue::queue::Takeover;
+use flotilla_queue::QueueError;
+use flotilla_types::task::MAX_INPUT_MESSAGE_CHARS;
+use flotilla_types::{TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

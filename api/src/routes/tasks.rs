@@ -5,11 +5,12 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::queue::{CancelOutcome, ListFilter, TaskRecord};
-use flotilla_shared::quota::Admitted;
-use flotilla_shared::task::{HumanInput, TaskSpec, TaskStatus};
-use flotilla_shared::{BatchId, QueueError, TaskId, ValidationError};
+use flotilla_queue::queue::{CancelOutcome, ListFilter, TaskRecord};
+use flotilla_queue::quota::Admitted;
+use flotilla_queue::QueueError;
+use flotilla_types::clock;
+use flotilla_types::task::{HumanInput, TaskSpec, TaskStatus};
+use flotilla_types::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -20,7 +21,7 @@ use crate::state::AppState;
 
 /// Tasks one list call returns unless asked otherwise.
 pub const DEFAULT_LIST_LIMIT: usize = 50;
-pub use flotilla_shared::queue::MAX_LIST_LIMIT;
+pub use flotilla_queue::queue::MAX_LIST_LIMIT;
 
 /// The answer to a submit.
 #[derive(Debug, Serialize, ToSchema)]

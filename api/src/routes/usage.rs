@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::usage::{Meter, UsageView, MAX_USAGE_DAYS};
-use flotilla_shared::ValidationError;
+use flotilla_types::clock;
+use flotilla_types::usage::{Meter, UsageView, MAX_USAGE_DAYS};
+use flotilla_types::ValidationError;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 

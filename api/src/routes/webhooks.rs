@@ -1,15 +1,15 @@
 //! `/v1/webhooks`: a tenant's webhook endpoints, their secrets and their
 //! delivery logs. Delivery itself runs in the workers; see
-//! `flotilla_shared::webhooks`.
+//! `flotilla_queue::webhooks`.
 
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks};
-use flotilla_shared::{MessageId, ValidationError, WebhookId};
+use flotilla_queue::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks};
+use flotilla_types::clock;
+use flotilla_types::{MessageId, ValidationError, WebhookId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 

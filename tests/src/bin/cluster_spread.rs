@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_tests::{RedisCluster, RedisUnderTest};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;

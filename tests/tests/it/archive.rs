@@ -7,13 +7,14 @@
 
 use std::time::Duration;
 
-use flotilla_shared::queue::Queue;
-use flotilla_shared::{Config, TaskId};
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{tenant, wait_all_ended};
 use flotilla_tests::{
     api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer, SseReader,
 };
+use flotilla_types::TaskId;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 

@@ -16,18 +16,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
-use flotilla_shared::clock::parse_rfc3339;
-use flotilla_shared::config::Secret;
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::queue::{Queue, TaskRecord};
-use flotilla_shared::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_blobstore::{content_hash, BlobStore, UploaderOptions};
+use flotilla_config::Secret;
+use flotilla_queue::queue::{Queue, TaskRecord};
 use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_turn};
 use flotilla_tests::fakes::{Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::clock::parse_rfc3339;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
 use flotilla_worker::gateway::{GatewayConfig, ModelGateway};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
@@ -50,7 +50,7 @@ struct CodeFleet {
     _redis: RedisServer,
     _s3: S3Server,
     store: BlobStore,
-    config: flotilla_shared::Config,
+    config: flotilla_config::Config,
     api: ScriptedServer,
     gateway: ModelGateway,
     queue: Queue,
@@ -379,7 +379,7 @@ async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts
             if seen.iter().any(|(p, ..)| *p == path) {
                 continue;
             }
-            assert_eq!(op, flotilla_shared::event::FileOp::Write, "{path}");
+            assert_eq!(op, flotilla_types::event::FileOp::Write, "{path}");
             let key = fleet.store.layout().artifact(&id, &path).expect("artifact key");
             let stored = fleet.store.get(&key).await.map(|b| b.to_vec()).unwrap_or_default();
             let readable = hash.as_deref() == Some(content_hash(&stored).as_str()) && bytes == stored.len() as u64;
@@ -506,7 +506,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     // The answer queued for the first run is used by the second, which
     // starts over: a new session, so one answer is all it needs.
     let now = fleet.queue.now_ms();
-    fleet.config.clock.advance(flotilla_shared::clock::ms_to_next_utc_day(now) + 1_000);
+    fleet.config.clock.advance(flotilla_types::clock::ms_to_next_utc_day(now) + 1_000);
     wait_all_ended(&fleet.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
     let task = record(&fleet.queue, &id).await;
     assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 2), "{:?}", task.error);

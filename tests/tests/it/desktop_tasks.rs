@@ -11,15 +11,15 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TenantId;
-use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_tests::desktop::{count, eventually, png_size, sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::fleet::{test_config, test_env};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, SECRET_KEY};
 use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient, RedisServer, WorkerProcess};
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::TenantId;
+use flotilla_types::task::{StopCode, TaskStatus};
 use flotilla_worker::sandbox::{SandboxId, SandboxRequest};
 use serde_json::{json, Value};
 
@@ -247,7 +247,7 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
 
     let queue = flotilla_tests::tasks::queue(&test_config(&redis, &prefix, &[])).await;
     let spec = json!({"prompt": "one move", "pipeline": "scripted", "retry": {"max_attempts": 1}, "actions": [{"type": "move", "x": 3, "y": 3}]});
-    let spec = flotilla_shared::task::TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
+    let spec = flotilla_types::task::TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
     let id = queue.submit(&tenant(), spec).await.expect("submit").id;
     wait_all_ended(&queue, std::slice::from_ref(&id), Duration::from_secs(60)).await;
     let task = record(&queue, &id).await;

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use flotilla_shared::keys::Keys;
-use flotilla_shared::queue::{Attempt, Claimer, Ending, FeedId, NewTask, Queue, StartOutcome, Terminal};
-use flotilla_shared::task::{StopCode, TaskStatus};
-use flotilla_shared::{clock, TaskId, TenantId};
+use flotilla_queue::keys::Keys;
+use flotilla_queue::queue::{Attempt, Claimer, Ending, FeedId, NewTask, Queue, StartOutcome, Terminal};
 use flotilla_tests::tasks::{plain_worker, wait_spec};
 use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_types::task::{StopCode, TaskStatus};
+use flotilla_types::{clock, TaskId, TenantId};
 
 const PER_TENANT: usize = 20;
 

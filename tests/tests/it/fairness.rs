@@ -7,15 +7,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::config::{TenantSettings, TenantsConfig};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::keys::Keys;
-use flotilla_shared::queue::fair_scripts::TURN_TASKS;
-use flotilla_shared::queue::{Delivery, NewTask, Queue, QueueSettings};
-use flotilla_shared::redis_conn::Redis;
+use flotilla_config::{TenantSettings, TenantsConfig};
+use flotilla_queue::keys::Keys;
+use flotilla_queue::queue::fair_scripts::TURN_TASKS;
+use flotilla_queue::queue::{Delivery, NewTask, Queue, QueueSettings};
+use flotilla_queue::redis_conn::Redis;
 use flotilla_tests::fair_scenarios;
 use flotilla_tests::tasks::{plain_worker, wait_spec};
 use flotilla_tests::{test_config, unique_prefix, RedisCluster, RedisServer};
+use flotilla_types::ids::{TaskId, TenantId};
 use proptest::prelude::*;
 
 #[tokio::test(flavor = "multi_thread")]

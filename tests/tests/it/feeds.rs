@@ -6,9 +6,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use flotilla_shared::queue::{FeedId, NewTask};
-use flotilla_shared::TaskId;
+use flotilla_queue::queue::{FeedId, NewTask};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, SseFrame, SseReader};
+use flotilla_types::TaskId;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
@@ -233,7 +233,7 @@ async fn five_thousand_streams_share_one_subscription_a_tenant_past_its_cap_gets
 }
 
 /// The tasks a call creates at once, as a batch or a bench would.
-async fn create_at_once(queue: &flotilla_shared::queue::Queue, n: usize) -> Vec<flotilla_shared::TaskId> {
+async fn create_at_once(queue: &flotilla_queue::queue::Queue, n: usize) -> Vec<flotilla_types::TaskId> {
     let tenant = flotilla_tests::tasks::tenant();
     let spec = flotilla_tests::tasks::wait_spec(1);
     let tasks: Vec<NewTask> =
@@ -252,7 +252,7 @@ async fn events_written_by_one_call_share_a_feed_entry_and_reading_after_any_of_
     let first = create_at_once(&queue, 5).await;
     let second = create_at_once(&queue, 3).await;
 
-    let feed_key = flotilla_shared::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
+    let feed_key = flotilla_queue::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
     assert_eq!(redis.cli(&["XLEN", &feed_key]).trim(), "2", "each call's queued events are one entry");
     let all = queue.feed_after(&tenant, FeedId::START).await.expect("reads");
     let announced: Vec<String> = all.iter().map(|e| key_of_event(&e.event)).collect();
@@ -278,7 +278,7 @@ async fn entries_of_one_event_a_field_read_back_in_order_beside_an_older_entry_o
     let config = test_config(&redis, &unique_prefix(), &[]);
     let queue = flotilla_tests::tasks::queue(&config).await;
     let tenant = flotilla_tests::tasks::tenant();
-    let feed_key = flotilla_shared::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
+    let feed_key = flotilla_queue::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
     let older = [r#"{"seq":1,"task_id":"tsk_a","type":"queued"}"#, r#"{"seq":1,"task_id":"tsk_b","type":"queued"}"#];
     redis.cli(&["XADD", &feed_key, "*", "e", &older.join("\n")]);
     let created = create_at_once(&queue, 1_001).await;

@@ -6,14 +6,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::queue::StartOutcome;
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskStatus};
-use flotilla_shared::{clock, Config, QueueError};
+use flotilla_config::Config;
+use flotilla_queue::queue::StartOutcome;
+use flotilla_queue::QueueError;
 use flotilla_tests::tasks::{
     assert_history_whole, events, plain_worker, queue, record, submit_many, tenant, wait_all_ended, wait_spec,
 };
 use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
+use flotilla_types::clock;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{Pipeline as PipelineKind, TaskStatus};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -56,9 +58,9 @@ async fn higher_lanes_are_read_first() {
     let (_redis, config) = fleet(&[]);
     let q = queue(&config).await;
     let mut low = wait_spec(1);
-    low.priority = Some(flotilla_shared::task::Priority::Low);
+    low.priority = Some(flotilla_types::task::Priority::Low);
     let mut high = wait_spec(1);
-    high.priority = Some(flotilla_shared::task::Priority::High);
+    high.priority = Some(flotilla_types::task::Priority::High);
     let low_id = q.submit(&tenant(), low).await.expect("submit").id;
     let normal_id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let high_id = q.submit(&tenant(), high).await.expect("submit").id;
@@ -80,7 +82,7 @@ async fn a_retryable_failure_retries_with_backoff_then_dead_letters_and_can_be_r
     let mut registry = Registry::standard();
     registry.register(PipelineKind::Scripted, Arc::new(AlwaysFlaky(runs.clone())));
     let mut spec = wait_spec(1);
-    spec.retry = Some(flotilla_shared::task::RetryPolicy { max_attempts: 3 });
+    spec.retry = Some(flotilla_types::task::RetryPolicy { max_attempts: 3 });
     let id = q.submit(&tenant(), spec).await.expect("submit").id;
     let worker = InProcessWorker::start(config, registry);
     let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(15)).await;
@@ -136,9 +138,9 @@ async fn a_stale_attempt_cannot_write_after_another_took_over() {
 
     assert!(matches!(stale.emit(EventKind::Reasoning { text: "late".into() }, &[]).await, Err(QueueError::Fenced)));
     assert!(matches!(stale.succeed(serde_json::json!({"text": "stale"})).await, Err(QueueError::Fenced)));
-    assert!(matches!(stale.fail(flotilla_shared::task::StopCode::Problem, "stale").await, Err(QueueError::Fenced)));
+    assert!(matches!(stale.fail(flotilla_types::task::StopCode::Problem, "stale").await, Err(QueueError::Fenced)));
     assert!(matches!(stale.retry_or_dead_letter("stale").await, Err(QueueError::Fenced)));
-    assert_eq!(stale.heartbeat().await.expect("heartbeat"), flotilla_shared::queue::HeartbeatOutcome::Fenced);
+    assert_eq!(stale.heartbeat().await.expect("heartbeat"), flotilla_queue::queue::HeartbeatOutcome::Fenced);
 
     fresh.succeed(serde_json::json!({"text": "fresh"})).await.expect("owner writes");
     let task = record(&q, &id).await;
@@ -157,7 +159,7 @@ async fn cancelling_a_queued_task_ends_it_and_no_worker_runs_it() {
     let q = queue(&config).await;
     let id = q.submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let outcome = q.cancel(&tenant(), &id).await.expect("cancel");
-    assert_eq!(outcome, flotilla_shared::queue::CancelOutcome::Cancelled);
+    assert_eq!(outcome, flotilla_queue::queue::CancelOutcome::Cancelled);
     let worker = InProcessWorker::start(config, Registry::standard());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let history = events(&q, &id).await;
@@ -182,7 +184,7 @@ async fn cancelling_a_running_task_stops_it_within_five_seconds() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let asked = Instant::now();
-    assert_eq!(q.cancel(&tenant(), &id).await.expect("cancel"), flotilla_shared::queue::CancelOutcome::Cancelling);
+    assert_eq!(q.cancel(&tenant(), &id).await.expect("cancel"), flotilla_queue::queue::CancelOutcome::Cancelling);
     let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(5)).await;
     assert!(asked.elapsed() < Duration::from_secs(5));
     assert_eq!(records[0].status, TaskStatus::Cancelled);
@@ -220,7 +222,7 @@ async fn an_idempotency_key_returns_the_same_task_or_a_conflict() {
     changed.prompt = "something else".into();
     assert!(matches!(q.submit(&tenant(), changed).await, Err(QueueError::IdempotencyConflict)));
     let (listed, _) =
-        q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+        q.list(&tenant(), &flotilla_queue::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
     assert_eq!(listed.len(), 1, "a replay creates nothing");
 }
 
@@ -236,7 +238,7 @@ async fn finished_tasks_expire_after_the_retention_and_leave_the_index() {
     assert!(events(&q, &id).await.is_empty(), "its events expired");
     q.prune_indexes().await.expect("prune");
     let (listed, _) =
-        q.list(&tenant(), &flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
+        q.list(&tenant(), &flotilla_queue::queue::ListFilter { limit: 10, ..Default::default() }).await.expect("list");
     assert!(listed.is_empty());
     worker.stop().await;
 }
@@ -401,18 +403,18 @@ async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_ove
 
 /// Adds a second lane entry for a task, as a retry's promotion does while
 /// the earlier entry is reclaimed.
-async fn queue_entry_again(q: &flotilla_shared::queue::Queue, id: &flotilla_shared::TaskId) {
+async fn queue_entry_again(q: &flotilla_queue::queue::Queue, id: &flotilla_types::TaskId) {
     let shard = q.keys().shard_of(&tenant());
     let mut conn = q.redis().shared();
-    let _: i64 = flotilla_shared::queue::fair_scripts::ENQUEUE
+    let _: i64 = flotilla_queue::queue::fair_scripts::ENQUEUE
         .key(q.keys().sched(shard))
         .arg(q.keys().shard_base(shard))
-        .arg(flotilla_shared::keys::GROUP)
+        .arg(flotilla_queue::keys::GROUP)
         .arg(0)
         .arg(tenant().as_str())
         .arg(1)
         .arg(0)
-        .arg(flotilla_shared::task::Priority::Normal.lane_number())
+        .arg(flotilla_types::task::Priority::Normal.lane_number())
         .arg(id.as_str())
         .arg(0)
         .arg("scripted|none|")
@@ -433,7 +435,7 @@ impl Pipeline for LeakyErrors {
                     "cannot reach redis://:hunter2@10.0.0.5:6379: refused; E2B said {\"envdAccessToken\":\"tok-9f8e7d\"}".into(),
                 ),
                 _ => PipelineError::Fatal {
-                    code: flotilla_shared::task::StopCode::Problem,
+                    code: flotilla_types::task::StopCode::Problem,
                     message: "model refused key sk-ant-api03-AbCdEf0123456789 with Bearer ftk_secret".into(),
                 },
             })
@@ -475,15 +477,15 @@ async fn a_task_without_a_pipeline_is_refused_and_nothing_is_written() {
     unnamed.pipeline = None;
     let refused = q.submit(&tenant(), unnamed.clone()).await.expect_err("refused");
     assert!(matches!(refused, QueueError::NoPipeline), "{refused:?}");
-    let new = |spec| flotilla_shared::queue::NewTask {
-        id: flotilla_shared::ids::TaskId::generate(),
+    let new = |spec| flotilla_queue::queue::NewTask {
+        id: flotilla_types::ids::TaskId::generate(),
         tenant: tenant(),
         batch: None,
         spec,
     };
     let refused = q.create_tasks(vec![new(wait_spec(1)), new(unnamed)]).await.expect_err("refused");
     assert!(matches!(refused, QueueError::NoPipeline), "{refused:?}");
-    let filter = flotilla_shared::queue::ListFilter { limit: 10, ..Default::default() };
+    let filter = flotilla_queue::queue::ListFilter { limit: 10, ..Default::default() };
     let (listed, _) = q.list(&tenant(), &filter).await.expect("list");
     assert!(listed.is_empty(), "nothing was created: {listed:?}");
     let stats = q.stats(&tenant()).await.expect("stats");

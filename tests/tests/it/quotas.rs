@@ -8,12 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::task::TaskStatus;
-use flotilla_shared::{clock, Config, TaskId, TenantId};
+use flotilla_config::Config;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::in_process::InProcessWorker;
 use flotilla_tests::{config_file, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use flotilla_types::task::TaskStatus;
+use flotilla_types::{clock, TaskId, TenantId};
 use flotilla_worker::sandbox::MemoryProvider;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};

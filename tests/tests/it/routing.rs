@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended, wait_spec};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
 /// The worker that ran a task's last attempt.
-async fn ran_on(q: &flotilla_shared::queue::Queue, id: &TaskId) -> String {
+async fn ran_on(q: &flotilla_queue::queue::Queue, id: &TaskId) -> String {
     events(q, id)
         .await
         .into_iter()

@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::clock;
-use flotilla_shared::keys::Keys;
-use flotilla_shared::task::TaskStatus;
+use flotilla_queue::keys::Keys;
 use flotilla_tests::schedule_scenarios::{self, at, create, due_times, fire_all, replicas, runs, task, view, MINUTE};
 use flotilla_tests::tasks::tenant;
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::clock;
+use flotilla_types::task::TaskStatus;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 

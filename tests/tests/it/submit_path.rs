@@ -5,10 +5,11 @@
 //! `max_queued`, while the task it makes is queued, listed and announced
 //! as before.
 
-use flotilla_shared::keys::Keys;
-use flotilla_shared::queue::{FeedId, Verdict};
-use flotilla_shared::{clock, Config, TenantId};
+use flotilla_config::Config;
+use flotilla_queue::keys::Keys;
+use flotilla_queue::queue::{FeedId, Verdict};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use flotilla_types::{clock, TenantId};
 use serde_json::{json, Value};
 
 fn config(redis: &RedisServer, prefix: &str, tenants: &str) -> Config {
@@ -153,7 +154,7 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     );
     for id in &admitted {
         let task = queue.get(&acme(), id).await.expect("read").expect("the admitted task exists");
-        assert_eq!(task.status, flotilla_shared::task::TaskStatus::Queued);
+        assert_eq!(task.status, flotilla_types::task::TaskStatus::Queued);
     }
 }
 

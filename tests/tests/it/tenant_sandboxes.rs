@@ -8,13 +8,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
+use flotilla_queue::queue::Queue;
 use flotilla_tests::fleet::FileFleet;
 use flotilla_tests::tasks::{events, wait_spec};
 use flotilla_tests::{unique_prefix, RedisServer, WorkerProcess};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use flotilla_shared::blobstore::{content_hash, BlobConfig, BlobStore};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_blobstore::{content_hash, BlobConfig, BlobStore};
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;

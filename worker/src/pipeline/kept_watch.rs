@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::ids::TenantId;
-use flotilla_shared::queue::Queue;
+use flotilla_queue::queue::Queue;
+use flotilla_types::ids::TenantId;
 use time::OffsetDateTime;
 use tracing::{debug, warn};
 

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;

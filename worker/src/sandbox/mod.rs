@@ -22,8 +22,8 @@ use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flotilla_shared::action::Action;
-use flotilla_shared::task::SandboxProviderKind;
+use flotilla_types::action::Action;
+use flotilla_types::task::SandboxProviderKind;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;

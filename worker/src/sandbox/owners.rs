@@ -7,10 +7,10 @@
 //! record (a warm one in a pool, one started outside the fleet) belongs to
 //! no tenant and is never attached to.
 
-use flotilla_shared::ids::TenantId;
-use flotilla_shared::keys::Keys;
-use flotilla_shared::redis_conn::Redis;
-use flotilla_shared::QueueError;
+use flotilla_queue::keys::Keys;
+use flotilla_queue::redis_conn::Redis;
+use flotilla_queue::QueueError;
+use flotilla_types::ids::TenantId;
 use time::OffsetDateTime;
 
 use super::SandboxId;

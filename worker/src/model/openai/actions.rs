@@ -5,7 +5,7 @@
 //! `key_up` after it; scroll distances in pixels become wheel clicks; key
 //! names become the ones our sandboxes press (`sandbox::keys::lookup`).
 
-use flotilla_shared::action::{Action, MouseButton};
+use flotilla_types::action::{Action, MouseButton};
 
 use super::json::At;
 use crate::model::{ModelAction, ModelError};

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::action::{Action, MouseButton};
+use flotilla_types::action::{Action, MouseButton};
 
 use crate::sandbox::{keys, SandboxError};
 

@@ -49,7 +49,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
@@ -578,8 +578,8 @@ impl SandboxProvider for LocalProvider {
         "local"
     }
 
-    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
-        flotilla_shared::task::SandboxProviderKind::Local
+    fn kind(&self) -> flotilla_types::task::SandboxProviderKind {
+        flotilla_types::task::SandboxProviderKind::Local
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
