@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use flotilla_types::open::Vocabulary;
+use flotilla_types::task::{Priority, TaskStatus};
 use serde_json::{json, Value};
 
 use crate::client::ApiKey;
@@ -106,7 +109,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Queue lane
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = one_of::<Priority>())]
     pub priority: Option<Priority>,
     /// A scripted action as a JSON object, e.g. '{"type":"wait","ms":200}' (repeatable)
     #[arg(long = "action", value_name = "JSON", value_parser = parse_action)]
@@ -256,8 +259,8 @@ pub struct WatchArgs {
 #[derive(Debug, Args)]
 pub struct TasksArgs {
     /// Only tasks in this status
-    #[arg(long, value_parser = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"])]
-    pub status: Option<String>,
+    #[arg(long, value_parser = one_of::<TaskStatus>())]
+    pub status: Option<TaskStatus>,
     /// Only tasks of this batch
     #[arg(long, value_name = "ID")]
     pub batch: Option<String>,
@@ -322,22 +325,11 @@ pub struct ReleaseArgs {
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Priority {
-    High,
-    Normal,
-    Low,
-}
-
-impl Priority {
-    /// The name the API uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::High => "high",
-            Priority::Normal => "normal",
-            Priority::Low => "low",
-        }
-    }
+/// Reads one of the names of a vocabulary of `flotilla-types`
+/// ([`Priority::ALL`], [`TaskStatus::ALL`]), listing them in `--help`.
+fn one_of<T: Vocabulary + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::ALL.iter().map(|value| value.name()))
+        .map(|name| T::of_name(&name).expect("clap allows only the listed names"))
 }
 
 /// Parses the process arguments, exiting with clap's message on bad usage.

@@ -1,8 +1,9 @@
 //! How things look to a person: event lines, the task table, the error line,
 //! and writing to the terminal without panicking when a pipe closes.
 //!
-//! Everything here reads `serde_json::Value`s and tolerates missing or
-//! unexpected fields, so a newer API never breaks an older client's display.
+//! Event lines read `serde_json::Value`s and the task table reads task
+//! records as [`Task`]; both tolerate missing or unexpected fields, so a
+//! newer API never breaks an older client's display.
 //!
 //! Every line goes out through [`printable`]: text from the API (prompts,
 //! model reasoning, error messages) is written by tasks and models, and an
@@ -12,6 +13,8 @@
 use std::io::{self, Write};
 
 use serde_json::Value;
+
+use crate::record::Task;
 
 /// Fields every event repeats; not worth a column on each line.
 const ENVELOPE: [&str; 6] = ["task_id", "batch_id", "tenant", "seq", "ts", "type"];
@@ -187,11 +190,7 @@ fn result_summary(result: Option<&Value>) -> String {
 pub fn short_time(ts: Option<&Value>) -> String {
     const UNKNOWN: &str = "--:--:--";
     match ts {
-        Some(Value::String(text)) => text
-            .split_once('T')
-            .and_then(|(_, time)| time.get(..8))
-            .filter(|t| t.len() == 8 && t.as_bytes()[2] == b':' && t.as_bytes()[5] == b':')
-            .map_or_else(|| UNKNOWN.to_owned(), str::to_owned),
+        Some(Value::String(text)) => clock_time(text),
         Some(Value::Number(n)) => match n.as_u64() {
             Some(ms) => {
                 let seconds = (ms / 1000) % 86_400;
@@ -201,6 +200,14 @@ pub fn short_time(ts: Option<&Value>) -> String {
         },
         _ => UNKNOWN.to_owned(),
     }
+}
+
+/// `HH:MM:SS` from an RFC 3339 string.
+pub fn clock_time(text: &str) -> String {
+    text.split_once('T')
+        .and_then(|(_, time)| time.get(..8))
+        .filter(|t| t.len() == 8 && t.as_bytes()[2] == b':' && t.as_bytes()[5] == b':')
+        .map_or_else(|| "--:--:--".to_owned(), str::to_owned)
 }
 
 /// Newlines and tabs become spaces.
@@ -222,7 +229,7 @@ fn truncate_plain(text: &str, max: usize) -> String {
 }
 
 /// The task list as aligned lines: ID, STATUS, CODE, ATTEMPTS, CREATED, PROMPT.
-pub fn task_table(tasks: &[Value]) -> Vec<String> {
+pub fn task_table(tasks: &[Task]) -> Vec<String> {
     aligned(["ID", "STATUS", "CODE", "ATTEMPTS", "CREATED", "PROMPT"], tasks.iter().map(task_row))
 }
 
@@ -252,27 +259,23 @@ pub fn cell(value: Option<&Value>) -> String {
     }
 }
 
-fn task_row(task: &Value) -> [String; 6] {
-    let prompt = task.get("prompt").or_else(|| task.pointer("/spec/prompt"));
+fn task_row(task: &Task) -> [String; 6] {
+    let text = |text: Option<&str>| text.map_or_else(|| "-".to_owned(), one_line);
     [
-        cell(task.get("id")),
-        cell(task.get("status")),
-        cell(task.get("code")),
-        cell(task.get("attempts")),
-        created(task.get("created_at")),
-        truncate(&cell(prompt), MAX_PROMPT),
+        text(task.id.as_deref()),
+        text(task.status.as_ref().map(|s| s.name())),
+        text(task.code.as_ref().map(|c| c.name())),
+        task.attempts.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        task.created_at.as_deref().map_or_else(|| "-".to_owned(), created),
+        truncate(&text(task.prompt()), MAX_PROMPT),
     ]
 }
 
-/// An RFC 3339 time without its fraction of a second, or the value as given.
-fn created(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(text)) => match (text.find('.'), text.find(['Z', '+']).or_else(|| text.rfind('-'))) {
-            (Some(dot), Some(zone)) if dot < zone => format!("{}{}", &text[..dot], &text[zone..]),
-            _ => text.clone(),
-        },
-        Some(Value::Null) | None => "-".to_owned(),
-        Some(other) => other.to_string(),
+/// An RFC 3339 time without its fraction of a second, or the text as given.
+fn created(text: &str) -> String {
+    match (text.find('.'), text.find(['Z', '+']).or_else(|| text.rfind('-'))) {
+        (Some(dot), Some(zone)) if dot < zone => format!("{}{}", &text[..dot], &text[zone..]),
+        _ => text.to_owned(),
     }
 }
 
@@ -367,6 +370,7 @@ mod tests {
             json!({"id": "tsk_1", "status": "running", "code": null, "attempts": 1, "created_at": "2026-01-02T03:04:05.123Z", "spec": {"prompt": "a".repeat(50)}}),
             json!({"id": "tsk_22", "status": "succeeded", "code": "done", "attempts": 2, "prompt": "line one\nline two"}),
         ];
+        let tasks: Vec<Task> = tasks.iter().filter_map(Task::read).collect();
         let lines = task_table(&tasks);
         assert_eq!(lines[0], "ID      STATUS     CODE  ATTEMPTS  CREATED               PROMPT");
         assert_eq!(lines[1], format!("tsk_1   running    -     1         2026-01-02T03:04:05Z  {}\u{2026}", "a".repeat(39)));

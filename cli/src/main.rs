@@ -11,6 +11,7 @@ mod display;
 mod feed;
 mod json_text;
 mod progress;
+mod record;
 mod spec;
 mod sse;
 mod task_summary;

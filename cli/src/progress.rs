@@ -10,6 +10,8 @@
 
 use serde_json::Value;
 
+use crate::record::Task;
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Progress {
     status: Option<String>,
@@ -30,13 +32,13 @@ struct Snapshot {
 impl Progress {
     /// Starts from a task resource (`GET /v1/tasks/{id}`): its step limit and
     /// its steps taken so far; statuses come from the replayed events.
-    pub fn from_task(task: &Value) -> Self {
-        let total = task.get("max_steps").or_else(|| task.pointer("/spec/max_steps")).and_then(Value::as_u64);
+    pub fn from_task(task: &Task) -> Self {
+        let total = task.spec.as_ref().and_then(|spec| spec.max_steps);
         let snapshot = task
-            .get("steps_taken")
-            .and_then(Value::as_u64)
+            .steps_taken
+            .map(u64::from)
             .filter(|steps| *steps > 0)
-            .map(|steps_taken| Snapshot { steps_taken, at_seq: task.get("last_seq").and_then(Value::as_u64).unwrap_or(0) });
+            .map(|steps_taken| Snapshot { steps_taken, at_seq: task.last_seq.unwrap_or(0) });
         let mut progress = Self { total, snapshot, ..Self::default() };
         progress.apply_snapshot(0);
         progress
@@ -150,9 +152,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn task(value: Value) -> Task {
+        Task::read(&value).expect("a task record")
+    }
+
     #[test]
     fn a_planned_task_counts_started_steps() {
-        let mut progress = Progress::from_task(&json!({"status": "running", "steps_taken": 0}));
+        let mut progress = Progress::from_task(&task(json!({"status": "running", "steps_taken": 0})));
         assert!(!progress.observe(&json!({"type": "queued", "attempt": 1})), "the event line says it");
         assert_eq!(progress.line(), "queued");
         assert!(!progress.observe(&json!({"type": "started", "attempt": 1, "worker": "w1"})));
@@ -167,7 +173,7 @@ mod tests {
     #[test]
     fn an_unplanned_task_uses_steps_taken_once_the_replay_catches_up() {
         let task = json!({"status": "running", "steps_taken": 4, "last_seq": 3, "spec": {"prompt": "x", "max_steps": 20}});
-        let mut progress = Progress::from_task(&task);
+        let mut progress = Progress::from_task(&self::task(task));
         progress.observe(&json!({"seq": 1, "type": "queued"}));
         assert_eq!(progress.line(), "queued");
         progress.observe(&json!({"seq": 2, "type": "started"}));

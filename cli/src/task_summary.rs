@@ -3,148 +3,140 @@
 //! result or error, its screenshots, what it waits for), instead of the
 //! whole record as JSON (`--json` prints that).
 //!
-//! Like the rest of the display, it reads a `serde_json::Value` and leaves out
-//! what is missing or null, so a newer API never breaks it.
+//! It reads the record as [`Task`] (`record.rs`), which leaves out what is
+//! missing, null or not understood, so a newer API never breaks it.
 
 use serde_json::Value;
 
-use crate::display::{cell, one_line, short_time, truncate};
+use crate::display::{clock_time, one_line, truncate};
+use crate::record::{Sandbox, Screenshot, Task, TaskResult};
 
 /// Longest prompt, result or error text shown.
 const MAX_TEXT: usize = 200;
 /// Width of the label column.
 const LABEL_WIDTH: usize = 12;
 
+/// The summary's lines of an answer; none when it is not a task record.
+pub fn lines(answer: &Value) -> Vec<String> {
+    Task::read(answer).map(|task| task_lines(&task)).unwrap_or_default()
+}
+
 /// The summary's lines, label first.
-pub fn lines(task: &Value) -> Vec<String> {
+pub fn task_lines(task: &Task) -> Vec<String> {
+    let spec = task.spec.as_ref();
     let rows = [
-        ("task", text(task.get("id"))),
+        ("task", task.id.as_deref().map(one_line)),
         ("status", status(task)),
-        ("batch", text(task.get("batch_id"))),
-        ("prompt", long_text(task.pointer("/spec/prompt").or_else(|| task.get("prompt")))),
-        ("pipeline", text(task.pointer("/spec/pipeline"))),
-        ("model", text(task.pointer("/spec/model"))),
-        ("priority", text(task.get("priority"))),
-        ("attempts", text(task.get("attempts"))),
+        ("batch", task.batch_id.as_deref().map(one_line)),
+        ("prompt", long_text(task.prompt())),
+        ("pipeline", spec.and_then(|s| s.pipeline.as_ref()).map(|p| one_line(p.name()))),
+        ("model", spec.and_then(|s| s.model.as_deref()).map(one_line)),
+        ("priority", task.priority.as_ref().map(|p| one_line(p.name()))),
+        ("attempts", task.attempts.map(|n| n.to_string())),
         ("steps", steps(task)),
         ("times", times(task)),
-        ("sandbox", sandbox(task.get("sandbox"))),
-        ("waiting for", waiting_for(task.get("waiting_for"))),
-        ("result", result(task.get("result"))),
-        ("artifacts", artifacts(task.get("result"))),
-        ("error", long_text(task.get("error"))),
-        ("screenshots", screenshots(task.get("screenshots"))),
-        ("usage", usage(task.get("usage"))),
+        ("sandbox", task.sandbox.as_ref().map(sandbox)),
+        ("waiting for", task.waiting_for.as_ref().map(|needs| one_line(&needs.join(", ")))),
+        ("result", task.result.as_ref().map(result)),
+        ("artifacts", task.result.as_ref().and_then(artifacts)),
+        ("error", long_text(task.error.as_deref())),
+        ("screenshots", task.screenshots.as_deref().and_then(screenshots)),
+        ("usage", task.usage.as_ref().map(usage)),
     ];
     rows.into_iter()
         .filter_map(|(label, value)| value.filter(|v| !v.is_empty()).map(|v| format!("{label:<LABEL_WIDTH$}{v}")))
         .collect()
 }
 
-/// A present, non-null value as one line.
-fn text(value: Option<&Value>) -> Option<String> {
-    value.filter(|v| !v.is_null()).map(|v| cell(Some(v)))
-}
-
-fn long_text(value: Option<&Value>) -> Option<String> {
-    text(value).map(|t| truncate(&t, MAX_TEXT))
+fn long_text(text: Option<&str>) -> Option<String> {
+    text.map(|t| truncate(&one_line(t), MAX_TEXT))
 }
 
 /// `succeeded (done)`.
-fn status(task: &Value) -> Option<String> {
-    let status = text(task.get("status"))?;
-    Some(match text(task.get("code")) {
-        Some(code) => format!("{status} ({code})"),
+fn status(task: &Task) -> Option<String> {
+    let status = one_line(task.status.as_ref()?.name());
+    Some(match &task.code {
+        Some(code) => format!("{status} ({})", one_line(code.name())),
         None => status,
     })
 }
 
 /// `3 taken, now #4 of a 5-step plan`.
-fn steps(task: &Value) -> Option<String> {
-    let taken = task.get("steps_taken").and_then(Value::as_u64)?;
+fn steps(task: &Task) -> Option<String> {
+    let taken = task.steps_taken?;
     let mut line = format!("{taken} taken");
-    if let Some(current) = task.get("current_step").and_then(Value::as_u64) {
-        line.push_str(&format!(", now #{}", current + 1));
+    if let Some(current) = task.current_step {
+        line.push_str(&format!(", now #{}", u64::from(current) + 1));
     }
-    if let Some(plan) = task.get("plan").and_then(Value::as_array) {
+    if let Some(plan) = &task.plan {
         line.push_str(&format!(", a {}-step plan", plan.len()));
     }
     Some(line)
 }
 
 /// `created 12:00:01  started 12:00:02  finished 12:00:09` (UTC).
-fn times(task: &Value) -> Option<String> {
-    let parts: Vec<String> = [("created", "created_at"), ("started", "started_at"), ("finished", "finished_at")]
+fn times(task: &Task) -> Option<String> {
+    let parts: Vec<String> = [("created", &task.created_at), ("started", &task.started_at), ("finished", &task.finished_at)]
         .into_iter()
-        .filter_map(|(label, field)| task.get(field).filter(|v| !v.is_null()).map(|v| format!("{label} {}", short_time(Some(v)))))
+        .filter_map(|(label, time)| time.as_deref().map(|t| format!("{label} {}", clock_time(t))))
         .collect();
     (!parts.is_empty()).then(|| format!("{} UTC", parts.join("  ")))
 }
 
 /// `local sbx-1  stream http://…`.
-fn sandbox(sandbox: Option<&Value>) -> Option<String> {
-    let sandbox = sandbox.filter(|s| !s.is_null())?;
-    let parts: Vec<String> = [text(sandbox.get("provider")), text(sandbox.get("id"))].into_iter().flatten().collect();
+fn sandbox(sandbox: &Sandbox) -> String {
+    let parts: Vec<String> = [&sandbox.provider, &sandbox.id].into_iter().flatten().map(|p| one_line(p)).collect();
     let mut line = parts.join(" ");
-    if let Some(url) = text(sandbox.get("stream_url")) {
-        line.push_str(&format!("  stream {url}"));
+    if let Some(url) = &sandbox.stream_url {
+        line.push_str(&format!("  stream {}", one_line(url)));
     }
-    Some(line)
-}
-
-fn waiting_for(needs: Option<&Value>) -> Option<String> {
-    let needs: Vec<String> = needs?.as_array()?.iter().map(|n| cell(Some(n))).collect();
-    Some(needs.join(", "))
+    line
 }
 
 /// The result's text, or the result as JSON when it has none.
-fn result(result: Option<&Value>) -> Option<String> {
-    let result = result.filter(|r| !r.is_null())?;
-    let shown = result.get("text").filter(|t| !t.is_null()).unwrap_or(result);
-    Some(truncate(&one_line(&cell(Some(shown))), MAX_TEXT))
+fn result(result: &TaskResult) -> String {
+    let shown = match (&result.text, &result.whole) {
+        (Some(text), _) => one_line(text),
+        (None, Value::String(text)) => one_line(text),
+        (None, whole) => one_line(&whole.to_string()),
+    };
+    truncate(&shown, MAX_TEXT)
 }
 
 /// `2: report.txt, data.csv`.
-fn artifacts(result: Option<&Value>) -> Option<String> {
-    let artifacts = result?.get("artifacts")?.as_array().filter(|a| !a.is_empty())?;
-    let names: Vec<String> = artifacts
-        .iter()
-        .map(|a| {
-            a.get("path").or_else(|| a.get("name")).or_else(|| a.get("key")).map_or_else(|| cell(Some(a)), |n| cell(Some(n)))
-        })
-        .collect();
+fn artifacts(result: &TaskResult) -> Option<String> {
+    let artifacts = &result.artifacts;
+    if artifacts.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = artifacts.iter().map(|a| a.label().map_or_else(|| "-".to_owned(), one_line)).collect();
     Some(truncate(&format!("{}: {}", artifacts.len(), names.join(", ")), MAX_TEXT))
 }
 
 /// `3, the last at https://…`.
-fn screenshots(shots: Option<&Value>) -> Option<String> {
-    let shots = shots?.as_array().filter(|s| !s.is_empty())?;
-    let last = shots.last().and_then(|s| text(s.get("url")).or_else(|| text(s.get("key"))));
-    Some(match last {
-        Some(last) => format!("{}, the last at {last}", shots.len()),
+fn screenshots(shots: &[Screenshot]) -> Option<String> {
+    let last = shots.last()?;
+    Some(match last.url.as_deref().or(last.key.as_deref()) {
+        Some(at) => format!("{}, the last at {}", shots.len(), one_line(at)),
         None => shots.len().to_string(),
     })
 }
 
 /// `input 1200, output 80 tokens  12 steps  sandbox 30.5 s`: the usage's
 /// non-zero numbers.
-fn usage(usage: Option<&Value>) -> Option<String> {
-    let usage = usage?.as_object()?;
-    let number = |name: &str| usage.get(name).and_then(Value::as_u64).filter(|n| *n > 0);
+fn usage(usage: &flotilla_types::usage::UsageView) -> String {
     let mut parts = Vec::new();
-    if let (Some(input), output) = (number("input_tokens"), number("output_tokens")) {
-        parts.push(format!("input {input}, output {} tokens", output.unwrap_or(0)));
+    if usage.input_tokens > 0 {
+        parts.push(format!("input {}, output {} tokens", usage.input_tokens, usage.output_tokens));
     }
-    if let Some(steps) = number("steps") {
-        parts.push(format!("{steps} steps"));
+    if usage.steps > 0 {
+        parts.push(format!("{} steps", usage.steps));
     }
-    if let Some(sandbox) = usage.get("sandbox_ms").and_then(Value::as_object) {
-        let ms: u64 = sandbox.values().filter_map(Value::as_u64).sum();
-        if ms > 0 {
-            parts.push(format!("sandbox {:.1} s", ms as f64 / 1000.0));
-        }
+    let ms: u64 = usage.sandbox_ms.values().sum();
+    if ms > 0 {
+        parts.push(format!("sandbox {:.1} s", ms as f64 / 1000.0));
     }
-    Some(parts.join("  "))
+    parts.join("  ")
 }
 
 #[cfg(test)]
@@ -196,6 +188,29 @@ mod tests {
         assert!(
             shown.contains(&"status      failed (problem)".to_owned()) && shown.contains(&"error       no such page".to_owned()),
             "{shown:?}"
+        );
+    }
+
+    /// A newer server: a field this client does not know and a status it
+    /// does not know; the record still reads and shows.
+    #[test]
+    fn a_newer_servers_record_shows_what_it_knows() {
+        let task = json!({
+            "id": "tsk_5", "status": "paused", "code": "operator-hold", "priority": "urgent",
+            "spec": {"prompt": "p", "pipeline": "robot-arm", "grip": "firm"}, "steps_taken": 1,
+            "brand_new": {"a": [1, 2, 3]}
+        });
+        let shown = lines(&task);
+        assert_eq!(
+            shown,
+            [
+                "task        tsk_5",
+                "status      paused (operator-hold)",
+                "prompt      p",
+                "pipeline    robot-arm",
+                "priority    urgent",
+                "steps       1 taken",
+            ]
         );
     }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use flotilla_types::task::TaskStatus;
 use serde_json::{json, Value};
 
 use super::{Format, Outcome};
@@ -21,8 +22,6 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 const LINE_EVERY: Duration = Duration::from_secs(5);
 /// Width of the bar in characters.
 const BAR_WIDTH: usize = 30;
-/// Statuses in the order the progress line shows them.
-const STATUSES: [&str; 6] = ["queued", "running", "waiting", "succeeded", "failed", "cancelled"];
 
 pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::Result<Outcome> {
     let specs = read_jsonl(&args.file)?;
@@ -48,7 +47,11 @@ pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::R
         out(&last.raw)?;
     }
     let counts = Counts::of(&last.value);
-    Ok(if counts.get("failed") + counts.get("cancelled") == 0 { Outcome::Success } else { Outcome::Unsuccessful })
+    Ok(if counts.get(TaskStatus::Failed) + counts.get(TaskStatus::Cancelled) == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Unsuccessful
+    })
 }
 
 /// Reads the batch until every task has ended, drawing progress on stderr
@@ -82,21 +85,24 @@ async fn follow(client: &Client, id: &str, format: Format) -> anyhow::Result<cra
     }
 }
 
-/// A batch's counts by status.
+/// A batch's counts by status, in the order of [`TaskStatus::ALL`] (the
+/// order the progress line shows them).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Counts(Vec<(&'static str, u64)>);
+struct Counts(Vec<(TaskStatus, u64)>);
 
 impl Counts {
     fn of(batch: &Value) -> Self {
-        Self(STATUSES.iter().map(|s| (*s, batch.pointer(&format!("/counts/{s}")).and_then(Value::as_u64).unwrap_or(0))).collect())
+        let counts = batch.get("counts");
+        let count = |status: TaskStatus| counts.and_then(|c| c.get(status.as_str())).and_then(Value::as_u64).unwrap_or(0);
+        Self(TaskStatus::ALL.into_iter().map(|status| (status, count(status))).collect())
     }
 
-    fn get(&self, status: &str) -> u64 {
+    fn get(&self, status: TaskStatus) -> u64 {
         self.0.iter().find(|(s, _)| *s == status).map_or(0, |(_, n)| *n)
     }
 
     fn ended(&self) -> u64 {
-        self.get("succeeded") + self.get("failed") + self.get("cancelled")
+        self.0.iter().filter(|(status, _)| status.is_terminal()).map(|(_, n)| n).sum()
     }
 
     fn sum(&self) -> u64 {

@@ -95,8 +95,8 @@ fn schedule_row(schedule: &Value) -> [String; 7] {
         cell(schedule.get("timezone")),
         cell(schedule.get("overlap")),
         next,
-        cell(schedule.pointer("/last_run/task_id")),
-        truncate(&cell(schedule.pointer("/task/prompt")), MAX_PROMPT),
+        cell(schedule.get("last_run").and_then(|run| run.get("task_id"))),
+        truncate(&cell(schedule.get("task").and_then(|task| task.get("prompt"))), MAX_PROMPT),
     ]
 }
 

@@ -7,12 +7,13 @@ use super::{print_answer, Format, Outcome};
 use crate::args::{InputArgs, TasksArgs};
 use crate::client::Client;
 use crate::display::{out, task_table, warn};
+use crate::record::Task;
 use crate::task_summary;
 
 /// `GET /v1/tasks`: a table, and how to get the next page.
 pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::Result<Outcome> {
     let query = [
-        ("status", args.status.clone()),
+        ("status", args.status.map(|s| s.as_str().to_owned())),
         ("batch", args.batch.clone()),
         ("limit", args.limit.map(|n| n.to_string())),
         ("cursor", args.cursor.clone()),
@@ -22,7 +23,8 @@ pub async fn list(client: &Client, args: &TasksArgs, format: Format) -> anyhow::
         out(&response.raw)?;
         return Ok(Outcome::Success);
     }
-    let tasks = response.value.get("tasks").and_then(Value::as_array).cloned().unwrap_or_default();
+    let listed = response.value.get("tasks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let tasks: Vec<Task> = listed.iter().filter_map(Task::read).collect();
     if tasks.is_empty() {
         warn("no tasks");
     } else {

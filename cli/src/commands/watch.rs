@@ -13,6 +13,7 @@ use crate::client::Client;
 use crate::display::{event_line, is_broken_pipe, out, warn};
 use crate::feed::{EventFeed, Reconnect, TaskEvent};
 use crate::progress::Progress;
+use crate::record::Task;
 
 /// How a watched task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +71,10 @@ async fn follow(client: &Client, id: &str, format: Format, prefix: Option<&str>)
         None => out(line),
     };
     let mut progress = match format {
-        Format::Human => Some(Progress::from_task(&client.get(&["v1", "tasks", id], &[]).await?.value)),
+        Format::Human => {
+            let task = client.get(&["v1", "tasks", id], &[]).await?;
+            Some(Progress::from_task(&Task::read(&task.value).unwrap_or_default()))
+        }
         Format::Json => None,
     };
     let mut feed = EventFeed::new(client, id, Reconnect::default());

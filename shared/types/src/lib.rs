@@ -16,6 +16,8 @@ pub mod event;
 pub mod ids;
 pub mod json_object;
 pub mod json_read;
+pub mod open;
+pub mod record;
 pub mod redact;
 pub mod route;
 pub mod task;

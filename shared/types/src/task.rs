@@ -36,6 +36,10 @@ pub enum Pipeline {
 }
 
 impl Pipeline {
+    /// Every pipeline.
+    pub const ALL: [Pipeline; 5] =
+        [Pipeline::OpenaiCua, Pipeline::ClaudeComputerUse, Pipeline::GeminiComputerUse, Pipeline::ClaudeCode, Pipeline::Scripted];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Pipeline::OpenaiCua => "openai-cua",
@@ -562,6 +566,17 @@ pub enum StopCode {
 }
 
 impl StopCode {
+    /// Every stop code.
+    pub const ALL: [StopCode; 7] = [
+        StopCode::Done,
+        StopCode::Ambiguity,
+        StopCode::HumanIntervention,
+        StopCode::SensitiveAction,
+        StopCode::Problem,
+        StopCode::Cancelled,
+        StopCode::Budget,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopCode::Done => "done",

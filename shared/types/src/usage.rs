@@ -12,7 +12,7 @@
 //! [`USAGE_TTL_S`] after their last write: the cost of keeping usage grows
 //! with tenants and days, never with tasks.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How long a tenant's day of usage is kept after its last write (100 days,
@@ -119,7 +119,8 @@ pub struct ModelTokens {
     pub output_tokens: u64,
 }
 
-/// Usage as the API shows it, for one task or one tenant's day.
+/// Usage as the API shows it, for one task or one tenant's day. Clients
+/// read it back with a missing counter as zero.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageView {
@@ -141,6 +142,49 @@ pub struct UsageView {
     /// in a tenant's usage.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub tasks: BTreeMap<String, u64>,
+}
+
+/// How a client reads usage back: a counter it misses is zero, one it does
+/// not know is left out. (A `#[serde(default)]` on [`UsageView`] itself
+/// would make its fields optional in the OpenAPI document.)
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ReadUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+    models: BTreeMap<String, ReadTokens>,
+    sandbox_ms: BTreeMap<String, u64>,
+    steps: u64,
+    screenshot_bytes: u64,
+    screenshot_bytes_saved: u64,
+    tasks: BTreeMap<String, u64>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ReadTokens {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl<'de> Deserialize<'de> for UsageView {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let read = ReadUsage::deserialize(deserializer)?;
+        Ok(UsageView {
+            input_tokens: read.input_tokens,
+            output_tokens: read.output_tokens,
+            models: read
+                .models
+                .into_iter()
+                .map(|(model, t)| (model, ModelTokens { input_tokens: t.input_tokens, output_tokens: t.output_tokens }))
+                .collect(),
+            sandbox_ms: read.sandbox_ms,
+            steps: read.steps,
+            screenshot_bytes: read.screenshot_bytes,
+            screenshot_bytes_saved: read.screenshot_bytes_saved,
+            tasks: read.tasks,
+        })
+    }
 }
 
 /// What an attempt's `flotilla_queue::queue::Queue::add_usage` answered.
@@ -199,6 +243,16 @@ mod tests {
         assert_eq!(view.models["gpt-x"], ModelTokens { input_tokens: 10, output_tokens: 3 });
         assert_eq!(view.sandbox_ms["local"], 1500);
         assert_eq!((view.steps, view.screenshot_bytes, view.screenshot_bytes_saved), (1, 100, 40));
+    }
+
+    #[test]
+    fn a_shown_usage_reads_back_with_missing_counters_as_zero() {
+        let meter = Meter::from_json(r#"{"in:m":12,"out:m":3,"tokens":15,"steps":2,"sandbox_ms:local":900}"#);
+        let shown = serde_json::to_string(&meter.view()).expect("writes");
+        assert_eq!(serde_json::from_str::<UsageView>(&shown).expect("reads"), meter.view());
+        let partial: UsageView =
+            serde_json::from_str(r#"{"steps": 4, "models": {"m": {"input_tokens": 1}}, "new_counter": 7}"#).expect("reads");
+        assert_eq!((partial.steps, partial.input_tokens, partial.models["m"].output_tokens), (4, 0, 0));
     }
 
     #[test]

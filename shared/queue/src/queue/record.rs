@@ -1,61 +1,33 @@
-//! A task as stored: its Redis hash read back into the shape users see.
+//! A task as stored: its Redis hash read back into the shape users see, the
+//! [`TaskRecord`] of `flotilla-types`.
 
 use std::collections::HashMap;
-
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::error::QueueError;
 use flotilla_types::clock;
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
-use flotilla_types::route::Need;
-use flotilla_types::task::{Priority, StopCode, TaskSpec, TaskStatus};
-use flotilla_types::usage::{Meter, UsageView};
+use flotilla_types::record::TaskRecord;
+use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_types::usage::Meter;
 
-/// A task's spec and state.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct TaskRecord {
-    pub id: TaskId,
-    pub batch_id: Option<BatchId>,
-    #[serde(skip)]
-    pub tenant: TenantId,
-    pub status: TaskStatus,
-    pub code: Option<StopCode>,
-    pub attempts: u32,
-    pub priority: Priority,
-    pub spec: TaskSpec,
-    pub current_step: Option<u32>,
-    pub steps_taken: u32,
-    #[schema(value_type = Option<Object>)]
-    pub plan: Option<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
-    pub sandbox: Option<serde_json::Value>,
-    #[schema(value_type = Vec<Object>)]
-    pub screenshots: Vec<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
-    pub result: Option<serde_json::Value>,
-    pub error: Option<String>,
-    /// What the task spent so far, counted as it happened (every attempt).
-    pub usage: Option<UsageView>,
-    pub created_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    /// The last event's seq: how far the history goes.
-    pub last_seq: u64,
-    /// On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
-    /// offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
-    /// `sandbox:e2b`, `pipeline:<name>`, `label:<label>`), and
-    /// `max_tokens_per_day` while its tenant is past its tokens of today;
-    /// empty when it only waits for its turn.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<String>>, example = json!(["label:eu"]))]
-    pub waiting_for: Option<Vec<Need>>,
-}
-
-impl TaskRecord {
+/// How a [`TaskRecord`] is read from its task's hash. The record is a
+/// plain type of `flotilla-types`, which knows no Redis; reading it is the
+/// queue's.
+pub trait StoredRecord: Sized {
     /// The hash fields a record is read from: the event history stays
     /// behind.
-    pub const FIELDS: [&'static str; 18] = [
+    const FIELDS: [&'static str; 18];
+
+    /// The values of [`StoredRecord::FIELDS`], in order, as a hash to read
+    /// with [`StoredRecord::from_hash`].
+    fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String>;
+
+    /// Reads a task hash; `None` when the hash is empty (no such task).
+    fn from_hash(id: &TaskId, h: HashMap<String, String>) -> Result<Option<Self>, QueueError>;
+}
+
+impl StoredRecord for TaskRecord {
+    const FIELDS: [&'static str; 18] = [
         "spec",
         "tenant",
         "status",
@@ -76,14 +48,11 @@ impl TaskRecord {
         "seq",
     ];
 
-    /// The values of [`TaskRecord::FIELDS`], in order, as a hash to read
-    /// with [`TaskRecord::from_hash`].
-    pub fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String> {
+    fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String> {
         Self::FIELDS.iter().zip(values).filter_map(|(field, value)| Some(((*field).to_owned(), value?))).collect()
     }
 
-    /// Reads a task hash; `None` when the hash is empty (no such task).
-    pub fn from_hash(id: &TaskId, mut h: HashMap<String, String>) -> Result<Option<Self>, QueueError> {
+    fn from_hash(id: &TaskId, mut h: HashMap<String, String>) -> Result<Option<Self>, QueueError> {
         if h.is_empty() {
             return Ok(None);
         }

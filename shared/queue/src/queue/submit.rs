@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
 use super::archive::Archived;
-use super::{fair_scripts, origin, scripts, Queue, TaskRecord};
+use super::{fair_scripts, origin, scripts, Queue, StoredRecord, TaskRecord};
 use crate::error::QueueError;
 use crate::keys::{event_field, Shard, GROUP};
 use crate::page::{score_page, Page, ScoreCursor};
