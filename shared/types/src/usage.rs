@@ -119,8 +119,7 @@ pub struct ModelTokens {
     pub output_tokens: u64,
 }
 
-/// Usage as the API shows it, for one task or one tenant's day. Clients
-/// read it back with a missing counter as zero.
+/// Usage as the API shows it, for one task or one tenant's day.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageView {
@@ -144,8 +143,8 @@ pub struct UsageView {
     pub tasks: BTreeMap<String, u64>,
 }
 
-/// How a client reads usage back: a counter it misses is zero, one it does
-/// not know is left out. (A `#[serde(default)]` on [`UsageView`] itself
+/// How a client reads [`UsageView`] back: a counter it misses is zero, one
+/// it does not know is left out. (A `#[serde(default)]` on [`UsageView`] itself
 /// would make its fields optional in the OpenAPI document.)
 #[derive(Default, Deserialize)]
 #[serde(default)]
