@@ -1,4 +1,4 @@
-//! `step_bench`: what one step of the computer-use loop costs beyond the
+//! `flotilla-step-bench`: what one step of the computer-use loop costs beyond the
 //! model and the action itself, on a real local desktop, printed as a table
 //! and one JSON line.
 //!
@@ -83,7 +83,7 @@ struct Args {
     max_seconds: u64,
 }
 
-const USAGE: &str = "step_bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
+const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut args = Args {
@@ -485,19 +485,39 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     drop(bench);
     acked.await?;
     pool.shutdown().await;
-    Ok(json!({
-        "bench": "step_bench",
+    let report = json!({
+        "bench": "flotilla-step-bench",
         "steps": args.steps,
         "store": if args.store { "s3s-fs on loopback" } else { "none" },
         "redis": if own_redis.is_some() { "own redis-server on loopback" } else { "given --redis-url" },
         "build": support::build_kind(),
         "load_average": { "before": load_before, "after": load_after },
         "sizes": sizes,
-    }))
+    });
+    support::record::append("Step-loop overhead (`flotilla-step-bench`)", &figures(&report))?;
+    Ok(report)
+}
+
+/// The headline figures of each size: the step's overhead, the step through
+/// the session, the screenshot; p50 / p95 in ms.
+fn figures(report: &Value) -> Vec<(String, Option<String>)> {
+    let mut figures = Vec::new();
+    for size in report["sizes"].as_array().into_iter().flatten() {
+        let name = format!("{}×{} → {}×{}", size["screen"][0], size["screen"][1], size["model"][0], size["model"][1]);
+        let ms = |summary: &Value| {
+            let shown = |key: &str| summary.get(key).and_then(support::record::shown);
+            Some(format!("{} / {} ms", shown("p50")?, shown("p95")?))
+        };
+        let png = size["parts"]["png_bytes_mean"].as_f64().map(|b| format!(" (PNG {:.0} KiB)", b / 1024.0)).unwrap_or_default();
+        figures.push((format!("{name}, whole step overhead, p50 / p95"), ms(&size["parts"]["ms"]["total"])));
+        figures.push((format!("{name}, whole, through the session, p50 / p95"), ms(&size["session"]["ms"]["total"])));
+        figures.push((format!("{name}, screenshot, p50 / p95"), ms(&size["parts"]["ms"]["screenshot"]).map(|ms| ms + &png)));
+    }
+    figures
 }
 
 fn main() -> ExitCode {
-    support::main(parse_args(std::env::args().skip(1)), USAGE, |args| args.max_seconds, run)
+    support::main(parse_args(support::record::args()), USAGE, |args| args.max_seconds, run)
 }
 
 #[cfg(test)]
