@@ -19,3 +19,6 @@ cargo build --workspace --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi
 cargo nextest run --workspace --profile "$profile" "$@"
+# nextest runs no doctests; the worker's hold the compile_fail proof that a
+# pipeline's task handle cannot end its task.
+cargo test --doc -p flotilla-worker --quiet

@@ -40,10 +40,10 @@ struct FourShots;
 impl Pipeline for FourShots {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let attempt = &run.attempt;
-            attempt.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
+            let task = &run.task;
+            task.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
             for step in 0..4u32 {
-                let hash = content_hash(format!("{}-{step}", attempt.task_id()).as_bytes());
+                let hash = content_hash(format!("{}-{step}", task.task_id()).as_bytes());
                 let shot = EventKind::Screenshot {
                     key: format!("screenshots/{hash}.png"),
                     hash,
@@ -51,7 +51,7 @@ impl Pipeline for FourShots {
                     dedup: false,
                     step: Some(step),
                 };
-                attempt.emit(shot, &[]).await?;
+                task.emit(shot, &[]).await?;
             }
             Ok(Outcome::Succeeded(json!({"text": "done"})))
         }

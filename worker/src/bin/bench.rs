@@ -47,7 +47,7 @@ impl Pipeline for NoOp {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         let now = Instant::now();
         if let Ok(mut started) = self.started.lock() {
-            started.insert(run.attempt.task_id().clone(), now);
+            started.insert(run.task.task_id().clone(), now);
         }
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
