@@ -90,7 +90,7 @@ impl DesktopFleet {
 
     /// The fleet's records of which tenant owns which sandbox.
     pub fn owners(&self) -> SandboxOwners {
-        SandboxOwners::new(self.queue.redis().clone(), self.queue.keys().clone())
+        self.queue.sandbox_owners()
     }
 
     pub async fn wait_ended(&self, id: &TaskId) {

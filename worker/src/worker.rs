@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_config::Config;
-use flotilla_queue::live::LiveViews;
 use flotilla_queue::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
 use flotilla_queue::QueueError;
 use flotilla_types::route::Capabilities;
@@ -143,7 +142,7 @@ fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Qu
             format!("http://{addr}")
         }
     };
-    Some(LiveDesktops::new(endpoint, LiveViews::new(queue.redis().clone(), queue.keys().clone())))
+    Some(LiveDesktops::new(endpoint, queue.live_views()))
 }
 
 /// What this worker can run: its sandbox provider (from its tools), its

@@ -37,7 +37,7 @@ pub async fn healthz() -> Json<Health> {
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    if state.queue().redis().ping().await {
+    if state.queue().ping().await {
         Ok(Json(Health { status: "ok" }))
     } else {
         Err(ApiError::Unavailable)

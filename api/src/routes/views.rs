@@ -218,7 +218,7 @@ async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
 }
 
 pub(crate) fn live_views(state: &AppState) -> LiveViews {
-    LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
+    state.queue().live_views()
 }
 
 /// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else

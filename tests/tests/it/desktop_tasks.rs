@@ -298,7 +298,7 @@ async fn sandbox_named_by_id_is_used_and_left_running() {
     let provider = fleet.pool.provider().clone();
     let mine = provider.create(&SandboxRequest::default()).await.expect("a desktop of the user's own");
     // Recorded as the tenant's, as a sandbox started or kept for it is.
-    fleet.owners().record(provider.name(), &mine.id, &tenant(), mine.expires_at).await.expect("owner recorded");
+    fleet.owners().record(provider.name(), mine.id.as_str(), &tenant(), mine.expires_at).await.expect("owner recorded");
     let (id, events) = fleet
         .run_to_end(json!({
             "prompt": "use my desktop", "pipeline": "scripted",

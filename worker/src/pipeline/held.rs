@@ -99,7 +99,7 @@ impl Claimant<'_> {
     /// a failure is logged (the sandbox then answers as unknown to a later
     /// task, which is the safe side).
     async fn own(&self, provider: &str, sandbox: &Sandbox) {
-        if let Err(e) = self.owners.record(provider, &sandbox.id, self.tenant, sandbox.expires_at).await {
+        if let Err(e) = self.owners.record(provider, sandbox.id.as_str(), self.tenant, sandbox.expires_at).await {
             warn!(sandbox = %sandbox.id, error = %e, "could not record the sandbox's owner");
         }
     }
@@ -166,7 +166,7 @@ impl Held {
             }
             SandboxChoice::Existing { id, .. } => {
                 let began = Instant::now();
-                if !claimant.owners.owned_by(provider, id, claimant.tenant).await? {
+                if !claimant.owners.owned_by(provider, id.as_str(), claimant.tenant).await? {
                     return Err(existing_failure(id, SandboxError::NotFound(id.clone())));
                 }
                 let sandbox = match pool.provider().connect(id).await {
@@ -239,7 +239,7 @@ impl Held {
                 pool.keep(lease).await;
             }
             Self::Leased { lease, .. } => {
-                if let Err(e) = claimant.owners.forget(provider, &lease.sandbox.id).await {
+                if let Err(e) = claimant.owners.forget(provider, lease.sandbox.id.as_str()).await {
                     warn!(sandbox = %lease.sandbox.id, error = %e, "could not drop the sandbox's owner record");
                 }
                 pool.release(lease).await;

@@ -324,7 +324,7 @@ impl Session {
         let settings = run.attempt.queue().settings().tenants.get(run.attempt.tenant());
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &settings)?;
         let queue = run.attempt.queue();
-        let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
+        let owners = queue.sandbox_owners();
         let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant(), queue };
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let runs_until =
