@@ -69,7 +69,7 @@ impl DesktopFleet {
     /// Submits a task of `tenant`.
     pub async fn submit_as(&self, tenant: &TenantId, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(tenant, spec).await.expect("submit").id
+        self.queue.submitter().submit(tenant, spec).await.expect("submit").id
     }
 
     /// Submits a task, waits for its end and returns its events.
@@ -81,7 +81,7 @@ impl DesktopFleet {
     pub async fn run_to_end_as(&self, tenant: &TenantId, spec: Value) -> (TaskId, Vec<Event>) {
         let id = self.submit_as(tenant, spec).await;
         eventually("the task ends", TASK_TIMEOUT, async || {
-            self.queue.get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
+            self.queue.reader().get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
         })
         .await;
         let events = events(&self.queue, &id).await;

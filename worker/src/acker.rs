@@ -116,7 +116,7 @@ async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
             Work::Ack(delivery, outcome) => acks.push((delivery.clone(), *outcome)),
         }
     }
-    let written = queue.finish_and_ack(&ends, &acks).await?;
+    let written = queue.runner().finish_and_ack(&ends, &acks).await?;
     for ((attempt, ..), result) in ends.iter().zip(written) {
         if result.is_err() {
             info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written");

@@ -70,7 +70,7 @@ impl Executor {
             }
             Err(StopReason::Abandoned) => {
                 info!("shutdown deadline passed; leaving the task to be reclaimed");
-                if let Err(e) = self.queue.release(&self.worker_id, &attempt.delivery).await {
+                if let Err(e) = self.queue.runner().release(&self.worker_id, &attempt.delivery).await {
                     warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
                 }
                 return "abandoned";

@@ -156,7 +156,7 @@ pub fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capa
 /// until shutdown (what waiting tasks wait for is told from it).
 async fn advertise(queue: Queue, caps: Capabilities, shutdown: CancellationToken) {
     loop {
-        if let Err(e) = queue.advertise(&caps).await {
+        if let Err(e) = queue.runner().advertise(&caps).await {
             debug!(error = %e, "could not advertise capabilities");
         }
         tokio::select! {

@@ -108,7 +108,7 @@ pub async fn view_link(
     id: &TaskId,
     mode: ViewMode,
 ) -> Result<ViewLink, ApiError> {
-    let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
+    let task = state.queue().reader().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
     if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
         return Err(QueueError::WrongStatus(task.status.as_str().to_owned()).into());
     }

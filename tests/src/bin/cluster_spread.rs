@@ -126,7 +126,7 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
         let tasks = (next..next + batch)
             .map(|i| NewTask { id: TaskId::generate(), tenant: ids[i % tenants].clone(), batch: None, spec: spec.clone() })
             .collect();
-        queue.create_tasks(tasks).await?;
+        queue.submitter().create_tasks(tasks).await?;
         next += batch;
     }
     let mut registry = Registry::default();
@@ -135,7 +135,7 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
     let worker = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     let deadline = started + args.timeout;
     let outcomes = loop {
-        let fleet = queue.fleet_stats().await?;
+        let fleet = queue.reader().fleet_stats().await?;
         let ended: u64 = fleet.outcomes.values().sum();
         if ended >= total as u64 || Instant::now() > deadline {
             break fleet.outcomes;

@@ -288,7 +288,7 @@ async fn ten_thousand_tasks_are_accepted_at_once_and_all_accounted_for() {
     let q = queue(&fleet.config).await;
     let sample: Vec<TaskId> = ids.iter().step_by(997).map(|i| TaskId::parse(i).expect("id")).collect();
     for id in &sample {
-        let record = q.get(&tenant(), id).await.expect("get").expect("exists");
+        let record = q.reader().get(&tenant(), id).await.expect("get").expect("exists");
         assert_eq!(record.spec.pipeline, Some(Pipeline::Scripted));
     }
     for worker in workers {
@@ -303,13 +303,14 @@ async fn the_janitor_seals_a_finished_batch_so_it_expires_with_its_tasks() {
     let q = queue(&fleet.config).await;
     let open = format!("{}:{{q}}:batches:open", fleet.prefix);
     let batch_key = format!("{}:batch:{{{id}}}", fleet.prefix);
-    assert_eq!(q.seal_finished_batches().await.expect("seal"), 0, "its tasks are still queued");
+    assert_eq!(q.housekeeper().seal_finished_batches().await.expect("seal"), 0, "its tasks are still queued");
     let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut fleet.redis.connection()).expect("PTTL");
     assert_eq!(ttl, -1, "an open batch does not expire");
 
-    let batch = q.batch(&tenant(), &flotilla_types::BatchId::parse(&id).expect("id")).await.expect("batch").expect("exists");
-    assert_eq!(q.cancel_batch(&batch).await.expect("cancel").cancelled, 2);
-    assert_eq!(q.seal_finished_batches().await.expect("seal"), 1);
+    let batch =
+        q.reader().batch(&tenant(), &flotilla_types::BatchId::parse(&id).expect("id")).await.expect("batch").expect("exists");
+    assert_eq!(q.submitter().cancel_batch(&batch).await.expect("cancel").cancelled, 2);
+    assert_eq!(q.housekeeper().seal_finished_batches().await.expect("seal"), 1);
     let mut conn = fleet.redis.connection();
     let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut conn).expect("PTTL");
     assert!(ttl > 0, "a sealed batch expires");

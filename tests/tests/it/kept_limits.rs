@@ -55,15 +55,15 @@ impl Fleet {
 
     async fn submit(&self, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(&acme(), spec).await.expect("submit").id
+        self.queue.submitter().submit(&acme(), spec).await.expect("submit").id
     }
 
     async fn status(&self, id: &TaskId) -> TaskStatus {
-        self.queue.get(&acme(), id).await.expect("get").expect("task").status
+        self.queue.reader().get(&acme(), id).await.expect("get").expect("task").status
     }
 
     async fn sandbox_of(&self, id: &TaskId) -> String {
-        let record = self.queue.get(&acme(), id).await.expect("get").expect("task");
+        let record = self.queue.reader().get(&acme(), id).await.expect("get").expect("task");
         let sandbox = record.sandbox.expect("the task's sandbox");
         sandbox["id"].as_str().expect("sandbox id").to_owned()
     }

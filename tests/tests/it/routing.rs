@@ -48,9 +48,9 @@ async fn a_mixed_fleet_runs_sandbox_tasks_only_on_the_worker_with_desktops() {
     let mut plain_ids = Vec::new();
     for n in 0..40 {
         if n % 2 == 0 {
-            desktop_ids.push(q.submit(&tenant(), on_screen.clone()).await.expect("submit").id);
+            desktop_ids.push(q.submitter().submit(&tenant(), on_screen.clone()).await.expect("submit").id);
         } else {
-            plain_ids.push(q.submit(&tenant(), wait_spec(50)).await.expect("submit").id);
+            plain_ids.push(q.submitter().submit(&tenant(), wait_spec(50)).await.expect("submit").id);
         }
     }
     let all: Vec<TaskId> = desktop_ids.iter().chain(&plain_ids).cloned().collect();

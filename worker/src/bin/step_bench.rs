@@ -176,7 +176,10 @@ impl Bench {
             ..TaskSpec::default()
         };
         let id = TaskId::generate();
-        self.queue.create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
+        self.queue
+            .submitter()
+            .create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }])
+            .await?;
         let deadline = Instant::now() + CLAIM_TIMEOUT;
         while Instant::now() < deadline {
             let claims = self.claimer.next(1).await?;

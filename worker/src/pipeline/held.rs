@@ -108,7 +108,7 @@ impl Claimant<'_> {
     /// tenant's `max_sandboxes` until its deadline.
     async fn keep(&self, provider: &str, sandbox: &Sandbox) {
         let until_ms = epoch_ms(sandbox.expires_at);
-        if let Err(e) = self.queue.keep_sandbox(self.tenant, &kept_name(provider, &sandbox.id), until_ms).await {
+        if let Err(e) = self.queue.runner().keep_sandbox(self.tenant, &kept_name(provider, &sandbox.id), until_ms).await {
             warn!(sandbox = %sandbox.id, error = %e, "could not count the kept sandbox against the tenant's max_sandboxes");
         }
     }
@@ -116,14 +116,14 @@ impl Claimant<'_> {
     /// The task runs in the sandbox it names, which it may keep alive until
     /// `until`: the sandbox's slot lasts at least that long.
     async fn hold(&self, provider: &str, id: &SandboxId, until: OffsetDateTime) {
-        if let Err(e) = self.queue.hold_kept_sandbox(self.tenant, &kept_name(provider, id), epoch_ms(until)).await {
+        if let Err(e) = self.queue.runner().hold_kept_sandbox(self.tenant, &kept_name(provider, id), epoch_ms(until)).await {
             warn!(sandbox = %id, error = %e, "could not hold the kept sandbox's slot for its task");
         }
     }
 
     /// The sandbox was found gone: its slot comes back now.
     async fn forget(&self, provider: &str, id: &SandboxId) {
-        if let Err(e) = self.queue.forget_kept_sandbox(self.tenant, &kept_name(provider, id)).await {
+        if let Err(e) = self.queue.runner().forget_kept_sandbox(self.tenant, &kept_name(provider, id)).await {
             warn!(sandbox = %id, error = %e, "could not give back the slot of a kept sandbox found gone");
         }
     }

@@ -58,7 +58,7 @@ async fn watch(kept: KeptSandbox) {
             }
         };
         if gone {
-            if let Err(e) = kept.queue.forget_kept_sandbox(&kept.tenant, &kept.name).await {
+            if let Err(e) = kept.queue.runner().forget_kept_sandbox(&kept.tenant, &kept.name).await {
                 warn!(sandbox = %kept.id, error = %e, "could not give back the slot of a kept sandbox found gone");
             }
             debug!(sandbox = %kept.id, "a kept sandbox is gone before its deadline");

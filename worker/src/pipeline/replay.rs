@@ -25,13 +25,13 @@ pub(super) struct Trajectory {
 /// whose latest attempt performed at least one action.
 pub(super) async fn trajectory(attempt: &Attempt, id: &TaskId) -> Result<Trajectory, PipelineError> {
     let not_replayable = |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("replay_of {id}: {why}") };
-    let Some(original) = attempt.queue().get(attempt.tenant(), id).await? else {
+    let Some(original) = attempt.queue().reader().get(attempt.tenant(), id).await? else {
         return Err(not_replayable("no such task"));
     };
     if !original.status.is_terminal() {
         return Err(not_replayable(&format!("the task is {}; only an ended task can be replayed", original.status)));
     }
-    let events = attempt.queue().events_after(attempt.tenant(), id, 0).await?;
+    let events = attempt.queue().reader().events_after(attempt.tenant(), id, 0).await?;
     let actions = latest_attempt_actions(&events);
     if actions.is_empty() {
         return Err(not_replayable("the task recorded no actions to replay"));

@@ -523,7 +523,7 @@ impl ScreenshotLog {
                 let step = taken_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(seq as usize).copied();
                 // `dedup` as the tenant sees it: true only when this tenant
                 // stored these bytes before, never because another did.
-                let seen = match attempt.queue().tenant_stored_before(attempt.tenant(), &image.hash).await {
+                let seen = match attempt.queue().reader().tenant_stored_before(attempt.tenant(), &image.hash).await {
                     Ok(seen) => seen,
                     Err(e) => {
                         warn!(error = %e, "could not record a tenant's stored screen");

@@ -33,6 +33,7 @@ mod feed_relay;
 mod kept;
 mod next;
 mod record;
+mod roles;
 mod routing;
 mod screens;
 pub mod scripts;
@@ -57,6 +58,7 @@ pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use feed_relay::Heard;
 pub use next::{Claim, Claimer};
 pub use record::TaskRecord;
+pub use roles::{Housekeeper, Reader, Runner, Submitter};
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
 pub use singles::SUBMIT_SINGLES;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
@@ -149,7 +151,7 @@ impl Queue {
     pub async fn connect(config: &Config) -> Result<Self, QueueError> {
         let redis = Redis::connect(&config.redis).await?;
         let queue = Self::new(redis, Keys::new(config.key_prefix.clone()), QueueSettings::from_config(config));
-        queue.write_tenant_settings().await?;
+        queue.housekeeper().write_tenant_settings().await?;
         Ok(queue)
     }
 

@@ -261,7 +261,7 @@ pub async fn used_memory(queue: &flotilla_queue::queue::Queue) -> anyhow::Result
 
 /// Tasks the fleet counted as succeeded.
 pub async fn succeeded(queue: &flotilla_queue::queue::Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+    Ok(queue.reader().fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 #[cfg(test)]

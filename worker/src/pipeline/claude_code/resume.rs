@@ -51,7 +51,7 @@ pub(super) struct Earlier {
 pub(super) async fn earlier(attempt: &Attempt, id: &TaskId) -> Result<Earlier, PipelineError> {
     let not_resumable =
         |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("continue_task {id}: {why}") };
-    let Some(record) = attempt.queue().get(attempt.tenant(), id).await? else {
+    let Some(record) = attempt.queue().reader().get(attempt.tenant(), id).await? else {
         return Err(not_resumable("no such task"));
     };
     if record.spec.pipeline != Some(PipelineKind::ClaudeCode) {
