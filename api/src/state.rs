@@ -11,9 +11,9 @@ use flotilla_queue::webhooks::target::{Lookup, SystemLookup};
 use flotilla_queue::webhooks::Webhooks;
 use tokio_util::sync::CancellationToken;
 
+use crate::api_keys::LiveKeys;
 use crate::feed::Tails;
 use crate::hub::Hub;
-use crate::keys::LiveKeys;
 
 /// The state of the API, handed to every handler.
 #[derive(Clone)]

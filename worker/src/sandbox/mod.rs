@@ -9,7 +9,7 @@ pub mod e2b;
 mod error;
 pub mod fleet;
 pub mod keep_alive;
-pub mod keys;
+pub mod keyboard;
 pub mod local;
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub mod memory;
