@@ -5,7 +5,6 @@
 //! tasks and the janitor of expired index entries.
 
 pub mod acker;
-pub use flotilla_shared::blobstore;
 pub mod execute;
 pub mod gateway;
 pub mod housekeeping;

@@ -40,14 +40,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use flotilla_shared::action::Action;
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
-use flotilla_shared::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
+use flotilla_config::Config;
+use flotilla_queue::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_types::action::Action;
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
 use flotilla_worker::acker::Acker;
-use flotilla_worker::blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
 use flotilla_worker::execute::AttemptHandle;
 use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
@@ -177,7 +177,10 @@ impl Bench {
             ..TaskSpec::default()
         };
         let id = TaskId::generate();
-        self.queue.create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
+        self.queue
+            .submitter()
+            .create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }])
+            .await?;
         let deadline = Instant::now() + CLAIM_TIMEOUT;
         while Instant::now() < deadline {
             let claims = self.claimer.next(1).await?;

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use flotilla_shared::config::TenantSettings;
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{Attempt, TaskRecord};
-use flotilla_shared::task::{HumanInput, StopCode, TaskSpec};
-use flotilla_shared::usage::{Amount, Counted};
-use flotilla_shared::QueueError;
+use flotilla_config::TenantSettings;
+use flotilla_queue::queue::{Attempt, TaskRecord};
+use flotilla_queue::QueueError;
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{HumanInput, StopCode, TaskSpec};
+use flotilla_types::usage::{Amount, Counted};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
@@ -33,8 +33,7 @@ impl AttemptHandle {
     /// Where sandbox owners are recorded; made when a sandbox is, so that
     /// tasks without one pay nothing for it.
     fn owners(&self) -> SandboxOwners {
-        let queue = self.attempt.queue();
-        SandboxOwners::new(queue.redis().clone(), queue.keys().clone())
+        self.attempt.queue().sandbox_owners()
     }
 }
 
@@ -80,15 +79,15 @@ impl TaskHandle for AttemptHandle {
     }
 
     fn task_record<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, QueueError>> {
-        self.attempt.queue().get(self.tenant(), id).boxed()
+        self.attempt.queue().reader().get(self.tenant(), id).boxed()
     }
 
     fn events_after<'a>(&'a self, id: &'a TaskId, after: u64) -> BoxFuture<'a, Result<Vec<String>, QueueError>> {
-        self.attempt.queue().events_after(self.tenant(), id, after).boxed()
+        self.attempt.queue().reader().events_after(self.tenant(), id, after).boxed()
     }
 
     fn tenant_stored_before<'a>(&'a self, hash: &'a str) -> BoxFuture<'a, Result<bool, QueueError>> {
-        self.attempt.queue().tenant_stored_before(self.tenant(), hash).boxed()
+        self.attempt.queue().reader().tenant_stored_before(self.tenant(), hash).boxed()
     }
 
     fn record_sandbox_owner<'a>(
@@ -98,28 +97,28 @@ impl TaskHandle for AttemptHandle {
         until: OffsetDateTime,
     ) -> BoxFuture<'a, Result<(), QueueError>> {
         let owners = self.owners();
-        async move { owners.record(provider, id, self.tenant(), until).await }.boxed()
+        async move { owners.record(provider, id.as_str(), self.tenant(), until).await }.boxed()
     }
 
     fn owns_sandbox<'a>(&'a self, provider: &'a str, id: &'a SandboxId) -> BoxFuture<'a, Result<bool, QueueError>> {
         let owners = self.owners();
-        async move { owners.owned_by(provider, id, self.tenant()).await }.boxed()
+        async move { owners.owned_by(provider, id.as_str(), self.tenant()).await }.boxed()
     }
 
     fn forget_sandbox_owner<'a>(&'a self, provider: &'a str, id: &'a SandboxId) -> BoxFuture<'a, Result<(), QueueError>> {
         let owners = self.owners();
-        async move { owners.forget(provider, id).await }.boxed()
+        async move { owners.forget(provider, id.as_str()).await }.boxed()
     }
 
     fn keep_sandbox<'a>(&'a self, kept: &'a str, until_ms: i64) -> BoxFuture<'a, Result<(), QueueError>> {
-        self.attempt.queue().keep_sandbox(self.tenant(), kept, until_ms).boxed()
+        self.attempt.queue().runner().keep_sandbox(self.tenant(), kept, until_ms).boxed()
     }
 
     fn hold_kept_sandbox<'a>(&'a self, kept: &'a str, until_ms: i64) -> BoxFuture<'a, Result<(), QueueError>> {
-        self.attempt.queue().hold_kept_sandbox(self.tenant(), kept, until_ms).boxed()
+        self.attempt.queue().runner().hold_kept_sandbox(self.tenant(), kept, until_ms).boxed()
     }
 
     fn forget_kept_sandbox<'a>(&'a self, kept: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
-        self.attempt.queue().forget_kept_sandbox(self.tenant(), kept).boxed()
+        self.attempt.queue().runner().forget_kept_sandbox(self.tenant(), kept).boxed()
     }
 }

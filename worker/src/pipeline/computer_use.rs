@@ -38,9 +38,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::{Decision, SensitiveActions, StopCode};
-use flotilla_shared::usage::Amount;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{Decision, SensitiveActions, StopCode};
+use flotilla_types::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;

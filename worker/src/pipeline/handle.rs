@@ -14,13 +14,13 @@
 #[cfg(test)]
 pub(crate) mod fake;
 
-use flotilla_shared::config::TenantSettings;
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::TaskRecord;
-use flotilla_shared::task::{HumanInput, StopCode, TaskSpec};
-use flotilla_shared::usage::{Amount, Counted};
-use flotilla_shared::QueueError;
+use flotilla_config::TenantSettings;
+use flotilla_queue::queue::TaskRecord;
+use flotilla_queue::QueueError;
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{HumanInput, StopCode, TaskSpec};
+use flotilla_types::usage::{Amount, Counted};
 use futures::future::BoxFuture;
 use time::OffsetDateTime;
 

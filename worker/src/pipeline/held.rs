@@ -15,7 +15,7 @@
 //! until its deadline; an `id` the task's tenant does not own fails exactly
 //! as an unknown id does. A sandbox left running after its task holds one of
 //! its tenant's `max_sandboxes` slots until its deadline (see
-//! `flotilla_shared::queue`'s kept sandboxes), or until it is found gone
+//! `flotilla_queue::queue`'s kept sandboxes), or until it is found gone
 //! (its keeper watches it, [`super::kept_watch`]; a task naming it finds it
 //! gone). A task that takes it by id starts no sandbox and takes no slot of
 //! its own: the kept slot is its slot while it runs (held at least until
@@ -24,8 +24,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::config::TenantSettings;
-use flotilla_shared::task::{SandboxProviderKind, SandboxSpec, StopCode};
+use flotilla_config::TenantSettings;
+use flotilla_types::task::{SandboxProviderKind, SandboxSpec, StopCode};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;

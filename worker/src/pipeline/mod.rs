@@ -21,14 +21,14 @@ pub mod session;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flotilla_shared::task::Pipeline as PipelineKind;
+use flotilla_types::task::Pipeline as PipelineKind;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use claude_code::ClaudeCode;
 pub use computer_use::{ComputerUse, ModelFactory};
 pub use error::PipelineError;
-use flotilla_shared::Config;
+use flotilla_config::Config;
 pub use handle::TaskHandle;
 pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;

@@ -12,8 +12,8 @@
 //! executor (in `computer_use`) then runs one model conversation per step,
 //! each announced with `step_started` and recorded as `current_step`.
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::{Decision, StopCode};
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{Decision, StopCode};
 use serde::Serialize;
 use serde_json::{Map, Value};
 

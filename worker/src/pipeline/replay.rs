@@ -6,10 +6,10 @@
 //! provider, template and resolution, since the recorded coordinates refer
 //! to that screen.
 
-use flotilla_shared::action::Action;
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::task::{SandboxSpec, StopCode};
+use flotilla_types::action::Action;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{SandboxSpec, StopCode};
 
 use super::{PipelineError, TaskHandle};
 
@@ -76,8 +76,8 @@ fn replay_sandbox(own: Option<&SandboxSpec>, original: Option<&SandboxSpec>) -> 
 
 #[cfg(test)]
 mod tests {
-    use flotilla_shared::action::MouseButton;
-    use flotilla_shared::ids::TenantId;
+    use flotilla_types::action::MouseButton;
+    use flotilla_types::ids::TenantId;
 
     use super::*;
 

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -79,11 +79,11 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use flotilla_shared::event::{Event, EventKind};
-    use flotilla_shared::ids::{TaskId, TenantId};
-    use flotilla_shared::queue::TaskRecord;
-    use flotilla_shared::task::{StopCode, TaskSpec};
-    use flotilla_shared::usage::Amount;
+    use flotilla_queue::queue::TaskRecord;
+    use flotilla_types::event::{Event, EventKind};
+    use flotilla_types::ids::{TaskId, TenantId};
+    use flotilla_types::task::{StopCode, TaskSpec};
+    use flotilla_types::usage::Amount;
     use tokio_util::sync::CancellationToken;
 
     use super::*;

@@ -7,8 +7,8 @@
 //! subtype alone says nothing), and an exit without any `result` line (it
 //! could not start, or could not find the session to resume).
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::StopCode;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::StopCode;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 

@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::event::{EventKind, FileOp};
+use flotilla_blobstore::BlobStore;
+use flotilla_types::event::{EventKind, FileOp};
 use tokio_util::sync::CancellationToken;
 
 use super::workdir::{self, Sandbox, Snapshot};

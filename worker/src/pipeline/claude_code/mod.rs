@@ -36,9 +36,9 @@ mod workdir;
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::task::StopCode;
-use flotilla_shared::usage::Amount;
+use flotilla_blobstore::BlobStore;
+use flotilla_types::task::StopCode;
+use flotilla_types::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};

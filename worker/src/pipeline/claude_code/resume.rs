@@ -12,9 +12,9 @@
 //! then resumes. Only the transcript is needed; the rest of `~/.claude` is
 //! rebuilt by the CLI.
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::task::{Pipeline as PipelineKind, StopCode, TaskFiles, TaskStatus};
+use flotilla_blobstore::BlobStore;
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{Pipeline as PipelineKind, StopCode, TaskFiles, TaskStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
