@@ -1,5 +1,5 @@
 -- luacheck's settings for the project's Lua: the Redis scripts (`lua/*.lua`
--- beside the Rust modules that run them, see shared/src/redis_lua.rs).
+-- beside the Rust modules that run them, see shared/queue/src/redis_lua.rs).
 -- Checked by `luacheck .` in scripts/test.sh.
 
 -- What Redis's Lua 5.1 offers a script, and nothing else (no `io`, `os`,

@@ -18,7 +18,14 @@ stylua --check .
 luacheck --quiet --no-color .
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 bash scripts/deny.sh
+# The shipped binaries alone, without the features tests turn on: they
+# reach Redis only through the queue's methods (`Queue::redis`/`keys` exist
+# for tests and benchmarks only, behind flotilla-queue's `testing` feature).
+cargo check --quiet -p flotilla-api -p flotilla-worker -p flotilla-cli --lib --bin flotilla-api --bin flotilla-worker --bin flotilla
 cargo build --workspace --exclude flotilla-benches --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi
 cargo nextest run --workspace --exclude flotilla-benches --profile "$profile" "$@"
+# nextest runs no doctests; the worker's hold the compile_fail proof that a
+# pipeline's task handle cannot end its task.
+cargo test --doc -p flotilla-worker --quiet

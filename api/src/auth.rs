@@ -10,8 +10,8 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use flotilla_shared::apikey::{bearer_key, Scope};
-use flotilla_shared::TenantId;
+use flotilla_config::apikey::{bearer_key, Scope};
+use flotilla_types::TenantId;
 
 use crate::error::ApiError;
 use crate::state::AppState;

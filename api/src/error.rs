@@ -13,14 +13,15 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::quota::{QuotaError, RateState};
-use flotilla_shared::task::TaskStatus;
-use flotilla_shared::{QueueError, ValidationError};
+use flotilla_queue::quota::{QuotaError, RateState};
+use flotilla_queue::QueueError;
+use flotilla_types::task::TaskStatus;
+use flotilla_types::ValidationError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::hub::HubError;
-use flotilla_shared::webhooks::WebhookError;
+use flotilla_queue::webhooks::WebhookError;
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
-use flotilla_shared::task::parse_json;
-use flotilla_shared::{TaskId, ValidationError};
+use flotilla_types::task::parse_json;
+use flotilla_types::{TaskId, ValidationError};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 

@@ -18,13 +18,13 @@
 //! bridges their WebSockets to workers, beside the noVNC page served under
 //! `/novnc`.
 
+mod api_keys;
 mod auth;
 mod dashboard;
 mod error;
 mod extract;
 mod feed;
 pub mod hub;
-mod keys;
 mod limits;
 pub mod metrics;
 mod openapi;
@@ -45,9 +45,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use flotilla_shared::blobstore::{BlobConfig, BlobStore};
-use flotilla_shared::queue::Queue;
-use flotilla_shared::Config;
+use flotilla_blobstore::{BlobConfig, BlobStore};
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::limit::GlobalConcurrencyLimitLayer;

@@ -12,9 +12,9 @@
 
 use std::fmt::Write;
 
-use flotilla_shared::queue::FleetStats;
-use flotilla_shared::usage::{Meter, UsageView};
-use flotilla_shared::TenantId;
+use flotilla_queue::queue::FleetStats;
+use flotilla_types::usage::{Meter, UsageView};
+use flotilla_types::TenantId;
 
 /// The content type of the Prometheus text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";

@@ -3,8 +3,8 @@
 //! local, so a task page costs no request to the store. Without a configured
 //! store the list is still given, without URLs.
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::queue::TaskRecord;
+use flotilla_blobstore::BlobStore;
+use flotilla_queue::queue::TaskRecord;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -12,7 +12,7 @@ use crate::state::AppState;
 
 /// Fills in the task's `screenshots` and the `url` of each artifact.
 pub async fn attach_urls(state: &AppState, task: &mut TaskRecord) -> Result<(), ApiError> {
-    let shots = state.queue().screenshots(&task.tenant, &task.id).await?;
+    let shots = state.queue().reader().screenshots(&task.tenant, &task.id).await?;
     let store = state.blobs();
     let mut listed = Vec::with_capacity(shots.len());
     for shot in shots {

@@ -1,6 +1,6 @@
 //! On a Redis Cluster, fills the tenants' feed streams from the events the
 //! [`crate::hub`] hears (task scripts there cannot append to them; see
-//! `flotilla_shared::queue::feed_relay`). On a single server the scripts
+//! `flotilla_queue::queue::feed_relay`). On a single server the scripts
 //! append themselves and nothing runs here.
 //!
 //! The hub hands each event over without waiting (a full queue of
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::{Heard, Queue};
-use flotilla_shared::TenantId;
+use flotilla_queue::queue::{Heard, Queue};
+use flotilla_types::TenantId;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -73,7 +73,7 @@ async fn append(queue: &Queue, events: &[(TenantId, Arc<str>)]) {
         for (tenant, event) in events {
             heard.add(tenant.clone(), event);
         }
-        match queue.relay_to_feed(heard).await {
+        match queue.housekeeper().relay_to_feed(heard).await {
             Ok(()) => return,
             Err(error) => tracing::warn!(%error, attempt, "appending events to the tenant feeds failed"),
         }

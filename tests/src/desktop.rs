@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
-use flotilla_shared::blobstore::{BlobStore, UploaderOptions};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
-use flotilla_shared::Config;
+use flotilla_blobstore::{BlobStore, UploaderOptions};
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
+use flotilla_types::action::Action;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxOwners, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
@@ -69,7 +69,7 @@ impl DesktopFleet {
     /// Submits a task of `tenant`.
     pub async fn submit_as(&self, tenant: &TenantId, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(tenant, spec).await.expect("submit").id
+        self.queue.submitter().submit(tenant, spec).await.expect("submit").id
     }
 
     /// Submits a task, waits for its end and returns its events.
@@ -81,7 +81,7 @@ impl DesktopFleet {
     pub async fn run_to_end_as(&self, tenant: &TenantId, spec: Value) -> (TaskId, Vec<Event>) {
         let id = self.submit_as(tenant, spec).await;
         eventually("the task ends", TASK_TIMEOUT, async || {
-            self.queue.get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
+            self.queue.reader().get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
         })
         .await;
         let events = events(&self.queue, &id).await;
@@ -90,7 +90,7 @@ impl DesktopFleet {
 
     /// The fleet's records of which tenant owns which sandbox.
     pub fn owners(&self) -> SandboxOwners {
-        SandboxOwners::new(self.queue.redis().clone(), self.queue.keys().clone())
+        self.queue.sandbox_owners()
     }
 
     pub async fn wait_ended(&self, id: &TaskId) {
@@ -128,7 +128,7 @@ pub fn sandbox_ids(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
-            flotilla_shared::event::EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
+            flotilla_types::event::EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
             _ => None,
         })
         .collect()

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::clock;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue, TaskRecord};
-use flotilla_shared::task::{Priority, TaskSpec, TaskStatus};
+use flotilla_queue::queue::{NewTask, Queue, TaskRecord};
+use flotilla_types::clock;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Priority, TaskSpec, TaskStatus};
 
 use crate::fleet::{api_key, test_config, test_env, unique_prefix, FileFleet, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
@@ -24,7 +24,7 @@ async fn submit_batch(q: &Queue, tenant: &TenantId, spec: &TaskSpec, n: usize) -
     let tasks: Vec<NewTask> =
         (0..n).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() }).collect();
     let ids = tasks.iter().map(|t| t.id.clone()).collect();
-    q.create_tasks(tasks).await.expect("create tasks");
+    q.submitter().create_tasks(tasks).await.expect("create tasks");
     ids
 }
 
@@ -34,7 +34,7 @@ async fn wait_ended(q: &Queue, tenant: &TenantId, ids: &[TaskId], timeout: Durat
     loop {
         let mut records = Vec::with_capacity(ids.len());
         for id in ids {
-            records.push(q.get(tenant, id).await.expect("get").unwrap_or_else(|| panic!("task {id} vanished")));
+            records.push(q.reader().get(tenant, id).await.expect("get").unwrap_or_else(|| panic!("task {id} vanished")));
         }
         if records.iter().all(|r| r.status.is_terminal()) {
             return records;
@@ -171,7 +171,7 @@ pub async fn max_running_holds_fleet_wide_across_a_killed_worker(redis: impl Red
         assert_history_whole(id, &history);
         assert_eq!(history.iter().filter(|e| e.kind.is_terminal()).count(), 1, "task {id} ended once");
     }
-    let stats = q.stats(&tenant("acme")).await.expect("stats");
+    let stats = q.reader().stats(&tenant("acme")).await.expect("stats");
     assert_eq!((stats.tenants[0].running, stats.tenants[0].queued), (0, 0), "every slot came back once: {stats:?}");
     drop(survivor);
 }
@@ -180,7 +180,7 @@ pub async fn max_running_holds_fleet_wide_across_a_killed_worker(redis: impl Red
 async fn doomed_holds(q: &Queue, ids: &[TaskId], n: usize) -> bool {
     let mut held = 0;
     for id in ids {
-        let task = q.get(&tenant("acme"), id).await.expect("get").expect("task");
+        let task = q.reader().get(&tenant("acme"), id).await.expect("get").expect("task");
         if task.status == TaskStatus::Running
             && events(q, id).await.iter().rev().find_map(started_by).as_deref() == Some("doomed")
         {
@@ -190,16 +190,16 @@ async fn doomed_holds(q: &Queue, ids: &[TaskId], n: usize) -> bool {
     held >= n
 }
 
-fn started_by(event: &flotilla_shared::event::Event) -> Option<String> {
+fn started_by(event: &flotilla_types::event::Event) -> Option<String> {
     match &event.kind {
-        flotilla_shared::event::EventKind::Started { worker, .. } => Some(worker.clone()),
+        flotilla_types::event::EventKind::Started { worker, .. } => Some(worker.clone()),
         _ => None,
     }
 }
 
 async fn all_succeeded(q: &Queue, ids: &[TaskId]) -> bool {
     for id in ids {
-        if q.get(&tenant("acme"), id).await.expect("get").is_none_or(|t| t.status != TaskStatus::Succeeded) {
+        if q.reader().get(&tenant("acme"), id).await.expect("get").is_none_or(|t| t.status != TaskStatus::Succeeded) {
             return false;
         }
     }

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::queue::Queue;
-use flotilla_shared::webhooks::target::Lookup;
-use flotilla_shared::Config;
+use flotilla_blobstore::BlobStore;
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
+use flotilla_queue::webhooks::target::Lookup;
 use tokio_util::sync::CancellationToken;
 
 use crate::redis_server::RedisUnderTest;

@@ -1,7 +1,7 @@
 //! Workers run inside the test process, on the real worker loop, until
 //! stopped or dropped.
 
-use flotilla_shared::Config;
+use flotilla_config::Config;
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use tokio_util::sync::CancellationToken;

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flotilla_shared::Config;
-use flotilla_worker::blobstore::{BlobConfig, BlobStore};
+use flotilla_blobstore::{BlobConfig, BlobStore};
+use flotilla_config::Config;
 
 use crate::redis_server::free_port;
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use crate::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, record, submit_many, wait_all_ended, wait_spec};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::TaskStatus;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::TaskStatus;
 
 /// Waits until `check` holds, polling, or panics with `what`.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
@@ -37,7 +37,7 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     let mut doomed = WorkerProcess::spawn(&env, "doomed");
     let survivor = WorkerProcess::spawn(&env, "survivor");
     eventually("a third of the tasks finished", Duration::from_secs(30), || async {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 100
     })
     .await;
@@ -83,7 +83,7 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     // a cluster the counts live beside the lanes, not beside the tasks).
     let settle_by = Instant::now() + Duration::from_secs(15);
     loop {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         if stats.running == 0 && stats.queued == 0 && stats.outcomes.get("succeeded").copied() >= Some(300) {
             break;
         }
@@ -91,13 +91,13 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let stats = q.fleet_stats().await.expect("stats");
+    let stats = q.reader().fleet_stats().await.expect("stats");
     assert_eq!(stats.outcomes.get("succeeded").copied(), Some(300), "counted once each, and no more a lease later");
     drop(survivor);
 }
 
 /// The worker that started a task's latest attempt.
-fn last_starter(history: &[flotilla_shared::event::Event]) -> Option<String> {
+fn last_starter(history: &[flotilla_types::event::Event]) -> Option<String> {
     history.iter().rev().find_map(|e| match &e.kind {
         EventKind::Started { worker, .. } => Some(worker.clone()),
         _ => None,
@@ -161,7 +161,7 @@ pub async fn tasks_survive_a_redis_restart_and_workers_recover_by_themselves(mut
     let workers = [WorkerProcess::spawn(&env, "w1"), WorkerProcess::spawn(&env, "w2")];
 
     eventually("some tasks finished and others are running", Duration::from_secs(20), || async {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 10
     })
     .await;

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::{Attempt, Delivery, Ending, Outcome, Queue, Terminal};
-use flotilla_shared::QueueError;
+use flotilla_queue::queue::{Attempt, Delivery, Ending, Outcome, Queue, Terminal};
+use flotilla_queue::QueueError;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -55,7 +55,7 @@ impl Acker {
 
     /// Ends the attempt's task and then acknowledges its entry.
     pub fn finish(&self, attempt: Arc<Attempt>, terminal: Terminal) {
-        self.send(Work::Finish(attempt, terminal, flotilla_shared::clock::now_ms()));
+        self.send(Work::Finish(attempt, terminal, flotilla_types::clock::now_ms()));
     }
 
     /// Acknowledges an entry whose task needs nothing more.
@@ -116,7 +116,7 @@ async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
             Work::Ack(delivery, outcome) => acks.push((delivery.clone(), *outcome)),
         }
     }
-    let written = queue.finish_and_ack(&ends, &acks).await?;
+    let written = queue.runner().finish_and_ack(&ends, &acks).await?;
     for ((attempt, ..), result) in ends.iter().zip(written) {
         if result.is_err() {
             info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written");

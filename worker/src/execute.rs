@@ -2,16 +2,25 @@
 //! (which also hears cancels and takeovers), runs the pipeline, and hands the
 //! outcome to the acknowledger, which writes it through the fenced script
 //! and only then acknowledges the entry.
+//!
+//! The executor alone holds the [`Attempt`]: its pipeline gets a
+//! [`TaskHandle`](crate::pipeline::TaskHandle) ([`AttemptHandle`]), which
+//! reports progress but cannot end the task, so every terminal write, retry
+//! and requeue is made here or in the acknowledger.
+
+mod attempt_handle;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use flotilla_shared::queue::{Attempt, HeartbeatOutcome, Queue, Terminal};
-use flotilla_shared::task::StopCode;
-use flotilla_shared::QueueError;
+use flotilla_queue::queue::{Attempt, HeartbeatOutcome, Queue, Terminal};
+use flotilla_queue::QueueError;
+use flotilla_types::task::StopCode;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
+
+pub use attempt_handle::AttemptHandle;
 
 use crate::acker::Acker;
 use crate::metrics::WorkerMetrics;
@@ -44,7 +53,7 @@ impl Executor {
     pub async fn execute(&self, attempt: Attempt, abandon: CancellationToken) {
         let span = tracing::info_span!("task", task_id = %attempt.task_id(), attempt = attempt.number);
         if let Some(traceparent) = &attempt.trace {
-            flotilla_shared::telemetry::continue_trace(&span, traceparent);
+            flotilla_telemetry::continue_trace(&span, traceparent);
         }
         self.run_attempt(Arc::new(attempt), abandon).instrument(span).await;
     }
@@ -70,7 +79,7 @@ impl Executor {
             }
             Err(StopReason::Abandoned) => {
                 info!("shutdown deadline passed; leaving the task to be reclaimed");
-                if let Err(e) = self.queue.release(&self.worker_id, &attempt.delivery).await {
+                if let Err(e) = self.queue.runner().release(&self.worker_id, &attempt.delivery).await {
                     warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
                 }
                 return "abandoned";
@@ -111,7 +120,8 @@ impl Executor {
                 message: format!("pipeline {:?} is not available on this worker", kind.as_str()),
             });
         };
-        let run = TaskRun { attempt: attempt.clone(), cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
+        let task = Arc::new(AttemptHandle::new(Arc::clone(attempt)));
+        let run = TaskRun { task, cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
         pipeline.run(&run).await
     }
 
@@ -121,7 +131,7 @@ impl Executor {
         let written = while_reachable(|| attempt.retry_or_dead_letter(error)).await;
         match written {
             Ok(Some(_)) => self.acker.ack(attempt.delivery.clone(), None),
-            Ok(None) => self.acker.ack(attempt.delivery.clone(), Some(flotilla_shared::queue::Outcome::Failed)),
+            Ok(None) => self.acker.ack(attempt.delivery.clone(), Some(flotilla_queue::queue::Outcome::Failed)),
             Err(QueueError::Fenced) => info!("another attempt took the task over before it was handed back"),
             Err(e) => warn!(error = %e, "could not hand the task back; it will be reclaimed"),
         }

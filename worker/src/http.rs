@@ -12,9 +12,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use flotilla_shared::apikey::{bearer_key, KeyDigest, KeyHasher};
-use flotilla_shared::config::AuthConfig;
-use flotilla_shared::queue::Queue;
+use flotilla_config::apikey::{bearer_key, KeyDigest, KeyHasher};
+use flotilla_config::AuthConfig;
+use flotilla_queue::queue::Queue;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -68,7 +68,7 @@ async fn metrics_page(State(state): State<HttpState>, headers: HeaderMap) -> Res
 }
 
 async fn ready(State(state): State<HttpState>) -> StatusCode {
-    if state.queue.redis().ping().await {
+    if state.queue.ping().await {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -5,7 +5,6 @@
 //! tasks and the janitor of expired index entries.
 
 pub mod acker;
-pub use flotilla_shared::blobstore;
 pub mod execute;
 pub mod gateway;
 pub mod housekeeping;
@@ -21,5 +20,5 @@ pub mod tools;
 pub mod webhooks;
 pub mod worker;
 
-pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskHandle, TaskRun};
 pub use worker::{run, run_with, run_with_tools};

@@ -4,8 +4,9 @@
 
 use std::process::ExitCode;
 
-use flotilla_shared::telemetry::{self, LogOutput};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_telemetry as telemetry;
+use flotilla_telemetry::LogOutput;
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc: claiming, running and ending tasks allocate many small,

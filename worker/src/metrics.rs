@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::blobstore::{BlobStats, BlobStore};
+use flotilla_blobstore::{BlobStats, BlobStore};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};

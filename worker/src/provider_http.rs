@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::redact::redact;
+use flotilla_types::redact::redact;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 
 /// `Retry-After` as a wait: delta seconds, or an HTTP date from now.

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use flotilla_shared::blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_shared::config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
-use flotilla_shared::keys::Keys;
-use flotilla_shared::task::SandboxProviderKind;
-use flotilla_shared::Config;
+use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
+use flotilla_config::Config;
+use flotilla_config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
+use flotilla_queue::keys::Keys;
+use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
 
 use crate::gateway::{GatewayConfig, ModelGateway};

@@ -14,8 +14,9 @@
 
 use std::collections::HashSet;
 
-use flotilla_shared::queue::{BatchRecord, FeedId, Queue};
-use flotilla_shared::{BatchId, QueueError, TaskId};
+use flotilla_queue::queue::{BatchRecord, FeedId, Queue};
+use flotilla_queue::QueueError;
+use flotilla_types::{BatchId, TaskId};
 
 use super::tenant::{Scope, TenantFeed};
 use super::{Client, Head};
@@ -36,7 +37,7 @@ impl Scope for BatchScope {
     }
 
     fn sent(&mut self, head: &Head) {
-        if flotilla_shared::event::is_terminal_type(&head.kind) {
+        if flotilla_types::event::is_terminal_type(&head.kind) {
             if let Some(task) = &head.task_id {
                 self.open.remove(task);
             }
@@ -57,8 +58,8 @@ impl BatchFeed {
     /// A feed of `batch` after `cursor` (or from its start); reads which of
     /// its tasks are still open, so call it before reading the feed.
     pub async fn prepare(queue: Queue, batch: &BatchRecord, cursor: Option<FeedId>, client: Client) -> Result<Self, QueueError> {
-        let tasks = queue.batch_task_ids(&batch.id).await?;
-        let states = queue.task_states(&batch.tenant, &tasks).await?;
+        let tasks = queue.reader().batch_task_ids(&batch.id).await?;
+        let states = queue.reader().task_states(&batch.tenant, &tasks).await?;
         let open = tasks
             .iter()
             .zip(states)

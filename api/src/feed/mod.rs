@@ -22,9 +22,10 @@ mod tenant;
 use std::time::Duration;
 
 use axum::response::sse::Event as SseEvent;
-use flotilla_shared::event::is_terminal_type;
-use flotilla_shared::queue::{FeedId, Queue};
-use flotilla_shared::{QueueError, TaskId, TenantId};
+use flotilla_queue::queue::{FeedId, Queue};
+use flotilla_queue::QueueError;
+use flotilla_types::event::is_terminal_type;
+use flotilla_types::{TaskId, TenantId};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -200,7 +201,7 @@ impl Client {
         if cursor.is_next(head.seq) {
             return Ok(self.send(cursor, head, raw).await);
         }
-        let missed = queue.events_after(tenant, task, cursor.last).await?;
+        let missed = queue.reader().events_after(tenant, task, cursor.last).await?;
         Ok(self.send_all(cursor, &missed).await)
     }
 

@@ -3,8 +3,9 @@
 //! reader's entries, each sent once, in the order of the tenant's feed
 //! stream, with its position as the frame's `id`.
 
-use flotilla_shared::queue::{FeedId, Queue, FEED_READ};
-use flotilla_shared::{QueueError, TenantId};
+use flotilla_queue::queue::{FeedId, Queue, FEED_READ};
+use flotilla_queue::QueueError;
+use flotilla_types::TenantId;
 
 use super::tail::{TailSub, Tailed};
 use super::{parse, Client, Flow, Head, Recover};
@@ -97,7 +98,7 @@ impl<S: Scope> TenantFeed<S> {
     /// Sends everything stored after the cursor.
     async fn catch_up(&mut self) -> Result<Flow, QueueError> {
         loop {
-            let entries = self.queue.feed_after(&self.tenant, self.cursor).await?;
+            let entries = self.queue.reader().feed_after(&self.tenant, self.cursor).await?;
             let full = entries.len() >= FEED_READ;
             for entry in entries {
                 if self.pass(entry.id, &entry.event).await == Flow::Stop {

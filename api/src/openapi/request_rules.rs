@@ -14,11 +14,11 @@
 //! (`additionalProperties: false`) and told apart by `pipeline` and by which
 //! of `actions`/`replay_of` is given.
 //!
-//! Invariant: every rule stated here is one a validator in `flotilla_shared`
+//! Invariant: every rule stated here is one a validator in `flotilla_types`
 //! enforces with a 400, and the reverse; `schemathesis::*` checks the two
 //! against each other.
 
-use flotilla_shared::task::{Pipeline, MAX_ACTIONS, MAX_ATTEMPTS, MAX_DURATION_S, MAX_LABELS, MAX_LABEL_CHARS};
+use flotilla_types::task::{Pipeline, MAX_ACTIONS, MAX_ATTEMPTS, MAX_DURATION_S, MAX_LABELS, MAX_LABEL_CHARS};
 use serde_json::{json, Map, Value};
 
 mod batch;

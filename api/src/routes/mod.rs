@@ -1,5 +1,5 @@
 //! The HTTP endpoints, one module per resource. Handlers only translate:
-//! HTTP in, a call to the queue, HTTP out; the rules live in `shared`.
+//! HTTP in, a call to the queue, HTTP out; the rules live in `flotilla-types` and `flotilla-queue`.
 
 pub mod batch_events;
 pub mod batches;

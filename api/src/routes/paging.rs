@@ -5,8 +5,8 @@
 //! `PageParams` and then its own `cursor` (typed, so the document states
 //! the form the server accepts).
 
-use flotilla_shared::page::MAX_PAGE;
-use flotilla_shared::ValidationError;
+use flotilla_queue::page::MAX_PAGE;
+use flotilla_types::ValidationError;
 use serde::Deserialize;
 use utoipa::IntoParams;
 

@@ -1,14 +1,14 @@
 //! `/v1/schedules`: cron rules that enqueue a task at each due time. The
-//! workers fire them; see `flotilla_shared::schedule`.
+//! workers fire them; see `flotilla_queue::schedule`.
 
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::schedule::{NewSchedule, Schedule, SchedulePatch};
-use flotilla_shared::{ScheduleId, ValidationError};
+use flotilla_queue::schedule::{NewSchedule, Schedule, SchedulePatch};
+use flotilla_types::clock;
+use flotilla_types::{ScheduleId, ValidationError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -70,7 +70,7 @@ pub async fn create(
     let (settings, task) = body.check(state.config().api.default_pipeline)?;
     let limits = state.config().tenants.get(&tenant);
     task.check_template(&limits.sandbox_templates).map_err(|e| e.under("task"))?;
-    state.queue().check_schedules(&tenant, &limits).await?;
+    state.queue().submitter().check_schedules(&tenant, &limits).await?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

@@ -17,7 +17,7 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use flotilla_shared::{TenantId, ValidationError};
+use flotilla_types::{TenantId, ValidationError};
 use futures::StreamExt;
 use serde::Deserialize;
 use tokio::sync::mpsc;
@@ -270,17 +270,17 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("Last-Event-ID"));
         let err = resume_at::<u64>(&HeaderMap::new(), Some("-1"), SEQ).expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("after"));
-        let err = resume_at::<flotilla_shared::queue::FeedId>(&with_header("12"), None, "a feed position").expect_err("refused");
+        let err = resume_at::<flotilla_queue::queue::FeedId>(&with_header("12"), None, "a feed position").expect_err("refused");
         assert_eq!(err.field.as_deref(), Some("Last-Event-ID"));
         for bad in ["+3", " 3", "3 ", "99999999999999999999", "1--2"] {
             assert!(resume_at::<u64>(&HeaderMap::new(), Some(bad), SEQ).is_err(), "{bad:?}");
         }
-        let feed = resume_at::<flotilla_shared::queue::FeedId>(&HeaderMap::new(), Some("1732500000000-3"), "a feed position");
+        let feed = resume_at::<flotilla_queue::queue::FeedId>(&HeaderMap::new(), Some("1732500000000-3"), "a feed position");
         assert!(matches!(feed, Ok(Some(_))));
-        let inside = resume_at::<flotilla_shared::queue::FeedId>(&with_header("1732500000000-3.2"), None, "a feed position");
+        let inside = resume_at::<flotilla_queue::queue::FeedId>(&with_header("1732500000000-3.2"), None, "a feed position");
         assert_eq!(inside.map(|p| p.map(|p| p.to_string())), Ok(Some("1732500000000-3.2".to_owned())));
         for bad in ["1-2.", "1-2.1234567890", "1-2.3.4", "1.2-3", "3.5"] {
-            let refused = resume_at::<flotilla_shared::queue::FeedId>(&HeaderMap::new(), Some(bad), "a feed position");
+            let refused = resume_at::<flotilla_queue::queue::FeedId>(&HeaderMap::new(), Some(bad), "a feed position");
             assert!(refused.is_err(), "{bad:?}");
         }
         assert!(resume_at::<u64>(&HeaderMap::new(), Some("3.5"), SEQ).is_err(), "a seq has no place inside an entry");

@@ -18,10 +18,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use flotilla_shared::live::ViewMode;
-use flotilla_shared::queue::Takeover;
-use flotilla_shared::task::MAX_INPUT_MESSAGE_CHARS;
-use flotilla_shared::{QueueError, TaskId, ValidationError};
+use flotilla_queue::live::ViewMode;
+use flotilla_queue::queue::Takeover;
+use flotilla_queue::QueueError;
+use flotilla_types::task::MAX_INPUT_MESSAGE_CHARS;
+use flotilla_types::{TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -84,10 +85,10 @@ pub async fn takeover(
     TaskIdPath(id): TaskIdPath,
 ) -> Result<Json<TakenOver>, ApiError> {
     // Known to be this tenant's before anything is revoked.
-    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     live_views(&state).revoke_control(&id).await?;
     let view = view_link(&state, &tenant, &id, ViewMode::Control).await?;
-    let outcome = state.queue().take_over(&tenant, &id).await?;
+    let outcome = state.queue().submitter().take_over(&tenant, &id).await?;
     tracing::info!(already_held = outcome == Takeover::AlreadyHeld, "desktop taken over");
     Ok(Json(TakenOver { id, status: "waiting", code: "human-intervention", view }))
 }
@@ -122,9 +123,9 @@ pub async fn release(
         return Err(ValidationError::at("message", problem).into());
     }
     // Known to be this tenant's before anything is revoked.
-    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     live_views(&state).revoke_control(&id).await?;
-    state.queue().hand_back(&tenant, &id, release.message).await?;
+    state.queue().submitter().hand_back(&tenant, &id, release.message).await?;
     tracing::info!("desktop handed back");
     Ok((StatusCode::ACCEPTED, Json(Released { id, status: "released" })))
 }

@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::usage::{Meter, UsageView, MAX_USAGE_DAYS};
-use flotilla_shared::ValidationError;
+use flotilla_types::clock;
+use flotilla_types::usage::{Meter, UsageView, MAX_USAGE_DAYS};
+use flotilla_types::ValidationError;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -124,15 +124,15 @@ pub async fn usage(
     let queue = state.queue();
     let now = queue.now_ms();
     let (from, to) = params.range(now)?;
-    let days = if from <= to { queue.usage_days(&tenant, from, to).await? } else { Vec::new() };
-    let today = queue.usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
+    let days = if from <= to { queue.reader().usage_days(&tenant, from, to).await? } else { Vec::new() };
+    let today = queue.reader().usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
     let mut total = Meter::default();
     for (_, meter) in &days {
         total.add(meter);
     }
     let quota = state.config().tenants.get(&tenant);
-    let queued = queue.queued_count(&tenant).await?;
-    let sandboxes = queue.sandboxes_held(&tenant).await?;
+    let queued = queue.reader().queued_count(&tenant).await?;
+    let sandboxes = queue.reader().sandboxes_held(&tenant).await?;
     let limits = UsageLimits {
         max_queued: quota.max_queued,
         queued,

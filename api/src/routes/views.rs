@@ -15,10 +15,11 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use axum::Json;
 use bytes::Bytes;
-use flotilla_shared::apikey::Scope;
-use flotilla_shared::live::{LiveViews, ViewGrant, ViewMode};
-use flotilla_shared::task::TaskStatus;
-use flotilla_shared::{clock, QueueError, TaskId, ValidationError};
+use flotilla_config::apikey::Scope;
+use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode};
+use flotilla_queue::QueueError;
+use flotilla_types::task::TaskStatus;
+use flotilla_types::{clock, TaskId, ValidationError};
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -103,11 +104,11 @@ pub async fn view(
 /// A tokened view URL of a task of `tenant` that shows its desktop now.
 pub async fn view_link(
     state: &AppState,
-    tenant: &flotilla_shared::TenantId,
+    tenant: &flotilla_types::TenantId,
     id: &TaskId,
     mode: ViewMode,
 ) -> Result<ViewLink, ApiError> {
-    let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
+    let task = state.queue().reader().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
     if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
         return Err(QueueError::WrongStatus(task.status.as_str().to_owned()).into());
     }
@@ -217,7 +218,7 @@ async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
 }
 
 pub(crate) fn live_views(state: &AppState) -> LiveViews {
-    LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
+    state.queue().live_views()
 }
 
 /// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else

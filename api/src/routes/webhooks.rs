@@ -1,15 +1,15 @@
 //! `/v1/webhooks`: a tenant's webhook endpoints, their secrets and their
 //! delivery logs. Delivery itself runs in the workers; see
-//! `flotilla_shared::webhooks`.
+//! `flotilla_queue::webhooks`.
 
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_shared::clock;
-use flotilla_shared::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks};
-use flotilla_shared::{MessageId, ValidationError, WebhookId};
+use flotilla_queue::webhooks::{Delivery, Endpoint, EndpointPatch, NewEndpoint, Webhooks};
+use flotilla_types::clock;
+use flotilla_types::{MessageId, ValidationError, WebhookId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -110,7 +110,7 @@ pub async fn create(
     JsonBody(new): JsonBody<NewEndpoint>,
 ) -> Result<Response, ApiError> {
     if let Some(batch) = &new.batch_id {
-        state.queue().batch(&tenant, batch).await?.ok_or(ApiError::NotFound("no such batch"))?;
+        state.queue().reader().batch(&tenant, batch).await?.ok_or(ApiError::NotFound("no such batch"))?;
     }
     let (endpoint, secret) = store(&state).create(&tenant, new).await?;
     Ok((StatusCode::CREATED, Json(EndpointCreated { endpoint, secret })).into_response())

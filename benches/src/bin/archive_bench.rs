@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use flotilla_shared::blobstore::{content_hash, BlobConfig, BlobStore};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_blobstore::{content_hash, BlobConfig, BlobStore};
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -40,10 +40,10 @@ struct FourShots;
 impl Pipeline for FourShots {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let attempt = &run.attempt;
-            attempt.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
+            let task = &run.task;
+            task.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
             for step in 0..4u32 {
-                let hash = content_hash(format!("{}-{step}", attempt.task_id()).as_bytes());
+                let hash = content_hash(format!("{}-{step}", task.task_id()).as_bytes());
                 let shot = EventKind::Screenshot {
                     key: format!("screenshots/{hash}.png"),
                     hash,
@@ -51,7 +51,7 @@ impl Pipeline for FourShots {
                     dedup: false,
                     step: Some(step),
                 };
-                attempt.emit(shot, &[]).await?;
+                task.emit(shot, &[]).await?;
             }
             Ok(Outcome::Succeeded(json!({"text": "done"})))
         }
@@ -121,7 +121,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
             .map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() })
             .collect();
         ids.extend(batch.iter().map(|t| t.id.clone()));
-        queue.create_tasks(batch).await?;
+        queue.submitter().create_tasks(batch).await?;
     }
     let mut registry = Registry::default();
     registry.register(PipelineKind::Scripted, Arc::new(FourShots));
@@ -135,13 +135,13 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     shutdown.cancel();
     worker.await??;
     let memory_hot = support::used_memory(&queue).await?;
-    let events = queue.events_after(&tenant, &ids[0], 0).await?.len();
+    let events = queue.reader().events_after(&tenant, &ids[0], 0).await?.len();
 
     config.clock.advance(3 * HOT_S * 1000);
     let archive_started = Instant::now();
     let (mut archived, mut entries, mut segments) = (0, 0, 0);
     loop {
-        let pass = queue.archive_finished().await?;
+        let pass = queue.housekeeper().archive_finished().await?;
         archived += pass.tasks;
         entries += pass.entries;
         segments += pass.segments;
@@ -155,8 +155,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     // Every sampled task reads back whole from the archive.
     let sample: Vec<&TaskId> = ids.iter().step_by((ids.len() / 100).max(1)).collect();
     for id in &sample {
-        let record = queue.get(&tenant, id).await?.with_context(|| format!("archived task {id} does not read back"))?;
-        let history = queue.events_after(&tenant, id, 0).await?;
+        let record = queue.reader().get(&tenant, id).await?.with_context(|| format!("archived task {id} does not read back"))?;
+        let history = queue.reader().events_after(&tenant, id, 0).await?;
         if !record.status.is_terminal() || history.len() != events {
             bail!("archived task {id} reads back {} with {} of {events} events", record.status, history.len());
         }

@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -47,7 +47,7 @@ impl Pipeline for NoOp {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         let now = Instant::now();
         if let Ok(mut started) = self.started.lock() {
-            started.insert(run.attempt.task_id().clone(), now);
+            started.insert(run.task.task_id().clone(), now);
         }
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
@@ -236,7 +236,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let mut next = 0;
     while next < n {
         let batch = (n - next).min(1_000);
-        queue.create_tasks((next..next + batch).map(|i| new_task(&tenant_ids[i % tenants], &spec)).collect()).await?;
+        queue.submitter().create_tasks((next..next + batch).map(|i| new_task(&tenant_ids[i % tenants], &spec)).collect()).await?;
         next += batch;
     }
     let enqueue_s = enqueue_started.elapsed().as_secs_f64();
@@ -299,7 +299,7 @@ async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::
         let task = new_task(&tenant, &spec);
         let id = task.id.clone();
         let at = Instant::now();
-        queue.create_tasks(vec![task]).await?;
+        queue.submitter().create_tasks(vec![task]).await?;
         submitted.push((id, at));
     }
     while support::succeeded(&queue).await? < n as u64 {

@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use flotilla_shared::Config;
-use flotilla_worker::blobstore::{
+use flotilla_blobstore::{
     BlobConfig, BlobStats, BlobStore, DedupStrategy, KnownHashes, Uploader, UploaderOptions, KNOWN_HASH_TTL,
 };
+use flotilla_config::Config;
 use serde_json::{json, Value};
 use support::round;
 

@@ -40,20 +40,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use flotilla_shared::action::Action;
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
-use flotilla_shared::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
+use flotilla_config::Config;
+use flotilla_queue::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_types::action::Action;
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
 use flotilla_worker::acker::Acker;
-use flotilla_worker::blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
+use flotilla_worker::execute::AttemptHandle;
 use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider, Screenshot};
-use flotilla_worker::{PipelineError, Registry, TaskRun};
+use flotilla_worker::{PipelineError, Registry, TaskHandle, TaskRun};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -176,7 +177,10 @@ impl Bench {
             ..TaskSpec::default()
         };
         let id = TaskId::generate();
-        self.queue.create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
+        self.queue
+            .submitter()
+            .create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }])
+            .await?;
         let deadline = Instant::now() + CLAIM_TIMEOUT;
         while Instant::now() < deadline {
             let claims = self.claimer.next(1).await?;
@@ -204,7 +208,7 @@ impl Bench {
     async fn measure(&mut self, size: (u32, u32)) -> anyhow::Result<Value> {
         let attempt = Arc::new(self.claim(size).await?);
         let run = TaskRun {
-            attempt: Arc::clone(&attempt),
+            task: Arc::new(AttemptHandle::new(Arc::clone(&attempt))),
             cancel: CancellationToken::new(),
             tools: Arc::clone(&self.tools),
             metrics: self.metrics.clone(),
@@ -225,7 +229,7 @@ impl Bench {
         let scale = Scale::fit(session.resolution(), self.target);
         let mut steps = Steps::new(run);
         fill_screen(session, &mut steps).await?;
-        let (uploader, feed) = self.own_uploader(&run.attempt);
+        let (uploader, feed) = self.own_uploader(&run.task);
         let (mut parts, mut whole) = (Samples::default(), Samples::default());
         // The two kinds of step alternate, so both see the same desktop and load.
         for i in 0..WARMUP + self.steps {
@@ -243,11 +247,11 @@ impl Bench {
 
     /// An uploader beside the session's, whose feed emits the `screenshot`
     /// events and times each emit.
-    fn own_uploader(&self, attempt: &Arc<Attempt>) -> (Option<Uploader>, Option<tokio::task::JoinHandle<Vec<f64>>>) {
+    fn own_uploader(&self, task: &Arc<dyn TaskHandle>) -> (Option<Uploader>, Option<tokio::task::JoinHandle<Vec<f64>>>) {
         let Some(store) = &self.uploads else { return (None, None) };
         let uploader = Uploader::spawn(store.clone(), UploaderOptions::default());
         let mut feed = uploader.feed();
-        let attempt = Arc::clone(attempt);
+        let task = Arc::clone(task);
         let emits = tokio::spawn(async move {
             let mut ms = Vec::new();
             while let Some((_, image)) = feed.next().await {
@@ -259,7 +263,7 @@ impl Bench {
                     dedup: image.dedup,
                     step: None,
                 };
-                if attempt.emit(event, &[]).await.is_err() {
+                if task.emit(event, &[]).await.is_err() {
                     break;
                 }
                 ms.push(ms_since(started));

@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::webhooks::{EventType, NewEndpoint, Webhooks};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
+use flotilla_queue::webhooks::{EventType, NewEndpoint, Webhooks};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -191,7 +191,7 @@ async fn submit(queue: &Queue, tenant: &TenantId, n: usize) -> anyhow::Result<()
         let chunk = (n - next).min(1_000);
         let tasks =
             (0..chunk).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() });
-        queue.create_tasks(tasks.collect()).await?;
+        queue.submitter().create_tasks(tasks.collect()).await?;
         next += chunk;
     }
     Ok(())
@@ -205,7 +205,7 @@ async fn wait_succeeded(queue: &Queue, n: usize) -> anyhow::Result<()> {
 }
 
 async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+    Ok(queue.reader().fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 /// Messages made so far for the silent endpoint (every pending one).

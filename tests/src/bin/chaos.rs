@@ -14,12 +14,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_tests::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, submit_many, tenant, wait_spec};
 use flotilla_tests::RedisServer;
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -155,9 +155,9 @@ async fn run() -> anyhow::Result<bool> {
     let (mut succeeded, mut not_ended, mut broken, mut reclaimed) = (0, 0, 0, 0);
     let (mut screenshots, mut missing_images) = (0, 0);
     for id in &ids {
-        let record = q.get(&tenant(), id).await?.context("a task vanished")?;
+        let record = q.reader().get(&tenant(), id).await?.context("a task vanished")?;
         let history = events(&q, id).await;
-        for shot in q.screenshots(&tenant(), id).await? {
+        for shot in q.reader().screenshots(&tenant(), id).await? {
             screenshots += 1;
             if !store.exists(&shot.key).await.unwrap_or(false) {
                 missing_images += 1;
@@ -210,10 +210,10 @@ fn desktop_spec() -> TaskSpec {
 }
 
 /// How many of `ids` have ended, read from the tasks themselves.
-async fn count_ended(q: &flotilla_shared::queue::Queue, ids: &[flotilla_shared::TaskId]) -> usize {
+async fn count_ended(q: &flotilla_queue::queue::Queue, ids: &[flotilla_types::TaskId]) -> usize {
     let mut ended = 0;
     for id in ids {
-        if let Ok(Some(task)) = q.get(&tenant(), id).await {
+        if let Ok(Some(task)) = q.reader().get(&tenant(), id).await {
             ended += usize::from(task.status.is_terminal());
         }
     }

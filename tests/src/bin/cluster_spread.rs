@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::{NewTask, Queue};
-use flotilla_shared::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_tests::{RedisCluster, RedisUnderTest};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
 use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -126,7 +126,7 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
         let tasks = (next..next + batch)
             .map(|i| NewTask { id: TaskId::generate(), tenant: ids[i % tenants].clone(), batch: None, spec: spec.clone() })
             .collect();
-        queue.create_tasks(tasks).await?;
+        queue.submitter().create_tasks(tasks).await?;
         next += batch;
     }
     let mut registry = Registry::default();
@@ -135,7 +135,7 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
     let worker = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     let deadline = started + args.timeout;
     let outcomes = loop {
-        let fleet = queue.fleet_stats().await?;
+        let fleet = queue.reader().fleet_stats().await?;
         let ended: u64 = fleet.outcomes.values().sum();
         if ended >= total as u64 || Instant::now() > deadline {
             break fleet.outcomes;

@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use flotilla_shared::keys::{event_field, Keys};
-use flotilla_shared::{clock, TaskId, TenantId};
+use flotilla_queue::keys::{event_field, Keys};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer, SseFrame, SseReader};
+use flotilla_types::{clock, TaskId, TenantId};
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 

@@ -7,13 +7,14 @@
 
 use std::time::Duration;
 
-use flotilla_shared::queue::Queue;
-use flotilla_shared::{Config, TaskId};
+use flotilla_config::Config;
+use flotilla_queue::queue::Queue;
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{tenant, wait_all_ended};
 use flotilla_tests::{
     api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer, SseReader,
 };
+use flotilla_types::TaskId;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
@@ -153,7 +154,7 @@ async fn archived_tasks_read_as_before_and_only_by_their_tenant() {
 
     s.config.clock.advance(10 * HOT_S * 1000);
     let archiver = s.archiver().await;
-    let pass = archiver.archive_finished().await.expect("archive pass");
+    let pass = archiver.housekeeper().archive_finished().await.expect("archive pass");
     assert_eq!((pass.tasks, pass.entries as usize), (ids.len() as u64, events), "{pass:?}");
     for id in &ids {
         assert!(!s.redis_holds(&archiver, id).await, "task {id} left Redis");
@@ -201,7 +202,7 @@ async fn a_killed_archive_pass_loses_nothing_and_repeats_nothing() {
     for delay_ms in 0..150 {
         let pass = tokio::spawn({
             let archiver = archiver.clone();
-            async move { archiver.archive_finished().await }
+            async move { archiver.housekeeper().archive_finished().await }
         });
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         pass.abort();
@@ -220,7 +221,7 @@ async fn a_killed_archive_pass_loses_nothing_and_repeats_nothing() {
         }
     }
     assert!(half_way > 0, "some pass was killed with part of the tasks moved");
-    archiver.archive_finished().await.expect("the last pass");
+    archiver.housekeeper().archive_finished().await.expect("the last pass");
     for id in &ids {
         assert!(!s.redis_holds(&archiver, id).await, "task {id} left Redis");
     }
@@ -237,14 +238,14 @@ async fn the_retention_deletes_archived_tasks_and_feed_segments() {
     let (_, ids) = s.finished_tasks(3, 0).await;
     s.config.clock.advance(10 * HOT_S * 1000);
     let archiver = s.archiver().await;
-    assert_eq!(archiver.archive_finished().await.expect("pass").tasks, 3);
+    assert_eq!(archiver.housekeeper().archive_finished().await.expect("pass").tasks, 3);
     let store = s.s3.store(&s.prefix);
     let archive_prefix = store.layout().tenant_archive(&tenant());
     assert!(store.list(&archive_prefix).await.expect("list").len() >= 4, "three tasks and a feed segment");
 
-    assert_eq!(archiver.expire_archive().await.expect("expire"), 0, "nothing is past the retention yet");
+    assert_eq!(archiver.housekeeper().expire_archive().await.expect("expire"), 0, "nothing is past the retention yet");
     s.config.clock.advance(8 * 24 * 3600 * 1000);
-    assert_eq!(archiver.expire_archive().await.expect("expire"), 3);
+    assert_eq!(archiver.housekeeper().expire_archive().await.expect("expire"), 3);
     assert!(store.list(&archive_prefix).await.expect("list").is_empty(), "the store holds nothing of them");
     let mut conn = archiver.redis().shared();
     let archived: usize =

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_shared::TaskId;
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiServer, RedisServer};
+use flotilla_types::TaskId;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -598,8 +598,8 @@ async fn only_a_failed_dead_letter_can_be_retried() {
     let prefix = unique_prefix();
     let api = spawn_api(test_config(&redis, &prefix, &[])).await;
     wait_ready(&api).await;
-    let keys = flotilla_shared::keys::Keys::new(prefix.clone());
-    let tenant = flotilla_shared::TenantId::parse("acme").expect("tenant");
+    let keys = flotilla_queue::keys::Keys::new(prefix.clone());
+    let tenant = flotilla_types::TenantId::parse("acme").expect("tenant");
     let dead = submit(&api, &valid_spec()).await;
     let queued = submit(&api, &valid_spec()).await;
     let client = redis::Client::open(redis.url()).expect("redis client");

@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use flotilla_shared::task::Pipeline;
-use flotilla_shared::{Config, TaskId};
+use flotilla_config::Config;
 use flotilla_tests::tasks::{queue, tenant};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker, RedisServer};
+use flotilla_types::task::Pipeline;
+use flotilla_types::TaskId;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
@@ -287,7 +288,7 @@ async fn ten_thousand_tasks_are_accepted_at_once_and_all_accounted_for() {
     let q = queue(&fleet.config).await;
     let sample: Vec<TaskId> = ids.iter().step_by(997).map(|i| TaskId::parse(i).expect("id")).collect();
     for id in &sample {
-        let record = q.get(&tenant(), id).await.expect("get").expect("exists");
+        let record = q.reader().get(&tenant(), id).await.expect("get").expect("exists");
         assert_eq!(record.spec.pipeline, Some(Pipeline::Scripted));
     }
     for worker in workers {
@@ -302,13 +303,14 @@ async fn the_janitor_seals_a_finished_batch_so_it_expires_with_its_tasks() {
     let q = queue(&fleet.config).await;
     let open = format!("{}:{{q}}:batches:open", fleet.prefix);
     let batch_key = format!("{}:batch:{{{id}}}", fleet.prefix);
-    assert_eq!(q.seal_finished_batches().await.expect("seal"), 0, "its tasks are still queued");
+    assert_eq!(q.housekeeper().seal_finished_batches().await.expect("seal"), 0, "its tasks are still queued");
     let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut fleet.redis.connection()).expect("PTTL");
     assert_eq!(ttl, -1, "an open batch does not expire");
 
-    let batch = q.batch(&tenant(), &flotilla_shared::BatchId::parse(&id).expect("id")).await.expect("batch").expect("exists");
-    assert_eq!(q.cancel_batch(&batch).await.expect("cancel").cancelled, 2);
-    assert_eq!(q.seal_finished_batches().await.expect("seal"), 1);
+    let batch =
+        q.reader().batch(&tenant(), &flotilla_types::BatchId::parse(&id).expect("id")).await.expect("batch").expect("exists");
+    assert_eq!(q.submitter().cancel_batch(&batch).await.expect("cancel").cancelled, 2);
+    assert_eq!(q.housekeeper().seal_finished_batches().await.expect("seal"), 1);
     let mut conn = fleet.redis.connection();
     let ttl: i64 = redis::cmd("PTTL").arg(&batch_key).query(&mut conn).expect("PTTL");
     assert!(ttl > 0, "a sealed batch expires");
@@ -603,7 +605,7 @@ async fn the_batch_schema_agrees_with_the_server() {
         let mut taken = 0;
         for (body, documented) in bodies.iter().zip(documented) {
             let tasks = body["tasks"].as_array().expect("tasks");
-            let server = flotilla_shared::queue::batch_specs(tasks, body["defaults"].as_object(), default);
+            let server = flotilla_queue::queue::batch_specs(tasks, body["defaults"].as_object(), default);
             assert_eq!(documented, server.is_ok(), "default {default:?}, {body}: the server says {server:?}");
             taken += usize::from(documented);
         }

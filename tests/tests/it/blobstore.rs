@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::ids::TaskId;
+use flotilla_blobstore::{content_hash, BlobError, BlobStore, KnownHashes, KNOWN_HASH_TTL};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, BUCKET};
 use flotilla_tests::{unique_prefix, RedisServer};
-use flotilla_worker::blobstore::{content_hash, BlobError, BlobStore, KnownHashes, KNOWN_HASH_TTL};
+use flotilla_types::ids::TaskId;
 
 /// Where the suite gets its stores.
 trait Backend {
@@ -225,7 +225,7 @@ async fn s3s_fs_head_then_put_dedups_too() {
     let server = S3Server::start();
     let prefix = unique_prefix();
     let mut config = server.config(&prefix);
-    config.dedup = flotilla_worker::blobstore::DedupStrategy::HeadThenPut;
+    config.dedup = flotilla_blobstore::DedupStrategy::HeadThenPut;
     config.recent_hashes = 0;
     let store = BlobStore::new(config);
     let first = store.put_screenshot(png(6)).await.expect("first");

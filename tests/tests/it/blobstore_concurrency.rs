@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use flotilla_blobstore::{content_hash, BlobStore, StoredImage, Uploader, UploaderOptions};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::unique_prefix;
-use flotilla_worker::blobstore::{content_hash, BlobStore, StoredImage, Uploader, UploaderOptions};
 
 const TASKS: usize = 20;
 const SHARED: u32 = 5;

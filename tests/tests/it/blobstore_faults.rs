@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_blobstore::{BlobError, BlobStore, UploadError, Uploader, UploaderOptions};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, BUCKET};
 use flotilla_tests::unique_prefix;
-use flotilla_worker::blobstore::{BlobError, BlobStore, UploadError, Uploader, UploaderOptions};
 
 /// A PNG-signed blob unique to `seed`.
 fn png(seed: u32) -> Vec<u8> {

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use flotilla_shared::event::Event;
-use flotilla_shared::queue::TaskRecord;
-use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_queue::queue::TaskRecord;
 use flotilla_tests::desktop::{eventually, performed, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, ScriptedServer};
 use flotilla_tests::tasks::record;
+use flotilla_types::event::Event;
+use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
 
 fn task(pipeline: &str, budget: Value) -> Value {

@@ -16,18 +16,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
-use flotilla_shared::clock::parse_rfc3339;
-use flotilla_shared::config::Secret;
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::queue::{Queue, TaskRecord};
-use flotilla_shared::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_blobstore::{content_hash, BlobStore, UploaderOptions};
+use flotilla_config::Secret;
+use flotilla_queue::queue::{Queue, TaskRecord};
 use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_turn};
 use flotilla_tests::fakes::{Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::clock::parse_rfc3339;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
 use flotilla_worker::gateway::{GatewayConfig, ModelGateway};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
@@ -50,7 +50,7 @@ struct CodeFleet {
     _redis: RedisServer,
     _s3: S3Server,
     store: BlobStore,
-    config: flotilla_shared::Config,
+    config: flotilla_config::Config,
     api: ScriptedServer,
     gateway: ModelGateway,
     queue: Queue,
@@ -100,7 +100,7 @@ impl CodeFleet {
 
     async fn run_to_end(&self, spec: Value) -> (TaskId, TaskRecord, Vec<Event>) {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        let id = self.queue.submit(&tenant(), spec).await.expect("submit").id;
+        let id = self.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
         wait_all_ended(&self.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
         (id.clone(), record(&self.queue, &id).await, events(&self.queue, &id).await)
     }
@@ -287,7 +287,7 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
         assert!(!format!("{:?}", call.headers).contains(&token), "the token stops at the gateway");
     }
     // The key is in no event.
-    let raw = fleet.queue.events_after(&tenant(), &id, 0).await.expect("events");
+    let raw = fleet.queue.reader().events_after(&tenant(), &id, 0).await.expect("events");
     assert!(raw.iter().all(|e| !e.contains(REAL_KEY)), "the real key never appears in events");
 
     // The token died with its task (and was only ever valid on its sandbox's socket).
@@ -331,7 +331,7 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     fleet.api.push(streamed_answer("too late").after(Duration::from_secs(60)));
     let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes())
         .expect("spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
     let deadline = Instant::now() + TASK_TIMEOUT;
     while fleet.model_calls().is_empty() {
         assert!(Instant::now() < deadline, "the CLI never called the model");
@@ -339,7 +339,7 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     }
     assert_eq!(fleet.gateway.live_tokens(), 1, "the running task holds a token");
     let asked = Instant::now();
-    fleet.queue.cancel(&tenant(), &id).await.expect("cancel");
+    fleet.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
     wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
     assert!(asked.elapsed() < Duration::from_secs(5), "stopped within 5 s");
@@ -366,7 +366,7 @@ async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts
 
     let spec = json!({"prompt": "write three files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
     let started = Instant::now();
     // Each `file` event, as soon as it is seen: was the task still running,
     // and did the store already hold the bytes it names?
@@ -379,7 +379,7 @@ async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts
             if seen.iter().any(|(p, ..)| *p == path) {
                 continue;
             }
-            assert_eq!(op, flotilla_shared::event::FileOp::Write, "{path}");
+            assert_eq!(op, flotilla_types::event::FileOp::Write, "{path}");
             let key = fleet.store.layout().artifact(&id, &path).expect("artifact key");
             let stored = fleet.store.get(&key).await.map(|b| b.to_vec()).unwrap_or_default();
             let readable = hash.as_deref() == Some(content_hash(&stored).as_str()) && bytes == stored.len() as u64;
@@ -473,7 +473,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     fleet.api.push(streamed_answer("Both written."));
     let spec = json!({"prompt": "write two files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
 
     let began = Instant::now();
     loop {
@@ -506,7 +506,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     // The answer queued for the first run is used by the second, which
     // starts over: a new session, so one answer is all it needs.
     let now = fleet.queue.now_ms();
-    fleet.config.clock.advance(flotilla_shared::clock::ms_to_next_utc_day(now) + 1_000);
+    fleet.config.clock.advance(flotilla_types::clock::ms_to_next_utc_day(now) + 1_000);
     wait_all_ended(&fleet.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
     let task = record(&fleet.queue, &id).await;
     assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 2), "{:?}", task.error);

@@ -7,14 +7,14 @@
 //! error.
 
 use base64::Engine;
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::fleet::binary;
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::{api_key, spawn_api, ApiClient};
+use flotilla_types::action::{Action, MouseButton};
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
 
 /// The desktop size: larger than what the model sees, so scaling shows.

@@ -6,13 +6,13 @@
 //! pipeline, whose normalized points land on the screen's own pixels and
 //! whose confirmations wait for a human.
 
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::event::EventKind;
-use flotilla_shared::task::{StopCode, TaskStatus};
 use flotilla_tests::desktop::{performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, gemini, Recorded, ScriptedServer};
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::{api_key, spawn_api, ApiClient};
+use flotilla_types::action::{Action, MouseButton};
+use flotilla_types::event::EventKind;
+use flotilla_types::task::{StopCode, TaskStatus};
 use flotilla_worker::model::NOT_EXECUTED;
 use serde_json::{json, Value};
 

@@ -11,9 +11,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use flotilla_shared::blobstore::BlobStore;
-use flotilla_shared::keys::{event_field, Keys};
-use flotilla_shared::{clock, TaskId};
+use flotilla_blobstore::BlobStore;
+use flotilla_queue::keys::{event_field, Keys};
 use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
@@ -21,6 +20,7 @@ use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::{
     api_key, spawn_api, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, ApiServer, InProcessWorker, RedisServer,
 };
+use flotilla_types::{clock, TaskId};
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
@@ -431,8 +431,8 @@ async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day()
     let api = spawn_api(config.clone()).await;
     let keys = Keys::new(prefix.clone());
     let today = clock::now_ms();
-    let acme = flotilla_shared::TenantId::parse("acme").expect("tenant");
-    let globex = flotilla_shared::TenantId::parse("globex").expect("tenant");
+    let acme = flotilla_types::TenantId::parse("acme").expect("tenant");
+    let globex = flotilla_types::TenantId::parse("globex").expect("tenant");
     for (back, tokens, sandbox_ms) in [(2, 1200u64, 45_000u64), (1, 5400, 120_000), (0, 3100, 80_000)] {
         let day = keys.usage_day(&acme, &clock::utc_day(today - back * clock::DAY_MS));
         let fields = [

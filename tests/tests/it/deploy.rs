@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use flotilla_shared::config::KNOWN_VARS;
+use flotilla_config::KNOWN_VARS;
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn deploy_dir() -> PathBuf {
@@ -87,7 +87,7 @@ fn keda_scales_on_the_fleet_backlog_the_api_reports() {
     assert_eq!(triggers[0]["type"].as_str(), Some("prometheus"));
     let query = triggers[0]["metadata"]["query"].as_str().expect("query");
     assert!(query.contains("flotilla_queue_depth"), "scales on the metric the API serves: {query}");
-    let fleet = flotilla_shared::queue::FleetStats { queued: 3, ..Default::default() };
+    let fleet = flotilla_queue::queue::FleetStats { queued: 3, ..Default::default() };
     assert!(flotilla_api::metrics::render(&fleet).contains("\nflotilla_queue_depth 3\n"), "the API serves it");
     assert_eq!(scaled.1["spec"]["scaleTargetRef"]["name"].as_str(), Some("flotilla-worker"));
 }
@@ -203,7 +203,7 @@ async fn the_fleet_runs_on_the_shipped_redis_acl_users() {
         ]
     };
     let api_env = base(redis.url("flotilla-api", "api-password-for-test"));
-    let api = spawn_api(flotilla_shared::Config::from_env(api_env).expect("api config")).await;
+    let api = spawn_api(flotilla_config::Config::from_env(api_env).expect("api config")).await;
     let mut worker = WorkerProcess::spawn(&base(redis.url("flotilla-worker", "worker-password-for-test")), "acl-worker");
 
     let client = ApiClient::new(&api, api_key());
@@ -444,23 +444,28 @@ async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
         env
     };
     let plain_url = format!("redis://127.0.0.1:{plain}");
-    let config = flotilla_shared::Config::from_env([("FLOTILLA_REDIS_URL", plain_url), ("FLOTILLA_KEY_PREFIX", "tls".into())])
+    let config = flotilla_config::Config::from_env([("FLOTILLA_REDIS_URL", plain_url), ("FLOTILLA_KEY_PREFIX", "tls".into())])
         .expect("config");
-    let queue = flotilla_shared::queue::Queue::connect(&config).await.expect("the test reaches redis");
-    let id = queue.submit(&flotilla_tests::tasks::tenant(), flotilla_tests::tasks::wait_spec(10)).await.expect("submit").id;
+    let queue = flotilla_queue::queue::Queue::connect(&config).await.expect("the test reaches redis");
+    let id = queue
+        .submitter()
+        .submit(&flotilla_tests::tasks::tenant(), flotilla_tests::tasks::wait_spec(10))
+        .await
+        .expect("submit")
+        .id;
     let mut untrusting = WorkerProcess::spawn(&env(false), "untrusting");
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let task = flotilla_tests::tasks::record(&queue, &id).await;
     assert_eq!(
         task.status,
-        flotilla_shared::task::TaskStatus::Queued,
+        flotilla_types::task::TaskStatus::Queued,
         "a worker that does not trust the server's CA never connects"
     );
     untrusting.child.kill().ok();
     let mut worker = WorkerProcess::spawn(&env(true), "trusting");
     let ended =
         flotilla_tests::tasks::wait_all_ended(&queue, std::slice::from_ref(&id), std::time::Duration::from_secs(30)).await;
-    assert_eq!(ended[0].status, flotilla_shared::task::TaskStatus::Succeeded, "the worker ran the task over rediss://");
+    assert_eq!(ended[0].status, flotilla_types::task::TaskStatus::Succeeded, "the worker ran the task over rediss://");
     worker.child.kill().ok();
     server.kill().ok();
     server.wait().ok();
@@ -584,6 +589,6 @@ fn the_workers_http_binds_the_pods_address_not_every_interface() {
         }
     }
     assert_eq!(checked, 1, "the worker deployment sets its HTTP address");
-    let config = flotilla_shared::Config::from_env([("FLOTILLA_API_KEYS", "")]).expect("defaults");
+    let config = flotilla_config::Config::from_env([("FLOTILLA_API_KEYS", "")]).expect("defaults");
     assert!(config.worker.http_addr.is_none(), "by default a worker serves no HTTP");
 }

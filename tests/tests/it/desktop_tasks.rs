@@ -11,15 +11,15 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::blobstore::{content_hash, BlobStore, UploaderOptions};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::ids::TenantId;
-use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_blobstore::{content_hash, BlobStore, UploaderOptions};
 use flotilla_tests::desktop::{count, eventually, png_size, sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::fleet::{test_config, test_env};
 use flotilla_tests::s3_server::{S3Server, ACCESS_KEY, SECRET_KEY};
 use flotilla_tests::tasks::{events, record, tenant, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient, RedisServer, WorkerProcess};
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::ids::TenantId;
+use flotilla_types::task::{StopCode, TaskStatus};
 use flotilla_worker::sandbox::{SandboxId, SandboxRequest};
 use serde_json::{json, Value};
 
@@ -145,7 +145,7 @@ async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
     })
     .await;
     let asked = Instant::now();
-    fleet.queue.cancel(&tenant(), &id).await.expect("cancel");
+    fleet.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
     wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
     eventually("the desktop is released", Duration::from_secs(5), async || fleet.pool.live() == 0).await;
@@ -247,8 +247,8 @@ async fn sandbox_a_worker_without_keys_finds_them_through_the_standard_aws_chain
 
     let queue = flotilla_tests::tasks::queue(&test_config(&redis, &prefix, &[])).await;
     let spec = json!({"prompt": "one move", "pipeline": "scripted", "retry": {"max_attempts": 1}, "actions": [{"type": "move", "x": 3, "y": 3}]});
-    let spec = flotilla_shared::task::TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
-    let id = queue.submit(&tenant(), spec).await.expect("submit").id;
+    let spec = flotilla_types::task::TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
+    let id = queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
     wait_all_ended(&queue, std::slice::from_ref(&id), Duration::from_secs(60)).await;
     let task = record(&queue, &id).await;
     assert_eq!(task.status, TaskStatus::Succeeded, "{:?}", task.error);
@@ -298,7 +298,7 @@ async fn sandbox_named_by_id_is_used_and_left_running() {
     let provider = fleet.pool.provider().clone();
     let mine = provider.create(&SandboxRequest::default()).await.expect("a desktop of the user's own");
     // Recorded as the tenant's, as a sandbox started or kept for it is.
-    fleet.owners().record(provider.name(), &mine.id, &tenant(), mine.expires_at).await.expect("owner recorded");
+    fleet.owners().record(provider.name(), mine.id.as_str(), &tenant(), mine.expires_at).await.expect("owner recorded");
     let (id, events) = fleet
         .run_to_end(json!({
             "prompt": "use my desktop", "pipeline": "scripted",
@@ -344,7 +344,7 @@ async fn sandbox_of_another_tenant_answers_as_an_unknown_id_and_is_left_untouche
     let mut answers = Vec::new();
     for id in [kept.as_str(), unknown] {
         let (task_id, events) = fleet.run_to_end_as(&b, intrude(id)).await;
-        let task = fleet.queue.get(&b, &task_id).await.expect("get").expect("b's task");
+        let task = fleet.queue.reader().get(&b, &task_id).await.expect("get").expect("b's task");
         assert_eq!((task.status, task.code), (TaskStatus::Failed, Some(StopCode::Problem)), "{events:?}");
         assert_eq!(task.attempts, 1, "{events:?}");
         assert!(task.sandbox.is_none(), "no sandbox is recorded on the task: {:?}", task.sandbox);

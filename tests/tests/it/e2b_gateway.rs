@@ -11,10 +11,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::config::Secret;
-use flotilla_shared::ids::TaskId;
+use flotilla_config::Secret;
 use flotilla_tests::fakes::anthropic::final_answer;
 use flotilla_tests::fakes::ScriptedServer;
+use flotilla_types::ids::TaskId;
 use flotilla_worker::gateway::{GatewayConfig, ModelGateway, TaskToken};
 use flotilla_worker::sandbox::e2b::fake::FakeE2b;
 use flotilla_worker::sandbox::{E2bProvider, SandboxId, SandboxProvider, SandboxRequest};

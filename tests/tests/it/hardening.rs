@@ -5,11 +5,11 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::apikey::{KeyHasher, KeyRing, Scope};
-use flotilla_shared::TenantId;
+use flotilla_config::apikey::{KeyHasher, KeyRing, Scope};
 use flotilla_tests::fleet::{admin_key, binary, globex_key, spawn_api_with_blobs};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, RedisServer};
+use flotilla_types::TenantId;
 use serde_json::json;
 
 const SECRET: &str = "the test fleet's key secret, 32 bytes or more";
@@ -139,7 +139,7 @@ async fn the_cli_prints_no_control_characters() {
 async fn artifacts_other_than_images_download() {
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let task = flotilla_shared::TaskId::generate();
+    let task = flotilla_types::TaskId::generate();
     let http = reqwest::Client::new();
     for (path, inline) in [("page.html", false), ("logo.svg", false), ("chart.png", true)] {
         let stored = store.put_artifact(&task, path, b"<script>alert(1)</script>".to_vec()).await.expect("put");
@@ -176,18 +176,18 @@ async fn the_dashboard_loads_images_only_from_the_store() {
 /// stored says `false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_dedup_is_reported_per_tenant() {
-    use flotilla_shared::blobstore::UploaderOptions;
-    use flotilla_shared::event::EventKind;
-    use flotilla_shared::task::TaskSpec;
+    use flotilla_blobstore::UploaderOptions;
     use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
     use flotilla_tests::tasks::events;
+    use flotilla_types::event::EventKind;
+    use flotilla_types::task::TaskSpec;
 
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
     let options = DesktopOptions { blobs: Some(store), uploads: UploaderOptions::default(), ..DesktopOptions::default() };
     let fleet = DesktopFleet::start(options).await;
     let spec = json!({"prompt": "look twice", "pipeline": "scripted", "actions": [{"type": "click", "x": 5, "y": 5}, {"type": "click", "x": 5, "y": 5}]});
-    let shots = |events: Vec<flotilla_shared::event::Event>| -> Vec<(String, bool)> {
+    let shots = |events: Vec<flotilla_types::event::Event>| -> Vec<(String, bool)> {
         events
             .into_iter()
             .filter_map(|e| match e.kind {
@@ -200,8 +200,8 @@ async fn sandbox_dedup_is_reported_per_tenant() {
     let acme = shots(acme_events);
     let globex = TenantId::parse("globex").expect("tenant");
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
-    let id = fleet.queue.submit(&globex, spec).await.expect("submit").id;
-    let ended = async || fleet.queue.get(&globex, &id).await.ok().flatten().is_some_and(|t| t.status.is_terminal());
+    let id = fleet.queue.submitter().submit(&globex, spec).await.expect("submit").id;
+    let ended = async || fleet.queue.reader().get(&globex, &id).await.ok().flatten().is_some_and(|t| t.status.is_terminal());
     flotilla_tests::desktop::eventually("globex's task ends", Duration::from_secs(60), ended).await;
     let theirs = shots(events(&fleet.queue, &id).await);
 

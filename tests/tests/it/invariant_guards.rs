@@ -12,7 +12,7 @@
 //! path inside its crate and the test's name (`queue::a_stale_attempt_…`,
 //! `sandbox::local::escape_tests::…`), or a module whose tests all guard it.
 //! The path is looked for in each crate (this binary's `tests/tests/it/`,
-//! then `shared`, `worker`, `api` and `cli`) and must be found in exactly
+//! then the `shared/` crates, `worker`, `api` and `cli`) and must be found in exactly
 //! one: its module is the longest prefix that is a file, the rest inline
 //! `mod`s of that file read with `syn`, and the last segment a `#[test]`
 //! function there (or in a `proptest!` block) or a module holding one.
@@ -192,9 +192,13 @@ fn crate_has(modules: &BTreeMap<Vec<String>, PathBuf>, parsed: &mut Parsed, name
 
 /// The crates a guard may name a test of, with their module roots, in the
 /// order they are searched.
-const CRATES: [(&str, &str); 5] = [
+const CRATES: [(&str, &str); 9] = [
     ("flotilla-tests (it)", "tests/tests/it"),
-    ("flotilla-shared", "shared/src"),
+    ("flotilla-types", "shared/types/src"),
+    ("flotilla-config", "shared/config/src"),
+    ("flotilla-blobstore", "shared/blobstore/src"),
+    ("flotilla-telemetry", "shared/telemetry/src"),
+    ("flotilla-queue", "shared/queue/src"),
     ("flotilla-worker", "worker/src"),
     ("flotilla-api", "api/src"),
     ("flotilla-cli", "cli/src"),

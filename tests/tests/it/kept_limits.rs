@@ -10,13 +10,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
-use flotilla_shared::{TaskId, TenantId};
+use flotilla_queue::queue::Queue;
 use flotilla_tests::desktop::eventually;
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::in_process::InProcessWorker;
 use flotilla_tests::{config_file, test_config, unique_prefix, RedisServer};
+use flotilla_types::task::{TaskSpec, TaskStatus};
+use flotilla_types::{TaskId, TenantId};
 use flotilla_worker::sandbox::{MemoryProvider, PoolConfig, SandboxId, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
@@ -55,15 +55,15 @@ impl Fleet {
 
     async fn submit(&self, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(&acme(), spec).await.expect("submit").id
+        self.queue.submitter().submit(&acme(), spec).await.expect("submit").id
     }
 
     async fn status(&self, id: &TaskId) -> TaskStatus {
-        self.queue.get(&acme(), id).await.expect("get").expect("task").status
+        self.queue.reader().get(&acme(), id).await.expect("get").expect("task").status
     }
 
     async fn sandbox_of(&self, id: &TaskId) -> String {
-        let record = self.queue.get(&acme(), id).await.expect("get").expect("task");
+        let record = self.queue.reader().get(&acme(), id).await.expect("get").expect("task");
         let sandbox = record.sandbox.expect("the task's sandbox");
         sandbox["id"].as_str().expect("sandbox id").to_owned()
     }
@@ -184,13 +184,13 @@ async fn a_day_hold_follows_the_limit_a_restart_raises_or_takes_out() {
         std::fs::write(&file, after).expect("rewrite config");
         server.push(Reply::json(openai::response("resp_3", vec![openai::message("done")], 100, 10)));
         let fleet = Fleet::start(&redis, &prefix, &file, &provider, &env).await;
-        let clock_day = flotilla_shared::clock::utc_day(fleet.queue.now_ms());
+        let clock_day = flotilla_types::clock::utc_day(fleet.queue.now_ms());
         eventually("the held task runs on the same day", Duration::from_secs(30), async || {
             fleet.status(&second).await.is_terminal()
         })
         .await;
         assert_eq!(fleet.status(&second).await, TaskStatus::Succeeded, "config after: {after:?}");
-        assert_eq!(flotilla_shared::clock::utc_day(fleet.queue.now_ms()), clock_day);
+        assert_eq!(flotilla_types::clock::utc_day(fleet.queue.now_ms()), clock_day);
         assert_eq!(fleet.tenant_field("paused").await, None);
         fleet.stop().await;
     }

@@ -202,9 +202,11 @@ fn shown(path: &ModPath) -> String {
 
 #[test]
 fn no_two_source_files_of_a_crate_use_each_other() {
-    for crate_dir in ["shared", "api", "worker", "cli"] {
+    for crate_dir in
+        ["shared/types", "shared/config", "shared/blobstore", "shared/telemetry", "shared/queue", "api", "worker", "cli"]
+    {
         let graph = import_graph(&repo_root().join(crate_dir));
-        assert!(graph.len() > 3, "{crate_dir}: too few modules found ({})", graph.len());
+        assert!(graph.len() > 1, "{crate_dir}: too few modules found ({})", graph.len());
         if let Some(cycle) = find_cycle(&graph) {
             let shown: Vec<String> = cycle.iter().map(shown).collect();
             panic!("{crate_dir}: import cycle {}", shown.join(" -> "));
@@ -229,4 +231,33 @@ fn the_checker_sees_a_cycle_between_two_siblings() {
     std::fs::remove_dir_all(&dir).ok();
     let cycle = cycle.expect("held and session use each other");
     assert!(cycle.contains(&"pipeline::held".to_owned()) && cycle.contains(&"pipeline::session".to_owned()), "{cycle:?}");
+}
+
+/// The crates the task model's types crate must never link: a client that
+/// wants a `TaskSpec` gets serde and nothing that talks to the world.
+const IO_CRATES: [&str; 7] = ["redis", "deadpool-redis", "reqwest", "hyper", "tokio", "aws-", "opentelemetry"];
+
+/// Every crate `package` links (normal dependencies, all features on).
+fn linked_crates(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = std::process::Command::new(cargo)
+        .args(["tree", "--offline", "-e", "normal", "--all-features", "--prefix", "none", "--format", "{p}", "-p", package])
+        .current_dir(repo_root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(output.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&output.stderr));
+    let listed = String::from_utf8_lossy(&output.stdout).into_owned();
+    listed.lines().filter_map(|line| line.split_whitespace().next().map(str::to_owned)).collect()
+}
+
+#[test]
+fn the_types_crate_links_no_io_crate() {
+    let linked = linked_crates("flotilla-types");
+    assert!(linked.iter().any(|name| name == "serde"), "the tree was read: {linked:?}");
+    let io: Vec<&String> =
+        linked.iter().filter(|name| IO_CRATES.iter().any(|io| name.as_str() == *io || name.starts_with(io))).collect();
+    assert!(io.is_empty(), "flotilla-types links I/O crates: {io:?}");
+    let cli = linked_crates("flotilla-cli");
+    assert!(cli.iter().any(|name| name == "flotilla-types"), "the CLI reads the task model's own types");
+    assert!(!cli.iter().any(|name| name == "flotilla-queue" || name == "redis"), "the CLI links no queue: {cli:?}");
 }

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use flotilla_shared::action::Action;
 use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
@@ -25,6 +24,7 @@ use flotilla_tests::vnc::{
     keys_behind_a_desync, keysyms, listening, marked_processes, socket_url, vnc_processes, RawViewer, RfbViewer,
 };
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
+use flotilla_types::action::Action;
 use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
 use flotilla_worker::sandbox::{E2bConfig, E2bProvider, EnvdAddress, SandboxId, SandboxProvider, StreamKey};
 use serde_json::{json, Value};
@@ -403,8 +403,8 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "{body}");
     let watching = socket_url(&view_url(&reader, &id, "view").await).expect("a read key still watches");
 
-    let task = flotilla_shared::TaskId::parse(&id).expect("id");
-    let views = flotilla_shared::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
+    let task = flotilla_types::TaskId::parse(&id).expect("id");
+    let views = flotilla_queue::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
     let worker = views.route(&task).await.expect("redis").expect("the worker's endpoint");
     let at_worker = |url: &str| {
         let token = url.split("token=").nth(1).expect("token");
@@ -509,7 +509,7 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
     assert_eq!(refused_status(&url_a).await, 401, "an expired token opens nothing");
 
     let (_, task) = live.owner.get(&format!("/v1/tasks/{a}")).await;
-    let history: Vec<Value> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&a).expect("id"))
+    let history: Vec<Value> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&a).expect("id"))
         .await
         .iter()
         .map(|e| serde_json::to_value(e).expect("event json"))
@@ -648,7 +648,7 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     let first = request_images(&requests[0].body).pop().expect("the first screenshot");
     assert!(matching_share(&seen, &left) >= 0.99, "the model sees the desktop as the person left it");
     assert!(matching_share(&seen, &first) < 0.999, "the typed text changed what the model sees");
-    let kinds: Vec<String> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id"))
+    let kinds: Vec<String> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&id).expect("id"))
         .await
         .iter()
         .map(|e| e.kind.name().to_owned())
@@ -902,9 +902,9 @@ async fn the_cli_prints_views_takes_over_and_releases_sandbox() {
     let again = flotilla(&live.api, &["release", &id]).await;
     assert!(!again.status.success(), "a second release is refused");
     assert_eq!(String::from_utf8_lossy(&again.stderr).trim().lines().count(), 1, "one line says why");
-    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id")).await;
+    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&id).expect("id")).await;
     assert!(
-        history.iter().any(|e| matches!(&e.kind, flotilla_shared::event::EventKind::Released { message } if message.as_deref() == Some("back to you"))),
+        history.iter().any(|e| matches!(&e.kind, flotilla_types::event::EventKind::Released { message } if message.as_deref() == Some("back to you"))),
         "the release and its message are recorded"
     );
     live.cancel(&id).await;
@@ -934,7 +934,7 @@ async fn calls_planned_before_a_takeover_are_not_carried_out_after_it_sandbox() 
         task["status"] == "succeeded"
     })
     .await;
-    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_shared::TaskId::parse(&id).expect("id")).await;
+    let history = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&id).expect("id")).await;
     assert!(!history.iter().any(|e| e.kind.name() == "action"), "the click planned before the takeover was not done");
     let requests: Vec<_> = server.received().into_iter().filter(|r| r.path == "/v1/responses").collect();
     let second = requests[1].body.to_string();
@@ -954,7 +954,7 @@ async fn e2b_provider() -> (FakeE2b, Arc<E2bProvider>) {
         ("E2B_SANDBOX_URL", base_url.clone()),
         ("E2B_DOMAIN", SANDBOX_DOMAIN.to_owned()),
     ];
-    let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
+    let config = flotilla_config::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
     let e2b = E2bConfig::for_account(config.e2b.api_key.clone().expect("E2B_API_KEY"), &config.e2b);
     (fake, Arc::new(E2bProvider::new(e2b).expect("provider")))
 }

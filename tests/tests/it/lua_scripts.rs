@@ -1,6 +1,6 @@
 //! Each Redis script called directly against a real redis-server, as a
 //! table: given this state and these keys and arguments, this reply and this
-//! state. The scripts come from `flotilla_shared::testing` exactly as the
+//! state. The scripts come from `flotilla_queue::testing` exactly as the
 //! queue sends them (files joined, constants written in).
 //!
 //! In a case, `~` in any command, key or argument is the case's own key
@@ -8,7 +8,7 @@
 //! one and `·` for a space inside one. A reply or a state is written as `render` prints a Redis value:
 //! `nil`, a number, the text (`''` when empty), or `[a, b]`.
 
-use flotilla_shared::testing;
+use flotilla_queue::testing;
 use flotilla_tests::{unique_prefix, RedisServer};
 use redis::Value;
 
@@ -115,10 +115,10 @@ fn no_lua_is_left_in_rust_files() {
         }
     }
     holding.sort();
-    assert_eq!(holding, LUA_STILL_IN_RUST, "Lua goes in lua/*.lua beside its module (see shared/src/redis_lua.rs)");
+    assert_eq!(holding, LUA_STILL_IN_RUST, "Lua goes in lua/*.lua beside its module (see shared/queue/src/redis_lua.rs)");
 }
 
-// The task scripts (`shared/src/queue/lua/`). A task hash `~t:{a}`; the
+// The task scripts (`shared/queue/src/queue/lua/`). A task hash `~t:{a}`; the
 // channel prefix `~events:` (no feed: no `+`).
 
 #[test]
@@ -958,7 +958,7 @@ fn feed_append() {
     );
 }
 
-// The archive pass (`shared/src/queue/archive/lua/`).
+// The archive pass (`shared/queue/src/queue/archive/lua/`).
 
 #[test]
 fn move_task() {
@@ -1018,7 +1018,7 @@ fn end_turn() {
     );
 }
 
-// Admission (`shared/src/lua/admit.lua`): no rate, a full queue, spent
+// Admission (`shared/queue/src/lua/admit.lua`): no rate, a full queue, spent
 // tokens, a rate of one a second.
 
 #[test]
@@ -1058,7 +1058,7 @@ fn admit() {
     );
 }
 
-// Schedules (`shared/src/schedule/lua/`).
+// Schedules (`shared/queue/src/schedule/lua/`).
 
 #[test]
 fn schedule_create() {
@@ -1196,7 +1196,7 @@ fn schedule_record_run() {
     );
 }
 
-// Webhook messages (`shared/src/webhooks/lua/`).
+// Webhook messages (`shared/queue/src/webhooks/lua/`).
 
 #[test]
 fn create_messages() {

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use base64::prelude::{Engine as _, BASE64_STANDARD};
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use flotilla_tests::fakes::anthropic::{
     action_turn, computer, error, final_answer, message, text, thinking, tool_use, CACHE_READ_INPUT_TOKENS, INPUT_TOKENS,
     OUTPUT_TOKENS,
 };
 use flotilla_tests::fakes::{Recorded, Reply, ScriptedServer};
+use flotilla_types::action::{Action, MouseButton};
 use flotilla_worker::model::anthropic::{AnthropicComputerUse, AnthropicConfig, ComputerTool};
 use flotilla_worker::model::http::Endpoint;
 use flotilla_worker::model::{CallResult, ComputerModel, ModelAction, ModelError, Screen, ToolCall, Usage};

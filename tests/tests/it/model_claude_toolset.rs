@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use flotilla_tests::fakes::anthropic::{
     error, final_answer, member, message, signed_thinking, text, thinking, tool_use, unsupported_tool,
 };
 use flotilla_tests::fakes::{Reply, ScriptedServer};
+use flotilla_types::action::{Action, MouseButton};
 use flotilla_worker::model::anthropic::{AnthropicComputerUse, AnthropicConfig, ComputerTool, Member, ToolMemory};
 use flotilla_worker::model::http::Endpoint;
 use flotilla_worker::model::{CallResult, ComputerModel, ModelAction, ModelError, Screen, NOT_EXECUTED};

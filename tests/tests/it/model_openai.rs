@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use flotilla_tests::fakes::openai::{
     click, computer_call, computer_call_batch, error, keypress, message, reasoning, reply, response, scroll, type_text,
     with_safety_check,
 };
 use flotilla_tests::fakes::{Recorded, Reply, ScriptedServer};
+use flotilla_types::action::{Action, MouseButton};
 use flotilla_worker::model::http::Endpoint;
 use flotilla_worker::model::openai::{OpenAiConfig, OpenAiCua, OpenAiTool};
 use flotilla_worker::model::{CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall, Usage};

@@ -122,8 +122,8 @@ async fn sandbox_desktops_die_with_a_sigkilled_worker_and_a_restarted_worker_fin
     });
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let spec = flotilla_shared::task::TaskSpec::from_json(busy.to_string().as_bytes()).expect("valid spec");
-        ids.push(q.submit(&tenant(), spec).await.expect("submit").id);
+        let spec = flotilla_types::task::TaskSpec::from_json(busy.to_string().as_bytes()).expect("valid spec");
+        ids.push(q.submitter().submit(&tenant(), spec).await.expect("submit").id);
     }
     eventually("both tasks act on their desktops", Duration::from_secs(60), async || {
         let mut busy = 0;

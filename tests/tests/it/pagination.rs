@@ -4,11 +4,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::page::ScoreCursor;
-use flotilla_shared::TaskId;
+use flotilla_queue::page::ScoreCursor;
 use flotilla_tests::schedule_scenarios::task;
 use flotilla_tests::tasks::{queue, submit_many, tenant, wait_spec};
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, RedisServer};
+use flotilla_types::TaskId;
 use futures::{stream, StreamExt};
 use redis::AsyncCommands;
 use serde_json::{json, Value};

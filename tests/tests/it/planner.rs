@@ -8,15 +8,15 @@
 //! then replayed by a scripted task with no model and end on the same
 //! screen.
 
-use flotilla_shared::action::Action;
-use flotilla_shared::blobstore::{content_hash, UploaderOptions};
-use flotilla_shared::event::{Event, EventKind};
-use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_blobstore::{content_hash, UploaderOptions};
 use flotilla_tests::desktop::{count, performed, png_size, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::{api_key, spawn_api, unique_prefix, ApiClient};
+use flotilla_types::action::Action;
+use flotilla_types::event::{Event, EventKind};
+use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
 
 /// The desktop size: larger than what the model sees, so scaling shows.
@@ -222,7 +222,7 @@ async fn sandbox_a_planned_task_runs_three_steps_in_order() {
         seen,
         [
             Seen::Step(0, steps[0].into()),
-            Seen::Did(Action::Click { x: 640, y: 480, button: flotilla_shared::action::MouseButton::Left }),
+            Seen::Did(Action::Click { x: 640, y: 480, button: flotilla_types::action::MouseButton::Left }),
             Seen::Step(1, steps[1].into()),
             Seen::Did(Action::Type { text: "echo planned".into() }),
             Seen::Step(2, steps[2].into()),

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::task::TaskStatus;
-use flotilla_shared::{clock, Config, TaskId, TenantId};
+use flotilla_config::Config;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, Reply, ScriptedServer};
 use flotilla_tests::in_process::InProcessWorker;
 use flotilla_tests::{config_file, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer};
+use flotilla_types::task::TaskStatus;
+use flotilla_types::{clock, TaskId, TenantId};
 use flotilla_worker::sandbox::MemoryProvider;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
@@ -242,7 +243,7 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
         ids.push(TaskId::parse(body["id"].as_str().expect("id")).expect("task id"));
     }
     let acme = TenantId::parse("acme").expect("tenant");
-    let status_of = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task").status;
+    let status_of = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task").status;
     eventually("the first task ends", Duration::from_secs(30), async || status_of(&ids[0]).await.is_terminal()).await;
     assert_eq!(status_of(&ids[0]).await, TaskStatus::Succeeded);
 
@@ -259,7 +260,7 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
     eventually("the other tenant's tasks run", Duration::from_secs(30), async || {
         let mut done = true;
         for id in &others {
-            done &= fleet.queue.get(&globex, id).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded);
+            done &= fleet.queue.reader().get(&globex, id).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded);
         }
         done
     })
@@ -317,7 +318,7 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
     let acme_api = ready(&api).await;
     let key = flotilla_tests::api_key();
     let acme = TenantId::parse("acme").expect("tenant");
-    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+    let record = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task");
 
     const WAITS: u32 = 30;
     let waits = json!({"prompt": "wait a while", "pipeline": "scripted", "retry": {"max_attempts": 1},
@@ -361,7 +362,7 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
     let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
     let globex = TenantId::parse("globex").expect("tenant");
     eventually("the other tenant's task runs", Duration::from_secs(30), async || {
-        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+        fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -430,8 +431,8 @@ async fn per_tenant_counters_on_metrics_only_when_switched_on() {
         let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
         let (acme, globex) = (TenantId::parse("acme").expect("tenant"), TenantId::parse("globex").expect("tenant"));
         eventually("both tasks end", Duration::from_secs(30), async || {
-            let a = fleet.queue.get(&acme, &model).await.expect("get").is_some_and(|r| r.status.is_terminal());
-            a && fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status.is_terminal())
+            let a = fleet.queue.reader().get(&acme, &model).await.expect("get").is_some_and(|r| r.status.is_terminal());
+            a && fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status.is_terminal())
         })
         .await;
 
@@ -478,7 +479,7 @@ async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_d
     let api = spawn_api(fleet.config.clone()).await;
     let acme_api = ready(&api).await;
     let acme = TenantId::parse("acme").expect("tenant");
-    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+    let record = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task");
     let submit_as = async |key: &str, body: Value| {
         let (status, _, answer) = submit(&api, key, "/v1/tasks", &body).await;
         assert_eq!(status, 202, "{answer}");
@@ -510,7 +511,7 @@ async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_d
     let other = submit_as(flotilla_tests::globex_key(), on_screen(1, json!({}))).await;
     let globex = TenantId::parse("globex").expect("tenant");
     eventually("another tenant's sandbox task runs", Duration::from_secs(30), async || {
-        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+        fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
     })
     .await;
     assert_eq!(record(&holder).await.status, TaskStatus::Running, "the second task still holds its sandbox");

@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::TaskId;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended, wait_spec};
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::TaskId;
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
 /// The worker that ran a task's last attempt.
-async fn ran_on(q: &flotilla_shared::queue::Queue, id: &TaskId) -> String {
+async fn ran_on(q: &flotilla_queue::queue::Queue, id: &TaskId) -> String {
     events(q, id)
         .await
         .into_iter()
@@ -48,9 +48,9 @@ async fn a_mixed_fleet_runs_sandbox_tasks_only_on_the_worker_with_desktops() {
     let mut plain_ids = Vec::new();
     for n in 0..40 {
         if n % 2 == 0 {
-            desktop_ids.push(q.submit(&tenant(), on_screen.clone()).await.expect("submit").id);
+            desktop_ids.push(q.submitter().submit(&tenant(), on_screen.clone()).await.expect("submit").id);
         } else {
-            plain_ids.push(q.submit(&tenant(), wait_spec(50)).await.expect("submit").id);
+            plain_ids.push(q.submitter().submit(&tenant(), wait_spec(50)).await.expect("submit").id);
         }
     }
     let all: Vec<TaskId> = desktop_ids.iter().chain(&plain_ids).cloned().collect();

@@ -13,12 +13,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::config::RedisTarget;
-use flotilla_shared::keys::Keys;
-use flotilla_shared::task::{StopCode, TaskStatus};
+use flotilla_config::RedisTarget;
+use flotilla_queue::keys::Keys;
 use flotilla_tests::desktop::{sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::tasks::record;
 use flotilla_tests::{unique_prefix, RedisServer};
+use flotilla_types::task::{StopCode, TaskStatus};
 use flotilla_worker::sandbox::{
     FleetCap, FleetCapConfig, MemoryProvider, PoolConfig, SandboxError, SandboxPool, SandboxProvider, SandboxRequest,
 };

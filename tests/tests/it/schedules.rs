@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use flotilla_shared::clock;
-use flotilla_shared::keys::Keys;
-use flotilla_shared::task::TaskStatus;
+use flotilla_queue::keys::Keys;
 use flotilla_tests::schedule_scenarios::{self, at, create, due_times, fire_all, replicas, runs, task, view, MINUTE};
 use flotilla_tests::tasks::tenant;
 use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_types::clock;
+use flotilla_types::task::TaskStatus;
 use flotilla_worker::Registry;
 use serde_json::{json, Value};
 
@@ -56,7 +56,7 @@ async fn a_run_claimed_by_a_replica_that_died_is_finished_by_another_with_the_sa
     // The dead replica had claimed 10:01 and even made its task, but never recorded it.
     let mut spec = schedule.task.clone();
     spec.idempotency_key = Some(format!("schedule:{}:{due}", schedule.id));
-    let made = qs[0].submit(&tenant(), spec).await.expect("submit").id;
+    let made = qs[0].submitter().submit(&tenant(), spec).await.expect("submit").id;
     let retry_at = due + 10_000;
     let mut conn = redis.connection();
     let () = redis::pipe()
@@ -174,7 +174,7 @@ async fn workers_fire_due_schedules_on_their_own_and_run_the_task() {
     let task = loop {
         let now = view(&qs[0], &schedule.id).await;
         if let Some(task) = now.last_run.and_then(|r| r.task_id) {
-            let record = qs[0].get(&tenant(), &task).await.expect("get").expect("task");
+            let record = qs[0].reader().get(&tenant(), &task).await.expect("get").expect("task");
             if record.status == TaskStatus::Succeeded {
                 break task;
             }

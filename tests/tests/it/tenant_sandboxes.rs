@@ -8,13 +8,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::event::EventKind;
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::queue::Queue;
-use flotilla_shared::task::{TaskSpec, TaskStatus};
+use flotilla_queue::queue::Queue;
 use flotilla_tests::fleet::FileFleet;
 use flotilla_tests::tasks::{events, wait_spec};
 use flotilla_tests::{unique_prefix, RedisServer, WorkerProcess};
+use flotilla_types::event::EventKind;
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{TaskSpec, TaskStatus};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 
@@ -34,7 +34,7 @@ fn on_screen(ms: u64) -> TaskSpec {
 async fn submit(q: &Queue, who: &TenantId, spec: &TaskSpec, n: usize) -> Vec<TaskId> {
     let mut ids = Vec::new();
     for _ in 0..n {
-        ids.push(q.submit(who, spec.clone()).await.expect("submit").id);
+        ids.push(q.submitter().submit(who, spec.clone()).await.expect("submit").id);
     }
     ids
 }
@@ -92,7 +92,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
         samples += 1;
         if killed.is_none() {
             for id in &desktop_ids {
-                let record = q.get(&acme, id).await.expect("get").expect("task");
+                let record = q.reader().get(&acme, id).await.expect("get").expect("task");
                 if record.status != TaskStatus::Running || !on_its_desktop(q, id).await {
                     continue;
                 }
@@ -107,7 +107,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
         let mut ended = true;
         for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
             for id in ids.iter() {
-                ended &= q.get(who, id).await.expect("get").is_some_and(|r| r.status.is_terminal());
+                ended &= q.reader().get(who, id).await.expect("get").is_some_and(|r| r.status.is_terminal());
             }
         }
         if ended {
@@ -124,7 +124,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
 
     for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
         for id in ids.iter() {
-            let record = q.get(who, id).await.expect("get").expect("task");
+            let record = q.reader().get(who, id).await.expect("get").expect("task");
             assert_eq!(record.status, TaskStatus::Succeeded, "{who} task {id}: {:?}", record.error);
         }
     }

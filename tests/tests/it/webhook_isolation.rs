@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use flotilla_shared::webhooks::due::PER_ENDPOINT;
+use flotilla_queue::webhooks::due::PER_ENDPOINT;
 use flotilla_tests::fleet::test_env;
 use flotilla_tests::{api_key, globex_key, spawn_api, test_config, unique_prefix, ApiClient, RedisServer, WorkerProcess};
 use serde_json::{json, Value};

@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use flotilla_shared::task::TaskStatus;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::redis_server::free_port;
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{queue, record, submit_many, wait_all_ended, wait_spec};
 use flotilla_tests::{admin_key, api_key, test_config, unique_prefix, RedisServer};
+use flotilla_types::task::TaskStatus;
 use flotilla_worker::Registry;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

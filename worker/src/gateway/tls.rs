@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};

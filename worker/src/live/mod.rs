@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use flotilla_shared::live::LiveViews;
-use flotilla_shared::TaskId;
+use flotilla_queue::live::LiveViews;
+use flotilla_types::TaskId;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use flotilla_shared::TaskId;
+use flotilla_types::TaskId;
 
 /// The environment variable naming the task a VNC server shows.
 pub const TASK_VAR: &str = "FLOTILLA_LIVE_VIEW_TASK";

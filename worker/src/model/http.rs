@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 use serde_json::Value;

@@ -20,7 +20,7 @@ pub mod openai;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 
 /// The screen as the model sees it: a PNG already scaled to `width` ×

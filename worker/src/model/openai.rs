@@ -332,7 +332,7 @@ fn result_notes(results: &[CallResult]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use flotilla_shared::config::Secret;
+    use flotilla_config::Secret;
 
     use super::*;
 

@@ -1,15 +1,15 @@
 //! A task's budget and the meter of its sandbox time.
 //!
 //! What a task spends is counted on it as it happens (see
-//! `flotilla_shared::usage`); after each count the task's totals, over
+//! `flotilla_types::usage`); after each count the task's totals, over
 //! every attempt, are held against its `budget`, and a task past it ends
 //! `failed` with code `budget` right after the step that crossed it. Its
 //! session then releases the sandbox as for any other ending.
 
 use std::time::Instant;
 
-use flotilla_shared::task::{StopCode, TaskSpec};
-use flotilla_shared::usage::{Amount, Meter};
+use flotilla_types::task::{StopCode, TaskSpec};
+use flotilla_types::usage::{Amount, Meter};
 
 use super::PipelineError;
 
@@ -55,7 +55,7 @@ impl SandboxClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_shared::task::Budget;
+    use flotilla_types::task::Budget;
 
     fn spec(max_tokens: Option<u64>, max_sandbox_s: Option<u64>) -> TaskSpec {
         TaskSpec { prompt: "p".into(), budget: Some(Budget { max_tokens, max_sandbox_s }), ..TaskSpec::default() }

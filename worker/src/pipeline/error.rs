@@ -3,8 +3,8 @@
 //! help, or the task cannot succeed as asked. Every pipeline file maps faults
 //! through these `From` impls, so the policy lives in one place.
 
-use flotilla_shared::task::StopCode;
-use flotilla_shared::QueueError;
+use flotilla_queue::QueueError;
+use flotilla_types::task::StopCode;
 
 use crate::model::ModelError;
 use crate::sandbox::SandboxError;

@@ -9,9 +9,9 @@
 //! `FLOTILLA_ANTHROPIC_TOOL` forces one; the tools models stepped down to
 //! are remembered by one [`ToolMemory`] shared by every task of the worker.
 
-use flotilla_shared::config::{AnthropicToolVersion, OpenAiToolVersion};
-use flotilla_shared::task::StopCode;
-use flotilla_shared::Config;
+use flotilla_config::Config;
+use flotilla_config::{AnthropicToolVersion, OpenAiToolVersion};
+use flotilla_types::task::StopCode;
 
 use super::computer_use::ModelFactory;
 use super::error::PipelineError;
@@ -63,7 +63,7 @@ impl<P: Provider> Models<P> {
             code: StopCode::Problem,
             message: format!("this worker has no {}, so it cannot run this pipeline", P::KEY_VAR),
         })?;
-        if let Some(model) = &run.attempt.spec.model {
+        if let Some(model) = &run.task.spec().model {
             P::set_model(&mut settings, model);
         }
         Ok(settings)

@@ -10,7 +10,7 @@
 //! model pixel is `m`, so the round trip is exact.
 
 use bytes::Bytes;
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 
 use crate::image::{resize_rgb, ImageError, Rgb};
 use crate::model::Screen;

@@ -17,7 +17,7 @@
 //! A sandbox a task names by id is the user's, started outside the fleet,
 //! and takes no slot.
 //!
-//! [`Keys::sandbox_slots`]: flotilla_shared::keys::Keys::sandbox_slots
+//! [`Keys::sandbox_slots`]: flotilla_queue::keys::Keys::sandbox_slots
 
 use std::collections::HashSet;
 use std::fmt;
@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use flotilla_shared::config::RedisTarget;
-use flotilla_shared::redis_conn::Redis;
+use flotilla_config::RedisTarget;
+use flotilla_queue::redis_conn::Redis;
 use redis::Script;
 use time::OffsetDateTime;
 use tokio::sync::OnceCell;

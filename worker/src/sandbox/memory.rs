@@ -19,8 +19,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
-use flotilla_shared::task::SandboxProviderKind;
+use flotilla_types::action::Action;
+use flotilla_types::task::SandboxProviderKind;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use time::OffsetDateTime;
@@ -41,8 +41,8 @@ impl SandboxProvider for Fake {
         "fake"
     }
 
-    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
-        flotilla_shared::task::SandboxProviderKind::Local
+    fn kind(&self) -> flotilla_types::task::SandboxProviderKind {
+        flotilla_types::task::SandboxProviderKind::Local
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {

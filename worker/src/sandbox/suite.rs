@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::{Action, MouseButton};
+use flotilla_types::action::{Action, MouseButton};
 
 use super::{Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
 

@@ -28,7 +28,7 @@
 //! `batch_specs` takes it (`batches::the_batch_schema_agrees_with_the_server`
 //! checks sampled bodies against both).
 
-use flotilla_shared::task::Pipeline;
+use flotilla_types::task::Pipeline;
 use serde_json::{json, Map, Value};
 
 use super::{reference, Case, CASES, PIPELINE_FIELDS};
@@ -97,7 +97,7 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
         "properties": {
             "defaults": {"description": "Spec fields every task starts from.",
                 "oneOf": [{"type": "null"}, reference("BatchDefaults")]},
-            "tasks": {"type": "array", "minItems": 1, "maxItems": flotilla_shared::queue::MAX_BATCH_TASKS,
+            "tasks": {"type": "array", "minItems": 1, "maxItems": flotilla_queue::queue::MAX_BATCH_TASKS,
                 "items": reference("BatchTaskPatch")},
         },
         "allOf": [pipeline_rules(default), prompt_rule(), retry_rule()],

@@ -253,7 +253,7 @@ pub fn build_kind() -> &'static str {
 }
 
 /// Bytes of memory the queue's Redis uses (`INFO memory`).
-pub async fn used_memory(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<i64> {
+pub async fn used_memory(queue: &flotilla_queue::queue::Queue) -> anyhow::Result<i64> {
     let mut conn = queue.redis().shared();
     let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
     info.lines()
@@ -263,8 +263,8 @@ pub async fn used_memory(queue: &flotilla_shared::queue::Queue) -> anyhow::Resul
 }
 
 /// Tasks the fleet counted as succeeded.
-pub async fn succeeded(queue: &flotilla_shared::queue::Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+pub async fn succeeded(queue: &flotilla_queue::queue::Queue) -> anyhow::Result<u64> {
+    Ok(queue.reader().fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 //! coordinate scrolls where the model's own actions last left the pointer.
 //! A missing or wrong parameter is [`ModelError::Malformed`], naming it.
 
-use flotilla_shared::action::{Action, MouseButton};
+use flotilla_types::action::{Action, MouseButton};
 use serde_json::{Map, Value};
 
 use super::{xdotool, ComputerTool};

@@ -68,7 +68,7 @@ fn answer_text(answer: &Value) -> Result<String, ModelError> {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_shared::config::Secret;
+    use flotilla_config::Secret;
 
     use super::*;
     use crate::model::anthropic::ComputerTool;

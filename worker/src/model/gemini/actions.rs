@@ -22,7 +22,7 @@
 //! call whose arguments do not hold is refused too, saying which: the
 //! model gets the error as the call's result.
 
-use flotilla_shared::action::{Action, MouseButton};
+use flotilla_types::action::{Action, MouseButton};
 use serde_json::{Map, Value};
 
 use crate::model::openai::key_name;

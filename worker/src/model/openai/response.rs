@@ -156,7 +156,7 @@ fn safety_check(check: &At<'_>) -> Result<SafetyCheck, ModelError> {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_shared::action::{Action, MouseButton};
+    use flotilla_types::action::{Action, MouseButton};
     use serde_json::json;
 
     use super::*;

@@ -63,7 +63,7 @@ fn text_model(model: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_shared::config::Secret;
+    use flotilla_config::Secret;
 
     use super::*;
     use crate::model::http::Endpoint;

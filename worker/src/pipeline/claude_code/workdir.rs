@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::blobstore::{validate_artifact_path, BlobError, BlobStore, StoredArtifact};
-use flotilla_shared::ids::{TaskId, TenantId};
-use flotilla_shared::task::{StopCode, TaskFiles};
+use flotilla_blobstore::{validate_artifact_path, BlobError, BlobStore, StoredArtifact};
+use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::{StopCode, TaskFiles};
 use serde::Serialize;
 
 use crate::pipeline::PipelineError;

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use reqwest::header::{HeaderValue, CONTENT_LENGTH};
 use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;

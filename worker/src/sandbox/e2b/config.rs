@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_shared::config::{E2bAccount, Secret};
+use flotilla_config::{E2bAccount, Secret};
 
 /// The hosted service's domain.
 pub const DEFAULT_DOMAIN: &str = "e2b.app";

@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use reqwest::header::HeaderValue;
@@ -433,8 +433,8 @@ impl SandboxProvider for E2bProvider {
         "e2b"
     }
 
-    fn kind(&self) -> flotilla_shared::task::SandboxProviderKind {
-        flotilla_shared::task::SandboxProviderKind::E2b
+    fn kind(&self) -> flotilla_types::task::SandboxProviderKind {
+        flotilla_types::task::SandboxProviderKind::E2b
     }
 
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::{Action, MouseButton};
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
+use flotilla_types::action::{Action, MouseButton};
 use tokio_util::sync::CancellationToken;
 
 use super::fake::FakeE2b;
@@ -28,7 +28,7 @@ pub(super) async fn fixture() -> (FakeE2b, E2bProvider) {
         ("E2B_SANDBOX_URL", sandbox_url.clone()),
         ("E2B_DOMAIN", direct.domain.clone()),
     ];
-    let config = flotilla_shared::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
+    let config = flotilla_config::Config::from_env(settings.iter().map(|(k, v)| (k.to_string(), v.clone()))).expect("settings");
     let key = config.e2b.api_key.clone().expect("E2B_API_KEY");
     let mut e2b = E2bConfig::for_account(key, &config.e2b);
     assert_eq!(
@@ -194,7 +194,7 @@ async fn sandbox_e2b_pool_waits_out_a_rate_limited_create() {
 #[test]
 fn without_overrides_the_account_reaches_the_hosted_service_and_bad_urls_are_named() {
     let settings =
-        |pairs: &[(&str, &str)]| flotilla_shared::Config::from_env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        |pairs: &[(&str, &str)]| flotilla_config::Config::from_env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let config = settings(&[("E2B_DOMAIN", "e2b.example")]).expect("settings");
     let e2b = E2bConfig::for_account(Secret::new("e2b_k"), &config.e2b);
     assert_eq!((e2b.api_url.as_str(), &e2b.envd), ("https://api.e2b.example", &EnvdAddress::SandboxHost));

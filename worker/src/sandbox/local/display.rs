@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use flotilla_shared::action::MouseButton;
+use flotilla_types::action::MouseButton;
 use x11rb::connection::{Connection, RequestConnection};
 use x11rb::protocol::xproto::{
     self, AtomEnum, ConnectionExt as _, MapState, Window, BUTTON_PRESS_EVENT, BUTTON_RELEASE_EVENT, KEY_PRESS_EVENT,
@@ -24,7 +24,7 @@ use super::damage::Watch;
 use super::launch::x_socket;
 use super::xauth::{self, Cookie};
 
-use crate::sandbox::keys::Keysym;
+use crate::sandbox::keyboard::Keysym;
 use crate::sandbox::{SandboxError, Screenshot};
 
 /// The keysym of the left Shift key.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_shared::address::{in_prefix, kind_of};
+use flotilla_types::address::{in_prefix, kind_of};
 use hickory_proto::op::{Message, ResponseCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};

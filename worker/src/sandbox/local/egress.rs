@@ -1,7 +1,7 @@
 //! Where a sandbox's packets may go. With egress on, the sandbox's network
 //! namespace gets an `unreachable` route for every non-public IPv4 range
 //! (the one table the webhook guard uses too,
-//! [`flotilla_shared::address::NON_PUBLIC_V4`]), for every prefix this host
+//! [`flotilla_types::address::NON_PUBLIC_V4`]), for every prefix this host
 //! is on (so a fleet machine on a public address cannot reach its
 //! neighbours), for each of this host's own addresses, and for what the
 //! operator denies (`FLOTILLA_SANDBOX_DENY`: the fleet's own services).
@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla_shared::address::NON_PUBLIC_V4;
+use flotilla_types::address::NON_PUBLIC_V4;
 use tokio::process::Command;
 
 use super::process;

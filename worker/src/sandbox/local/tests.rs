@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use flotilla_shared::action::Action;
+use flotilla_types::action::Action;
 
 use super::process::live_processes;
 use super::{launch, Isolation, LocalConfig, LocalProvider};

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flotilla_shared::config::Secret;
+use flotilla_config::Secret;
 use time::OffsetDateTime;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
