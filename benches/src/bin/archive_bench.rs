@@ -21,8 +21,8 @@ use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -37,7 +37,7 @@ const HOT_S: i64 = 60;
 /// A run that reasons once and references four screenshots.
 struct FourShots;
 
-impl Pipeline for FourShots {
+impl PipelineRunner for FourShots {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let task = &run.task;
@@ -109,7 +109,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let tenant = TenantId::parse("bench")?;
     let spec = TaskSpec {
         prompt: "fill in the order form".into(),
-        pipeline: Some(PipelineKind::Scripted),
+        pipeline: Some(Pipeline::Scripted),
         actions: Some(Vec::new()),
         ..TaskSpec::default()
     };
@@ -124,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         queue.submitter().create_tasks(batch).await?;
     }
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(FourShots));
+    registry.register(Pipeline::Scripted, Arc::new(FourShots));
     let shutdown = CancellationToken::new();
     let drain_started = Instant::now();
     let worker = tokio::spawn(flotilla_worker::run_with(config.clone(), registry, shutdown.clone()));

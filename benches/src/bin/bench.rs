@@ -27,8 +27,8 @@ use anyhow::{bail, Context};
 use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -43,7 +43,7 @@ struct NoOp {
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
 }
 
-impl Pipeline for NoOp {
+impl PipelineRunner for NoOp {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         let now = Instant::now();
         if let Ok(mut started) = self.started.lock() {
@@ -121,7 +121,7 @@ fn config(url: &str, prefix: &str, concurrency: usize) -> anyhow::Result<Config>
 }
 
 fn noop_spec() -> TaskSpec {
-    TaskSpec { prompt: "no-op".into(), pipeline: Some(PipelineKind::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() }
+    TaskSpec { prompt: "no-op".into(), pipeline: Some(Pipeline::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() }
 }
 
 fn new_task(tenant: &TenantId, spec: &TaskSpec) -> NewTask {
@@ -202,7 +202,7 @@ fn start_worker(
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
 ) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(NoOp { started }));
+    registry.register(Pipeline::Scripted, Arc::new(NoOp { started }));
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     (shutdown, handle)

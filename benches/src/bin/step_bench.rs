@@ -46,7 +46,7 @@ use flotilla_queue::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Term
 use flotilla_types::action::Action;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
+use flotilla_types::task::{Pipeline, SandboxSpec, TaskSpec};
 use flotilla_worker::acker::Acker;
 use flotilla_worker::execute::AttemptHandle;
 use flotilla_worker::metrics::WorkerMetrics;
@@ -171,7 +171,7 @@ impl Bench {
         let max_steps = u32::try_from(4 * (self.steps + WARMUP) + 8).unwrap_or(u32::MAX);
         let spec = TaskSpec {
             prompt: "step bench".into(),
-            pipeline: Some(PipelineKind::Scripted),
+            pipeline: Some(Pipeline::Scripted),
             sandbox: Some(sandbox),
             max_steps: Some(max_steps),
             ..TaskSpec::default()

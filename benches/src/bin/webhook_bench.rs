@@ -28,8 +28,8 @@ use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_queue::webhooks::{EventType, NewEndpoint, Webhooks};
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 /// A pipeline that does nothing.
 struct NoOp;
 
-impl Pipeline for NoOp {
+impl PipelineRunner for NoOp {
     fn run<'a>(&'a self, _: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
@@ -141,7 +141,7 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
         hooks.create(&tenant, NewEndpoint { url: silent.url.clone(), events, batch_id: None }).await?;
     }
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(NoOp));
+    registry.register(Pipeline::Scripted, Arc::new(NoOp));
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     submit(&queue, &tenant, WARM_UP).await?;
@@ -180,12 +180,8 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
 
 /// Submits `n` no-op tasks of `tenant` in chunks of 1 000.
 async fn submit(queue: &Queue, tenant: &TenantId, n: usize) -> anyhow::Result<()> {
-    let spec = TaskSpec {
-        prompt: "no-op".into(),
-        pipeline: Some(PipelineKind::Scripted),
-        actions: Some(Vec::new()),
-        ..TaskSpec::default()
-    };
+    let spec =
+        TaskSpec { prompt: "no-op".into(), pipeline: Some(Pipeline::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() };
     let mut next = 0;
     while next < n {
         let chunk = (n - next).min(1_000);

@@ -15,15 +15,15 @@ use flotilla_tests::tasks::{
 use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
 use flotilla_types::clock;
 use flotilla_types::event::EventKind;
-use flotilla_types::task::{Pipeline as PipelineKind, TaskStatus};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskStatus};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
 /// A pipeline that fails retryably every time, counting its runs.
 struct AlwaysFlaky(Arc<AtomicU32>);
 
-impl Pipeline for AlwaysFlaky {
+impl PipelineRunner for AlwaysFlaky {
     fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         self.0.fetch_add(1, Ordering::SeqCst);
         async { Err(PipelineError::Retryable("model answered 503".into())) }.boxed()
@@ -81,7 +81,7 @@ async fn a_retryable_failure_retries_with_backoff_then_dead_letters_and_can_be_r
     let q = queue(&config).await;
     let runs = Arc::new(AtomicU32::new(0));
     let mut registry = Registry::standard();
-    registry.register(PipelineKind::Scripted, Arc::new(AlwaysFlaky(runs.clone())));
+    registry.register(Pipeline::Scripted, Arc::new(AlwaysFlaky(runs.clone())));
     let mut spec = wait_spec(1);
     spec.retry = Some(flotilla_types::task::RetryPolicy { max_attempts: 3 });
     let id = q.submitter().submit(&tenant(), spec).await.expect("submit").id;
@@ -431,7 +431,7 @@ async fn queue_entry_again(q: &flotilla_queue::queue::Queue, id: &flotilla_types
 /// A pipeline whose errors quote secrets: a retryable one, then a final one.
 struct LeakyErrors(Arc<AtomicU32>);
 
-impl Pipeline for LeakyErrors {
+impl PipelineRunner for LeakyErrors {
     fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         let run = self.0.fetch_add(1, Ordering::SeqCst);
         async move {
@@ -454,7 +454,7 @@ async fn errors_stored_on_a_task_and_in_its_events_have_their_secrets_masked() {
     let (_redis, config) = fleet(&[]);
     let q = queue(&config).await;
     let mut registry = Registry::standard();
-    registry.register(PipelineKind::Scripted, Arc::new(LeakyErrors(Arc::new(AtomicU32::new(0)))));
+    registry.register(Pipeline::Scripted, Arc::new(LeakyErrors(Arc::new(AtomicU32::new(0)))));
     let id = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let worker = InProcessWorker::start(config, registry);
     let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(20)).await;

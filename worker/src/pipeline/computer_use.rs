@@ -47,7 +47,7 @@ use serde_json::json;
 
 use super::planner::{self, Planned};
 use super::scale::Scale;
-use super::{Outcome, Pipeline, PipelineError, Session, Steps, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
 use crate::model::{
     CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage, NOT_EXECUTED,
 };
@@ -94,7 +94,7 @@ impl ComputerUse {
     }
 }
 
-impl Pipeline for ComputerUse {
+impl PipelineRunner for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let steps = Steps::new(run);

@@ -21,7 +21,7 @@ pub mod session;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flotilla_types::task::Pipeline as PipelineKind;
+use flotilla_types::task::Pipeline;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
@@ -56,14 +56,14 @@ pub enum Outcome {
 }
 
 /// Runs tasks of one pipeline kind.
-pub trait Pipeline: Send + Sync + 'static {
+pub trait PipelineRunner: Send + Sync + 'static {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>>;
 }
 
 /// Pipeline implementations by the name tasks use.
 #[derive(Clone, Default)]
 pub struct Registry {
-    pipelines: HashMap<PipelineKind, Arc<dyn Pipeline>>,
+    pipelines: HashMap<Pipeline, Arc<dyn PipelineRunner>>,
 }
 
 impl Registry {
@@ -71,8 +71,8 @@ impl Registry {
     /// `claude-code`.
     pub fn standard() -> Self {
         let mut registry = Self::default();
-        registry.register(PipelineKind::Scripted, Arc::new(Scripted));
-        registry.register(PipelineKind::ClaudeCode, Arc::new(ClaudeCode));
+        registry.register(Pipeline::Scripted, Arc::new(Scripted));
+        registry.register(Pipeline::ClaudeCode, Arc::new(ClaudeCode));
         registry
     }
 
@@ -83,23 +83,23 @@ impl Registry {
         let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model.screen);
         let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model.screen);
         let gemini = ComputerUse::new(GeminiModels::from_config(config), config.model.screen);
-        registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
-        registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
-        registry.register(PipelineKind::GeminiComputerUse, Arc::new(gemini));
+        registry.register(Pipeline::OpenaiCua, Arc::new(openai));
+        registry.register(Pipeline::ClaudeComputerUse, Arc::new(anthropic));
+        registry.register(Pipeline::GeminiComputerUse, Arc::new(gemini));
         registry
     }
 
     /// Adds or replaces the implementation of one pipeline kind.
-    pub fn register(&mut self, kind: PipelineKind, pipeline: Arc<dyn Pipeline>) {
+    pub fn register(&mut self, kind: Pipeline, pipeline: Arc<dyn PipelineRunner>) {
         self.pipelines.insert(kind, pipeline);
     }
 
-    pub fn get(&self, kind: PipelineKind) -> Option<Arc<dyn Pipeline>> {
+    pub fn get(&self, kind: Pipeline) -> Option<Arc<dyn PipelineRunner>> {
         self.pipelines.get(&kind).cloned()
     }
 
     /// The pipeline kinds registered.
-    pub fn kinds(&self) -> impl Iterator<Item = PipelineKind> + '_ {
+    pub fn kinds(&self) -> impl Iterator<Item = Pipeline> + '_ {
         self.pipelines.keys().copied()
     }
 }

@@ -16,12 +16,12 @@ use serde_json::json;
 
 use super::replay::{self, Trajectory};
 use super::session::Steps;
-use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
 
 /// Runs a fixed list of actions.
 pub struct Scripted;
 
-impl Pipeline for Scripted {
+impl PipelineRunner for Scripted {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let spec = run.task.spec();

@@ -49,7 +49,7 @@ use self::cli::{Finished, Invocation};
 use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
-use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
 use crate::gateway::{CallReports, CallUsage, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
@@ -60,7 +60,7 @@ pub(super) const TOKEN_GRACE: Duration = Duration::from_secs(60);
 /// Runs the `claude` CLI on the task's prompt.
 pub struct ClaudeCode;
 
-impl Pipeline for ClaudeCode {
+impl PipelineRunner for ClaudeCode {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let (gateway, blobs) = requirements(run)?;

@@ -14,7 +14,7 @@
 
 use flotilla_blobstore::BlobStore;
 use flotilla_types::ids::TaskId;
-use flotilla_types::task::{Pipeline as PipelineKind, StopCode, TaskFiles, TaskStatus};
+use flotilla_types::task::{Pipeline, StopCode, TaskFiles, TaskStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -53,7 +53,7 @@ pub(super) async fn earlier(task: &dyn TaskHandle, id: &TaskId) -> Result<Earlie
     let Some(record) = task.task_record(id).await? else {
         return Err(not_resumable("no such task"));
     };
-    if record.spec.pipeline != Some(PipelineKind::ClaudeCode) {
+    if record.spec.pipeline != Some(Pipeline::ClaudeCode) {
         return Err(not_resumable("not a claude-code task"));
     }
     if record.status != TaskStatus::Succeeded {
