@@ -10,21 +10,10 @@ use std::time::{Duration, Instant};
 use crate::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, record, submit_many, wait_all_ended, wait_spec};
+use crate::wait::eventually;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::TaskStatus;
 
-/// Waits until `check` holds, polling, or panics with `what`.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Two workers, 300 tasks of 200 ms, one worker SIGKILLed midway.
 pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis: impl RedisUnderTest) {
