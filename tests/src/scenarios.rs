@@ -79,6 +79,8 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
         assert!(Instant::now() < settle_by, "every entry acknowledged and every task counted: {stats:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The sleep is what is tested: for a lease and more, nothing is counted
+    // again.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let stats = q.reader().fleet_stats().await.expect("stats");
     assert_eq!(stats.outcomes.get("succeeded").copied(), Some(300), "counted once each, and no more a lease later");
@@ -116,7 +118,9 @@ pub async fn a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(redis
     let hash_before = record(&q, &id).await;
 
     zombie.signal("CONT");
-    // The zombie's sleep is long over: it wakes, tries to write, and is refused.
+    // The zombie's sleep is long over: it wakes, tries to write, and is
+    // refused. A refused write leaves nothing to wait for, so the sleep is
+    // what is tested: in 1.5 s after waking, the zombie changes nothing.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let after = events(&q, &id).await;
     assert_eq!(after, before, "the stale worker added no event");
