@@ -5,7 +5,7 @@
 //! end.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_blobstore::{BlobStore, UploaderOptions};
 use flotilla_config::Config;

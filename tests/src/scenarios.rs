@@ -14,7 +14,6 @@ use crate::wait::eventually;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::TaskStatus;
 
-
 /// Two workers, 300 tasks of 200 ms, one worker SIGKILLed midway.
 pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis: impl RedisUnderTest) {
     let prefix = unique_prefix();

@@ -102,7 +102,11 @@ async fn flush_fails_at_once_when_the_credentials_are_refused() {
     uploader.enqueue(png(1)).await.expect("enqueue");
     let started = Instant::now();
     let err = uploader.flush().await.expect_err("refused");
-    assert!(started.elapsed() < Duration::from_secs(10), "a final error does not wait for the 20 s deadline: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a final error does not wait for the 20 s deadline: {:?}",
+        started.elapsed()
+    );
     match &err {
         UploadError::Failed { seq: 0, source: BlobError::BadCredentials { .. } } => {}
         other => panic!("expected a credentials failure, got {other:?}"),
