@@ -16,16 +16,3 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMu
         tokio::time::sleep(POLL).await;
     }
 }
-
-/// Polls `probe` until it yields a value, or panics with `what` after
-/// `timeout`.
-pub async fn eventually_some<T>(what: &str, timeout: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting until {what}");
-        tokio::time::sleep(POLL).await;
-    }
-}
