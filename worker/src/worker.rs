@@ -237,7 +237,7 @@ impl ClaimLoop {
     /// ending have given theirs back: yields while the count still grows,
     /// a few times at most, so one claim serves them all. Bigger claims
     /// keep Redis busier for fewer calls: in a drain of no-op tasks about
-    /// 5 % more tasks a second than with a single yield (BENCHMARKS.md).
+    /// 5 % more tasks a second than with a single yield (docs/benchmarks-history.md).
     async fn free_slots_once_settled(&self) -> usize {
         let mut free = 1 + self.slots.available_permits();
         for _ in 0..SETTLE_YIELDS {

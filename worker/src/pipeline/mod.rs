@@ -1,11 +1,14 @@
 //! Pipelines: what runs a task once a worker holds it. One trait, a registry
 //! from the task's `pipeline` field to an implementation, and the outcomes a
-//! pipeline can end with.
+//! pipeline can end with. A pipeline gets its task through a
+//! [`TaskHandle`], which cannot end the task: the outcome it returns is
+//! written by the executor.
 
 mod budget;
 mod claude_code;
 pub mod computer_use;
 pub mod error;
+pub mod handle;
 mod held;
 mod kept_watch;
 pub mod planner;
@@ -18,7 +21,6 @@ pub mod session;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flotilla_queue::queue::Attempt;
 use flotilla_types::task::Pipeline as PipelineKind;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +29,7 @@ pub use claude_code::ClaudeCode;
 pub use computer_use::{ComputerUse, ModelFactory};
 pub use error::PipelineError;
 use flotilla_config::Config;
+pub use handle::TaskHandle;
 pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;
 pub use session::{Limits, Session, Settled, Steps};
@@ -34,11 +37,12 @@ pub use session::{Limits, Session, Settled, Steps};
 use crate::metrics::WorkerMetrics;
 pub use crate::tools::Tools;
 
-/// What a pipeline is given: the attempt (spec, fenced event writes), a
-/// token that is cancelled when the task must stop, the worker's tools, and
-/// the metrics its steps, model calls and sandbox acquires are timed into.
+/// What a pipeline is given: its task's handle (spec, progress, reads; no
+/// terminal writes), a token that is cancelled when the task must stop, the
+/// worker's tools, and the metrics its steps, model calls and sandbox
+/// acquires are timed into.
 pub struct TaskRun {
-    pub attempt: Arc<Attempt>,
+    pub task: Arc<dyn TaskHandle>,
     pub cancel: CancellationToken,
     pub tools: Arc<Tools>,
     pub metrics: WorkerMetrics,

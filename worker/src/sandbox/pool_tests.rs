@@ -1,7 +1,7 @@
 //! The pool against an in-memory provider whose sandboxes take a fixed time
 //! to start. Demand is written into the pool's record directly, so sizing is
 //! checked without waiting for real arrivals; how the sizing serves real
-//! arrival traces is what `pool_bench` measures.
+//! arrival traces is what `flotilla-pool-bench` measures.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -54,7 +54,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { redis_url: None, tasks: 20_000, concurrency: 50, rounds: 3 };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -276,7 +276,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     drop(own);
     let [[without, process_without, redis_without], [with, process_with, redis_with]] =
         figures.map(|mode| mode.map(|mut v| median(&mut v)));
-    Ok(json!({
+    let report = json!({
         "runs": runs,
         "median_drain_per_s_without_webhook": without,
         "median_drain_per_s_with_silent_endpoint": with,
@@ -285,7 +285,33 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "median_redis_cpu_ms_per_1k_tasks": {"without_webhook": redis_without, "with_silent_endpoint": redis_with},
         "silent_endpoint_connections_at_most": silent.most.load(Ordering::Relaxed),
         "silent_endpoint_connections_accepted": silent.accepted.load(Ordering::Relaxed),
-    }))
+    });
+    let rounds = if args.rounds == 1 { "1 round".to_owned() } else { format!("{} rounds", args.rounds) };
+    support::record::append(
+        "Drain beside a silent webhook endpoint (`flotilla-webhook-bench`)",
+        &[
+            (
+                format!("drain beside the silent endpoint / without, {rounds}"),
+                Some(format!("{} ({with} / {without} per s)", report["ratio"])),
+            ),
+            (
+                format!("Redis CPU ms per 1 000 tasks, without / silent, {rounds}"),
+                Some(format!("{redis_without} / {redis_with}")),
+            ),
+            (
+                format!("process CPU ms per 1 000 tasks, without / silent, {rounds}"),
+                Some(format!("{process_without} / {process_with}")),
+            ),
+            (
+                format!("silent endpoint's connections at most (accepted), {rounds}"),
+                Some(format!(
+                    "{} ({})",
+                    report["silent_endpoint_connections_at_most"], report["silent_endpoint_connections_accepted"]
+                )),
+            ),
+        ],
+    )?;
+    Ok(report)
 }
 
 #[tokio::main]

@@ -40,10 +40,10 @@ struct FourShots;
 impl Pipeline for FourShots {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let attempt = &run.attempt;
-            attempt.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
+            let task = &run.task;
+            task.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
             for step in 0..4u32 {
-                let hash = content_hash(format!("{}-{step}", attempt.task_id()).as_bytes());
+                let hash = content_hash(format!("{}-{step}", task.task_id()).as_bytes());
                 let shot = EventKind::Screenshot {
                     key: format!("screenshots/{hash}.png"),
                     hash,
@@ -51,7 +51,7 @@ impl Pipeline for FourShots {
                     dedup: false,
                     step: Some(step),
                 };
-                attempt.emit(shot, &[]).await?;
+                task.emit(shot, &[]).await?;
             }
             Ok(Outcome::Succeeded(json!({"text": "done"})))
         }
@@ -66,7 +66,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { tasks: 100_000, concurrency: 50 };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -162,7 +162,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         }
     }
     let n = args.tasks as i64;
-    Ok(json!({
+    let report = json!({
         "tasks": args.tasks,
         "events_per_task": events,
         "drain_per_s": (args.tasks as f64 / drain_s).round(),
@@ -173,7 +173,27 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "feed_segments": segments,
         "archive_tasks_per_s": (archived as f64 / archive_s).round(),
         "sampled_reads_back": sample.len(),
-    }))
+    });
+    let at = |pointer: &str| support::record::at(&report, pointer);
+    let field = |pointer: &str| at(pointer).unwrap_or_default();
+    let pass = format!(
+        "{} tasks/s ({} tasks, {} feed entries, {} segments)",
+        field("/archive_tasks_per_s"),
+        field("/archived_tasks"),
+        field("/archived_feed_entries"),
+        field("/feed_segments")
+    );
+    support::record::append(
+        "Redis memory per finished task, hot and archived (`flotilla-archive-bench`)",
+        &[
+            ("Redis bytes per finished task, archived".to_owned(), at("/redis_bytes_per_finished_task_archived")),
+            ("Redis bytes per finished task, hot".to_owned(), at("/redis_bytes_per_finished_task_hot")),
+            ("archive pass".to_owned(), Some(pass)),
+            ("drain".to_owned(), at("/drain_per_s").map(|v| v + " tasks/s")),
+            ("sampled tasks read back whole".to_owned(), Some(format!("{0} of {0}", sample.len()))),
+        ],
+    )?;
+    Ok(report)
 }
 
 #[tokio::main]
