@@ -481,10 +481,19 @@ async fn view_links_name_the_configured_address_never_the_host_header_sandbox() 
 
 /// The HTTP status a WebSocket request to `url` is refused with.
 async fn refused_status(url: &str) -> u16 {
+    opened_or_status(url).await.unwrap_or_else(|()| panic!("{url} opened"))
+}
+
+/// Opens a view at `url` and closes it again (`Err`), or the HTTP status
+/// the request was refused with.
+async fn opened_or_status(url: &str) -> Result<u16, ()> {
     match RfbViewer::connect(url).await {
-        Ok(_) => panic!("{url} opened"),
+        Ok(viewer) => {
+            viewer.close().await;
+            Err(())
+        }
         Err(e) => match e.downcast_ref::<tokio_tungstenite::tungstenite::Error>() {
-            Some(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+            Some(tokio_tungstenite::tungstenite::Error::Http(response)) => Ok(response.status().as_u16()),
             _ => panic!("refused without a status: {e}"),
         },
     }
@@ -508,7 +517,8 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
     assert_eq!(refused_status(&url_a.replace(&token, &"0".repeat(64))).await, 401, "a made-up token opens nothing");
     RfbViewer::connect(&url_a).await.expect("A's token opens A").close().await;
 
-    eventually("an expired token opens nothing", Duration::from_secs(10), async || refused_status(&url_a).await == 401).await;
+    eventually("an expired token opens nothing", Duration::from_secs(10), async || opened_or_status(&url_a).await == Ok(401))
+        .await;
 
     let (_, task) = live.owner.get(&format!("/v1/tasks/{a}")).await;
     let history: Vec<Value> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&a).expect("id"))
