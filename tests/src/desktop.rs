@@ -5,7 +5,7 @@
 //! end.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_blobstore::{BlobStore, UploaderOptions};
 use flotilla_config::Config;
@@ -99,7 +99,7 @@ impl DesktopFleet {
 
     /// Waits until the task waits for a human.
     pub async fn wait_until_waiting(&self, id: &TaskId) {
-        eventually("the task waits for a human", Duration::from_secs(30), async || {
+        eventually("the task waits for a human", TASK_TIMEOUT, async || {
             record(&self.queue, id).await.status == TaskStatus::Waiting
         })
         .await;
@@ -114,14 +114,7 @@ impl DesktopFleet {
     }
 }
 
-/// Polls `check` until it holds, or panics with `what` after `timeout`.
-pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use crate::wait::eventually;
 
 /// The ids of the sandboxes a task's `sandbox_ready` events announced, in order.
 pub fn sandbox_ids(events: &[Event]) -> Vec<String> {

@@ -204,6 +204,7 @@ async fn a_killed_archive_pass_loses_nothing_and_repeats_nothing() {
             let archiver = archiver.clone();
             async move { archiver.housekeeper().archive_finished().await }
         });
+        // The kill's moment is the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         pass.abort();
         let _ = pass.await;

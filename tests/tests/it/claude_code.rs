@@ -23,7 +23,9 @@ use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_tur
 use flotilla_tests::fakes::{Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
-use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_tests::{
+    api_key, eventually, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer,
+};
 use flotilla_types::clock::parse_rfc3339;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::TaskId;
@@ -340,14 +342,11 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     assert_eq!(fleet.gateway.live_tokens(), 1, "the running task holds a token");
     let asked = Instant::now();
     fleet.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
-    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(10)).await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
-    assert!(asked.elapsed() < Duration::from_secs(5), "stopped within 5 s");
+    assert!(asked.elapsed() < Duration::from_secs(10), "stopped long before the model's 60 s answer: {:?}", asked.elapsed());
     assert_eq!(fleet.gateway.live_tokens(), 0, "a cancelled task's token is revoked");
-    while fleet.pool.live() > 0 {
-        assert!(asked.elapsed() < Duration::from_secs(5), "the sandbox is released");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the sandbox is released", Duration::from_secs(10), async || fleet.pool.live() == 0).await;
     fleet.stop().await;
 }
 
@@ -499,6 +498,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     }
     assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
     assert_eq!(fleet.gateway.live_tokens(), 0, "its gateway token is revoked");
+    // The sleep is what is tested: for a second more, no model call.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(fleet.model_calls().len(), 2, "no model call after the crossing one");
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Queued, "still waiting for the day");

@@ -454,6 +454,8 @@ async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
         .expect("submit")
         .id;
     let mut untrusting = WorkerProcess::spawn(&env(false), "untrusting");
+    // The sleep is what is tested: in 3 s of trying, the worker that does
+    // not trust the CA never reaches the task.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let task = flotilla_tests::tasks::record(&queue, &id).await;
     assert_eq!(

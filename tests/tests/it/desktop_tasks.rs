@@ -146,10 +146,10 @@ async fn sandbox_cancel_stops_a_running_task_and_releases_its_desktop() {
     .await;
     let asked = Instant::now();
     fleet.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
-    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(10)).await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
-    eventually("the desktop is released", Duration::from_secs(5), async || fleet.pool.live() == 0).await;
-    assert!(asked.elapsed() < Duration::from_secs(5), "stopped and released within 5 s");
+    eventually("the desktop is released", Duration::from_secs(10), async || fleet.pool.live() == 0).await;
+    assert!(asked.elapsed() < Duration::from_secs(10), "stopped and released long before its 60 s wait: {:?}", asked.elapsed());
     fleet.stop().await;
 }
 

