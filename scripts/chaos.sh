@@ -9,6 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --workspace --bins --quiet
+cargo build --workspace --exclude flotilla-benches --bins --quiet
 dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
 exec timeout 660 "$dir/flotilla-chaos" "$@"

@@ -62,7 +62,7 @@ if [ -n "${FLOTILLA_DEMO_BIN_DIR:-}" ]; then
   bin=$FLOTILLA_DEMO_BIN_DIR
 else
   echo "building the binaries (the first build takes several minutes; cargo shows its progress)" >&2
-  cargo build --workspace --bins
+  cargo build --workspace --exclude flotilla-benches --bins
   bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
 fi
 

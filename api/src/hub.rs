@@ -33,8 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use flotilla_config::StreamsConfig;
-use flotilla_queue::keys::Keys;
-use flotilla_queue::redis_conn::Redis;
+use flotilla_queue::queue::Queue;
 use flotilla_types::{BatchId, TaskId, TenantId};
 use futures::StreamExt;
 use redis::aio::PubSubSink;
@@ -108,19 +107,15 @@ struct Topics {
 }
 
 impl Hub {
-    /// Starts the hub's subscription on `redis`; it ends with `shutdown`.
-    /// With `relay`, every event heard also goes there (on a cluster).
-    pub fn start(
-        redis: Redis,
-        keys: &Keys,
-        limits: StreamsConfig,
-        relay: Option<RelaySender>,
-        shutdown: CancellationToken,
-    ) -> Self {
+    /// Starts the hub's subscription to `queue`'s events; it ends with
+    /// `shutdown`. With `relay`, every event heard also goes there (on a
+    /// cluster).
+    pub fn start(queue: Queue, limits: StreamsConfig, relay: Option<RelaySender>, shutdown: CancellationToken) -> Self {
         let (listening, _) = watch::channel(false);
         let shared =
             Arc::new(Shared { topics: Mutex::default(), open: Mutex::default(), listening, changed: Notify::new(), limits });
-        let listener = Listener { redis, pattern: keys.tenant_channel_pattern(), shared: shared.clone(), relay };
+        let pattern = queue.event_channel_pattern();
+        let listener = Listener { queue, pattern, shared: shared.clone(), relay };
         tokio::spawn(listener.run(shutdown));
         Self { shared }
     }
@@ -254,7 +249,7 @@ struct Route<'a> {
 
 /// The task that holds the Redis subscription.
 struct Listener {
-    redis: Redis,
+    queue: Queue,
     pattern: String,
     shared: Arc<Shared>,
     relay: Option<RelaySender>,
@@ -266,7 +261,7 @@ impl Listener {
         // Whether events may have been missed since the last subscription.
         let mut lost = false;
         while !shutdown.is_cancelled() {
-            match self.redis.pubsub().await {
+            match self.queue.event_pubsub().await {
                 Ok(pubsub) => {
                     delay = RETRY_BASE;
                     let (mut sink, mut messages) = pubsub.split();

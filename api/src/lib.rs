@@ -18,13 +18,13 @@
 //! bridges their WebSockets to workers, beside the noVNC page served under
 //! `/novnc`.
 
+mod api_keys;
 mod auth;
 mod dashboard;
 mod error;
 mod extract;
 mod feed;
 pub mod hub;
-mod keys;
 mod limits;
 pub mod metrics;
 mod openapi;

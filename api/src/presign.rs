@@ -12,7 +12,7 @@ use crate::state::AppState;
 
 /// Fills in the task's `screenshots` and the `url` of each artifact.
 pub async fn attach_urls(state: &AppState, task: &mut TaskRecord) -> Result<(), ApiError> {
-    let shots = state.queue().screenshots(&task.tenant, &task.id).await?;
+    let shots = state.queue().reader().screenshots(&task.tenant, &task.id).await?;
     let store = state.blobs();
     let mut listed = Vec::with_capacity(shots.len());
     for shot in shots {

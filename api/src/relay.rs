@@ -73,7 +73,7 @@ async fn append(queue: &Queue, events: &[(TenantId, Arc<str>)]) {
         for (tenant, event) in events {
             heard.add(tenant.clone(), event);
         }
-        match queue.relay_to_feed(heard).await {
+        match queue.housekeeper().relay_to_feed(heard).await {
             Ok(()) => return,
             Err(error) => tracing::warn!(%error, attempt, "appending events to the tenant feeds failed"),
         }

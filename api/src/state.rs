@@ -11,9 +11,9 @@ use flotilla_queue::webhooks::target::{Lookup, SystemLookup};
 use flotilla_queue::webhooks::Webhooks;
 use tokio_util::sync::CancellationToken;
 
+use crate::api_keys::LiveKeys;
 use crate::feed::Tails;
 use crate::hub::Hub;
-use crate::keys::LiveKeys;
 
 /// The state of the API, handed to every handler.
 #[derive(Clone)]
@@ -64,7 +64,7 @@ impl AppState {
         };
         let webhooks = Webhooks::of_queue(&queue, config.webhooks.clone()).with_lookup(lookup);
         let relay = crate::relay::start(&queue, shutdown.clone());
-        let hub = Hub::start(queue.redis().clone(), queue.keys(), config.streams.clone(), relay, shutdown.clone());
+        let hub = Hub::start(queue.clone(), config.streams.clone(), relay, shutdown.clone());
         let tails = Tails::new(hub.clone(), queue.clone());
         let listening = OnceLock::new();
         Self { inner: Arc::new(Inner { config, queue, keys, blobs, hub, tails, webhooks, shutdown, listening }) }

@@ -59,10 +59,17 @@ impl ApiClient {
     /// Opens an event stream and reads it until the server closes it,
     /// failing if that takes longer than `limit`.
     pub async fn events_until_closed(&self, path: &str, limit: Duration) -> Vec<SseFrame> {
+        let response = self.open_events(path).await;
+        until_closed(path, response, limit).await
+    }
+
+    /// Opens an event stream. The server answers once it has fixed where the
+    /// stream starts, so every event after this returns reaches it: the
+    /// signal that a stream is subscribed.
+    pub async fn open_events(&self, path: &str) -> reqwest::Response {
         let response = self.http.get(self.url(path)).bearer_auth(&self.key).send().await.expect("open event stream");
         assert_eq!(response.status().as_u16(), 200, "event stream of {path}");
-        let read = SseReader::new(response, limit).rest_owned();
-        tokio::time::timeout(limit, read).await.unwrap_or_else(|_| panic!("{path} did not close within {limit:?}"))
+        response
     }
 
     fn url(&self, path: &str) -> String {
@@ -76,4 +83,11 @@ impl ApiClient {
         let body = if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text).expect("a JSON body") };
         (status, body)
     }
+}
+
+/// Reads an opened event stream (see [`ApiClient::open_events`]) until the
+/// server closes it, or panics after `limit`.
+pub async fn until_closed(path: &str, response: reqwest::Response, limit: Duration) -> Vec<SseFrame> {
+    let read = SseReader::new(response, limit).rest_owned();
+    tokio::time::timeout(limit, read).await.unwrap_or_else(|_| panic!("{path} did not close within {limit:?}"))
 }

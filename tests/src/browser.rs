@@ -118,9 +118,12 @@ impl Browser {
 
     /// Reloads the page and waits until it has loaded.
     pub async fn reload(&mut self) -> anyhow::Result<()> {
+        // The old document carries a mark the new one lacks, so its own
+        // `complete` state is not taken for the new page's.
+        self.evaluate("window.__flotillaBeforeReload = true").await?;
         self.call("Page.reload", json!({})).await?;
-        tokio::time::sleep(POLL).await;
-        self.wait_for("the page reloaded", "document.readyState === 'complete'", Duration::from_secs(20)).await?;
+        let loaded = "!window.__flotillaBeforeReload && document.readyState === 'complete'";
+        self.wait_for("the page reloaded", loaded, Duration::from_secs(20)).await?;
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! end.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flotilla_blobstore::{BlobStore, UploaderOptions};
 use flotilla_config::Config;
@@ -69,7 +69,7 @@ impl DesktopFleet {
     /// Submits a task of `tenant`.
     pub async fn submit_as(&self, tenant: &TenantId, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        self.queue.submit(tenant, spec).await.expect("submit").id
+        self.queue.submitter().submit(tenant, spec).await.expect("submit").id
     }
 
     /// Submits a task, waits for its end and returns its events.
@@ -81,7 +81,7 @@ impl DesktopFleet {
     pub async fn run_to_end_as(&self, tenant: &TenantId, spec: Value) -> (TaskId, Vec<Event>) {
         let id = self.submit_as(tenant, spec).await;
         eventually("the task ends", TASK_TIMEOUT, async || {
-            self.queue.get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
+            self.queue.reader().get(tenant, &id).await.ok().flatten().is_some_and(|r| r.status.is_terminal())
         })
         .await;
         let events = events(&self.queue, &id).await;
@@ -90,7 +90,7 @@ impl DesktopFleet {
 
     /// The fleet's records of which tenant owns which sandbox.
     pub fn owners(&self) -> SandboxOwners {
-        SandboxOwners::new(self.queue.redis().clone(), self.queue.keys().clone())
+        self.queue.sandbox_owners()
     }
 
     pub async fn wait_ended(&self, id: &TaskId) {
@@ -99,7 +99,7 @@ impl DesktopFleet {
 
     /// Waits until the task waits for a human.
     pub async fn wait_until_waiting(&self, id: &TaskId) {
-        eventually("the task waits for a human", Duration::from_secs(30), async || {
+        eventually("the task waits for a human", TASK_TIMEOUT, async || {
             record(&self.queue, id).await.status == TaskStatus::Waiting
         })
         .await;
@@ -114,14 +114,7 @@ impl DesktopFleet {
     }
 }
 
-/// Polls `check` until it holds, or panics with `what` after `timeout`.
-pub async fn eventually(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use crate::wait::eventually;
 
 /// The ids of the sandboxes a task's `sandbox_ready` events announced, in order.
 pub fn sandbox_ids(events: &[Event]) -> Vec<String> {

@@ -26,3 +26,6 @@ pub mod scenarios;
 pub mod schedule_scenarios;
 pub mod tasks;
 pub mod vnc;
+pub mod wait;
+
+pub use wait::eventually;

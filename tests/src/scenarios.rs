@@ -10,21 +10,9 @@ use std::time::{Duration, Instant};
 use crate::fleet::{test_config, test_env, unique_prefix, WorkerProcess};
 use crate::redis_server::RedisUnderTest;
 use crate::tasks::{assert_history_whole, events, queue, record, submit_many, wait_all_ended, wait_spec};
+use crate::wait::eventually;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::TaskStatus;
-
-/// Waits until `check` holds, polling, or panics with `what`.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Two workers, 300 tasks of 200 ms, one worker SIGKILLed midway.
 pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis: impl RedisUnderTest) {
@@ -37,7 +25,7 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     let mut doomed = WorkerProcess::spawn(&env, "doomed");
     let survivor = WorkerProcess::spawn(&env, "survivor");
     eventually("a third of the tasks finished", Duration::from_secs(30), || async {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 100
     })
     .await;
@@ -83,15 +71,17 @@ pub async fn a_killed_workers_tasks_are_reclaimed_and_each_task_ends_once(redis:
     // a cluster the counts live beside the lanes, not beside the tasks).
     let settle_by = Instant::now() + Duration::from_secs(15);
     loop {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         if stats.running == 0 && stats.queued == 0 && stats.outcomes.get("succeeded").copied() >= Some(300) {
             break;
         }
         assert!(Instant::now() < settle_by, "every entry acknowledged and every task counted: {stats:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The sleep is what is tested: for a lease and more, nothing is counted
+    // again.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let stats = q.fleet_stats().await.expect("stats");
+    let stats = q.reader().fleet_stats().await.expect("stats");
     assert_eq!(stats.outcomes.get("succeeded").copied(), Some(300), "counted once each, and no more a lease later");
     drop(survivor);
 }
@@ -127,7 +117,9 @@ pub async fn a_frozen_worker_cannot_overwrite_the_attempt_that_replaced_it(redis
     let hash_before = record(&q, &id).await;
 
     zombie.signal("CONT");
-    // The zombie's sleep is long over: it wakes, tries to write, and is refused.
+    // The zombie's sleep is long over: it wakes, tries to write, and is
+    // refused. A refused write leaves nothing to wait for, so the sleep is
+    // what is tested: in 1.5 s after waking, the zombie changes nothing.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let after = events(&q, &id).await;
     assert_eq!(after, before, "the stale worker added no event");
@@ -161,7 +153,7 @@ pub async fn tasks_survive_a_redis_restart_and_workers_recover_by_themselves(mut
     let workers = [WorkerProcess::spawn(&env, "w1"), WorkerProcess::spawn(&env, "w2")];
 
     eventually("some tasks finished and others are running", Duration::from_secs(20), || async {
-        let stats = q.fleet_stats().await.expect("stats");
+        let stats = q.reader().fleet_stats().await.expect("stats");
         stats.outcomes.get("succeeded").copied().unwrap_or(0) >= 10
     })
     .await;

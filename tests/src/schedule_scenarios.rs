@@ -87,7 +87,7 @@ pub async fn runs(q: &Queue, id: &ScheduleId) -> BTreeMap<i64, Vec<TaskId>> {
     let mut cursor = None;
     loop {
         let filter = ListFilter { limit: 500, cursor, ..Default::default() };
-        let (page, next) = q.list(&tenant(), &filter).await.expect("list");
+        let (page, next) = q.reader().list(&tenant(), &filter).await.expect("list");
         for task in page {
             if let Some(due) = task.spec.idempotency_key.as_deref().and_then(|k| k.strip_prefix(&prefix)) {
                 found.entry(due.parse().expect("due ms")).or_default().push(task.id);
@@ -138,7 +138,7 @@ pub async fn overlap_skip_leaves_out_runs_while_the_previous_task_is_active(redi
     assert_eq!(skipped.skipped_runs, 1);
     assert_eq!(skipped.next_run_at.as_deref(), Some("2026-05-01T10:03:00Z"));
 
-    qs[0].cancel(&tenant(), &first).await.expect("cancel");
+    qs[0].submitter().cancel(&tenant(), &first).await.expect("cancel");
     assert_eq!(fire_all(&qs, at("2026-05-01T10:03:00Z")).await, (1, 0), "the previous task ended, so this run goes ahead");
     assert_eq!(due_times(&runs(&qs[0], &schedule.id).await), ["2026-05-01T10:01:00Z", "2026-05-01T10:03:00Z"]);
 

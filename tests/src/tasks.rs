@@ -39,7 +39,7 @@ pub async fn queue(config: &Config) -> Queue {
 pub async fn submit_many(queue: &Queue, spec: &TaskSpec, n: usize) -> Vec<TaskId> {
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
-        ids.push(queue.submit(&tenant(), spec.clone()).await.expect("submit").id);
+        ids.push(queue.submitter().submit(&tenant(), spec.clone()).await.expect("submit").id);
     }
     ids
 }
@@ -47,6 +47,7 @@ pub async fn submit_many(queue: &Queue, spec: &TaskSpec, n: usize) -> Vec<TaskId
 /// The stored events of a task, parsed.
 pub async fn events(queue: &Queue, id: &TaskId) -> Vec<Event> {
     queue
+        .reader()
         .events_after(&tenant(), id, 0)
         .await
         .expect("events")
@@ -56,7 +57,7 @@ pub async fn events(queue: &Queue, id: &TaskId) -> Vec<Event> {
 }
 
 pub async fn record(queue: &Queue, id: &TaskId) -> TaskRecord {
-    queue.get(&tenant(), id).await.expect("get").expect("task exists")
+    queue.reader().get(&tenant(), id).await.expect("get").expect("task exists")
 }
 
 /// Waits until every task has ended, or panics after `timeout` naming how
@@ -67,7 +68,7 @@ pub async fn wait_all_ended(queue: &Queue, ids: &[TaskId], timeout: Duration) ->
         let mut records = Vec::with_capacity(ids.len());
         let mut open = 0;
         for id in ids {
-            match queue.get(&tenant(), id).await {
+            match queue.reader().get(&tenant(), id).await {
                 Ok(Some(r)) => {
                     if !r.status.is_terminal() {
                         open += 1;

@@ -21,7 +21,7 @@ use crate::metrics::WorkerMetrics;
 /// connection's calls in order, so the claim is not stuck behind the
 /// flush: slots wait less, and Redis always has the next call queued
 /// (busy 0.98 of a no-op drain instead of 0.90, about 8 % more tasks a
-/// second; BENCHMARKS.md). Finishing waits a few scheduler turns more.
+/// second; docs/benchmarks-history.md). Finishing waits a few scheduler turns more.
 const ACK_YIELDS: usize = 4;
 /// The most items one flush handles.
 const MAX_BATCH: usize = 256;
@@ -116,7 +116,7 @@ async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {
             Work::Ack(delivery, outcome) => acks.push((delivery.clone(), *outcome)),
         }
     }
-    let written = queue.finish_and_ack(&ends, &acks).await?;
+    let written = queue.runner().finish_and_ack(&ends, &acks).await?;
     for ((attempt, ..), result) in ends.iter().zip(written) {
         if result.is_err() {
             info!(task_id = %attempt.task_id(), "another attempt owns the task; its outcome was not written");

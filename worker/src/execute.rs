@@ -2,6 +2,13 @@
 //! (which also hears cancels and takeovers), runs the pipeline, and hands the
 //! outcome to the acknowledger, which writes it through the fenced script
 //! and only then acknowledges the entry.
+//!
+//! The executor alone holds the [`Attempt`]: its pipeline gets a
+//! [`TaskHandle`](crate::pipeline::TaskHandle) ([`AttemptHandle`]), which
+//! reports progress but cannot end the task, so every terminal write, retry
+//! and requeue is made here or in the acknowledger.
+
+mod attempt_handle;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +19,8 @@ use flotilla_queue::QueueError;
 use flotilla_types::task::StopCode;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
+
+pub use attempt_handle::AttemptHandle;
 
 use crate::acker::Acker;
 use crate::metrics::WorkerMetrics;
@@ -70,7 +79,7 @@ impl Executor {
             }
             Err(StopReason::Abandoned) => {
                 info!("shutdown deadline passed; leaving the task to be reclaimed");
-                if let Err(e) = self.queue.release(&self.worker_id, &attempt.delivery).await {
+                if let Err(e) = self.queue.runner().release(&self.worker_id, &attempt.delivery).await {
                     warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
                 }
                 return "abandoned";
@@ -111,7 +120,8 @@ impl Executor {
                 message: format!("pipeline {:?} is not available on this worker", kind.as_str()),
             });
         };
-        let run = TaskRun { attempt: attempt.clone(), cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
+        let task = Arc::new(AttemptHandle::new(Arc::clone(attempt)));
+        let run = TaskRun { task, cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
         pipeline.run(&run).await
     }
 

@@ -825,6 +825,7 @@ mod tests {
         let revoked = gateway.grant(&id, Duration::from_secs(60)).await.expect("granted");
         let revoked_text = revoked.token().to_owned();
         drop(revoked);
+        // Time for the 1 ms token to expire: its lifetime is the test.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let client = short.client_credentials().expect("a TLS token").http_client().expect("client");
         let url = format!("{}/v1/messages", short.base_url());

@@ -44,7 +44,7 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = promote.tick() => {
-                if let Err(e) = queue.promote_due().await {
+                if let Err(e) = queue.housekeeper().promote_due().await {
                     warn!(error = %e, "promoting due tasks failed");
                 }
             }
@@ -54,15 +54,15 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
                 }
             }
             _ = trim.tick() => {
-                if let Err(e) = queue.trim_lanes().await {
+                if let Err(e) = queue.housekeeper().trim_lanes().await {
                     warn!(error = %e, "trimming the lanes failed");
                 }
-                if let Err(e) = queue.sweep_finished().await {
+                if let Err(e) = queue.housekeeper().sweep_finished().await {
                     warn!(error = %e, "deleting finished tasks past their retention failed");
                 }
             }
             _ = archive.tick() => {
-                match queue.archive_finished().await {
+                match queue.housekeeper().archive_finished().await {
                     Ok(pass) if pass.tasks > 0 || pass.entries > 0 => {
                         info!(tasks = pass.tasks, entries = pass.entries, segments = pass.segments, "archived finished tasks");
                     }
@@ -71,19 +71,19 @@ pub async fn run(queue: Queue, shutdown: CancellationToken) {
                 }
             }
             _ = prune.tick() => {
-                if let Err(e) = queue.expire_archive().await {
+                if let Err(e) = queue.housekeeper().expire_archive().await {
                     warn!(error = %e, "deleting archived tasks past their retention failed");
                 }
-                if let Err(e) = queue.prune_indexes().await {
+                if let Err(e) = queue.housekeeper().prune_indexes().await {
                     warn!(error = %e, "pruning task indexes failed");
                 }
-                if let Err(e) = queue.trim_feeds().await {
+                if let Err(e) = queue.housekeeper().trim_feeds().await {
                     warn!(error = %e, "trimming the tenant feeds failed");
                 }
-                if let Err(e) = queue.seal_finished_batches().await {
+                if let Err(e) = queue.housekeeper().seal_finished_batches().await {
                     warn!(error = %e, "sealing finished batches failed");
                 }
-                match queue.forget_gone_consumers().await {
+                match queue.housekeeper().forget_gone_consumers().await {
                     Ok(gone) if !gone.is_empty() => info!(?gone, "removed consumers of workers gone for good"),
                     Ok(_) => {}
                     Err(e) => warn!(error = %e, "removing gone consumers failed"),

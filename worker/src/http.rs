@@ -68,7 +68,7 @@ async fn metrics_page(State(state): State<HttpState>, headers: HeaderMap) -> Res
 }
 
 async fn ready(State(state): State<HttpState>) -> StatusCode {
-    if state.queue.redis().ping().await {
+    if state.queue.ping().await {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

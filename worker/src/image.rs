@@ -95,7 +95,7 @@ pub fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, ImageE
     encoder.set_depth(png::BitDepth::Eight);
     // Level 1 without row filters: about the speed of the `Fast` preset
     // (fdeflate with adaptive filters) and less than half its size on a
-    // screen of text (BENCHMARKS.md, step loop).
+    // screen of text (docs/benchmarks-history.md, step loop).
     encoder.set_deflate_compression(png::DeflateCompression::Level(1));
     encoder.set_filter(png::Filter::NoFilter);
     let mut writer = encoder.write_header().map_err(encode)?;

@@ -20,5 +20,5 @@ pub mod tools;
 pub mod webhooks;
 pub mod worker;
 
-pub use pipeline::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+pub use pipeline::{Outcome, PipelineError, PipelineRunner, Registry, TaskHandle, TaskRun};
 pub use worker::{run, run_with, run_with_tools};

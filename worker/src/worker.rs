@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_config::Config;
-use flotilla_queue::live::LiveViews;
-use flotilla_queue::queue::{Claim, Claimer as WorkSource, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
+use flotilla_queue::queue::{Claim, Claimer, Delivery, Queue, StartOutcome, ADVERTISE_EVERY};
 use flotilla_queue::QueueError;
 use flotilla_types::route::Capabilities;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -36,7 +35,7 @@ const IDLE_MIN: Duration = Duration::from_millis(2);
 /// The longest wait between claims when there is nothing to run.
 const IDLE_MAX: Duration = Duration::from_millis(25);
 /// How many times a claim waits for ending tasks' slots at most
-/// (`Claimer::free_slots_once_settled`).
+/// (`ClaimLoop::free_slots_once_settled`).
 const SETTLE_YIELDS: usize = 3;
 
 /// Runs a worker with the standard pipelines until `shutdown` is cancelled.
@@ -105,8 +104,8 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
     let mut source = queue.claimer(config.worker.id.clone(), caps);
-    let claimer = Claimer { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
-    claimer.claim_until(&mut source, &shutdown).await;
+    let claim_loop = ClaimLoop { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
+    claim_loop.claim_until(&mut source, &shutdown).await;
 
     info!(running = tracker.len(), deadline_s = config.worker.drain_deadline.as_secs(), "stopping: draining running tasks");
     tracker.close();
@@ -115,7 +114,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         abandon.cancel();
         tracker.wait().await;
     }
-    drop(claimer);
+    drop(claim_loop);
     tools.shutdown().await;
     housekeeping.await.ok();
     advertiser.await.ok();
@@ -143,7 +142,7 @@ fn live_desktops(config: &Config, listener: &tokio::net::TcpListener, queue: &Qu
             format!("http://{addr}")
         }
     };
-    Some(LiveDesktops::new(endpoint, LiveViews::new(queue.redis().clone(), queue.keys().clone())))
+    Some(LiveDesktops::new(endpoint, queue.live_views()))
 }
 
 /// What this worker can run: its sandbox provider (from its tools), its
@@ -157,7 +156,7 @@ pub fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capa
 /// until shutdown (what waiting tasks wait for is told from it).
 async fn advertise(queue: Queue, caps: Capabilities, shutdown: CancellationToken) {
     loop {
-        if let Err(e) = queue.advertise(&caps).await {
+        if let Err(e) = queue.runner().advertise(&caps).await {
             debug!(error = %e, "could not advertise capabilities");
         }
         tokio::select! {
@@ -185,15 +184,15 @@ async fn connect_patiently(config: &Config, shutdown: &CancellationToken) -> any
 
 /// Claims work through the queue's seam and runs each attempt under a slot.
 #[derive(Clone)]
-struct Claimer {
+struct ClaimLoop {
     executor: Executor,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
     abandon: CancellationToken,
 }
 
-impl Claimer {
-    async fn claim_until(&self, source: &mut WorkSource, shutdown: &CancellationToken) {
+impl ClaimLoop {
+    async fn claim_until(&self, source: &mut Claimer, shutdown: &CancellationToken) {
         let mut backoff = Duration::from_millis(50);
         let mut idle = IDLE_MIN;
         loop {
@@ -238,7 +237,7 @@ impl Claimer {
     /// ending have given theirs back: yields while the count still grows,
     /// a few times at most, so one claim serves them all. Bigger claims
     /// keep Redis busier for fewer calls: in a drain of no-op tasks about
-    /// 5 % more tasks a second than with a single yield (BENCHMARKS.md).
+    /// 5 % more tasks a second than with a single yield (docs/benchmarks-history.md).
     async fn free_slots_once_settled(&self) -> usize {
         let mut free = 1 + self.slots.available_permits();
         for _ in 0..SETTLE_YIELDS {

@@ -160,7 +160,6 @@
     $('board').hidden = false;
     $('sign-out').hidden = false;
     renderQueues(queues);
-    await refreshBoard();
     followFeed();
     refreshHooks();
     refreshUsage();
@@ -222,8 +221,11 @@
         const response = await fetch('/v1/events', { headers, signal: controller.signal, cache: 'no-store' });
         if (!response.ok) throw await errorOf(response);
         delay = retry;
+        // The feed starts after the position it was opened at (its tip, the
+        // first time): the board is read again now, so a change made between
+        // the last read and this opening shows too.
+        await refreshBoard();
         setLive(true, '');
-        if (feed.lastEventId) boardSoon();
         const parser = new SseParser((frame) => onFeedFrame(feed, frame), (ms) => { retry = Math.max(ms, 100); });
         await pump(response, parser);
       } catch (error) {

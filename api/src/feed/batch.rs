@@ -58,8 +58,8 @@ impl BatchFeed {
     /// A feed of `batch` after `cursor` (or from its start); reads which of
     /// its tasks are still open, so call it before reading the feed.
     pub async fn prepare(queue: Queue, batch: &BatchRecord, cursor: Option<FeedId>, client: Client) -> Result<Self, QueueError> {
-        let tasks = queue.batch_task_ids(&batch.id).await?;
-        let states = queue.task_states(&batch.tenant, &tasks).await?;
+        let tasks = queue.reader().batch_task_ids(&batch.id).await?;
+        let states = queue.reader().task_states(&batch.tenant, &tasks).await?;
         let open = tasks
             .iter()
             .zip(states)

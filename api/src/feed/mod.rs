@@ -201,7 +201,7 @@ impl Client {
         if cursor.is_next(head.seq) {
             return Ok(self.send(cursor, head, raw).await);
         }
-        let missed = queue.events_after(tenant, task, cursor.last).await?;
+        let missed = queue.reader().events_after(tenant, task, cursor.last).await?;
         Ok(self.send_all(cursor, &missed).await)
     }
 

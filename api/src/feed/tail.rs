@@ -150,7 +150,7 @@ impl ReaderTask {
                 return None;
             }
         };
-        match self.tails.queue.feed_tip(&self.tenant).await {
+        match self.tails.queue.reader().feed_tip(&self.tenant).await {
             Ok(tip) => Some((live, tip)),
             Err(error) => {
                 tracing::warn!(tenant = %self.tenant, %error, "cannot read the tenant's feed");
@@ -162,7 +162,7 @@ impl ReaderTask {
     /// Hands on every entry after `last`; returns the last one handed on.
     async fn read_after(&self, mut last: FeedId) -> FeedId {
         loop {
-            let entries = match self.tails.queue.feed_after(&self.tenant, last).await {
+            let entries = match self.tails.queue.reader().feed_after(&self.tenant, last).await {
                 Ok(entries) => entries,
                 Err(error) => {
                     tracing::warn!(tenant = %self.tenant, %error, "reading the tenant's feed failed; retrying");

@@ -66,10 +66,10 @@ impl TaskFeed {
 
     /// Sends what was missed, and stops if the task is gone or has ended.
     async fn resume(&mut self) -> Result<Flow, QueueError> {
-        let Some(task) = self.queue.get(&self.tenant, &self.id).await? else {
+        let Some(task) = self.queue.reader().get(&self.tenant, &self.id).await? else {
             return Ok(Flow::Stop);
         };
-        let missed = self.queue.events_after(&self.tenant, &self.id, self.cursor.last).await?;
+        let missed = self.queue.reader().events_after(&self.tenant, &self.id, self.cursor.last).await?;
         let flow = settle(self.client.send_all(&mut self.cursor, &missed).await);
         Ok(if task.status.is_terminal() { Flow::Stop } else { flow })
     }

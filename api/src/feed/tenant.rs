@@ -98,7 +98,7 @@ impl<S: Scope> TenantFeed<S> {
     /// Sends everything stored after the cursor.
     async fn catch_up(&mut self) -> Result<Flow, QueueError> {
         loop {
-            let entries = self.queue.feed_after(&self.tenant, self.cursor).await?;
+            let entries = self.queue.reader().feed_after(&self.tenant, self.cursor).await?;
             let full = entries.len() >= FEED_READ;
             for entry in entries {
                 if self.pass(entry.id, &entry.event).await == Flow::Stop {

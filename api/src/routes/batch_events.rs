@@ -31,7 +31,7 @@ pub async fn stream(subscriber: Subscriber, BatchIdPath(id): BatchIdPath) -> Res
     let cursor = subscriber.resume_at::<FeedId>(&sse::FEED)?;
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("batch {id}"), |client| async {
-        let batch = state.queue().batch(tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+        let batch = state.queue().reader().batch(tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
         let feed = BatchFeed::prepare(state.queue().clone(), &batch, cursor, client).await?;
         let live = state.tails().follow(tenant).await?;
         Ok(feed.run(live))

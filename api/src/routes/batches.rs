@@ -147,8 +147,8 @@ pub async fn create(
     let settings = state.config().tenants.get(&tenant);
     check_batch_templates(&specs, &body.tasks, body.defaults.as_ref(), &settings.sandbox_templates)?;
     let tasks = specs.len() as u64;
-    let admitted = state.queue().admit(&tenant, tasks, &settings).await?;
-    let made = state.queue().create_batch(&tenant, specs).await;
+    let admitted = state.queue().submitter().admit(&tenant, tasks, &settings).await?;
+    let made = state.queue().submitter().create_batch(&tenant, specs).await;
     super::tasks::release(&state, &admitted).await;
     let (batch, task_ids) = made?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");
@@ -183,8 +183,8 @@ pub async fn get(
     Tenant(tenant): Tenant,
     BatchIdPath(id): BatchIdPath,
 ) -> Result<Json<BatchView>, ApiError> {
-    let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
-    let (counts, finished_at) = state.queue().batch_counts(&batch).await?;
+    let batch = state.queue().reader().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+    let (counts, finished_at) = state.queue().reader().batch_counts(&batch).await?;
     Ok(Json(BatchView {
         id,
         created_at: clock::rfc3339(batch.created_at_ms),
@@ -214,8 +214,8 @@ pub async fn cancel(
     Tenant(tenant): Tenant,
     BatchIdPath(id): BatchIdPath,
 ) -> Result<(StatusCode, Json<BatchCancelled>), ApiError> {
-    let batch = state.queue().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
-    let done = state.queue().cancel_batch(&batch).await?;
+    let batch = state.queue().reader().batch(&tenant, &id).await?.ok_or(ApiError::NotFound("no such batch"))?;
+    let done = state.queue().submitter().cancel_batch(&batch).await?;
     tracing::info!(batch_id = %id, cancelled = done.cancelled, cancelling = done.cancelling, "batch cancel asked");
     let body = BatchCancelled { id, cancelled: done.cancelled, cancelling: done.cancelling, already_ended: done.already_ended };
     Ok((StatusCode::ACCEPTED, Json(body)))

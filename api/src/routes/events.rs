@@ -26,9 +26,9 @@ pub async fn stream(subscriber: Subscriber, TaskIdPath(id): TaskIdPath) -> Resul
     let after = subscriber.resume_at(&sse::SEQ)?.unwrap_or(0);
     let Subscriber { state, tenant, .. } = &subscriber;
     sse::respond(state, tenant, format!("task {id}"), |client| async {
-        let task = state.queue().get(tenant, &id).await?.ok_or(QueueError::NotFound)?;
+        let task = state.queue().reader().get(tenant, &id).await?.ok_or(QueueError::NotFound)?;
         let live = state.hub().subscribe(Topic::Task(id.clone())).await?;
-        let history = state.queue().events_after(tenant, &id, after).await?;
+        let history = state.queue().reader().events_after(tenant, &id, after).await?;
         let feed = TaskFeed::new(state.queue().clone(), tenant.clone(), id.clone(), after, client);
         Ok(feed.run(live, history, task.status.is_terminal()))
     })

@@ -24,7 +24,7 @@ pub async fn stream(subscriber: Subscriber) -> Result<Response, ApiError> {
         let live = state.tails().follow(tenant).await?;
         let cursor = match resume {
             Some(cursor) => cursor,
-            None => state.queue().feed_tip(tenant).await?,
+            None => state.queue().reader().feed_tip(tenant).await?,
         };
         Ok(TenantFeed::new(state.queue().clone(), tenant.clone(), cursor, client).run(live))
     })

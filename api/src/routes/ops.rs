@@ -37,7 +37,7 @@ pub async fn healthz() -> Json<Health> {
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    if state.queue().redis().ping().await {
+    if state.queue().ping().await {
         Ok(Json(Health { status: "ok" }))
     } else {
         Err(ApiError::Unavailable)
@@ -58,10 +58,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     )
 )]
 pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let stats = state.queue().fleet_stats().await?;
+    let stats = state.queue().reader().fleet_stats().await?;
     let mut page = metrics::render(&stats);
     if state.config().limits.tenant_metrics {
-        metrics::render_tenants(&mut page, &state.queue().tenant_totals().await?);
+        metrics::render_tenants(&mut page, &state.queue().reader().tenant_totals().await?);
     }
     Ok(([(CONTENT_TYPE, metrics::CONTENT_TYPE)], page))
 }

@@ -50,7 +50,7 @@ pub struct Requeued {
     security(("bearer" = []))
 )]
 pub async fn stats(State(state): State<AppState>, Tenant(tenant): Tenant) -> Result<Json<QueueStats>, ApiError> {
-    Ok(Json(state.queue().stats(&tenant).await?))
+    Ok(Json(state.queue().reader().stats(&tenant).await?))
 }
 
 /// The caller's tasks whose attempts are spent, newest first, a page at a time.
@@ -73,7 +73,7 @@ pub async fn dead(
     QueryParams(params): QueryParams<PageParams>,
 ) -> Result<Json<DeadTasks>, ApiError> {
     let cursor = params.cursor(dead_cursor)?;
-    let page = state.queue().dead(&tenant, params.limit()?, cursor.as_ref()).await?;
+    let page = state.queue().reader().dead(&tenant, params.limit()?, cursor.as_ref()).await?;
     Ok(Json(DeadTasks { tasks: page.items, next_cursor: page.next_cursor }))
 }
 
@@ -98,7 +98,7 @@ pub async fn retry(
     Tenant(tenant): Tenant,
     TaskIdPath(id): TaskIdPath,
 ) -> Result<(StatusCode, Json<Requeued>), ApiError> {
-    state.queue().revive(&tenant, &id).await?;
+    state.queue().submitter().revive(&tenant, &id).await?;
     tracing::info!("dead task queued again");
     Ok((StatusCode::ACCEPTED, Json(Requeued { id, status: TaskStatus::Queued })))
 }

@@ -70,7 +70,7 @@ pub async fn create(
     let (settings, task) = body.check(state.config().api.default_pipeline)?;
     let limits = state.config().tenants.get(&tenant);
     task.check_template(&limits.sandbox_templates).map_err(|e| e.under("task"))?;
-    state.queue().check_schedules(&tenant, &limits).await?;
+    state.queue().submitter().check_schedules(&tenant, &limits).await?;
     let schedule = state.queue().schedules().create(&tenant, settings, &task, clock::now_ms()).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, timezone = %schedule.timezone, "schedule created");
     let location = format!("/v1/schedules/{}", schedule.id);

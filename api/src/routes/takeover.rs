@@ -85,10 +85,10 @@ pub async fn takeover(
     TaskIdPath(id): TaskIdPath,
 ) -> Result<Json<TakenOver>, ApiError> {
     // Known to be this tenant's before anything is revoked.
-    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     live_views(&state).revoke_control(&id).await?;
     let view = view_link(&state, &tenant, &id, ViewMode::Control).await?;
-    let outcome = state.queue().take_over(&tenant, &id).await?;
+    let outcome = state.queue().submitter().take_over(&tenant, &id).await?;
     tracing::info!(already_held = outcome == Takeover::AlreadyHeld, "desktop taken over");
     Ok(Json(TakenOver { id, status: "waiting", code: "human-intervention", view }))
 }
@@ -123,9 +123,9 @@ pub async fn release(
         return Err(ValidationError::at("message", problem).into());
     }
     // Known to be this tenant's before anything is revoked.
-    state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     live_views(&state).revoke_control(&id).await?;
-    state.queue().hand_back(&tenant, &id, release.message).await?;
+    state.queue().submitter().hand_back(&tenant, &id, release.message).await?;
     tracing::info!("desktop handed back");
     Ok((StatusCode::ACCEPTED, Json(Released { id, status: "released" })))
 }

@@ -138,10 +138,10 @@ pub async fn submit(
     spec.validate()?;
     let settings = state.config().tenants.get(&tenant);
     spec.check_template(&settings.sandbox_templates)?;
-    let (submitted, rate) = state.queue().submit_admitted(&tenant, spec, &settings).await?;
+    let (submitted, rate) = state.queue().submitter().submit_admitted(&tenant, spec, &settings).await?;
     tracing::Span::current().record("task_id", submitted.id.as_str());
     let (code, status) = if submitted.replayed {
-        let current = state.queue().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
+        let current = state.queue().reader().get(&tenant, &submitted.id).await?.map_or(TaskStatus::Queued, |t| t.status);
         (StatusCode::OK, current)
     } else {
         tracing::info!("task queued");
@@ -160,7 +160,7 @@ pub async fn submit(
 /// Drops the room a request reserved once it has queued its tasks (or made
 /// none); if that fails, the reservation lapses by itself.
 pub async fn release(state: &AppState, admitted: &Admitted) {
-    if let Err(e) = state.queue().release_admission(admitted).await {
+    if let Err(e) = state.queue().submitter().release_admission(admitted).await {
         tracing::warn!(error = %e, "could not drop a queue reservation; it lapses by itself");
     }
 }
@@ -185,9 +185,9 @@ pub async fn get(
     Tenant(tenant): Tenant,
     TaskIdPath(id): TaskIdPath,
 ) -> Result<Json<TaskRecord>, ApiError> {
-    let mut task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    let mut task = state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     crate::presign::attach_urls(&state, &mut task).await?;
-    state.queue().fill_waiting_for(&mut task).await?;
+    state.queue().reader().fill_waiting_for(&mut task).await?;
     Ok(Json(task))
 }
 
@@ -211,7 +211,7 @@ pub async fn list(
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<TaskPage>, ApiError> {
     let filter = params.filter()?;
-    let (tasks, next_cursor) = state.queue().list(&tenant, &filter).await?;
+    let (tasks, next_cursor) = state.queue().reader().list(&tenant, &filter).await?;
     Ok(Json(TaskPage { tasks, next_cursor }))
 }
 
@@ -238,11 +238,11 @@ pub async fn cancel(
 ) -> Result<(StatusCode, Json<Cancelled>), ApiError> {
     // The queue answers "cancelled" both for a queued task it just cancelled
     // and for one cancelled earlier, so a finished task is refused here first.
-    let task = state.queue().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
+    let task = state.queue().reader().get(&tenant, &id).await?.ok_or(QueueError::NotFound)?;
     if task.status.is_terminal() {
         return Err(ApiError::AlreadyFinished(task.status));
     }
-    let status = match state.queue().cancel(&tenant, &id).await? {
+    let status = match state.queue().submitter().cancel(&tenant, &id).await? {
         CancelOutcome::Cancelled => CancelState::Cancelled,
         CancelOutcome::Cancelling => CancelState::Cancelling,
         CancelOutcome::AlreadyEnded(status) => return Err(ApiError::AlreadyFinished(status)),
@@ -286,7 +286,7 @@ pub async fn input(
     JsonBody(input): JsonBody<HumanInput>,
 ) -> Result<(StatusCode, Json<InputAccepted>), ApiError> {
     input.validate()?;
-    state.queue().give_input(&tenant, &id, &input).await?;
+    state.queue().submitter().give_input(&tenant, &id, &input).await?;
     tracing::info!(decision = ?input.decision, "input handed to a waiting task");
     Ok((StatusCode::ACCEPTED, Json(InputAccepted { id, status: "accepted" })))
 }

@@ -124,15 +124,15 @@ pub async fn usage(
     let queue = state.queue();
     let now = queue.now_ms();
     let (from, to) = params.range(now)?;
-    let days = if from <= to { queue.usage_days(&tenant, from, to).await? } else { Vec::new() };
-    let today = queue.usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
+    let days = if from <= to { queue.reader().usage_days(&tenant, from, to).await? } else { Vec::new() };
+    let today = queue.reader().usage_days(&tenant, now, now).await?.pop().map(|(_, m)| m).unwrap_or_default();
     let mut total = Meter::default();
     for (_, meter) in &days {
         total.add(meter);
     }
     let quota = state.config().tenants.get(&tenant);
-    let queued = queue.queued_count(&tenant).await?;
-    let sandboxes = queue.sandboxes_held(&tenant).await?;
+    let queued = queue.reader().queued_count(&tenant).await?;
+    let sandboxes = queue.reader().sandboxes_held(&tenant).await?;
     let limits = UsageLimits {
         max_queued: quota.max_queued,
         queued,

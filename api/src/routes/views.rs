@@ -108,7 +108,7 @@ pub async fn view_link(
     id: &TaskId,
     mode: ViewMode,
 ) -> Result<ViewLink, ApiError> {
-    let task = state.queue().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
+    let task = state.queue().reader().get(tenant, id).await?.ok_or(QueueError::NotFound)?;
     if !matches!(task.status, TaskStatus::Running | TaskStatus::Waiting) {
         return Err(QueueError::WrongStatus(task.status.as_str().to_owned()).into());
     }
@@ -218,7 +218,7 @@ async fn bridge(mut browser: WebSocket, mut worker: WorkerSocket) {
 }
 
 pub(crate) fn live_views(state: &AppState) -> LiveViews {
-    LiveViews::new(state.queue().redis().clone(), state.queue().keys().clone())
+    state.queue().live_views()
 }
 
 /// The API's address as the browser reaches it: `FLOTILLA_PUBLIC_URL`, else

@@ -110,7 +110,7 @@ pub async fn create(
     JsonBody(new): JsonBody<NewEndpoint>,
 ) -> Result<Response, ApiError> {
     if let Some(batch) = &new.batch_id {
-        state.queue().batch(&tenant, batch).await?.ok_or(ApiError::NotFound("no such batch"))?;
+        state.queue().reader().batch(&tenant, batch).await?.ok_or(ApiError::NotFound("no such batch"))?;
     }
     let (endpoint, secret) = store(&state).create(&tenant, new).await?;
     Ok((StatusCode::CREATED, Json(EndpointCreated { endpoint, secret })).into_response())

@@ -16,7 +16,7 @@ use std::time::Duration;
 use flotilla_config::Config;
 use flotilla_config::{ConfigError, Secret};
 
-use super::keys::KeyLayout;
+use super::object_keys::KeyLayout;
 
 /// Region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set.
 pub const DEFAULT_REGION: &str = "us-east-1";

@@ -18,7 +18,7 @@
 mod config;
 mod dedup;
 mod error;
-mod keys;
+mod object_keys;
 mod s3;
 mod uploader;
 
@@ -33,7 +33,7 @@ pub use bytes::Bytes;
 pub use config::{BlobConfig, DedupStrategy, S3Credentials, DEFAULT_REGION};
 pub use dedup::{KnownHashes, KNOWN_HASH_TTL};
 pub use error::BlobError;
-pub use keys::{content_hash, looks_like_png, validate_artifact_path, KeyLayout};
+pub use object_keys::{content_hash, looks_like_png, validate_artifact_path, KeyLayout};
 pub use s3::{Delivery, ObjectInfo, MAX_PRESIGN_TTL};
 pub use uploader::{Queued, StoredFeed, UploadError, Uploader, UploaderOptions};
 

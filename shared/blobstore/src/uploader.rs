@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::error::BlobError;
-use super::keys::{content_hash, looks_like_png};
+use super::object_keys::{content_hash, looks_like_png};
 use super::{BlobStore, StoredImage};
 
 /// How an uploader queues, retries and waits.

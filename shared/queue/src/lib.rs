@@ -15,6 +15,7 @@ pub mod queue;
 pub mod quota;
 pub mod redis_conn;
 mod redis_lua;
+pub mod sandbox_owners;
 pub mod schedule;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -27,6 +27,7 @@ use redis::Script;
 
 use crate::error::QueueError;
 use crate::queue::{Queue, Submitted, Verdict, ADMIT_FN};
+use crate::queue::{Reader, Submitter};
 use crate::redis_lua;
 use flotilla_config::TenantSettings;
 use flotilla_types::clock;
@@ -139,9 +140,22 @@ fn judged(verdict: Verdict, quota: &TenantSettings, max_tokens: u64, now: i64) -
 }
 
 impl Queue {
+    /// Refuses a request once the tenant spent its `max_tokens_per_day`.
+    async fn check_tokens_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
+        let Some(max) = quota.max_tokens_per_day else { return Ok(()) };
+        let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), TOKENS_FIELD);
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
+        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
+            return Err(tokens_spent(max, now));
+        }
+        Ok(())
+    }
+}
+
+impl Submitter<'_> {
     /// Admits a request that adds `tasks` tasks for `tenant` under `quota`,
     /// reserving room for them, or says why not (and changes nothing).
-    pub async fn admit(&self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
+    pub async fn admit(self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
         let now = self.now_ms();
         let tokens_in_call = !self.redis().is_cluster();
         if !tokens_in_call {
@@ -170,7 +184,7 @@ impl Queue {
     /// reservation's drop. Returns the task and, when the tenant has a
     /// rate, where its bucket stands.
     pub async fn submit_admitted(
-        &self,
+        self,
         tenant: &TenantId,
         spec: TaskSpec,
         quota: &TenantSettings,
@@ -189,44 +203,35 @@ impl Queue {
         Ok((submitted, rate))
     }
 
-    /// Refuses a request once the tenant spent its `max_tokens_per_day`.
-    async fn check_tokens_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
-        let Some(max) = quota.max_tokens_per_day else { return Ok(()) };
-        let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), TOKENS_FIELD);
-        let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
-        if spent.into_iter().flatten().next().unwrap_or(0) >= max {
-            return Err(tokens_spent(max, now));
-        }
-        Ok(())
-    }
-
     /// Drops an admitted request's reservation once its tasks are queued
     /// (they count as queued from then on) or it made none after all.
-    pub async fn release_admission(&self, admitted: &Admitted) -> Result<(), QueueError> {
+    pub async fn release_admission(self, admitted: &Admitted) -> Result<(), QueueError> {
         let drop = redis::Cmd::zrem(self.keys().tenant_admitting(&admitted.tenant), &admitted.reservation);
         let _: Vec<i64> = self.redis().query_many(vec![drop]).await?;
         Ok(())
     }
 
     /// Refuses a new schedule when the tenant keeps its `max_schedules`.
-    pub async fn check_schedules(&self, tenant: &TenantId, quota: &TenantSettings) -> Result<(), QuotaError> {
+    pub async fn check_schedules(self, tenant: &TenantId, quota: &TenantSettings) -> Result<(), QuotaError> {
         let kept: Vec<u64> = self.redis().query_many(vec![redis::Cmd::zcard(self.keys().tenant_schedules(tenant))]).await?;
         if kept.first().copied().unwrap_or(0) >= quota.max_schedules {
             return Err(QuotaError::SchedulesFull { max: quota.max_schedules });
         }
         Ok(())
     }
+}
 
+impl Reader<'_> {
     /// The sandboxes a tenant holds fleet-wide (its running tasks' and its
     /// kept-alive ones), as `max_sandboxes` counts them.
-    pub async fn sandboxes_held(&self, tenant: &TenantId) -> Result<u64, QueueError> {
+    pub async fn sandboxes_held(self, tenant: &TenantId) -> Result<u64, QueueError> {
         let read = redis::Cmd::hget(self.keys().tenant_state(tenant), "sandboxed");
         let got: Vec<Option<i64>> = self.redis().query_many(vec![read]).await?;
         Ok(got.into_iter().flatten().next().map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
 
     /// A tenant's waiting tasks (`queued` and `delayed`), as admission counts them.
-    pub async fn queued_count(&self, tenant: &TenantId) -> Result<u64, QueueError> {
+    pub async fn queued_count(self, tenant: &TenantId) -> Result<u64, QueueError> {
         let mut read = redis::cmd("HMGET");
         read.arg(self.keys().tenant_state(tenant)).arg("queued").arg("delayed");
         let got: Vec<Vec<Option<i64>>> = self.redis().query_many(vec![read]).await?;

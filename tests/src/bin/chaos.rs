@@ -155,9 +155,9 @@ async fn run() -> anyhow::Result<bool> {
     let (mut succeeded, mut not_ended, mut broken, mut reclaimed) = (0, 0, 0, 0);
     let (mut screenshots, mut missing_images) = (0, 0);
     for id in &ids {
-        let record = q.get(&tenant(), id).await?.context("a task vanished")?;
+        let record = q.reader().get(&tenant(), id).await?.context("a task vanished")?;
         let history = events(&q, id).await;
-        for shot in q.screenshots(&tenant(), id).await? {
+        for shot in q.reader().screenshots(&tenant(), id).await? {
             screenshots += 1;
             if !store.exists(&shot.key).await.unwrap_or(false) {
                 missing_images += 1;
@@ -213,7 +213,7 @@ fn desktop_spec() -> TaskSpec {
 async fn count_ended(q: &flotilla_queue::queue::Queue, ids: &[flotilla_types::TaskId]) -> usize {
     let mut ended = 0;
     for id in ids {
-        if let Ok(Some(task)) = q.get(&tenant(), id).await {
+        if let Ok(Some(task)) = q.reader().get(&tenant(), id).await {
             ended += usize::from(task.status.is_terminal());
         }
     }

@@ -17,8 +17,8 @@ use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_tests::{RedisCluster, RedisUnderTest};
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 /// A pipeline that succeeds at once.
 struct NoOp;
 
-impl Pipeline for NoOp {
+impl PipelineRunner for NoOp {
     fn run<'a>(&'a self, _run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
@@ -110,12 +110,8 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
         ("FLOTILLA_WORKER_ID", format!("spread-{prefix}")),
     ])?;
     let queue = Queue::connect(&config).await?;
-    let spec = TaskSpec {
-        prompt: "no-op".into(),
-        pipeline: Some(PipelineKind::Scripted),
-        actions: Some(Vec::new()),
-        ..TaskSpec::default()
-    };
+    let spec =
+        TaskSpec { prompt: "no-op".into(), pipeline: Some(Pipeline::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() };
     let total = tenants * args.tasks;
     let before = all_counters(&nodes).await?;
     let started = Instant::now();
@@ -126,16 +122,16 @@ async fn one_run(cluster: &RedisCluster, tenants: usize, args: &Args) -> anyhow:
         let tasks = (next..next + batch)
             .map(|i| NewTask { id: TaskId::generate(), tenant: ids[i % tenants].clone(), batch: None, spec: spec.clone() })
             .collect();
-        queue.create_tasks(tasks).await?;
+        queue.submitter().create_tasks(tasks).await?;
         next += batch;
     }
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(NoOp));
+    registry.register(Pipeline::Scripted, Arc::new(NoOp));
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     let deadline = started + args.timeout;
     let outcomes = loop {
-        let fleet = queue.fleet_stats().await?;
+        let fleet = queue.reader().fleet_stats().await?;
         let ended: u64 = fleet.outcomes.values().sum();
         if ended >= total as u64 || Instant::now() > deadline {
             break fleet.outcomes;

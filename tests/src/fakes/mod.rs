@@ -89,6 +89,8 @@ impl Recorded {
 struct Script {
     replies: VecDeque<Reply>,
     received: Vec<Recorded>,
+    /// Replies sent so far.
+    answered: usize,
 }
 
 /// A scripted HTTP server on a free loopback port, stopped when dropped.
@@ -130,6 +132,11 @@ impl ScriptedServer {
         lock(&self.script).received.clone()
     }
 
+    /// How many replies have been sent (after their delay), scripted or not.
+    pub fn answered(&self) -> usize {
+        lock(&self.script).answered
+    }
+
     /// How many scripted replies are still unused.
     pub fn remaining(&self) -> usize {
         lock(&self.script).replies.len()
@@ -164,8 +171,10 @@ async fn answer(State(script): State<Arc<Mutex<Script>>>, request: Request) -> R
         Reply::status_json(500, serde_json::json!({"error": {"message": "the fake server's script has no reply left"}}))
     });
     if !reply.delay.is_zero() {
+        // The scripted delay is the fake's behaviour (a slow model), not a wait.
         tokio::time::sleep(reply.delay).await;
     }
+    lock(&script).answered += 1;
     render(reply)
 }
 

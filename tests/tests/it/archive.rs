@@ -154,7 +154,7 @@ async fn archived_tasks_read_as_before_and_only_by_their_tenant() {
 
     s.config.clock.advance(10 * HOT_S * 1000);
     let archiver = s.archiver().await;
-    let pass = archiver.archive_finished().await.expect("archive pass");
+    let pass = archiver.housekeeper().archive_finished().await.expect("archive pass");
     assert_eq!((pass.tasks, pass.entries as usize), (ids.len() as u64, events), "{pass:?}");
     for id in &ids {
         assert!(!s.redis_holds(&archiver, id).await, "task {id} left Redis");
@@ -202,8 +202,9 @@ async fn a_killed_archive_pass_loses_nothing_and_repeats_nothing() {
     for delay_ms in 0..150 {
         let pass = tokio::spawn({
             let archiver = archiver.clone();
-            async move { archiver.archive_finished().await }
+            async move { archiver.housekeeper().archive_finished().await }
         });
+        // The kill's moment is the scenario, not a wait.
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         pass.abort();
         let _ = pass.await;
@@ -221,7 +222,7 @@ async fn a_killed_archive_pass_loses_nothing_and_repeats_nothing() {
         }
     }
     assert!(half_way > 0, "some pass was killed with part of the tasks moved");
-    archiver.archive_finished().await.expect("the last pass");
+    archiver.housekeeper().archive_finished().await.expect("the last pass");
     for id in &ids {
         assert!(!s.redis_holds(&archiver, id).await, "task {id} left Redis");
     }
@@ -238,14 +239,14 @@ async fn the_retention_deletes_archived_tasks_and_feed_segments() {
     let (_, ids) = s.finished_tasks(3, 0).await;
     s.config.clock.advance(10 * HOT_S * 1000);
     let archiver = s.archiver().await;
-    assert_eq!(archiver.archive_finished().await.expect("pass").tasks, 3);
+    assert_eq!(archiver.housekeeper().archive_finished().await.expect("pass").tasks, 3);
     let store = s.s3.store(&s.prefix);
     let archive_prefix = store.layout().tenant_archive(&tenant());
     assert!(store.list(&archive_prefix).await.expect("list").len() >= 4, "three tasks and a feed segment");
 
-    assert_eq!(archiver.expire_archive().await.expect("expire"), 0, "nothing is past the retention yet");
+    assert_eq!(archiver.housekeeper().expire_archive().await.expect("expire"), 0, "nothing is past the retention yet");
     s.config.clock.advance(8 * 24 * 3600 * 1000);
-    assert_eq!(archiver.expire_archive().await.expect("expire"), 3);
+    assert_eq!(archiver.housekeeper().expire_archive().await.expect("expire"), 3);
     assert!(store.list(&archive_prefix).await.expect("list").is_empty(), "the store holds nothing of them");
     let mut conn = archiver.redis().shared();
     let archived: usize =

@@ -23,7 +23,9 @@ use flotilla_tests::fakes::anthropic::{error, streamed_answer, streamed_tool_tur
 use flotilla_tests::fakes::{Recorded, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
-use flotilla_tests::{api_key, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer};
+use flotilla_tests::{
+    api_key, eventually, spawn_api_with_blobs, test_config, unique_prefix, ApiClient, InProcessWorker, RedisServer,
+};
 use flotilla_types::clock::parse_rfc3339;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::TaskId;
@@ -100,7 +102,7 @@ impl CodeFleet {
 
     async fn run_to_end(&self, spec: Value) -> (TaskId, TaskRecord, Vec<Event>) {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-        let id = self.queue.submit(&tenant(), spec).await.expect("submit").id;
+        let id = self.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
         wait_all_ended(&self.queue, std::slice::from_ref(&id), TASK_TIMEOUT).await;
         (id.clone(), record(&self.queue, &id).await, events(&self.queue, &id).await)
     }
@@ -287,7 +289,7 @@ async fn sandbox_claude_code_sandbox_holds_only_a_revocable_task_token() {
         assert!(!format!("{:?}", call.headers).contains(&token), "the token stops at the gateway");
     }
     // The key is in no event.
-    let raw = fleet.queue.events_after(&tenant(), &id, 0).await.expect("events");
+    let raw = fleet.queue.reader().events_after(&tenant(), &id, 0).await.expect("events");
     assert!(raw.iter().all(|e| !e.contains(REAL_KEY)), "the real key never appears in events");
 
     // The token died with its task (and was only ever valid on its sandbox's socket).
@@ -331,7 +333,7 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     fleet.api.push(streamed_answer("too late").after(Duration::from_secs(60)));
     let spec = TaskSpec::from_json(json!({"prompt": "think for a long time", "pipeline": "claude-code"}).to_string().as_bytes())
         .expect("spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
     let deadline = Instant::now() + TASK_TIMEOUT;
     while fleet.model_calls().is_empty() {
         assert!(Instant::now() < deadline, "the CLI never called the model");
@@ -339,15 +341,12 @@ async fn sandbox_claude_code_cancel_stops_the_cli_and_revokes_its_token() {
     }
     assert_eq!(fleet.gateway.live_tokens(), 1, "the running task holds a token");
     let asked = Instant::now();
-    fleet.queue.cancel(&tenant(), &id).await.expect("cancel");
-    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(5)).await;
+    fleet.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(10)).await;
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Cancelled);
-    assert!(asked.elapsed() < Duration::from_secs(5), "stopped within 5 s");
+    assert!(asked.elapsed() < Duration::from_secs(10), "stopped long before the model's 60 s answer: {:?}", asked.elapsed());
     assert_eq!(fleet.gateway.live_tokens(), 0, "a cancelled task's token is revoked");
-    while fleet.pool.live() > 0 {
-        assert!(asked.elapsed() < Duration::from_secs(5), "the sandbox is released");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the sandbox is released", Duration::from_secs(10), async || fleet.pool.live() == 0).await;
     fleet.stop().await;
 }
 
@@ -366,7 +365,7 @@ async fn sandbox_claude_code_files_arrive_as_written_and_a_refreshed_token_lasts
 
     let spec = json!({"prompt": "write three files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
     let started = Instant::now();
     // Each `file` event, as soon as it is seen: was the task still running,
     // and did the store already hold the bytes it names?
@@ -473,7 +472,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     fleet.api.push(streamed_answer("Both written."));
     let spec = json!({"prompt": "write two files", "pipeline": "claude-code", "retry": {"max_attempts": 1}});
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
-    let id = fleet.queue.submit(&tenant(), spec).await.expect("submit").id;
+    let id = fleet.queue.submitter().submit(&tenant(), spec).await.expect("submit").id;
 
     let began = Instant::now();
     loop {
@@ -499,6 +498,7 @@ async fn sandbox_claude_code_waits_queued_for_the_next_day_once_its_tenant_spent
     }
     assert_eq!(fleet.pool.live(), 0, "the sandbox is released");
     assert_eq!(fleet.gateway.live_tokens(), 0, "its gateway token is revoked");
+    // The sleep is what is tested: for a second more, no model call.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(fleet.model_calls().len(), 2, "no model call after the crossing one");
     assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Queued, "still waiting for the day");

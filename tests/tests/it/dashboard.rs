@@ -326,6 +326,10 @@ async fn sandbox_in_a_browser_a_waiting_task_is_approved_with_a_click_and_finish
 
     let mut browser = Browser::launch(VIEWPORT.0, VIEWPORT.1).await.expect("start chromium");
     sign_in(&mut browser, &api).await;
+    // Reaching the safety check takes a desktop and a model call, which a
+    // loaded machine makes slow: that wait is the fleet's, on the task's own
+    // state; only then is the page given `SHOWN` to show what the API knows.
+    fleet.wait_until_waiting(&id).await;
     wait_status(&mut browser, id.as_str(), "waiting").await;
     browser.click(&format!("#tasks tr[data-task-id=\"{id}\"]")).await.expect("click the waiting task");
     let waiting = format!(
@@ -385,6 +389,8 @@ async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_show
 
     // Idle, the page reads nothing: it follows the feed instead of polling.
     let before = browser.evaluate(LIST_READS).await.expect("reads");
+    // The sleep is what is tested: nothing happens for 5 s, and the page
+    // must read nothing in them.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = browser.evaluate(LIST_READS).await.expect("reads");
     assert_eq!(before, after, "no reads of the task list while nothing happens");

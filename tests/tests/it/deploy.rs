@@ -447,8 +447,15 @@ async fn a_worker_reaches_redis_over_rediss_and_verifies_it() {
     let config = flotilla_config::Config::from_env([("FLOTILLA_REDIS_URL", plain_url), ("FLOTILLA_KEY_PREFIX", "tls".into())])
         .expect("config");
     let queue = flotilla_queue::queue::Queue::connect(&config).await.expect("the test reaches redis");
-    let id = queue.submit(&flotilla_tests::tasks::tenant(), flotilla_tests::tasks::wait_spec(10)).await.expect("submit").id;
+    let id = queue
+        .submitter()
+        .submit(&flotilla_tests::tasks::tenant(), flotilla_tests::tasks::wait_spec(10))
+        .await
+        .expect("submit")
+        .id;
     let mut untrusting = WorkerProcess::spawn(&env(false), "untrusting");
+    // The sleep is what is tested: in 3 s of trying, the worker that does
+    // not trust the CA never reaches the task.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let task = flotilla_tests::tasks::record(&queue, &id).await;
     assert_eq!(

@@ -27,7 +27,7 @@ async fn create_at_once(queue: &Queue, tenants: &[TenantId], n: usize) -> Vec<Ta
         .map(|i| NewTask { id: TaskId::generate(), tenant: tenants[i % tenants.len()].clone(), batch: None, spec: spec.clone() })
         .collect();
     let ids = tasks.iter().map(|t| t.id.clone()).collect();
-    queue.create_tasks(tasks).await.expect("created");
+    queue.submitter().create_tasks(tasks).await.expect("created");
     ids
 }
 
@@ -100,7 +100,7 @@ async fn drain_once(queue: &Queue, claimer: &mut Claimer, most: usize) -> usize 
     let attempts = claim_started(claimer, most).await;
     let ends: Vec<Ending<'_>> =
         attempts.iter().map(|a| (a.as_ref(), Terminal::Succeeded(serde_json::Value::Null), clock::now_ms())).collect();
-    let written = queue.finish_and_ack(&ends, &[]).await.expect("ended");
+    let written = queue.runner().finish_and_ack(&ends, &[]).await.expect("ended");
     assert!(written.iter().all(Result::is_ok), "{written:?}");
     attempts.len()
 }
@@ -130,7 +130,7 @@ async fn a_drained_task_costs_the_budgeted_calls_and_a_call_appends_one_feed_ent
     for tenant in &tenants {
         let entries = redis.cli(&["XLEN", &keys.tenant_feed(tenant)]);
         assert_eq!(entries.trim(), "3", "{tenant}: created, started, ended, an entry each");
-        let events = queue.feed_after(tenant, FeedId::START).await.expect("the feed reads");
+        let events = queue.reader().feed_after(tenant, FeedId::START).await.expect("the feed reads");
         let of = |kind: &str| events.iter().filter(|e| e.event.contains(&format!("\"type\":\"{kind}\""))).count();
         assert_eq!((of("queued"), of("started"), of("succeeded")), (PER_TENANT, PER_TENANT, PER_TENANT), "{tenant}");
         let used = redis.cli(&["HGET", &keys.usage_day(tenant, &today), "tasks:succeeded"]);
@@ -154,11 +154,11 @@ async fn one_call_ends_tasks_of_many_tenants_and_outcomes_each_with_its_own() {
         _ => Terminal::Cancelled,
     };
     let ends: Vec<Ending<'_>> = attempts.iter().enumerate().map(|(i, a)| (a.as_ref(), terminal(i), clock::now_ms())).collect();
-    let written = queue.finish_and_ack(&ends, &[]).await.expect("ended");
+    let written = queue.runner().finish_and_ack(&ends, &[]).await.expect("ended");
     assert!(written.iter().all(Result::is_ok), "{written:?}");
 
     for (i, attempt) in attempts.iter().enumerate() {
-        let task = queue.get(attempt.tenant(), attempt.task_id()).await.expect("reads").expect("the task is there");
+        let task = queue.reader().get(attempt.tenant(), attempt.task_id()).await.expect("reads").expect("the task is there");
         let (status, code, result, error) = match terminal(i) {
             Terminal::Succeeded(result) => (TaskStatus::Succeeded, StopCode::Done, Some(result), None),
             Terminal::Failed(code, error) => (TaskStatus::Failed, code, None, Some(error)),
@@ -177,7 +177,7 @@ async fn one_call_ends_tasks_of_many_tenants_and_outcomes_each_with_its_own() {
         }
     }
     for tenant in &tenants {
-        let load = queue.stats(tenant).await.expect("stats").tenants.remove(0);
+        let load = queue.reader().stats(tenant).await.expect("stats").tenants.remove(0);
         assert_eq!(load.running, 0, "{tenant}: every entry is acknowledged and its slot freed");
     }
 }
@@ -273,7 +273,7 @@ async fn a_finished_task_keeps_no_empty_field_and_reads_back_the_same() {
     assert_eq!(redis.cli(&["HGET", &key, "owner"]).trim(), "w1", "the last owner stays; the terminal status fences");
     assert!(fields.len() <= 16, "a finished no-op task's hash stays within 16 fields: {fields:?}");
 
-    let record = queue.get(&acme, &ids[0]).await.expect("reads").expect("the task exists");
+    let record = queue.reader().get(&acme, &ids[0]).await.expect("reads").expect("the task exists");
     let shown = serde_json::to_value(&record).expect("json");
     assert_eq!(shown["status"], "succeeded");
     assert_eq!((shown["batch_id"].clone(), shown["result"].clone()), (serde_json::Value::Null, serde_json::Value::Null));

@@ -66,7 +66,7 @@ async fn submit(q: &Queue, tenant: &TenantId, n: usize) -> Vec<TaskId> {
     let tasks: Vec<NewTask> =
         (0..n).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: wait_spec(1) }).collect();
     let ids = tasks.iter().map(|t| t.id.clone()).collect();
-    q.create_tasks(tasks).await.expect("create");
+    q.submitter().create_tasks(tasks).await.expect("create");
     ids
 }
 
@@ -115,16 +115,18 @@ async fn arrivals_claims_and_acks(
                 left[who] -= k;
                 submitted.extend(submit(&q, &tenant(who), k).await);
             }
-            1 => seen
-                .take(q.claim_turns(shard, &format!("w{}", n % 3), &plain_worker(), 1 + n % 5).await.expect("claim"), &limits)?,
+            1 => seen.take(
+                q.runner().claim_turns(shard, &format!("w{}", n % 3), &plain_worker(), 1 + n % 5).await.expect("claim"),
+                &limits,
+            )?,
             _ => {
                 let acks: Vec<_> =
                     seen.held.values_mut().flat_map(|h| h.drain(..h.len().min(1 + n % 3))).map(|d| (d, None)).collect();
-                q.ack(&acks).await.expect("ack");
+                q.runner().ack(&acks).await.expect("ack");
             }
         }
         for (t, held) in &seen.held {
-            let stats = q.stats(t).await.expect("stats");
+            let stats = q.reader().stats(t).await.expect("stats");
             prop_assert_eq!(stats.tenants[0].running, held.len() as u64, "running count of {}", t);
         }
     }
@@ -132,9 +134,9 @@ async fn arrivals_claims_and_acks(
         submitted.extend(submit(&q, &tenant(who), *k).await);
     }
     for _ in 0..10_000 {
-        let got = q.claim_turns(shard, "drain", &plain_worker(), 8).await.expect("claim");
+        let got = q.runner().claim_turns(shard, "drain", &plain_worker(), 8).await.expect("claim");
         let acks: Vec<_> = seen.held.values_mut().flat_map(|h| h.drain(..)).map(|d| (d, None)).collect();
-        q.ack(&acks).await.expect("ack");
+        q.runner().ack(&acks).await.expect("ack");
         if got.is_empty() && seen.claimed.len() == submitted.len() {
             break;
         }
@@ -159,13 +161,13 @@ async fn shares_follow_weights(redis: &RedisServer, weights: Vec<u32>, batch: us
     let mut counts: HashMap<TenantId, usize> = HashMap::new();
     let mut claimed = 0;
     while claimed < rounds {
-        let got = q.claim_turns(shard, "w", &plain_worker(), batch.min(rounds - claimed)).await.expect("claim");
+        let got = q.runner().claim_turns(shard, "w", &plain_worker(), batch.min(rounds - claimed)).await.expect("claim");
         prop_assert!(!got.is_empty(), "backlogged tenants always have a turn");
         claimed += got.len();
         for d in &got {
             *counts.entry(d.tenant.clone()).or_default() += 1;
         }
-        q.ack(&got.into_iter().map(|d| (d, None)).collect::<Vec<_>>()).await.expect("ack");
+        q.runner().ack(&got.into_iter().map(|d| (d, None)).collect::<Vec<_>>()).await.expect("ack");
     }
     let heaviest = f64::from(weights.iter().copied().max().unwrap_or(1));
     for (n, weight) in weights.iter().enumerate() {
@@ -193,7 +195,7 @@ async fn a_tenants_virtual_time_advances_one_stride_per_task_started() {
     let q = queue_for(&redis, &[(1, None, 30), (4, None, 30)]).await;
     submit(&q, &tenant(0), 30).await;
     let shard = q.keys().shard_of(&tenant(0));
-    let got = q.claim_turns(shard, "w", &plain_worker(), 20).await.expect("claim");
+    let got = q.runner().claim_turns(shard, "w", &plain_worker(), 20).await.expect("claim");
     assert_eq!(got.len(), 20, "a lone tenant's claim takes all it asks for");
     let vt = |t: TenantId| {
         let q = q.clone();
@@ -207,7 +209,7 @@ async fn a_tenants_virtual_time_advances_one_stride_per_task_started() {
     submit(&q, &tenant(1), 30).await;
     let mut started = [0_usize; 2];
     for _ in 0..5 {
-        for d in q.claim_turns(shard, "w", &plain_worker(), 7).await.expect("claim") {
+        for d in q.runner().claim_turns(shard, "w", &plain_worker(), 7).await.expect("claim") {
             started[usize::from(d.tenant == tenant(1))] += 1;
         }
     }
@@ -230,6 +232,7 @@ async fn an_idle_worker_wakes_when_a_task_is_submitted() {
 
     let submitter = q.clone();
     let submit_later = tokio::spawn(async move {
+        // The submit lands while the worker already waits: the scenario.
         tokio::time::sleep(Duration::from_millis(100)).await;
         submit(&submitter, &tenant(0), 1).await
     });

@@ -239,7 +239,7 @@ async fn create_at_once(queue: &flotilla_queue::queue::Queue, n: usize) -> Vec<f
     let tasks: Vec<NewTask> =
         (0..n).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() }).collect();
     let ids = tasks.iter().map(|t| t.id.clone()).collect();
-    queue.create_tasks(tasks).await.expect("created");
+    queue.submitter().create_tasks(tasks).await.expect("created");
     ids
 }
 
@@ -254,7 +254,7 @@ async fn events_written_by_one_call_share_a_feed_entry_and_reading_after_any_of_
 
     let feed_key = flotilla_queue::keys::Keys::new(config.key_prefix.clone()).tenant_feed(&tenant);
     assert_eq!(redis.cli(&["XLEN", &feed_key]).trim(), "2", "each call's queued events are one entry");
-    let all = queue.feed_after(&tenant, FeedId::START).await.expect("reads");
+    let all = queue.reader().feed_after(&tenant, FeedId::START).await.expect("reads");
     let announced: Vec<String> = all.iter().map(|e| key_of_event(&e.event)).collect();
     let created: Vec<String> = first.iter().chain(&second).map(ToString::to_string).collect();
     assert_eq!(announced, created, "every event once, in the order written");
@@ -267,7 +267,7 @@ async fn events_written_by_one_call_share_a_feed_entry_and_reading_after_any_of_
 
     for (k, at) in all.iter().enumerate() {
         let after: FeedId = at.id.to_string().parse().expect("a printed position parses");
-        let rest = queue.feed_after(&tenant, after).await.expect("reads");
+        let rest = queue.reader().feed_after(&tenant, after).await.expect("reads");
         assert_eq!(rest, all[k + 1..], "after {after}: exactly the events that follow");
     }
 }
@@ -284,15 +284,15 @@ async fn entries_of_one_event_a_field_read_back_in_order_beside_an_older_entry_o
     let created = create_at_once(&queue, 1_001).await;
 
     assert_eq!(redis.cli(&["XLEN", &feed_key]).trim(), "4", "the entry of lines, then a call's entry per 500 created");
-    let all = queue.feed_after(&tenant, FeedId::START).await.expect("reads");
+    let all = queue.reader().feed_after(&tenant, FeedId::START).await.expect("reads");
     let announced: Vec<String> = all.iter().map(|e| key_of_event(&e.event)).collect();
     let expected: Vec<String> =
         ["tsk_a", "tsk_b"].into_iter().map(str::to_owned).chain(created.iter().map(ToString::to_string)).collect();
     assert_eq!(announced, expected, "every event once, in the order written");
     assert!(all.windows(2).all(|w| w[0].id < w[1].id), "positions increase");
-    let after_older = queue.feed_after(&tenant, all[1].id).await.expect("reads");
+    let after_older = queue.reader().feed_after(&tenant, all[1].id).await.expect("reads");
     assert_eq!(after_older, all[2..], "after the older entry: the new ones");
-    let in_second_entry = queue.feed_after(&tenant, all[700].id).await.expect("reads");
+    let in_second_entry = queue.reader().feed_after(&tenant, all[700].id).await.expect("reads");
     assert_eq!(in_second_entry, all[701..], "from inside the second call's entry: the rest");
 }
 

@@ -200,8 +200,8 @@ async fn sandbox_dedup_is_reported_per_tenant() {
     let acme = shots(acme_events);
     let globex = TenantId::parse("globex").expect("tenant");
     let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("spec");
-    let id = fleet.queue.submit(&globex, spec).await.expect("submit").id;
-    let ended = async || fleet.queue.get(&globex, &id).await.ok().flatten().is_some_and(|t| t.status.is_terminal());
+    let id = fleet.queue.submitter().submit(&globex, spec).await.expect("submit").id;
+    let ended = async || fleet.queue.reader().get(&globex, &id).await.ok().flatten().is_some_and(|t| t.status.is_terminal());
     flotilla_tests::desktop::eventually("globex's task ends", Duration::from_secs(60), ended).await;
     let theirs = shots(events(&fleet.queue, &id).await);
 

@@ -123,7 +123,7 @@ async fn sandbox_desktops_die_with_a_sigkilled_worker_and_a_restarted_worker_fin
     let mut ids = Vec::new();
     for _ in 0..2 {
         let spec = flotilla_types::task::TaskSpec::from_json(busy.to_string().as_bytes()).expect("valid spec");
-        ids.push(q.submit(&tenant(), spec).await.expect("submit").id);
+        ids.push(q.submitter().submit(&tenant(), spec).await.expect("submit").id);
     }
     eventually("both tasks act on their desktops", Duration::from_secs(60), async || {
         let mut busy = 0;
@@ -156,8 +156,8 @@ async fn sandbox_desktops_die_with_a_sigkilled_worker_and_a_restarted_worker_fin
             break;
         }
         assert!(
-            killed.elapsed() < Duration::from_secs(5),
-            "5 s after the worker's SIGKILL, recorded processes {left:?} and marked processes {marked:?} still run"
+            killed.elapsed() < Duration::from_secs(10),
+            "10 s after the worker's SIGKILL, recorded processes {left:?} and marked processes {marked:?} still run"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

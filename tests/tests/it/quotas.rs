@@ -92,6 +92,7 @@ async fn max_queued_refuses_a_submit_or_a_whole_batch_past_it_and_enqueues_nothi
     // Workers drain the queue; after Retry-After the refused submit passes.
     let retry_after = header(&headers, "retry-after").expect("Retry-After");
     let worker = InProcessWorker::start(config.clone(), Registry::standard());
+    // Waiting out Retry-After is what a client is told to do: the test.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     let (status, _, body) = submit(&api, key, "/v1/tasks", &task()).await;
     assert_eq!(status, 202, "after Retry-After a submit passes: {body}");
@@ -135,6 +136,7 @@ async fn two_api_replicas_share_one_submit_rate() {
     assert_eq!(task_count(&acme).await, 3, "refused submits enqueue nothing");
 
     assert_eq!(submit(&first, flotilla_tests::globex_key(), "/v1/tasks", &task()).await.0, 202, "another tenant is not limited");
+    // Waiting out Retry-After is what a client is told to do: the test.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     assert_eq!(submit(&second, key, "/v1/tasks", &task()).await.0, 202, "after Retry-After a submit passes");
 }
@@ -243,7 +245,7 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
         ids.push(TaskId::parse(body["id"].as_str().expect("id")).expect("task id"));
     }
     let acme = TenantId::parse("acme").expect("tenant");
-    let status_of = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task").status;
+    let status_of = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task").status;
     eventually("the first task ends", Duration::from_secs(30), async || status_of(&ids[0]).await.is_terminal()).await;
     assert_eq!(status_of(&ids[0]).await, TaskStatus::Succeeded);
 
@@ -260,11 +262,12 @@ async fn a_tenant_past_its_daily_tokens_keeps_its_tasks_queued_until_the_day_tur
     eventually("the other tenant's tasks run", Duration::from_secs(30), async || {
         let mut done = true;
         for id in &others {
-            done &= fleet.queue.get(&globex, id).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded);
+            done &= fleet.queue.reader().get(&globex, id).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded);
         }
         done
     })
     .await;
+    // The sleep is what is tested: for half a second more, they stay queued.
     tokio::time::sleep(Duration::from_millis(500)).await;
     for id in &ids[1..] {
         assert_eq!(status_of(id).await, TaskStatus::Queued, "a task of a tenant past its tokens waits, not fails");
@@ -318,7 +321,7 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
     let acme_api = ready(&api).await;
     let key = flotilla_tests::api_key();
     let acme = TenantId::parse("acme").expect("tenant");
-    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+    let record = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task");
 
     const WAITS: u32 = 30;
     let waits = json!({"prompt": "wait a while", "pipeline": "scripted", "retry": {"max_attempts": 1},
@@ -362,9 +365,10 @@ async fn running_tasks_of_a_tenant_past_its_daily_tokens_finish_their_step_and_w
     let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
     let globex = TenantId::parse("globex").expect("tenant");
     eventually("the other tenant's task runs", Duration::from_secs(30), async || {
-        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+        fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
     })
     .await;
+    // The sleep is what is tested: for half a second more, it stays queued.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(record(&model).await.status, TaskStatus::Queued, "still waiting for the day");
     assert_eq!(record(&scripted).await.steps_taken, first_pass, "no step taken while waiting");
@@ -431,8 +435,8 @@ async fn per_tenant_counters_on_metrics_only_when_switched_on() {
         let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
         let (acme, globex) = (TenantId::parse("acme").expect("tenant"), TenantId::parse("globex").expect("tenant"));
         eventually("both tasks end", Duration::from_secs(30), async || {
-            let a = fleet.queue.get(&acme, &model).await.expect("get").is_some_and(|r| r.status.is_terminal());
-            a && fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status.is_terminal())
+            let a = fleet.queue.reader().get(&acme, &model).await.expect("get").is_some_and(|r| r.status.is_terminal());
+            a && fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status.is_terminal())
         })
         .await;
 
@@ -479,7 +483,7 @@ async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_d
     let api = spawn_api(fleet.config.clone()).await;
     let acme_api = ready(&api).await;
     let acme = TenantId::parse("acme").expect("tenant");
-    let record = async |id: &TaskId| fleet.queue.get(&acme, id).await.expect("get").expect("task");
+    let record = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task");
     let submit_as = async |key: &str, body: Value| {
         let (status, _, answer) = submit(&api, key, "/v1/tasks", &body).await;
         assert_eq!(status, 202, "{answer}");
@@ -511,7 +515,7 @@ async fn a_kept_alive_sandbox_holds_one_of_the_tenants_max_sandboxes_until_its_d
     let other = submit_as(flotilla_tests::globex_key(), on_screen(1, json!({}))).await;
     let globex = TenantId::parse("globex").expect("tenant");
     eventually("another tenant's sandbox task runs", Duration::from_secs(30), async || {
-        fleet.queue.get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+        fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
     })
     .await;
     assert_eq!(record(&holder).await.status, TaskStatus::Running, "the second task still holds its sandbox");

@@ -48,9 +48,9 @@ async fn a_mixed_fleet_runs_sandbox_tasks_only_on_the_worker_with_desktops() {
     let mut plain_ids = Vec::new();
     for n in 0..40 {
         if n % 2 == 0 {
-            desktop_ids.push(q.submit(&tenant(), on_screen.clone()).await.expect("submit").id);
+            desktop_ids.push(q.submitter().submit(&tenant(), on_screen.clone()).await.expect("submit").id);
         } else {
-            plain_ids.push(q.submit(&tenant(), wait_spec(50)).await.expect("submit").id);
+            plain_ids.push(q.submitter().submit(&tenant(), wait_spec(50)).await.expect("submit").id);
         }
     }
     let all: Vec<TaskId> = desktop_ids.iter().chain(&plain_ids).cloned().collect();
@@ -109,7 +109,8 @@ async fn a_task_requiring_a_label_waits_counted_until_a_labelled_worker_joins() 
     let plain_task = poll_until(&client, &format!("/v1/tasks/{plain_id}"), |t| t["status"] == "succeeded").await;
     assert_eq!(plain_task["status"], "succeeded", "the live worker runs what it can: {plain_task}");
 
-    // The plain worker has claimed since, and never takes the task it cannot run.
+    // The plain worker has claimed since, and never takes the task it cannot
+    // run: the sleep is what is tested, 300 ms more of its claims.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, task) = client.get(&format!("/v1/tasks/{eu_id}")).await;
     assert_eq!(task["status"], "queued", "{task}");
@@ -124,7 +125,7 @@ async fn a_task_requiring_a_label_waits_counted_until_a_labelled_worker_joins() 
     let eu = InProcessWorker::start(eu_config, Registry::standard());
     let task = poll_until(&client, &format!("/v1/tasks/{eu_id}"), |t| t["status"] == "succeeded").await;
     assert_eq!(task["status"], "succeeded", "the labelled worker runs it: {task}");
-    assert!(started.elapsed() < Duration::from_secs(5), "at once: {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(10), "at once: {:?}", started.elapsed());
     assert!(task.get("waiting_for").is_none(), "an ended task waits for nothing: {task}");
     let q = queue(&config).await;
     let id = TaskId::parse(&eu_id).expect("id");

@@ -118,14 +118,14 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     let quota = config.tenants.get(&acme());
     let queue = flotilla_tests::tasks::queue(&config).await;
     let spec = flotilla_tests::tasks::wait_spec(1);
-    assert!(queue.submits_in_one_call(&spec));
+    assert!(queue.submitter().submits_in_one_call(&spec));
     // The first call loads the script (`NOSCRIPT`, `SCRIPT LOAD`, again).
-    let (first, _) = queue.submit_one(&acme(), &spec, &quota).await.expect("first submit");
+    let (first, _) = queue.submitter().submit_one(&acme(), &spec, &quota).await.expect("first submit");
     assert!(matches!(first, Verdict::Admitted { .. }), "{first:?}");
     redis.cli(&["CONFIG", "RESETSTAT"]);
     // On the test's one thread every submit is waiting before the call runs.
     let tenant = acme();
-    let answers = futures::future::join_all((0..40).map(|_| queue.submit_one(&tenant, &spec, &quota))).await;
+    let answers = futures::future::join_all((0..40).map(|_| queue.submitter().submit_one(&tenant, &spec, &quota))).await;
     let calls = redis.command_calls();
     assert_eq!(calls.get("evalsha"), Some(&1), "40 waiting submits in one call: {calls:?}");
     let mut admitted = Vec::new();
@@ -141,7 +141,7 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
     }
     assert_eq!(redis.cli(&["ZCARD", &keys.tenant_tasks(&acme())]).trim(), "10", "the admitted tasks are listed");
     assert_eq!(redis.cli(&["HGET", &keys.tenant_state(&acme()), "queued"]).trim(), "10", "and counted as queued");
-    let feed = queue.feed_after(&acme(), FeedId::START).await.expect("the feed reads");
+    let feed = queue.reader().feed_after(&acme(), FeedId::START).await.expect("the feed reads");
     let announced: Vec<&str> = feed.iter().filter_map(|e| e.event.split("\"task_id\":\"").nth(1)?.split('"').next()).collect();
     assert_eq!(announced.len(), 10, "and announced in the feed, each once: {feed:?}");
     for id in &admitted {
@@ -153,7 +153,7 @@ async fn single_submits_made_at_once_share_a_call_and_are_each_judged() {
         "the first submit's event is one feed entry, the call's nine are another"
     );
     for id in &admitted {
-        let task = queue.get(&acme(), id).await.expect("read").expect("the admitted task exists");
+        let task = queue.reader().get(&acme(), id).await.expect("read").expect("the admitted task exists");
         assert_eq!(task.status, flotilla_types::task::TaskStatus::Queued);
     }
 }
@@ -171,11 +171,11 @@ async fn a_submit_whose_request_goes_away_strands_none_behind_it() {
     let quota = config.tenants.get(&acme());
     let queue = flotilla_tests::tasks::queue(&config).await;
     let spec = flotilla_tests::tasks::wait_spec(1);
-    assert!(queue.submits_in_one_call(&spec));
+    assert!(queue.submitter().submits_in_one_call(&spec));
     let tenant = acme();
-    let mut gone = Box::pin(queue.submit_one(&tenant, &spec, &quota));
+    let mut gone = Box::pin(queue.submitter().submit_one(&tenant, &spec, &quota));
     assert!(futures::poll!(gone.as_mut()).is_pending(), "the first submit starts its tenant's call and waits for it");
-    let behind: Vec<_> = (0..5).map(|_| queue.submit_one(&tenant, &spec, &quota)).collect();
+    let behind: Vec<_> = (0..5).map(|_| queue.submitter().submit_one(&tenant, &spec, &quota)).collect();
     drop(gone);
     let answers = tokio::time::timeout(std::time::Duration::from_secs(30), futures::future::join_all(behind))
         .await

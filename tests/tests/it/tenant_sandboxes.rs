@@ -34,7 +34,7 @@ fn on_screen(ms: u64) -> TaskSpec {
 async fn submit(q: &Queue, who: &TenantId, spec: &TaskSpec, n: usize) -> Vec<TaskId> {
     let mut ids = Vec::new();
     for _ in 0..n {
-        ids.push(q.submit(who, spec.clone()).await.expect("submit").id);
+        ids.push(q.submitter().submit(who, spec.clone()).await.expect("submit").id);
     }
     ids
 }
@@ -92,7 +92,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
         samples += 1;
         if killed.is_none() {
             for id in &desktop_ids {
-                let record = q.get(&acme, id).await.expect("get").expect("task");
+                let record = q.reader().get(&acme, id).await.expect("get").expect("task");
                 if record.status != TaskStatus::Running || !on_its_desktop(q, id).await {
                     continue;
                 }
@@ -107,7 +107,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
         let mut ended = true;
         for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
             for id in ids.iter() {
-                ended &= q.get(who, id).await.expect("get").is_some_and(|r| r.status.is_terminal());
+                ended &= q.reader().get(who, id).await.expect("get").is_some_and(|r| r.status.is_terminal());
             }
         }
         if ended {
@@ -124,7 +124,7 @@ async fn sandbox_max_sandboxes_holds_fleet_wide_with_warm_desktops_and_a_killed_
 
     for (who, ids) in [(&acme, &desktop_ids), (&acme, &plain_ids), (&globex, &other_ids)] {
         for id in ids.iter() {
-            let record = q.get(who, id).await.expect("get").expect("task");
+            let record = q.reader().get(who, id).await.expect("get").expect("task");
             assert_eq!(record.status, TaskStatus::Succeeded, "{who} task {id}: {:?}", record.error);
         }
     }

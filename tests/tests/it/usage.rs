@@ -82,7 +82,7 @@ async fn reported(api: &ApiClient) -> Value {
 async fn records(fleet: &DesktopFleet, tenant: &TenantId, ids: &[TaskId]) -> Vec<TaskRecord> {
     let mut found = Vec::new();
     for id in ids {
-        found.push(fleet.queue.get(tenant, id).await.expect("get").expect("task"));
+        found.push(fleet.queue.reader().get(tenant, id).await.expect("get").expect("task"));
     }
     found
 }
@@ -98,7 +98,7 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
     let acme_api = ApiClient::new(&api, flotilla_tests::api_key());
     let globex_api = ApiClient::new(&api, flotilla_tests::globex_key());
     let (acme, globex) = (tenant("acme"), tenant("globex"));
-    let submit = async |who: &TenantId, spec: TaskSpec| fleet.queue.submit(who, spec).await.expect("submit").id;
+    let submit = async |who: &TenantId, spec: TaskSpec| fleet.queue.submitter().submit(who, spec).await.expect("submit").id;
 
     let mut acme_ids = Vec::new();
     for _ in 0..3 {
@@ -116,7 +116,7 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
         globex_ids.push(submit(&globex, on_screen(1, 20, json!({}))).await);
     }
 
-    fleet.queue.cancel(&acme, &queued).await.expect("cancel a queued task");
+    fleet.queue.submitter().cancel(&acme, &queued).await.expect("cancel a queued task");
     let sandbox_of = async |id: &TaskId| {
         events(&fleet.queue, id).await.iter().rev().find_map(|e| match &e.kind {
             EventKind::SandboxReady { sandbox_id, .. } => Some(sandbox_id.clone()),
@@ -127,7 +127,7 @@ async fn a_tenants_usage_is_exactly_the_sum_of_its_tasks_and_only_its_own() {
         sandbox_of(&running).await.is_some() && sandbox_of(&retried).await.is_some()
     })
     .await;
-    fleet.queue.cancel(&acme, &running).await.expect("cancel a running task");
+    fleet.queue.submitter().cancel(&acme, &running).await.expect("cancel a running task");
     let first_sandbox = sandbox_of(&retried).await.expect("sandbox");
     let first = SandboxId::parse(&first_sandbox).expect("sandbox id");
     fleet.pool.provider().kill(&first).await.expect("killed from outside");
@@ -196,7 +196,7 @@ async fn a_running_tasks_tokens_show_in_usage_before_it_ends() {
     eventually("the first turn's tokens show while the task runs", Duration::from_secs(20), input_shown).await;
     let (_, usage) = acme_api.get("/v1/usage").await;
     assert_eq!(usage["total"]["output_tokens"], 50, "{usage}");
-    let record = fleet.queue.get(&acme, &id).await.expect("get").expect("task");
+    let record = fleet.queue.reader().get(&acme, &id).await.expect("get").expect("task");
     assert_eq!(record.status, TaskStatus::Running, "the task has not ended yet");
     let own = record.usage.expect("the task's own usage so far");
     assert_eq!((own.input_tokens, own.output_tokens), (700, 50));

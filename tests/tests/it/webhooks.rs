@@ -74,6 +74,7 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Str
         GONE => StatusCode::GONE.into_response(),
         ENDLESS => {
             let chunks = futures::stream::unfold((), |()| async {
+                // A slow, endless body: the endpoint's behaviour, not a wait.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 Some((Ok::<_, std::io::Error>(vec![b'x'; 1024]), ()))
             });
@@ -304,7 +305,8 @@ async fn a_410_disables_the_endpoint_patch_enables_it_with_new_events_and_an_end
         assert!(Instant::now() < deadline, "the second task never ended");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The dispatcher reads the feed every 100 ms: ten rounds.
+    // The dispatcher reads the feed every 100 ms: ten rounds. The sleep is
+    // what is tested: in them, no message for the disabled endpoint.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (_, log) = acme.get(&format!("/v1/webhooks/{id}/deliveries")).await;
     assert_eq!(log["deliveries"].as_array().map(Vec::len), Some(1), "no message for a disabled endpoint: {log}");

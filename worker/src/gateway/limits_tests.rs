@@ -280,6 +280,7 @@ async fn gateway_holds_a_call_until_the_answers_before_it_are_counted_and_sends_
     let token = Arc::new(token);
     let asking = Arc::clone(&token);
     let second = tokio::spawn(async move { over_tcp(&asking, "POST", "/v1/messages", asking.token(), MESSAGE).await });
+    // The sleep is what is tested: for 300 ms, the second call waits.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(hits.load(Ordering::SeqCst), 1, "the second call waits while the first is not counted");
     calls.counted(false);

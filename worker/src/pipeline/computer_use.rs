@@ -47,7 +47,7 @@ use serde_json::json;
 
 use super::planner::{self, Planned};
 use super::scale::Scale;
-use super::{Outcome, Pipeline, PipelineError, Session, Steps, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
 use crate::model::{
     CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage, NOT_EXECUTED,
 };
@@ -94,18 +94,19 @@ impl ComputerUse {
     }
 }
 
-impl Pipeline for ComputerUse {
+impl PipelineRunner for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let steps = Steps::new(run);
-            let planned = match run.attempt.spec.plan {
-                Some(true) => Some(planner::plan(&run.attempt.spec.prompt, &steps, &*self.models.planner(run)?).await?),
+            let spec = run.task.spec();
+            let planned = match spec.plan {
+                Some(true) => Some(planner::plan(&spec.prompt, &steps, &*self.models.planner(run)?).await?),
                 _ => None,
             };
             if let Some(planned) = &planned {
                 steps.count(&[tokens(&self.models.model(run), planned.usage)]).await?;
             }
-            let mut session = Session::open_with(run, steps, run.attempt.spec.sandbox.as_ref()).await?;
+            let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
             let result = match &planned {
                 Some(planned) => self.execute(run, &mut session, planned).await,
                 None => self.drive(run, &mut session).await,
@@ -121,7 +122,7 @@ impl ComputerUse {
     async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
         let scale = Scale::fit(session.resolution(), self.target);
         let mut usage = Usage::default();
-        let text = self.converse(run, session, &scale, &run.attempt.spec.prompt, &mut usage).await?;
+        let text = self.converse(run, session, &scale, &run.task.spec().prompt, &mut usage).await?;
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
@@ -132,8 +133,8 @@ impl ComputerUse {
         let mut usage = planned.usage;
         let mut answers = Vec::with_capacity(planned.plan.steps.len());
         for (index, step) in planned.plan.steps.iter().enumerate() {
-            planner::start_step(&run.attempt, index, step).await?;
-            let prompt = planner::step_prompt(&run.attempt.spec.prompt, planned, index);
+            planner::start_step(run.task.as_ref(), index, step).await?;
+            let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);
             answers.push(self.converse(run, session, &scale, &prompt, &mut usage).await?);
         }
         let text = answers.last().cloned().unwrap_or_default();
@@ -188,7 +189,7 @@ impl ComputerUse {
             return Ok(Vec::new());
         }
         let listed = checks.iter().map(|c| format!("{} ({})", c.message, c.code)).collect::<Vec<_>>().join("; ");
-        match run.attempt.spec.sensitive_actions.unwrap_or_default() {
+        match run.task.spec().sensitive_actions.unwrap_or_default() {
             SensitiveActions::Allow => Ok(checks.to_vec()),
             SensitiveActions::Deny => Err(PipelineError::Fatal {
                 code: StopCode::SensitiveAction,
@@ -231,16 +232,16 @@ async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError>
 /// Emits the turn's tool switches and reasoning, and counts its tokens on
 /// the task, which ends here if they take it past its budget.
 async fn record_turn(session: &Session, turn: &Turn, model: &str) -> Result<(), PipelineError> {
-    let attempt = session.steps().attempt();
+    let task = session.steps().task();
     for change in &turn.tool_changes {
         let error = format!(
             "{} does not take the computer tool {}; asking again with {}, as every later task on this model will: {}",
             change.model, change.from, change.to, change.reason
         );
-        attempt.emit(EventKind::Retrying { attempt: attempt.number, delay_ms: 0, error }, &[]).await?;
+        task.emit(EventKind::Retrying { attempt: task.attempt_number(), delay_ms: 0, error }, &[]).await?;
     }
     for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
-        attempt.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
+        task.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
     }
     session.steps().count(&[tokens(model, turn.usage)]).await
 }

@@ -25,16 +25,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_config::TenantSettings;
-use flotilla_queue::queue::Queue;
-use flotilla_types::ids::TenantId;
 use flotilla_types::task::{SandboxProviderKind, SandboxSpec, StopCode};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::error::PipelineError;
+use super::handle::TaskHandle;
 use super::kept_watch::{self, KeptSandbox};
-use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxOwners, SandboxPool, SandboxProvider, SandboxRequest};
+use crate::sandbox::{Lease, Sandbox, SandboxError, SandboxId, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// What the task's `sandbox` field asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,13 +84,11 @@ impl SandboxChoice {
     }
 }
 
-/// The tenant a sandbox is taken for, and where owners are recorded.
+/// The task a sandbox is taken for: its handle records the sandbox as its
+/// tenant's, and counts a kept one against the tenant's `max_sandboxes`.
 #[derive(Clone, Copy)]
 pub(crate) struct Claimant<'a> {
-    pub owners: &'a SandboxOwners,
-    pub tenant: &'a TenantId,
-    /// Where a kept sandbox counts against the tenant's `max_sandboxes`.
-    pub queue: &'a Queue,
+    pub task: &'a Arc<dyn TaskHandle>,
 }
 
 impl Claimant<'_> {
@@ -99,7 +96,7 @@ impl Claimant<'_> {
     /// a failure is logged (the sandbox then answers as unknown to a later
     /// task, which is the safe side).
     async fn own(&self, provider: &str, sandbox: &Sandbox) {
-        if let Err(e) = self.owners.record(provider, &sandbox.id, self.tenant, sandbox.expires_at).await {
+        if let Err(e) = self.task.record_sandbox_owner(provider, &sandbox.id, sandbox.expires_at).await {
             warn!(sandbox = %sandbox.id, error = %e, "could not record the sandbox's owner");
         }
     }
@@ -108,7 +105,7 @@ impl Claimant<'_> {
     /// tenant's `max_sandboxes` until its deadline.
     async fn keep(&self, provider: &str, sandbox: &Sandbox) {
         let until_ms = epoch_ms(sandbox.expires_at);
-        if let Err(e) = self.queue.keep_sandbox(self.tenant, &kept_name(provider, &sandbox.id), until_ms).await {
+        if let Err(e) = self.task.keep_sandbox(&kept_name(provider, &sandbox.id), until_ms).await {
             warn!(sandbox = %sandbox.id, error = %e, "could not count the kept sandbox against the tenant's max_sandboxes");
         }
     }
@@ -116,14 +113,14 @@ impl Claimant<'_> {
     /// The task runs in the sandbox it names, which it may keep alive until
     /// `until`: the sandbox's slot lasts at least that long.
     async fn hold(&self, provider: &str, id: &SandboxId, until: OffsetDateTime) {
-        if let Err(e) = self.queue.hold_kept_sandbox(self.tenant, &kept_name(provider, id), epoch_ms(until)).await {
+        if let Err(e) = self.task.hold_kept_sandbox(&kept_name(provider, id), epoch_ms(until)).await {
             warn!(sandbox = %id, error = %e, "could not hold the kept sandbox's slot for its task");
         }
     }
 
     /// The sandbox was found gone: its slot comes back now.
     async fn forget(&self, provider: &str, id: &SandboxId) {
-        if let Err(e) = self.queue.forget_kept_sandbox(self.tenant, &kept_name(provider, id)).await {
+        if let Err(e) = self.task.forget_kept_sandbox(&kept_name(provider, id)).await {
             warn!(sandbox = %id, error = %e, "could not give back the slot of a kept sandbox found gone");
         }
     }
@@ -166,7 +163,7 @@ impl Held {
             }
             SandboxChoice::Existing { id, .. } => {
                 let began = Instant::now();
-                if !claimant.owners.owned_by(provider, id, claimant.tenant).await? {
+                if !claimant.task.owns_sandbox(provider, id).await? {
                     return Err(existing_failure(id, SandboxError::NotFound(id.clone())));
                 }
                 let sandbox = match pool.provider().connect(id).await {
@@ -230,8 +227,7 @@ impl Held {
                 claimant.keep(provider, &lease.sandbox).await;
                 kept_watch::spawn(KeptSandbox {
                     provider: Arc::clone(pool.provider()),
-                    queue: claimant.queue.clone(),
-                    tenant: claimant.tenant.clone(),
+                    task: Arc::clone(claimant.task),
                     name: kept_name(provider, &lease.sandbox.id),
                     id: lease.sandbox.id.clone(),
                     until: lease.sandbox.expires_at,
@@ -239,7 +235,7 @@ impl Held {
                 pool.keep(lease).await;
             }
             Self::Leased { lease, .. } => {
-                if let Err(e) = claimant.owners.forget(provider, &lease.sandbox.id).await {
+                if let Err(e) = claimant.task.forget_sandbox_owner(provider, &lease.sandbox.id).await {
                     warn!(sandbox = %lease.sandbox.id, error = %e, "could not drop the sandbox's owner record");
                 }
                 pool.release(lease).await;

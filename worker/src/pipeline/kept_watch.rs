@@ -14,11 +14,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_queue::queue::Queue;
-use flotilla_types::ids::TenantId;
 use time::OffsetDateTime;
 use tracing::{debug, warn};
 
+use super::handle::TaskHandle;
 use crate::sandbox::{SandboxError, SandboxId, SandboxProvider};
 
 /// How often a kept sandbox is looked at.
@@ -27,8 +26,9 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// One kept sandbox to watch.
 pub(crate) struct KeptSandbox {
     pub provider: Arc<dyn SandboxProvider>,
-    pub queue: Queue,
-    pub tenant: TenantId,
+    /// The handle of the task that kept it, through which its tenant's
+    /// slot is given back.
+    pub task: Arc<dyn TaskHandle>,
     /// The name the scheduler counts it by (`<provider>:<id>`).
     pub name: String,
     pub id: SandboxId,
@@ -58,7 +58,7 @@ async fn watch(kept: KeptSandbox) {
             }
         };
         if gone {
-            if let Err(e) = kept.queue.forget_kept_sandbox(&kept.tenant, &kept.name).await {
+            if let Err(e) = kept.task.forget_kept_sandbox(&kept.name).await {
                 warn!(sandbox = %kept.id, error = %e, "could not give back the slot of a kept sandbox found gone");
             }
             debug!(sandbox = %kept.id, "a kept sandbox is gone before its deadline");

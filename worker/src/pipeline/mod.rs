@@ -1,11 +1,14 @@
 //! Pipelines: what runs a task once a worker holds it. One trait, a registry
 //! from the task's `pipeline` field to an implementation, and the outcomes a
-//! pipeline can end with.
+//! pipeline can end with. A pipeline gets its task through a
+//! [`TaskHandle`], which cannot end the task: the outcome it returns is
+//! written by the executor.
 
 mod budget;
 mod claude_code;
 pub mod computer_use;
 pub mod error;
+pub mod handle;
 mod held;
 mod kept_watch;
 pub mod planner;
@@ -18,8 +21,7 @@ pub mod session;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use flotilla_queue::queue::Attempt;
-use flotilla_types::task::Pipeline as PipelineKind;
+use flotilla_types::task::Pipeline;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +29,7 @@ pub use claude_code::ClaudeCode;
 pub use computer_use::{ComputerUse, ModelFactory};
 pub use error::PipelineError;
 use flotilla_config::Config;
+pub use handle::TaskHandle;
 pub use providers::{AnthropicModels, GeminiModels, OpenAiModels};
 pub use scripted::Scripted;
 pub use session::{Limits, Session, Settled, Steps};
@@ -34,11 +37,12 @@ pub use session::{Limits, Session, Settled, Steps};
 use crate::metrics::WorkerMetrics;
 pub use crate::tools::Tools;
 
-/// What a pipeline is given: the attempt (spec, fenced event writes), a
-/// token that is cancelled when the task must stop, the worker's tools, and
-/// the metrics its steps, model calls and sandbox acquires are timed into.
+/// What a pipeline is given: its task's handle (spec, progress, reads; no
+/// terminal writes), a token that is cancelled when the task must stop, the
+/// worker's tools, and the metrics its steps, model calls and sandbox
+/// acquires are timed into.
 pub struct TaskRun {
-    pub attempt: Arc<Attempt>,
+    pub task: Arc<dyn TaskHandle>,
     pub cancel: CancellationToken,
     pub tools: Arc<Tools>,
     pub metrics: WorkerMetrics,
@@ -52,14 +56,14 @@ pub enum Outcome {
 }
 
 /// Runs tasks of one pipeline kind.
-pub trait Pipeline: Send + Sync + 'static {
+pub trait PipelineRunner: Send + Sync + 'static {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>>;
 }
 
 /// Pipeline implementations by the name tasks use.
 #[derive(Clone, Default)]
 pub struct Registry {
-    pipelines: HashMap<PipelineKind, Arc<dyn Pipeline>>,
+    pipelines: HashMap<Pipeline, Arc<dyn PipelineRunner>>,
 }
 
 impl Registry {
@@ -67,8 +71,8 @@ impl Registry {
     /// `claude-code`.
     pub fn standard() -> Self {
         let mut registry = Self::default();
-        registry.register(PipelineKind::Scripted, Arc::new(Scripted));
-        registry.register(PipelineKind::ClaudeCode, Arc::new(ClaudeCode));
+        registry.register(Pipeline::Scripted, Arc::new(Scripted));
+        registry.register(Pipeline::ClaudeCode, Arc::new(ClaudeCode));
         registry
     }
 
@@ -79,23 +83,23 @@ impl Registry {
         let openai = ComputerUse::new(OpenAiModels::from_config(config), config.model.screen);
         let anthropic = ComputerUse::new(AnthropicModels::from_config(config), config.model.screen);
         let gemini = ComputerUse::new(GeminiModels::from_config(config), config.model.screen);
-        registry.register(PipelineKind::OpenaiCua, Arc::new(openai));
-        registry.register(PipelineKind::ClaudeComputerUse, Arc::new(anthropic));
-        registry.register(PipelineKind::GeminiComputerUse, Arc::new(gemini));
+        registry.register(Pipeline::OpenaiCua, Arc::new(openai));
+        registry.register(Pipeline::ClaudeComputerUse, Arc::new(anthropic));
+        registry.register(Pipeline::GeminiComputerUse, Arc::new(gemini));
         registry
     }
 
     /// Adds or replaces the implementation of one pipeline kind.
-    pub fn register(&mut self, kind: PipelineKind, pipeline: Arc<dyn Pipeline>) {
+    pub fn register(&mut self, kind: Pipeline, pipeline: Arc<dyn PipelineRunner>) {
         self.pipelines.insert(kind, pipeline);
     }
 
-    pub fn get(&self, kind: PipelineKind) -> Option<Arc<dyn Pipeline>> {
+    pub fn get(&self, kind: Pipeline) -> Option<Arc<dyn PipelineRunner>> {
         self.pipelines.get(&kind).cloned()
     }
 
     /// The pipeline kinds registered.
-    pub fn kinds(&self) -> impl Iterator<Item = PipelineKind> + '_ {
+    pub fn kinds(&self) -> impl Iterator<Item = Pipeline> + '_ {
         self.pipelines.keys().copied()
     }
 }

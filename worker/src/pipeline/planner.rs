@@ -12,13 +12,13 @@
 //! executor (in `computer_use`) then runs one model conversation per step,
 //! each announced with `step_started` and recorded as `current_step`.
 
-use flotilla_queue::queue::Attempt;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, StopCode};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::error::PipelineError;
+use super::handle::TaskHandle;
 use super::session::Steps;
 use crate::model::{ModelError, TextModel, Usage};
 use crate::provider_http::excerpt;
@@ -80,7 +80,7 @@ pub async fn plan(prompt: &str, steps: &Steps, model: &dyn TextModel) -> Result<
         usage += completion.usage;
         match read_plan(&completion.text).map_err(PipelineError::from)? {
             PlanAnswer::Plan(plan) => {
-                announce(steps.attempt(), &plan).await?;
+                announce(steps.task(), &plan).await?;
                 return Ok(Planned { plan, clarifications, usage });
             }
             PlanAnswer::Ambiguity(question) if clarifications.len() >= MAX_CLARIFICATIONS => {
@@ -121,17 +121,17 @@ async fn ask_human(steps: &Steps, question: &str) -> Result<String, PipelineErro
 }
 
 /// Emits the `plan` event and stores the plan on the task.
-async fn announce(attempt: &Attempt, plan: &Plan) -> Result<(), PipelineError> {
+async fn announce(task: &dyn TaskHandle, plan: &Plan) -> Result<(), PipelineError> {
     let stored = serde_json::to_string(plan).map_err(|e| PipelineError::Retryable(format!("the plan cannot be stored: {e}")))?;
-    attempt.emit(EventKind::Plan { steps: plan.steps.clone() }, &[("plan", stored)]).await?;
+    task.emit(EventKind::Plan { steps: plan.steps.clone() }, &[("plan", stored)]).await?;
     Ok(())
 }
 
 /// Emits `step_started` for step `index` and records it as the task's
 /// `current_step`.
-pub async fn start_step(attempt: &Attempt, index: usize, text: &str) -> Result<(), PipelineError> {
+pub async fn start_step(task: &dyn TaskHandle, index: usize, text: &str) -> Result<(), PipelineError> {
     let started = EventKind::StepStarted { index: index as u32, text: text.to_owned() };
-    attempt.emit(started, &[("current_step", index.to_string())]).await?;
+    task.emit(started, &[("current_step", index.to_string())]).await?;
     Ok(())
 }
 

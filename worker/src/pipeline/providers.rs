@@ -63,7 +63,7 @@ impl<P: Provider> Models<P> {
             code: StopCode::Problem,
             message: format!("this worker has no {}, so it cannot run this pipeline", P::KEY_VAR),
         })?;
-        if let Some(model) = &run.attempt.spec.model {
+        if let Some(model) = &run.task.spec().model {
             P::set_model(&mut settings, model);
         }
         Ok(settings)

@@ -6,13 +6,12 @@
 //! provider, template and resolution, since the recorded coordinates refer
 //! to that screen.
 
-use flotilla_queue::queue::Attempt;
 use flotilla_types::action::Action;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::TaskId;
 use flotilla_types::task::{SandboxSpec, StopCode};
 
-use super::PipelineError;
+use super::{PipelineError, TaskHandle};
 
 /// What a replay runs: the recorded actions, on this sandbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,21 +22,21 @@ pub(super) struct Trajectory {
 
 /// Loads the trajectory of task `id`: an ended task of the same tenant
 /// whose latest attempt performed at least one action.
-pub(super) async fn trajectory(attempt: &Attempt, id: &TaskId) -> Result<Trajectory, PipelineError> {
+pub(super) async fn trajectory(task: &dyn TaskHandle, id: &TaskId) -> Result<Trajectory, PipelineError> {
     let not_replayable = |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("replay_of {id}: {why}") };
-    let Some(original) = attempt.queue().get(attempt.tenant(), id).await? else {
+    let Some(original) = task.task_record(id).await? else {
         return Err(not_replayable("no such task"));
     };
     if !original.status.is_terminal() {
         return Err(not_replayable(&format!("the task is {}; only an ended task can be replayed", original.status)));
     }
-    let events = attempt.queue().events_after(attempt.tenant(), id, 0).await?;
+    let events = task.events_after(id, 0).await?;
     let actions = latest_attempt_actions(&events);
     if actions.is_empty() {
         return Err(not_replayable("the task recorded no actions to replay"));
     }
     let sandbox =
-        replay_sandbox(attempt.spec.sandbox.as_ref(), original.spec.sandbox.as_ref()).map_err(|why| not_replayable(&why))?;
+        replay_sandbox(task.spec().sandbox.as_ref(), original.spec.sandbox.as_ref()).map_err(|why| not_replayable(&why))?;
     Ok(Trajectory { actions, sandbox })
 }
 

@@ -16,17 +16,17 @@ use serde_json::json;
 
 use super::replay::{self, Trajectory};
 use super::session::Steps;
-use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
 
 /// Runs a fixed list of actions.
 pub struct Scripted;
 
-impl Pipeline for Scripted {
+impl PipelineRunner for Scripted {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let spec = &run.attempt.spec;
+            let spec = run.task.spec();
             let Trajectory { actions, sandbox } = match &spec.replay_of {
-                Some(id) => replay::trajectory(&run.attempt, id).await?,
+                Some(id) => replay::trajectory(run.task.as_ref(), id).await?,
                 None => Trajectory { actions: spec.actions.clone().unwrap_or_default(), sandbox: spec.sandbox.clone() },
             };
             if actions.iter().any(Action::needs_sandbox) {
@@ -72,4 +72,94 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
 
 fn ran(count: usize) -> Outcome {
     Outcome::Succeeded(json!({ "text": format!("ran {count} actions") }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use flotilla_queue::queue::{StoredRecord, TaskRecord};
+    use flotilla_types::event::{Event, EventKind};
+    use flotilla_types::ids::{TaskId, TenantId};
+    use flotilla_types::task::{StopCode, TaskSpec};
+    use flotilla_types::usage::Amount;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::metrics::WorkerMetrics;
+    use crate::pipeline::handle::fake::FakeTask;
+    use crate::pipeline::Tools;
+
+    fn run_of(task: &Arc<FakeTask>) -> TaskRun {
+        TaskRun {
+            task: Arc::clone(task) as Arc<dyn crate::pipeline::TaskHandle>,
+            cancel: CancellationToken::new(),
+            tools: Arc::new(Tools::default()),
+            metrics: WorkerMetrics::new(),
+        }
+    }
+
+    fn waits(ms: &[u64]) -> Vec<Action> {
+        ms.iter().map(|ms| Action::Wait { ms: *ms }).collect()
+    }
+
+    /// An ended task of `tenant` that recorded `events`, as the queue reads it.
+    fn ended_task(tenant: &TenantId, id: &TaskId) -> TaskRecord {
+        let spec = serde_json::to_string(&TaskSpec::default()).expect("spec");
+        let hash = HashMap::from([
+            ("spec".to_owned(), spec),
+            ("tenant".to_owned(), tenant.to_string()),
+            ("status".to_owned(), "succeeded".to_owned()),
+        ]);
+        TaskRecord::from_hash(id, hash).expect("record").expect("some")
+    }
+
+    fn stored(tenant: &TenantId, id: &TaskId, kind: EventKind) -> String {
+        let event = Event { seq: 1, task_id: id.clone(), batch_id: None, tenant: tenant.clone(), ts: String::new(), kind };
+        serde_json::to_string(&event).expect("event")
+    }
+
+    #[tokio::test]
+    async fn a_list_of_waits_runs_through_a_task_handle_without_redis() {
+        let actions = waits(&[1, 2]);
+        let task = Arc::new(FakeTask::new(TaskSpec { actions: Some(actions.clone()), ..TaskSpec::default() }));
+        let outcome = Scripted.run(&run_of(&task)).await.expect("outcome");
+        assert_eq!(outcome, ran(2));
+        let emitted = task.emitted();
+        let kinds: Vec<_> = emitted.iter().map(|e| std::mem::discriminant(&e.kind)).collect();
+        let action = std::mem::discriminant(&EventKind::Action { action: actions[0].clone() });
+        let done = std::mem::discriminant(&EventKind::ActionCompleted { action: actions[0].clone(), ms: 0 });
+        assert_eq!(kinds, vec![action, done, action, done]);
+        assert_eq!(emitted[3].fields, vec![("steps_taken".to_owned(), "2".to_owned())]);
+        assert_eq!(task.counted(), vec![Amount::Step, Amount::Step]);
+    }
+
+    #[tokio::test]
+    async fn a_replay_runs_the_latest_attempts_actions_read_through_the_handle() {
+        let original = TaskId::generate();
+        let spec = TaskSpec { replay_of: Some(original.clone()), ..TaskSpec::default() };
+        let fake = FakeTask::new(spec);
+        let tenant = fake.tenant_id().clone();
+        let recorded = [
+            EventKind::Started { attempt: 1, worker: "w".into() },
+            EventKind::ActionCompleted { action: Action::Wait { ms: 9 }, ms: 9 },
+            EventKind::Started { attempt: 2, worker: "w".into() },
+            EventKind::ActionCompleted { action: Action::Wait { ms: 1 }, ms: 1 },
+        ];
+        let events = recorded.into_iter().map(|kind| stored(&tenant, &original, kind)).collect();
+        let task = Arc::new(fake.with_task(ended_task(&tenant, &original), events));
+        let outcome = Scripted.run(&run_of(&task)).await.expect("outcome");
+        assert_eq!(outcome, ran(1));
+        assert_eq!(task.emitted()[0].kind, EventKind::Action { action: Action::Wait { ms: 1 } });
+    }
+
+    #[tokio::test]
+    async fn a_replay_of_a_task_the_handle_does_not_find_ends_with_code_problem() {
+        let spec = TaskSpec { replay_of: Some(TaskId::generate()), ..TaskSpec::default() };
+        let task = Arc::new(FakeTask::new(spec));
+        let error = Scripted.run(&run_of(&task)).await.expect_err("refused");
+        assert!(matches!(&error, PipelineError::Fatal { code: StopCode::Problem, message } if message.contains("no such task")));
+        assert!(task.emitted().is_empty());
+    }
 }

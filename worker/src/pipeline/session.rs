@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_blobstore::{BlobStore, UploadError, Uploader, UploaderOptions};
-use flotilla_queue::queue::Attempt;
 use flotilla_queue::QueueError;
 use flotilla_types::action::Action;
 use flotilla_types::event::EventKind;
@@ -39,13 +38,12 @@ use tracing::{warn, Instrument};
 
 use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
+use super::handle::TaskHandle;
 use super::held::{Claimant, Held, SandboxChoice};
 use super::TaskRun;
 use crate::live::{LiveSource, ShowGuard};
 use crate::metrics::WorkerMetrics;
-use crate::sandbox::{
-    KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxOwners, SandboxPool, SandboxProvider, Screenshot,
-};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
 pub(crate) const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -85,7 +83,7 @@ pub struct Limits {
 impl Limits {
     /// The task's own limits, or the defaults, counted from now.
     pub fn of(run: &TaskRun) -> Self {
-        let spec = &run.attempt.spec;
+        let spec = run.task.spec();
         let duration = spec.max_duration_s.map_or(DEFAULT_MAX_DURATION, Duration::from_secs);
         Self { max_steps: spec.max_steps.unwrap_or(DEFAULT_MAX_STEPS), deadline: Instant::now() + duration }
     }
@@ -95,7 +93,7 @@ impl Limits {
 /// `action` event before and an `action_completed` event after, traced in a
 /// `step` span and timed by action type.
 pub struct Steps {
-    attempt: Arc<Attempt>,
+    task: Arc<dyn TaskHandle>,
     cancel: CancellationToken,
     limits: Limits,
     taken: u32,
@@ -126,7 +124,7 @@ pub enum Hand {
 impl Steps {
     pub fn new(run: &TaskRun) -> Self {
         Self {
-            attempt: Arc::clone(&run.attempt),
+            task: Arc::clone(&run.task),
             cancel: run.cancel.clone(),
             limits: Limits::of(run),
             taken: 0,
@@ -164,9 +162,9 @@ impl Steps {
     /// budget. Also learns whether the tenant spent its tokens of today,
     /// for [`Steps::between_steps`].
     pub async fn count(&self, amounts: &[Amount]) -> Result<(), PipelineError> {
-        let counted = self.attempt.add_usage(amounts).await?;
+        let counted = self.task.add_usage(amounts).await?;
         *self.day.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = counted.day;
-        budget::check(&self.attempt.spec, &counted.meter)
+        budget::check(self.task.spec(), &counted.meter)
     }
 
     /// Where one step ends and the next begins (an action, a model call): a
@@ -180,15 +178,15 @@ impl Steps {
         }
     }
 
-    /// The attempt the steps belong to, for events of its own.
-    pub fn attempt(&self) -> &Arc<Attempt> {
-        &self.attempt
+    /// The task the steps belong to, for events of its own.
+    pub fn task(&self) -> &dyn TaskHandle {
+        self.task.as_ref()
     }
 
     /// Puts the task in `waiting` with `code` and waits, under the guard,
     /// until a human answers through the API.
     pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
-        self.attempt.wait_for_human(code, message).await?;
+        self.task.wait_for_human(code, message).await?;
         self.next_input().await
     }
 
@@ -197,7 +195,7 @@ impl Steps {
     async fn next_input(&self) -> Result<HumanInput, PipelineError> {
         self.guard(async {
             loop {
-                match self.attempt.take_input().await {
+                match self.task.take_input().await {
                     Ok(Some(input)) => return Ok(input),
                     Ok(None) => {}
                     Err(QueueError::Fenced) => return Err(PipelineError::Fenced),
@@ -213,7 +211,7 @@ impl Steps {
     /// hand it back, their message is kept as [`Hand::HandedBack`]. A
     /// moment's trouble reading Redis is not a takeover: the steps go on.
     pub async fn pause_while_held(&mut self) -> Result<(), PipelineError> {
-        match self.attempt.held_by_person().await {
+        match self.task.held_by_person().await {
             Ok(true) => {}
             Ok(false) => return Ok(()),
             Err(e) => {
@@ -263,14 +261,14 @@ impl Steps {
         action: &Action,
         perform: impl Future<Output = Result<(), PipelineError>>,
     ) -> Result<(), PipelineError> {
-        self.attempt.emit(EventKind::Action { action: action.clone() }, &[]).await?;
+        self.task.emit(EventKind::Action { action: action.clone() }, &[]).await?;
         let started = Instant::now();
         self.guard(perform).await?;
         let took = started.elapsed();
         self.taken += 1;
         self.metrics.step_completed(action.kind(), took);
         let done = EventKind::ActionCompleted { action: action.clone(), ms: took.as_millis() as u64 };
-        self.attempt.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
+        self.task.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
         let mut spent = vec![Amount::Step];
         spent.extend(self.sandbox_clock.as_mut().map(SandboxClock::lap));
         self.count(&spent).await
@@ -279,10 +277,8 @@ impl Steps {
 
 /// A task holding a sandbox.
 pub struct Session {
-    attempt: Arc<Attempt>,
+    task: Arc<dyn TaskHandle>,
     pool: SandboxPool,
-    /// Where the sandbox is recorded as the task's tenant's.
-    owners: SandboxOwners,
     held: Option<Held>,
     screenshots: Option<ScreenshotLog>,
     steps: Steps,
@@ -305,7 +301,7 @@ impl Session {
     /// allows, or the existing one it names), keeps it alive, announces it
     /// with `sandbox_ready`, and records it on the task.
     pub async fn open(run: &TaskRun) -> Result<Self, PipelineError> {
-        Self::open_with(run, Steps::new(run), run.attempt.spec.sandbox.as_ref()).await
+        Self::open_with(run, Steps::new(run), run.task.spec().sandbox.as_ref()).await
     }
 
     /// Like [`Session::open`], with steps already under way (their limits
@@ -321,11 +317,8 @@ impl Session {
             });
         };
         let mut steps = steps;
-        let settings = run.attempt.queue().settings().tenants.get(run.attempt.tenant());
-        let choice = SandboxChoice::of(spec, pool.provider().kind(), &settings)?;
-        let queue = run.attempt.queue();
-        let owners = SandboxOwners::new(queue.redis().clone(), queue.keys().clone());
-        let claimant = Claimant { owners: &owners, tenant: run.attempt.tenant(), queue };
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let claimant = Claimant { task: &run.task };
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let runs_until =
             time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
@@ -337,11 +330,10 @@ impl Session {
             Some(Arc::new(KeepAlive::spawn(Arc::clone(pool.provider()), sandbox.id.clone(), sandbox.expires_at, policy)));
         let live = show_live(run, pool.provider(), &sandbox.id).await;
         let mut session = Self {
-            attempt: Arc::clone(&run.attempt),
+            task: Arc::clone(&run.task),
             pool,
-            owners,
             held: None,
-            screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.attempt)),
+            screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.task)),
             steps,
             live,
         };
@@ -352,7 +344,7 @@ impl Session {
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
         let sandbox = held.sandbox();
-        let stream_url = self.live.as_ref().map(|_| stream_url(self.attempt.task_id()));
+        let stream_url = self.live.as_ref().map(|_| stream_url(self.task.task_id()));
         let record =
             serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": stream_url });
         let ready = EventKind::SandboxReady {
@@ -361,7 +353,7 @@ impl Session {
             warm: held.warm(),
             ms: held.waited().as_millis() as u64,
         };
-        self.attempt.emit(ready, &[("sandbox", record.to_string())]).await?;
+        self.task.emit(ready, &[("sandbox", record.to_string())]).await?;
         Ok(())
     }
 
@@ -466,7 +458,7 @@ impl Session {
             (result, None) => result,
         };
         if let Some(mut clock) = self.steps.sandbox_clock.take() {
-            if let Err(e) = self.attempt.add_usage(&[clock.lap()]).await {
+            if let Err(e) = self.task.add_usage(&[clock.lap()]).await {
                 warn!(error = %e, "could not count the last of the sandbox's time");
             }
         }
@@ -475,8 +467,7 @@ impl Session {
         let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
         let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
         if let Some(held) = self.held.take() {
-            let claimant = Claimant { owners: &self.owners, tenant: self.attempt.tenant(), queue: self.attempt.queue() };
-            held.settle(&self.pool, &result, expires_at, gone, claimant).await;
+            held.settle(&self.pool, &result, expires_at, gone, Claimant { task: &self.task }).await;
         }
         result
     }
@@ -512,10 +503,10 @@ impl Drop for Session {
 }
 
 impl ScreenshotLog {
-    fn start(store: &BlobStore, options: &UploaderOptions, attempt: &Arc<Attempt>) -> Self {
+    fn start(store: &BlobStore, options: &UploaderOptions, task: &Arc<dyn TaskHandle>) -> Self {
         let uploader = Uploader::spawn(store.clone(), options.clone());
         let mut feed = uploader.feed();
-        let attempt = Arc::clone(attempt);
+        let task = Arc::clone(task);
         let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
         let taken_at = Arc::clone(&steps);
         let events = tokio::spawn(async move {
@@ -523,7 +514,7 @@ impl ScreenshotLog {
                 let step = taken_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(seq as usize).copied();
                 // `dedup` as the tenant sees it: true only when this tenant
                 // stored these bytes before, never because another did.
-                let seen = match attempt.queue().tenant_stored_before(attempt.tenant(), &image.hash).await {
+                let seen = match task.tenant_stored_before(&image.hash).await {
                     Ok(seen) => seen,
                     Err(e) => {
                         warn!(error = %e, "could not record a tenant's stored screen");
@@ -533,11 +524,11 @@ impl ScreenshotLog {
                 let dedup = image.dedup && seen;
                 let event = EventKind::Screenshot { hash: image.hash, key: image.key, bytes: image.bytes, dedup, step };
                 let stored = Amount::Screenshot { bytes: image.bytes, dedup };
-                if let Err(e) = attempt.emit(event, &[]).await {
+                if let Err(e) = task.emit(event, &[]).await {
                     warn!(error = %e, "could not record a stored screenshot");
                     return;
                 }
-                if let Err(e) = attempt.add_usage(&[stored]).await {
+                if let Err(e) = task.add_usage(&[stored]).await {
                     warn!(error = %e, "could not count a stored screenshot");
                     return;
                 }
@@ -570,7 +561,7 @@ async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &Sand
         Some(display) => LiveSource::X11(display),
         None => LiveSource::Remote(provider.live_stream(id)?),
     };
-    Some(live.show(run.attempt.task_id(), source).await)
+    Some(live.show(run.task.task_id(), source).await)
 }
 
 /// The stable form of a task's view URL: the API endpoint that hands out

@@ -189,11 +189,15 @@ mod tests {
         let provider = Arc::new(MemoryProvider::new());
         let sandbox = short_lived(&provider, 1_000).await;
         let keeper = KeepAlive::spawn(provider.clone(), sandbox.id.clone(), sandbox.expires_at, policy(1_000, 2_500));
+        // Time passing is the test: the keeper runs on the provider's wall
+        // clock (deadlines are dates), which no test clock moves.
         tokio::time::sleep(Duration::from_millis(2_200)).await;
         let status = provider.status(&sandbox.id).await.expect("still alive past its first deadline");
         assert!(status.alive);
         assert!(keeper.expires_at() > sandbox.expires_at + time::Duration::seconds(1), "extended more than once");
         assert!(provider.extensions() >= 2, "{} extensions", provider.extensions());
+        // Past the task's end (2.5 s), then a second in which nothing more
+        // is extended.
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         let last = provider.extensions();
         tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -208,6 +212,7 @@ mod tests {
         let keeper = KeepAlive::spawn(provider.clone(), sandbox.id.clone(), sandbox.expires_at, policy(1_000, 60_000));
         let lost = tokio::time::timeout(Duration::from_secs(3), keeper.lost()).await.expect("reported before the deadline");
         assert!(matches!(&lost, SandboxLost::NotExtended(m) if m.contains("max instance length")), "{lost:?}");
+        // The sleep is what is tested: in 500 ms, no second request.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(provider.extensions(), 1, "one refused request, no storm");
     }
@@ -227,6 +232,7 @@ mod tests {
         let provider = Arc::new(MemoryProvider::new());
         let sandbox = short_lived(&provider, 60_000).await;
         let _keeper = KeepAlive::spawn(provider.clone(), sandbox.id.clone(), sandbox.expires_at, policy(60_000, 1_000));
+        // The sleep is what is tested: in 300 ms, no extension.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(provider.extensions(), 0);
     }

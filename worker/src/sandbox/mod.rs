@@ -9,11 +9,10 @@ pub mod e2b;
 mod error;
 pub mod fleet;
 pub mod keep_alive;
-pub mod keys;
+pub mod keyboard;
 pub mod local;
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub mod memory;
-pub mod owners;
 pub mod pool;
 #[cfg(test)]
 pub(crate) mod suite;
@@ -32,11 +31,11 @@ use tokio::sync::mpsc::UnboundedSender;
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};
 pub use error::SandboxError;
 pub use fleet::{FleetCap, FleetCapConfig, FleetSlot};
+pub use flotilla_queue::sandbox_owners::SandboxOwners;
 pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
 pub use local::{DisplayAccess, Ipv4Net, Isolation, Leftovers, LocalConfig, LocalProvider, Network, SandboxLimits};
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub use memory::MemoryProvider;
-pub use owners::SandboxOwners;
 pub use pool::{Lease, PoolConfig, SandboxPool};
 
 /// The longest sandbox id accepted.

@@ -1,7 +1,7 @@
 //! The pool against an in-memory provider whose sandboxes take a fixed time
 //! to start. Demand is written into the pool's record directly, so sizing is
 //! checked without waiting for real arrivals; how the sizing serves real
-//! arrival traces is what `pool_bench` measures.
+//! arrival traces is what `flotilla-pool-bench` measures.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -142,8 +142,9 @@ async fn a_warm_pool_hands_out_at_once_and_refills() {
     let pool = pool(&fake, 1, 4);
     settle(&pool, 1).await;
     let lease = take(&pool).await;
+    // At once: the ready one is handed out, no start is waited for (how
+    // long that takes is the benchmarks' to say).
     assert!(lease.warm);
-    assert!(lease.waited < Duration::from_millis(5), "{:?}", lease.waited);
     settle(&pool, 1).await;
     pool.release(lease).await;
     assert_eq!(fake.live.load(Ordering::SeqCst), 1, "the used one is killed, the new one waits");
@@ -179,6 +180,7 @@ async fn demand_faster_than_starts_keeps_more_ready_than_warm() {
 async fn growth_stays_within_half_of_max_live() {
     // 50 a second would want about 16 places; 6 live allow 3.
     let (_fake, pool) = grown(6, 50, 3).await;
+    // The sleep is what is tested: for 100 ms more, it grows no further.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(pool.ready(), 3);
     pool.shutdown().await;
@@ -203,6 +205,7 @@ async fn a_pool_of_zero_keeps_none_whatever_the_demand() {
     let lease = take(&pool).await;
     assert!(!lease.warm);
     pool.release(lease).await;
+    // The sleep is what is tested: in 100 ms, nothing is started.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!((pool.ready(), fake.live.load(Ordering::SeqCst)), (0, 0));
 }

@@ -249,7 +249,7 @@ pub(crate) async fn files_and_commands_round_trip(provider: &dyn SandboxProvider
     let started = Instant::now();
     let slow = provider.run(id, "sleep 30", Duration::from_millis(300)).await;
     assert!(matches!(slow, Err(SandboxError::Timeout(_))), "{slow:?}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(10), "long before the 30 s command ended: {:?}", started.elapsed());
     provider.kill(id).await.expect("kill");
 }
 

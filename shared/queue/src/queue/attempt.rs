@@ -8,6 +8,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 
 use super::fair_scripts::{FinishAndAckGroup, FinishContext};
+use super::Runner;
 use super::{fair_scripts, origin, scripts, Delivery, Queue};
 use crate::error::QueueError;
 use crate::keys::{Shard, GROUP};
@@ -216,48 +217,6 @@ pub struct Attempt {
 }
 
 impl Queue {
-    /// Starts the next attempt of the delivered task for worker `owner`.
-    pub async fn start(&self, delivery: &Delivery, owner: &str) -> Result<StartOutcome, QueueError> {
-        self.start_many(std::slice::from_ref(delivery), owner).await?.pop().unwrap_or(Ok(StartOutcome::Nothing(Skipped::Gone)))
-    }
-
-    /// Starts the next attempt of each delivered task, in one round trip.
-    pub async fn start_many(
-        &self,
-        deliveries: &[Delivery],
-        owner: &str,
-    ) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
-        let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
-        let args = StartArgs::new(self, owner);
-        let calls: Vec<_> = with_task
-            .chunks(self.tasks_per_call(usize::MAX))
-            .map(|chunk| {
-                let mut inv = scripts::START.prepare_invoke();
-                args.add_to(&mut inv);
-                for (delivery, task_id) in chunk {
-                    let reclaimed = if delivery.reclaimed { "1" } else { "" };
-                    inv.key(self.keys.task(task_id));
-                    inv.arg(scripts::StartGroup { id: task_id.as_str(), reclaimed, entry: &delivery.entry_id });
-                }
-                inv
-            })
-            .collect();
-        let replies: Vec<Vec<String>> = self.invoke_each::<Vec<Vec<String>>>(&calls).await?.concat();
-        let mut replies = replies.into_iter();
-        let mut outcomes = Vec::with_capacity(deliveries.len());
-        let mut counted = Vec::new();
-        for delivery in deliveries {
-            let Some(task_id) = &delivery.task_id else {
-                outcomes.push(Ok(StartOutcome::Nothing(Skipped::Malformed)));
-                continue;
-            };
-            let Some(reply) = replies.next() else { break };
-            outcomes.push(self.read_start_reply(delivery, task_id, owner, &reply, &mut counted));
-        }
-        self.count_unstarted(counted).await?;
-        Ok(outcomes)
-    }
-
     /// Takes turns and starts the tasks in one round trip: up to `count`
     /// entries. Only on a single server (one shard): a cluster claims with
     /// [`Queue::claim_turns`] and starts with [`Queue::start_many`].
@@ -367,7 +326,7 @@ impl Queue {
             }
         }
         let _: Vec<redis::Value> = self.redis.query_many(cmds).await?;
-        self.count_outcomes(&ended).await
+        self.runner().count_outcomes(&ended).await
     }
 
     async fn dead_letter(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
@@ -379,30 +338,6 @@ impl Queue {
         Ok(())
     }
 
-    /// Ends many attempts in one round trip; each ended at the epoch ms given
-    /// with it. Each result is the terminal event's seq, or
-    /// [`QueueError::Fenced`]. Their entries stay pending: see
-    /// [`Queue::finish_and_ack`].
-    pub async fn finish_many(&self, ends: &[Ending<'_>]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
-        if ends.is_empty() {
-            return Ok(Vec::new());
-        }
-        let calls: Vec<_> = ends
-            .chunks(self.tasks_per_call(usize::MAX))
-            .map(|chunk| {
-                let mut inv = scripts::FINISH.prepare_invoke();
-                inv.arg(self.script_channels()).arg(self.retention_ms());
-                for ending in chunk {
-                    self.add_ending(&mut inv, ending);
-                }
-                inv
-            })
-            .collect();
-        let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
-        self.count_endings(ends, &seqs).await?;
-        Ok(seqs.into_iter().map(written_seq).collect())
-    }
-
     /// Counts the tasks these endings did end in their tenants' usage.
     async fn count_endings(&self, ends: &[Ending<'_>], seqs: &[i64]) -> Result<(), QueueError> {
         let ended: Vec<(&TenantId, &'static str)> = ends
@@ -411,49 +346,7 @@ impl Queue {
             .filter(|(_, seq)| **seq >= 0)
             .map(|((attempt, terminal, _), _)| (attempt.tenant(), terminal.outcome().as_str()))
             .collect();
-        self.count_outcomes(&ended).await
-    }
-
-    /// Ends attempts and acknowledges their entries, with `acks`: entries
-    /// that only need acknowledging, each with the outcome to count, if
-    /// any. A task's outcome is counted when its attempt ends it — on a
-    /// single server in the same atomic step, so a task is counted once
-    /// however often it was delivered. An entry whose task another attempt
-    /// owns stays pending. Each result is the terminal event's seq, or
-    /// [`QueueError::Fenced`].
-    pub async fn finish_and_ack(
-        &self,
-        ends: &[Ending<'_>],
-        acks: &[(Delivery, Option<Outcome>)],
-    ) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
-        if self.redis.is_cluster() {
-            let written = self.finish_many(ends).await?;
-            let mut settled = acks.to_vec();
-            for ((attempt, terminal, _), result) in ends.iter().zip(&written) {
-                if result.is_ok() {
-                    settled.push((attempt.delivery.clone(), Some(terminal.outcome())));
-                }
-            }
-            self.ack(&settled).await?;
-            return Ok(written);
-        }
-        if ends.is_empty() && acks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let shard = Shard(0);
-        let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
-        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.ended());
-        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
-        let (day_before, day_after) = self.keys.usage_day_around(&clock::utc_day(self.now_ms()));
-        let totals_after = if self.settings.tenant_totals { self.keys.usage_total_after() } else { "" };
-        inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
-        self.add_endings_with_contexts(&mut inv, ends);
-        for (delivery, outcome) in acks {
-            inv.arg(ack_group(delivery, *outcome));
-        }
-        let mut conn = self.redis.shared();
-        let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
-        Ok(seqs.into_iter().map(written_seq).collect())
+        self.runner().count_outcomes(&ended).await
     }
 
     /// The keys and arguments of [`fair_scripts::FINISH_AND_ACK`]'s
@@ -527,9 +420,119 @@ impl Queue {
             batch,
         });
     }
+}
+
+impl Runner<'_> {
+    /// Starts the next attempt of the delivered task for worker `owner`.
+    pub async fn start(self, delivery: &Delivery, owner: &str) -> Result<StartOutcome, QueueError> {
+        self.start_many(std::slice::from_ref(delivery), owner).await?.pop().unwrap_or(Ok(StartOutcome::Nothing(Skipped::Gone)))
+    }
+
+    /// Starts the next attempt of each delivered task, in one round trip.
+    pub async fn start_many(
+        self,
+        deliveries: &[Delivery],
+        owner: &str,
+    ) -> Result<Vec<Result<StartOutcome, QueueError>>, QueueError> {
+        let with_task: Vec<(&Delivery, &TaskId)> = deliveries.iter().filter_map(|d| d.task_id.as_ref().map(|t| (d, t))).collect();
+        let args = StartArgs::new(&self, owner);
+        let calls: Vec<_> = with_task
+            .chunks(self.tasks_per_call(usize::MAX))
+            .map(|chunk| {
+                let mut inv = scripts::START.prepare_invoke();
+                args.add_to(&mut inv);
+                for (delivery, task_id) in chunk {
+                    let reclaimed = if delivery.reclaimed { "1" } else { "" };
+                    inv.key(self.keys.task(task_id));
+                    inv.arg(scripts::StartGroup { id: task_id.as_str(), reclaimed, entry: &delivery.entry_id });
+                }
+                inv
+            })
+            .collect();
+        let replies: Vec<Vec<String>> = self.invoke_each::<Vec<Vec<String>>>(&calls).await?.concat();
+        let mut replies = replies.into_iter();
+        let mut outcomes = Vec::with_capacity(deliveries.len());
+        let mut counted = Vec::new();
+        for delivery in deliveries {
+            let Some(task_id) = &delivery.task_id else {
+                outcomes.push(Ok(StartOutcome::Nothing(Skipped::Malformed)));
+                continue;
+            };
+            let Some(reply) = replies.next() else { break };
+            outcomes.push(self.read_start_reply(delivery, task_id, owner, &reply, &mut counted));
+        }
+        self.count_unstarted(counted).await?;
+        Ok(outcomes)
+    }
+
+    /// Ends many attempts in one round trip; each ended at the epoch ms given
+    /// with it. Each result is the terminal event's seq, or
+    /// [`QueueError::Fenced`]. Their entries stay pending: see
+    /// [`Queue::finish_and_ack`].
+    pub async fn finish_many(self, ends: &[Ending<'_>]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+        if ends.is_empty() {
+            return Ok(Vec::new());
+        }
+        let calls: Vec<_> = ends
+            .chunks(self.tasks_per_call(usize::MAX))
+            .map(|chunk| {
+                let mut inv = scripts::FINISH.prepare_invoke();
+                inv.arg(self.script_channels()).arg(self.retention_ms());
+                for ending in chunk {
+                    self.add_ending(&mut inv, ending);
+                }
+                inv
+            })
+            .collect();
+        let seqs: Vec<i64> = self.invoke_each::<Vec<i64>>(&calls).await?.concat();
+        self.count_endings(ends, &seqs).await?;
+        Ok(seqs.into_iter().map(written_seq).collect())
+    }
+
+    /// Ends attempts and acknowledges their entries, with `acks`: entries
+    /// that only need acknowledging, each with the outcome to count, if
+    /// any. A task's outcome is counted when its attempt ends it — on a
+    /// single server in the same atomic step, so a task is counted once
+    /// however often it was delivered. An entry whose task another attempt
+    /// owns stays pending. Each result is the terminal event's seq, or
+    /// [`QueueError::Fenced`].
+    pub async fn finish_and_ack(
+        self,
+        ends: &[Ending<'_>],
+        acks: &[(Delivery, Option<Outcome>)],
+    ) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
+        if self.redis.is_cluster() {
+            let written = self.finish_many(ends).await?;
+            let mut settled = acks.to_vec();
+            for ((attempt, terminal, _), result) in ends.iter().zip(&written) {
+                if result.is_ok() {
+                    settled.push((attempt.delivery.clone(), Some(terminal.outcome())));
+                }
+            }
+            self.ack(&settled).await?;
+            return Ok(written);
+        }
+        if ends.is_empty() && acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shard = Shard(0);
+        let mut inv = fair_scripts::FINISH_AND_ACK.prepare_invoke();
+        inv.key(self.keys.sched(shard)).key(self.keys.outcomes(shard)).key(self.keys.ended());
+        inv.arg(self.script_channels()).arg(self.retention_ms()).arg(GROUP).arg(ends.len()).arg(self.keys.shard_base(shard));
+        let (day_before, day_after) = self.keys.usage_day_around(&clock::utc_day(self.now_ms()));
+        let totals_after = if self.settings.tenant_totals { self.keys.usage_total_after() } else { "" };
+        inv.arg(day_before).arg(day_after).arg(USAGE_TTL_S).arg(totals_after);
+        self.add_endings_with_contexts(&mut inv, ends);
+        for (delivery, outcome) in acks {
+            inv.arg(ack_group(delivery, *outcome));
+        }
+        let mut conn = self.redis.shared();
+        let seqs: Vec<i64> = inv.invoke_async(&mut conn).await?;
+        Ok(seqs.into_iter().map(written_seq).collect())
+    }
 
     /// The delay before retry number `attempt + 1`: exponential with jitter.
-    pub fn retry_delay(&self, attempt: u32) -> Duration {
+    pub fn retry_delay(self, attempt: u32) -> Duration {
         ExponentialBuilder::default()
             .with_min_delay(self.settings.retry_base)
             .with_max_delay(self.settings.retry_max)
@@ -575,7 +578,7 @@ impl Attempt {
             "fenced" => Ok(HeartbeatOutcome::Fenced),
             "cancel" => Ok(HeartbeatOutcome::CancelRequested),
             _ => {
-                q.touch(&self.owner, &self.delivery).await?;
+                q.runner().touch(&self.owner, &self.delivery).await?;
                 Ok(HeartbeatOutcome::Renewed)
             }
         }
@@ -619,7 +622,7 @@ impl Attempt {
     /// task's counters after, and where the tenant's tokens of today stand.
     pub async fn add_usage(&self, amounts: &[Amount]) -> Result<Counted, QueueError> {
         let q = &self.queue;
-        match q.add_usage(q.keys.task(self.task_id()), self.tenant(), self.number, &self.owner, amounts).await? {
+        match q.runner().add_usage(q.keys.task(self.task_id()), self.tenant(), self.number, &self.owner, amounts).await? {
             Added::Counted(counted) => Ok(counted),
             Added::Fenced => Err(QueueError::Fenced),
         }
@@ -665,7 +668,7 @@ impl Attempt {
 
     /// Ends the task.
     pub async fn finish(&self, terminal: Terminal) -> Result<u64, QueueError> {
-        self.queue.finish_many(&[(self, terminal, clock::now_ms())]).await?.pop().unwrap_or(Err(QueueError::Fenced))
+        self.queue.runner().finish_many(&[(self, terminal, clock::now_ms())]).await?.pop().unwrap_or(Err(QueueError::Fenced))
     }
 
     /// Ends the task as succeeded.
@@ -694,7 +697,7 @@ impl Attempt {
             self.queue.dead_letter(self.tenant(), self.task_id()).await?;
             return Ok(None);
         }
-        let delay = self.queue.retry_delay(self.number);
+        let delay = self.queue.runner().retry_delay(self.number);
         let due = clock::now_ms() + delay.as_millis() as i64;
         let kind = EventKind::Retrying { attempt: self.number + 1, delay_ms: delay.as_millis() as u64, error: error.into() };
         let mut inv = self.fenced(&scripts::RETRY, kind);

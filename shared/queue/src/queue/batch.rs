@@ -25,6 +25,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{scripts, NewTask, Queue};
+use super::{Housekeeper, Reader, Submitter};
 use crate::error::QueueError;
 use flotilla_types::clock;
 use flotilla_types::event::{draft, EventKind};
@@ -99,9 +100,24 @@ pub struct BatchCancel {
 type TaskState = Option<(TaskStatus, Option<i64>)>;
 
 impl Queue {
+    /// Marks a batch whose tasks have all ended: it expires after the retention.
+    async fn seal_batch(&self, id: &BatchId, finished_at_ms: i64) -> Result<(), QueueError> {
+        let retention = self.retention_ms() as i64;
+        let writes = vec![
+            redis::Cmd::hset(self.keys.batch(id), "finished_at", finished_at_ms),
+            redis::Cmd::pexpire(self.keys.batch(id), retention),
+            redis::Cmd::pexpire(self.keys.batch_tasks(id), retention),
+            redis::Cmd::zrem(self.keys.open_batches(), id.as_str()),
+        ];
+        let _: Vec<redis::Value> = self.redis.query_many(writes).await?;
+        Ok(())
+    }
+}
+
+impl Submitter<'_> {
     /// Accepts a batch: its record first, then its tasks. Returns the record
     /// and the task ids in the order of `specs`.
-    pub async fn create_batch(&self, tenant: &TenantId, specs: Vec<TaskSpec>) -> Result<(BatchRecord, Vec<TaskId>), QueueError> {
+    pub async fn create_batch(self, tenant: &TenantId, specs: Vec<TaskSpec>) -> Result<(BatchRecord, Vec<TaskId>), QueueError> {
         let id = BatchId::generate();
         let now = clock::now_ms();
         let tasks: Vec<NewTask> = specs
@@ -135,70 +151,10 @@ impl Queue {
         Ok((record, ids))
     }
 
-    /// A tenant's batch, or `None` if it does not exist or is another tenant's.
-    pub async fn batch(&self, tenant: &TenantId, id: &BatchId) -> Result<Option<BatchRecord>, QueueError> {
-        let mut conn = self.redis.shared();
-        let hash: HashMap<String, String> = conn.hgetall(self.keys.batch(id)).await?;
-        Ok(batch_from_hash(id, &hash)?.filter(|b| &b.tenant == tenant))
-    }
-
-    /// A batch's task ids, in the order they were given.
-    pub async fn batch_task_ids(&self, id: &BatchId) -> Result<Vec<TaskId>, QueueError> {
-        let mut conn = self.redis.shared();
-        let raw: Vec<String> = conn.lrange(self.keys.batch_tasks(id), 0, -1).await?;
-        raw.iter().map(|t| TaskId::parse(t).map_err(|_| QueueError::Corrupt(format!("batch {id}: task id {t:?}")))).collect()
-    }
-
-    /// Counts a batch's tasks by status, and seals the batch when every task
-    /// has ended. Returns the counts and when the batch finished, if it has.
-    pub async fn batch_counts(&self, batch: &BatchRecord) -> Result<(BatchCounts, Option<i64>), QueueError> {
-        let ids = self.batch_task_ids(&batch.id).await?;
-        let states = self.task_states(&batch.tenant, &ids).await?;
-        let mut counts = BatchCounts::default();
-        let mut open = false;
-        let mut last_end = None;
-        // A task that is gone expired after its retention: it ended long ago.
-        for (status, ended_at) in states.iter().flatten() {
-            counts.add(*status);
-            open |= !status.is_terminal();
-            last_end = last_end.max(*ended_at);
-        }
-        if open || batch.finished_at_ms.is_some() {
-            return Ok((counts, batch.finished_at_ms));
-        }
-        let finished_at = last_end.unwrap_or_else(clock::now_ms);
-        self.seal_batch(&batch.id, finished_at).await?;
-        Ok((counts, Some(finished_at)))
-    }
-
-    /// Each of `tenant`'s tasks' status and end time, from Redis or, for an
-    /// archived one, from its `archived` score (`None` for a task that is
-    /// gone).
-    pub async fn task_states(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<TaskState>, QueueError> {
-        let mut states = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(READ_CHUNK) {
-            let reads = chunk.iter().map(|id| redis::Cmd::hmget(self.keys.task(id), &["status", "finished_at"])).collect();
-            let replies: Vec<(Option<String>, Option<i64>)> = self.redis.query_many(reads).await?;
-            let gone: Vec<&TaskId> = chunk.iter().zip(&replies).filter(|(_, r)| r.0.is_none()).map(|(id, _)| id).collect();
-            let mut archived = self.archived_states(tenant, &gone).await?.into_iter();
-            states.extend(replies.into_iter().map(|(status, ended)| match status {
-                Some(status) => Some((TaskStatus::parse(&status)?, ended)),
-                None => archived.next().flatten().map(|(status, ended)| (status, Some(ended))),
-            }));
-        }
-        Ok(states)
-    }
-
-    /// The stored events of each of `tenant`'s tasks, as JSON text.
-    pub async fn events_of(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Vec<String>>, QueueError> {
-        let wanted: Vec<(&TaskId, u64)> = ids.iter().map(|id| (id, 0)).collect();
-        self.histories(tenant, &wanted).await
-    }
-
     /// Cancels every task of a batch: queued ones at once, running and
     /// waiting ones through their cancel flag.
-    pub async fn cancel_batch(&self, batch: &BatchRecord) -> Result<BatchCancel, QueueError> {
-        let ids = self.batch_task_ids(&batch.id).await?;
+    pub async fn cancel_batch(self, batch: &BatchRecord) -> Result<BatchCancel, QueueError> {
+        let ids = self.reader().batch_task_ids(&batch.id).await?;
         let draft = draft(EventKind::Cancelled { code: "cancelled".into() });
         let now = clock::now_ms();
         let retention = self.retention_ms();
@@ -229,28 +185,79 @@ impl Queue {
             let mut conn = self.redis.shared();
             let _: i64 = conn.hincr(self.keys.tenant_outcomes(&batch.tenant), "cancelled", result.cancelled).await?;
             let ended = vec![(&batch.tenant, "cancelled"); result.cancelled as usize];
-            self.count_outcomes(&ended).await?;
+            self.runner().count_outcomes(&ended).await?;
         }
         Ok(result)
     }
+}
 
-    /// Marks a batch whose tasks have all ended: it expires after the retention.
-    async fn seal_batch(&self, id: &BatchId, finished_at_ms: i64) -> Result<(), QueueError> {
-        let retention = self.retention_ms() as i64;
-        let writes = vec![
-            redis::Cmd::hset(self.keys.batch(id), "finished_at", finished_at_ms),
-            redis::Cmd::pexpire(self.keys.batch(id), retention),
-            redis::Cmd::pexpire(self.keys.batch_tasks(id), retention),
-            redis::Cmd::zrem(self.keys.open_batches(), id.as_str()),
-        ];
-        let _: Vec<redis::Value> = self.redis.query_many(writes).await?;
-        Ok(())
+impl Reader<'_> {
+    /// A tenant's batch, or `None` if it does not exist or is another tenant's.
+    pub async fn batch(self, tenant: &TenantId, id: &BatchId) -> Result<Option<BatchRecord>, QueueError> {
+        let mut conn = self.redis.shared();
+        let hash: HashMap<String, String> = conn.hgetall(self.keys.batch(id)).await?;
+        Ok(batch_from_hash(id, &hash)?.filter(|b| &b.tenant == tenant))
     }
 
+    /// A batch's task ids, in the order they were given.
+    pub async fn batch_task_ids(self, id: &BatchId) -> Result<Vec<TaskId>, QueueError> {
+        let mut conn = self.redis.shared();
+        let raw: Vec<String> = conn.lrange(self.keys.batch_tasks(id), 0, -1).await?;
+        raw.iter().map(|t| TaskId::parse(t).map_err(|_| QueueError::Corrupt(format!("batch {id}: task id {t:?}")))).collect()
+    }
+
+    /// Counts a batch's tasks by status, and seals the batch when every task
+    /// has ended. Returns the counts and when the batch finished, if it has.
+    pub async fn batch_counts(self, batch: &BatchRecord) -> Result<(BatchCounts, Option<i64>), QueueError> {
+        let ids = self.batch_task_ids(&batch.id).await?;
+        let states = self.task_states(&batch.tenant, &ids).await?;
+        let mut counts = BatchCounts::default();
+        let mut open = false;
+        let mut last_end = None;
+        // A task that is gone expired after its retention: it ended long ago.
+        for (status, ended_at) in states.iter().flatten() {
+            counts.add(*status);
+            open |= !status.is_terminal();
+            last_end = last_end.max(*ended_at);
+        }
+        if open || batch.finished_at_ms.is_some() {
+            return Ok((counts, batch.finished_at_ms));
+        }
+        let finished_at = last_end.unwrap_or_else(clock::now_ms);
+        self.seal_batch(&batch.id, finished_at).await?;
+        Ok((counts, Some(finished_at)))
+    }
+
+    /// Each of `tenant`'s tasks' status and end time, from Redis or, for an
+    /// archived one, from its `archived` score (`None` for a task that is
+    /// gone).
+    pub async fn task_states(self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<TaskState>, QueueError> {
+        let mut states = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(READ_CHUNK) {
+            let reads = chunk.iter().map(|id| redis::Cmd::hmget(self.keys.task(id), &["status", "finished_at"])).collect();
+            let replies: Vec<(Option<String>, Option<i64>)> = self.redis.query_many(reads).await?;
+            let gone: Vec<&TaskId> = chunk.iter().zip(&replies).filter(|(_, r)| r.0.is_none()).map(|(id, _)| id).collect();
+            let mut archived = self.archived_states(tenant, &gone).await?.into_iter();
+            states.extend(replies.into_iter().map(|(status, ended)| match status {
+                Some(status) => Some((TaskStatus::parse(&status)?, ended)),
+                None => archived.next().flatten().map(|(status, ended)| (status, Some(ended))),
+            }));
+        }
+        Ok(states)
+    }
+
+    /// The stored events of each of `tenant`'s tasks, as JSON text.
+    pub async fn events_of(self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Vec<String>>, QueueError> {
+        let wanted: Vec<(&TaskId, u64)> = ids.iter().map(|id| (id, 0)).collect();
+        self.histories(tenant, &wanted).await
+    }
+}
+
+impl Housekeeper<'_> {
     /// Looks at the open batches not looked at for longest, sealing those
     /// whose tasks have all ended and putting the rest at the back of the
     /// line. Returns how many were sealed.
-    pub async fn seal_finished_batches(&self) -> Result<usize, QueueError> {
+    pub async fn seal_finished_batches(self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
         let open: Vec<String> = conn.zrange(self.keys.open_batches(), 0, SEAL_PASS as isize - 1).await?;
         let mut sealed = 0;
@@ -264,7 +271,7 @@ impl Queue {
                 let _: i64 = conn.zrem(self.keys.open_batches(), &raw).await?;
                 continue;
             };
-            let (_, finished_at) = self.batch_counts(&batch).await?;
+            let (_, finished_at) = self.reader().batch_counts(&batch).await?;
             if finished_at.is_some() {
                 // Sealed now, or earlier by a reader whose last step failed.
                 let _: i64 = conn.zrem(self.keys.open_batches(), &raw).await?;

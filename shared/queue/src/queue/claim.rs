@@ -14,6 +14,7 @@ use flotilla_types::route::Capabilities;
 use flotilla_types::task::Priority;
 
 use super::attempt::Outcome;
+use super::{Housekeeper, Runner};
 
 /// How many due tasks one promoter pass moves per shard.
 const PROMOTE_BATCH: usize = 500;
@@ -74,12 +75,45 @@ impl Queue {
         inv
     }
 
+    async fn set_idle(&self, consumer: &str, delivery: &Delivery, idle_ms: u64) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(self.keys.lane(&delivery.tenant, &delivery.route, delivery.lane))
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(0)
+            .arg(&delivery.entry_id)
+            .arg("IDLE")
+            .arg(idle_ms)
+            .arg("JUSTID")
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs a sweep script on `index` until it takes fewer than `batch`
+    /// entries, at most [`SWEEP_ROUNDS`] times.
+    async fn sweep_rounds(&self, script: &redis::Script, index: String, cutoff: i64, batch: usize) -> Result<usize, QueueError> {
+        let mut conn = self.redis.shared();
+        let mut swept = 0;
+        for _ in 0..SWEEP_ROUNDS {
+            let n: usize = script.key(&index).arg(cutoff).arg(batch).arg(self.keys.task_prefix()).invoke_async(&mut conn).await?;
+            swept += n;
+            if n < batch {
+                break;
+            }
+        }
+        Ok(swept)
+    }
+}
+
+impl Housekeeper<'_> {
     /// Writes the configured tenants' weights and limits where the
     /// scheduler reads them, and the defaults for every other tenant the
     /// scheduler knows (each tenant's settings are also written with its
     /// tasks); then lifts day holds the current limits no longer call for
     /// (see [`super::settings_sync`]).
-    pub async fn write_tenant_settings(&self) -> Result<(), QueueError> {
+    pub async fn write_tenant_settings(self) -> Result<(), QueueError> {
         let mut by_shard: BTreeMap<Shard, Vec<(TenantId, u32, u32, u64)>> = BTreeMap::new();
         for (tenant, settings) in self.settings.tenants.iter() {
             let entry = (tenant.clone(), settings.weight, settings.max_running.unwrap_or(0), settings.max_sandboxes.unwrap_or(0));
@@ -106,104 +140,10 @@ impl Queue {
         self.lift_stale_holds().await
     }
 
-    /// Takes turns on one shard for `consumer`, which can run what `caps`
-    /// says, without starting the tasks: up to `count` entries.
-    pub async fn claim_turns(
-        &self,
-        shard: Shard,
-        consumer: &str,
-        caps: &Capabilities,
-        count: usize,
-    ) -> Result<Vec<Delivery>, QueueError> {
-        let mut inv = self.shard_call(&fair_scripts::CLAIM_TURNS, shard);
-        inv.arg(GROUP).arg(consumer).arg(count).arg(&caps.script_args());
-        let mut conn = self.redis.shared();
-        let got: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
-        Ok(got
-            .into_iter()
-            .filter_map(|(lane, entry, task, tenant, route)| Delivery::from_reply((&lane, entry, &task, &tenant, route), false))
-            .collect())
-    }
-
-    /// Takes over up to `count` entries, on routes `caps` serves, that have
-    /// been pending longer than the lease: their worker is presumed dead.
-    /// They keep their tenant's running slot.
-    pub async fn reclaim(&self, consumer: &str, caps: &Capabilities, count: usize) -> Result<Vec<Delivery>, QueueError> {
-        let mut conn = self.redis.shared();
-        let min_idle = self.settings.lease.as_millis() as u64;
-        let mut got = Vec::new();
-        for shard in self.keys.shards() {
-            let wanted = count - got.len();
-            if wanted == 0 {
-                break;
-            }
-            let mut inv = self.shard_call(&fair_scripts::RECLAIM, shard);
-            inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted).arg(&caps.script_args());
-            let taken: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
-            got.extend(taken.into_iter().filter_map(|(lane, entry, task, tenant, route)| {
-                Delivery::from_reply((&lane, entry, &task, &tenant, route), true)
-            }));
-        }
-        Ok(got)
-    }
-
-    /// Keeps an entry this worker still works on from looking idle.
-    pub async fn touch(&self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
-        self.set_idle(consumer, delivery, 0).await
-    }
-
-    /// Hands an entry this worker gives up on back at once: it is marked as
-    /// idle for a whole lease, so the next reclaim by any worker takes it.
-    pub async fn release(&self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
-        self.set_idle(consumer, delivery, self.settings.lease.as_millis() as u64).await
-    }
-
-    async fn set_idle(&self, consumer: &str, delivery: &Delivery, idle_ms: u64) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let _: redis::Value = redis::cmd("XCLAIM")
-            .arg(self.keys.lane(&delivery.tenant, &delivery.route, delivery.lane))
-            .arg(GROUP)
-            .arg(consumer)
-            .arg(0)
-            .arg(&delivery.entry_id)
-            .arg("IDLE")
-            .arg(idle_ms)
-            .arg("JUSTID")
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Acknowledges finished entries and counts their outcomes
-    /// (`succeeded`, `failed`, …) in one step per shard: an outcome is
-    /// counted only when its entry was still pending, so a task is counted
-    /// once whichever worker acknowledges it; each acknowledged entry frees
-    /// its tenant's running slot.
-    pub async fn ack(&self, done: &[(Delivery, Option<Outcome>)]) -> Result<(), QueueError> {
-        let mut by_shard: BTreeMap<Shard, Vec<&(Delivery, Option<Outcome>)>> = BTreeMap::new();
-        for item in done {
-            by_shard.entry(self.keys.shard_of(&item.0.tenant)).or_default().push(item);
-        }
-        let calls: Vec<_> = by_shard
-            .into_iter()
-            .map(|(shard, items)| {
-                let mut inv = self.shard_call(&fair_scripts::ACK, shard);
-                inv.key(self.keys.outcomes(shard));
-                inv.arg(GROUP);
-                for (delivery, outcome) in items {
-                    inv.arg(super::attempt::ack_group(delivery, *outcome));
-                }
-                inv
-            })
-            .collect();
-        let _: Vec<i64> = self.invoke_each(&calls).await?;
-        Ok(())
-    }
-
     /// Drops acknowledged entries from the head of the lanes that had
     /// acknowledgements since the last pass (see [`fair_scripts::TRIM`]).
     /// Returns how many entries went.
-    pub async fn trim_lanes(&self) -> Result<usize, QueueError> {
+    pub async fn trim_lanes(self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
         let mut trimmed = 0;
         for shard in self.keys.shards() {
@@ -216,7 +156,7 @@ impl Queue {
     /// Removes the consumer entries of workers gone for good: idle for ten
     /// leases and holding nothing (their entries were reclaimed first).
     /// Returns the names removed.
-    pub async fn forget_gone_consumers(&self) -> Result<Vec<String>, QueueError> {
+    pub async fn forget_gone_consumers(self) -> Result<Vec<String>, QueueError> {
         let mut conn = self.redis.shared();
         let gone_after_ms = self.settings.lease.as_millis() as u64 * 10;
         let mut removed = Vec::new();
@@ -238,7 +178,7 @@ impl Queue {
     /// [`scripts::SWEEP_ENDED`], and [`scripts::SWEEP_FINISHED`] for the
     /// index of earlier versions); returns how many index entries went.
     /// Nothing to do on a cluster, where every ended task has a TTL.
-    pub async fn sweep_finished(&self) -> Result<usize, QueueError> {
+    pub async fn sweep_finished(self) -> Result<usize, QueueError> {
         if self.redis.is_cluster() {
             return Ok(0);
         }
@@ -248,25 +188,10 @@ impl Queue {
         Ok(ended + finished)
     }
 
-    /// Runs a sweep script on `index` until it takes fewer than `batch`
-    /// entries, at most [`SWEEP_ROUNDS`] times.
-    async fn sweep_rounds(&self, script: &redis::Script, index: String, cutoff: i64, batch: usize) -> Result<usize, QueueError> {
-        let mut conn = self.redis.shared();
-        let mut swept = 0;
-        for _ in 0..SWEEP_ROUNDS {
-            let n: usize = script.key(&index).arg(cutoff).arg(batch).arg(self.keys.task_prefix()).invoke_async(&mut conn).await?;
-            swept += n;
-            if n < batch {
-                break;
-            }
-        }
-        Ok(swept)
-    }
-
     /// Moves tasks whose time has come from the due sets into their lanes,
     /// and lets tenants held back until now (see [`Queue::hold_back_until`])
     /// take turns again. Returns how many tasks moved.
-    pub async fn promote_due(&self) -> Result<usize, QueueError> {
+    pub async fn promote_due(self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();
         let now = self.now_ms();
         let mut moved = 0;
@@ -282,10 +207,90 @@ impl Queue {
         }
         Ok(moved)
     }
+}
+
+impl Runner<'_> {
+    /// Takes turns on one shard for `consumer`, which can run what `caps`
+    /// says, without starting the tasks: up to `count` entries.
+    pub async fn claim_turns(
+        self,
+        shard: Shard,
+        consumer: &str,
+        caps: &Capabilities,
+        count: usize,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        let mut inv = self.shard_call(&fair_scripts::CLAIM_TURNS, shard);
+        inv.arg(GROUP).arg(consumer).arg(count).arg(&caps.script_args());
+        let mut conn = self.redis.shared();
+        let got: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
+        Ok(got
+            .into_iter()
+            .filter_map(|(lane, entry, task, tenant, route)| Delivery::from_reply((&lane, entry, &task, &tenant, route), false))
+            .collect())
+    }
+
+    /// Takes over up to `count` entries, on routes `caps` serves, that have
+    /// been pending longer than the lease: their worker is presumed dead.
+    /// They keep their tenant's running slot.
+    pub async fn reclaim(self, consumer: &str, caps: &Capabilities, count: usize) -> Result<Vec<Delivery>, QueueError> {
+        let mut conn = self.redis.shared();
+        let min_idle = self.settings.lease.as_millis() as u64;
+        let mut got = Vec::new();
+        for shard in self.keys.shards() {
+            let wanted = count - got.len();
+            if wanted == 0 {
+                break;
+            }
+            let mut inv = self.shard_call(&fair_scripts::RECLAIM, shard);
+            inv.arg(GROUP).arg(consumer).arg(min_idle).arg(wanted).arg(&caps.script_args());
+            let taken: Vec<(String, String, String, String, String)> = inv.invoke_async(&mut conn).await?;
+            got.extend(taken.into_iter().filter_map(|(lane, entry, task, tenant, route)| {
+                Delivery::from_reply((&lane, entry, &task, &tenant, route), true)
+            }));
+        }
+        Ok(got)
+    }
+
+    /// Keeps an entry this worker still works on from looking idle.
+    pub async fn touch(self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
+        self.set_idle(consumer, delivery, 0).await
+    }
+
+    /// Hands an entry this worker gives up on back at once: it is marked as
+    /// idle for a whole lease, so the next reclaim by any worker takes it.
+    pub async fn release(self, consumer: &str, delivery: &Delivery) -> Result<(), QueueError> {
+        self.set_idle(consumer, delivery, self.settings.lease.as_millis() as u64).await
+    }
+
+    /// Acknowledges finished entries and counts their outcomes
+    /// (`succeeded`, `failed`, …) in one step per shard: an outcome is
+    /// counted only when its entry was still pending, so a task is counted
+    /// once whichever worker acknowledges it; each acknowledged entry frees
+    /// its tenant's running slot.
+    pub async fn ack(self, done: &[(Delivery, Option<Outcome>)]) -> Result<(), QueueError> {
+        let mut by_shard: BTreeMap<Shard, Vec<&(Delivery, Option<Outcome>)>> = BTreeMap::new();
+        for item in done {
+            by_shard.entry(self.keys.shard_of(&item.0.tenant)).or_default().push(item);
+        }
+        let calls: Vec<_> = by_shard
+            .into_iter()
+            .map(|(shard, items)| {
+                let mut inv = self.shard_call(&fair_scripts::ACK, shard);
+                inv.key(self.keys.outcomes(shard));
+                inv.arg(GROUP);
+                for (delivery, outcome) in items {
+                    inv.arg(super::attempt::ack_group(delivery, *outcome));
+                }
+                inv
+            })
+            .collect();
+        let _: Vec<i64> = self.invoke_each(&calls).await?;
+        Ok(())
+    }
 
     /// Holds `tenant` back from turns until `until_ms` (epoch ms): its
     /// queued tasks wait, and the first promoter pass after lets it on.
-    pub async fn hold_back_until(&self, tenant: &TenantId, until_ms: i64) -> Result<(), QueueError> {
+    pub async fn hold_back_until(self, tenant: &TenantId, until_ms: i64) -> Result<(), QueueError> {
         let mut inv = self.shard_call(&fair_scripts::PAUSE, self.keys.shard_of(tenant));
         inv.arg(tenant.as_str()).arg(until_ms);
         let mut conn = self.redis.shared();

@@ -23,6 +23,7 @@ use std::str::FromStr;
 use redis::streams::{StreamId, StreamRangeReply};
 
 use super::Queue;
+use super::{Housekeeper, Reader};
 use crate::error::QueueError;
 use flotilla_types::clock;
 use flotilla_types::ids::TenantId;
@@ -168,20 +169,6 @@ impl Queue {
         self.keys.script_channels(self.scripts_append_feeds())
     }
 
-    /// Up to [`FEED_READ`] events of `tenant`'s feed after `after`, in
-    /// order: first those moved to the archive (up to its mark), then the
-    /// stream's.
-    pub async fn feed_after(&self, tenant: &TenantId, after: FeedId) -> Result<Vec<FeedEntry>, QueueError> {
-        let mark = self.feed_archived_mark(tenant).await?;
-        let mut found = if after < mark { self.archived_feed_after(tenant, after, mark, FEED_READ).await? } else { Vec::new() };
-        if found.len() >= FEED_READ {
-            return Ok(found);
-        }
-        // The archive held everything up to its mark: the stream holds the rest.
-        found.extend(self.stream_after(tenant, after.max(mark), FEED_READ - found.len()).await?);
-        Ok(found)
-    }
-
     /// The events of up to `count` entries of `tenant`'s feed stream after
     /// `after` (from inside `after`'s entry when it names an earlier event).
     async fn stream_after(&self, tenant: &TenantId, after: FeedId, count: usize) -> Result<Vec<FeedEntry>, QueueError> {
@@ -197,10 +184,26 @@ impl Queue {
             .await?;
         Ok(events_of(reply).filter(|e| e.id > after).collect())
     }
+}
+
+impl Reader<'_> {
+    /// Up to [`FEED_READ`] events of `tenant`'s feed after `after`, in
+    /// order: first those moved to the archive (up to its mark), then the
+    /// stream's.
+    pub async fn feed_after(self, tenant: &TenantId, after: FeedId) -> Result<Vec<FeedEntry>, QueueError> {
+        let mark = self.feed_archived_mark(tenant).await?;
+        let mut found = if after < mark { self.archived_feed_after(tenant, after, mark, FEED_READ).await? } else { Vec::new() };
+        if found.len() >= FEED_READ {
+            return Ok(found);
+        }
+        // The archive held everything up to its mark: the stream holds the rest.
+        found.extend(self.stream_after(tenant, after.max(mark), FEED_READ - found.len()).await?);
+        Ok(found)
+    }
 
     /// The position of the last event of `tenant`'s feed, archived or not
     /// ([`FeedId::START`] when it is empty).
-    pub async fn feed_tip(&self, tenant: &TenantId) -> Result<FeedId, QueueError> {
+    pub async fn feed_tip(self, tenant: &TenantId) -> Result<FeedId, QueueError> {
         let mut conn = self.redis.shared();
         let reply: StreamRangeReply = redis::cmd("XREVRANGE")
             .arg(self.keys.tenant_feed(tenant))
@@ -213,10 +216,12 @@ impl Queue {
         let tip = reply.ids.first().and_then(|e| e.id.parse().ok()).unwrap_or(FeedId::START);
         Ok(tip.max(self.feed_archived_mark(tenant).await?))
     }
+}
 
+impl Housekeeper<'_> {
     /// Drops the events older than the retention from every tenant's feed,
     /// whole listpack nodes at a time (`MINID ~`). Returns how many went.
-    pub async fn trim_feeds(&self) -> Result<u64, QueueError> {
+    pub async fn trim_feeds(self) -> Result<u64, QueueError> {
         let mut conn = self.redis.shared();
         let tenants: Vec<String> = redis::cmd("SMEMBERS").arg(self.keys.tenants()).query_async(&mut conn).await?;
         let floor = FeedId::at_ms((clock::now_ms().max(0) as u64).saturating_sub(self.retention_ms()));

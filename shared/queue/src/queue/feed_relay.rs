@@ -22,6 +22,7 @@ use std::sync::LazyLock;
 use redis::Script;
 use serde::Deserialize;
 
+use super::Housekeeper;
 use super::Queue;
 use crate::error::QueueError;
 use crate::keys::event_field;
@@ -70,16 +71,6 @@ impl Heard {
 }
 
 impl Queue {
-    /// Appends what was heard to the tenants' feeds (see the module doc).
-    pub async fn relay_to_feed(&self, heard: Heard) -> Result<(), QueueError> {
-        let calls = heard.tasks.into_iter().map(|((tenant, task), mut events)| async move {
-            events.events.sort_by_key(|(seq, _)| *seq);
-            self.relay_task(&tenant, &task, events.events).await
-        });
-        let results = futures::future::join_all(calls).await;
-        results.into_iter().collect()
-    }
-
     async fn relay_task(&self, tenant: &TenantId, task: &TaskId, events: Vec<(u64, String)>) -> Result<(), QueueError> {
         let Some(first) = events.first().map(|(seq, _)| *seq) else { return Ok(()) };
         let marker = self.append_to_feed(tenant, task, "check", &events).await?;
@@ -114,5 +105,17 @@ impl Queue {
             inv.arg(*seq).arg(event);
         }
         Ok(inv.invoke_async(&mut self.redis.shared()).await?)
+    }
+}
+
+impl Housekeeper<'_> {
+    /// Appends what was heard to the tenants' feeds (see the module doc).
+    pub async fn relay_to_feed(self, heard: Heard) -> Result<(), QueueError> {
+        let calls = heard.tasks.into_iter().map(|((tenant, task), mut events)| async move {
+            events.events.sort_by_key(|(seq, _)| *seq);
+            self.relay_task(&tenant, &task, events.events).await
+        });
+        let results = futures::future::join_all(calls).await;
+        results.into_iter().collect()
     }
 }

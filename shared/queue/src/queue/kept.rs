@@ -25,6 +25,7 @@ use redis::Script;
 
 use super::fair_scripts::fair_script;
 use super::Queue;
+use super::Runner;
 use crate::error::QueueError;
 use flotilla_types::ids::TenantId;
 
@@ -51,25 +52,6 @@ enum KeepMode {
 }
 
 impl Queue {
-    /// Counts a kept-alive sandbox against its tenant's `max_sandboxes`
-    /// until `until_ms` (its deadline, epoch ms); keeping it again moves
-    /// the deadline.
-    pub async fn keep_sandbox(&self, tenant: &TenantId, sandbox: &str, until_ms: i64) -> Result<(), QueueError> {
-        self.kept_call(&KEEP, tenant, sandbox, Some((until_ms, KeepMode::Set))).await
-    }
-
-    /// A task of `tenant` runs in the sandbox it names, which it may keep
-    /// alive until `until_ms`: the sandbox's one slot (kept, or counted now
-    /// when it was not) lasts at least that long.
-    pub async fn hold_kept_sandbox(&self, tenant: &TenantId, sandbox: &str, until_ms: i64) -> Result<(), QueueError> {
-        self.kept_call(&KEEP, tenant, sandbox, Some((until_ms, KeepMode::Hold))).await
-    }
-
-    /// The sandbox was found gone: it no longer counts as kept.
-    pub async fn forget_kept_sandbox(&self, tenant: &TenantId, sandbox: &str) -> Result<(), QueueError> {
-        self.kept_call(&FORGET, tenant, sandbox, None).await
-    }
-
     async fn kept_call(
         &self,
         script: &Script,
@@ -85,5 +67,26 @@ impl Queue {
         let mut conn = self.redis.shared();
         let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(())
+    }
+}
+
+impl Runner<'_> {
+    /// Counts a kept-alive sandbox against its tenant's `max_sandboxes`
+    /// until `until_ms` (its deadline, epoch ms); keeping it again moves
+    /// the deadline.
+    pub async fn keep_sandbox(self, tenant: &TenantId, sandbox: &str, until_ms: i64) -> Result<(), QueueError> {
+        self.kept_call(&KEEP, tenant, sandbox, Some((until_ms, KeepMode::Set))).await
+    }
+
+    /// A task of `tenant` runs in the sandbox it names, which it may keep
+    /// alive until `until_ms`: the sandbox's one slot (kept, or counted now
+    /// when it was not) lasts at least that long.
+    pub async fn hold_kept_sandbox(self, tenant: &TenantId, sandbox: &str, until_ms: i64) -> Result<(), QueueError> {
+        self.kept_call(&KEEP, tenant, sandbox, Some((until_ms, KeepMode::Hold))).await
+    }
+
+    /// The sandbox was found gone: it no longer counts as kept.
+    pub async fn forget_kept_sandbox(self, tenant: &TenantId, sandbox: &str) -> Result<(), QueueError> {
+        self.kept_call(&FORGET, tenant, sandbox, None).await
     }
 }

@@ -33,6 +33,7 @@ mod feed_relay;
 mod kept;
 mod next;
 mod record;
+mod roles;
 mod routing;
 mod screens;
 pub mod scripts;
@@ -58,6 +59,7 @@ pub use feed_relay::Heard;
 pub use flotilla_types::record::TaskRecord;
 pub use next::{Claim, Claimer};
 pub use record::StoredRecord;
+pub use roles::{Housekeeper, Reader, Runner, Submitter};
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
 pub use singles::SUBMIT_SINGLES;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
@@ -150,16 +152,57 @@ impl Queue {
     pub async fn connect(config: &Config) -> Result<Self, QueueError> {
         let redis = Redis::connect(&config.redis).await?;
         let queue = Self::new(redis, Keys::new(config.key_prefix.clone()), QueueSettings::from_config(config));
-        queue.write_tenant_settings().await?;
+        queue.housekeeper().write_tenant_settings().await?;
         Ok(queue)
     }
 
+    /// The queue's key names: the crate's own, and tests' and benchmarks'
+    /// (the `testing` feature); the binaries go through the queue's methods.
+    #[cfg(feature = "testing")]
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The queue's connection, seen as [`Queue::keys`] is.
+    #[cfg(feature = "testing")]
     pub fn redis(&self) -> &Redis {
         &self.redis
+    }
+
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn redis(&self) -> &Redis {
+        &self.redis
+    }
+
+    /// Whether Redis answers a `PING` now (the readiness probes).
+    pub async fn ping(&self) -> bool {
+        self.redis.ping().await
+    }
+
+    /// A new subscription connection, for a process's one fan-out of live
+    /// events (see [`Queue::event_channel_pattern`]).
+    pub async fn event_pubsub(&self) -> Result<redis::aio::PubSub, QueueError> {
+        self.redis.pubsub().await
+    }
+
+    /// The pattern that matches every tenant's event channel.
+    pub fn event_channel_pattern(&self) -> String {
+        self.keys.tenant_channel_pattern()
+    }
+
+    /// The live views' tokens and control generations.
+    pub fn live_views(&self) -> crate::live::LiveViews {
+        crate::live::LiveViews::new(self.redis.clone(), self.keys.clone())
+    }
+
+    /// The records of which tenant owns which sandbox.
+    pub fn sandbox_owners(&self) -> crate::sandbox_owners::SandboxOwners {
+        crate::sandbox_owners::SandboxOwners::new(self.redis.clone(), self.keys.clone())
     }
 
     pub fn settings(&self) -> &QueueSettings {

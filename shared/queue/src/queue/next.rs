@@ -65,7 +65,7 @@ impl Claimer {
         }
         if self.reclaim_due() {
             self.last_reclaim = Some(Instant::now());
-            let taken = self.queue.reclaim(&self.worker, &self.caps, free).await?;
+            let taken = self.queue.runner().reclaim(&self.worker, &self.caps, free).await?;
             if !taken.is_empty() {
                 return self.start(taken).await;
             }
@@ -123,7 +123,7 @@ impl Claimer {
             if got.len() >= free {
                 break;
             }
-            got.extend(self.queue.claim_turns(shard, &self.worker, &self.caps, free - got.len()).await?);
+            got.extend(self.queue.runner().claim_turns(shard, &self.worker, &self.caps, free - got.len()).await?);
         }
         Ok(got)
     }
@@ -161,7 +161,7 @@ impl Claimer {
     }
 
     async fn start(&self, deliveries: Vec<Delivery>) -> Result<Vec<Claim>, QueueError> {
-        let outcomes = self.queue.start_many(&deliveries, &self.worker).await?;
+        let outcomes = self.queue.runner().start_many(&deliveries, &self.worker).await?;
         let mut outcomes = outcomes.into_iter();
         Ok(deliveries
             .into_iter()

@@ -13,6 +13,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{Queue, TaskRecord};
+use super::{Reader, Runner};
 use crate::error::QueueError;
 use crate::keys::lane_field;
 use flotilla_types::clock;
@@ -38,45 +39,6 @@ pub struct CapabilityWait {
 }
 
 impl Queue {
-    /// Records that a worker with these capabilities is live (for
-    /// [`LIVE_FOR_MS`]); workers call it every [`ADVERTISE_EVERY`].
-    pub async fn advertise(&self, caps: &Capabilities) -> Result<(), QueueError> {
-        let now = clock::now_ms();
-        let mut conn = self.redis.shared();
-        let key = self.keys.workers();
-        let () = redis::pipe()
-            .zadd(&key, caps.encode(), now + LIVE_FOR_MS)
-            .ignore()
-            .zrembyscore(&key, "-inf", now)
-            .ignore()
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
-    /// The capabilities of the live workers, one entry per distinct set.
-    pub async fn live_capabilities(&self) -> Result<Vec<Capabilities>, QueueError> {
-        let mut conn = self.redis.shared();
-        let live: Vec<String> = conn.zrangebyscore(self.keys.workers(), clock::now_ms(), "+inf").await?;
-        Ok(live.iter().filter_map(|c| Capabilities::decode(c)).collect())
-    }
-
-    /// Fills in what a queued task waits for (see [`TaskRecord::waiting_for`]).
-    pub async fn fill_waiting_for(&self, record: &mut TaskRecord) -> Result<(), QueueError> {
-        if record.status != TaskStatus::Queued {
-            return Ok(());
-        }
-        let live = self.live_capabilities().await?;
-        let Some(mut waits) = Route::of(&record.spec).map(|route| route.missing(&live)) else { return Ok(()) };
-        let mut conn = self.redis.shared();
-        let paused: Option<i64> = conn.hget(self.keys.tenant_state(&record.tenant), "paused").await?;
-        if paused.is_some_and(|until| until > self.now_ms()) {
-            waits.push(Need::DayTokens);
-        }
-        record.waiting_for = Some(waits);
-        Ok(())
-    }
-
     /// The tenant's queued tasks per capability no live worker offers.
     pub(super) async fn capability_waits(&self, tenant: &TenantId) -> Result<Vec<CapabilityWait>, QueueError> {
         let mut conn = self.redis.shared();
@@ -90,7 +52,7 @@ impl Queue {
         if per_route.is_empty() {
             return Ok(Vec::new());
         }
-        let live = self.live_capabilities().await?;
+        let live = self.reader().live_capabilities().await?;
         let mut waits: BTreeMap<Need, u64> = BTreeMap::new();
         for (route, n) in per_route {
             let Some(route) = Route::parse(route) else { continue };
@@ -99,5 +61,48 @@ impl Queue {
             }
         }
         Ok(waits.into_iter().map(|(capability, queued)| CapabilityWait { capability, queued }).collect())
+    }
+}
+
+impl Runner<'_> {
+    /// Records that a worker with these capabilities is live (for
+    /// [`LIVE_FOR_MS`]); workers call it every [`ADVERTISE_EVERY`].
+    pub async fn advertise(self, caps: &Capabilities) -> Result<(), QueueError> {
+        let now = clock::now_ms();
+        let mut conn = self.redis.shared();
+        let key = self.keys.workers();
+        let () = redis::pipe()
+            .zadd(&key, caps.encode(), now + LIVE_FOR_MS)
+            .ignore()
+            .zrembyscore(&key, "-inf", now)
+            .ignore()
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+impl Reader<'_> {
+    /// The capabilities of the live workers, one entry per distinct set.
+    pub async fn live_capabilities(self) -> Result<Vec<Capabilities>, QueueError> {
+        let mut conn = self.redis.shared();
+        let live: Vec<String> = conn.zrangebyscore(self.keys.workers(), clock::now_ms(), "+inf").await?;
+        Ok(live.iter().filter_map(|c| Capabilities::decode(c)).collect())
+    }
+
+    /// Fills in what a queued task waits for (see [`TaskRecord::waiting_for`]).
+    pub async fn fill_waiting_for(self, record: &mut TaskRecord) -> Result<(), QueueError> {
+        if record.status != TaskStatus::Queued {
+            return Ok(());
+        }
+        let live = self.live_capabilities().await?;
+        let Some(mut waits) = Route::of(&record.spec).map(|route| route.missing(&live)) else { return Ok(()) };
+        let mut conn = self.redis.shared();
+        let paused: Option<i64> = conn.hget(self.keys.tenant_state(&record.tenant), "paused").await?;
+        if paused.is_some_and(|until| until > self.now_ms()) {
+            waits.push(Need::DayTokens);
+        }
+        record.waiting_for = Some(waits);
+        Ok(())
     }
 }

@@ -14,15 +14,15 @@ use crate::error::QueueError;
 use flotilla_blobstore::KNOWN_HASH_TTL;
 use flotilla_types::ids::TenantId;
 
-use super::Queue;
+use super::Reader;
 
 /// How long a tenant's stored screen is remembered.
 pub const TENANT_SCREEN_TTL: Duration = KNOWN_HASH_TTL;
 
-impl Queue {
+impl Reader<'_> {
     /// Records that `tenant` stored the screen with content hash `hash`;
     /// returns whether it had stored it before.
-    pub async fn tenant_stored_before(&self, tenant: &TenantId, hash: &str) -> Result<bool, QueueError> {
+    pub async fn tenant_stored_before(self, tenant: &TenantId, hash: &str) -> Result<bool, QueueError> {
         let mut conn = self.redis.shared();
         let set: Option<String> = redis::cmd("SET")
             .arg(self.keys.tenant_screen(tenant, hash))

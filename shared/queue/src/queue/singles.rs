@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 use super::admission::{Verdict, ADMIT_FN};
 use super::fair_scripts::{ENQUEUE_FN, ENQUEUE_GROUP, FAIR_CONSTANTS, FAIR_FN};
 use super::scripts::{CREATE_FN, PRELUDE};
+use super::Submitter;
 use super::{origin, Queue, Submitted};
 use crate::error::QueueError;
 use crate::keys::GROUP;
@@ -169,53 +170,6 @@ fn shared_error(e: &QueueError) -> QueueError {
 }
 
 impl Queue {
-    /// Whether [`Queue::submit_one`] can take this task: a single server
-    /// (one call may span slots) and no idempotency key (whose record is
-    /// claimed before the task is made).
-    pub fn submits_in_one_call(&self, spec: &TaskSpec) -> bool {
-        !self.redis.is_cluster() && spec.idempotency_key.is_none()
-    }
-
-    /// Admits one task of `tenant` under `quota` and, when admitted,
-    /// creates and queues it, in its tenant's next call of
-    /// [`SUBMIT_SINGLES`]. Only for a task [`Queue::submits_in_one_call`]
-    /// accepts. Nothing is written when the verdict is a refusal.
-    pub async fn submit_one(
-        &self,
-        tenant: &TenantId,
-        spec: &TaskSpec,
-        quota: &TenantSettings,
-    ) -> Result<(Verdict, Option<Submitted>), QueueError> {
-        let route = Route::of(spec).ok_or(QueueError::NoPipeline)?.key();
-        let id = TaskId::generate();
-        let (answer, answered) = oneshot::channel();
-        let single = Single {
-            limits: Limits::of(quota),
-            header: origin(&id, None, tenant).header(),
-            spec: serde_json::to_string(spec).map_err(|e| QueueError::Corrupt(e.to_string()))?,
-            max_attempts: spec.max_attempts(),
-            trace: flotilla_telemetry::current_traceparent().unwrap_or_default(),
-            lane: spec.priority().lane_number(),
-            due_ms: spec.not_before_ms().unwrap_or(0),
-            route,
-            id: id.clone(),
-            answer,
-        };
-        let start = {
-            let mut lines = self.singles.lines();
-            let line = lines.entry(tenant.clone()).or_default();
-            line.singles.push_back(single);
-            !std::mem::replace(&mut line.calling, true)
-        };
-        if start {
-            tokio::spawn(self.clone().call_singles(tenant.clone()));
-        }
-        let (verdict, created_at_ms) =
-            answered.await.map_err(|_| QueueError::Corrupt("the submit's call ended without an answer".into()))??;
-        let submitted = matches!(verdict, Verdict::Admitted { .. }).then(|| Submitted { id, created_at_ms, replayed: false });
-        Ok((verdict, submitted))
-    }
-
     /// Calls [`SUBMIT_SINGLES`] for `tenant`'s waiting submits until none
     /// is left, answering each.
     async fn call_singles(self, tenant: TenantId) {
@@ -271,5 +225,54 @@ impl Queue {
             return Err(QueueError::Corrupt(format!("{} verdicts for {} submits", replies.len(), call.len())));
         }
         replies.into_iter().map(Verdict::of_reply).collect()
+    }
+}
+
+impl Submitter<'_> {
+    /// Whether [`Queue::submit_one`] can take this task: a single server
+    /// (one call may span slots) and no idempotency key (whose record is
+    /// claimed before the task is made).
+    pub fn submits_in_one_call(self, spec: &TaskSpec) -> bool {
+        !self.redis.is_cluster() && spec.idempotency_key.is_none()
+    }
+
+    /// Admits one task of `tenant` under `quota` and, when admitted,
+    /// creates and queues it, in its tenant's next call of
+    /// [`SUBMIT_SINGLES`]. Only for a task [`Queue::submits_in_one_call`]
+    /// accepts. Nothing is written when the verdict is a refusal.
+    pub async fn submit_one(
+        self,
+        tenant: &TenantId,
+        spec: &TaskSpec,
+        quota: &TenantSettings,
+    ) -> Result<(Verdict, Option<Submitted>), QueueError> {
+        let route = Route::of(spec).ok_or(QueueError::NoPipeline)?.key();
+        let id = TaskId::generate();
+        let (answer, answered) = oneshot::channel();
+        let single = Single {
+            limits: Limits::of(quota),
+            header: origin(&id, None, tenant).header(),
+            spec: serde_json::to_string(spec).map_err(|e| QueueError::Corrupt(e.to_string()))?,
+            max_attempts: spec.max_attempts(),
+            trace: flotilla_telemetry::current_traceparent().unwrap_or_default(),
+            lane: spec.priority().lane_number(),
+            due_ms: spec.not_before_ms().unwrap_or(0),
+            route,
+            id: id.clone(),
+            answer,
+        };
+        let start = {
+            let mut lines = self.singles.lines();
+            let line = lines.entry(tenant.clone()).or_default();
+            line.singles.push_back(single);
+            !std::mem::replace(&mut line.calling, true)
+        };
+        if start {
+            tokio::spawn(Queue::clone(&self).call_singles(tenant.clone()));
+        }
+        let (verdict, created_at_ms) =
+            answered.await.map_err(|_| QueueError::Corrupt("the submit's call ended without an answer".into()))??;
+        let submitted = matches!(verdict, Verdict::Admitted { .. }).then(|| Submitted { id, created_at_ms, replayed: false });
+        Ok((verdict, submitted))
     }
 }

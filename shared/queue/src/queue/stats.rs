@@ -7,6 +7,7 @@ use redis::AsyncCommands;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::Reader;
 use super::{CapabilityWait, Queue};
 use crate::error::QueueError;
 use crate::keys::{lane_field, GROUP};
@@ -73,56 +74,6 @@ pub struct FleetStats {
 }
 
 impl Queue {
-    /// The caller's figures: its lanes, its load and its dead letters.
-    pub async fn stats(&self, tenant: &TenantId) -> Result<QueueStats, QueueError> {
-        let mut conn = self.redis.shared();
-        let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
-        let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
-        let mut lanes = Vec::new();
-        for lane in Priority::ALL {
-            let keys: Vec<String> = state
-                .keys()
-                .filter_map(|f| lane_field(f))
-                .filter(|(priority, _)| *priority == lane)
-                .map(|(_, route)| self.keys.lane(tenant, route, lane))
-                .collect();
-            lanes.push(self.lane_stats(&keys, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
-        }
-        let settings = self.settings.tenants.get(tenant);
-        let load = TenantLoad {
-            tenant: tenant.clone(),
-            queued: field("queued"),
-            running: field("running"),
-            delayed: field("delayed"),
-            weight: settings.weight,
-            max_running: settings.max_running,
-        };
-        let dead: u64 = conn.zcard(self.keys.dead(tenant)).await?;
-        let waiting_for = self.capability_waits(tenant).await?;
-        Ok(QueueStats { lanes, tenants: vec![load], dead, waiting_for })
-    }
-
-    /// Every shard's totals, summed, and the outcome counts.
-    pub async fn fleet_stats(&self) -> Result<FleetStats, QueueError> {
-        let cmds = self
-            .keys
-            .shards()
-            .flat_map(|s| [redis::Cmd::hgetall(self.keys.sched(s)), redis::Cmd::hgetall(self.keys.outcomes(s))]);
-        let replies: Vec<HashMap<String, String>> = self.redis.query_many(cmds.collect()).await?;
-        let (shards, outcomes): (Vec<_>, Vec<_>) = replies.chunks(2).map(|pair| (&pair[0], &pair[1])).unzip();
-        let mut fleet = FleetStats::default();
-        for shard in &shards {
-            let field = |name: &str| shard.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
-            fleet.queued += field("queued");
-            fleet.running += field("running");
-            fleet.delayed += field("delayed");
-        }
-        for (outcome, n) in outcomes.iter().flat_map(|counts| counts.iter()) {
-            *fleet.outcomes.entry(outcome.clone()).or_default() += n.parse::<u64>().unwrap_or(0);
-        }
-        Ok(fleet)
-    }
-
     /// One priority's figures summed over the tenant's routes' lanes
     /// (`keys`); the oldest age and the consumers are the largest.
     async fn lane_stats(&self, keys: &[String], lane: Priority, delayed: u64) -> Result<LaneStats, QueueError> {
@@ -156,6 +107,58 @@ impl Queue {
             None => 0,
         };
         Ok(LaneStats { lane, depth, pending, delayed: 0, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
+    }
+}
+
+impl Reader<'_> {
+    /// The caller's figures: its lanes, its load and its dead letters.
+    pub async fn stats(self, tenant: &TenantId) -> Result<QueueStats, QueueError> {
+        let mut conn = self.redis.shared();
+        let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
+        let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+        let mut lanes = Vec::new();
+        for lane in Priority::ALL {
+            let keys: Vec<String> = state
+                .keys()
+                .filter_map(|f| lane_field(f))
+                .filter(|(priority, _)| *priority == lane)
+                .map(|(_, route)| self.keys.lane(tenant, route, lane))
+                .collect();
+            lanes.push(self.lane_stats(&keys, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
+        }
+        let settings = self.settings.tenants.get(tenant);
+        let load = TenantLoad {
+            tenant: tenant.clone(),
+            queued: field("queued"),
+            running: field("running"),
+            delayed: field("delayed"),
+            weight: settings.weight,
+            max_running: settings.max_running,
+        };
+        let dead: u64 = conn.zcard(self.keys.dead(tenant)).await?;
+        let waiting_for = self.capability_waits(tenant).await?;
+        Ok(QueueStats { lanes, tenants: vec![load], dead, waiting_for })
+    }
+
+    /// Every shard's totals, summed, and the outcome counts.
+    pub async fn fleet_stats(self) -> Result<FleetStats, QueueError> {
+        let cmds = self
+            .keys
+            .shards()
+            .flat_map(|s| [redis::Cmd::hgetall(self.keys.sched(s)), redis::Cmd::hgetall(self.keys.outcomes(s))]);
+        let replies: Vec<HashMap<String, String>> = self.redis.query_many(cmds.collect()).await?;
+        let (shards, outcomes): (Vec<_>, Vec<_>) = replies.chunks(2).map(|pair| (&pair[0], &pair[1])).unzip();
+        let mut fleet = FleetStats::default();
+        for shard in &shards {
+            let field = |name: &str| shard.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+            fleet.queued += field("queued");
+            fleet.running += field("running");
+            fleet.delayed += field("delayed");
+        }
+        for (outcome, n) in outcomes.iter().flat_map(|counts| counts.iter()) {
+            *fleet.outcomes.entry(outcome.clone()).or_default() += n.parse::<u64>().unwrap_or(0);
+        }
+        Ok(fleet)
     }
 }
 

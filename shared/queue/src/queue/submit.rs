@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::archive::Archived;
 use super::{fair_scripts, origin, scripts, Queue, StoredRecord, TaskRecord};
+use super::{Housekeeper, Reader, Submitter};
 use crate::error::QueueError;
 use crate::keys::{event_field, Shard, GROUP};
 use crate::page::{score_page, Page, ScoreCursor};
@@ -104,28 +105,6 @@ fn latest_attempt_screenshots(events: &[String]) -> Vec<ScreenshotRef> {
 }
 
 impl Queue {
-    /// Accepts one task, honouring its idempotency key.
-    pub async fn submit(&self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, QueueError> {
-        let id = TaskId::generate();
-        if let Some(key) = spec.idempotency_key.as_deref() {
-            if let Some(earlier) = self.claim_idempotency_key(tenant, key, &spec, &id).await? {
-                return Ok(earlier);
-            }
-        }
-        let key = spec.idempotency_key.clone();
-        let created = self.create_tasks(vec![NewTask { id: id.clone(), tenant: tenant.clone(), batch: None, spec }]).await;
-        match (created, key) {
-            (Ok(at), _) => Ok(Submitted { id, created_at_ms: at, replayed: false }),
-            (Err(e), Some(key)) => {
-                // The key must not point at a task that was never made.
-                let mut conn = self.redis.shared();
-                let _: Result<i64, _> = conn.del(self.keys.idempotency(tenant, &hex_digest(key.as_bytes()))).await;
-                Err(e)
-            }
-            (Err(e), None) => Err(e),
-        }
-    }
-
     /// Records `key` for this request, or returns the task an identical
     /// earlier request made; a different earlier body is a conflict.
     async fn claim_idempotency_key(
@@ -156,49 +135,6 @@ impl Queue {
         let earlier_id = TaskId::parse(earlier_id).map_err(|_| QueueError::Corrupt("idempotency record".into()))?;
         let created_at_ms: Option<i64> = conn.hget(self.keys.task(&earlier_id), "created_at").await?;
         Ok(Some(Submitted { id: earlier_id, created_at_ms: created_at_ms.unwrap_or_else(clock::now_ms), replayed: true }))
-    }
-
-    /// Creates tasks and queues them: first every task's hash and event, then
-    /// the tenants' indexes, then the lane entries, so no worker can be
-    /// handed a task whose hash is not written yet.
-    /// Returns the creation time given to them.
-    pub async fn create_tasks(&self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
-        let now = clock::now_ms();
-        if tasks.is_empty() {
-            return Ok(now);
-        }
-        let routes = tasks.iter().map(|t| Route::of(&t.spec).map(|r| r.key())).collect::<Option<Vec<_>>>();
-        let Some(routes) = routes else { return Err(QueueError::NoPipeline) };
-        let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
-        let traceparent = flotilla_telemetry::current_traceparent().unwrap_or_default();
-        let mut creates = Vec::new();
-        for chunk in tasks.chunks(self.tasks_per_call(CREATE_CHUNK)) {
-            let mut create = scripts::CREATE.prepare_invoke();
-            create.arg(self.script_channels()).arg(&queued_draft).arg(now).arg(&traceparent);
-            for task in chunk {
-                let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-                create.key(self.keys.task(&task.id));
-                create.arg(scripts::CreateGroup {
-                    id: task.id.as_str(),
-                    header: &origin(&task.id, task.batch.as_ref(), &task.tenant).header(),
-                    spec: &spec_json,
-                    tenant: task.tenant.as_str(),
-                    batch: task.batch.as_ref().map(BatchId::as_str).unwrap_or(""),
-                    max_attempts: task.spec.max_attempts(),
-                });
-            }
-            creates.push(create);
-        }
-        let _created: Vec<i64> = self.invoke_each(&creates).await?;
-
-        let _: Vec<redis::Value> = self.redis.query_many(self.index_writes(&tasks)).await?;
-        let queued: Vec<Queued<'_>> = tasks
-            .iter()
-            .zip(routes)
-            .map(|(t, route)| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now), route))
-            .collect();
-        self.enqueue(&queued, now).await?;
-        Ok(now)
     }
 
     /// The writes that list new tasks: per tenant, one `ZADD` of all its
@@ -251,15 +187,223 @@ impl Queue {
         Ok(())
     }
 
+    /// The record fields of these tasks of `tenant`, in one round trip,
+    /// and the archived ones from the store: empty for a gone task, `None`
+    /// for an archived one whose outcome `wanted` does not let through.
+    async fn task_hashes(
+        &self,
+        tenant: &TenantId,
+        ids: &[TaskId],
+        wanted: impl Fn(TaskStatus) -> bool,
+    ) -> Result<Vec<Option<HashMap<String, String>>>, QueueError> {
+        let reads =
+            ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
+        let values: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
+        let mut hashes: Vec<Option<HashMap<String, String>>> =
+            values.into_iter().map(|v| Some(TaskRecord::fields_hash(v))).collect();
+        let missing: Vec<usize> = (0..ids.len()).filter(|&i| hashes[i].as_ref().is_some_and(HashMap::is_empty)).collect();
+        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| &ids[i]).collect();
+        for (i, archived) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, wanted).await?) {
+            match archived {
+                Archived::No => {}
+                Archived::Skipped => hashes[i] = None,
+                Archived::Read(hash) => hashes[i] = Some(hash),
+            }
+        }
+        Ok(hashes)
+    }
+
+    /// Drops ids whose task has expired from an index.
+    async fn forget(&self, index: &str, gone: Vec<String>) -> Result<(), QueueError> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.redis.shared();
+        let _: i64 = conn.zrem(index, gone).await?;
+        Ok(())
+    }
+
+    /// Each task's stored events with `seq` above its `after`, as JSON
+    /// text, in two round trips: the tasks' last seq, then the events.
+    /// A task no longer in Redis is read from the archive, whole.
+    pub(super) async fn histories(&self, tenant: &TenantId, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
+        let lasts: Vec<Option<u64>> =
+            self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
+        let missing: Vec<usize> = (0..wanted.len()).filter(|&i| lasts[i].is_none()).collect();
+        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| wanted[i].0).collect();
+        let mut archived: HashMap<usize, HashMap<String, String>> = HashMap::new();
+        for (i, found) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, |_| true).await?) {
+            if let Archived::Read(hash) = found {
+                archived.insert(i, hash);
+            }
+        }
+        let mut reads = Vec::new();
+        let mut read_for = Vec::new();
+        for (i, ((id, after), last)) in wanted.iter().zip(lasts).enumerate() {
+            let fields: Vec<String> = (after + 1..=last.unwrap_or(0)).map(event_field).collect();
+            for chunk in fields.chunks(EVENTS_PER_READ) {
+                reads.push(redis::cmd("HMGET").arg(self.keys.task(id)).arg(chunk).to_owned());
+                read_for.push(i);
+            }
+        }
+        let got: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
+        let mut histories = vec![Vec::new(); wanted.len()];
+        for (i, events) in read_for.into_iter().zip(got) {
+            histories[i].extend(events.into_iter().flatten());
+        }
+        for (i, mut hash) in archived {
+            let after = wanted[i].1;
+            let last = hash.get("seq").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            histories[i] = (after + 1..=last).filter_map(|seq| hash.remove(&event_field(seq))).collect();
+        }
+        Ok(histories)
+    }
+}
+
+impl Submitter<'_> {
+    /// Accepts one task, honouring its idempotency key.
+    pub async fn submit(self, tenant: &TenantId, spec: TaskSpec) -> Result<Submitted, QueueError> {
+        let id = TaskId::generate();
+        if let Some(key) = spec.idempotency_key.as_deref() {
+            if let Some(earlier) = self.claim_idempotency_key(tenant, key, &spec, &id).await? {
+                return Ok(earlier);
+            }
+        }
+        let key = spec.idempotency_key.clone();
+        let created = self.create_tasks(vec![NewTask { id: id.clone(), tenant: tenant.clone(), batch: None, spec }]).await;
+        match (created, key) {
+            (Ok(at), _) => Ok(Submitted { id, created_at_ms: at, replayed: false }),
+            (Err(e), Some(key)) => {
+                // The key must not point at a task that was never made.
+                let mut conn = self.redis.shared();
+                let _: Result<i64, _> = conn.del(self.keys.idempotency(tenant, &hex_digest(key.as_bytes()))).await;
+                Err(e)
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// Creates tasks and queues them: first every task's hash and event, then
+    /// the tenants' indexes, then the lane entries, so no worker can be
+    /// handed a task whose hash is not written yet.
+    /// Returns the creation time given to them.
+    pub async fn create_tasks(self, tasks: Vec<NewTask>) -> Result<i64, QueueError> {
+        let now = clock::now_ms();
+        if tasks.is_empty() {
+            return Ok(now);
+        }
+        let routes = tasks.iter().map(|t| Route::of(&t.spec).map(|r| r.key())).collect::<Option<Vec<_>>>();
+        let Some(routes) = routes else { return Err(QueueError::NoPipeline) };
+        let queued_draft = draft(EventKind::Queued { attempt: 0, worker: None });
+        let traceparent = flotilla_telemetry::current_traceparent().unwrap_or_default();
+        let mut creates = Vec::new();
+        for chunk in tasks.chunks(self.tasks_per_call(CREATE_CHUNK)) {
+            let mut create = scripts::CREATE.prepare_invoke();
+            create.arg(self.script_channels()).arg(&queued_draft).arg(now).arg(&traceparent);
+            for task in chunk {
+                let spec_json = serde_json::to_string(&task.spec).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+                create.key(self.keys.task(&task.id));
+                create.arg(scripts::CreateGroup {
+                    id: task.id.as_str(),
+                    header: &origin(&task.id, task.batch.as_ref(), &task.tenant).header(),
+                    spec: &spec_json,
+                    tenant: task.tenant.as_str(),
+                    batch: task.batch.as_ref().map(BatchId::as_str).unwrap_or(""),
+                    max_attempts: task.spec.max_attempts(),
+                });
+            }
+            creates.push(create);
+        }
+        let _created: Vec<i64> = self.invoke_each(&creates).await?;
+
+        let _: Vec<redis::Value> = self.redis.query_many(self.index_writes(&tasks)).await?;
+        let queued: Vec<Queued<'_>> = tasks
+            .iter()
+            .zip(routes)
+            .map(|(t, route)| (&t.tenant, t.spec.priority(), &t.id, t.spec.not_before_ms().filter(|due| *due > now), route))
+            .collect();
+        self.enqueue(&queued, now).await?;
+        Ok(now)
+    }
+
+    /// Hands a human's input to a tenant's waiting task; its worker picks it
+    /// up within a moment.
+    pub async fn give_input(self, tenant: &TenantId, id: &TaskId, input: &HumanInput) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let json = serde_json::to_string(input).map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        let answer: String =
+            scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
+        match answer.as_str() {
+            "accepted" => Ok(()),
+            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
+                Some((status, _)) => Err(QueueError::WrongStatus(status.as_str().to_owned())),
+                None => Err(QueueError::NotFound),
+            },
+            status => Err(QueueError::WrongStatus(status.to_owned())),
+        }
+    }
+
+    /// Cancels a tenant's task.
+    pub async fn cancel(self, tenant: &TenantId, id: &TaskId) -> Result<CancelOutcome, QueueError> {
+        let mut conn = self.redis.shared();
+        let draft = draft(EventKind::Cancelled { code: "cancelled".into() });
+        let mut inv = self.task_invocation(&scripts::CANCEL, id, &draft, clock::now_ms());
+        inv.arg(tenant.as_str()).arg(self.retention_ms());
+        let outcome: String = inv.invoke_async(&mut conn).await?;
+        match outcome.as_str() {
+            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
+                Some((status, _)) => Ok(CancelOutcome::AlreadyEnded(status)),
+                None => Err(QueueError::NotFound),
+            },
+            "now-cancelled" => {
+                let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
+                self.runner().count_outcomes(&[(tenant, "cancelled")]).await?;
+                Ok(CancelOutcome::Cancelled)
+            }
+            "cancelling" => Ok(CancelOutcome::Cancelling),
+            other => TaskStatus::parse(other)
+                .map(CancelOutcome::AlreadyEnded)
+                .ok_or_else(|| QueueError::Corrupt(format!("cancel answered {other}"))),
+        }
+    }
+
+    /// Puts a dead-lettered task back in its lane with fresh attempts.
+    pub async fn revive(self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let dead_index = self.keys.dead(tenant);
+        let listed: Option<f64> = conn.zscore(&dead_index, id.as_str()).await?;
+        if listed.is_none() {
+            return Err(QueueError::NotFound);
+        }
+        let Some(record) = self.reader().get(tenant, id).await? else {
+            return Err(QueueError::NotFound);
+        };
+        let route = Route::of(&record.spec).ok_or(QueueError::NoPipeline)?.key();
+        let draft = draft(EventKind::Queued { attempt: 0, worker: None });
+        let mut inv = self.task_invocation(&scripts::REVIVE, id, &draft, clock::now_ms());
+        inv.arg(tenant.as_str());
+        let outcome: String = inv.invoke_async(&mut conn).await?;
+        match outcome.as_str() {
+            "requeued" => {
+                let _: i64 = conn.zrem(&dead_index, id.as_str()).await?;
+                self.enqueue(&[(tenant, record.priority, id, None, route)], clock::now_ms()).await
+            }
+            "missing" => Err(QueueError::NotFound),
+            other => Err(QueueError::WrongStatus(other.to_owned())),
+        }
+    }
+}
+
+impl Reader<'_> {
     /// A tenant's task, or `None` if it does not exist or is another tenant's.
-    pub async fn get(&self, tenant: &TenantId, id: &TaskId) -> Result<Option<TaskRecord>, QueueError> {
+    pub async fn get(self, tenant: &TenantId, id: &TaskId) -> Result<Option<TaskRecord>, QueueError> {
         let hash = self.task_hashes(tenant, std::slice::from_ref(id), |_| true).await?.pop().flatten().unwrap_or_default();
         Ok(TaskRecord::from_hash(id, hash)?.filter(|t| &t.tenant == tenant))
     }
 
     /// Several of a tenant's tasks in one round trip, in order: `None` for
     /// one that does not exist, is another tenant's or cannot be read.
-    pub async fn get_many(&self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Option<TaskRecord>>, QueueError> {
+    pub async fn get_many(self, tenant: &TenantId, ids: &[TaskId]) -> Result<Vec<Option<TaskRecord>>, QueueError> {
         let hashes = self.task_hashes(tenant, ids, |_| true).await?;
         Ok(ids
             .iter()
@@ -269,7 +413,7 @@ impl Queue {
     }
 
     /// A tenant's tasks, newest first, and the cursor of the next page.
-    pub async fn list(&self, tenant: &TenantId, filter: &ListFilter) -> Result<(Vec<TaskRecord>, Option<TaskId>), QueueError> {
+    pub async fn list(self, tenant: &TenantId, filter: &ListFilter) -> Result<(Vec<TaskRecord>, Option<TaskId>), QueueError> {
         let limit = filter.limit.clamp(1, MAX_LIST_LIMIT);
         let index = self.keys.tenant_tasks(tenant);
         let mut conn = self.redis.shared();
@@ -320,135 +464,22 @@ impl Queue {
         Ok((found, cursor))
     }
 
-    /// The record fields of these tasks of `tenant`, in one round trip,
-    /// and the archived ones from the store: empty for a gone task, `None`
-    /// for an archived one whose outcome `wanted` does not let through.
-    async fn task_hashes(
-        &self,
-        tenant: &TenantId,
-        ids: &[TaskId],
-        wanted: impl Fn(TaskStatus) -> bool,
-    ) -> Result<Vec<Option<HashMap<String, String>>>, QueueError> {
-        let reads =
-            ids.iter().map(|id| redis::cmd("HMGET").arg(self.keys.task(id)).arg(&TaskRecord::FIELDS[..]).to_owned()).collect();
-        let values: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
-        let mut hashes: Vec<Option<HashMap<String, String>>> =
-            values.into_iter().map(|v| Some(TaskRecord::fields_hash(v))).collect();
-        let missing: Vec<usize> = (0..ids.len()).filter(|&i| hashes[i].as_ref().is_some_and(HashMap::is_empty)).collect();
-        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| &ids[i]).collect();
-        for (i, archived) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, wanted).await?) {
-            match archived {
-                Archived::No => {}
-                Archived::Skipped => hashes[i] = None,
-                Archived::Read(hash) => hashes[i] = Some(hash),
-            }
-        }
-        Ok(hashes)
-    }
-
-    /// Drops ids whose task has expired from an index.
-    async fn forget(&self, index: &str, gone: Vec<String>) -> Result<(), QueueError> {
-        if gone.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.redis.shared();
-        let _: i64 = conn.zrem(index, gone).await?;
-        Ok(())
-    }
-
     /// One of `tenant`'s tasks' stored events with `seq` above `after`, as
     /// JSON text.
-    pub async fn events_after(&self, tenant: &TenantId, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
+    pub async fn events_after(self, tenant: &TenantId, id: &TaskId, after: u64) -> Result<Vec<String>, QueueError> {
         Ok(self.histories(tenant, &[(id, after)]).await?.pop().unwrap_or_default())
-    }
-
-    /// Each task's stored events with `seq` above its `after`, as JSON
-    /// text, in two round trips: the tasks' last seq, then the events.
-    /// A task no longer in Redis is read from the archive, whole.
-    pub(super) async fn histories(&self, tenant: &TenantId, wanted: &[(&TaskId, u64)]) -> Result<Vec<Vec<String>>, QueueError> {
-        let lasts: Vec<Option<u64>> =
-            self.redis.query_many(wanted.iter().map(|(id, _)| redis::Cmd::hget(self.keys.task(id), "seq")).collect()).await?;
-        let missing: Vec<usize> = (0..wanted.len()).filter(|&i| lasts[i].is_none()).collect();
-        let missing_ids: Vec<&TaskId> = missing.iter().map(|&i| wanted[i].0).collect();
-        let mut archived: HashMap<usize, HashMap<String, String>> = HashMap::new();
-        for (i, found) in missing.into_iter().zip(self.archived_hashes(tenant, &missing_ids, |_| true).await?) {
-            if let Archived::Read(hash) = found {
-                archived.insert(i, hash);
-            }
-        }
-        let mut reads = Vec::new();
-        let mut read_for = Vec::new();
-        for (i, ((id, after), last)) in wanted.iter().zip(lasts).enumerate() {
-            let fields: Vec<String> = (after + 1..=last.unwrap_or(0)).map(event_field).collect();
-            for chunk in fields.chunks(EVENTS_PER_READ) {
-                reads.push(redis::cmd("HMGET").arg(self.keys.task(id)).arg(chunk).to_owned());
-                read_for.push(i);
-            }
-        }
-        let got: Vec<Vec<Option<String>>> = self.redis.query_many(reads).await?;
-        let mut histories = vec![Vec::new(); wanted.len()];
-        for (i, events) in read_for.into_iter().zip(got) {
-            histories[i].extend(events.into_iter().flatten());
-        }
-        for (i, mut hash) in archived {
-            let after = wanted[i].1;
-            let last = hash.get("seq").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-            histories[i] = (after + 1..=last).filter_map(|seq| hash.remove(&event_field(seq))).collect();
-        }
-        Ok(histories)
     }
 
     /// The screenshots of a task's latest attempt, in step order, read from
     /// its `screenshot` events.
-    pub async fn screenshots(&self, tenant: &TenantId, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
+    pub async fn screenshots(self, tenant: &TenantId, id: &TaskId) -> Result<Vec<ScreenshotRef>, QueueError> {
         let events = self.events_after(tenant, id, 0).await?;
         Ok(latest_attempt_screenshots(&events))
     }
 
-    /// Hands a human's input to a tenant's waiting task; its worker picks it
-    /// up within a moment.
-    pub async fn give_input(&self, tenant: &TenantId, id: &TaskId, input: &HumanInput) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let json = serde_json::to_string(input).map_err(|e| QueueError::Corrupt(e.to_string()))?;
-        let answer: String =
-            scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
-        match answer.as_str() {
-            "accepted" => Ok(()),
-            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
-                Some((status, _)) => Err(QueueError::WrongStatus(status.as_str().to_owned())),
-                None => Err(QueueError::NotFound),
-            },
-            status => Err(QueueError::WrongStatus(status.to_owned())),
-        }
-    }
-
-    /// Cancels a tenant's task.
-    pub async fn cancel(&self, tenant: &TenantId, id: &TaskId) -> Result<CancelOutcome, QueueError> {
-        let mut conn = self.redis.shared();
-        let draft = draft(EventKind::Cancelled { code: "cancelled".into() });
-        let mut inv = self.task_invocation(&scripts::CANCEL, id, &draft, clock::now_ms());
-        inv.arg(tenant.as_str()).arg(self.retention_ms());
-        let outcome: String = inv.invoke_async(&mut conn).await?;
-        match outcome.as_str() {
-            "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
-                Some((status, _)) => Ok(CancelOutcome::AlreadyEnded(status)),
-                None => Err(QueueError::NotFound),
-            },
-            "now-cancelled" => {
-                let _: i64 = conn.hincr(self.keys.tenant_outcomes(tenant), "cancelled", 1).await?;
-                self.count_outcomes(&[(tenant, "cancelled")]).await?;
-                Ok(CancelOutcome::Cancelled)
-            }
-            "cancelling" => Ok(CancelOutcome::Cancelling),
-            other => TaskStatus::parse(other)
-                .map(CancelOutcome::AlreadyEnded)
-                .ok_or_else(|| QueueError::Corrupt(format!("cancel answered {other}"))),
-        }
-    }
-
     /// A page of a tenant's dead-lettered tasks, newest first, after `cursor`.
     pub async fn dead(
-        &self,
+        self,
         tenant: &TenantId,
         limit: usize,
         cursor: Option<&ScoreCursor>,
@@ -468,32 +499,6 @@ impl Queue {
         self.forget(&index, gone).await?;
         Ok(Page { items: records, next_cursor: page.next_cursor })
     }
-
-    /// Puts a dead-lettered task back in its lane with fresh attempts.
-    pub async fn revive(&self, tenant: &TenantId, id: &TaskId) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let dead_index = self.keys.dead(tenant);
-        let listed: Option<f64> = conn.zscore(&dead_index, id.as_str()).await?;
-        if listed.is_none() {
-            return Err(QueueError::NotFound);
-        }
-        let Some(record) = self.get(tenant, id).await? else {
-            return Err(QueueError::NotFound);
-        };
-        let route = Route::of(&record.spec).ok_or(QueueError::NoPipeline)?.key();
-        let draft = draft(EventKind::Queued { attempt: 0, worker: None });
-        let mut inv = self.task_invocation(&scripts::REVIVE, id, &draft, clock::now_ms());
-        inv.arg(tenant.as_str());
-        let outcome: String = inv.invoke_async(&mut conn).await?;
-        match outcome.as_str() {
-            "requeued" => {
-                let _: i64 = conn.zrem(&dead_index, id.as_str()).await?;
-                self.enqueue(&[(tenant, record.priority, id, None, route)], clock::now_ms()).await
-            }
-            "missing" => Err(QueueError::NotFound),
-            other => Err(QueueError::WrongStatus(other.to_owned())),
-        }
-    }
 }
 
 fn hex_digest(bytes: &[u8]) -> String {
@@ -504,27 +509,6 @@ fn hex_digest(bytes: &[u8]) -> String {
 const PRUNE_BATCH: usize = 1_000;
 
 impl Queue {
-    /// Drops the oldest ids whose task has expired from every tenant's task
-    /// and dead-letter indexes. Checks a bounded number per pass, and only
-    /// ids that can have expired: a task lives at least the retention after
-    /// it was made (and a dead letter after it died), so younger ids are
-    /// never read and a pass costs two reads per tenant while nothing is old.
-    pub async fn prune_indexes(&self) -> Result<(), QueueError> {
-        let mut conn = self.redis.shared();
-        let tenants: Vec<String> = conn.smembers(self.keys.tenants()).await?;
-        let cutoff = u64::try_from(clock::now_ms()).unwrap_or(0).saturating_sub(self.retention_ms());
-        let made_before = format!("({}", TaskId::first_at(cutoff));
-        for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
-            let index = self.keys.tenant_tasks(&tenant);
-            let oldest: Vec<String> = conn.zrangebylex_limit(&index, "-", &made_before, 0, PRUNE_BATCH as isize).await?;
-            self.forget_expired(&tenant, &index, oldest).await?;
-            let dead_index = self.keys.dead(&tenant);
-            let oldest_dead: Vec<String> = conn.zrangebyscore_limit(&dead_index, "-inf", cutoff, 0, PRUNE_BATCH as isize).await?;
-            self.forget_expired(&tenant, &dead_index, oldest_dead).await?;
-        }
-        Ok(())
-    }
-
     /// Forgets the ids whose task is neither in Redis nor in the archive.
     async fn forget_expired(&self, tenant: &TenantId, index: &str, ids: Vec<String>) -> Result<(), QueueError> {
         if ids.is_empty() {
@@ -547,6 +531,29 @@ impl Queue {
             .map(|(id, _)| id)
             .collect();
         self.forget(index, gone).await
+    }
+}
+
+impl Housekeeper<'_> {
+    /// Drops the oldest ids whose task has expired from every tenant's task
+    /// and dead-letter indexes. Checks a bounded number per pass, and only
+    /// ids that can have expired: a task lives at least the retention after
+    /// it was made (and a dead letter after it died), so younger ids are
+    /// never read and a pass costs two reads per tenant while nothing is old.
+    pub async fn prune_indexes(self) -> Result<(), QueueError> {
+        let mut conn = self.redis.shared();
+        let tenants: Vec<String> = conn.smembers(self.keys.tenants()).await?;
+        let cutoff = u64::try_from(clock::now_ms()).unwrap_or(0).saturating_sub(self.retention_ms());
+        let made_before = format!("({}", TaskId::first_at(cutoff));
+        for tenant in tenants.iter().filter_map(|t| TenantId::parse(t).ok()) {
+            let index = self.keys.tenant_tasks(&tenant);
+            let oldest: Vec<String> = conn.zrangebylex_limit(&index, "-", &made_before, 0, PRUNE_BATCH as isize).await?;
+            self.forget_expired(&tenant, &index, oldest).await?;
+            let dead_index = self.keys.dead(&tenant);
+            let oldest_dead: Vec<String> = conn.zrangebyscore_limit(&dead_index, "-inf", cutoff, 0, PRUNE_BATCH as isize).await?;
+            self.forget_expired(&tenant, &dead_index, oldest_dead).await?;
+        }
+        Ok(())
     }
 }
 

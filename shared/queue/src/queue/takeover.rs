@@ -8,7 +8,8 @@
 //! Invariant: while `takeover` is set on a task, `/input` is refused and
 //! the worker hands out no input; only a release ends the hold.
 
-use super::{scripts, Queue};
+use super::scripts;
+use super::Submitter;
 use crate::error::QueueError;
 use flotilla_types::clock;
 use flotilla_types::event::{draft, EventKind};
@@ -24,9 +25,9 @@ pub enum Takeover {
     AlreadyHeld,
 }
 
-impl Queue {
+impl Submitter<'_> {
     /// Takes a tenant's running or waiting task over for a person.
-    pub async fn take_over(&self, tenant: &TenantId, id: &TaskId) -> Result<Takeover, QueueError> {
+    pub async fn take_over(self, tenant: &TenantId, id: &TaskId) -> Result<Takeover, QueueError> {
         let mut conn = self.redis.shared();
         let mut inv = self.task_invocation(&scripts::TAKEOVER, id, &draft(EventKind::Takeover {}), clock::now_ms());
         inv.arg(tenant.as_str());
@@ -40,7 +41,7 @@ impl Queue {
     }
 
     /// Hands a taken-over task back to its agent with the person's message.
-    pub async fn hand_back(&self, tenant: &TenantId, id: &TaskId, message: Option<String>) -> Result<(), QueueError> {
+    pub async fn hand_back(self, tenant: &TenantId, id: &TaskId, message: Option<String>) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
         let input = HumanInput { decision: Decision::Approve, message: message.clone() };
         let json = serde_json::to_string(&input).map_err(|e| QueueError::Corrupt(e.to_string()))?;

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::Queue;
+use super::{Reader, Runner};
 use crate::error::QueueError;
 use crate::redis_lua;
 use flotilla_types::clock;
@@ -25,13 +26,59 @@ use flotilla_types::usage::{Added, Amount, Counted, DayTokens, Meter, MAX_USAGE_
 pub(crate) static ADD: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/add_usage.lua")], &[]));
 
 impl Queue {
+    /// On a cluster, where the day hash lies in another slot than the
+    /// task's: adds the counters to it (and to the tenant's totals, when
+    /// kept) in calls of their own, and reads the day's tokens when
+    /// `read_tokens`.
+    async fn count_day_apart(
+        &self,
+        tenant: &TenantId,
+        day_key: &str,
+        counters: &[(String, u64)],
+        read_tokens: bool,
+    ) -> Result<Option<u64>, QueueError> {
+        if !counters.is_empty() {
+            let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(day_key, f, *n)).collect();
+            cmds.push(redis::Cmd::expire(day_key, USAGE_TTL_S as i64));
+            if self.settings().tenant_totals {
+                let total = self.keys().usage_total(tenant);
+                cmds.extend(counters.iter().map(|(f, n)| redis::Cmd::hincr(&total, f, *n)));
+            }
+            let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
+        }
+        if !read_tokens {
+            return Ok(None);
+        }
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
+        Ok(Some(spent.into_iter().flatten().next().unwrap_or(0)))
+    }
+
+    /// Sets the TTL of the day keys a count of outcomes made.
+    async fn expire_made_days(&self, keys: &[(String, i64)], totals: &[i64]) -> Result<(), QueueError> {
+        // A day key is made by the first count of some field; only a count
+        // that made its field can have made the key, so only then is its
+        // TTL set (the other writer of day keys sets it each time).
+        let made: Vec<redis::Cmd> = keys
+            .iter()
+            .zip(totals)
+            .filter(|((_, n), total)| **total == *n)
+            .map(|((key, _), _)| redis::Cmd::expire(key, USAGE_TTL_S as i64))
+            .collect();
+        if !made.is_empty() {
+            let _: Vec<redis::Value> = self.redis().query_many(made).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Runner<'_> {
     /// Adds `amounts` to a running attempt's task and to its tenant's day;
     /// the task's counters after, and where the tenant's tokens of today
     /// stand (read in the same step on a single server). The count that
     /// takes the tenant to its `max_tokens_per_day` holds its queued tasks
     /// back until the next UTC day.
     pub async fn add_usage(
-        &self,
+        self,
         task_key: String,
         tenant: &TenantId,
         attempt: u32,
@@ -78,35 +125,8 @@ impl Queue {
         Ok(Added::Counted(Counted { meter: Meter::from_json(&answer), day }))
     }
 
-    /// On a cluster, where the day hash lies in another slot than the
-    /// task's: adds the counters to it (and to the tenant's totals, when
-    /// kept) in calls of their own, and reads the day's tokens when
-    /// `read_tokens`.
-    async fn count_day_apart(
-        &self,
-        tenant: &TenantId,
-        day_key: &str,
-        counters: &[(String, u64)],
-        read_tokens: bool,
-    ) -> Result<Option<u64>, QueueError> {
-        if !counters.is_empty() {
-            let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(day_key, f, *n)).collect();
-            cmds.push(redis::Cmd::expire(day_key, USAGE_TTL_S as i64));
-            if self.settings().tenant_totals {
-                let total = self.keys().usage_total(tenant);
-                cmds.extend(counters.iter().map(|(f, n)| redis::Cmd::hincr(&total, f, *n)));
-            }
-            let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
-        }
-        if !read_tokens {
-            return Ok(None);
-        }
-        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
-        Ok(Some(spent.into_iter().flatten().next().unwrap_or(0)))
-    }
-
     /// Counts ended tasks by outcome in their tenants' usage of today.
-    pub async fn count_outcomes(&self, ended: &[(&TenantId, &'static str)]) -> Result<(), QueueError> {
+    pub async fn count_outcomes(self, ended: &[(&TenantId, &'static str)]) -> Result<(), QueueError> {
         if ended.is_empty() {
             return Ok(());
         }
@@ -134,27 +154,12 @@ impl Queue {
         totals.truncate(days);
         self.expire_made_days(&keys, &totals).await
     }
+}
 
-    /// Sets the TTL of the day keys a count of outcomes made.
-    async fn expire_made_days(&self, keys: &[(String, i64)], totals: &[i64]) -> Result<(), QueueError> {
-        // A day key is made by the first count of some field; only a count
-        // that made its field can have made the key, so only then is its
-        // TTL set (the other writer of day keys sets it each time).
-        let made: Vec<redis::Cmd> = keys
-            .iter()
-            .zip(totals)
-            .filter(|((_, n), total)| **total == *n)
-            .map(|((key, _), _)| redis::Cmd::expire(key, USAGE_TTL_S as i64))
-            .collect();
-        if !made.is_empty() {
-            let _: Vec<redis::Value> = self.redis().query_many(made).await?;
-        }
-        Ok(())
-    }
-
+impl Reader<'_> {
     /// Every tenant's all-time totals (kept while per-tenant metrics are
     /// on), by tenant name; tenants with nothing counted are left out.
-    pub async fn tenant_totals(&self) -> Result<Vec<(TenantId, Meter)>, QueueError> {
+    pub async fn tenant_totals(self) -> Result<Vec<(TenantId, Meter)>, QueueError> {
         let names: Vec<Vec<String>> = self.redis().query_many(vec![redis::Cmd::smembers(self.keys().tenants())]).await?;
         let mut tenants: Vec<TenantId> = names.into_iter().flatten().filter_map(|t| TenantId::parse(&t).ok()).collect();
         tenants.sort();
@@ -165,7 +170,7 @@ impl Queue {
 
     /// A tenant's usage per UTC day from `from` to `to` (epoch ms of their
     /// midnights), oldest first; days with nothing counted are left out.
-    pub async fn usage_days(&self, tenant: &TenantId, from_ms: i64, to_ms: i64) -> Result<Vec<(String, Meter)>, QueueError> {
+    pub async fn usage_days(self, tenant: &TenantId, from_ms: i64, to_ms: i64) -> Result<Vec<(String, Meter)>, QueueError> {
         let days: Vec<String> = (0..=(to_ms - from_ms) / clock::DAY_MS)
             .take(MAX_USAGE_DAYS as usize)
             .map(|i| clock::utc_day(from_ms + i * clock::DAY_MS))

@@ -156,7 +156,7 @@ impl Schedules<'_> {
     async fn submit(&self, schedule: &Schedule, due_ms: i64) -> Result<Option<Fired>, QueueError> {
         let mut spec = schedule.task.clone();
         spec.idempotency_key = Some(format!("schedule:{}:{due_ms}", schedule.id));
-        let task = match self.queue.submit(&schedule.tenant, spec).await {
+        let task = match self.queue.submitter().submit(&schedule.tenant, spec).await {
             Ok(submitted) => Some(submitted.id),
             Err(QueueError::IdempotencyConflict) => {
                 tracing::warn!(schedule_id = %schedule.id, due_ms, "a task with this run's idempotency key and another body exists; no task made");

@@ -186,7 +186,7 @@ impl Dispatcher {
                 ids.len() - 1
             });
         }
-        let records = self.queue.get_many(tenant, &ids).await?;
+        let records = self.queue.reader().get_many(tenant, &ids).await?;
         let mut messages = Vec::with_capacity(wanted.iter().map(|w| w.endpoints.len()).sum());
         for w in &wanted {
             let read = &reads[w.read];
@@ -245,7 +245,7 @@ impl Dispatcher {
         if wanting.is_empty() {
             return Ok(Vec::new());
         }
-        let Some(record) = self.queue.batch(tenant, &batch_id).await? else { return Ok(Vec::new()) };
+        let Some(record) = self.queue.reader().batch(tenant, &batch_id).await? else { return Ok(Vec::new()) };
         let ended_key = self.queue.keys().batch_ended(&batch_id);
         let mut conn = self.queue.redis().shared();
         let (ended,): (u64,) = redis::pipe()
@@ -259,7 +259,7 @@ impl Dispatcher {
         if ended < record.total {
             return Ok(Vec::new());
         }
-        let (counts, finished) = self.queue.batch_counts(&record).await?;
+        let (counts, finished) = self.queue.reader().batch_counts(&record).await?;
         let data = json!({
             "id": record.id,
             "created_at": clock::rfc3339(record.created_at_ms),

@@ -1,11 +1,11 @@
 //! Key names in xdotool's syntax, which the computer tool's `key`,
 //! `hold_key` and held-modifier `text` use (`"ctrl+s"`, `"Return"`,
 //! `"KP_0"`, `"ctrl+a Delete"`), turned into names the sandboxes press
-//! (those [`crate::sandbox::keys::lookup`] knows). Most xdotool names are
+//! (those [`crate::sandbox::keyboard::lookup`] knows). Most xdotool names are
 //! already such names; punctuation keysym names (`equal`, `comma`) become
 //! their character and keypad keys (`KP_0`, `KP_Add`) the key they type.
 
-use crate::sandbox::keys::{char_keysym, lookup};
+use crate::sandbox::keyboard::{char_keysym, lookup};
 
 /// The chords of a key sequence, pressed one after the other: `"ctrl+a
 /// Delete"` is two. Says what is wrong when a name is unknown.

@@ -3,13 +3,13 @@
 //! `screenshot`, `scroll`, `type`, `wait`), so one mapping serves both. Keys
 //! a pointer action holds (`keys`) become a `key_down` before it and a
 //! `key_up` after it; scroll distances in pixels become wheel clicks; key
-//! names become the ones our sandboxes press (`sandbox::keys::lookup`).
+//! names become the ones our sandboxes press (`sandbox::keyboard::lookup`).
 
 use flotilla_types::action::{Action, MouseButton};
 
 use super::json::At;
 use crate::model::{ModelAction, ModelError};
-use crate::sandbox::keys;
+use crate::sandbox::keyboard;
 
 /// OpenAI scroll distances are pixels (its browser driver passes them to
 /// `window.scrollBy`); our scroll counts wheel clicks. One click scrolls
@@ -147,7 +147,7 @@ pub fn key_name(openai: &str) -> Option<String> {
     if let Some((_, ours)) = KEY_NAMES.iter().find(|(theirs, _)| *theirs == folded) {
         return Some((*ours).to_owned());
     }
-    keys::lookup(openai).map(|_| openai.to_owned())
+    keyboard::lookup(openai).map(|_| openai.to_owned())
 }
 
 /// `"ctrl+c"` written as one key is two; `"+"` alone is the plus key.
@@ -242,7 +242,7 @@ mod tests {
             ("/", "/"),
         ] {
             assert_eq!(key_name(theirs).as_deref(), Some(ours), "{theirs}");
-            assert!(keys::lookup(ours).is_some(), "{ours} must be pressable");
+            assert!(keyboard::lookup(ours).is_some(), "{ours} must be pressable");
         }
         assert_eq!(key_name("HYPERDRIVE"), None);
     }

@@ -7,7 +7,6 @@
 //! subtype alone says nothing), and an exit without any `result` line (it
 //! could not start, or could not find the session to resume).
 
-use flotilla_queue::queue::Attempt;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::StopCode;
 use serde_json::Value;
@@ -15,7 +14,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::gateway_tls;
 use crate::gateway::TaskToken;
-use crate::pipeline::PipelineError;
+use crate::pipeline::{PipelineError, TaskHandle};
 use crate::sandbox::CommandOutput;
 
 /// Where the prompt is written, relative to the sandbox's home and outside
@@ -125,7 +124,10 @@ pub(super) fn parse_block(line: &str) -> Option<Value> {
 
 /// Emits one `block` event per output line, in order, until the output
 /// ends; returns what the lines told.
-pub(super) async fn relay_blocks(attempt: &Attempt, mut lines: UnboundedReceiver<String>) -> Result<CliStream, PipelineError> {
+pub(super) async fn relay_blocks(
+    task: &dyn TaskHandle,
+    mut lines: UnboundedReceiver<String>,
+) -> Result<CliStream, PipelineError> {
     let mut stream = CliStream::default();
     while let Some(line) = lines.recv().await {
         let Some(block) = parse_block(&line) else {
@@ -135,7 +137,7 @@ pub(super) async fn relay_blocks(attempt: &Attempt, mut lines: UnboundedReceiver
             continue;
         };
         stream.note(&block);
-        attempt.emit(EventKind::Block { block }, &[]).await?;
+        task.emit(EventKind::Block { block }, &[]).await?;
     }
     Ok(stream)
 }

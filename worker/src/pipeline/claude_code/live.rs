@@ -59,15 +59,15 @@ impl<'a> LiveFiles<'a> {
     async fn look(&mut self) -> Result<(), PipelineError> {
         let now = workdir::snapshot(self.sandbox).await?;
         let changed = workdir::changed(&self.last, &now);
-        let attempt = &self.run.attempt;
-        let (stored, _skipped) = workdir::store_artifacts(self.sandbox, self.blobs, attempt.task_id(), &changed).await?;
+        let task = &self.run.task;
+        let (stored, _skipped) = workdir::store_artifacts(self.sandbox, self.blobs, task.task_id(), &changed).await?;
         for file in stored {
             let event = EventKind::File { path: file.path, op: FileOp::Write, hash: Some(file.hash), bytes: file.bytes };
-            attempt.emit(event, &[]).await?;
+            task.emit(event, &[]).await?;
         }
         for path in self.last.keys().filter(|path| !now.contains_key(*path)) {
             let event = EventKind::File { path: path.clone(), op: FileOp::Delete, hash: None, bytes: 0 };
-            attempt.emit(event, &[]).await?;
+            task.emit(event, &[]).await?;
         }
         self.last = now;
         Ok(())

@@ -49,7 +49,7 @@ use self::cli::{Finished, Invocation};
 use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
-use super::{Outcome, Pipeline, PipelineError, Session, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
 use crate::gateway::{CallReports, CallUsage, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
@@ -60,12 +60,12 @@ pub(super) const TOKEN_GRACE: Duration = Duration::from_secs(60);
 /// Runs the `claude` CLI on the task's prompt.
 pub struct ClaudeCode;
 
-impl Pipeline for ClaudeCode {
+impl PipelineRunner for ClaudeCode {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let (gateway, blobs) = requirements(run)?;
-            let earlier = match &run.attempt.spec.continue_task {
-                Some(id) => Some(resume::earlier(&run.attempt, id).await?),
+            let earlier = match &run.task.spec().continue_task {
+                Some(id) => Some(resume::earlier(run.task.as_ref(), id).await?),
                 None => None,
             };
             let session = Session::open(run).await?;
@@ -102,15 +102,16 @@ async fn run_in_sandbox(
 ) -> Result<Value, PipelineError> {
     let (provider, id) = session.sandbox()?;
     let sandbox = Sandbox { provider, id };
-    let attempt = &run.attempt;
+    let task = run.task.as_ref();
+    let spec = task.spec();
     let cwd = session.guard(workdir::prepare(sandbox)).await?;
     if let Some(earlier) = earlier {
-        session.guard(resume::restore(sandbox, blobs, attempt, earlier, &cwd)).await?;
+        session.guard(resume::restore(sandbox, blobs, task, earlier, &cwd)).await?;
     }
-    if let Some(files) = &attempt.spec.files {
-        session.guard(workdir::write_inputs(sandbox, files, blobs, attempt.tenant())).await?;
+    if let Some(files) = &spec.files {
+        session.guard(workdir::write_inputs(sandbox, files, blobs, task.tenant())).await?;
     }
-    session.guard(sandbox.write(cli::PROMPT_FILE, attempt.spec.prompt.as_bytes())).await?;
+    session.guard(sandbox.write(cli::PROMPT_FILE, spec.prompt.as_bytes())).await?;
     let before = session.guard(workdir::snapshot(sandbox)).await?;
 
     let deadline = session.steps().limits().deadline;
@@ -120,8 +121,8 @@ async fn run_in_sandbox(
     let mut calls = token.calls();
     let invocation = Invocation {
         work_dir: WORK_DIR,
-        model: attempt.spec.model.as_deref(),
-        max_turns: attempt.spec.max_steps,
+        model: spec.model.as_deref(),
+        max_turns: spec.max_steps,
         resume: earlier.map(|e| e.session_id.as_str()),
         token: &token,
     };
@@ -148,9 +149,9 @@ async fn run_in_sandbox(
 
     let after = session.guard(workdir::snapshot(sandbox)).await?;
     let changed = workdir::changed(&before, &after);
-    let (artifacts, skipped) = session.guard(workdir::store_artifacts(sandbox, blobs, attempt.task_id(), &changed)).await?;
+    let (artifacts, skipped) = session.guard(workdir::store_artifacts(sandbox, blobs, task.task_id(), &changed)).await?;
     let saved = match &finished.session_id {
-        Some(session_id) => Some(session.guard(resume::save(sandbox, blobs, attempt.task_id(), &cwd, session_id)).await?),
+        Some(session_id) => Some(session.guard(resume::save(sandbox, blobs, task.task_id(), &cwd, session_id)).await?),
         None => None,
     };
     Ok(result_of(&finished, &artifacts, &skipped, saved.as_ref()))
@@ -167,14 +168,14 @@ async fn grant(
     bridge: Option<&GatewayBridge>,
 ) -> Result<TaskToken, PipelineError> {
     let ttl = gateway.token_ttl().min(deadline.saturating_duration_since(Instant::now()) + TOKEN_GRACE);
-    let spec = &run.attempt.spec;
+    let spec = run.task.spec();
     let limits = GrantLimits {
         models: spec.model.clone().map(|m| vec![m]),
         // Refused only once the budget is crossed (the call that crosses it is answered).
         max_tokens: spec.budget.and_then(|b| b.max_tokens).map(|max| max.saturating_add(1)),
         ..GrantLimits::default()
     };
-    gateway.grant_with(run.attempt.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
+    gateway.grant_with(run.task.task_id(), ttl, limits, bridge).await.map_err(|e| PipelineError::Retryable(e.to_string()))
 }
 
 /// Counts each model call on the task as the gateway reports it; returns
@@ -206,7 +207,7 @@ async fn run_cli(run: &TaskRun, sandbox: Sandbox<'_>, command: &str, deadline: I
     let (lines, received) = mpsc::unbounded_channel();
     let running =
         async { sandbox.provider.run_streaming(sandbox.id, command, timeout, lines).await.map_err(PipelineError::from) };
-    let (output, stream) = tokio::try_join!(running, cli::relay_blocks(&run.attempt, received))?;
+    let (output, stream) = tokio::try_join!(running, cli::relay_blocks(run.task.as_ref(), received))?;
     tracing::debug!(exit_code = output.exit_code, blocks = stream.blocks, "claude finished");
     cli::judge(&stream, &output)
 }

@@ -13,15 +13,14 @@
 //! rebuilt by the CLI.
 
 use flotilla_blobstore::BlobStore;
-use flotilla_queue::queue::Attempt;
 use flotilla_types::ids::TaskId;
-use flotilla_types::task::{Pipeline as PipelineKind, StopCode, TaskFiles, TaskStatus};
+use flotilla_types::task::{Pipeline, StopCode, TaskFiles, TaskStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::cli::quoted;
 use super::workdir::{self, blob_failure, Artifact, Sandbox, WORK_DIR};
-use crate::pipeline::PipelineError;
+use crate::pipeline::{PipelineError, TaskHandle};
 
 /// The CLI's config directory, relative to the sandbox's home.
 const CONFIG_DIR: &str = ".claude";
@@ -48,13 +47,13 @@ pub(super) struct Earlier {
 
 /// Looks up the task `id` continues: a succeeded claude-code task of the
 /// same tenant that recorded its session.
-pub(super) async fn earlier(attempt: &Attempt, id: &TaskId) -> Result<Earlier, PipelineError> {
+pub(super) async fn earlier(task: &dyn TaskHandle, id: &TaskId) -> Result<Earlier, PipelineError> {
     let not_resumable =
         |why: &str| PipelineError::Fatal { code: StopCode::Problem, message: format!("continue_task {id}: {why}") };
-    let Some(record) = attempt.queue().get(attempt.tenant(), id).await? else {
+    let Some(record) = task.task_record(id).await? else {
         return Err(not_resumable("no such task"));
     };
-    if record.spec.pipeline != Some(PipelineKind::ClaudeCode) {
+    if record.spec.pipeline != Some(Pipeline::ClaudeCode) {
         return Err(not_resumable("not a claude-code task"));
     }
     if record.status != TaskStatus::Succeeded {
@@ -95,12 +94,12 @@ pub(super) fn project_dir(cwd: &str) -> String {
 pub(super) async fn restore(
     sandbox: Sandbox<'_>,
     blobs: &BlobStore,
-    attempt: &Attempt,
+    task: &dyn TaskHandle,
     earlier: &Earlier,
     cwd: &str,
 ) -> Result<(), PipelineError> {
     if let Some(inputs) = &earlier.inputs {
-        workdir::write_inputs(sandbox, inputs, blobs, attempt.tenant()).await?;
+        workdir::write_inputs(sandbox, inputs, blobs, task.tenant()).await?;
     }
     let layout = blobs.layout();
     let artifacts = layout.task_artifacts(&earlier.task);

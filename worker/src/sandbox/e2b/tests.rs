@@ -112,7 +112,7 @@ async fn sandbox_e2b_killed_from_outside_is_reported_gone() {
     assert!(matches!(click, Err(SandboxError::NotFound(_))), "{click:?}");
     let shot = provider.screenshot(&sandbox.id).await;
     assert!(matches!(shot, Err(SandboxError::NotFound(_))), "{shot:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "gone took {:?} to notice", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(10), "gone took {:?} to notice", started.elapsed());
 }
 
 #[tokio::test]
@@ -173,6 +173,7 @@ async fn sandbox_e2b_pool_with_a_wrong_key_fails_clearly_without_a_retry_storm()
     let pool = SandboxPool::new(Arc::new(provider), PoolConfig { warm: 1, ..PoolConfig::default() });
     let result = pool.acquire(&SandboxRequest::default(), &CancellationToken::new()).await;
     assert!(matches!(&result, Err(SandboxError::Unauthorized(m)) if m.contains("API key")), "{:?}", result.err());
+    // The sleep is what is tested: in 2.5 s, no more requests.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(fake.control_requests(), 2, "one refused create for the task, one for the warm pool, and no more");
     pool.shutdown().await;

@@ -1,6 +1,6 @@
 //! Actions as xdotool command lines, the way the E2B Desktop SDK drives its
 //! desktop: each action is one shell command run through envd. Key names go
-//! through [`keys`](crate::sandbox::keys), the same mapping the local
+//! through [`keyboard`](crate::sandbox::keyboard), the same mapping the local
 //! provider uses, and leave as keysym names xdotool understands; typed text
 //! and every other argument are single-quoted for the shell. Points are
 //! checked against the screen here, so a bad action fails before any
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use flotilla_types::action::{Action, MouseButton};
 
-use crate::sandbox::{keys, SandboxError};
+use crate::sandbox::{keyboard, SandboxError};
 
 /// The most wheel clicks a scroll may ask for on one axis.
 const MAX_SCROLL_CLICKS: u32 = 1_000;
@@ -150,7 +150,7 @@ fn scroll(screen: (u32, u32), point: (u32, u32), dx: i32, dy: i32) -> Result<Str
 /// ASCII runs go at `key_delay`; other characters, which the keymap may
 /// lack, at [`REMAPPED_KEY_DELAY`].
 fn type_text(text: &str, key_delay: Duration) -> Result<Step, SandboxError> {
-    keys::text(text)?;
+    keyboard::text(text)?;
     let normalized = text.replace("\r\n", "\n").replace('\r', "\n");
     let mut commands = Vec::new();
     let mut timeout = BASE_ACTION_TIMEOUT;
@@ -184,13 +184,13 @@ fn runs(text: &str) -> Vec<(&str, bool)> {
 
 /// A chord as xdotool's `key` argument: keysym names joined with `+`.
 fn chord(keys: &[String]) -> Result<String, SandboxError> {
-    let names: Vec<String> = keys::chord(keys)?.into_iter().map(|k| k.name).collect();
+    let names: Vec<String> = keyboard::chord(keys)?.into_iter().map(|k| k.name).collect();
     Ok(names.join("+"))
 }
 
 /// `keydown`/`keyup` with each key of a chord, released in reverse order.
 fn hold(keys: &[String], verb: &str, reverse: bool) -> Result<Vec<String>, SandboxError> {
-    let mut names: Vec<String> = keys::chord(keys)?.into_iter().map(|k| k.name).collect();
+    let mut names: Vec<String> = keyboard::chord(keys)?.into_iter().map(|k| k.name).collect();
     if reverse {
         names.reverse();
     }

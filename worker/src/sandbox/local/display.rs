@@ -24,7 +24,7 @@ use super::damage::Watch;
 use super::launch::x_socket;
 use super::xauth::{self, Cookie};
 
-use crate::sandbox::keys::Keysym;
+use crate::sandbox::keyboard::Keysym;
 use crate::sandbox::{SandboxError, Screenshot};
 
 /// The keysym of the left Shift key.

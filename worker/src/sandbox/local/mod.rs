@@ -62,7 +62,7 @@ use self::display::Display;
 use self::jail::JailSettings;
 use self::launch::Launcher;
 use super::{
-    keys, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
+    keyboard, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
     Screenshot,
 };
 
@@ -432,20 +432,20 @@ impl LocalProvider {
             Action::Drag { path } => blocking(move || display.drag(&path)).await,
             Action::Scroll { x, y, scroll_x, scroll_y } => blocking(move || display.scroll(x, y, scroll_x, scroll_y)).await,
             Action::Type { text } => {
-                let keys = keys::text(&text)?;
+                let keys = keyboard::text(&text)?;
                 let delay = self.inner.config.key_delay;
                 blocking(move || display.type_keys(&keys, delay)).await
             }
             Action::Keypress { keys } => {
-                let keys = keys::chord(&keys)?;
+                let keys = keyboard::chord(&keys)?;
                 blocking(move || display.chord(&keys)).await
             }
             Action::KeyDown { keys } => {
-                let keys = keys::chord(&keys)?;
+                let keys = keyboard::chord(&keys)?;
                 blocking(move || display.hold(&keys, true)).await
             }
             Action::KeyUp { keys } => {
-                let keys = keys::chord(&keys)?;
+                let keys = keyboard::chord(&keys)?;
                 blocking(move || display.hold(&keys, false)).await
             }
             Action::Wait { ms } => {

@@ -23,6 +23,7 @@ use std::sync::LazyLock;
 use super::{archived_score, store_failed, ArchivedTask};
 use crate::error::QueueError;
 use crate::queue::feed::events_of;
+use crate::queue::Housekeeper;
 use crate::queue::{FeedEntry, FeedId, Queue};
 use crate::redis_lua;
 use flotilla_types::ids::{TaskId, TenantId};
@@ -68,32 +69,6 @@ pub(crate) static MARK_FEED: LazyLock<Script> = LazyLock::new(|| redis_lua::scri
 pub(crate) static END_TURN: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/end_turn.lua")], &[]));
 
 impl Queue {
-    /// Moves every tenant's tasks that ended before the hot window, and its
-    /// feed entries older than it, to the object store. Nothing to do
-    /// without a store or on a cluster, or while another worker's pass
-    /// runs.
-    pub async fn archive_finished(&self) -> Result<ArchivePass, QueueError> {
-        if self.archive.is_none() || self.redis.is_cluster() {
-            return Ok(ArchivePass::default());
-        }
-        let mut conn = self.redis.shared();
-        let token = TaskId::generate().as_str().to_owned();
-        let turn: Option<String> = redis::cmd("SET")
-            .arg(self.keys.archiving())
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(TURN_MS)
-            .query_async(&mut conn)
-            .await?;
-        if turn.is_none() {
-            return Ok(ArchivePass::default());
-        }
-        let done = self.archive_every_tenant().await;
-        let _: i64 = END_TURN.key(self.keys.archiving()).arg(&token).invoke_async(&mut conn).await?;
-        done
-    }
-
     async fn archive_every_tenant(&self) -> Result<ArchivePass, QueueError> {
         let mut conn = self.redis.shared();
         let tenants: Vec<String> = redis::cmd("SMEMBERS").arg(self.keys.tenants()).query_async(&mut conn).await?;
@@ -213,12 +188,40 @@ impl Queue {
             .await?;
         Ok(moved == 1)
     }
+}
+
+impl Housekeeper<'_> {
+    /// Moves every tenant's tasks that ended before the hot window, and its
+    /// feed entries older than it, to the object store. Nothing to do
+    /// without a store or on a cluster, or while another worker's pass
+    /// runs.
+    pub async fn archive_finished(self) -> Result<ArchivePass, QueueError> {
+        if self.archive.is_none() || self.redis.is_cluster() {
+            return Ok(ArchivePass::default());
+        }
+        let mut conn = self.redis.shared();
+        let token = TaskId::generate().as_str().to_owned();
+        let turn: Option<String> = redis::cmd("SET")
+            .arg(self.keys.archiving())
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(TURN_MS)
+            .query_async(&mut conn)
+            .await?;
+        if turn.is_none() {
+            return Ok(ArchivePass::default());
+        }
+        let done = self.archive_every_tenant().await;
+        let _: i64 = END_TURN.key(self.keys.archiving()).arg(&token).invoke_async(&mut conn).await?;
+        done
+    }
 
     /// Deletes from the store, and then from the `archived` sets, the
     /// archived tasks whose retention has passed since they ended, and
     /// the feed segments older than the retention. Returns the tasks
     /// deleted.
-    pub async fn expire_archive(&self) -> Result<u64, QueueError> {
+    pub async fn expire_archive(self) -> Result<u64, QueueError> {
         let Some(archive) = &self.archive else { return Ok(0) };
         let mut conn = self.redis.shared();
         let tenants: Vec<String> = redis::cmd("SMEMBERS").arg(self.keys.tenants()).query_async(&mut conn).await?;

@@ -27,8 +27,8 @@ use anyhow::{bail, Context};
 use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -43,11 +43,11 @@ struct NoOp {
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
 }
 
-impl Pipeline for NoOp {
+impl PipelineRunner for NoOp {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         let now = Instant::now();
         if let Ok(mut started) = self.started.lock() {
-            started.insert(run.attempt.task_id().clone(), now);
+            started.insert(run.task.task_id().clone(), now);
         }
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
@@ -77,7 +77,7 @@ fn parse_args() -> anyhow::Result<Args> {
         bullmq_script: None,
         bullmq_official: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -121,7 +121,7 @@ fn config(url: &str, prefix: &str, concurrency: usize) -> anyhow::Result<Config>
 }
 
 fn noop_spec() -> TaskSpec {
-    TaskSpec { prompt: "no-op".into(), pipeline: Some(PipelineKind::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() }
+    TaskSpec { prompt: "no-op".into(), pipeline: Some(Pipeline::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() }
 }
 
 fn new_task(tenant: &TenantId, spec: &TaskSpec) -> NewTask {
@@ -202,7 +202,7 @@ fn start_worker(
     started: Arc<Mutex<HashMap<TaskId, Instant>>>,
 ) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(NoOp { started }));
+    registry.register(Pipeline::Scripted, Arc::new(NoOp { started }));
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     (shutdown, handle)
@@ -236,7 +236,7 @@ async fn throughput(url: &str, n: usize, tenants: usize, concurrency: usize) -> 
     let mut next = 0;
     while next < n {
         let batch = (n - next).min(1_000);
-        queue.create_tasks((next..next + batch).map(|i| new_task(&tenant_ids[i % tenants], &spec)).collect()).await?;
+        queue.submitter().create_tasks((next..next + batch).map(|i| new_task(&tenant_ids[i % tenants], &spec)).collect()).await?;
         next += batch;
     }
     let enqueue_s = enqueue_started.elapsed().as_secs_f64();
@@ -299,7 +299,7 @@ async fn latency(url: &str, n: usize, rate: u64, concurrency: usize) -> anyhow::
         let task = new_task(&tenant, &spec);
         let id = task.id.clone();
         let at = Instant::now();
-        queue.create_tasks(vec![task]).await?;
+        queue.submitter().create_tasks(vec![task]).await?;
         submitted.push((id, at));
     }
     while support::succeeded(&queue).await? < n as u64 {
@@ -370,7 +370,34 @@ async fn run(args: Args) -> anyhow::Result<Value> {
             Some(((*name).to_owned(), json!(median)))
         })
         .collect();
-    Ok(json!({ "rounds": rounds, "ratio_median": medians }))
+    let report = json!({ "rounds": rounds, "ratio_median": medians });
+    let (first_n, most_n) = (args.tenants[0], args.tenants.iter().copied().max().unwrap_or(1));
+    let tenants = |n: usize| if n == 1 { "1 tenant".to_owned() } else { format!("{n} tenants") };
+    let (first, most) = (tenants(first_n), tenants(most_n));
+    let of = if args.rounds == 1 { "one round".to_owned() } else { format!("median of {} rounds", args.rounds) };
+    let median = |name: &str, unit: &str| support::record::at(&report, &format!("/ratio_median/{name}")).map(|v| v + unit);
+    let ours_median = |tenants: usize, field: &str, unit: &str| {
+        let runs = report["rounds"].as_array().into_iter().flatten();
+        let mut values: Vec<f64> =
+            runs.filter_map(|r| ours_at(r["flotilla"]["throughput"].as_array()?, tenants)[field].as_f64()).collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).map(|v| format!("{v}{unit}"))
+    };
+    let mut figures = vec![
+        (format!("drain, {first}, against BullMQ ({of})"), median("drain_vs_bullmq", "×")),
+        (format!("drain, {first}, against bullmq-official ({of})"), median("drain_vs_bullmq_official", "×")),
+        (format!("enqueue, {first}, against BullMQ ({of})"), median("enqueue_vs_bullmq", "×")),
+        (format!("enqueue → start p50, BullMQ's over ours ({of})"), median("p50_bullmq_over_ours", "×")),
+        (format!("enqueue → start p99, BullMQ's over ours ({of})"), median("p99_bullmq_over_ours", "×")),
+        (format!("drain /s, {first} ({of})"), ours_median(first_n, "drain_per_s", "")),
+        (format!("Redis CPU per task, {first} ({of})"), ours_median(first_n, "redis_cpu_us_per_task", " µs")),
+    ];
+    if most_n != first_n {
+        figures.push((format!("drain, {most}, against BullMQ ({of})"), median("drain_vs_bullmq_t_most", "×")));
+        figures.push((format!("Redis CPU per task, {most} ({of})"), ours_median(most_n, "redis_cpu_us_per_task", " µs")));
+    }
+    support::record::append("Queue (`flotilla-bench`)", &figures)?;
+    Ok(report)
 }
 
 /// The port of a `redis://host:port` URL (6379 when it names none).

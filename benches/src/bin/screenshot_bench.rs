@@ -1,4 +1,4 @@
-//! `screenshot_bench`: what storing a computer-use trajectory's screenshots
+//! `flotilla-screenshot-bench`: what storing a computer-use trajectory's screenshots
 //! costs, printed as JSON.
 //!
 //! It starts its own `s3s-fs` on a free loopback port (and a `redis-server`
@@ -42,14 +42,14 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { tasks: 16, s3s_fs: None, no_redis: false };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--tasks" => args.tasks = it.next().context("--tasks needs a number")?.parse().context("--tasks takes a number")?,
             "--s3s-fs" => args.s3s_fs = Some(PathBuf::from(it.next().context("--s3s-fs needs a path")?)),
             "--no-redis" => args.no_redis = true,
             "--help" | "-h" => {
-                println!("screenshot_bench [--tasks 16] [--s3s-fs PATH] [--no-redis]");
+                println!("flotilla-screenshot-bench [--tasks 16] [--s3s-fs PATH] [--no-redis]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?} (see --help)"),
@@ -376,7 +376,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     }
 
     let fleet = throughput(&endpoint, "throughput", &trajectories).await?;
-    Ok(json!({
+    let report = json!({
         "trajectory": {
             "resolution": [WIDTH, HEIGHT],
             "steps_per_task": first.len(),
@@ -389,7 +389,33 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "uploader_throughput": fleet,
         "store": "s3s-fs 0.14.1 on loopback",
         "build": support::build_kind(),
-    }))
+    });
+    support::record::append("Screenshot store (`flotilla-screenshot-bench`)", &figures(&report))?;
+    Ok(report)
+}
+
+/// The headline figures: per mode, what a first task and the same
+/// trajectory on another worker send and wait per screenshot; the
+/// uploader's throughput.
+fn figures(report: &Value) -> Vec<(String, Option<String>)> {
+    let mut figures = Vec::new();
+    for (mode, costs) in report["modes"].as_object().into_iter().flatten() {
+        for (run, label) in
+            [("first_task", "first task"), ("same_trajectory_on_another_worker", "same trajectory, another worker")]
+        {
+            let of = &costs[run];
+            let sent = of["sent_per_seen"].as_f64().map(|s| s.to_string());
+            let ms_at = |key: &str| support::record::shown(&of["ms_per_screenshot"][key]);
+            let ms = ms_at("p50").zip(ms_at("p95")).map(|(p50, p95)| format!("{p50} / {p95} ms"));
+            figures.push((format!("{mode}, {label}: bytes sent per byte seen"), sent));
+            figures.push((format!("{mode}, {label}: ms per screenshot, p50 / p95"), ms));
+        }
+    }
+    let fleet = &report["uploader_throughput"];
+    let throughput =
+        format!("{} images/s, {} MB/s sent ({} tasks)", fleet["images_per_s"], fleet["mb_sent_per_s"], fleet["tasks"]);
+    figures.push(("uploader throughput".to_owned(), fleet.is_object().then_some(throughput)));
+    figures
 }
 
 fn main() -> anyhow::Result<()> {

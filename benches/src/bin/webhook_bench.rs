@@ -28,8 +28,8 @@ use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_queue::webhooks::{EventType, NewEndpoint, Webhooks};
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 /// A pipeline that does nothing.
 struct NoOp;
 
-impl Pipeline for NoOp {
+impl PipelineRunner for NoOp {
     fn run<'a>(&'a self, _: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async { Ok(Outcome::Succeeded(Value::Null)) }.boxed()
     }
@@ -54,7 +54,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { redis_url: None, tasks: 20_000, concurrency: 50, rounds: 3 };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -141,7 +141,7 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
         hooks.create(&tenant, NewEndpoint { url: silent.url.clone(), events, batch_id: None }).await?;
     }
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(NoOp));
+    registry.register(Pipeline::Scripted, Arc::new(NoOp));
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn(flotilla_worker::run_with(config, registry, shutdown.clone()));
     submit(&queue, &tenant, WARM_UP).await?;
@@ -180,18 +180,14 @@ async fn drain(url: &str, n: usize, concurrency: usize, hook: Option<&Silent>) -
 
 /// Submits `n` no-op tasks of `tenant` in chunks of 1 000.
 async fn submit(queue: &Queue, tenant: &TenantId, n: usize) -> anyhow::Result<()> {
-    let spec = TaskSpec {
-        prompt: "no-op".into(),
-        pipeline: Some(PipelineKind::Scripted),
-        actions: Some(Vec::new()),
-        ..TaskSpec::default()
-    };
+    let spec =
+        TaskSpec { prompt: "no-op".into(), pipeline: Some(Pipeline::Scripted), actions: Some(Vec::new()), ..TaskSpec::default() };
     let mut next = 0;
     while next < n {
         let chunk = (n - next).min(1_000);
         let tasks =
             (0..chunk).map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() });
-        queue.create_tasks(tasks.collect()).await?;
+        queue.submitter().create_tasks(tasks.collect()).await?;
         next += chunk;
     }
     Ok(())
@@ -205,7 +201,7 @@ async fn wait_succeeded(queue: &Queue, n: usize) -> anyhow::Result<()> {
 }
 
 async fn succeeded(queue: &Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+    Ok(queue.reader().fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 /// Messages made so far for the silent endpoint (every pending one).
@@ -276,7 +272,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     drop(own);
     let [[without, process_without, redis_without], [with, process_with, redis_with]] =
         figures.map(|mode| mode.map(|mut v| median(&mut v)));
-    Ok(json!({
+    let report = json!({
         "runs": runs,
         "median_drain_per_s_without_webhook": without,
         "median_drain_per_s_with_silent_endpoint": with,
@@ -285,7 +281,33 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "median_redis_cpu_ms_per_1k_tasks": {"without_webhook": redis_without, "with_silent_endpoint": redis_with},
         "silent_endpoint_connections_at_most": silent.most.load(Ordering::Relaxed),
         "silent_endpoint_connections_accepted": silent.accepted.load(Ordering::Relaxed),
-    }))
+    });
+    let rounds = if args.rounds == 1 { "1 round".to_owned() } else { format!("{} rounds", args.rounds) };
+    support::record::append(
+        "Drain beside a silent webhook endpoint (`flotilla-webhook-bench`)",
+        &[
+            (
+                format!("drain beside the silent endpoint / without, {rounds}"),
+                Some(format!("{} ({with} / {without} per s)", report["ratio"])),
+            ),
+            (
+                format!("Redis CPU ms per 1 000 tasks, without / silent, {rounds}"),
+                Some(format!("{redis_without} / {redis_with}")),
+            ),
+            (
+                format!("process CPU ms per 1 000 tasks, without / silent, {rounds}"),
+                Some(format!("{process_without} / {process_with}")),
+            ),
+            (
+                format!("silent endpoint's connections at most (accepted), {rounds}"),
+                Some(format!(
+                    "{} ({})",
+                    report["silent_endpoint_connections_at_most"], report["silent_endpoint_connections_accepted"]
+                )),
+            ),
+        ],
+    )?;
+    Ok(report)
 }
 
 #[tokio::main]

@@ -2,10 +2,13 @@
 //! themselves (a `redis-server`, an `s3s-fs`), each stopped and its
 //! directory removed on drop, percentile summaries of timings, a plain text
 //! table, the one-line usage error that exits with status 2, and what Redis
-//! and the queue say about a run (memory used, tasks succeeded).
+//! and the queue say about a run (memory used, tasks succeeded); `record`
+//! appends a run's headline figures to a result file (`--record FILE`).
 //!
 //! Each benchmark uses a part of this, so items unused by one are allowed.
 #![allow(dead_code)]
+
+pub mod record;
 
 use std::future::Future;
 use std::net::TcpListener;
@@ -261,7 +264,7 @@ pub async fn used_memory(queue: &flotilla_queue::queue::Queue) -> anyhow::Result
 
 /// Tasks the fleet counted as succeeded.
 pub async fn succeeded(queue: &flotilla_queue::queue::Queue) -> anyhow::Result<u64> {
-    Ok(queue.fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
+    Ok(queue.reader().fleet_stats().await?.outcomes.get("succeeded").copied().unwrap_or(0))
 }
 
 #[cfg(test)]

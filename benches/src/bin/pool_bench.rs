@@ -1,4 +1,4 @@
-//! `pool_bench`: how well the warm sandbox pool serves tasks on the local
+//! `flotilla-pool-bench`: how well the warm sandbox pool serves tasks on the local
 //! provider, printed as tables and one JSON line.
 //!
 //! - **acquire latency**: `--samples` acquires from a pool kept full (warm)
@@ -51,7 +51,7 @@ struct Args {
     max_seconds: u64,
 }
 
-const USAGE: &str = "pool_bench [--samples 30] [--warm 1,2] [--rate 1.0] [--seconds 30] [--burst 4] [--burst-every 10] [--max-live 12] [--traces steady,bursty] [--max-seconds 600]";
+const USAGE: &str = "flotilla-pool-bench [--samples 30] [--warm 1,2] [--rate 1.0] [--seconds 30] [--burst 4] [--burst-every 10] [--max-live 12] [--traces steady,bursty] [--max-seconds 600]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TraceKind {
@@ -371,8 +371,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "peak live",
     ];
     print_table(&header, &rows);
-    Ok(json!({
-        "bench": "pool_bench",
+    let report = json!({
+        "bench": "flotilla-pool-bench",
         "build": support::build_kind(),
         "acquire_ms": {
             "warm": Summary::of(&warm_ms).json(),
@@ -382,11 +382,47 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         },
         "trace_settings": { "rate_per_s": args.rate, "seconds": args.seconds, "hold_s": [HOLD.0, HOLD.1], "burst": args.burst, "burst_every_s": args.burst_every, "max_live": args.max_live, "seed": SEED },
         "traces": traces,
-    }))
+    });
+    support::record::append("Warm sandbox pool (`flotilla-pool-bench`)", &figures(&report, args.seconds))?;
+    Ok(report)
+}
+
+/// The headline figures: acquire latency p50 / p99 (ms), and per trace and
+/// warm size its hit rate, idle sandbox-seconds per task and acquire latency.
+fn figures(report: &Value, seconds: f64) -> Vec<(String, Option<String>)> {
+    let ms = |summary: &Value| {
+        let shown = |key: &str| summary.get(key).and_then(support::record::shown);
+        Some(format!("{} / {} ms", shown("p50")?, shown("p99")?))
+    };
+    let percent = |rate: &Value| rate.as_f64().map(|r| format!("{} %", round(r * 100.0, 1)));
+    let mut figures = vec![
+        ("acquire, warm (jailed), p50 / p99".to_owned(), ms(&report["acquire_ms"]["warm"])),
+        ("acquire, cold, jailed, p50 / p99".to_owned(), ms(&report["acquire_ms"]["cold"])),
+        ("acquire, cold, no jail, p50 / p99".to_owned(), ms(&report["acquire_ms"]["cold_no_jail"])),
+    ];
+    for trace in report["traces"].as_array().into_iter().flatten() {
+        let run = &trace["report"];
+        let name = format!("{} trace ({seconds} s), warm {}", trace["trace"].as_str().unwrap_or("?"), run["warm"]);
+        let arrivals = match (percent(&run["steady_hit_rate"]), percent(&run["burst_hit_rate"])) {
+            (Some(steady), Some(burst)) if run["burst_tasks"].as_u64() > Some(0) => {
+                format!(", steady / burst arrivals {steady} / {burst}")
+            }
+            _ => String::new(),
+        };
+        let hits = percent(&run["hit_rate"]).map(|hits| format!("{hits} ({} tasks{arrivals})", run["tasks"]));
+        figures.push((format!("{name}: hit rate"), hits));
+        figures.push((
+            format!("{name}: idle sandbox-s per task"),
+            support::record::shown(&run["idle_sandbox_s_per_task"])
+                .map(|idle| format!("{idle} (at most {} sandboxes live)", run["peak_live"])),
+        ));
+        figures.push((format!("{name}: acquire p50 / p99"), ms(&run["acquire_ms"])));
+    }
+    figures
 }
 
 fn main() -> ExitCode {
-    support::main(parse_args(std::env::args().skip(1)), USAGE, |args| args.max_seconds, run)
+    support::main(parse_args(support::record::args()), USAGE, |args| args.max_seconds, run)
 }
 
 #[cfg(test)]

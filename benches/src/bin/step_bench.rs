@@ -1,4 +1,4 @@
-//! `step_bench`: what one step of the computer-use loop costs beyond the
+//! `flotilla-step-bench`: what one step of the computer-use loop costs beyond the
 //! model and the action itself, on a real local desktop, printed as a table
 //! and one JSON line.
 //!
@@ -46,14 +46,15 @@ use flotilla_queue::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Term
 use flotilla_types::action::Action;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, SandboxSpec, TaskSpec};
+use flotilla_types::task::{Pipeline, SandboxSpec, TaskSpec};
 use flotilla_worker::acker::Acker;
+use flotilla_worker::execute::AttemptHandle;
 use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
 use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider, Screenshot};
-use flotilla_worker::{PipelineError, Registry, TaskRun};
+use flotilla_worker::{PipelineError, Registry, TaskHandle, TaskRun};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -83,7 +84,7 @@ struct Args {
     max_seconds: u64,
 }
 
-const USAGE: &str = "step_bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
+const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut args = Args {
@@ -170,13 +171,16 @@ impl Bench {
         let max_steps = u32::try_from(4 * (self.steps + WARMUP) + 8).unwrap_or(u32::MAX);
         let spec = TaskSpec {
             prompt: "step bench".into(),
-            pipeline: Some(PipelineKind::Scripted),
+            pipeline: Some(Pipeline::Scripted),
             sandbox: Some(sandbox),
             max_steps: Some(max_steps),
             ..TaskSpec::default()
         };
         let id = TaskId::generate();
-        self.queue.create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }]).await?;
+        self.queue
+            .submitter()
+            .create_tasks(vec![NewTask { id: id.clone(), tenant: self.tenant.clone(), batch: None, spec }])
+            .await?;
         let deadline = Instant::now() + CLAIM_TIMEOUT;
         while Instant::now() < deadline {
             let claims = self.claimer.next(1).await?;
@@ -204,7 +208,7 @@ impl Bench {
     async fn measure(&mut self, size: (u32, u32)) -> anyhow::Result<Value> {
         let attempt = Arc::new(self.claim(size).await?);
         let run = TaskRun {
-            attempt: Arc::clone(&attempt),
+            task: Arc::new(AttemptHandle::new(Arc::clone(&attempt))),
             cancel: CancellationToken::new(),
             tools: Arc::clone(&self.tools),
             metrics: self.metrics.clone(),
@@ -225,7 +229,7 @@ impl Bench {
         let scale = Scale::fit(session.resolution(), self.target);
         let mut steps = Steps::new(run);
         fill_screen(session, &mut steps).await?;
-        let (uploader, feed) = self.own_uploader(&run.attempt);
+        let (uploader, feed) = self.own_uploader(&run.task);
         let (mut parts, mut whole) = (Samples::default(), Samples::default());
         // The two kinds of step alternate, so both see the same desktop and load.
         for i in 0..WARMUP + self.steps {
@@ -243,11 +247,11 @@ impl Bench {
 
     /// An uploader beside the session's, whose feed emits the `screenshot`
     /// events and times each emit.
-    fn own_uploader(&self, attempt: &Arc<Attempt>) -> (Option<Uploader>, Option<tokio::task::JoinHandle<Vec<f64>>>) {
+    fn own_uploader(&self, task: &Arc<dyn TaskHandle>) -> (Option<Uploader>, Option<tokio::task::JoinHandle<Vec<f64>>>) {
         let Some(store) = &self.uploads else { return (None, None) };
         let uploader = Uploader::spawn(store.clone(), UploaderOptions::default());
         let mut feed = uploader.feed();
-        let attempt = Arc::clone(attempt);
+        let task = Arc::clone(task);
         let emits = tokio::spawn(async move {
             let mut ms = Vec::new();
             while let Some((_, image)) = feed.next().await {
@@ -259,7 +263,7 @@ impl Bench {
                     dedup: image.dedup,
                     step: None,
                 };
-                if attempt.emit(event, &[]).await.is_err() {
+                if task.emit(event, &[]).await.is_err() {
                     break;
                 }
                 ms.push(ms_since(started));
@@ -485,19 +489,39 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     drop(bench);
     acked.await?;
     pool.shutdown().await;
-    Ok(json!({
-        "bench": "step_bench",
+    let report = json!({
+        "bench": "flotilla-step-bench",
         "steps": args.steps,
         "store": if args.store { "s3s-fs on loopback" } else { "none" },
         "redis": if own_redis.is_some() { "own redis-server on loopback" } else { "given --redis-url" },
         "build": support::build_kind(),
         "load_average": { "before": load_before, "after": load_after },
         "sizes": sizes,
-    }))
+    });
+    support::record::append("Step-loop overhead (`flotilla-step-bench`)", &figures(&report))?;
+    Ok(report)
+}
+
+/// The headline figures of each size: the step's overhead, the step through
+/// the session, the screenshot; p50 / p95 in ms.
+fn figures(report: &Value) -> Vec<(String, Option<String>)> {
+    let mut figures = Vec::new();
+    for size in report["sizes"].as_array().into_iter().flatten() {
+        let name = format!("{}×{} → {}×{}", size["screen"][0], size["screen"][1], size["model"][0], size["model"][1]);
+        let ms = |summary: &Value| {
+            let shown = |key: &str| summary.get(key).and_then(support::record::shown);
+            Some(format!("{} / {} ms", shown("p50")?, shown("p95")?))
+        };
+        let png = size["parts"]["png_bytes_mean"].as_f64().map(|b| format!(" (PNG {:.0} KiB)", b / 1024.0)).unwrap_or_default();
+        figures.push((format!("{name}, whole step overhead, p50 / p95"), ms(&size["parts"]["ms"]["total"])));
+        figures.push((format!("{name}, whole, through the session, p50 / p95"), ms(&size["session"]["ms"]["total"])));
+        figures.push((format!("{name}, screenshot, p50 / p95"), ms(&size["parts"]["ms"]["screenshot"]).map(|ms| ms + &png)));
+    }
+    figures
 }
 
 fn main() -> ExitCode {
-    support::main(parse_args(std::env::args().skip(1)), USAGE, |args| args.max_seconds, run)
+    support::main(parse_args(support::record::args()), USAGE, |args| args.max_seconds, run)
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use flotilla_config::Config;
 use flotilla_queue::queue::{NewTask, Queue};
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{Pipeline as PipelineKind, TaskSpec};
-use flotilla_worker::{Outcome, Pipeline, PipelineError, Registry, TaskRun};
+use flotilla_types::task::{Pipeline, TaskSpec};
+use flotilla_worker::{Outcome, PipelineError, PipelineRunner, Registry, TaskRun};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -37,13 +37,13 @@ const HOT_S: i64 = 60;
 /// A run that reasons once and references four screenshots.
 struct FourShots;
 
-impl Pipeline for FourShots {
+impl PipelineRunner for FourShots {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let attempt = &run.attempt;
-            attempt.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
+            let task = &run.task;
+            task.emit(EventKind::Reasoning { text: "open the form and fill in the order".into() }, &[]).await?;
             for step in 0..4u32 {
-                let hash = content_hash(format!("{}-{step}", attempt.task_id()).as_bytes());
+                let hash = content_hash(format!("{}-{step}", task.task_id()).as_bytes());
                 let shot = EventKind::Screenshot {
                     key: format!("screenshots/{hash}.png"),
                     hash,
@@ -51,7 +51,7 @@ impl Pipeline for FourShots {
                     dedup: false,
                     step: Some(step),
                 };
-                attempt.emit(shot, &[]).await?;
+                task.emit(shot, &[]).await?;
             }
             Ok(Outcome::Succeeded(json!({"text": "done"})))
         }
@@ -66,7 +66,7 @@ struct Args {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args { tasks: 100_000, concurrency: 50 };
-    let mut it = std::env::args().skip(1);
+    let mut it = support::record::args();
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -109,7 +109,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let tenant = TenantId::parse("bench")?;
     let spec = TaskSpec {
         prompt: "fill in the order form".into(),
-        pipeline: Some(PipelineKind::Scripted),
+        pipeline: Some(Pipeline::Scripted),
         actions: Some(Vec::new()),
         ..TaskSpec::default()
     };
@@ -121,10 +121,10 @@ async fn run(args: Args) -> anyhow::Result<Value> {
             .map(|_| NewTask { id: TaskId::generate(), tenant: tenant.clone(), batch: None, spec: spec.clone() })
             .collect();
         ids.extend(batch.iter().map(|t| t.id.clone()));
-        queue.create_tasks(batch).await?;
+        queue.submitter().create_tasks(batch).await?;
     }
     let mut registry = Registry::default();
-    registry.register(PipelineKind::Scripted, Arc::new(FourShots));
+    registry.register(Pipeline::Scripted, Arc::new(FourShots));
     let shutdown = CancellationToken::new();
     let drain_started = Instant::now();
     let worker = tokio::spawn(flotilla_worker::run_with(config.clone(), registry, shutdown.clone()));
@@ -135,13 +135,13 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     shutdown.cancel();
     worker.await??;
     let memory_hot = support::used_memory(&queue).await?;
-    let events = queue.events_after(&tenant, &ids[0], 0).await?.len();
+    let events = queue.reader().events_after(&tenant, &ids[0], 0).await?.len();
 
     config.clock.advance(3 * HOT_S * 1000);
     let archive_started = Instant::now();
     let (mut archived, mut entries, mut segments) = (0, 0, 0);
     loop {
-        let pass = queue.archive_finished().await?;
+        let pass = queue.housekeeper().archive_finished().await?;
         archived += pass.tasks;
         entries += pass.entries;
         segments += pass.segments;
@@ -155,14 +155,14 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     // Every sampled task reads back whole from the archive.
     let sample: Vec<&TaskId> = ids.iter().step_by((ids.len() / 100).max(1)).collect();
     for id in &sample {
-        let record = queue.get(&tenant, id).await?.with_context(|| format!("archived task {id} does not read back"))?;
-        let history = queue.events_after(&tenant, id, 0).await?;
+        let record = queue.reader().get(&tenant, id).await?.with_context(|| format!("archived task {id} does not read back"))?;
+        let history = queue.reader().events_after(&tenant, id, 0).await?;
         if !record.status.is_terminal() || history.len() != events {
             bail!("archived task {id} reads back {} with {} of {events} events", record.status, history.len());
         }
     }
     let n = args.tasks as i64;
-    Ok(json!({
+    let report = json!({
         "tasks": args.tasks,
         "events_per_task": events,
         "drain_per_s": (args.tasks as f64 / drain_s).round(),
@@ -173,7 +173,27 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "feed_segments": segments,
         "archive_tasks_per_s": (archived as f64 / archive_s).round(),
         "sampled_reads_back": sample.len(),
-    }))
+    });
+    let at = |pointer: &str| support::record::at(&report, pointer);
+    let field = |pointer: &str| at(pointer).unwrap_or_default();
+    let pass = format!(
+        "{} tasks/s ({} tasks, {} feed entries, {} segments)",
+        field("/archive_tasks_per_s"),
+        field("/archived_tasks"),
+        field("/archived_feed_entries"),
+        field("/feed_segments")
+    );
+    support::record::append(
+        "Redis memory per finished task, hot and archived (`flotilla-archive-bench`)",
+        &[
+            ("Redis bytes per finished task, archived".to_owned(), at("/redis_bytes_per_finished_task_archived")),
+            ("Redis bytes per finished task, hot".to_owned(), at("/redis_bytes_per_finished_task_hot")),
+            ("archive pass".to_owned(), Some(pass)),
+            ("drain".to_owned(), at("/drain_per_s").map(|v| v + " tasks/s")),
+            ("sampled tasks read back whole".to_owned(), Some(format!("{0} of {0}", sample.len()))),
+        ],
+    )?;
+    Ok(report)
 }
 
 #[tokio::main]
