@@ -44,16 +44,31 @@ impl RedisServer {
         Self::launch_with(true, true)
     }
 
+    /// A new server on a free port. The port is free when picked but may be
+    /// taken before the server binds it (by another test's server, or, for
+    /// a cluster node, its bus port `port + 10000`): a server that exits
+    /// before answering is started again on another port, a few times.
     fn launch_with(aof: bool, cluster: bool) -> Self {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("flotilla-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("redis data dir");
-        let mut server = Self { port, dir, aof, cluster, child: None };
-        server.spawn();
-        server
+        for _ in 0..5 {
+            let port = if cluster { free_cluster_port() } else { free_port() };
+            let dir = std::env::temp_dir().join(format!("flotilla-redis-{port}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("redis data dir");
+            let mut server = Self { port, dir, aof, cluster, child: None };
+            match server.start_child() {
+                Started::Ready => return server,
+                Started::Exited => continue,
+            }
+        }
+        panic!("redis-server exited before answering on five free ports");
     }
 
     fn spawn(&mut self) {
+        if let Started::Exited = self.start_child() {
+            panic!("redis-server on port {} exited before answering", self.port);
+        }
+    }
+
+    fn start_child(&mut self) -> Started {
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -76,17 +91,22 @@ impl RedisServer {
         let child =
             cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("redis-server is installed (scripts/setup.sh)");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&self) {
+    /// Waits for a `PONG`, or for the server to exit first.
+    fn wait_ready(&mut self) -> Started {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
+                self.child = None;
+                return Started::Exited;
+            }
             if let Ok(client) = redis::Client::open(self.url()) {
                 if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) {
                     let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut conn);
                     if pong.is_ok() {
-                        return;
+                        return Started::Ready;
                     }
                 }
             }
@@ -212,4 +232,22 @@ impl Drop for RedisServer {
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A free port whose cluster bus port (`port + 10000`) is free too.
+fn free_cluster_port() -> u16 {
+    for _ in 0..100 {
+        let port = free_port();
+        if port <= u16::MAX - 10000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port with a free cluster bus port in 100 tries");
+}
+
+/// How starting a server's process went.
+enum Started {
+    Ready,
+    /// It exited before answering (its port was taken meanwhile).
+    Exited,
 }

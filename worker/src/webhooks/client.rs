@@ -59,36 +59,17 @@ pub fn client(policy: Policy, lookup: Arc<dyn Lookup>, timeout: Duration) -> Res
 
 #[cfg(test)]
 mod tests {
-    use std::net::IpAddr;
-    use std::sync::Mutex;
-
-    use futures::future::BoxFuture;
+    use flotilla_queue::webhooks::target::ScriptedLookup;
 
     use super::*;
 
     const STRICT: Policy = Policy { allow_http: false, allow_private: false };
 
-    /// Answers each host from a script, one answer per lookup, the last one
-    /// again once the script runs out.
-    struct Scripted(Mutex<Vec<Vec<IpAddr>>>);
-
-    impl Lookup for Scripted {
-        fn lookup<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
-            let mut answers = self.0.lock().expect("lock");
-            let answer = if answers.len() > 1 { answers.remove(0) } else { answers[0].clone() };
-            Box::pin(async move { Ok(answer) })
-        }
-    }
-
-    fn ips(list: &[&str]) -> Vec<IpAddr> {
-        list.iter().map(|ip| ip.parse().expect("ip")).collect()
-    }
-
     /// A name that answers public first and private later: the resolver the
     /// client connects through checks every answer, so the second is refused.
     #[tokio::test]
     async fn a_name_that_turns_private_is_refused_by_the_resolver_the_client_connects_through() {
-        let script = Scripted(Mutex::new(vec![ips(&["93.184.216.34"]), ips(&["127.0.0.1"])]));
+        let script = ScriptedLookup::new(&[&["93.184.216.34"], &["127.0.0.1"]]);
         let resolver = PublicResolver { policy: STRICT, lookup: Arc::new(script) };
         let name = |host: &str| host.parse::<Name>().expect("name");
         let first: Vec<SocketAddr> = resolver.resolve(name("rebind.example")).await.expect("public").collect();

@@ -97,9 +97,34 @@ impl Policy {
     }
 }
 
+/// A [`Lookup`] that answers every host from a script, one answer per
+/// lookup, the last one again once the script runs out (tests: the
+/// `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub struct ScriptedLookup(std::sync::Mutex<Vec<Vec<IpAddr>>>);
+
+#[cfg(any(test, feature = "testing"))]
+impl ScriptedLookup {
+    /// # Panics
+    /// When the script is empty or names something that is no address.
+    pub fn new(answers: &[&[&str]]) -> Self {
+        assert!(!answers.is_empty(), "a script has an answer");
+        let parse = |list: &&[&str]| list.iter().map(|ip| ip.parse().expect("an address")).collect();
+        Self(std::sync::Mutex::new(answers.iter().map(parse).collect()))
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Lookup for ScriptedLookup {
+    fn lookup<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        let mut answers = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let answer = if answers.len() > 1 { answers.remove(0) } else { answers[0].clone() };
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
 
     use super::*;
 
@@ -129,28 +154,12 @@ mod tests {
         assert!(open.check_url("http://127.0.0.1:9/").is_ok());
     }
 
-    /// Answers each host from a script, one answer per lookup, the last one
-    /// again once the script runs out.
-    struct Scripted(Mutex<Vec<Vec<IpAddr>>>);
-
-    impl Lookup for Scripted {
-        fn lookup<'a>(&'a self, _host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
-            let mut answers = self.0.lock().expect("lock");
-            let answer = if answers.len() > 1 { answers.remove(0) } else { answers[0].clone() };
-            Box::pin(async move { Ok(answer) })
-        }
-    }
-
-    fn ips(list: &[&str]) -> Vec<IpAddr> {
-        list.iter().map(|ip| ip.parse().expect("ip")).collect()
-    }
-
     #[tokio::test]
     async fn a_new_endpoint_is_refused_when_its_name_resolves_private_and_kept_when_it_does_not_resolve() {
-        let private = Scripted(Mutex::new(vec![ips(&["93.184.216.34", "10.1.2.3"])]));
+        let private = ScriptedLookup::new(&[&["93.184.216.34", "10.1.2.3"]]);
         let refused = STRICT.vet_target("https://hooks.example/", &private).await.expect_err("refused");
         assert_eq!(refused.to_string(), "10.1.2.3 is a private address; only public addresses are allowed");
-        let public = Scripted(Mutex::new(vec![ips(&["93.184.216.34"])]));
+        let public = ScriptedLookup::new(&[&["93.184.216.34"]]);
         assert_eq!(STRICT.vet_target("https://hooks.example/", &public).await, Ok(()));
         assert_eq!(STRICT.vet_target("https://hooks.example/", &SystemLookup).await.ok(), Some(()), "unresolvable is kept");
         let literal = STRICT.vet_target("https://[::ffff:169.254.169.254]/", &public).await.expect_err("refused");
