@@ -104,7 +104,7 @@ async fn flush_forever(queue: Queue, mut rx: mpsc::UnboundedReceiver<Work>, metr
 }
 
 /// Writes the batch's terminal states and acknowledges what may be (see
-/// [`Queue::finish_and_ack`]). Repeating a flush is safe: a terminal write
+/// [`Runner::finish_and_ack`]). Repeating a flush is safe: a terminal write
 /// that already happened is refused the second time, and its entry is then
 /// left for a reclaim, which finds the task ended and acknowledges it.
 async fn flush(queue: &Queue, batch: &[Work]) -> Result<(), QueueError> {

@@ -100,7 +100,7 @@ impl From<redis::RedisError> for QuotaError {
 }
 
 /// An admitted request: room for its tasks is reserved until
-/// [`Queue::release_admission`] drops the reservation.
+/// [`Submitter::release_admission`] drops the reservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
     /// The rate bucket after this request, when the tenant has a rate.
@@ -179,7 +179,7 @@ impl Submitter<'_> {
     }
 
     /// Admits and queues one task of `tenant` under `quota`: on a single
-    /// server in one script call ([`Queue::submit_one`]); otherwise (or with
+    /// server in one script call ([`Submitter::submit_one`]); otherwise (or with
     /// an idempotency key) admission with a reservation, the submit, and the
     /// reservation's drop. Returns the task and, when the tenant has a
     /// rate, where its bucket stands.

@@ -6,7 +6,7 @@
 //! task's own counters (the task hash's `meter` field, shown as the task's
 //! `usage`) and to its tenant's counters of the UTC day (one hash per tenant
 //! per day, `flotilla_queue::keys::Keys::usage_day`) in the same step
-//! (`flotilla_queue::queue::Queue::add_usage`), so a
+//! (`flotilla_queue::queue::Runner::add_usage`), so a
 //! tenant's usage is exactly the sum of its tasks' usage; tasks are counted
 //! by outcome in the same day hash when they end. The day hashes expire
 //! [`USAGE_TTL_S`] after their last write: the cost of keeping usage grows
@@ -186,7 +186,7 @@ impl<'de> Deserialize<'de> for UsageView {
     }
 }
 
-/// What an attempt's `flotilla_queue::queue::Queue::add_usage` answered.
+/// What an attempt's `flotilla_queue::queue::Runner::add_usage` answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Added {
     /// The task's counters after the addition, and where its tenant's

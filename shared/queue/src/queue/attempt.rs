@@ -219,7 +219,7 @@ pub struct Attempt {
 impl Queue {
     /// Takes turns and starts the tasks in one round trip: up to `count`
     /// entries. Only on a single server (one shard): a cluster claims with
-    /// [`Queue::claim_turns`] and starts with [`Queue::start_many`].
+    /// [`Runner::claim_turns`] and starts with [`Runner::start_many`].
     pub(super) async fn claim_and_start(
         &self,
         owner: &str,
@@ -468,7 +468,7 @@ impl Runner<'_> {
     /// Ends many attempts in one round trip; each ended at the epoch ms given
     /// with it. Each result is the terminal event's seq, or
     /// [`QueueError::Fenced`]. Their entries stay pending: see
-    /// [`Queue::finish_and_ack`].
+    /// [`Runner::finish_and_ack`].
     pub async fn finish_many(self, ends: &[Ending<'_>]) -> Result<Vec<Result<u64, QueueError>>, QueueError> {
         if ends.is_empty() {
             return Ok(Vec::new());

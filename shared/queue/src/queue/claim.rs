@@ -189,7 +189,7 @@ impl Housekeeper<'_> {
     }
 
     /// Moves tasks whose time has come from the due sets into their lanes,
-    /// and lets tenants held back until now (see [`Queue::hold_back_until`])
+    /// and lets tenants held back until now (see [`Runner::hold_back_until`])
     /// take turns again. Returns how many tasks moved.
     pub async fn promote_due(self) -> Result<usize, QueueError> {
         let mut conn = self.redis.shared();

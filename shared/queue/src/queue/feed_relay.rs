@@ -1,7 +1,7 @@
 //! The tenant feeds on a Redis Cluster, where a task script cannot append
 //! to its tenant's feed stream (the stream lives in another slot than the
 //! task). There the API's event hub hands every event it hears on the
-//! tenants' channels to [`Queue::relay_to_feed`], which appends it to the
+//! tenants' channels to [`Housekeeper::relay_to_feed`], which appends it to the
 //! feed in a script of the feed's own slot.
 //!
 //! Once, in order: beside the feed, a marker per task (`…:fed:<task id>`,

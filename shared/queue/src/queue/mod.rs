@@ -140,7 +140,7 @@ impl Queue {
     }
 
     /// The same queue reading finished tasks past the hot window from
-    /// `store` too, and (with [`Queue::archive_finished`]) moving them there;
+    /// `store` too, and (with [`Housekeeper::archive_finished`]) moving them there;
     /// unchanged when the hot window is off.
     pub fn with_archive(self, store: flotilla_blobstore::BlobStore) -> Self {
         let archive = self.settings.archive_after.map(|hot| archive::Archive::new(store, hot));

@@ -5,7 +5,7 @@
 //! (max_sandboxes) from its hash, and holds a tenant back for the day once
 //! it spent its `max_tokens_per_day` (`paused`, see
 //! [`super::fair_scripts::PAUSE`]). At a process's start,
-//! [`Queue::write_tenant_settings`] writes the configured tenants' limits;
+//! [`Housekeeper::write_tenant_settings`] writes the configured tenants' limits;
 //! this module adds every other tenant the shard knows (its `tenants` set),
 //! with the defaults, so a limit taken out of the file (or a tenant's whole
 //! table) is not left in force by a stale copy; and it lifts the hold of

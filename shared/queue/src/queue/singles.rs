@@ -229,7 +229,7 @@ impl Queue {
 }
 
 impl Submitter<'_> {
-    /// Whether [`Queue::submit_one`] can take this task: a single server
+    /// Whether [`Submitter::submit_one`] can take this task: a single server
     /// (one call may span slots) and no idempotency key (whose record is
     /// claimed before the task is made).
     pub fn submits_in_one_call(self, spec: &TaskSpec) -> bool {
@@ -238,7 +238,7 @@ impl Submitter<'_> {
 
     /// Admits one task of `tenant` under `quota` and, when admitted,
     /// creates and queues it, in its tenant's next call of
-    /// [`SUBMIT_SINGLES`]. Only for a task [`Queue::submits_in_one_call`]
+    /// [`SUBMIT_SINGLES`]. Only for a task [`Submitter::submits_in_one_call`]
     /// accepts. Nothing is written when the verdict is a refusal.
     pub async fn submit_one(
         self,

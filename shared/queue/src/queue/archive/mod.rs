@@ -13,7 +13,7 @@
 //!
 //! What stays in Redis per archived task is one member of the tenant's
 //! `archived` set (its end time and outcome in the score) beside its
-//! entry in the tenant's index. Readers ([`Queue::get`], listings, a
+//! entry in the tenant's index. Readers ([`Reader::get`], listings, a
 //! task's events, batch counts, `GET /v1/events`) look in Redis first and
 //! in the archive for what Redis no longer holds, so users see the same
 //! answers for the whole retention. Every read names the tenant, and the
