@@ -378,6 +378,11 @@ fn drain_to_log<R: AsyncRead + Unpin + Send + 'static>(pipe: Option<R>, log: &Pa
                 written += room as u64;
             }
         }
+        // A tokio file's last write may still be in flight: the log is
+        // whole only once it is flushed (readers look right after the end).
+        if let Some(out) = file.as_mut() {
+            let _ = out.flush().await;
+        }
     }))
 }
 
