@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_config::Secret;
+use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::fakes::anthropic::final_answer;
 use flotilla_tests::fakes::ScriptedServer;
 use flotilla_types::ids::TaskId;
 use flotilla_worker::gateway::{GatewayConfig, ModelGateway, TaskToken};
-use flotilla_worker::sandbox::e2b::fake::FakeE2b;
 use flotilla_worker::sandbox::{E2bProvider, SandboxId, SandboxProvider, SandboxRequest};
 
 const REAL_KEY: &str = "sk-ant-api03-flotilla-real-key-e2b-tls";
@@ -70,7 +70,7 @@ async fn sandbox_e2b_gateway_speaks_tls_and_a_token_fails_from_another_sandbox()
         public_url: None,
         token_ttl: flotilla_worker::gateway::DEFAULT_TOKEN_TTL,
     });
-    let fake = FakeE2b::start_with_internet(vec![host]).await;
+    let fake = Sandboxd::start_with_internet(vec![host]).await;
     let provider = Arc::new(E2bProvider::new(fake.config()).expect("provider"));
     let request = SandboxRequest { resolution: (800, 600), ..SandboxRequest::default() };
     let a = provider.create(&request).await.expect("sandbox a").id;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
+use flotilla_sandboxd::{Sandboxd, SANDBOX_DOMAIN};
 use flotilla_tests::browser::Browser;
 use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
@@ -25,7 +26,6 @@ use flotilla_tests::vnc::{
 };
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
 use flotilla_types::action::Action;
-use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
 use flotilla_worker::sandbox::{E2bConfig, E2bProvider, EnvdAddress, SandboxId, SandboxProvider, StreamKey};
 use serde_json::{json, Value};
 
@@ -964,8 +964,8 @@ async fn calls_planned_before_a_takeover_are_not_carried_out_after_it_sandbox() 
 
 /// The E2B stand-in and a provider pointed at it as a worker is, with
 /// `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_DOMAIN`.
-async fn e2b_provider() -> (FakeE2b, Arc<E2bProvider>) {
-    let fake = FakeE2b::start().await;
+async fn e2b_provider() -> (Sandboxd, Arc<E2bProvider>) {
+    let fake = Sandboxd::start().await;
     let direct = fake.config();
     let EnvdAddress::Routed { base_url } = &direct.envd else { panic!("the stand-in routes envd") };
     let settings = [

@@ -208,10 +208,10 @@ async fn the_google_genai_sdk_parses_every_answer_of_the_gemini_fake() {
 /// and query; the provider keeps the stand-in's plain-http port).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_e2b_sdk_drives_the_e2b_stand_in_sandbox() {
-    use flotilla_worker::sandbox::e2b::fake::{FakeE2b, SANDBOX_DOMAIN};
+    use flotilla_sandboxd::{Sandboxd, SANDBOX_DOMAIN};
     use flotilla_worker::sandbox::{E2bProvider, EnvdAddress, SandboxId, StreamKey};
 
-    let fake = FakeE2b::start().await;
+    let fake = Sandboxd::start().await;
     let config = fake.config();
     let EnvdAddress::Routed { base_url } = &config.envd else { panic!("the stand-in routes envd") };
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sdk").join("e2b_check.py");

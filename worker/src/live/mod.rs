@@ -11,7 +11,10 @@
 //! desktop here and at least one viewer is attached; ending the task (or the
 //! worker) stops it.
 
-pub mod remote;
+/// Live views of desktops a sandbox serves itself, over RFB on a WebSocket.
+pub mod remote {
+    pub use flotilla_sandbox::remote::*;
+}
 pub mod rfb;
 pub mod socket;
 pub mod vnc;

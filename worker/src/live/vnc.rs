@@ -25,14 +25,7 @@ const LISTENING: &str = "listening on unix socket:";
 /// The socket's name in its private directory.
 const SOCKET_NAME: &str = "rfb.sock";
 
-/// The X display a VNC server attaches to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct X11Display {
-    /// The display number (`:n`).
-    pub number: u32,
-    /// The X authority file that lets a client in, when the display wants one.
-    pub xauthority: Option<PathBuf>,
-}
+pub use flotilla_sandbox::X11Display;
 
 /// Why a VNC server could not be started.
 #[derive(Debug, thiserror::Error)]

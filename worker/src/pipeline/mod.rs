@@ -17,6 +17,8 @@ mod replay;
 pub mod scale;
 mod scripted;
 pub mod session;
+#[cfg(test)]
+mod settle_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;

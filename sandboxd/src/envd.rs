@@ -1,0 +1,362 @@
+//! The fake's envd, behind the fake's [edge](super::edge): the sandbox is
+//! named by `E2b-Sandbox-Id` and `E2b-Sandbox-Port` or by a `Host` of
+//! `49983-<id>.<domain>` (unknown or dead sandboxes get the edge's `502`),
+//! and `X-Access-Token` must match.
+//! `process.Process/Start` runs the requested program inside the sandbox's
+//! local desktop and streams `start`, `data` and `end` events as Connect
+//! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
+//! the stream then ends with `deadline_exceeded`. `SendSignal` kills a
+//! process it started. `/files` reads and writes through the sandbox;
+//! uploads come raw (`application/octet-stream` with `path`) or as
+//! `multipart/form-data` (each part's filename its destination), as envd
+//! takes them.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Query, State as Shared};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use super::{edge, lock, FakeSandbox, State, DEFAULT_USER};
+use flotilla_desktop::process::{self, Signal};
+use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
+use flotilla_e2b::envd::{
+    DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, StartResponse, ACCESS_TOKEN_HEADER, ENVD_PORT,
+    FILES_PATH, SIGNAL_PATH, START_PATH,
+};
+use flotilla_sandbox::{SandboxError, SandboxProvider};
+
+/// The largest request body (a file upload).
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// How long output may still arrive after a process exits.
+const OUTPUT_GRACE: Duration = Duration::from_millis(100);
+/// How many envelopes may wait for a slow reader.
+const STREAM_BUFFER: usize = 64;
+
+pub(super) fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route(START_PATH, post(start_process))
+        .route(SIGNAL_PATH, post(send_signal))
+        .route(FILES_PATH, get(read_file).post(write_file))
+        .route("/health", get(|| async { StatusCode::NO_CONTENT }))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// A JSON error with `status` and a numeric code, as envd and the edge send.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"code": status.as_u16(), "message": message.into()}))).into_response()
+}
+
+/// The live sandbox the routing headers name, with a valid access token;
+/// the edge's or envd's refusal otherwise.
+async fn route(state: &State, headers: &HeaderMap) -> Result<FakeSandbox, Response> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
+    let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
+    let Some(sandbox) = state.live(&id).await else {
+        let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
+        return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
+    };
+    if to.is_none_or(|d| d.port != ENVD_PORT) {
+        let body = json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "code": 502});
+        return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
+    }
+    if text(ACCESS_TOKEN_HEADER) != sandbox.access_token {
+        return Err(error(StatusCode::UNAUTHORIZED, "unauthorized access, please provide a valid access token"));
+    }
+    Ok(sandbox)
+}
+
+/// A Connect stream that is only an end-of-stream error.
+fn stream_error(code: &str, message: String) -> Response {
+    let end = EndOfStream { error: Some(ConnectError { code: code.into(), message }) };
+    let payload = serde_json::to_vec(&end).unwrap_or_default();
+    streaming_response(Body::from(connect::envelope(FLAG_END_STREAM, &payload)))
+}
+
+fn streaming_response(body: Body) -> Response {
+    ([(header::CONTENT_TYPE, connect::STREAMING_JSON)], body).into_response()
+}
+
+async fn start_process(Shared(state): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = match route(&state, &headers).await {
+        Ok(sandbox) => sandbox,
+        Err(refused) => return refused,
+    };
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if content_type != Some(connect::STREAMING_JSON) {
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
+    }
+    let request = match start_request(&body) {
+        Ok(request) => request,
+        Err(message) => return stream_error("invalid_argument", message),
+    };
+    let timeout =
+        headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
+    let args: Vec<&str> = request.process.args.iter().map(String::as_str).collect();
+    let mut command = match state.local().command(&sandbox.local_id, &request.process.cmd, &args).await {
+        Ok(command) => command,
+        Err(e) => return stream_error("unavailable", e.to_string()),
+    };
+    command.envs(&request.process.envs).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(cwd) = &request.process.cwd {
+        command.current_dir(cwd);
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return stream_error("internal", format!("cannot start the process: {e}")),
+    };
+    let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(drive(child, timeout, sandbox.running, sender));
+    let frames = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|frame| (Ok::<_, Infallible>(Bytes::from(frame)), receiver))
+    });
+    streaming_response(Body::from_stream(frames))
+}
+
+/// The one request envelope of a streaming call, parsed.
+fn start_request(body: &[u8]) -> Result<StartRequest, String> {
+    let mut decoder = Decoder::default();
+    decoder.push(body);
+    match decoder.next_frame() {
+        Ok(Some(Frame::Message(payload))) => serde_json::from_slice(&payload).map_err(|e| format!("invalid request: {e}")),
+        Ok(_) => Err("the request holds no message".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Streams one process's events until it ends, killing it at `timeout`.
+/// A reader that went away does not stop the process, as with envd.
+async fn drive(
+    mut child: tokio::process::Child,
+    timeout: Option<Duration>,
+    running: Arc<Mutex<HashSet<u32>>>,
+    sender: mpsc::Sender<Vec<u8>>,
+) {
+    let pid = child.id().unwrap_or_default();
+    lock(&running).insert(pid);
+    send_event(&sender, ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() }).await;
+    let stdout = tokio::spawn(pump(child.stdout.take(), sender.clone(), true));
+    let stderr = tokio::spawn(pump(child.stderr.take(), sender.clone(), false));
+    let waited = match timeout {
+        Some(limit) => tokio::time::timeout(limit, child.wait()).await,
+        None => Ok(child.wait().await),
+    };
+    let (status, late) = match waited {
+        Ok(status) => (status.ok(), false),
+        Err(_) => {
+            process::signal(Signal::Kill, Some(pid), &[]);
+            (child.wait().await.ok(), true)
+        }
+    };
+    for pump in [stdout, stderr] {
+        let _ = tokio::time::timeout(OUTPUT_GRACE, pump).await;
+    }
+    lock(&running).remove(&pid);
+    send_event(&sender, ProcessEvent { end: Some(end_event(status)), ..ProcessEvent::default() }).await;
+    let end = if late {
+        EndOfStream {
+            error: Some(ConnectError { code: "deadline_exceeded".into(), message: "the process ran past its deadline".into() }),
+        }
+    } else {
+        EndOfStream::default()
+    };
+    let _ = sender.send(connect::envelope(FLAG_END_STREAM, &serde_json::to_vec(&end).unwrap_or_default())).await;
+}
+
+/// Sends one pipe's output as `data` events until it closes.
+async fn pump(pipe: Option<impl AsyncRead + Unpin>, sender: mpsc::Sender<Vec<u8>>, is_stdout: bool) {
+    let Some(mut pipe) = pipe else { return };
+    let mut chunk = vec![0u8; 32 * 1024];
+    while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
+        let encoded = Some(BASE64.encode(&chunk[..n]));
+        let data =
+            if is_stdout { DataEvent { stdout: encoded, stderr: None } } else { DataEvent { stdout: None, stderr: encoded } };
+        send_event(&sender, ProcessEvent { data: Some(data), ..ProcessEvent::default() }).await;
+    }
+}
+
+async fn send_event(sender: &mpsc::Sender<Vec<u8>>, event: ProcessEvent) {
+    let payload = serde_json::to_vec(&StartResponse { event }).unwrap_or_default();
+    let _ = sender.send(connect::envelope(FLAG_MESSAGE, &payload)).await;
+}
+
+/// The `end` event as Go's `os.ProcessState` describes an exit.
+fn end_event(status: Option<ExitStatus>) -> EndEvent {
+    match status.map(|s| (s.code(), s.signal())) {
+        Some((Some(code), _)) => EndEvent { exit_code: code, exited: true, status: format!("exit status {code}"), error: None },
+        Some((None, Some(signal))) => {
+            EndEvent { exit_code: -1, exited: false, status: format!("signal: {}", signal_name(signal)), error: None }
+        }
+        _ => {
+            EndEvent { exit_code: -1, exited: false, status: "unknown".into(), error: Some("cannot wait for the process".into()) }
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        1 => "hangup".into(),
+        2 => "interrupt".into(),
+        9 => "killed".into(),
+        15 => "terminated".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+async fn send_signal(Shared(state): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = match route(&state, &headers).await {
+        Ok(sandbox) => sandbox,
+        Err(refused) => return refused,
+    };
+    let Ok(request) = serde_json::from_slice::<SignalRequest>(&body) else {
+        return (StatusCode::BAD_REQUEST, Json(json!({"code": "invalid_argument", "message": "invalid request"})))
+            .into_response();
+    };
+    let pid = request.process.pid;
+    if !lock(&sandbox.running).contains(&pid) {
+        let body = json!({"code": "not_found", "message": format!("process with pid {pid} not found")});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    let signal = if request.signal == "SIGNAL_SIGTERM" { Signal::Term } else { Signal::Kill };
+    process::signal(signal, Some(pid), &[]);
+    Json(json!({})).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct FileQuery {
+    path: String,
+    username: Option<String>,
+}
+
+/// The refusal of a file request for a user other than the desktop's one.
+fn unknown_user(query: &FileQuery) -> Option<Response> {
+    match query.username.as_deref() {
+        None | Some(DEFAULT_USER) => None,
+        Some(other) => Some(error(StatusCode::UNAUTHORIZED, format!("user '{other}' does not exist"))),
+    }
+}
+
+async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(query): Query<FileQuery>) -> Response {
+    let sandbox = match route(&state, &headers).await {
+        Ok(sandbox) => sandbox,
+        Err(refused) => return refused,
+    };
+    if let Some(refused) = unknown_user(&query) {
+        return refused;
+    }
+    match state.local().read_file(&sandbox.local_id, &query.path).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(e) => file_error(&query.path, e),
+    }
+}
+
+/// The query of an upload: `path` names the destination of a raw upload
+/// (and of a one-part multipart upload); a multipart part's filename
+/// names it otherwise.
+#[derive(Debug, Deserialize)]
+struct UploadQuery {
+    path: Option<String>,
+    username: Option<String>,
+}
+
+async fn write_file(
+    Shared(state): Shared<Arc<State>>,
+    headers: HeaderMap,
+    Query(query): Query<UploadQuery>,
+    body: Bytes,
+) -> Response {
+    let sandbox = match route(&state, &headers).await {
+        Ok(sandbox) => sandbox,
+        Err(refused) => return refused,
+    };
+    if let Some(refused) = unknown_user(&FileQuery { path: String::new(), username: query.username.clone() }) {
+        return refused;
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/octet-stream");
+    let files = if content_type.starts_with("multipart/form-data") {
+        match multipart_files(content_type, &body) {
+            Some(mut files) => {
+                if let (Some(path), [only]) = (&query.path, files.as_mut_slice()) {
+                    only.0.clone_from(path);
+                }
+                files
+            }
+            None => return error(StatusCode::BAD_REQUEST, "malformed multipart/form-data upload"),
+        }
+    } else if content_type == "application/octet-stream" {
+        match &query.path {
+            Some(path) => vec![(path.clone(), body.to_vec())],
+            None => return error(StatusCode::BAD_REQUEST, "a raw upload needs the path query parameter"),
+        }
+    } else {
+        return error(StatusCode::BAD_REQUEST, format!("unsupported upload content type {content_type}"));
+    };
+    let mut written = Vec::new();
+    for (path, bytes) in files {
+        if let Err(e) = state.local().write_file(&sandbox.local_id, &path, &bytes).await {
+            return file_error(&path, e);
+        }
+        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+        written.push(json!({"path": path, "name": name, "type": "file"}));
+    }
+    Json(written).into_response()
+}
+
+/// The files of a `multipart/form-data` body: each part's filename and
+/// bytes; `None` when the body is not one.
+fn multipart_files(content_type: &str, body: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    let boundary = content_type.split(';').find_map(|p| p.trim().strip_prefix("boundary="))?.trim_matches('"');
+    let delimiter = format!("--{boundary}").into_bytes();
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while let Some(found) = find(&body[at..], &delimiter) {
+        starts.push(at + found);
+        at += found + delimiter.len();
+    }
+    let mut files = Vec::new();
+    for pair in starts.windows(2) {
+        let segment = &body[pair[0] + delimiter.len()..pair[1]];
+        let segment = segment.strip_prefix(b"\r\n")?;
+        let head_end = find(segment, b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&segment[..head_end]);
+        let data = &segment[head_end + 4..];
+        let data = data.strip_suffix(b"\r\n").unwrap_or(data);
+        let filename = head.lines().filter(|l| l.to_ascii_lowercase().starts_with("content-disposition")).find_map(|l| {
+            l.split(';').find_map(|p| p.trim().strip_prefix("filename=").map(|f| f.trim_matches('"').to_owned()))
+        })?;
+        files.push((filename, data.to_vec()));
+    }
+    (!files.is_empty()).then_some(files)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// envd's answer to a failed file operation.
+fn file_error(path: &str, error: SandboxError) -> Response {
+    match error {
+        SandboxError::File { message, .. } if message.contains("Is a directory") => {
+            self::error(StatusCode::BAD_REQUEST, format!("path '{path}' is a directory"))
+        }
+        SandboxError::File { message, .. } => self::error(StatusCode::NOT_FOUND, format!("path '{path}': {message}")),
+        SandboxError::NotFound(_) | SandboxError::Expired(_) => self::error(StatusCode::BAD_GATEWAY, "The sandbox was not found"),
+        other => self::error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+    }
+}
