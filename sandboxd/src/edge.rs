@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use super::State;
+use super::host::Host;
 use flotilla_e2b::envd::{ENVD_PORT, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 
 /// The longest request head read before routing.
@@ -41,10 +41,9 @@ pub(super) fn destination(header: impl Fn(&str) -> Option<String>) -> Option<Des
     Some(Destination { id: id.to_owned(), port: port.parse().ok()? })
 }
 
-/// Serves the edge on a free loopback port until `shutdown`; its base URL.
-pub(super) async fn serve(state: Arc<State>, envd: SocketAddr, shutdown: &CancellationToken) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-    let address = listener.local_addr().expect("the bound address");
+/// Serves the edge on `listener` until `shutdown`; its base URL.
+pub(super) fn serve(host: Arc<Host>, listener: TcpListener, envd: SocketAddr, shutdown: &CancellationToken) -> String {
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let stop = shutdown.clone();
     tokio::spawn(async move {
         loop {
@@ -53,12 +52,12 @@ pub(super) async fn serve(state: Arc<State>, envd: SocketAddr, shutdown: &Cancel
                 accepted = listener.accept() => accepted,
             };
             let Ok((client, _)) = accepted else { continue };
-            let state = Arc::clone(&state);
+            let host = Arc::clone(&host);
             let stop = stop.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    () = carry(state, envd, client) => {}
+                    () = carry(host, envd, client) => {}
                 }
             });
         }
@@ -67,7 +66,7 @@ pub(super) async fn serve(state: Arc<State>, envd: SocketAddr, shutdown: &Cancel
 }
 
 /// Reads the first request head, then carries the connection to its destination.
-async fn carry(state: Arc<State>, envd: SocketAddr, mut client: TcpStream) {
+async fn carry(host: Arc<Host>, envd: SocketAddr, mut client: TcpStream) {
     let Some(head) = read_head(&mut client).await else { return };
     let text = String::from_utf8_lossy(&head).into_owned();
     let header = |name: &str| {
@@ -87,12 +86,12 @@ async fn carry(state: Arc<State>, envd: SocketAddr, mut client: TcpStream) {
         }
         return;
     }
-    let Some(sandbox) = state.live(&to.id).await else {
+    let Some(sandbox) = host.live(&to.id).await else {
         refuse(&mut client, &to.id, "The sandbox was not found").await;
         return;
     };
     let target = format!("TCP:127.0.0.1:{}", to.port);
-    let Ok(mut command) = state.local().command(&sandbox.local_id, "socat", &["STDIO", &target]).await else {
+    let Ok(mut command) = host.local.command(&sandbox.local_id, "socat", &["STDIO", &target]).await else {
         refuse(&mut client, &to.id, "The sandbox was not found").await;
         return;
     };

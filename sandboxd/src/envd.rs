@@ -31,7 +31,9 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use super::{edge, lock, FakeSandbox, State, DEFAULT_USER};
+use super::edge;
+use super::host::{lock, Entry, Host};
+use flotilla_e2b::DEFAULT_USER;
 use flotilla_desktop::process::{self, Signal};
 use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
 use flotilla_e2b::envd::{
@@ -47,14 +49,14 @@ const OUTPUT_GRACE: Duration = Duration::from_millis(100);
 /// How many envelopes may wait for a slow reader.
 const STREAM_BUFFER: usize = 64;
 
-pub(super) fn router(state: Arc<State>) -> Router {
+pub(super) fn router(host: Arc<Host>) -> Router {
     Router::new()
         .route(START_PATH, post(start_process))
         .route(SIGNAL_PATH, post(send_signal))
         .route(FILES_PATH, get(read_file).post(write_file))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state)
+        .with_state(host)
 }
 
 /// A JSON error with `status` and a numeric code, as envd and the edge send.
@@ -64,11 +66,11 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// The live sandbox the routing headers name, with a valid access token;
 /// the edge's or envd's refusal otherwise.
-async fn route(state: &State, headers: &HeaderMap) -> Result<FakeSandbox, Response> {
+async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
     let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
-    let Some(sandbox) = state.live(&id).await else {
+    let Some(sandbox) = host.live(&id).await else {
         let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
         return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
     };
@@ -93,8 +95,8 @@ fn streaming_response(body: Body) -> Response {
     ([(header::CONTENT_TYPE, connect::STREAMING_JSON)], body).into_response()
 }
 
-async fn start_process(Shared(state): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&state, &headers).await {
+async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = match route(&host, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
@@ -109,11 +111,14 @@ async fn start_process(Shared(state): Shared<Arc<State>>, headers: HeaderMap, bo
     let timeout =
         headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
     let args: Vec<&str> = request.process.args.iter().map(String::as_str).collect();
-    let mut command = match state.local().command(&sandbox.local_id, &request.process.cmd, &args).await {
+    let mut command = match host.local.command(&sandbox.local_id, &request.process.cmd, &args).await {
         Ok(command) => command,
         Err(e) => return stream_error("unavailable", e.to_string()),
     };
-    command.envs(&request.process.envs).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // The create's variables first, then the call's; the desktop's own
+    // display stays, since the host runs it.
+    let defaults = sandbox.env_vars.iter().filter(|(name, _)| name.as_str() != "DISPLAY");
+    command.envs(defaults).envs(&request.process.envs).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
     if let Some(cwd) = &request.process.cwd {
         command.current_dir(cwd);
     }
@@ -219,8 +224,8 @@ fn signal_name(signal: i32) -> String {
     }
 }
 
-async fn send_signal(Shared(state): Shared<Arc<State>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&state, &headers).await {
+async fn send_signal(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = match route(&host, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
@@ -252,15 +257,15 @@ fn unknown_user(query: &FileQuery) -> Option<Response> {
     }
 }
 
-async fn read_file(Shared(state): Shared<Arc<State>>, headers: HeaderMap, Query(query): Query<FileQuery>) -> Response {
-    let sandbox = match route(&state, &headers).await {
+async fn read_file(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, Query(query): Query<FileQuery>) -> Response {
+    let sandbox = match route(&host, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
     if let Some(refused) = unknown_user(&query) {
         return refused;
     }
-    match state.local().read_file(&sandbox.local_id, &query.path).await {
+    match host.local.read_file(&sandbox.local_id, &query.path).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
         Err(e) => file_error(&query.path, e),
     }
@@ -276,12 +281,12 @@ struct UploadQuery {
 }
 
 async fn write_file(
-    Shared(state): Shared<Arc<State>>,
+    Shared(host): Shared<Arc<Host>>,
     headers: HeaderMap,
     Query(query): Query<UploadQuery>,
     body: Bytes,
 ) -> Response {
-    let sandbox = match route(&state, &headers).await {
+    let sandbox = match route(&host, &headers).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
@@ -309,7 +314,7 @@ async fn write_file(
     };
     let mut written = Vec::new();
     for (path, bytes) in files {
-        if let Err(e) = state.local().write_file(&sandbox.local_id, &path, &bytes).await {
+        if let Err(e) = host.local.write_file(&sandbox.local_id, &path, &bytes).await {
             return file_error(&path, e);
         }
         let name = path.rsplit('/').next().unwrap_or_default().to_owned();

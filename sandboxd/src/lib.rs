@@ -1,164 +1,180 @@
-//! A local stand-in for E2B that speaks its wire protocol, for tests: the
-//! control plane on one loopback port (same paths, `POST /v2/sandboxes`
-//! beside `/sandboxes`, `X-API-Key`, JSON and status codes as the hosted
-//! API) and an [edge](edge) on another that
+//! The sandbox host: it owns local desktops (the jail, its network, the X
+//! isolation of `flotilla-desktop`) and serves them over E2B's wire
+//! protocol, so the official E2B SDKs and the worker's E2B client drive
+//! them unchanged: the [control plane](control) on one address (create,
+//! detail, list, kill, timeout, refresh, pause, connect, health, metrics;
+//! `X-API-Key`; E2B's error bodies) and an [edge](edge) on another that
 //! routes by the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers or by a
-//! `Host` of `<port>-<id>.<domain>`: envd's port to the fake envd
-//! (`X-Access-Token` checked, `process.Process/Start` answered with Connect
-//! envelopes, `/files` raw bytes), any other port into the sandbox's own
-//! network (the Desktop SDK's stream on 6080). Each sandbox is a real local
-//! desktop from [`LocalProvider`], so commands really run, actions really
-//! land on an Xvfb screen, and x11vnc and noVNC really serve it.
+//! `Host` of `<port>-<id>.<domain>`: envd's port to the host's
+//! [envd](envd) (`X-Access-Token` per sandbox, Connect RPC process calls,
+//! `/files`), any other port into the sandbox's own network (the Desktop
+//! SDK's stream on 6080).
 //!
-//! Where the hosted service differs: the template's desktop is already up
-//! when the create answers (at the size the create's metadata asks for),
-//! and the fake's own clock kills sandboxes at their `endAt`. Tests can make
-//! the next creates answer `429` and kill a sandbox behind the client's back.
+//! Sandboxes outlive the clients that made them: they end at their deadline
+//! (killed, or paused with `autoPause`), by a kill, or with the host, whose
+//! desktops die with it; a restarted host sweeps what a previous life left
+//! and knows none of its ids. Creates are answered from a warm
+//! [pool](pool) when one of the kind waits there.
 
 mod control;
 mod edge;
 mod envd;
+mod host;
+mod metrics;
+mod pool;
 
-use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_config::Secret;
+use flotilla_config::{Config, Secret};
+use flotilla_desktop::{LocalConfig, LocalProvider};
+use flotilla_e2b::{E2bConfig, EnvdAddress, DEFAULT_TEMPLATE, DEFAULT_USER};
+use flotilla_sandbox::SandboxId;
 use time::OffsetDateTime;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use flotilla_desktop::{Isolation, LocalConfig, LocalProvider};
-use flotilla_e2b::{E2bConfig, EnvdAddress, DEFAULT_TEMPLATE, DEFAULT_USER};
-use flotilla_sandbox::{SandboxId, SandboxProvider};
+use host::{lock, Desktops, Host, RateLimit};
 
-/// The envd version the fake claims.
+/// The envd version the host claims.
 const ENVD_VERSION: &str = "0.6.13";
-/// The sandbox domain: per-port hosts are `<port>-<id>.localhost`, which
-/// browsers resolve to loopback by themselves.
+/// The sandbox domain of a host started for tests: per-port hosts are
+/// `<port>-<id>.localhost`, which browsers resolve to loopback by themselves.
 pub const SANDBOX_DOMAIN: &str = "localhost";
-/// How often sandboxes past their `endAt` are killed.
+/// How often sandboxes past their deadline are ended.
 const REAP_INTERVAL: Duration = Duration::from_millis(100);
 
-/// One fake sandbox and the local desktop behind it.
-#[derive(Debug, Clone)]
-struct FakeSandbox {
-    local_id: SandboxId,
-    template: String,
-    started_at: OffsetDateTime,
-    end_at: OffsetDateTime,
-    access_token: String,
-    metadata: HashMap<String, String>,
-    /// Pids of processes started through envd and still running.
-    running: Arc<Mutex<HashSet<u32>>>,
+/// Why the host did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] flotilla_config::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("{var}: {addr} is not a loopback address; this host serves plain HTTP, so it listens on loopback only")]
+    NotLoopback { var: &'static str, addr: SocketAddr },
+    #[error("local desktops cannot start here: {0}")]
+    Desktops(String),
 }
 
-/// `429`s to answer before the next creates succeed.
-#[derive(Debug, Default)]
-struct RateLimit {
-    remaining: u32,
-    retry_after: Duration,
-}
-
-/// Local desktops with their own root directory, removed once they are gone.
-struct Desktops {
-    provider: Option<LocalProvider>,
-    root: PathBuf,
-}
-
-impl Drop for Desktops {
-    fn drop(&mut self) {
-        drop(self.provider.take());
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// What both servers share.
-struct State {
-    api_key: String,
-    desktops: Desktops,
-    sandboxes: Mutex<HashMap<String, FakeSandbox>>,
-    rate_limit: Mutex<RateLimit>,
-    control_requests: AtomicUsize,
-}
-
-impl State {
-    fn local(&self) -> &LocalProvider {
-        self.desktops.provider.as_ref().expect("the desktops live as long as the state")
-    }
-
-    /// The live sandbox `id`; one past its `endAt` is killed first.
-    async fn live(&self, id: &str) -> Option<FakeSandbox> {
-        let found = lock(&self.sandboxes).get(id).cloned()?;
-        if found.end_at > OffsetDateTime::now_utc() {
-            return Some(found);
-        }
-        self.remove(id).await;
-        None
-    }
-
-    /// Removes sandbox `id` and kills its desktop; whether it was there.
-    async fn remove(&self, id: &str) -> bool {
-        let removed = lock(&self.sandboxes).remove(id);
-        let Some(sandbox) = removed else { return false };
-        if let Err(error) = self.local().kill(&sandbox.local_id).await {
-            tracing::debug!(%error, "the fake's desktop was gone already");
-        }
-        true
-    }
-
-    fn expired_ids(&self) -> Vec<String> {
-        let now = OffsetDateTime::now_utc();
-        lock(&self.sandboxes).iter().filter(|(_, s)| s.end_at <= now).map(|(id, _)| id.clone()).collect()
-    }
-}
-
-/// A running fake; dropping it stops both servers and every desktop.
+/// A running host; dropping it stops its servers and kills every desktop.
 pub struct Sandboxd {
-    state: Arc<State>,
+    host: Arc<Host>,
     api_url: String,
-    envd_url: String,
+    sandbox_url: String,
+    /// The key a host started for tests made for itself.
+    test_key: Option<String>,
     shutdown: CancellationToken,
 }
 
+/// What a host started for tests may differ in.
+#[derive(Debug, Clone, Default)]
+pub struct TestOptions {
+    /// Desktops kept started (none by default).
+    pub pool: usize,
+    /// Running sandboxes at once (8 by default).
+    pub capacity: Option<usize>,
+    /// Addresses of this host that sandboxes reach as a hosted sandbox
+    /// reaches public ones, through its own network's way out.
+    pub internet: Vec<Ipv4Addr>,
+}
+
 impl Sandboxd {
-    /// Starts both servers on free loopback ports with a fresh API key.
-    pub async fn start() -> Self {
-        Self::start_with_internet(Vec::new()).await
+    /// Serves what `config` says: its `sandboxd` section for the host, its
+    /// isolation section for the desktops. What a previous life of the host
+    /// left under its root is swept first.
+    pub async fn serve(config: &Config) -> Result<Self, StartError> {
+        let settings = config.sandboxd.clone();
+        settings.require_keys()?;
+        for (var, addr) in [("FLOTILLA_SANDBOXD_ADDR", settings.addr), ("FLOTILLA_SANDBOXD_EDGE_ADDR", settings.edge_addr)] {
+            if !addr.ip().is_loopback() {
+                return Err(StartError::NotLoopback { var, addr });
+            }
+        }
+        let leftovers = LocalProvider::sweep(&settings.root).await;
+        tracing::info!(?leftovers, root = %settings.root.display(), "swept what a previous host left");
+        let local_config = LocalConfig { root: settings.root.clone(), ..LocalConfig::from_settings(&config.isolation) };
+        let local = LocalProvider::start(local_config).await.map_err(|e| StartError::Desktops(e.to_string()))?;
+        Self::listen(settings, Desktops::new(local, None), None).await
     }
 
-    /// The same, with sandboxes that reach `internet` (addresses of this
-    /// host, which a sandbox's jail otherwise blocks) as a hosted sandbox
-    /// reaches public addresses: through its own network's way out.
+    /// A host on free loopback ports with a fresh key and no pool, for tests.
+    pub async fn start() -> Self {
+        Self::start_with(TestOptions::default()).await
+    }
+
+    /// The same, whose sandboxes reach `internet` (see [`TestOptions`]).
     pub async fn start_with_internet(internet: Vec<Ipv4Addr>) -> Self {
-        let root = std::env::temp_dir().join(format!("flotilla-e2b-fake-{:016x}", rand::random::<u64>()));
+        Self::start_with(TestOptions { internet, ..TestOptions::default() }).await
+    }
+
+    /// A host for tests with `options`.
+    pub async fn start_with(options: TestOptions) -> Self {
+        let key = format!("e2b_{:032x}", rand::random::<u128>());
+        let root = std::env::temp_dir().join(format!("flotilla-sandboxd-{:016x}", rand::random::<u64>()));
+        let capacity = options.capacity.unwrap_or(8).to_string();
+        let vars = [
+            ("FLOTILLA_SANDBOXD_KEYS", key.clone()),
+            ("FLOTILLA_SANDBOXD_ADDR", "127.0.0.1:0".into()),
+            ("FLOTILLA_SANDBOXD_EDGE_ADDR", "127.0.0.1:0".into()),
+            ("FLOTILLA_SANDBOXD_POOL", options.pool.to_string()),
+            ("FLOTILLA_SANDBOXD_CAPACITY", capacity),
+            ("FLOTILLA_SANDBOXD_ROOT", root.display().to_string()),
+        ];
+        let config = Config::from_env(vars).expect("a test host's settings");
         let local = LocalProvider::new(LocalConfig {
             root: root.clone(),
-            isolation: Isolation::Full,
-            egress_exceptions: internet,
-            ..LocalConfig::default()
+            egress_exceptions: options.internet,
+            ..LocalConfig::from_settings(&config.isolation)
         });
-        let state = Arc::new(State {
-            api_key: format!("e2b_{:032x}", rand::random::<u128>()),
-            desktops: Desktops { provider: Some(local), root },
-            sandboxes: Mutex::new(HashMap::new()),
-            rate_limit: Mutex::new(RateLimit::default()),
-            control_requests: AtomicUsize::new(0),
-        });
-        let shutdown = CancellationToken::new();
-        let api_url = serve(control::router(Arc::clone(&state)), &shutdown).await;
-        let envd = serve(envd::router(Arc::clone(&state)), &shutdown).await;
-        let envd_url = edge::serve(Arc::clone(&state), address_of(&envd), &shutdown).await;
-        tokio::spawn(reap(Arc::downgrade(&state), shutdown.clone()));
-        Self { state, api_url, envd_url, shutdown }
+        Self::listen(config.sandboxd, Desktops::new(local, Some(root)), Some(key)).await.expect("a test host starts")
     }
 
-    /// A provider configuration that reaches this fake with the right key.
+    async fn listen(
+        settings: flotilla_config::SandboxdConfig,
+        local: Desktops,
+        test_key: Option<String>,
+    ) -> Result<Self, StartError> {
+        let bind = |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source }) };
+        let control_listener = bind(settings.addr).await?;
+        let edge_listener = bind(settings.edge_addr).await?;
+        let envd_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
+        let host = Arc::new(Host::new(settings, local));
+        host.pool.refill(&host);
+        let shutdown = CancellationToken::new();
+        let api_url = serve(control_listener, control::router(Arc::clone(&host)), &shutdown);
+        let envd = envd_listener.local_addr().map_err(|source| StartError::Listen { addr: host.settings.addr, source })?;
+        serve(envd_listener, envd::router(Arc::clone(&host)), &shutdown);
+        let sandbox_url = edge::serve(Arc::clone(&host), edge_listener, envd, &shutdown);
+        tokio::spawn(reap(Arc::downgrade(&host), shutdown.clone()));
+        Ok(Self { host, api_url, sandbox_url, test_key, shutdown })
+    }
+
+    /// The control plane's base URL (what `E2B_API_URL` names).
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
+    /// The edge's base URL (what `E2B_SANDBOX_URL` names).
+    pub fn sandbox_url(&self) -> &str {
+        &self.sandbox_url
+    }
+
+    /// The domain of per-sandbox hosts (what `E2B_DOMAIN` names).
+    pub fn domain(&self) -> &str {
+        &self.host.settings.domain
+    }
+
+    /// The key a host started for tests accepts.
+    pub fn test_key(&self) -> &str {
+        self.test_key.as_deref().expect("a host started for tests has its own key")
+    }
+
+    /// A client configuration that reaches this host with its test key.
     pub fn config(&self) -> E2bConfig {
-        self.config_with_key(&self.state.api_key)
+        self.config_with_key(self.test_key())
     }
 
     /// The same with any key.
@@ -166,8 +182,8 @@ impl Sandboxd {
         E2bConfig {
             api_url: self.api_url.clone(),
             api_key: Secret::new(api_key),
-            domain: SANDBOX_DOMAIN.into(),
-            envd: EnvdAddress::Routed { base_url: self.envd_url.clone() },
+            domain: self.domain().to_owned(),
+            envd: EnvdAddress::Routed { base_url: self.sandbox_url.clone() },
             template: DEFAULT_TEMPLATE.into(),
             user: DEFAULT_USER.into(),
             request_timeout: Duration::from_secs(30),
@@ -180,22 +196,43 @@ impl Sandboxd {
 
     /// The next `count` creates answer `429` with `Retry-After` in seconds.
     pub fn rate_limit_creates(&self, count: u32, retry_after: Duration) {
-        *lock(&self.state.rate_limit) = RateLimit { remaining: count, retry_after };
+        *lock(&self.host.rate_limit) = RateLimit { remaining: count, retry_after };
     }
 
     /// How many control-plane requests arrived, answered or refused.
     pub fn control_requests(&self) -> usize {
-        self.state.control_requests.load(Ordering::SeqCst)
+        self.host.control_requests.load(Ordering::SeqCst)
     }
 
     /// Kills sandbox `id` as if from the dashboard; whether it was there.
     pub async fn kill_from_outside(&self, id: &SandboxId) -> bool {
-        self.state.remove(id.as_str()).await
+        self.host.remove(id.as_str()).await
     }
 
-    /// When sandbox `id` dies, as the fake sees it.
+    /// When sandbox `id` ends, as the host sees it.
     pub fn end_at(&self, id: &SandboxId) -> Option<OffsetDateTime> {
-        lock(&self.state.sandboxes).get(id.as_str()).map(|s| s.end_at)
+        self.host.end_at(id.as_str())
+    }
+
+    /// Desktops waiting in the pool.
+    pub fn pooled(&self) -> usize {
+        self.host.pool.ready()
+    }
+
+    /// Waits until the host is asked to stop (for the binary).
+    pub async fn stopped(&self) {
+        self.shutdown.cancelled().await;
+    }
+
+    /// Stops serving and kills every sandbox and pooled desktop.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        for (id, _) in self.host.all().await {
+            self.host.remove(&id).await;
+        }
+        for id in self.host.pool.drain() {
+            let _ = flotilla_sandbox::SandboxProvider::kill(&*self.host.local, &id).await;
+        }
     }
 }
 
@@ -205,40 +242,28 @@ impl Drop for Sandboxd {
     }
 }
 
-/// Serves `router` on a free loopback port until `shutdown`; its base URL.
-async fn serve(router: axum::Router, shutdown: &CancellationToken) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-    let address = listener.local_addr().expect("the bound address");
+/// Serves `router` on `listener` until `shutdown`; its base URL.
+fn serve(listener: TcpListener, router: axum::Router, shutdown: &CancellationToken) -> String {
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let stop = shutdown.clone();
     tokio::spawn(async move {
         let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         if let Err(error) = served {
-            tracing::warn!(%error, "the fake e2b server stopped");
+            tracing::warn!(%error, "a sandbox host server stopped");
         }
     });
     format!("http://{address}")
 }
 
-/// The socket address of a `http://host:port` URL this fake made.
-fn address_of(url: &str) -> std::net::SocketAddr {
-    url.trim_start_matches("http://").parse().expect("a URL this fake made")
-}
-
-/// Kills sandboxes past their `endAt`, as the hosted service does.
-async fn reap(state: std::sync::Weak<State>, shutdown: CancellationToken) {
+/// Applies sandboxes' deadlines, as the hosted service does.
+async fn reap(host: std::sync::Weak<Host>, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(REAP_INTERVAL);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let Some(state) = state.upgrade() else { return };
-        for id in state.expired_ids() {
-            state.remove(&id).await;
-        }
+        let Some(host) = host.upgrade() else { return };
+        host.reap().await;
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

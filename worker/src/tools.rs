@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
 use flotilla_config::Config;
-use flotilla_config::{IsolationConfig, SandboxIsolation, SandboxNetwork};
+use flotilla_config::IsolationConfig;
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
@@ -18,8 +18,8 @@ use tracing::{info, warn};
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
 use crate::sandbox::{
-    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, Ipv4Net, Isolation, LocalConfig, LocalProvider, Network, PoolConfig,
-    SandboxLimits, SandboxPool, SandboxProvider,
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig,
+    SandboxPool, SandboxProvider,
 };
 
 /// Sandboxes and storage for the tasks of one worker.
@@ -90,26 +90,7 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 
 /// The local provider, refused when its jail does not work here.
 async fn local_provider(settings: &IsolationConfig) -> anyhow::Result<LocalProvider> {
-    let mb = |n: u64| n.saturating_mul(1 << 20);
-    let config = LocalConfig {
-        isolation: match settings.isolation {
-            SandboxIsolation::Full => Isolation::Full,
-            SandboxIsolation::None => Isolation::None,
-        },
-        network: match settings.network {
-            SandboxNetwork::Egress => Network::Egress,
-            SandboxNetwork::Offline => Network::Offline,
-        },
-        limits: SandboxLimits {
-            memory_bytes: mb(settings.limits.memory_mb),
-            pids: settings.limits.pids,
-            cpus: settings.limits.cpus,
-            home_bytes: mb(settings.limits.home_mb),
-            tmp_bytes: mb(settings.limits.tmp_mb),
-        },
-        egress_deny: settings.deny.iter().map(|(network, prefix)| Ipv4Net { network: *network, prefix: *prefix }).collect(),
-        ..LocalConfig::default()
-    };
+    let config = LocalConfig::from_settings(settings);
     LocalProvider::start(config)
         .await
         .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))

@@ -468,6 +468,26 @@ impl Processes {
         self.pgid
     }
 
+    /// Stops every process of the sandbox (see [`freeze`](super::freeze)).
+    pub async fn pause(&self) -> Result<usize, SandboxError> {
+        let (pgid, marker, cgroup) = (self.pgid, self.marker.clone(), self.cgroup.clone());
+        let frozen = tokio::task::spawn_blocking(move || super::freeze::freeze(pgid, &marker, cgroup.as_ref()))
+            .await
+            .map_err(|e| SandboxError::Unavailable(format!("the pause did not finish: {e}")))?;
+        frozen.map_err(|running| SandboxError::Unavailable(format!("processes {running:?} would not stop")))
+    }
+
+    /// The resident memory of all the sandbox's processes, in bytes.
+    pub fn resident_bytes(&self) -> u64 {
+        super::freeze::members(self.pgid, &self.marker, self.cgroup.as_ref()).into_iter().filter_map(process::resident_bytes).sum()
+    }
+
+    /// Lets every process of the sandbox run again.
+    pub async fn resume(&self) {
+        let (pgid, marker, cgroup) = (self.pgid, self.marker.clone(), self.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || super::freeze::thaw(pgid, &marker, cgroup.as_ref())).await;
+    }
+
     /// Takes a process started later (in the group) into the sandbox's set
     /// and its record.
     pub fn adopt(&mut self, child: Child) {

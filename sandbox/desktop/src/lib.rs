@@ -24,6 +24,7 @@ mod desktop;
 mod display;
 mod dns;
 mod egress;
+mod freeze;
 #[cfg(test)]
 mod escape_tests;
 mod identity;
@@ -114,6 +115,34 @@ pub struct LocalConfig {
     pub key_delay: Duration,
     /// How long a desktop may take to come up.
     pub start_timeout: Duration,
+}
+
+impl LocalConfig {
+    /// The configuration the isolation settings describe, with the rest at
+    /// its defaults.
+    pub fn from_settings(settings: &flotilla_config::IsolationConfig) -> Self {
+        use flotilla_config::{SandboxIsolation, SandboxNetwork};
+        let mb = |n: u64| n.saturating_mul(1 << 20);
+        Self {
+            isolation: match settings.isolation {
+                SandboxIsolation::Full => Isolation::Full,
+                SandboxIsolation::None => Isolation::None,
+            },
+            network: match settings.network {
+                SandboxNetwork::Egress => Network::Egress,
+                SandboxNetwork::Offline => Network::Offline,
+            },
+            limits: SandboxLimits {
+                memory_bytes: mb(settings.limits.memory_mb),
+                pids: settings.limits.pids,
+                cpus: settings.limits.cpus,
+                home_bytes: mb(settings.limits.home_mb),
+                tmp_bytes: mb(settings.limits.tmp_mb),
+            },
+            egress_deny: settings.deny.iter().map(|(network, prefix)| Ipv4Net { network: *network, prefix: *prefix }).collect(),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for LocalConfig {
@@ -271,6 +300,30 @@ impl LocalProvider {
         let sandbox = self.inner.get(id).await?;
         let processes = sandbox.processes.lock().await;
         Ok(processes.pgid())
+    }
+
+    /// Pauses sandbox `id`: every process stopped where it is, its memory
+    /// kept; it uses no CPU until [`resume`](Self::resume). How many
+    /// processes it stopped.
+    pub async fn pause(&self, id: &SandboxId) -> Result<usize, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let processes = sandbox.processes.lock().await;
+        processes.pause().await
+    }
+
+    /// Lets paused sandbox `id` run again.
+    pub async fn resume(&self, id: &SandboxId) -> Result<(), SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let processes = sandbox.processes.lock().await;
+        processes.resume().await;
+        Ok(())
+    }
+
+    /// The memory sandbox `id`'s processes use (resident set), in bytes.
+    pub async fn memory_bytes(&self, id: &SandboxId) -> Result<u64, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let processes = sandbox.processes.lock().await;
+        Ok(processes.resident_bytes())
     }
 
     /// Where the pointer is on a sandbox's screen.

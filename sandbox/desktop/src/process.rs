@@ -31,6 +31,10 @@ const OUTPUT_GRACE: Duration = Duration::from_millis(100);
 pub enum Signal {
     Term,
     Kill,
+    /// Stops a process where it is (a pause).
+    Stop,
+    /// Lets a stopped process go on.
+    Continue,
 }
 
 impl Signal {
@@ -38,6 +42,8 @@ impl Signal {
         match self {
             Signal::Term => "TERM",
             Signal::Kill => "KILL",
+            Signal::Stop => "STOP",
+            Signal::Continue => "CONT",
         }
     }
 }
@@ -91,6 +97,13 @@ pub(crate) fn stat(pid: u32) -> Option<(char, u32)> {
     let state = fields.first()?.chars().next()?;
     let group = fields.get(2)?.parse().ok()?;
     Some((state, group))
+}
+
+/// The resident memory of `pid`, in bytes (`/proc/PID/statm`).
+pub(crate) fn resident_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
 }
 
 /// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22).

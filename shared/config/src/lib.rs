@@ -33,6 +33,7 @@ mod live_view;
 mod providers;
 mod queue;
 mod routing;
+mod sandboxd;
 mod scrub;
 mod streams;
 mod telemetry;
@@ -49,6 +50,7 @@ pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use routing::RoutingConfig;
+pub use sandboxd::SandboxdConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
@@ -90,6 +92,14 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOX_HOME_MB", "sandbox_home_mb"),
     ("FLOTILLA_SANDBOX_TMP_MB", "sandbox_tmp_mb"),
     ("FLOTILLA_SANDBOX_DENY", "sandbox_deny"),
+    ("FLOTILLA_SANDBOXD_ADDR", "sandboxd_addr"),
+    ("FLOTILLA_SANDBOXD_EDGE_ADDR", "sandboxd_edge_addr"),
+    ("FLOTILLA_SANDBOXD_DOMAIN", "sandboxd_domain"),
+    ("FLOTILLA_SANDBOXD_KEYS", "sandboxd_keys"),
+    ("FLOTILLA_SANDBOXD_CAPACITY", "sandboxd_capacity"),
+    ("FLOTILLA_SANDBOXD_POOL", "sandboxd_pool"),
+    ("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", "sandboxd_max_timeout_s"),
+    ("FLOTILLA_SANDBOXD_ROOT", "sandboxd_root"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -212,6 +222,8 @@ pub struct Config {
     pub limits: Limits,
     /// The labels a worker advertises for capability routing.
     pub routing: RoutingConfig,
+    /// The sandbox host's settings (`flotilla-sandboxd`).
+    pub sandboxd: SandboxdConfig,
     /// The clock of what turns with the UTC day; not a setting (the
     /// system's, which tests move).
     pub clock: flotilla_types::clock::Clock,
@@ -275,6 +287,7 @@ impl Config {
             tenants: TenantsConfig::default(),
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
+            sandboxd: SandboxdConfig::load(s)?,
             clock: flotilla_types::clock::Clock::default(),
         })
     }
@@ -385,7 +398,7 @@ fn toml_text(key: &str, value: toml::Value) -> Result<String, String> {
 
 /// The settings that hold API key material: the keys, the secret they are
 /// digested with and the admin key. Only digests of them are kept.
-const KEY_MATERIAL: [&str; 3] = ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY"];
+const KEY_MATERIAL: [&str; 4] = ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY", "FLOTILLA_SANDBOXD_KEYS"];
 
 /// Overwrites the text of settings that hold API key material once it is
 /// digested or copied, so no stray copy outlives the load.

@@ -1,0 +1,131 @@
+//! The sandbox host's settings (`flotilla-sandboxd`): where its control
+//! plane (`FLOTILLA_SANDBOXD_ADDR`) and its sandbox edge
+//! (`FLOTILLA_SANDBOXD_EDGE_ADDR`) listen, the domain of per-sandbox hosts
+//! (`FLOTILLA_SANDBOXD_DOMAIN`), the keys clients present
+//! (`FLOTILLA_SANDBOXD_KEYS`, comma-separated, kept only as digests), how
+//! many sandboxes run at once (`FLOTILLA_SANDBOXD_CAPACITY`), how many
+//! desktops wait started per template (`FLOTILLA_SANDBOXD_POOL`), the
+//! longest life a sandbox may be given (`FLOTILLA_SANDBOXD_MAX_TIMEOUT_S`)
+//! and where its desktops keep their files (`FLOTILLA_SANDBOXD_ROOT`).
+//! The jail's settings are the isolation section's, as for a worker.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::apikey::{KeyDigest, KeyHasher};
+use super::{ConfigError, Settings};
+
+/// The sandbox host's settings.
+#[derive(Debug, Clone)]
+pub struct SandboxdConfig {
+    /// The control plane's address (E2B's `E2B_API_URL`).
+    pub addr: SocketAddr,
+    /// The edge's address: envd and every sandbox port (E2B's `E2B_SANDBOX_URL`).
+    pub edge_addr: SocketAddr,
+    /// Per-sandbox hosts are `<port>-<id>.<domain>`.
+    pub domain: String,
+    /// Digests of the keys clients present in `X-API-Key`.
+    pub keys: Vec<KeyDigest>,
+    /// What digested the keys (a secret of this process alone).
+    pub hasher: KeyHasher,
+    /// Running sandboxes at once; a create past it answers 429.
+    pub capacity: usize,
+    /// Desktops kept started per template.
+    pub pool: usize,
+    pub max_timeout: Duration,
+    pub root: PathBuf,
+}
+
+impl SandboxdConfig {
+    pub(super) fn load(s: &Settings) -> Result<Self, ConfigError> {
+        let hasher = KeyHasher::ephemeral();
+        let keys = s
+            .get("FLOTILLA_SANDBOXD_KEYS")
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .map(|key| check_key(key).map(|()| hasher.digest(key)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let address = |var: &str, default: &str| s.parsed::<SocketAddr>(var, default, "an address such as 127.0.0.1:3000");
+        let domain = s.text("FLOTILLA_SANDBOXD_DOMAIN", "localhost").trim().to_ascii_lowercase();
+        if domain.is_empty() || !domain.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')) {
+            return Err(ConfigError::new("FLOTILLA_SANDBOXD_DOMAIN", "must be a host name such as localhost or sandboxes.example"));
+        }
+        Ok(Self {
+            addr: address("FLOTILLA_SANDBOXD_ADDR", "127.0.0.1:49982")?,
+            edge_addr: address("FLOTILLA_SANDBOXD_EDGE_ADDR", "127.0.0.1:49983")?,
+            domain,
+            keys,
+            hasher,
+            capacity: s.positive("FLOTILLA_SANDBOXD_CAPACITY", 8)?,
+            pool: s.count("FLOTILLA_SANDBOXD_POOL", 1)?,
+            max_timeout: Duration::from_secs(s.positive("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", 24 * 3600)? as u64),
+            root: PathBuf::from(s.text("FLOTILLA_SANDBOXD_ROOT", "/tmp/flotilla-sandboxd")),
+        })
+    }
+
+    /// Whether `key` is one of the configured keys.
+    pub fn accepts(&self, key: &str) -> bool {
+        let presented = self.hasher.digest(key);
+        self.keys.iter().any(|known| known.matches(&presented))
+    }
+
+    /// The host refuses to start without a key.
+    pub fn require_keys(&self) -> Result<(), ConfigError> {
+        if self.keys.is_empty() {
+            return Err(ConfigError::new("FLOTILLA_SANDBOXD_KEYS", "is required: one or more keys such as e2b_0123abcd"));
+        }
+        Ok(())
+    }
+}
+
+/// The E2B SDKs accept only keys of `e2b_` and lowercase hex digits.
+fn check_key(key: &str) -> Result<(), ConfigError> {
+    let hex = key.strip_prefix("e2b_").unwrap_or("");
+    if hex.len() < 16 || !hex.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+        return Err(ConfigError::new(
+            "FLOTILLA_SANDBOXD_KEYS",
+            "each key is e2b_ and at least 16 lowercase hex digits (the E2B SDKs refuse any other)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, crate::ConfigError> {
+        Config::from_env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn keys_are_kept_as_digests_and_checked() {
+        let config = load(&[("FLOTILLA_SANDBOXD_KEYS", "e2b_0123456789abcdef, e2b_fedcba9876543210")]).expect("config");
+        let sandboxd = &config.sandboxd;
+        assert!(sandboxd.accepts("e2b_0123456789abcdef") && sandboxd.accepts("e2b_fedcba9876543210"));
+        assert!(!sandboxd.accepts("e2b_0123456789abcdee"));
+        assert!(!format!("{sandboxd:?}").contains("0123456789abcdef"), "no key in the debug form");
+        let error = load(&[("FLOTILLA_SANDBOXD_KEYS", "secret")]).expect_err("not an E2B key");
+        assert_eq!(error.var, "FLOTILLA_SANDBOXD_KEYS");
+        assert!(load(&[]).expect("config").sandboxd.require_keys().is_err());
+    }
+
+    #[test]
+    fn addresses_domain_and_counts_are_checked() {
+        let config = load(&[]).expect("defaults");
+        assert_eq!(config.sandboxd.addr.to_string(), "127.0.0.1:49982");
+        assert_eq!(config.sandboxd.domain, "localhost");
+        for (var, value) in [
+            ("FLOTILLA_SANDBOXD_ADDR", "everywhere"),
+            ("FLOTILLA_SANDBOXD_DOMAIN", "a/b"),
+            ("FLOTILLA_SANDBOXD_CAPACITY", "0"),
+            ("FLOTILLA_SANDBOXD_POOL", "-1"),
+        ] {
+            let error = load(&[(var, value)]).expect_err(value);
+            assert_eq!(error.var, var, "{error:?}");
+        }
+    }
+}
