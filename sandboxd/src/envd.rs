@@ -11,11 +11,10 @@
 //! `multipart/form-data` (each part's filename its destination), as envd
 //! takes them.
 
-use std::collections::HashSet;
 use std::convert::Infallible;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -31,8 +30,9 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use super::edge;
-use super::host::{lock, Entry, Host};
+use super::{edge, filesystem, process_calls};
+use super::host::{Entry, Host};
+use super::processes::Processes;
 use flotilla_e2b::DEFAULT_USER;
 use flotilla_desktop::process::{self, Signal};
 use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
@@ -53,6 +53,14 @@ pub(super) fn router(host: Arc<Host>) -> Router {
     Router::new()
         .route(START_PATH, post(start_process))
         .route(SIGNAL_PATH, post(send_signal))
+        .route("/process.Process/List", post(process_calls::list))
+        .route("/process.Process/SendInput", post(process_calls::send_input))
+        .route("/process.Process/CloseStdin", post(process_calls::close_stdin))
+        .route("/filesystem.Filesystem/Stat", post(filesystem::stat))
+        .route("/filesystem.Filesystem/ListDir", post(filesystem::list_dir))
+        .route("/filesystem.Filesystem/MakeDir", post(filesystem::make_dir))
+        .route("/filesystem.Filesystem/Move", post(filesystem::move_entry))
+        .route("/filesystem.Filesystem/Remove", post(filesystem::remove))
         .route(FILES_PATH, get(read_file).post(write_file))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -66,7 +74,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// The live sandbox the routing headers name, with a valid access token;
 /// the edge's or envd's refusal otherwise.
-async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
+pub(super) async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
     let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
@@ -82,6 +90,11 @@ async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
         return Err(error(StatusCode::UNAUTHORIZED, "unauthorized access, please provide a valid access token"));
     }
     Ok(sandbox)
+}
+
+/// A unary Connect call's error: `status` with the Connect `code`.
+pub(super) fn unary_error(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({"code": code, "message": message}))).into_response()
 }
 
 /// A Connect stream that is only an end-of-stream error.
@@ -110,28 +123,43 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     };
     let timeout =
         headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
-    let args: Vec<&str> = request.process.args.iter().map(String::as_str).collect();
-    let mut command = match host.local.command(&sandbox.local_id, &request.process.cmd, &args).await {
+    let mut command = match sandbox_command(&host, &sandbox, &request).await {
         Ok(command) => command,
         Err(e) => return stream_error("unavailable", e.to_string()),
     };
-    // The create's variables first, then the call's; the desktop's own
-    // display stays, since the host runs it.
-    let defaults = sandbox.env_vars.iter().filter(|(name, _)| name.as_str() != "DISPLAY");
-    command.envs(defaults).envs(&request.process.envs).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(cwd) = &request.process.cwd {
-        command.current_dir(cwd);
-    }
-    let child = match command.spawn() {
+    let stdin = if request.stdin { Stdio::piped() } else { Stdio::null() };
+    command.process_group(0).stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return stream_error("internal", format!("cannot start the process: {e}")),
     };
+    let pid = child.id().unwrap_or_default();
+    sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), child.stdin.take());
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(drive(child, timeout, sandbox.running, sender));
     let frames = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|frame| (Ok::<_, Infallible>(Bytes::from(frame)), receiver))
     });
     streaming_response(Body::from_stream(frames))
+}
+
+/// The command that runs what `request` asks inside the sandbox: in its
+/// working directory (changed to inside, where the path means what the
+/// sandbox sees), with the create's variables and then the call's.
+async fn sandbox_command(host: &Host, sandbox: &Entry, request: &StartRequest) -> Result<tokio::process::Command, SandboxError> {
+    let process = &request.process;
+    let mut argv: Vec<&str> = Vec::with_capacity(process.args.len() + 5);
+    if let Some(cwd) = &process.cwd {
+        argv.extend(["-c", r#"cd -- "$0" && exec "$@""#, cwd.as_str()]);
+    }
+    argv.push(&process.cmd);
+    argv.extend(process.args.iter().map(String::as_str));
+    let mut command = match process.cwd {
+        Some(_) => host.local.command(&sandbox.local_id, "/bin/sh", &argv).await?,
+        None => host.local.command(&sandbox.local_id, argv[0], &argv[1..]).await?,
+    };
+    command.envs(&sandbox.env_vars).envs(&process.envs);
+    Ok(command)
 }
 
 /// The one request envelope of a streaming call, parsed.
@@ -150,11 +178,10 @@ fn start_request(body: &[u8]) -> Result<StartRequest, String> {
 async fn drive(
     mut child: tokio::process::Child,
     timeout: Option<Duration>,
-    running: Arc<Mutex<HashSet<u32>>>,
+    running: Arc<Processes>,
     sender: mpsc::Sender<Vec<u8>>,
 ) {
     let pid = child.id().unwrap_or_default();
-    lock(&running).insert(pid);
     send_event(&sender, ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() }).await;
     let stdout = tokio::spawn(pump(child.stdout.take(), sender.clone(), true));
     let stderr = tokio::spawn(pump(child.stderr.take(), sender.clone(), false));
@@ -172,7 +199,7 @@ async fn drive(
     for pump in [stdout, stderr] {
         let _ = tokio::time::timeout(OUTPUT_GRACE, pump).await;
     }
-    lock(&running).remove(&pid);
+    running.remove(pid);
     send_event(&sender, ProcessEvent { end: Some(end_event(status)), ..ProcessEvent::default() }).await;
     let end = if late {
         EndOfStream {
@@ -234,7 +261,7 @@ async fn send_signal(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: 
             .into_response();
     };
     let pid = request.process.pid;
-    if !lock(&sandbox.running).contains(&pid) {
+    if !sandbox.running.contains(pid) {
         let body = json!({"code": "not_found", "message": format!("process with pid {pid} not found")});
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     }

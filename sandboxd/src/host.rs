@@ -6,7 +6,7 @@
 //! when it asked for `autoPause`) by the reaper, and any call that finds it
 //! first does the same.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,10 +18,14 @@ use time::OffsetDateTime;
 
 use super::metrics::Metrics;
 use super::pool::Pool;
+use super::processes::Processes;
 
 /// How long the desktop behind a sandbox may live by the local provider's
-/// own clock: a backstop, since the host's deadline ends it first.
-pub(crate) const LOCAL_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+/// own clock: a backstop, since the host's deadline ends it first (and
+/// moves it along; see [`Host::keep_backstop_ahead`]).
+pub(crate) const LOCAL_LIFETIME: Duration = flotilla_desktop::MAX_TIMEOUT;
+/// How far past the host's deadline the backstop stays.
+const BACKSTOP_MARGIN: Duration = Duration::from_secs(60);
 
 /// What happens to a sandbox at its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +45,8 @@ pub(crate) struct Entry {
     pub metadata: HashMap<String, String>,
     /// Variables every process started through envd gets (the create's `envVars`).
     pub env_vars: HashMap<String, String>,
-    /// Pids of processes started through envd and still running.
-    pub running: Arc<Mutex<HashSet<u32>>>,
+    /// The processes started through envd and still running.
+    pub running: Arc<Processes>,
     /// Since when it is paused, if it is.
     pub paused_since: Option<Instant>,
     pub on_timeout: OnTimeout,
@@ -182,11 +186,12 @@ impl Host {
             access_token: format!("{:032x}", rand::random::<u128>()),
             metadata: new.metadata,
             env_vars: new.env_vars,
-            running: Arc::new(Mutex::new(HashSet::new())),
+            running: Arc::new(Processes::default()),
             paused_since: None,
             on_timeout: new.on_timeout,
         };
         let id = format!("i{:019x}", rand::random::<u64>());
+        self.keep_backstop_ahead(&entry).await;
         lock(&self.sandboxes).insert(id.clone(), entry.clone());
         Ok((id, entry))
     }
@@ -208,10 +213,24 @@ impl Host {
         new: impl FnOnce(OffsetDateTime, OffsetDateTime) -> OffsetDateTime,
     ) -> Result<Entry, HostError> {
         self.get(id).await.ok_or_else(|| HostError::NotFound(id.to_owned()))?;
-        let mut sandboxes = lock(&self.sandboxes);
-        let entry = sandboxes.get_mut(id).ok_or_else(|| HostError::NotFound(id.to_owned()))?;
-        entry.end_at = new(entry.end_at, OffsetDateTime::now_utc());
-        Ok(entry.clone())
+        let entry = {
+            let mut sandboxes = lock(&self.sandboxes);
+            let entry = sandboxes.get_mut(id).ok_or_else(|| HostError::NotFound(id.to_owned()))?;
+            entry.end_at = new(entry.end_at, OffsetDateTime::now_utc());
+            entry.clone()
+        };
+        self.keep_backstop_ahead(&entry).await;
+        Ok(entry)
+    }
+
+    /// Moves the local provider's own deadline for the sandbox's desktop
+    /// past the host's, so only the host's ends it.
+    async fn keep_backstop_ahead(&self, entry: &Entry) {
+        let left = (entry.end_at - OffsetDateTime::now_utc()).max(time::Duration::ZERO);
+        let by = Duration::try_from(left).unwrap_or_default() + BACKSTOP_MARGIN;
+        if let Err(error) = self.local.extend(&entry.local_id, by.min(LOCAL_LIFETIME)).await {
+            tracing::warn!(%error, "the desktop's own deadline could not be moved");
+        }
     }
 
     /// Pauses sandbox `id`: every process stopped, memory kept.
@@ -244,15 +263,19 @@ impl Host {
             }
             self.local.resume(&entry.local_id).await?;
         }
-        let mut sandboxes = lock(&self.sandboxes);
-        let entry = sandboxes.get_mut(id).ok_or_else(|| HostError::NotFound(id.to_owned()))?;
-        if let Some(since) = entry.paused_since.take() {
-            self.metrics.paused_seconds.inc_by(since.elapsed().as_secs_f64());
-            entry.end_at = OffsetDateTime::now_utc() + timeout;
-        } else {
-            entry.end_at = entry.end_at.max(OffsetDateTime::now_utc() + timeout);
-        }
-        Ok((was_paused, entry.clone()))
+        let entry = {
+            let mut sandboxes = lock(&self.sandboxes);
+            let entry = sandboxes.get_mut(id).ok_or_else(|| HostError::NotFound(id.to_owned()))?;
+            if let Some(since) = entry.paused_since.take() {
+                self.metrics.paused_seconds.inc_by(since.elapsed().as_secs_f64());
+                entry.end_at = OffsetDateTime::now_utc() + timeout;
+            } else {
+                entry.end_at = entry.end_at.max(OffsetDateTime::now_utc() + timeout);
+            }
+            entry.clone()
+        };
+        self.keep_backstop_ahead(&entry).await;
+        Ok((was_paused, entry))
     }
 
     /// Kills sandbox `id` and its desktop; whether it was there.

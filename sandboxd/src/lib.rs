@@ -19,9 +19,12 @@
 mod control;
 mod edge;
 mod envd;
+mod filesystem;
 mod host;
 mod metrics;
 mod pool;
+mod process_calls;
+mod processes;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;

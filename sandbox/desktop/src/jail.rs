@@ -254,13 +254,16 @@ pub(crate) fn enter(user: HostUser, ids: Option<(u32, u32)>, nsenter: &Path, hol
     (program, argv)
 }
 
+/// Where Debian installs noVNC.
+const NOVNC_DIR: &str = "/usr/share/novnc";
+
 /// bubblewrap's arguments for one program of the sandbox in `dir`.
 fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
     let mut args: Vec<String> = Vec::with_capacity(128);
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
     let uid = SANDBOX_UID.to_string();
     push(&["--unshare-user", "--uid", &uid, "--gid", &uid, "--disable-userns", "--cap-drop", "ALL"]);
-    push(&["--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
+    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
     push(&["--die-with-parent", "--new-session"]);
     push(&["--ro-bind", "/usr", "/usr"]);
     for name in USR_LINKS {
@@ -281,6 +284,8 @@ fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
         push(&["--ro-bind", &generated, &format!("/etc/{name}")]);
     }
     push(&["--ro-bind-try", "/var/cache/fontconfig", "/var/cache/fontconfig", "--tmpfs", "/var/tmp"]);
+    // noVNC where E2B's desktop template keeps it, for the Desktop SDK's stream.
+    push(&["--ro-bind-try", NOVNC_DIR, "/opt/noVNC"]);
     push(&["--dev", "/dev"]);
     args.extend(proc_args());
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
@@ -303,9 +308,10 @@ fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
     args
 }
 
-/// The sandbox's own `/proc`, with what a container runtime masks masked.
+/// The sandbox's own `/proc` (the holder's, of the pid namespace every
+/// program of the sandbox shares), with what a container runtime masks masked.
 fn proc_args() -> Vec<String> {
-    let mut args = vec!["--proc".to_owned(), "/proc".to_owned()];
+    let mut args = vec!["--bind".to_owned(), "/proc".to_owned(), "/proc".to_owned()];
     for name in PROC_READ_ONLY {
         let path = format!("/proc/{name}");
         args.extend(["--ro-bind-try".to_owned(), path.clone(), path]);

@@ -75,7 +75,7 @@ pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
-const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// How long reading or writing one file may take.
 const FILE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest file `read_file` returns.

@@ -144,7 +144,7 @@ fn has_env(pid: u32, needle: &str) -> bool {
 
 /// What a finished command printed, as bytes.
 #[derive(Debug)]
-pub(crate) struct RawOutput {
+pub struct RawOutput {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
@@ -165,7 +165,7 @@ impl RawOutput {
 /// Runs `command` in its own process group with `stdin` fed to it, and
 /// collects up to `limit` bytes of each output stream; after `timeout`
 /// kills the group and fails.
-pub(crate) async fn run(
+pub async fn run(
     command: Command,
     stdin: Option<&[u8]>,
     timeout: Duration,
@@ -176,7 +176,7 @@ pub(crate) async fn run(
 
 /// As [`run`], and hands each line of standard output to `lines` the moment
 /// it is complete (the last one, without its newline, when the pipe closes).
-pub(crate) async fn run_with_lines(
+pub async fn run_with_lines(
     mut command: Command,
     stdin: Option<&[u8]>,
     timeout: Duration,

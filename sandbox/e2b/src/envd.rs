@@ -51,6 +51,9 @@ pub struct StartRequest {
     pub process: ProcessConfig,
     #[serde(default)]
     pub stdin: bool,
+    /// A name to find the process by later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -196,6 +199,7 @@ impl Envd {
                 cwd: None,
             },
             stdin: false,
+            tag: None,
         };
         let payload = serde_json::to_vec(&request).map_err(|e| EnvdError::Malformed(e.to_string()))?;
         let mut builder = self

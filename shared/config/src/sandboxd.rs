@@ -53,6 +53,10 @@ impl SandboxdConfig {
         if domain.is_empty() || !domain.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')) {
             return Err(ConfigError::new("FLOTILLA_SANDBOXD_DOMAIN", "must be a host name such as localhost or sandboxes.example"));
         }
+        let max_timeout = s.positive("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", 24 * 3600)?;
+        if max_timeout > 24 * 3600 {
+            return Err(ConfigError::new("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", "is at most 86400 (a day)"));
+        }
         Ok(Self {
             addr: address("FLOTILLA_SANDBOXD_ADDR", "127.0.0.1:49982")?,
             edge_addr: address("FLOTILLA_SANDBOXD_EDGE_ADDR", "127.0.0.1:49983")?,
@@ -61,7 +65,7 @@ impl SandboxdConfig {
             hasher,
             capacity: s.positive("FLOTILLA_SANDBOXD_CAPACITY", 8)?,
             pool: s.count("FLOTILLA_SANDBOXD_POOL", 1)?,
-            max_timeout: Duration::from_secs(s.positive("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", 24 * 3600)? as u64),
+            max_timeout: Duration::from_secs(max_timeout as u64),
             root: PathBuf::from(s.text("FLOTILLA_SANDBOXD_ROOT", "/tmp/flotilla-sandboxd")),
         })
     }
@@ -123,6 +127,7 @@ mod tests {
             ("FLOTILLA_SANDBOXD_DOMAIN", "a/b"),
             ("FLOTILLA_SANDBOXD_CAPACITY", "0"),
             ("FLOTILLA_SANDBOXD_POOL", "-1"),
+            ("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", "90000"),
         ] {
             let error = load(&[(var, value)]).expect_err(value);
             assert_eq!(error.var, var, "{error:?}");

@@ -1,0 +1,78 @@
+//! The processes envd started in one sandbox and still running, by pid:
+//! what they were started with (for `Process/List`), their tag, and their
+//! standard input when the start asked to keep it open (for `SendInput`
+//! and `CloseStdin`). A process leaves the table when it exits.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use flotilla_e2b::envd::ProcessConfig;
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
+
+use super::host::lock;
+
+/// One running process.
+#[derive(Debug)]
+pub(crate) struct Started {
+    pub config: ProcessConfig,
+    pub tag: Option<String>,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+}
+
+/// Why input could not reach a process.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum InputError {
+    NotFound,
+    /// Its standard input is closed or was never kept open.
+    Closed,
+}
+
+/// The table of one sandbox.
+#[derive(Debug, Default)]
+pub(crate) struct Processes {
+    by_pid: Mutex<HashMap<u32, Arc<Started>>>,
+}
+
+impl Processes {
+    pub fn insert(&self, pid: u32, config: ProcessConfig, tag: Option<String>, stdin: Option<ChildStdin>) {
+        let started = Started { config, tag, stdin: tokio::sync::Mutex::new(stdin) };
+        lock(&self.by_pid).insert(pid, Arc::new(started));
+    }
+
+    pub fn remove(&self, pid: u32) {
+        lock(&self.by_pid).remove(&pid);
+    }
+
+    pub fn contains(&self, pid: u32) -> bool {
+        lock(&self.by_pid).contains_key(&pid)
+    }
+
+    /// The pid of the process with `tag`.
+    pub fn by_tag(&self, tag: &str) -> Option<u32> {
+        lock(&self.by_pid).iter().find(|(_, started)| started.tag.as_deref() == Some(tag)).map(|(pid, _)| *pid)
+    }
+
+    /// Every running process, by pid.
+    pub fn list(&self) -> Vec<(u32, Arc<Started>)> {
+        let mut all: Vec<_> = lock(&self.by_pid).iter().map(|(pid, started)| (*pid, Arc::clone(started))).collect();
+        all.sort_by_key(|(pid, _)| *pid);
+        all
+    }
+
+    /// Writes `bytes` to process `pid`'s standard input.
+    pub async fn write_input(&self, pid: u32, bytes: &[u8]) -> Result<(), InputError> {
+        let started = lock(&self.by_pid).get(&pid).cloned().ok_or(InputError::NotFound)?;
+        let mut stdin = started.stdin.lock().await;
+        let pipe = stdin.as_mut().ok_or(InputError::Closed)?;
+        pipe.write_all(bytes).await.map_err(|_| InputError::Closed)?;
+        pipe.flush().await.map_err(|_| InputError::Closed)
+    }
+
+    /// Closes process `pid`'s standard input (end of file for it).
+    pub async fn close_input(&self, pid: u32) -> Result<(), InputError> {
+        let started = lock(&self.by_pid).get(&pid).cloned().ok_or(InputError::NotFound)?;
+        started.stdin.lock().await.take();
+        Ok(())
+    }
+}
