@@ -59,6 +59,18 @@ APT_TOOLS=(
   "x11vnc:x11vnc"
   # The linter of the Redis scripts (`lua/*.lua`, .luacheckrc).
   "luacheck:lua-check"
+  # What E2B's desktop template has and the Desktop SDK runs in a sandbox
+  # of flotilla-sandboxd: its session (XFCE, with a D-Bus session bus), the
+  # screen size (xrandr), the display check (xdpyinfo) and the stream's
+  # port check (netstat), and noVNC's WebSocket proxy.
+  "startxfce4:xfce4-session"
+  "xfwm4:xfwm4"
+  "xfdesktop:xfdesktop4"
+  "dbus-launch:dbus-x11"
+  "xrandr:x11-xserver-utils"
+  "xdpyinfo:x11-utils"
+  "netstat:net-tools"
+  "websockify:python3-websockify"
 )
 
 # Packages that install no command, checked with dpkg: the sandbox
@@ -190,6 +202,24 @@ ensure_python_packages() {
   printf '%s' "$wanted" >"$stamp"
 }
 
+# The official E2B SDKs for JavaScript (npm `e2b`, `@e2b/desktop`), which
+# check flotilla-sandboxd in tests/tests/it/sandboxd.rs, installed beside the
+# venv under this checkout's target dir. Reinstalled when the list changes.
+NPM_PACKAGES=(e2b @e2b/desktop)
+ensure_npm_packages() {
+  local dir stamp wanted
+  dir="$(dirname "$(venv_dir)")/node-sdk"
+  stamp="$dir/.flotilla-packages"
+  wanted=$(printf '%s\n' "${NPM_PACKAGES[@]}")
+  if [ -d "$dir/node_modules" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then
+    return 0
+  fi
+  log "installing ${NPM_PACKAGES[*]} (npm, into $dir)"
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --silent --no-audit --no-fund "${NPM_PACKAGES[@]}" >/dev/null
+  printf '%s' "$wanted" >"$stamp"
+}
+
 # slirp4netns opens /dev/net/tun as the worker's user. Debian's udev rules
 # make it mode 0666 (a tap device is only made inside a namespace the caller
 # owns); some container runtimes create it 0600, so a worker that is not root
@@ -204,7 +234,7 @@ ensure_tun_device() {
 }
 
 # A worker that runs as root maps each sandbox onto one uid and gid of a
-# subordinate range of root's (worker/src/sandbox/local/identity.rs), so no
+# subordinate range of root's (sandbox/desktop/src/identity.rs), so no
 # sandbox process is ever host uid 0. The range is set once, far above the
 # ids people and packages use; an existing range for root is kept.
 SUBORDINATE_RANGE="1000000000:65536"
@@ -231,6 +261,7 @@ main() {
   ensure_stylua
   ensure_cargo_deny
   ensure_claude_cli
+  ensure_npm_packages
 }
 
 # Run only when executed, so the functions can be sourced on their own.

@@ -44,6 +44,7 @@ pub(super) fn router(host: Arc<Host>) -> Router {
         .route("/sandboxes/{id}/refreshes", post(refresh))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/connect", post(connect))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/resume", post(resume))
         .layer(middleware::from_fn_with_state(Arc::clone(&host), check_api_key));
     Router::new()
@@ -217,8 +218,7 @@ impl ListQuery {
                 "state" => parsed.states.extend(value.split(',').map(str::to_owned)),
                 "metadata" => parsed.metadata.extend(form_urlencoded::parse(value.as_bytes()).into_owned()),
                 "limit" => {
-                    parsed.limit =
-                        value.parse().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or("limit must be 1 to 100")?;
+                    parsed.limit = value.parse().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or("limit must be 1 to 100")?;
                 }
                 "nextToken" => parsed.next_token = Some(value.into_owned()),
                 _ => {}
@@ -298,10 +298,22 @@ async fn pause(Shared(host): Shared<Arc<Host>>, Path(id): Path<String>) -> Respo
     }
 }
 
+/// `/connect`'s and `/resume`'s body; the SDKs leave the timeout out when
+/// their caller does.
+#[derive(Debug, Deserialize)]
+struct WakeBody {
+    #[serde(default)]
+    timeout: Option<u64>,
+}
+
+/// The life a woken sandbox gets when its waker names none: the SDKs' default.
+const DEFAULT_WAKE_TIMEOUT_S: u64 = 300;
+
 /// `/connect` and `/resume`: a paused sandbox resumes (`201`); a running
 /// one answers `200` from `/connect` and `409` from `/resume`.
 async fn wake(host: &Host, id: &str, bytes: &Bytes, running_is_conflict: bool) -> Response {
-    let timeout = match body::<TimeoutBody>(bytes).and_then(|b| lifetime(host, b.timeout)) {
+    let requested = body::<WakeBody>(bytes).map(|b| b.timeout.unwrap_or(DEFAULT_WAKE_TIMEOUT_S));
+    let timeout = match requested.and_then(|seconds| lifetime(host, seconds)) {
         Ok(timeout) => timeout,
         Err(refused) => return refused.into_response(),
     };

@@ -30,16 +30,16 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
-use super::{edge, filesystem, process_calls};
 use super::host::{Entry, Host};
 use super::processes::Processes;
-use flotilla_e2b::DEFAULT_USER;
+use super::{edge, filesystem, process_calls};
 use flotilla_desktop::process::{self, Signal};
 use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
 use flotilla_e2b::envd::{
     DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, StartResponse, ACCESS_TOKEN_HEADER, ENVD_PORT,
     FILES_PATH, SIGNAL_PATH, START_PATH,
 };
+use flotilla_e2b::DEFAULT_USER;
 use flotilla_sandbox::{SandboxError, SandboxProvider};
 
 /// The largest request body (a file upload).
@@ -92,9 +92,37 @@ pub(super) async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Res
     Ok(sandbox)
 }
 
-/// A unary Connect call's error: `status` with the Connect `code`.
-pub(super) fn unary_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({"code": code, "message": message}))).into_response()
+/// Why a unary call was refused: its HTTP status, Connect code and message.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        let code = match code {
+            "not_found" => "not_found",
+            "already_exists" => "already_exists",
+            "invalid_argument" => "invalid_argument",
+            "failed_precondition" => "failed_precondition",
+            _ => "internal",
+        };
+        Self { status, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"code": self.code, "message": self.message}))).into_response()
+    }
+}
+
+/// A unary call's JSON body of type `T`.
+pub(super) fn parse_unary<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+    serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_argument", format!("invalid request: {e}")))
 }
 
 /// A Connect stream that is only an end-of-stream error.

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::envd::{route, unary_error};
+use super::envd::{parse_unary as parse, route, Refusal};
 use super::host::Host;
 
 /// How long one filesystem call may take inside the sandbox.
@@ -97,60 +97,61 @@ fn entry_info(fields: &str) -> Option<Value> {
 /// the Connect error the script's exit names.
 async fn run(host: &Host, headers: &HeaderMap, op: &str, args: &[&str]) -> Result<Vec<Value>, Response> {
     let sandbox = route(host, headers).await?;
+    run_in(host, &sandbox, op, args).await.map_err(IntoResponse::into_response)
+}
+
+/// Runs `op args` in `sandbox`.
+async fn run_in(host: &Host, sandbox: &super::host::Entry, op: &str, args: &[&str]) -> Result<Vec<Value>, Refusal> {
     let mut argv = vec!["--noprofile", "--norc", "-c", SCRIPT, op];
     argv.extend_from_slice(args);
-    let internal = |message: String| unary_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &message);
+    let internal = |message: String| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
     let command = host.local.command(&sandbox.local_id, "bash", &argv).await.map_err(|e| internal(e.to_string()))?;
-    let output = flotilla_desktop::process::run(command, None, CALL_TIMEOUT, MAX_OUTPUT).await.map_err(|e| internal(e.to_string()))?;
+    let output =
+        flotilla_desktop::process::run(command, None, CALL_TIMEOUT, MAX_OUTPUT).await.map_err(|e| internal(e.to_string()))?;
     match output.exit_code {
         0 => Ok(String::from_utf8_lossy(&output.stdout).split('\0').filter(|e| !e.is_empty()).filter_map(entry_info).collect()),
-        NOT_FOUND => Err(unary_error(StatusCode::NOT_FOUND, "not_found", &format!("path '{}' does not exist", args[0]))),
-        ALREADY_EXISTS => Err(unary_error(StatusCode::CONFLICT, "already_exists", &format!("path '{}' already exists", args[0]))),
+        NOT_FOUND => Err(Refusal::new(StatusCode::NOT_FOUND, "not_found", format!("path '{}' does not exist", args[0]))),
+        ALREADY_EXISTS => Err(Refusal::new(StatusCode::CONFLICT, "already_exists", format!("path '{}' already exists", args[0]))),
         NOT_A_DIRECTORY => {
-            Err(unary_error(StatusCode::BAD_REQUEST, "invalid_argument", &format!("path '{}' is not a directory", args[0])))
+            Err(Refusal::new(StatusCode::BAD_REQUEST, "invalid_argument", format!("path '{}' is not a directory", args[0])))
         }
         _ => Err(internal(String::from_utf8_lossy(&output.stderr).trim().to_owned())),
     }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|e| unary_error(StatusCode::BAD_REQUEST, "invalid_argument", &format!("invalid request: {e}")))
 }
 
 /// The one entry of an answer as `{"entry": …}`.
 fn one_entry(result: Result<Vec<Value>, Response>) -> Response {
     match result {
         Ok(entries) => Json(json!({"entry": entries.into_iter().next()})).into_response(),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 pub(super) async fn stat(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
     match parse::<PathRequest>(&body) {
         Ok(request) => one_entry(run(&host, &headers, "stat", &[&request.path]).await),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 pub(super) async fn make_dir(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
     match parse::<PathRequest>(&body) {
         Ok(request) => one_entry(run(&host, &headers, "mkdir", &[&request.path]).await),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 pub(super) async fn move_entry(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
     match parse::<MoveRequest>(&body) {
         Ok(request) => one_entry(run(&host, &headers, "move", &[&request.source, &request.destination]).await),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 pub(super) async fn list_dir(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match parse::<PathRequest>(&body) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     // Depth 0 is envd's "unlimited"; the SDKs send 1 by default.
     let depth = match request.depth.unwrap_or(1) {
@@ -159,7 +160,7 @@ pub(super) async fn list_dir(Shared(host): Shared<Arc<Host>>, headers: HeaderMap
     };
     match run(&host, &headers, "list", &[&request.path, &depth]).await {
         Ok(entries) => Json(json!({ "entries": entries })).into_response(),
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -169,7 +170,7 @@ pub(super) async fn remove(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, 
             Ok(_) => Json(json!({})).into_response(),
             Err(refused) => refused,
         },
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 

@@ -140,7 +140,8 @@ impl Sandboxd {
         local: Desktops,
         test_key: Option<String>,
     ) -> Result<Self, StartError> {
-        let bind = |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source }) };
+        let bind =
+            |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source }) };
         let control_listener = bind(settings.addr).await?;
         let edge_listener = bind(settings.edge_addr).await?;
         let envd_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;

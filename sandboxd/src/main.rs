@@ -21,7 +21,12 @@ async fn main() -> std::process::ExitCode {
         Ok(host) => host,
         Err(e) => return fail(&e),
     };
-    println!("flotilla-sandboxd: E2B_API_URL={} E2B_SANDBOX_URL={} E2B_DOMAIN={}", host.api_url(), host.sandbox_url(), host.domain());
+    println!(
+        "flotilla-sandboxd: E2B_API_URL={} E2B_SANDBOX_URL={} E2B_DOMAIN={}",
+        host.api_url(),
+        host.sandbox_url(),
+        host.domain()
+    );
     let (Ok(mut terminate), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         return fail(&"cannot listen for signals");
     };

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::envd::{route, unary_error};
+use super::envd::{parse_unary as parse, route, Refusal};
 use super::host::{Entry, Host};
 use super::processes::InputError;
 
@@ -44,27 +44,23 @@ struct CloseStdinRequest {
 }
 
 /// The pid `selector` names in `sandbox`, or envd's `not_found`.
-fn pid_of(sandbox: &Entry, selector: &Selector) -> Result<u32, Response> {
+fn pid_of(sandbox: &Entry, selector: &Selector) -> Result<u32, Refusal> {
     let pid = match (&selector.pid, &selector.tag) {
         (Some(pid), _) => Some(*pid).filter(|pid| sandbox.running.contains(*pid)),
         (None, Some(tag)) => sandbox.running.by_tag(tag),
         (None, None) => None,
     };
-    pid.ok_or_else(|| unary_error(StatusCode::NOT_FOUND, "not_found", "process not found"))
+    pid.ok_or_else(|| Refusal::new(StatusCode::NOT_FOUND, "not_found", "process not found"))
 }
 
 fn input_refused(error: InputError) -> Response {
-    match error {
-        InputError::NotFound => unary_error(StatusCode::NOT_FOUND, "not_found", "process not found"),
+    let refusal = match error {
+        InputError::NotFound => Refusal::new(StatusCode::NOT_FOUND, "not_found", "process not found"),
         InputError::Closed => {
-            unary_error(StatusCode::BAD_REQUEST, "failed_precondition", "the process's standard input is not open")
+            Refusal::new(StatusCode::BAD_REQUEST, "failed_precondition", "the process's standard input is not open")
         }
-    }
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|e| unary_error(StatusCode::BAD_REQUEST, "invalid_argument", &format!("invalid request: {e}")))
+    };
+    refusal.into_response()
 }
 
 pub(super) async fn list(Shared(host): Shared<Arc<Host>>, headers: HeaderMap) -> Response {
@@ -88,17 +84,17 @@ pub(super) async fn send_input(Shared(host): Shared<Arc<Host>>, headers: HeaderM
     };
     let request: SendInputRequest = match parse(&body) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let pid = match pid_of(&sandbox, &request.process) {
         Ok(pid) => pid,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let Some(encoded) = request.input.stdin.or(request.input.pty) else {
         return Json(json!({})).into_response();
     };
     let Ok(bytes) = BASE64.decode(encoded) else {
-        return unary_error(StatusCode::BAD_REQUEST, "invalid_argument", "input is not base64");
+        return Refusal::new(StatusCode::BAD_REQUEST, "invalid_argument", "input is not base64").into_response();
     };
     match sandbox.running.write_input(pid, &bytes).await {
         Ok(()) => Json(json!({})).into_response(),
@@ -113,11 +109,11 @@ pub(super) async fn close_stdin(Shared(host): Shared<Arc<Host>>, headers: Header
     };
     let request: CloseStdinRequest = match parse(&body) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let pid = match pid_of(&sandbox, &request.process) {
         Ok(pid) => pid,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match sandbox.running.close_input(pid).await {
         Ok(()) => Json(json!({})).into_response(),

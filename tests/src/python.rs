@@ -14,3 +14,14 @@ pub fn venv_python() -> PathBuf {
         _ => panic!("no Python venv under the target dir: run `bash scripts/setup.sh` first"),
     }
 }
+
+/// The directory `scripts/setup.sh` installs the npm SDKs tests drive the
+/// fleet with into (`<target dir>/node-sdk`, with its `node_modules`).
+pub fn node_sdk_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.ancestors().find(|dir| dir.join("debug").is_dir() && dir.join("node-sdk/node_modules").is_dir());
+    match target {
+        Some(dir) => dir.join("node-sdk"),
+        None => panic!("no node-sdk under the target dir: run `bash scripts/setup.sh` first"),
+    }
+}

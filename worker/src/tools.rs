@@ -18,8 +18,7 @@ use tracing::{info, warn};
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
 use crate::sandbox::{
-    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig,
-    SandboxPool, SandboxProvider,
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider,
 };
 
 /// Sandboxes and storage for the tasks of one worker.

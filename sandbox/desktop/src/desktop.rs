@@ -479,7 +479,10 @@ impl Processes {
 
     /// The resident memory of all the sandbox's processes, in bytes.
     pub fn resident_bytes(&self) -> u64 {
-        super::freeze::members(self.pgid, &self.marker, self.cgroup.as_ref()).into_iter().filter_map(process::resident_bytes).sum()
+        super::freeze::members(self.pgid, &self.marker, self.cgroup.as_ref())
+            .into_iter()
+            .filter_map(process::resident_bytes)
+            .sum()
     }
 
     /// Lets every process of the sandbox run again.

@@ -13,9 +13,12 @@
 //!   worker's uid when the worker is not root, and a subordinate uid of the
 //!   sandbox's own when it is: no sandbox process is host uid 0. On top of it
 //!   bubblewrap runs each program as uid 1000 with every capability dropped
-//!   (bounding set included), no further user namespaces, a pid, UTS and
-//!   cgroup namespace of its own, a new session, and the
-//!   [seccomp filter](super::seccomp).
+//!   (bounding set included), no further user namespaces, a UTS and cgroup
+//!   namespace of its own, a new session, and the
+//!   [seccomp filter](super::seccomp). The pid namespace is the sandbox's,
+//!   shared by all its programs, as on one machine: a command sees and
+//!   signals what an earlier one started (`pgrep x11vnc`), and `/proc` is
+//!   the holder's, of that namespace.
 //! - **Network** ([`egress`](super::egress)): with egress on, `slirp4netns`
 //!   (user-mode TCP/IP, `--disable-host-loopback`, its own sandbox and
 //!   seccomp, running as the sandbox's root) is the only way out, and routes

@@ -24,9 +24,9 @@ mod desktop;
 mod display;
 mod dns;
 mod egress;
-mod freeze;
 #[cfg(test)]
 mod escape_tests;
+mod freeze;
 mod identity;
 #[cfg(test)]
 mod isolation_tests;

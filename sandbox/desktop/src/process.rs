@@ -165,12 +165,7 @@ impl RawOutput {
 /// Runs `command` in its own process group with `stdin` fed to it, and
 /// collects up to `limit` bytes of each output stream; after `timeout`
 /// kills the group and fails.
-pub async fn run(
-    command: Command,
-    stdin: Option<&[u8]>,
-    timeout: Duration,
-    limit: usize,
-) -> Result<RawOutput, SandboxError> {
+pub async fn run(command: Command, stdin: Option<&[u8]>, timeout: Duration, limit: usize) -> Result<RawOutput, SandboxError> {
     run_with_lines(command, stdin, timeout, limit, None).await
 }
 

@@ -51,7 +51,10 @@ impl SandboxdConfig {
         let address = |var: &str, default: &str| s.parsed::<SocketAddr>(var, default, "an address such as 127.0.0.1:3000");
         let domain = s.text("FLOTILLA_SANDBOXD_DOMAIN", "localhost").trim().to_ascii_lowercase();
         if domain.is_empty() || !domain.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.')) {
-            return Err(ConfigError::new("FLOTILLA_SANDBOXD_DOMAIN", "must be a host name such as localhost or sandboxes.example"));
+            return Err(ConfigError::new(
+                "FLOTILLA_SANDBOXD_DOMAIN",
+                "must be a host name such as localhost or sandboxes.example",
+            ));
         }
         let max_timeout = s.positive("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", 24 * 3600)?;
         if max_timeout > 24 * 3600 {

@@ -10,9 +10,9 @@
 //!
 //! A guard is a path as nextest prints it, without the crate: the module
 //! path inside its crate and the test's name (`queue::a_stale_attempt_…`,
-//! `sandbox::local::escape_tests::…`), or a module whose tests all guard it.
+//! `escape_tests::…` in `flotilla-desktop`), or a module whose tests all guard it.
 //! The path is looked for in each crate (this binary's `tests/tests/it/`,
-//! then the `shared/` crates, `worker`, `api` and `cli`) and must be found in exactly
+//! then the `shared/` crates, the sandbox crates, `sandboxd`, `worker`, `api` and `cli`) and must be found in exactly
 //! one: its module is the longest prefix that is a file, the rest inline
 //! `mod`s of that file read with `syn`, and the last segment a `#[test]`
 //! function there (or in a `proptest!` block) or a module holding one.
@@ -192,13 +192,17 @@ fn crate_has(modules: &BTreeMap<Vec<String>, PathBuf>, parsed: &mut Parsed, name
 
 /// The crates a guard may name a test of, with their module roots, in the
 /// order they are searched.
-const CRATES: [(&str, &str); 9] = [
+const CRATES: [(&str, &str); 13] = [
     ("flotilla-tests (it)", "tests/tests/it"),
     ("flotilla-types", "shared/types/src"),
     ("flotilla-config", "shared/config/src"),
     ("flotilla-blobstore", "shared/blobstore/src"),
     ("flotilla-telemetry", "shared/telemetry/src"),
     ("flotilla-queue", "shared/queue/src"),
+    ("flotilla-sandbox", "sandbox/provider/src"),
+    ("flotilla-desktop", "sandbox/desktop/src"),
+    ("flotilla-e2b", "sandbox/e2b/src"),
+    ("flotilla-sandboxd", "sandboxd/src"),
     ("flotilla-worker", "worker/src"),
     ("flotilla-api", "api/src"),
     ("flotilla-cli", "cli/src"),
@@ -258,7 +262,7 @@ fn a_misspelt_or_missing_guard_is_named() {
         "## Code map\n\n- `page.rs` — pages. Invariant: a cursor is a position (guarded by `pagination::no_such_test`).\n\n\
                ## Invariants\n\n\
                - **Layering holds.** Guarded by `layering::no_two_source_files_of_a_crate_use_each_other` (and `x::y`).\n\
-               - **A module and a property.** Guarded by `sandbox::local::isolation_tests` and\n  \
+               - **A module and a property.** Guarded by `isolation_tests` and\n  \
                  `address::tests::an_embedded_ipv4_address_is_judged_as_itself`; the rest is `x::y`.\n\
                - **Misspelt.** Guarded by `layering::no_two_source_files_of_a_crate_use_each_othr`.\n\
                - **Not a test.** Guarded by `layering::repo_root`.\n\

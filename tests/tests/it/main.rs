@@ -43,6 +43,7 @@ mod quotas;
 mod routing;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
+mod sandboxd;
 mod schedules;
 mod schemathesis;
 mod sdk_checks;

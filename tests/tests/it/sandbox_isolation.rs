@@ -2,7 +2,7 @@
 //! bubblewrap is not on its `PATH`) refuses to start with one line saying
 //! why, and `FLOTILLA_SANDBOX_ISOLATION=none` starts it anyway with an error
 //! in its log. The jail itself is shown from inside a sandbox by the worker
-//! crate's `sandbox::local::isolation_tests`.
+//! `flotilla-desktop`'s `isolation_tests`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
