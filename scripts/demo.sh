@@ -70,6 +70,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 redis_port=$(free_port)
 api_port=$(free_port)
 s3_port=$(free_port)
+sandboxd_port=$(free_port)
+edge_port=$(free_port)
 work=$(mktemp -d -t flotilla-demo-XXXXXX)
 store="$demo_dir/s3"
 rm -rf "$store"
@@ -107,6 +109,12 @@ export AWS_REGION="us-east-1"
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$bin/flotilla-api" >"$work/api.log" 2>&1 &
 pids+=($!)
+# The sandbox host: local desktops over E2B's protocol, for the E2B SDKs.
+sandboxd_key="e2b_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+FLOTILLA_SANDBOXD_KEYS="$sandboxd_key" FLOTILLA_SANDBOXD_ADDR="127.0.0.1:$sandboxd_port" \
+  FLOTILLA_SANDBOXD_EDGE_ADDR="127.0.0.1:$edge_port" FLOTILLA_SANDBOXD_ROOT="$demo_dir/sandboxd" FLOTILLA_SANDBOXD_POOL=1 \
+  "$bin/flotilla-sandboxd" >"$work/sandboxd.log" 2>&1 &
+pids+=($!)
 for w in 1 2; do
   FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
     "$bin/flotilla-worker" >"$work/worker-$w.log" 2>&1 &
@@ -120,7 +128,11 @@ for _ in $(seq 100); do
   curl -s -o /dev/null "http://127.0.0.1:$s3_port/" && break
   sleep 0.1
 done
-echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops" >&2
+for _ in $(seq 100); do
+  curl -fs -o /dev/null "http://127.0.0.1:$sandboxd_port/health" && break
+  sleep 0.1
+done
+echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops, sandbox host 127.0.0.1:$sandboxd_port" >&2
 
 batch_file="$work/batch.jsonl"
 for i in $(seq "${FLOTILLA_DEMO_TASKS:-8}"); do
@@ -181,5 +193,7 @@ The fleet keeps running (PIDs in $pid_file).
   the CLI, from any shell:
     FLOTILLA_API_URL=$FLOTILLA_API_URL FLOTILLA_API_KEY=$FLOTILLA_API_KEY $bin/flotilla submit "one more task" --pipeline scripted --wait-ms 300 --watch
   the screenshot links above answer while the fleet runs.
+  a local desktop from the E2B SDKs (pip install e2b-desktop; then python3 examples/e2b_desktop.py):
+    E2B_API_URL=http://127.0.0.1:$sandboxd_port E2B_SANDBOX_URL=http://127.0.0.1:$edge_port E2B_DOMAIN=localhost E2B_API_KEY=$sandboxd_key
   stop it all: bash scripts/demo.sh --stop
 EOF

@@ -128,12 +128,20 @@ async fn create(Shared(host): Shared<Arc<Host>>, bytes: Bytes) -> Response {
         Ok(timeout) => timeout,
         Err(refused) => return refused.into_response(),
     };
+    // A create that names its screen (as Flotilla's E2B client does) gets
+    // the host's desktop at that size, and its programs that desktop's
+    // display; any other (the Desktop SDK's) keeps the `DISPLAY` it sends
+    // for the X server it starts itself.
+    let mut env_vars = request.env_vars;
+    if request.metadata.contains_key(RESOLUTION_METADATA) {
+        env_vars.remove("DISPLAY");
+    }
     let new = NewEntry {
         resolution: requested_resolution(&request.metadata),
         template: request.template_id,
         timeout,
         metadata: request.metadata,
-        env_vars: request.env_vars,
+        env_vars,
         on_timeout: if request.auto_pause { OnTimeout::Pause } else { OnTimeout::Kill },
     };
     match host.create(new).await {

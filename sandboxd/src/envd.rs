@@ -220,7 +220,7 @@ async fn drive(
     let (status, late) = match waited {
         Ok(status) => (status.ok(), false),
         Err(_) => {
-            process::signal(Signal::Kill, Some(pid), &[]);
+            process::signal(Signal::Kill, Some(pid), &process::descendants(pid));
             (child.wait().await.ok(), true)
         }
     };
@@ -294,7 +294,9 @@ async fn send_signal(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: 
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     }
     let signal = if request.signal == "SIGNAL_SIGTERM" { Signal::Term } else { Signal::Kill };
-    process::signal(signal, Some(pid), &[]);
+    // The process, its group and everything it started, wherever they went
+    // (a program of the sandbox runs in a session of its own).
+    process::signal(signal, Some(pid), &process::descendants(pid));
     Json(json!({})).into_response()
 }
 

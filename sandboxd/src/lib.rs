@@ -171,6 +171,12 @@ impl Sandboxd {
         &self.host.settings.domain
     }
 
+    /// Where the host's desktops keep their files (`<root>/<desktop>/`,
+    /// each with its `record.json` of processes).
+    pub fn root(&self) -> &std::path::Path {
+        &self.host.settings.root
+    }
+
     /// The key a host started for tests accepts.
     pub fn test_key(&self) -> &str {
         self.test_key.as_deref().expect("a host started for tests has its own key")

@@ -391,11 +391,14 @@ pub(crate) struct Site<'a> {
 }
 
 /// The holder's script: mounts the home and `/tmp` in the sandbox's mount
-/// namespace, says so, and holds the namespaces.
+/// namespace, says so, and holds the namespaces. It is the pid namespace's
+/// init, so every orphan of the sandbox becomes its child: `wait` on a job
+/// that never ends reaps each of them as it exits (no zombie is left).
 const HOLDER_SCRIPT: &str = r#"mount -t tmpfs -o "size=$3,mode=0755,uid=0,gid=0,nosuid,nodev" sandbox-home "$1" || exit 1
 mount -t tmpfs -o "size=$4,mode=1777,uid=0,gid=0,nosuid,nodev" sandbox-tmp "$2" || exit 1
 echo ready
-exec sleep infinity"#;
+sleep infinity &
+while :; do wait; done"#;
 
 /// Starts the namespace holder (the leader of the sandbox's process group)
 /// and waits until its namespaces and mounts exist. A root worker starts it
@@ -499,7 +502,8 @@ mod tests {
         let args = bwrap_args(Path::new("/s"), Path::new("/s/home"), XAccess::Server).join(" ");
         assert!(args.contains("--ro-bind-try /etc/ssl/certs /etc/ssl/certs"), "{args}");
         assert!(!args.contains("/etc/ssl "), "never the whole /etc/ssl: {args}");
-        assert!(args.contains("--proc /proc --ro-bind-try /proc/sys /proc/sys"), "{args}");
+        assert!(args.contains("--bind /proc /proc --ro-bind-try /proc/sys /proc/sys"), "the holder's /proc, masked: {args}");
+        assert!(!args.contains("--unshare-pid"), "one pid namespace per sandbox, the holder's: {args}");
         assert!(args.contains("--bind /s/x11 /tmp/.X11-unix"), "the server makes its socket on the host: {args}");
         assert!(!args.contains("--unshare-ipc"), "one IPC namespace per sandbox, the holder's: {args}");
     }

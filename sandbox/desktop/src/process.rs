@@ -99,6 +99,28 @@ pub(crate) fn stat(pid: u32) -> Option<(char, u32)> {
     Some((state, group))
 }
 
+/// Every live descendant of `pid` (children, their children, …), from the
+/// parent links in `/proc`: what a process started and still holds on to,
+/// whatever session or process group it moved to.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(u32, u32)> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|child| Some((child, stat_fields(child)?.get(1)?.parse().ok()?)))
+        .collect();
+    let mut found = vec![pid];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(parents.iter().filter(|(_, p)| *p == parent).map(|(child, _)| *child));
+        next += 1;
+    }
+    found.remove(0);
+    found
+}
+
 /// The resident memory of `pid`, in bytes (`/proc/PID/statm`).
 pub(crate) fn resident_bytes(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
@@ -297,6 +319,31 @@ impl LineSplitter {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         // A receiver that stopped listening has what it wanted.
         let _ = self.sink.send(String::from_utf8_lossy(line).into_owned());
+    }
+}
+
+#[cfg(test)]
+mod descendant_tests {
+    use super::descendants;
+
+    #[test]
+    fn descendants_are_found_through_sessions_and_groups() {
+        // A shell that starts a child in a session of its own, which starts its own child.
+        let mut shell =
+            std::process::Command::new("sh").args(["-c", "setsid sh -c 'sleep 30 & wait' & wait"]).spawn().expect("sh runs");
+        let pid = shell.id();
+        let mut found = Vec::new();
+        for _ in 0..200 {
+            found = descendants(pid);
+            if found.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::process::Command::new("kill").arg("-KILL").args(found.iter().map(u32::to_string)).status();
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert!(found.len() >= 2, "the child in its own session and its child: {found:?}");
     }
 }
 

@@ -44,6 +44,7 @@ mod routing;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod sandboxd;
+mod sandboxd_workers;
 mod schedules;
 mod schemathesis;
 mod sdk_checks;

@@ -1,0 +1,125 @@
+//! Sandboxes outlive workers: a `flotilla-worker` whose desktops come from
+//! a flotilla-sandboxd (its E2B provider pointed at the host) is SIGKILLed
+//! while its task acts; the desktop stays up, a second worker runs a task
+//! in it by id, and at its deadline the host kills it and leaves no
+//! process of it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use flotilla_sandboxd::Sandboxd;
+use flotilla_tests::desktop::{eventually, sandbox_ids};
+use flotilla_tests::fleet::{test_env, WorkerProcess};
+use flotilla_tests::tasks::{events, queue, record, tenant};
+use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_types::task::{TaskSpec, TaskStatus};
+use serde_json::{json, Value};
+
+/// `(pid, start time)` of every process the host's desktop records name.
+fn recorded_processes(root: &Path) -> Vec<(u32, u64)> {
+    let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
+    entries
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("record.json")).ok())
+        .filter_map(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .flat_map(|r| r["processes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| Some((u32::try_from(p["pid"].as_u64()?).ok()?, p["started"].as_u64()?)))
+        .collect()
+}
+
+/// Whether the very process `(pid, started)` still runs (a zombie does not).
+fn running(&(pid, started): &(u32, u64)) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = text.rfind(')') else { return false };
+    let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let state = fields.first().and_then(|f| f.chars().next());
+    let start = fields.get(19).and_then(|f| f.parse::<u64>().ok());
+    start == Some(started) && !matches!(state, Some('Z' | 'X' | 'x') | None)
+}
+
+/// The host's answer to `GET /sandboxes/{id}`: its status and body.
+async fn detail(host: &Sandboxd, id: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("{}/sandboxes/{id}", host.api_url()))
+        .header("X-API-Key", host.test_key())
+        .send()
+        .await
+        .expect("detail");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_outlives_its_sigkilled_worker_and_a_second_worker_continues_in_it() {
+    let host = Sandboxd::start().await;
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let extra = [
+        ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
+        ("E2B_API_KEY", host.test_key()),
+        ("E2B_API_URL", host.api_url()),
+        ("E2B_SANDBOX_URL", host.sandbox_url()),
+        ("E2B_DOMAIN", host.domain()),
+        ("FLOTILLA_HEARTBEAT_MS", "200"),
+    ];
+    let env = test_env(&redis, &prefix, &extra);
+    let q = queue(&test_config(&redis, &prefix, &extra)).await;
+    let mut doomed = WorkerProcess::spawn(&env, "doomed");
+
+    let busy = json!({
+        "prompt": "hold a desktop", "pipeline": "scripted", "retry": {"max_attempts": 1},
+        "actions": [{"type": "type", "text": "echo before > mark.txt\n"}, {"type": "wait", "ms": 60000}]
+    });
+    let spec = TaskSpec::from_json(busy.to_string().as_bytes()).expect("valid spec");
+    let first = q.submitter().submit(&tenant(), spec).await.expect("submit").id;
+    eventually("the task acts on its desktop", Duration::from_secs(60), async || {
+        events(&q, &first).await.iter().any(|e| e.kind.name() == "action_completed")
+    })
+    .await;
+    let sandbox = sandbox_ids(&events(&q, &first).await).remove(0);
+    let processes = recorded_processes(host.root());
+    assert!(!processes.is_empty() && processes.iter().all(running), "the desktop runs: {processes:?}");
+
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
+    let (status, body) = detail(&host, &sandbox).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("running")), "the desktop outlives its worker: {body}");
+    assert!(processes.iter().all(running), "every process of the desktop still runs");
+
+    // A second worker continues in it by id: what the first typed is there.
+    let second_worker = WorkerProcess::spawn(&env, "second");
+    let next = json!({
+        "prompt": "continue", "pipeline": "scripted",
+        "actions": [{"type": "type", "text": "cat mark.txt > seen.txt; echo after >> seen.txt\n"}, {"type": "wait", "ms": 500}],
+        "sandbox": {"id": sandbox}
+    });
+    let spec = TaskSpec::from_json(next.to_string().as_bytes()).expect("valid spec");
+    let second = q.submitter().submit(&tenant(), spec).await.expect("submit").id;
+    eventually("the second task ends", Duration::from_secs(60), async || record(&q, &second).await.status.is_terminal()).await;
+    let history = events(&q, &second).await;
+    assert_eq!(record(&q, &second).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(sandbox_ids(&history), [sandbox.clone()], "the second task ran in the first one's desktop");
+    let provider = flotilla_worker::sandbox::E2bProvider::new(host.config()).expect("a client of the host");
+    let id = flotilla_worker::sandbox::SandboxId::parse(&sandbox).expect("an id");
+    eventually("both lines are in the desktop's file", Duration::from_secs(20), async || {
+        let seen = flotilla_worker::sandbox::SandboxProvider::read_file(&provider, &id, "seen.txt").await;
+        seen.is_ok_and(|bytes| bytes == b"before\nafter\n")
+    })
+    .await;
+
+    // At its deadline the host kills it, and nothing of it is left.
+    let shortened = reqwest::Client::new()
+        .post(format!("{}/sandboxes/{sandbox}/timeout", host.api_url()))
+        .header("X-API-Key", host.test_key())
+        .json(&json!({"timeout": 1}))
+        .send()
+        .await
+        .expect("timeout");
+    assert_eq!(shortened.status(), 204);
+    eventually("the host ends the sandbox at its deadline", Duration::from_secs(20), async || {
+        detail(&host, &sandbox).await.0 == 404
+    })
+    .await;
+    eventually("no process of the desktop is left", Duration::from_secs(10), async || !processes.iter().any(running)).await;
+    drop(second_worker);
+    host.shutdown().await;
+}
