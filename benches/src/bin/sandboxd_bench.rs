@@ -33,7 +33,8 @@ struct Args {
 
 const USAGE: &str = "flotilla-sandboxd-bench [--samples 10] [--python target/venv/bin/python] [--max-seconds 600]";
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
+/// The flags, or `None` for `--help`.
+fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut parsed = Args { samples: 10, python: None, max_seconds: 600 };
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -43,10 +44,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             }
             "--python" => parsed.python = Some(value()?),
             "--max-seconds" => parsed.max_seconds = value()?.parse().context("--max-seconds takes a number")?,
+            "--help" | "-h" => return Ok(None),
             other => bail!("unknown flag {other}"),
         }
     }
-    Ok(parsed)
+    Ok(Some(parsed))
 }
 
 /// A control-plane call on `host` with its key.

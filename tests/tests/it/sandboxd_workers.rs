@@ -97,7 +97,7 @@ async fn a_sandbox_outlives_its_sigkilled_worker_and_a_second_worker_continues_i
     eventually("the second task ends", Duration::from_secs(60), async || record(&q, &second).await.status.is_terminal()).await;
     let history = events(&q, &second).await;
     assert_eq!(record(&q, &second).await.status, TaskStatus::Succeeded, "{history:?}");
-    assert_eq!(sandbox_ids(&history), [sandbox.clone()], "the second task ran in the first one's desktop");
+    assert_eq!(sandbox_ids(&history), std::slice::from_ref(&sandbox), "the second task ran in the first one's desktop");
     let provider = flotilla_worker::sandbox::E2bProvider::new(host.config()).expect("a client of the host");
     let id = flotilla_worker::sandbox::SandboxId::parse(&sandbox).expect("an id");
     eventually("both lines are in the desktop's file", Duration::from_secs(20), async || {
