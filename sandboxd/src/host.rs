@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flotilla_config::SandboxdConfig;
-use flotilla_desktop::LocalProvider;
+use flotilla_desktop::Desktops;
 use flotilla_sandbox::{SandboxError, SandboxId, SandboxProvider, SandboxRequest};
 use time::OffsetDateTime;
 
@@ -330,36 +330,6 @@ impl Host {
         }
         limit.remaining -= 1;
         Some(limit.retry_after)
-    }
-}
-
-/// The local desktops, and for a host started for tests its root
-/// directory, removed once every desktop is gone.
-pub(crate) struct Desktops {
-    provider: Option<LocalProvider>,
-    remove_root: Option<std::path::PathBuf>,
-}
-
-impl Desktops {
-    pub fn new(provider: LocalProvider, remove_root: Option<std::path::PathBuf>) -> Self {
-        Self { provider: Some(provider), remove_root }
-    }
-}
-
-impl std::ops::Deref for Desktops {
-    type Target = LocalProvider;
-
-    fn deref(&self) -> &LocalProvider {
-        self.provider.as_ref().expect("the desktops live as long as the host")
-    }
-}
-
-impl Drop for Desktops {
-    fn drop(&mut self) {
-        drop(self.provider.take());
-        if let Some(root) = &self.remove_root {
-            let _ = std::fs::remove_dir_all(root);
-        }
     }
 }
 

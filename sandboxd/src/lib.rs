@@ -39,7 +39,8 @@ use time::OffsetDateTime;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use host::{lock, Desktops, Host, RateLimit};
+use flotilla_desktop::Desktops;
+use host::{lock, Host, RateLimit};
 
 /// The envd version the host claims.
 const ENVD_VERSION: &str = "0.6.13";
@@ -100,7 +101,8 @@ impl Sandboxd {
         tracing::info!(?leftovers, root = %settings.root.display(), "swept what a previous host left");
         let local_config = LocalConfig { root: settings.root.clone(), ..LocalConfig::from_settings(&config.isolation) };
         let local = LocalProvider::start(local_config).await.map_err(|e| StartError::Desktops(e.to_string()))?;
-        Self::listen(settings, Desktops::new(local, None), None).await
+        let root = settings.root.clone();
+        Self::listen(settings, Desktops::new(local, root, false), None).await
     }
 
     /// A host on free loopback ports with a fresh key and no pool, for tests.
@@ -132,7 +134,7 @@ impl Sandboxd {
             egress_exceptions: options.internet,
             ..LocalConfig::from_settings(&config.isolation)
         });
-        Self::listen(config.sandboxd, Desktops::new(local, Some(root)), Some(key)).await.expect("a test host starts")
+        Self::listen(config.sandboxd, Desktops::new(local, root, true), Some(key)).await.expect("a test host starts")
     }
 
     async fn listen(

@@ -15,18 +15,8 @@ use tokio::net::TcpListener;
 
 use super::jail_fixture::{typed, Fixture, TRY_TCP};
 use super::Network;
+use flotilla_sandbox::suite::host_address;
 use flotilla_sandbox::{suite, SandboxProvider};
-
-/// This host's first non-loopback IPv4 address: the test's stand-in for an
-/// internet host (reachable only as an explicit egress exception).
-fn host_address() -> Ipv4Addr {
-    let output = std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().expect("ip runs");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next()?.parse().ok())
-        .find(|a: &Ipv4Addr| !a.is_loopback())
-        .expect("this test needs a non-loopback IPv4 address on the host")
-}
 
 /// A TCP server on `addr` that answers every connection with `body` over
 /// HTTP/1.0, until the test ends.

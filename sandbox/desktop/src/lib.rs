@@ -36,6 +36,7 @@ mod jail_fixture;
 mod launch;
 mod limits;
 mod network;
+mod owned;
 mod probe;
 pub mod process;
 mod record;
@@ -71,6 +72,7 @@ pub use self::desktop::TERMINAL_TITLE;
 pub use self::egress::{Ipv4Net, Network};
 pub use self::launch::Isolation;
 pub use self::limits::SandboxLimits;
+pub use self::owned::Desktops;
 pub use self::record::Leftovers;
 
 /// The smallest and largest screens a local sandbox may have.

@@ -4,39 +4,17 @@
 //! process and no file of the sandbox is left. Each test has its own
 //! provider, root directory and displays.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use flotilla_types::action::Action;
 
 use super::process::live_processes;
-use super::{launch, Isolation, LocalConfig, LocalProvider};
+use super::{launch, Desktops, Isolation, LocalConfig};
 use flotilla_sandbox::{suite, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
 
 /// A provider with its own root directory, removed after the test.
-struct Fixture {
-    provider: Option<LocalProvider>,
-    root: PathBuf,
-}
-
-impl Fixture {
-    fn new(isolation: Isolation) -> Self {
-        let root = std::env::temp_dir().join(format!("flotilla-sandbox-test-{:016x}", rand::random::<u64>()));
-        let config =
-            LocalConfig { root: root.clone(), isolation, reap_interval: Duration::from_millis(100), ..LocalConfig::default() };
-        Self { provider: Some(LocalProvider::new(config)), root }
-    }
-
-    fn provider(&self) -> &LocalProvider {
-        self.provider.as_ref().expect("provider not dropped yet")
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        drop(self.provider.take());
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
+fn desktops(isolation: Isolation) -> Desktops {
+    Desktops::in_fresh_root(LocalConfig { isolation, reap_interval: Duration::from_millis(100), ..LocalConfig::default() })
 }
 
 /// Live processes of sandbox `id`: in its group, or carrying its marker.
@@ -50,21 +28,21 @@ fn leftovers(pgid: Option<u32>, id: &SandboxId) -> Vec<String> {
         .collect()
 }
 
-suite::behaviour_suite!(Fixture::new(Isolation::Full), |fixture| fixture.provider());
+suite::behaviour_suite!(desktops(Isolation::Full), |fixture| fixture.provider());
 
 #[tokio::test]
 async fn sandbox_suite_runs_on_plain_process_groups() {
-    let fixture = Fixture::new(Isolation::None);
+    let fixture = desktops(Isolation::None);
     suite::typing_runs_a_command(fixture.provider()).await;
     suite::files_and_commands_round_trip(fixture.provider()).await;
 }
 
 #[tokio::test]
 async fn expired_sandbox_is_killed() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let id = suite::expired_sandboxes_report_expired(fixture.provider()).await;
     // The reaper may still be tearing it down when calls already say Expired.
-    let dir = fixture.root.join(id.as_str());
+    let dir = fixture.root().join(id.as_str());
     suite::eventually("the expired sandbox's processes and files to go", || async {
         (leftovers(None, &id).is_empty() && !dir.exists()).then_some(())
     })
@@ -75,7 +53,7 @@ async fn expired_sandbox_is_killed() {
 /// Kill ends the desktop, the terminal's background jobs, commands that
 /// escaped into their own session, and removes the sandbox's files.
 async fn kill_leaves_nothing(isolation: Isolation) {
-    let fixture = Fixture::new(isolation);
+    let fixture = desktops(isolation);
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
     let id = &sandbox.id;
@@ -91,7 +69,7 @@ async fn kill_leaves_nothing(isolation: Isolation) {
 
     provider.kill(id).await.expect("kill");
     assert_eq!(leftovers(pgid, id), Vec::<String>::new());
-    assert!(!fixture.root.join(id.as_str()).exists(), "the sandbox's directory remains");
+    assert!(!fixture.root().join(id.as_str()).exists(), "the sandbox's directory remains");
     // Another sandbox may take the freed display number at once; the old
     // socket itself must be gone.
     assert_ne!(socket_inode(display), Some(socket), "the display's socket remains");
@@ -116,7 +94,7 @@ async fn kill_leaves_no_process_or_file_without_bubblewrap() {
 
 #[tokio::test]
 async fn two_sandboxes_run_at_once_on_different_displays() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let (a, b) = suite::sandboxes_are_independent(provider).await;
     let display =
@@ -135,20 +113,20 @@ async fn two_sandboxes_run_at_once_on_different_displays() {
 
 #[tokio::test]
 async fn dropping_the_provider_kills_its_sandboxes() {
-    let mut fixture = Fixture::new(Isolation::Full);
+    let mut fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let (a, b) = tokio::join!(suite::create(provider, (800, 600)), suite::create(provider, (800, 600)));
     let groups = (provider.process_group(&a.id).await.expect("a"), provider.process_group(&b.id).await.expect("b"));
     assert!(!leftovers(groups.0, &a.id).is_empty());
-    drop(fixture.provider.take());
+    fixture.close();
     assert_eq!(leftovers(groups.0, &a.id), Vec::<String>::new());
     assert_eq!(leftovers(groups.1, &b.id), Vec::<String>::new());
-    assert!(!fixture.root.join(a.id.as_str()).exists());
+    assert!(!fixture.root().join(a.id.as_str()).exists());
 }
 
 #[tokio::test]
 async fn sandbox_pointer_matches_the_display() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
     for (x, y) in [(0, 0), (799, 599), (123, 456)] {
@@ -162,7 +140,7 @@ async fn sandbox_pointer_matches_the_display() {
 /// gives, and an unchanged screen is not encoded again.
 #[tokio::test]
 async fn sandbox_screenshots_come_through_shared_memory() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
     let id = &sandbox.id;
@@ -189,7 +167,7 @@ async fn sandbox_screenshots_come_through_shared_memory() {
 
 #[tokio::test]
 async fn bad_sandbox_requests_are_refused() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let bad = [
         SandboxRequest { resolution: (10, 10), ..SandboxRequest::default() },
@@ -200,7 +178,7 @@ async fn bad_sandbox_requests_are_refused() {
         let result = provider.create(&request).await;
         assert!(matches!(result, Err(SandboxError::InvalidRequest(_))), "{request:?}: {result:?}");
     }
-    assert!(!fixture.root.exists() || std::fs::read_dir(&fixture.root).map(|d| d.count()).unwrap_or(0) == 0);
+    assert!(!fixture.root().exists() || std::fs::read_dir(fixture.root()).map(|d| d.count()).unwrap_or(0) == 0);
 }
 
 /// Prints the median create and screenshot times; run with
@@ -208,7 +186,7 @@ async fn bad_sandbox_requests_are_refused() {
 #[tokio::test]
 #[ignore = "a measurement, not a check"]
 async fn sandbox_timings() {
-    let fixture = Fixture::new(Isolation::Full);
+    let fixture = desktops(Isolation::Full);
     let provider = fixture.provider();
     let median = |mut v: Vec<Duration>| {
         v.sort();

@@ -18,6 +18,18 @@ const EFFECT_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// This host's first non-loopback IPv4 address: a test's stand-in for an
+/// internet host, or the address an agent in a sandbox would try to reach
+/// the host at.
+pub fn host_address() -> std::net::Ipv4Addr {
+    let output = std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().expect("ip runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next()?.parse().ok())
+        .find(|a: &std::net::Ipv4Addr| !a.is_loopback())
+        .expect("this test needs a non-loopback IPv4 address on the host")
+}
+
 /// Polls `probe` until it returns `Some`, or panics with `what` at the deadline.
 pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where

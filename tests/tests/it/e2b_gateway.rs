@@ -7,11 +7,12 @@
 //! gateway with what each sandbox was given: the gateway authority's
 //! certificate, its client certificate and key, and its token.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_config::Secret;
+use flotilla_sandbox::suite::host_address;
 use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::fakes::anthropic::final_answer;
 use flotilla_tests::fakes::ScriptedServer;
@@ -21,16 +22,6 @@ use flotilla_worker::sandbox::{E2bProvider, SandboxId, SandboxProvider, SandboxR
 
 const REAL_KEY: &str = "sk-ant-api03-flotilla-real-key-e2b-tls";
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// This host's first non-loopback IPv4 address.
-fn host_address() -> Ipv4Addr {
-    let output = std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().expect("ip runs");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next()?.parse().ok())
-        .find(|a: &Ipv4Addr| !a.is_loopback())
-        .expect("this test needs a non-loopback IPv4 address on the host")
-}
 
 /// Writes `token`'s credentials into the sandbox's `gw/` directory.
 async fn hand_over(provider: &E2bProvider, id: &SandboxId, token: &TaskToken) {

@@ -202,16 +202,6 @@ async fn a_full_host_refuses_creates_a_paused_sandbox_frees_its_place_and_deadli
     host.shutdown().await;
 }
 
-/// This host's first non-loopback IPv4 address.
-fn host_address() -> std::net::Ipv4Addr {
-    let output = std::process::Command::new("ip").args(["-o", "-4", "addr", "show"]).output().expect("ip runs");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().skip_while(|w| *w != "inet").nth(1)?.split('/').next()?.parse().ok())
-        .find(|a: &std::net::Ipv4Addr| !a.is_loopback())
-        .expect("this test needs a non-loopback IPv4 address on the host")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_reaches_neither_the_hosts_control_plane_nor_another_sandboxs_envd() {
     use flotilla_worker::sandbox::{E2bProvider, SandboxProvider, SandboxRequest};
@@ -224,7 +214,7 @@ async fn a_sandbox_reaches_neither_the_hosts_control_plane_nor_another_sandboxs_
     let (control, edge) = (port(host.api_url()), port(host.sandbox_url()));
     // Every address the host's servers could be met at, as an agent would try them.
     let mut targets = Vec::new();
-    for address in ["127.0.0.1".to_owned(), "10.0.2.2".to_owned(), host_address().to_string()] {
+    for address in ["127.0.0.1".to_owned(), "10.0.2.2".to_owned(), flotilla_sandbox::suite::host_address().to_string()] {
         targets.push(format!("{address}:{control}"));
         targets.push(format!("{address}:{edge}"));
     }

@@ -7,32 +7,8 @@ use std::time::{Duration, Instant};
 use flotilla_types::action::Action;
 
 use super::session::{quiet_screen, SETTLE_FIRST, SETTLE_MAX, SETTLE_POLL};
-use crate::sandbox::{suite, Isolation, LocalConfig, LocalProvider, SandboxProvider};
-
-/// A local provider with its own root directory, removed after the test.
-struct Fixture {
-    provider: Option<LocalProvider>,
-    root: std::path::PathBuf,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let root = std::env::temp_dir().join(format!("flotilla-settle-test-{:016x}", rand::random::<u64>()));
-        let config = LocalConfig { root: root.clone(), isolation: Isolation::Full, ..LocalConfig::default() };
-        Self { provider: Some(LocalProvider::new(config)), root }
-    }
-
-    fn provider(&self) -> &LocalProvider {
-        self.provider.as_ref().expect("provider not dropped yet")
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        drop(self.provider.take());
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
+use crate::sandbox::local::Desktops;
+use crate::sandbox::{suite, LocalConfig, SandboxProvider};
 
 /// The display reports its screen's changes without a capture: an idle
 /// screen reports none, a typed key does, and a step's wait for the screen
@@ -40,7 +16,7 @@ impl Drop for Fixture {
 /// of drawing has stopped for the quiet time.
 #[tokio::test]
 async fn sandbox_screen_changes_are_reported_and_end_the_settle_wait() {
-    let fixture = Fixture::new();
+    let fixture = Desktops::in_fresh_root(LocalConfig::default());
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
     let id = &sandbox.id;
