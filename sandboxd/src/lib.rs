@@ -226,6 +226,14 @@ impl Sandboxd {
         self.host.end_at(id.as_str())
     }
 
+    /// The pids of every process of sandbox `id`'s desktop (none if unknown).
+    pub async fn desktop_pids(&self, id: &str) -> Vec<u32> {
+        match self.host.get(id).await {
+            Some(entry) => self.host.local.process_ids(&entry.local_id).await.unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
     /// Desktops waiting in the pool.
     pub fn pooled(&self) -> usize {
         self.host.pool.ready()

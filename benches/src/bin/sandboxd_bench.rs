@@ -86,16 +86,9 @@ async fn pool_refilled(host: &Sandboxd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CPU ticks (user + system) of every process under the host's root whose
-/// environment names one of its desktops, from `/proc`.
-fn desktop_cpu_ticks(root: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
-    let root = root.display().to_string();
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| String::from_utf8_lossy(&env).contains(&root))
-        })
+/// CPU ticks (user + system) `pids` have used, from `/proc`.
+fn cpu_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
         .filter_map(|pid| {
             let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
@@ -148,14 +141,19 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         kill(&host, &id).await?;
         kill(&host, &cold_id).await?;
     }
-    // A paused desktop's CPU over one second, against the same desktop running.
+    // A paused desktop's CPU over one second: every process of its own.
     pool_refilled(&host).await?;
     let (id, _) = timed_create(&host).await?;
-    let ticks = |host: &Sandboxd| desktop_cpu_ticks(host.root());
+    pool_refilled(&host).await?;
+    let pids = host.desktop_pids(&id).await;
+    if pids.is_empty() {
+        bail!("the desktop's processes are not known");
+    }
     call(&host, reqwest::Method::POST, &format!("/sandboxes/{id}/pause")).send().await?.error_for_status()?;
-    let before = ticks(&host);
+    let before = cpu_ticks(&pids);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let paused_ticks = ticks(&host).saturating_sub(before);
+    let paused_ticks = cpu_ticks(&pids).saturating_sub(before);
+    println!("the paused desktop has {} processes", pids.len());
     kill(&host, &id).await?;
     let screenshots = match &args.python {
         Some(python) => Some(sdk_screenshots(&host, python, args.samples * 3).await?),

@@ -477,6 +477,11 @@ impl Processes {
         frozen.map_err(|running| SandboxError::Unavailable(format!("processes {running:?} would not stop")))
     }
 
+    /// The pids of every live process of the sandbox.
+    pub fn pids(&self) -> Vec<u32> {
+        super::freeze::members(self.pgid, &self.marker, self.cgroup.as_ref())
+    }
+
     /// The resident memory of all the sandbox's processes, in bytes.
     pub fn resident_bytes(&self) -> u64 {
         super::freeze::members(self.pgid, &self.marker, self.cgroup.as_ref())

@@ -321,6 +321,13 @@ impl LocalProvider {
         Ok(())
     }
 
+    /// The pids of every live process of sandbox `id`.
+    pub async fn process_ids(&self, id: &SandboxId) -> Result<Vec<u32>, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let processes = sandbox.processes.lock().await;
+        Ok(processes.pids())
+    }
+
     /// The memory sandbox `id`'s processes use (resident set), in bytes.
     pub async fn memory_bytes(&self, id: &SandboxId) -> Result<u64, SandboxError> {
         let sandbox = self.inner.get(id).await?;
