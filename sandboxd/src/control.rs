@@ -28,8 +28,10 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::host::{Entry, Host, HostError, NewEntry, OnTimeout};
-use super::{metrics, ENVD_VERSION};
+use super::metrics;
 
+/// The envd version the host claims.
+const ENVD_VERSION: &str = "0.6.13";
 /// The most a page of the list holds, and what it holds by default.
 const MAX_PAGE: usize = 100;
 /// The longest `/refreshes` may lengthen a life, as the hosted API allows.
@@ -89,7 +91,12 @@ async fn check_api_key(Shared(host): Shared<Arc<Host>>, request: Request, next: 
 }
 
 async fn metrics_page(Shared(host): Shared<Arc<Host>>) -> Response {
-    let page = metrics::render(&host).await;
+    let mut sandboxes = Vec::new();
+    for (id, entry) in host.all().await {
+        let memory_bytes = host.local.memory_bytes(&entry.local_id).await.ok();
+        sandboxes.push(metrics::SandboxFigures { id, state: entry.state(), memory_bytes });
+    }
+    let page = metrics::render(&host.metrics, sandboxes, host.pool.ready());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], page).into_response()
 }
 

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::envd::{parse_unary as parse, route, Refusal};
+use super::calls::{parse_unary as parse, route, Refusal};
 use super::host::Host;
 
 /// How long one filesystem call may take inside the sandbox.

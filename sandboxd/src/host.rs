@@ -19,6 +19,7 @@ use time::OffsetDateTime;
 use super::metrics::Metrics;
 use super::pool::Pool;
 use super::processes::Processes;
+use super::sync::lock;
 
 /// How long the desktop behind a sandbox may live by the local provider's
 /// own clock: a backstop, since the host's deadline ends it first (and
@@ -175,7 +176,7 @@ impl Host {
                 desktop.id
             }
         };
-        self.pool.refill(self);
+        self.refill_pool();
         self.metrics.creates.inc();
         let now = OffsetDateTime::now_utc();
         let entry = Entry {
@@ -194,6 +195,13 @@ impl Host {
         self.keep_backstop_ahead(&entry).await;
         lock(&self.sandboxes).insert(id.clone(), entry.clone());
         Ok((id, entry))
+    }
+
+    /// Starts desktops for the pool in the background until it is full again.
+    pub fn refill_pool(self: &Arc<Self>) {
+        if self.pool.start_refill() {
+            tokio::spawn(fill_pool(Arc::downgrade(self)));
+        }
     }
 
     /// Takes a place under the capacity for a create, or refuses.
@@ -333,6 +341,27 @@ impl Host {
     }
 }
 
+/// Starts one desktop at a time until the pool holds its size; a failed
+/// start ends the round (the next take starts another).
+async fn fill_pool(host: std::sync::Weak<Host>) {
+    loop {
+        let Some(host) = host.upgrade() else { return };
+        if !host.pool.wants_more() {
+            host.pool.refilled();
+            return;
+        }
+        let request = SandboxRequest { template: None, resolution: host.pool.resolution(), timeout: LOCAL_LIFETIME };
+        match host.local.create(&request).await {
+            Ok(desktop) => host.pool.put(desktop.id),
+            Err(error) => {
+                tracing::warn!(%error, "a pooled desktop did not start");
+                host.pool.refilled();
+                return;
+            }
+        }
+    }
+}
+
 /// A place under the capacity held while a create runs.
 struct Reservation<'a>(&'a AtomicUsize);
 
@@ -340,8 +369,4 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

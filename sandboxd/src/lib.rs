@@ -16,6 +16,7 @@
 //! and knows none of its ids. Creates are answered from a warm
 //! [pool](pool) when one of the kind waits there.
 
+mod calls;
 mod control;
 mod edge;
 mod envd;
@@ -25,6 +26,7 @@ mod metrics;
 mod pool;
 mod process_calls;
 mod processes;
+mod sync;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -40,10 +42,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use flotilla_desktop::Desktops;
-use host::{lock, Host, RateLimit};
+use host::{Host, RateLimit};
+use sync::lock;
 
-/// The envd version the host claims.
-const ENVD_VERSION: &str = "0.6.13";
 /// The sandbox domain of a host started for tests: per-port hosts are
 /// `<port>-<id>.localhost`, which browsers resolve to loopback by themselves.
 pub const SANDBOX_DOMAIN: &str = "localhost";
@@ -148,7 +149,7 @@ impl Sandboxd {
         let edge_listener = bind(settings.edge_addr).await?;
         let envd_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
         let host = Arc::new(Host::new(settings, local));
-        host.pool.refill(&host);
+        host.refill_pool();
         let shutdown = CancellationToken::new();
         let api_url = serve(control_listener, control::router(Arc::clone(&host)), &shutdown);
         let envd = envd_listener.local_addr().map_err(|source| StartError::Listen { addr: host.settings.addr, source })?;

@@ -10,8 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use super::host::Host;
-
 /// A sandbox's state, as a label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
@@ -46,10 +44,16 @@ impl Default for Metrics {
     }
 }
 
-/// The page: the counters, then what is read now from the sandboxes.
-pub(crate) async fn render(host: &Host) -> String {
+/// One sandbox as the page shows it: its id, state and resident memory.
+pub(crate) struct SandboxFigures {
+    pub id: String,
+    pub state: &'static str,
+    pub memory_bytes: Option<u64>,
+}
+
+/// The page: the counters, then the sandboxes as read now and the pool's size.
+pub(crate) fn render(metrics: &Metrics, sandboxes: Vec<SandboxFigures>, pooled: usize) -> String {
     let mut registry = Registry::with_prefix("flotilla_sandboxd");
-    let metrics = &host.metrics;
     registry.register("creates", "Sandboxes created", metrics.creates.clone());
     registry.register("pool_hits", "Creates answered with a pooled desktop", metrics.pool_hits.clone());
     registry.register("pauses", "Sandboxes paused", metrics.pauses.clone());
@@ -57,16 +61,16 @@ pub(crate) async fn render(host: &Host) -> String {
     registry.register("cold_start_seconds", "How long a desktop took to start", metrics.cold_start_seconds.clone());
     let by_state = Family::<StateLabel, Gauge>::default();
     let memory = Family::<SandboxLabel, Gauge>::default();
-    for (id, entry) in host.all().await {
-        by_state.get_or_create(&StateLabel { state: entry.state() }).inc();
-        if let Ok(bytes) = host.local.memory_bytes(&entry.local_id).await {
-            memory.get_or_create(&SandboxLabel { sandbox: id }).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    for sandbox in sandboxes {
+        by_state.get_or_create(&StateLabel { state: sandbox.state }).inc();
+        if let Some(bytes) = sandbox.memory_bytes {
+            memory.get_or_create(&SandboxLabel { sandbox: sandbox.id }).set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
     }
-    let pooled = Gauge::<i64>::default();
-    pooled.set(host.pool.ready() as i64);
+    let pool = Gauge::<i64>::default();
+    pool.set(i64::try_from(pooled).unwrap_or(i64::MAX));
     registry.register("sandboxes", "Sandboxes by state", by_state);
-    registry.register("pooled", "Desktops waiting in the pool", pooled);
+    registry.register("pooled", "Desktops waiting in the pool", pool);
     registry.register("sandbox_memory_bytes", "Resident memory of each sandbox's processes", memory);
     let mut page = String::new();
     if let Err(error) = encode(&mut page, &registry) {

@@ -1,16 +1,17 @@
 //! The host's warm pool: desktops started ahead, per template and screen
 //! size, so a create (from a worker or from anyone's SDK) is answered
-//! without starting one. A taken desktop is replaced in the background; a
-//! pool of size zero keeps nothing. Pooled desktops do not count against
-//! the capacity: they run nothing of anyone's yet.
+//! without starting one. A taken desktop is replaced in the background (by
+//! the [host](super::host)); a pool of size zero keeps nothing. Pooled
+//! desktops do not count against the capacity: they run nothing of
+//! anyone's yet.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 
-use flotilla_sandbox::{SandboxId, SandboxProvider, SandboxRequest};
+use flotilla_sandbox::{SandboxId, SandboxRequest};
 
-use super::host::{lock, Host, LOCAL_LIFETIME};
+use super::sync::lock;
 
 /// The template the pool keeps desktops of.
 pub(crate) const POOLED_TEMPLATE: &str = flotilla_e2b::DEFAULT_TEMPLATE;
@@ -48,41 +49,34 @@ impl Pool {
         lock(&self.ready).values().map(Vec::len).sum()
     }
 
-    /// Starts desktops in the background until the pool is full again.
-    pub fn refill(&self, host: &Arc<Host>) {
-        if self.size == 0 || self.refilling.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        tokio::spawn(fill(Arc::downgrade(host)));
+    /// Whether a refill should start now: the pool wants desktops and no
+    /// refill runs; the caller then runs one and calls [`Pool::refilled`].
+    pub fn start_refill(&self) -> bool {
+        self.size > 0 && !self.refilling.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether the pool holds fewer desktops than its size.
+    pub fn wants_more(&self) -> bool {
+        self.ready() < self.size
+    }
+
+    /// The screen pooled desktops are started at.
+    pub fn resolution(&self) -> (u32, u32) {
+        self.resolution
+    }
+
+    /// Takes in a started desktop.
+    pub fn put(&self, id: SandboxId) {
+        lock(&self.ready).entry((POOLED_TEMPLATE.to_owned(), self.resolution)).or_default().push(id);
+    }
+
+    /// The refill that [`Pool::start_refill`] allowed has ended.
+    pub fn refilled(&self) {
+        self.refilling.store(false, Ordering::SeqCst);
     }
 
     /// The desktops still waiting, taken out (to kill them at shutdown).
     pub fn drain(&self) -> Vec<SandboxId> {
         lock(&self.ready).drain().flat_map(|(_, ids)| ids).collect()
-    }
-}
-
-/// Starts one desktop at a time until the pool holds its size; a failed
-/// start ends the round (the next take starts another).
-async fn fill(host: Weak<Host>) {
-    loop {
-        let Some(host) = host.upgrade() else { return };
-        let pool = &host.pool;
-        if pool.ready() >= pool.size {
-            pool.refilling.store(false, Ordering::SeqCst);
-            return;
-        }
-        let request = SandboxRequest { template: None, resolution: pool.resolution, timeout: LOCAL_LIFETIME };
-        match host.local.create(&request).await {
-            Ok(desktop) => {
-                let key = (POOLED_TEMPLATE.to_owned(), pool.resolution);
-                lock(&pool.ready).entry(key).or_default().push(desktop.id);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "a pooled desktop did not start");
-                pool.refilling.store(false, Ordering::SeqCst);
-                return;
-            }
-        }
     }
 }

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::envd::{parse_unary as parse, route, Refusal};
+use super::calls::{parse_unary as parse, route, Refusal};
 use super::host::{Entry, Host};
 use super::processes::InputError;
 

@@ -10,7 +10,7 @@ use flotilla_e2b::envd::ProcessConfig;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 
-use super::host::lock;
+use super::sync::lock;
 
 /// One running process.
 #[derive(Debug)]

@@ -202,9 +202,20 @@ fn shown(path: &ModPath) -> String {
 
 #[test]
 fn no_two_source_files_of_a_crate_use_each_other() {
-    for crate_dir in
-        ["shared/types", "shared/config", "shared/blobstore", "shared/telemetry", "shared/queue", "api", "worker", "cli"]
-    {
+    for crate_dir in [
+        "shared/types",
+        "shared/config",
+        "shared/blobstore",
+        "shared/telemetry",
+        "shared/queue",
+        "sandbox/provider",
+        "sandbox/desktop",
+        "sandbox/e2b",
+        "sandboxd",
+        "api",
+        "worker",
+        "cli",
+    ] {
         let graph = import_graph(&repo_root().join(crate_dir));
         assert!(graph.len() > 1, "{crate_dir}: too few modules found ({})", graph.len());
         if let Some(cycle) = find_cycle(&graph) {

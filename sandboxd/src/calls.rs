@@ -1,0 +1,71 @@
+//! What every envd call does first: find the live sandbox the routing
+//! headers name and check its access token (the edge's and envd's refusals
+//! otherwise), and how a unary call reads its body and says no.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use flotilla_e2b::envd::{ACCESS_TOKEN_HEADER, ENVD_PORT};
+use serde_json::json;
+
+use super::edge;
+use super::host::{Entry, Host};
+
+/// A JSON error with `status` and a numeric code, as envd and the edge send.
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"code": status.as_u16(), "message": message.into()}))).into_response()
+}
+
+/// The live sandbox the routing headers name, with a valid access token;
+/// the edge's or envd's refusal otherwise.
+pub(super) async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
+    let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
+    let Some(sandbox) = host.live(&id).await else {
+        let body = json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502});
+        return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
+    };
+    if to.is_none_or(|d| d.port != ENVD_PORT) {
+        let body = json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "code": 502});
+        return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
+    }
+    if text(ACCESS_TOKEN_HEADER) != sandbox.access_token {
+        return Err(error(StatusCode::UNAUTHORIZED, "unauthorized access, please provide a valid access token"));
+    }
+    Ok(sandbox)
+}
+
+/// Why a unary call was refused: its HTTP status, Connect code and message.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        let code = match code {
+            "not_found" => "not_found",
+            "already_exists" => "already_exists",
+            "invalid_argument" => "invalid_argument",
+            "failed_precondition" => "failed_precondition",
+            _ => "internal",
+        };
+        Self { status, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"code": self.code, "message": self.message}))).into_response()
+    }
+}
+
+/// A unary call's JSON body of type `T`.
+pub(super) fn parse_unary<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+    serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_argument", format!("invalid request: {e}")))
+}
