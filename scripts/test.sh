@@ -21,7 +21,7 @@ bash scripts/deny.sh
 # The shipped binaries alone, without the features tests turn on: they
 # reach Redis only through the queue's methods (`Queue::redis`/`keys` exist
 # for tests and benchmarks only, behind flotilla-queue's `testing` feature).
-cargo check --quiet -p flotilla-api -p flotilla-worker -p flotilla-cli --lib --bin flotilla-api --bin flotilla-worker --bin flotilla
+cargo check --quiet -p flotilla-api -p flotilla-worker -p flotilla-cli -p flotilla-sandboxd --lib --bin flotilla-api --bin flotilla-worker --bin flotilla --bin flotilla-sandboxd
 cargo build --workspace --exclude flotilla-benches --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi

@@ -27,7 +27,7 @@ fn spawn_worker(env: &[(String, String)], id: &str, tmp: &Path, log: &Path) -> W
     let child = Command::new(binary("flotilla-worker"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn,flotilla_worker::sandbox=info")
+        .env("RUST_LOG", "warn,flotilla_worker::sandbox=info,flotilla_desktop=info")
         .env("NO_COLOR", "1")
         .env("TMPDIR", tmp)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
