@@ -26,6 +26,7 @@ mod e2b_gateway;
 mod fairness;
 mod faults;
 mod feeds;
+mod fleet_by_hand;
 mod hardening;
 mod invariant_guards;
 mod kept_limits;
