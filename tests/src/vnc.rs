@@ -28,12 +28,14 @@ pub struct RfbViewer {
 }
 
 /// The WebSocket URL a view URL's page would open: `ws://` + host + the
-/// `path` query parameter, decoded.
+/// `path` parameter of its fragment, decoded (the token is never in the
+/// page's query).
 pub fn socket_url(view_url: &str) -> anyhow::Result<String> {
     let rest = view_url.strip_prefix("http://").context("an http view URL")?;
     let host = rest.split('/').next().context("a host")?;
-    let query = rest.split_once('?').context("a query")?.1;
-    let path = query.split('&').find_map(|p| p.strip_prefix("path=")).context("a path parameter")?;
+    let (page, fragment) = rest.split_once('#').context("a fragment")?;
+    anyhow::ensure!(!page.contains("token"), "the page's own URL names no token: {page}");
+    let path = fragment.split('&').find_map(|p| p.strip_prefix("path=")).context("a path parameter")?;
     Ok(format!("ws://{host}/{}", percent_decode(path)))
 }
 

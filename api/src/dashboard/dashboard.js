@@ -440,7 +440,12 @@
       const link = url ? { url, mode } : await api('GET', taskPath(selected.id, `/view?mode=${mode}`));
       if (state.selected !== selected) return;
       const frame = $('live-frame');
-      frame.src = safeUrl(link.url) || 'about:blank';
+      const next = safeUrl(link.url) || 'about:blank';
+      // A view's token is in the URL's fragment: a new token for the same
+      // page changes only the fragment, which would not load it again.
+      const samePage = frame.src && frame.src.split('#')[0] === next.split('#')[0];
+      frame.src = next;
+      if (samePage && frame.contentWindow) frame.contentWindow.location.reload();
       frame.hidden = false;
       const label = $('live-mode');
       label.textContent = mode === 'control' ? 'control' : 'view only';

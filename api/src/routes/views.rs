@@ -4,7 +4,10 @@
 //! `GET /v1/tasks/{id}/view/socket?token=…`, is bridged here to the worker
 //! that holds the task, so browsers need no route to workers.
 //!
-//! Tokens travel only in query strings, which request logs leave out.
+//! The page's URL carries the token only in its fragment (`#path=…`, which
+//! noVNC reads), which a browser never sends: not to the server, not in a
+//! `Referer`. The WebSocket's URL carries it in its query, since noVNC can
+//! set no header there; request logs leave queries out.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
@@ -121,7 +124,7 @@ pub async fn view_link(
     let token = views.mint(&grant).await?;
     let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
     let url = format!(
-        "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}&path={}",
+        "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}#path={}",
         public_base(state),
         mode == ViewMode::View,
         encode_component(&socket)
