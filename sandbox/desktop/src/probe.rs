@@ -15,6 +15,16 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Builds a throwaway jail under `root` and runs `true` in it; the reason
 /// it failed, in one line.
+/// The first existing ancestor of `root` (itself included) that others may
+/// not enter (no `x` for others).
+fn closed_ancestor(root: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    root.ancestors()
+        .filter_map(|dir| Some((dir, std::fs::metadata(dir).ok()?)))
+        .find(|(_, meta)| meta.is_dir() && meta.permissions().mode() & 0o001 == 0)
+        .map(|(dir, _)| dir.to_owned())
+}
+
 pub(super) async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, String> {
     config.limits.check()?;
     let tools = Arc::new(jail::HostTools::find(config.network)?);
@@ -26,12 +36,23 @@ pub(super) async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, Str
              delegated cgroup or run it as root"
         );
     }
+    let user = identity::HostUser::detect()?;
+    if matches!(user, identity::HostUser::Root(_)) {
+        closed_ancestor(&config.root).map_or(Ok(()), |dir| {
+            Err(format!(
+                "the sandboxes' directory {} is under {}, which their users cannot enter (a root worker's \
+                 sandboxes run as other users): pick a root whose parents others may enter, such as one in /tmp",
+                config.root.display(),
+                dir.display()
+            ))
+        })?;
+    }
     let settings = JailSettings {
         tools,
         network: config.network,
         exceptions: config.egress_exceptions.clone(),
         deny: config.egress_deny.clone(),
-        user: identity::HostUser::detect()?,
+        user,
         hierarchy,
         limits: config.limits,
         dns_upstream: config.dns_upstream.clone().unwrap_or_else(dns::host_resolvers),
@@ -76,4 +97,24 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
         cgroup.remove();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::closed_ancestor;
+
+    #[test]
+    fn a_root_under_a_directory_others_cannot_enter_is_named() {
+        let open = std::env::temp_dir().join(format!("flotilla-probe-open-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&open).expect("a dir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        assert_eq!(closed_ancestor(&open.join("sandboxes")), None, "{} is open", open.display());
+        let closed = open.join("private");
+        std::fs::create_dir(&closed).expect("a dir");
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("mode");
+        assert_eq!(closed_ancestor(&closed.join("a/b")), Some(closed.clone()));
+        let _ = std::fs::remove_dir_all(&open);
+    }
 }
