@@ -53,7 +53,7 @@ use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider, Screenshot};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxLimits, SandboxPool, SandboxProvider, Screenshot};
 use flotilla_worker::{PipelineError, Registry, TaskHandle, TaskRun};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -81,10 +81,12 @@ struct Args {
     redis_url: Option<String>,
     s3s_fs: Option<PathBuf>,
     store: bool,
+    /// The cores each desktop may use (its control group's quota).
+    sandbox_cpus: f64,
     max_seconds: u64,
 }
 
-const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--max-seconds 600]";
+const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--sandbox-cpus 1.0] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut args = Args {
@@ -94,6 +96,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
         redis_url: None,
         s3s_fs: None,
         store: true,
+        sandbox_cpus: SandboxLimits::default().cpus,
         max_seconds: 600,
     };
     while let Some(flag) = it.next() {
@@ -107,6 +110,13 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
             "--redis-url" => args.redis_url = Some(value()?),
             "--s3s-fs" => args.s3s_fs = Some(PathBuf::from(value()?)),
             "--no-store" => args.store = false,
+            "--sandbox-cpus" => {
+                args.sandbox_cpus = value()?
+                    .parse()
+                    .ok()
+                    .filter(|c: &f64| c.is_finite() && *c > 0.0)
+                    .context("--sandbox-cpus takes a number of cores")?
+            }
             "--max-seconds" => args.max_seconds = value()?.parse().context("--max-seconds takes a number")?,
             "--help" | "-h" => return Ok(None),
             other => bail!("unknown argument {other:?} (usage: {USAGE})"),
@@ -470,7 +480,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         }
         None => (None, None),
     };
-    let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new(LocalConfig::default()));
+    let limits = SandboxLimits { cpus: args.sandbox_cpus, ..SandboxLimits::default() };
+    let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new(LocalConfig { limits, ..LocalConfig::default() }));
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
     let tools =
         Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None, live: None });
