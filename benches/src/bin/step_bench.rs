@@ -53,7 +53,9 @@ use flotilla_worker::metrics::WorkerMetrics;
 use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxLimits, SandboxPool, SandboxProvider, Screenshot};
+use flotilla_worker::sandbox::{
+    Isolation, LocalConfig, LocalProvider, PoolConfig, SandboxLimits, SandboxPool, SandboxProvider, Screenshot,
+};
 use flotilla_worker::{PipelineError, Registry, TaskHandle, TaskRun};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -83,10 +85,13 @@ struct Args {
     store: bool,
     /// The cores each desktop may use (its control group's quota).
     sandbox_cpus: f64,
+    /// Whether desktops run in their jail (`--no-jail`: plain processes, to
+    /// tell what the jail costs).
+    jailed: bool,
     max_seconds: u64,
 }
 
-const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--sandbox-cpus 1.0] [--max-seconds 600]";
+const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--sandbox-cpus 1.0] [--no-jail] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut args = Args {
@@ -97,6 +102,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
         s3s_fs: None,
         store: true,
         sandbox_cpus: SandboxLimits::default().cpus,
+        jailed: true,
         max_seconds: 600,
     };
     while let Some(flag) = it.next() {
@@ -110,6 +116,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
             "--redis-url" => args.redis_url = Some(value()?),
             "--s3s-fs" => args.s3s_fs = Some(PathBuf::from(value()?)),
             "--no-store" => args.store = false,
+            "--no-jail" => args.jailed = false,
             "--sandbox-cpus" => {
                 args.sandbox_cpus = value()?
                     .parse()
@@ -481,7 +488,9 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         None => (None, None),
     };
     let limits = SandboxLimits { cpus: args.sandbox_cpus, ..SandboxLimits::default() };
-    let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new(LocalConfig { limits, ..LocalConfig::default() }));
+    let isolation = if args.jailed { Isolation::Full } else { Isolation::None };
+    let provider: Arc<dyn SandboxProvider> =
+        Arc::new(LocalProvider::new(LocalConfig { limits, isolation, ..LocalConfig::default() }));
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
     let tools =
         Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None, live: None });
