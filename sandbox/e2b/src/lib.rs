@@ -435,6 +435,10 @@ impl SandboxProvider for E2bProvider {
         flotilla_types::task::SandboxProviderKind::E2b
     }
 
+    fn host(&self) -> Option<String> {
+        Some(self.config.api_url.clone())
+    }
+
     fn create<'a>(&'a self, request: &'a SandboxRequest) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
         self.create_sandbox(request).boxed()
     }

@@ -236,6 +236,14 @@ pub trait SandboxProvider: Send + Sync + 'static {
         None
     }
 
+    /// Where this provider's sandboxes live, for a worker on another machine
+    /// to reach one by id: a host's API address (an E2B control plane or a
+    /// sandbox host); `None`, this default, for sandboxes that live only
+    /// with the process that made them.
+    fn host(&self) -> Option<String> {
+        None
+    }
+
     /// The sandbox's own stream for a live view, when it serves one itself
     /// (an E2B sandbox, as the Desktop SDK streams it); `None` by default.
     fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn remote::RemoteStream>> {

@@ -32,7 +32,9 @@ pub struct TaskRecord {
     // The planner's plan: `{"application", "steps": [...]}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub plan: Option<serde_json::Value>,
-    // The sandbox the task holds or held: `{"provider", "id", "stream_url"}`.
+    // The sandbox the task holds or held: `{"provider", "id", "host",
+    // "stream_url"}`; `host` is where a worker anywhere reaches it by id
+    // (an E2B or sandbox host API), `null` for a desktop of the worker's own.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub sandbox: Option<serde_json::Value>,
     // The stored screenshots of the latest attempt, each

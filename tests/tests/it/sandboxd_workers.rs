@@ -1,7 +1,8 @@
 //! Sandboxes outlive workers: a `flotilla-worker` whose desktops come from
 //! a flotilla-sandboxd (its E2B provider pointed at the host) is SIGKILLed
-//! while its task acts; the desktop stays up, a second worker runs a task
-//! in it by id, and at its deadline the host kills it and leaves no
+//! while its task acts; the task's record names the desktop and the host
+//! it lives on; the desktop stays up, a second worker runs a task in it by
+//! id, and at its deadline the host kills it and leaves no
 //! process of it.
 
 use std::path::Path;
@@ -76,6 +77,8 @@ async fn a_sandbox_outlives_its_sigkilled_worker_and_a_second_worker_continues_i
     })
     .await;
     let sandbox = sandbox_ids(&events(&q, &first).await).remove(0);
+    let held = record(&q, &first).await.sandbox.expect("the task records its sandbox");
+    assert_eq!((held["id"].as_str(), held["host"].as_str()), (Some(sandbox.as_str()), Some(host.api_url())), "{held}");
     let processes = recorded_processes(host.root());
     assert!(!processes.is_empty() && processes.iter().all(running), "the desktop runs: {processes:?}");
 

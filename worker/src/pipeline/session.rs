@@ -345,8 +345,10 @@ impl Session {
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
         let sandbox = held.sandbox();
         let stream_url = self.live.as_ref().map(|_| stream_url(self.task.task_id()));
-        let record =
-            serde_json::json!({ "provider": self.pool.provider().name(), "id": sandbox.id.as_str(), "stream_url": stream_url });
+        let provider = self.pool.provider();
+        let record = serde_json::json!({
+            "provider": provider.name(), "id": sandbox.id.as_str(), "host": provider.host(), "stream_url": stream_url
+        });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),
             stream_url,
