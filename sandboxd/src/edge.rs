@@ -1,7 +1,7 @@
-//! The fake's edge, like E2B's client proxy: every connection's first
+//! The host's edge, like E2B's client proxy: every connection's first
 //! request names a sandbox and a port, either with the `E2b-Sandbox-Id` and
 //! `E2b-Sandbox-Port` headers or with a `Host` of `<port>-<id>.<domain>`.
-//! envd's port goes to the fake envd; any other port is carried, bytes as
+//! envd's port goes to the host's envd; any other port is carried, bytes as
 //! they are (WebSocket upgrades included), to that port inside the
 //! sandbox's own network through a `socat` started in the sandbox. The
 //! edge's errors are E2B's: `502` "The sandbox was not found", `502` "The

@@ -1,12 +1,16 @@
-//! The fake's envd, behind the fake's [edge](super::edge): the sandbox is
-//! named by `E2b-Sandbox-Id` and `E2b-Sandbox-Port` or by a `Host` of
-//! `49983-<id>.<domain>` (unknown or dead sandboxes get the edge's `502`),
-//! and `X-Access-Token` must match.
+//! The host's envd, behind its [edge](super::edge): the sandbox is named by
+//! `E2b-Sandbox-Id` and `E2b-Sandbox-Port` or by a `Host` of
+//! `49983-<id>.<domain>` (unknown, paused or dead sandboxes get the edge's
+//! `502`), and `X-Access-Token` must match ([`calls`](super::calls)).
 //! `process.Process/Start` runs the requested program inside the sandbox's
-//! local desktop and streams `start`, `data` and `end` events as Connect
+//! local desktop (in its working directory, with the create's variables and
+//! then the call's) and streams `start`, `data` and `end` events as Connect
 //! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
 //! the stream then ends with `deadline_exceeded`. `SendSignal` kills a
-//! process it started. `/files` reads and writes through the sandbox;
+//! process it started and everything that process started. The unary
+//! process calls and the filesystem service are
+//! [`process_calls`](super::process_calls) and
+//! [`filesystem`](super::filesystem). `/files` reads and writes through the sandbox;
 //! uploads come raw (`application/octet-stream` with `path`) or as
 //! `multipart/form-data` (each part's filename its destination), as envd
 //! takes them.
