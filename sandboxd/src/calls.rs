@@ -12,7 +12,8 @@ use serde_json::json;
 use super::edge;
 use super::host::{Entry, Host};
 
-/// A JSON error with `status` and a numeric code, as envd and the edge send.
+/// A JSON error with `status` and a numeric code, as E2B's control plane,
+/// envd and the edge send.
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"code": status.as_u16(), "message": message.into()}))).into_response()
 }

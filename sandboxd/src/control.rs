@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
+use super::calls::error;
 use super::host::{Entry, Host, HostError, NewEntry, OnTimeout};
 use super::metrics;
 
@@ -54,11 +55,6 @@ pub(super) fn router(host: Arc<Host>) -> Router {
         .route("/metrics", get(metrics_page))
         .merge(keyed)
         .with_state(host)
-}
-
-/// The API's error body with `status`.
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"code": status.as_u16(), "message": message.into()}))).into_response()
 }
 
 impl IntoResponse for HostError {
