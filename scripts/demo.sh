@@ -19,6 +19,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# descendants PID...: every process below these, from ps.
+descendants() {
+  ps -eo pid=,ppid= | awk -v roots="$*" '
+    BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+    { parent[$1] = $2 }
+    END { do { added = 0; for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; added = 1 } } while (added)
+          for (p in keep) { root = 0; for (i = 1; i <= n; i++) if (p == r[i]) root = 1; if (!root) print p } }'
+}
+
+# wait_gone TENTHS PID...: waits up to TENTHS tenths of a second for these to end.
+wait_gone() {
+  local tenths=$1 pid alive
+  shift
+  for _ in $(seq "$tenths"); do
+    alive=0
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 0 ] && return 0
+    sleep 0.1
+  done
+}
+
 demo_dir="${FLOTILLA_DEMO_DIR:-/tmp/flotilla-demo}"
 pid_file="$demo_dir/pids"
 keep=0
@@ -33,14 +54,14 @@ case "${1:-}" in
       exit 0
     fi
     mapfile -t recorded <"$pid_file"
+    # Their children too (the desktops of tasks still running), which end
+    # with their worker: waited for, and killed should one linger.
+    mapfile -t family < <(descendants "${recorded[@]}")
     for pid in "${recorded[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for _ in $(seq 150); do
-      alive=0
-      for pid in "${recorded[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-      [ "$alive" -eq 0 ] && break
-      sleep 0.1
-    done
+    wait_gone 150 "${recorded[@]}"
     for pid in "${recorded[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    wait_gone 100 "${family[@]}"
+    for pid in "${family[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     rm -f "$pid_file"
     [ -f "$demo_dir/work" ] && rm -rf "$(cat "$demo_dir/work")" "$demo_dir/work"
     echo "demo: stopped ${#recorded[@]} processes" >&2
@@ -117,6 +138,7 @@ FLOTILLA_SANDBOXD_KEYS="$sandboxd_key" FLOTILLA_SANDBOXD_ADDR="127.0.0.1:$sandbo
 pids+=($!)
 for w in 1 2; do
   FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
+    FLOTILLA_DRAIN_DEADLINE_S=5 \
     "$bin/flotilla-worker" >"$work/worker-$w.log" 2>&1 &
   pids+=($!)
 done
@@ -183,6 +205,11 @@ echo "the store keeps $stored distinct images for the whole batch, as files unde
 
 # --keep: the fleet stays up; record its PIDs for --stop and say how to use it.
 printf '%s\n' "${pids[@]}" >"$pid_file"
+cli="FLOTILLA_API_URL=$FLOTILLA_API_URL FLOTILLA_API_KEY=$FLOTILLA_API_KEY $bin/flotilla"
+# A task that keeps its desktop for ten minutes, to watch and take over.
+watched=$("$bin/flotilla" submit "a desktop to watch: a terminal that stays up for ten minutes" --pipeline scripted \
+  --action '{"type": "click", "x": 512, "y": 384}' \
+  --action '{"type": "type", "text": "echo take this desktop over to type here\n"}' --wait-ms 600000)
 printf '%s\n' "$work" >"$demo_dir/work"
 trap - EXIT INT TERM
 cat >&2 <<EOF
@@ -191,8 +218,15 @@ The fleet keeps running (PIDs in $pid_file).
   dashboard:  $FLOTILLA_API_URL/
   API key:    $FLOTILLA_API_KEY   (type it into the dashboard's key field and press Open)
   the CLI, from any shell:
-    FLOTILLA_API_URL=$FLOTILLA_API_URL FLOTILLA_API_KEY=$FLOTILLA_API_KEY $bin/flotilla submit "one more task" --pipeline scripted --wait-ms 300 --watch
+    $cli submit "one more task" --pipeline scripted --wait-ms 300 --watch
   the screenshot links above answer while the fleet runs.
+  watch a desktop live (the dashboard shows it too; the URL opens in a browser):
+    $cli view $watched
+  take it over, then hand it back (its agent pauses meanwhile):
+    $cli takeover $watched
+    $cli release $watched --message "typed a line"
+  what your tenant used per day (the dashboard's Usage panel charts it):
+    $cli usage
   a local desktop from the E2B SDKs (pip install e2b-desktop; then python3 examples/e2b_desktop.py):
     E2B_API_URL=http://127.0.0.1:$sandboxd_port E2B_SANDBOX_URL=http://127.0.0.1:$edge_port E2B_DOMAIN=localhost E2B_API_KEY=$sandboxd_key
   stop it all: bash scripts/demo.sh --stop

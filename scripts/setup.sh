@@ -5,10 +5,43 @@
 #
 # Idempotent: installs only what is missing, runs `apt-get update` at most once
 # (and only when an apt package is missing), prints one line per install and
-# nothing when everything is already present. Needs root (or sudo).
+# nothing when everything is already present; a long install says every few
+# seconds that it goes on (`talking`). Needs root (or sudo).
 set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*" >&2; }
+
+# How often a long step says it goes on.
+TALK_EVERY_S=${TALK_EVERY_S:-5}
+
+# talking WHAT COMMAND...: runs COMMAND with its output kept aside and, every
+# TALK_EVERY_S seconds while it runs, says that WHAT goes on, for how long,
+# and COMMAND's newest line, so no step is silent for long. On failure it
+# prints the end of COMMAND's output and returns its status.
+talking() {
+  local what=$1 out pid start next last rc=0
+  shift
+  out=$(mktemp)
+  "$@" >"$out" 2>&1 &
+  pid=$!
+  start=$SECONDS
+  next=$((SECONDS + TALK_EVERY_S))
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.5
+    if [ "$SECONDS" -ge "$next" ]; then
+      last=$(tail -n 1 "$out" | tr -d '\r' | cut -c1-100)
+      log "  $what: $((SECONDS - start)) s${last:+ · $last}"
+      next=$((SECONDS + TALK_EVERY_S))
+    fi
+  done
+  wait "$pid" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    log "$what failed (exit $rc); its last lines:"
+    tail -n 20 "$out" >&2
+  fi
+  rm -f "$out"
+  return "$rc"
+}
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -22,7 +55,8 @@ fi
 APT_UPDATED=0
 apt_update_once() {
   if [ "$APT_UPDATED" -eq 0 ]; then
-    "${SUDO[@]}" apt-get update -qq >/dev/null
+    log "reading Debian's package lists (apt-get update)"
+    talking "apt-get update" "${SUDO[@]}" apt-get update
     APT_UPDATED=1
   fi
 }
@@ -101,8 +135,8 @@ ensure_apt_packages() {
   for pkg in "${missing[@]}"; do
     log "installing $pkg (apt)"
   done
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  talking "apt-get install" "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
 ensure_nextest() {
@@ -110,7 +144,7 @@ ensure_nextest() {
     return 0
   fi
   log "installing cargo-nextest (cargo install)"
-  cargo install cargo-nextest --locked --quiet
+  talking "cargo-nextest" cargo install cargo-nextest --locked
 }
 
 # Dependency checks in the test command (scripts/deny.sh). Pinned; built from
@@ -121,7 +155,7 @@ ensure_cargo_deny() {
     return 0
   fi
   log "installing cargo-deny $CARGO_DENY_VERSION (cargo install, about 4 minutes of CPU)"
-  cargo install "cargo-deny@$CARGO_DENY_VERSION" --locked --quiet
+  talking "cargo-deny" cargo install "cargo-deny@$CARGO_DENY_VERSION" --locked
 }
 
 # The formatter of the Redis scripts (`lua/*.lua`, stylua.toml), checked in
@@ -132,7 +166,7 @@ ensure_stylua() {
     return 0
   fi
   log "installing stylua $STYLUA_VERSION (cargo install, a few minutes on 2 cores)"
-  cargo install "stylua@$STYLUA_VERSION" --locked --quiet
+  talking "stylua" cargo install "stylua@$STYLUA_VERSION" --locked
 }
 
 # The S3-protocol server the blob store tests and screenshot_bench run
@@ -143,7 +177,7 @@ ensure_s3s_fs() {
     return 0
   fi
   log "installing s3s-fs $S3S_FS_VERSION (cargo install, about 3 minutes on 2 cores)"
-  cargo install "s3s-fs@$S3S_FS_VERSION" --locked --features binary --quiet
+  talking "s3s-fs" cargo install "s3s-fs@$S3S_FS_VERSION" --locked --features binary
 }
 
 # The real `claude` CLI the claude-code pipeline runs inside sandboxes (and
@@ -156,11 +190,11 @@ ensure_claude_cli() {
   if ! command -v npm >/dev/null 2>&1; then
     apt_update_once
     log "installing nodejs and npm (apt)"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-      apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+    talking "apt-get install" "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends nodejs npm
   fi
   log "installing @anthropic-ai/claude-code (npm install -g)"
-  "${SUDO[@]}" npm install -g --silent @anthropic-ai/claude-code >/dev/null
+  talking "npm install" "${SUDO[@]}" npm install -g --no-audit --no-fund @anthropic-ai/claude-code
 }
 
 # Python packages some tests drive the fleet with (independent verifiers and
@@ -193,12 +227,12 @@ ensure_python_packages() {
   if ! /usr/bin/python3 -m venv --help >/dev/null 2>&1; then
     apt_update_once
     log "installing python3-venv (apt)"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-      apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+    talking "apt-get install" "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends python3 python3-venv
   fi
   log "installing ${PY_PACKAGES[*]} (pip, into $venv)"
   /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}"
+  talking "pip install" "$venv/bin/python" -m pip install --disable-pip-version-check "${PY_PACKAGES[@]}"
   printf '%s' "$wanted" >"$stamp"
 }
 
@@ -216,7 +250,7 @@ ensure_npm_packages() {
   fi
   log "installing ${NPM_PACKAGES[*]} (npm, into $dir)"
   mkdir -p "$dir"
-  npm install --prefix "$dir" --silent --no-audit --no-fund "${NPM_PACKAGES[@]}" >/dev/null
+  talking "npm install" npm install --prefix "$dir" --no-audit --no-fund "${NPM_PACKAGES[@]}"
   printf '%s' "$wanted" >"$stamp"
 }
 

@@ -52,7 +52,7 @@ pub enum ApiError {
     Quota(QuotaError),
     #[error("the request took longer than {0} ms")]
     TimedOut(u128),
-    #[error("the task holds no desktop that can be shown now")]
+    #[error("the task holds no desktop that can be shown now: it is not running, or its worker serves no live views (FLOTILLA_WORKER_HTTP_ADDR=off) and its sandbox streams none")]
     NotViewable,
     #[error("the view token is unknown, expired or for another task")]
     ViewTokenRefused,

@@ -116,7 +116,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 
 /// The `limit` query parameter: `default` when absent, else 1 to `max`.
 pub fn parse_limit(raw: Option<&str>, default: usize, max: usize) -> Result<usize, ValidationError> {
-    let Some(raw) = raw.filter(|r| !r.is_empty()) else {
+    let Some(raw) = raw else {
         return Ok(default);
     };
     match raw.parse::<usize>() {

@@ -165,6 +165,7 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
             get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
         )
         .route("/v1/webhooks", post(routes::webhooks::create).get(routes::webhooks::list))
+        .route("/v1/webhooks/listen", get(routes::webhook_listen::listen))
         .route("/v1/webhooks/{id}", get(routes::webhooks::get).patch(routes::webhooks::patch).delete(routes::webhooks::delete))
         .route("/v1/webhooks/{id}/rotate-secret", post(routes::webhooks::rotate))
         .route("/v1/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))

@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
-    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
+    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhook_listen, webhooks,
 };
 use crate::state::AppState;
 use crate::{auth, dashboard};
@@ -39,7 +39,6 @@ use crate::{auth, dashboard};
         takeover::takeover,
         takeover::release,
         views::view,
-        views::socket,
         events::stream,
         feed_events::stream,
         batches::create,
@@ -60,6 +59,7 @@ use crate::{auth, dashboard};
         webhooks::rotate,
         webhooks::deliveries,
         webhooks::retry,
+        webhook_listen::listen,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -290,6 +290,9 @@ mod tests {
         ] {
             assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is missing");
         }
+        // A WebSocket upgrade is no operation the document can state; view
+        // URLs (`GET /v1/tasks/{id}/view`) carry its address.
+        assert!(paths.get("/v1/tasks/{id}/view/socket").is_none(), "the view socket is left out of the document");
     }
 
     #[test]

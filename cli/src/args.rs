@@ -171,6 +171,23 @@ pub enum WebhookAction {
     Deliveries(WebhookIdArgs),
     /// Deliver a message again now
     Retry(RetryDeliveryArgs),
+    /// Receive your tenant's deliveries here, through the API (no inbound
+    /// port): each is checked against its signature and printed, or
+    /// forwarded to a local URL; the temporary endpoint goes when you stop
+    Listen(ListenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListenArgs {
+    /// Event types, comma-separated (default: every type)
+    #[arg(long, value_delimiter = ',', value_name = "TYPES")]
+    pub events: Vec<String>,
+    /// Only this batch's events
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
+    /// Also post each delivery, with its signature headers, to this URL (e.g. http://127.0.0.1:3000/hooks)
+    #[arg(long, value_name = "URL")]
+    pub forward_to: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -227,8 +227,14 @@ impl Client {
 
     /// Opens a Server-Sent Events stream, resuming after `last_event_id` when given.
     pub async fn open_events(&self, segments: &[&str], last_event_id: Option<u64>) -> Result<Response, ClientError> {
+        self.open_stream(self.url(segments), last_event_id).await
+    }
+
+    /// Opens the Server-Sent Events stream at `url` (one of [`Client::url`]'s,
+    /// with a query), resuming after `last_event_id` when given.
+    pub async fn open_stream(&self, url: Url, last_event_id: Option<u64>) -> Result<Response, ClientError> {
         let mut request = self
-            .authorized(self.http.get(self.url(segments)))?
+            .authorized(self.http.get(url))?
             .header(header::ACCEPT, "text/event-stream")
             .header(header::CACHE_CONTROL, "no-cache");
         if let Some(id) = last_event_id {

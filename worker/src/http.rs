@@ -1,4 +1,5 @@
-//! The worker's small HTTP side, when `FLOTILLA_WORKER_HTTP_ADDR` is set:
+//! The worker's small HTTP side (on a loopback port by default, pinned by
+//! `FLOTILLA_WORKER_HTTP_ADDR`, none when that is `off`):
 //! `/metrics` for Prometheus, `/healthz` (the process answers) and `/readyz`
 //! (Redis answers) for Kubernetes probes, and `/live/{task}` for the API's
 //! live views of the desktops this worker holds.

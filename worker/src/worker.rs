@@ -78,7 +78,7 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     };
     let caps = capabilities(&config, &registry, &tools);
     info!(sandbox = ?caps.sandbox, labels = ?caps.labels, "worker capabilities");
-    let advertiser = tokio::spawn(advertise(queue.clone(), caps.clone(), shutdown.clone()));
+    let advertiser = tokio::spawn(advertise(queue.clone(), config.worker.id.clone(), caps.clone(), shutdown.clone()));
     let tools = Arc::new(tools);
     let (acker, acker_task) = Acker::spawn(queue.clone(), metrics.clone());
     let executor = Executor {
@@ -154,9 +154,9 @@ pub fn capabilities(config: &Config, registry: &Registry, tools: &Tools) -> Capa
 
 /// Keeps the worker's capabilities in the fleet's registry of live workers
 /// until shutdown (what waiting tasks wait for is told from it).
-async fn advertise(queue: Queue, caps: Capabilities, shutdown: CancellationToken) {
+async fn advertise(queue: Queue, worker_id: String, caps: Capabilities, shutdown: CancellationToken) {
     loop {
-        if let Err(e) = queue.runner().advertise(&caps).await {
+        if let Err(e) = queue.runner().advertise(&worker_id, &caps).await {
             debug!(error = %e, "could not advertise capabilities");
         }
         tokio::select! {

@@ -192,12 +192,37 @@
     clearTimeout(state.boardTimer);
     if (!state.key) return;
     try {
-      const [queues, page] = await Promise.all([api('GET', '/v1/queues'), api('GET', '/v1/tasks?limit=50')]);
+      const [queues, page] = await Promise.all([api('GET', '/v1/queues'), api('GET', tasksQuery())]);
       renderQueues(queues);
       renderTasks((page && page.tasks) || []);
     } catch (error) {
       if (state.key) $('notice').textContent = explain(error);
     }
+  }
+
+  const BATCH_ID = /^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
+
+  /** The task list's read: the newest 50, of the status and batch picked. */
+  function tasksQuery() {
+    const params = new URLSearchParams({ limit: '50' });
+    const status = $('task-status').value;
+    const batch = $('task-batch').value.trim();
+    if (status) params.set('status', status);
+    if (BATCH_ID.test(batch)) params.set('batch', batch);
+    return `/v1/tasks?${params}`;
+  }
+
+  /** Shows only the rows whose id, prompt, batch or pipeline hold the search's words. */
+  function applySearch() {
+    const words = $('task-search').value.toLowerCase().split(/\s+/).filter(Boolean);
+    let shown = 0;
+    for (const row of $('tasks').tBodies[0].rows) {
+      const text = row.dataset.search || '';
+      row.hidden = !words.every((w) => text.includes(w));
+      if (!row.hidden) shown += 1;
+    }
+    const total = $('tasks').tBodies[0].rows.length;
+    $('task-count').textContent = total === 0 ? '' : (shown === total ? `${total} shown` : `${shown} of ${total} shown`);
   }
 
   /** Reads the board again soon, once for a burst of events. */
@@ -323,9 +348,16 @@
       const status = cell('', 'status-cell');
       status.append(statusBadge(task.status));
       const spec = task.spec || {};
+      const prompt = String(spec.prompt || '');
+      const batch = task.batch_id ? String(task.batch_id) : '';
+      const promptCell = cell(prompt.length > 80 ? `${prompt.slice(0, 79)}…` : prompt, 'prompt-cell');
+      promptCell.title = prompt;
+      row.dataset.search = [task.id, prompt, batch, spec.pipeline || '', task.status].join(' ').toLowerCase();
       row.append(
         cell(task.id, 'id'),
         status,
+        promptCell,
+        cell(batch, 'id'),
         cell(task.code || ''),
         cell(spec.pipeline || ''),
         cell(task.steps_taken, 'num'),
@@ -335,7 +367,53 @@
     });
     $('tasks').tBodies[0].replaceChildren(...rows);
     $('no-tasks').hidden = tasks.length > 0;
-    $('task-count').textContent = tasks.length ? `${tasks.length} shown` : '';
+    applySearch();
+    renderWall(tasks);
+  }
+
+  // ---- the wall: the running tasks' live desktops ---------------------------
+
+  /** The most desktops the wall shows at once. */
+  const WALL_MAX = 8;
+
+  /** Whether a task holds a desktop that can be shown now. */
+  function showsDesktop(task) {
+    const stream = task.sandbox && task.sandbox.stream_url;
+    return typeof stream === 'string' && stream !== '' && (task.status === 'running' || task.status === 'waiting');
+  }
+
+  /**
+   * A view-only tile per running task with a desktop (the newest first, at
+   * most WALL_MAX): a tile already shown keeps its view open; a click on its
+   * caption opens the task. Tiles of tasks that ended go.
+   */
+  function renderWall(tasks) {
+    const wall = $('wall');
+    const shown = tasks.filter(showsDesktop).slice(0, WALL_MAX);
+    const keep = new Set(shown.map((t) => String(t.id)));
+    for (const tile of Array.from(wall.children)) {
+      if (!keep.has(tile.dataset.taskId)) tile.remove();
+    }
+    for (const task of shown) {
+      const id = String(task.id);
+      if (wall.querySelector(`[data-task-id="${id}"]`)) continue;
+      const tile = element('figure', 'tile');
+      tile.dataset.taskId = id;
+      const frame = element('iframe', 'tile-frame');
+      frame.title = `the live desktop of ${id}`;
+      const caption = element('figcaption', 'tile-caption');
+      const open = element('button', 'link', String((task.spec && task.spec.prompt) || id).slice(0, 60));
+      open.type = 'button';
+      open.addEventListener('click', () => openTask(id));
+      caption.append(open);
+      tile.append(frame, caption);
+      wall.append(tile);
+      api('GET', taskPath(id, '/view?mode=view'))
+        .then((link) => { frame.src = safeUrl(link.url) || 'about:blank'; })
+        .catch((error) => { tile.dataset.unavailable = explain(error); frame.replaceWith(element('p', 'muted', `not available: ${explain(error)}`)); });
+    }
+    $('no-wall').hidden = shown.length > 0;
+    $('wall-count').textContent = shown.length ? `${shown.length} running` : '';
   }
 
   // ---- one task -----------------------------------------------------------
@@ -447,6 +525,9 @@
       frame.src = next;
       if (samePage && frame.contentWindow) frame.contentWindow.location.reload();
       frame.hidden = false;
+      // The live frame is the newest screen: the large screenshot would
+      // only repeat it, until a thumbnail is picked.
+      $('detail').classList.toggle('live-on', !selected.pinnedShot);
       const label = $('live-mode');
       label.textContent = mode === 'control' ? 'control' : 'view only';
       label.className = `mode ${mode}`;
@@ -463,6 +544,7 @@
   }
 
   function closeLive() {
+    $('detail').classList.remove('live-on');
     const frame = $('live-frame');
     frame.hidden = true;
     frame.removeAttribute('src');
@@ -673,6 +755,7 @@
     const selected = state.selected;
     if (!thumb || !selected || !selected.task) return;
     selected.pinnedShot = thumb.dataset.seq;
+    $('detail').classList.remove('live-on');
     renderShots(selected, selected.task.screenshots || []);
   }
 
@@ -887,11 +970,19 @@
 
   // ---- usage: tokens and sandbox seconds per day -------------------------
 
-  /** Reads the tenant's usage of the last 30 days and draws it. */
+  const DAY_S = 86400;
+
+  /** The UTC day `back` days before today, as `YYYY-MM-DD`. */
+  function utcDayBefore(back) {
+    return new Date(Date.now() - back * DAY_S * 1000).toISOString().slice(0, 10);
+  }
+
+  /** Reads the tenant's usage of the days picked (today and the days before) and draws it. */
   async function refreshUsage() {
     if (!state.key) return;
+    const shown = Math.max(1, Number($('usage-days').value) || 30);
     try {
-      renderUsage(await api('GET', '/v1/usage'));
+      renderUsage(await api('GET', `/v1/usage?from=${utcDayBefore(shown - 1)}&to=${utcDayBefore(0)}`));
     } catch (error) {
       $('usage-limits').textContent = explain(error);
     }
@@ -924,32 +1015,72 @@
     if (limits.max_sandboxes != null) parts.push(`max sandboxes ${limits.max_sandboxes}`);
     if (limits.rate) parts.push(`rate ${limits.rate.per_second}/s (burst ${limits.rate.burst})`);
     $('usage-limits').textContent = parts.join(' · ');
-    drawUsage(days);
+    drawUsage(report, days);
   }
 
-  /** Tokens (left axis) and sandbox seconds (right axis) per day, with uPlot. */
-  function drawUsage(days) {
+  /** Seconds since the epoch of a `YYYY-MM-DD` UTC day. */
+  function daySeconds(day) {
+    return Date.parse(`${day}T00:00:00Z`) / 1000;
+  }
+
+  /**
+   * Where the x axis puts its labels: the first and the last day asked and
+   * evenly spaced days between, at most about eight.
+   */
+  function dayTicks(first, last) {
+    const count = Math.round((last - first) / DAY_S) + 1;
+    const step = Math.ceil(count / 8) * DAY_S;
+    const ticks = [];
+    for (let t = first; t <= last; t += step) ticks.push(t);
+    if (ticks[ticks.length - 1] !== last) {
+      if (last - ticks[ticks.length - 1] < step / 2 && ticks.length > 1) ticks.pop();
+      ticks.push(last);
+    }
+    return ticks;
+  }
+
+  /**
+   * Tokens (left axis) and sandbox seconds (right axis) for every day of the
+   * range asked (days without use at zero), with uPlot. The x axis spans
+   * exactly that range; the labels drawn are kept on the chart's box
+   * (`data-x-labels`) for whoever reads the page.
+   */
+  function drawUsage(report, days) {
     const box = $('usage-chart');
     if (state.usageChart) state.usageChart.destroy();
     state.usageChart = null;
-    if (typeof uPlot !== 'function' || days.length === 0) {
+    delete box.dataset.xLabels;
+    if (typeof uPlot !== 'function' || !report || days.length === 0) {
       box.textContent = days.length === 0 ? 'Nothing used in these days.' : '';
       return;
     }
     box.textContent = '';
-    const x = days.map((d) => Date.parse(`${d.day}T00:00:00Z`) / 1000);
-    const tokens = days.map((d) => (Number(d.input_tokens) || 0) + (Number(d.output_tokens) || 0));
-    const seconds = days.map((d) => sumOf(d.sandbox_ms) / 1000);
+    const first = daySeconds(report.from);
+    const last = daySeconds(report.to);
+    const byDay = new Map(days.map((d) => [daySeconds(d.day), d]));
+    const x = [];
+    for (let t = first; t <= last; t += DAY_S) x.push(t);
+    const tokens = x.map((t) => { const d = byDay.get(t); return d ? (Number(d.input_tokens) || 0) + (Number(d.output_tokens) || 0) : 0; });
+    const seconds = x.map((t) => { const d = byDay.get(t); return d ? sumOf(d.sandbox_ms) / 1000 : 0; });
+    const label = (t) => new Date(t * 1000).toISOString().slice(0, 10);
     const options = {
       width: Math.max(box.clientWidth, 320),
       height: 200,
-      scales: { x: { time: true }, tokens: {}, seconds: {} },
+      legend: { live: false },
+      scales: { x: { time: true, range: () => [first - DAY_S / 2, last + DAY_S / 2] }, tokens: { range: (u, lo, hi) => [0, Math.max(hi, 1)] }, seconds: { range: (u, lo, hi) => [0, Math.max(hi, 1)] } },
       series: [
-        {},
+        { label: 'day' },
         { label: 'tokens', scale: 'tokens', stroke: '#2563eb', fill: 'rgba(37,99,235,0.12)', width: 2, points: { size: 6 } },
         { label: 'sandbox s', scale: 'seconds', stroke: '#d97706', width: 2, points: { size: 6 } },
       ],
-      axes: [{}, { scale: 'tokens', label: 'tokens' }, { scale: 'seconds', label: 'sandbox s', side: 1, grid: { show: false } }],
+      axes: [
+        {
+          splits: () => dayTicks(first, last),
+          values: (u, splits) => { const labels = splits.map(label); box.dataset.xLabels = labels.join(','); return labels; },
+        },
+        { scale: 'tokens', label: 'tokens' },
+        { scale: 'seconds', label: 'sandbox s', side: 1, grid: { show: false } },
+      ],
     };
     state.usageChart = new uPlot(options, [x, tokens, seconds], box);
   }
@@ -1043,6 +1174,10 @@
     $('webhooks').tBodies[0].addEventListener('click', pickHook);
     $('refresh-hooks').addEventListener('click', refreshHooks);
     $('refresh-usage').addEventListener('click', refreshUsage);
+    $('usage-days').addEventListener('change', refreshUsage);
+    $('task-search').addEventListener('input', applySearch);
+    $('task-status').addEventListener('change', refreshBoard);
+    $('task-batch').addEventListener('change', refreshBoard);
     $('shots').addEventListener('click', pickShot);
     $('cancel').addEventListener('click', (event) => act(event.currentTarget, '/cancel'));
     $('approve').addEventListener('click', (event) => act(event.currentTarget, '/input', { decision: 'approve' }));

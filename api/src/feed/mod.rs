@@ -15,6 +15,7 @@
 //! the process shuts down.
 
 mod batch;
+mod relay;
 mod tail;
 mod task;
 mod tenant;
@@ -32,6 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use batch::BatchFeed;
+pub use relay::RelayFeed;
 pub use tail::Tails;
 pub use task::TaskFeed;
 pub use tenant::TenantFeed;

@@ -14,6 +14,7 @@ pub mod takeover;
 pub mod tasks;
 pub mod usage;
 pub mod views;
+pub mod webhook_listen;
 pub mod webhooks;
 
 /// Answers a path no route matches.

@@ -60,7 +60,7 @@ mod tests {
     fn limits_and_cursors_are_checked() {
         assert_eq!(params(None, None).limit(), Ok(DEFAULT_LIMIT));
         assert_eq!(params(Some("500"), None).limit(), Ok(500));
-        for bad in ["0", "501", "-1", "x"] {
+        for bad in ["0", "501", "-1", "x", ""] {
             assert_eq!(params(Some(bad), None).limit().expect_err(bad).field.as_deref(), Some("limit"));
         }
         let number = |c: &str| c.parse::<u32>().ok();

@@ -60,8 +60,7 @@ pub struct ViewParams {
 }
 
 /// The query of the view's WebSocket.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Deserialize)]
 pub struct SocketParams {
     /// The token of a view URL.
     pub token: String,
@@ -132,20 +131,13 @@ pub async fn view_link(
     Ok(ViewLink { url, mode, expires_at: clock::rfc3339(expires_at_ms) })
 }
 
-/// The WebSocket of a view page, bridged to the worker holding the task.
-#[utoipa::path(
-    get,
-    path = "/v1/tasks/{id}/view/socket",
-    tag = "tasks",
-    params(("id" = TaskId, Path, description = "Task id"), SocketParams),
-    responses(
-        (status = 101, description = "Switching to a WebSocket that carries RFB (VNC) in binary messages"),
-        (status = 400, description = "Malformed id or not a WebSocket request", body = ErrorBody),
-        (status = 401, description = "The token is unknown, expired or for another task", body = ErrorBody),
-        (status = 409, description = "The task holds no desktop that can be shown now (`conflict`)", body = ErrorBody),
-        (status = 502, description = "The worker holding the task cannot be reached (`unavailable`)", body = ErrorBody),
-    )
-)]
+/// The WebSocket of a view page (`GET /v1/tasks/{id}/view/socket?token=…`
+/// with an upgrade), bridged to the worker holding the task: RFB (VNC) in
+/// binary messages. Not in the OpenAPI document, which cannot state an
+/// upgrade; view URLs carry its address. Answers 400 without an upgrade,
+/// 401 for a token that is unknown, expired or another task's, 409 when
+/// the task holds no desktop that can be shown now, 502 when its worker
+/// cannot be reached.
 pub async fn socket(
     State(state): State<AppState>,
     TaskIdPath(id): TaskIdPath,

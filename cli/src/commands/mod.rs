@@ -2,6 +2,7 @@
 //! every command returns how the process should end.
 
 mod batch;
+mod listen;
 mod queues;
 mod schedules;
 mod submit;

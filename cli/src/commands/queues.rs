@@ -24,7 +24,7 @@ fn lines(stats: &Value) -> Vec<String> {
     let lanes = list("lanes")
         .into_iter()
         .map(|l| ["lane", "depth", "pending", "delayed", "oldest_age_ms", "consumers"].map(|field| cell(l.get(field))));
-    lines.extend(aligned(["LANE", "DEPTH", "PENDING", "DELAYED", "OLDEST_MS", "CONSUMERS"], lanes));
+    lines.extend(aligned(["LANE", "WAITING", "RUNNING", "DELAYED", "OLDEST_WAITING_MS", "WORKERS"], lanes));
     let waits = list("waiting_for");
     if !waits.is_empty() {
         lines.push(String::new());

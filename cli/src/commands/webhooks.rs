@@ -1,5 +1,6 @@
 //! `flotilla webhooks`: lists a tenant's webhook endpoints, or adds or
-//! removes one, lists an endpoint's deliveries or delivers a message again.
+//! removes one, lists an endpoint's deliveries or delivers a message again,
+//! or listens for deliveries through the API (`listen`, see [`super::listen`]).
 
 use serde_json::{json, Value};
 
@@ -21,6 +22,7 @@ pub async fn run(client: &Client, action: Option<&WebhookAction>, format: Format
             Ok(Outcome::Success)
         }
         Some(WebhookAction::Deliveries(args)) => deliveries(client, &args.id, format).await,
+        Some(WebhookAction::Listen(args)) => super::listen::run(client, args, format).await,
         Some(WebhookAction::Retry(args)) => {
             let response = client.post(&["v1", "webhooks", &args.id, "deliveries", &args.msg_id, "retry"], None).await?;
             match format {

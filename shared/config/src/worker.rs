@@ -15,7 +15,9 @@ pub struct WorkerConfig {
     /// `FLOTILLA_WORKER_CONCURRENCY`.
     pub concurrency: usize,
     /// `FLOTILLA_WORKER_HTTP_ADDR`: where a worker serves `/metrics`,
-    /// `/healthz` and `/readyz`; none when unset.
+    /// `/healthz`, `/readyz` and its desktops' live views; by default a
+    /// loopback port of the system's choosing (the worker advertises it to
+    /// the API), none when `off`.
     pub http_addr: Option<SocketAddr>,
     /// `FLOTILLA_DRAIN_DEADLINE_S`: how long a stopping worker lets running
     /// tasks finish.
@@ -37,8 +39,10 @@ impl WorkerConfig {
             id: parse_worker_id(s.get("FLOTILLA_WORKER_ID"))?,
             concurrency: s.positive("FLOTILLA_WORKER_CONCURRENCY", 4)?,
             http_addr: match s.get("FLOTILLA_WORKER_HTTP_ADDR") {
-                Some(_) => Some(s.parsed("FLOTILLA_WORKER_HTTP_ADDR", "", "a socket address like 0.0.0.0:9090")?),
-                None => None,
+                Some("off") => None,
+                _ => {
+                    Some(s.parsed("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:9090, or off")?)
+                }
             },
             drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
             gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
@@ -70,6 +74,16 @@ fn parse_worker_id(raw: Option<&str>) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use crate::Config;
+
+    #[test]
+    fn the_http_side_is_on_a_loopback_port_unless_turned_off() {
+        let config = Config::from_env([("FLOTILLA_API_KEYS", "")]).expect("defaults");
+        assert_eq!(config.worker.http_addr, Some("127.0.0.1:0".parse().expect("address")));
+        let config = Config::from_env([("FLOTILLA_WORKER_HTTP_ADDR", "off")]).expect("off");
+        assert_eq!(config.worker.http_addr, None);
+        let err = Config::from_env([("FLOTILLA_WORKER_HTTP_ADDR", "nowhere")]).expect_err("not an address");
+        assert_eq!(err.var, "FLOTILLA_WORKER_HTTP_ADDR");
+    }
 
     #[test]
     fn the_gateway_url_must_be_https() {

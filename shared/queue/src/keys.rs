@@ -414,6 +414,12 @@ impl Keys {
         format!("{}:tenant:{{{tenant}}}:webhook:{id}", self.prefix)
     }
 
+    /// Stream: the signed deliveries of a relayed endpoint (`webhooks
+    /// listen`), which the API passes on to its listener.
+    pub fn webhook_relay(&self, tenant: &TenantId, id: &str) -> String {
+        format!("{}:relay", self.webhook(tenant, id))
+    }
+
     /// Sorted set (all scores 0): a tenant's webhook ids, which sort by time.
     pub fn tenant_webhooks(&self, tenant: &TenantId) -> String {
         format!("{}:tenant:{{{tenant}}}:webhooks", self.prefix)

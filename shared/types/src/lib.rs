@@ -20,6 +20,7 @@ pub mod open;
 pub mod record;
 pub mod redact;
 pub mod route;
+pub mod signing;
 pub mod task;
 pub mod usage;
 

@@ -289,6 +289,29 @@ async fn in_a_browser_tasks_appear_finish_and_show_their_events_and_a_running_on
     wait_status(&mut browser, &second, "succeeded").await;
     browser.wait_for("the screenshots show again", &strip_shows(3, newest), SHOWN).await.expect("screenshots");
 
+    // The list shows each task's prompt; the search narrows it to the rows
+    // whose prompt (or id, batch, pipeline) holds the words typed, and the
+    // status filter reads only tasks of that status.
+    let prompt_shown =
+        format!("document.querySelector('#tasks tr[data-task-id=\"{second}\"]').textContent.includes('wait a little more')");
+    browser.wait_for("the prompt shows in the list", &prompt_shown, SHOWN).await.expect("prompt column");
+    browser.type_into("#task-search", "LITTLE more").await.expect("type a search");
+    let visible = "Array.from(document.querySelectorAll('#tasks tbody tr')).filter(r => !r.hidden).map(r => r.dataset.taskId)";
+    let searched = format!("JSON.stringify({visible}) === JSON.stringify(['{second}'])");
+    browser.wait_for("the search keeps the matching task only", &searched, SHOWN).await.expect("searched");
+    browser
+        .evaluate("(s => { s.value = ''; s.dispatchEvent(new Event('input')); })(document.getElementById('task-search'))")
+        .await
+        .expect("clear");
+    browser
+        .evaluate(
+            "(s => { s.value = 'cancelled'; s.dispatchEvent(new Event('change')); })(document.getElementById('task-status'))",
+        )
+        .await
+        .expect("filter");
+    let filtered = format!("JSON.stringify({visible}) === JSON.stringify(['{long}'])");
+    browser.wait_for("the status filter reads the cancelled task only", &filtered, SHOWN).await.expect("filtered");
+
     let png = browser.screenshot_png().await.expect("screenshot");
     let path = artifact_path();
     std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
@@ -467,7 +490,7 @@ async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day()
         .evaluate("Array.from(document.querySelectorAll('#usage-chart .u-legend .u-label')).map((l) => l.textContent).join('|')")
         .await
         .expect("legend");
-    assert_eq!(legend.as_str(), Some("Time|tokens|sandbox s"), "{legend}");
+    assert_eq!(legend.as_str(), Some("tokens|sandbox s"), "{legend}");
     let table = browser.evaluate("document.getElementById('usage').textContent").await.expect("table");
     let table = table.as_str().unwrap_or_default().to_owned();
     assert!(table.contains("5300") && table.contains("120.0"), "the busiest day's figures: {table}");
@@ -489,5 +512,49 @@ async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day()
     std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
     std::fs::write(&path, &png).expect("write the screenshot");
     println!("usage view screenshot: {}", path.display());
+    let day = |back: i64| clock::utc_day(today - back * clock::DAY_MS);
+    assert_eq!(x_labels(&mut browser).await.first(), Some(&day(29)), "the default range starts 29 days back");
+
+    // One day asked: the axis is that day alone, not years around it.
+    pick_usage_days(&mut browser, "1").await;
+    assert_eq!(x_labels(&mut browser).await, [day(0)], "one day's axis");
+    keep_usage_screenshot(&mut browser, "dashboard-usage-1-day.png").await;
+
+    // A hundred days asked, with use on the first of them: the axis runs
+    // from that day to today, and the busiest day is in the table.
+    let first = keys.usage_day(&acme, &day(99));
+    redis.cli(&["HINCRBY", &first, "tokens", "777"]);
+    redis.cli(&["HINCRBY", &first, "in:claude-sonnet-4-5", "777"]);
+    pick_usage_days(&mut browser, "100").await;
+    let labels = x_labels(&mut browser).await;
+    assert_eq!((labels.first(), labels.last()), (Some(&day(99)), Some(&day(0))), "a hundred days' axis: {labels:?}");
+    assert!(labels.len() <= 9 && labels.windows(2).all(|w| w[0] < w[1]), "few labels, in order: {labels:?}");
+    keep_usage_screenshot(&mut browser, "dashboard-usage-100-days.png").await;
     browser.close().await;
+}
+
+/// Picks how many days the usage view shows and waits until its chart is
+/// redrawn for them.
+async fn pick_usage_days(browser: &mut Browser, days: &str) {
+    let pick = format!(
+        "(() => {{ const s = document.getElementById('usage-days'); s.value = '{days}'; \
+          delete document.getElementById('usage-chart').dataset.xLabels; \
+          s.dispatchEvent(new Event('change')); return s.value; }})()"
+    );
+    browser.evaluate(&pick).await.expect("pick the days");
+    let drawn = "!!document.getElementById('usage-chart').dataset.xLabels";
+    browser.wait_for("the usage chart is redrawn", drawn, SHOWN).await.expect("redrawn");
+}
+
+/// The labels the usage chart's x axis drew.
+async fn x_labels(browser: &mut Browser) -> Vec<String> {
+    let labels = browser.evaluate("document.getElementById('usage-chart').dataset.xLabels || ''").await.expect("labels");
+    labels.as_str().unwrap_or_default().split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+async fn keep_usage_screenshot(browser: &mut Browser, name: &str) {
+    browser.evaluate("document.getElementById('usage-panel').scrollIntoView()").await.expect("scroll");
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = artifact_path().with_file_name(name);
+    std::fs::write(&path, &png).expect("write the screenshot");
 }

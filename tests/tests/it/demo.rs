@@ -142,10 +142,23 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
     browser.click("#key-submit").await.expect("sign in");
     browser.wait_for("the board shows", "!document.getElementById('board').hidden", SHOWN).await.expect("signed in");
     let all_done = format!(
-        "(rows => rows.length >= {DEMO_TASKS} && rows.every(r => r.textContent.includes('succeeded')))\
-         (Array.from(document.querySelectorAll('#tasks tr[data-task-id]')))"
+        "Array.from(document.querySelectorAll('#tasks tr[data-task-id]')).filter(r => r.textContent.includes('succeeded')).length >= {DEMO_TASKS}"
     );
     browser.wait_for("the demo's tasks show as succeeded", &all_done, SHOWN).await.expect("tasks shown");
+    // The wall shows the desktop the demo keeps running, live: its tile's
+    // noVNC page draws the desktop on its canvas.
+    let watched = out
+        .lines()
+        .skip_while(|l| !l.contains("watch a desktop live"))
+        .nth(1)
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no watched task printed:\n{out}"))
+        .to_owned();
+    let tile_live = format!(
+        "(f => !!f && !!f.contentDocument && Array.from(f.contentDocument.querySelectorAll('canvas')).some(c => c.width > 0))\
+         (document.querySelector('#wall figure[data-task-id=\"{watched}\"] iframe'))"
+    );
+    browser.wait_for("the wall shows the running desktop live", &tile_live, SHOWN).await.expect("live wall");
     // The task whose screenshot links the demo printed (a few of its
     // tasks only wait and have none).
     let id = out
@@ -165,6 +178,22 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
     println!("demo dashboard screenshot: {}", path.display());
     browser.close().await;
 
+    // The printed live-view command, for the task kept running, answers a
+    // view URL in a fresh shell (the workers' HTTP side is on by default).
+    let view_line = out
+        .lines()
+        .skip_while(|l| !l.contains("watch a desktop live"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no view command printed:\n{out}"))
+        .trim()
+        .to_owned();
+    let viewed = Command::new("env")
+        .args(["-i", "PATH=/usr/local/bin:/usr/bin:/bin", "bash", "-c", &view_line])
+        .output()
+        .expect("run the printed view command");
+    let said = format!("{}{}", String::from_utf8_lossy(&viewed.stdout), String::from_utf8_lossy(&viewed.stderr));
+    assert!(viewed.status.success() && said.contains("/novnc/"), "{view_line}\n{said}");
+
     // The printed command works in a fresh shell that inherits nothing.
     let submitted = Command::new("env")
         .args(["-i", "PATH=/usr/local/bin:/usr/bin:/bin", "bash", "-c", &cli_line])
@@ -183,7 +212,8 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .await
         .expect("tasks JSON");
     let count = tasks["tasks"].as_array().map_or(0, Vec::len);
-    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 1), "{tasks}");
+    // The batch, the desktop kept running to watch, and the one submitted above.
+    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 2), "{tasks}");
 
     // --stop leaves nothing of the fleet running.
     let everything = with_descendants(&recorded);

@@ -567,8 +567,8 @@ fn the_image_builds_only_the_shipped_packages_without_test_features() {
 /// Finding "Deployment defaults": the worker's HTTP side (health, metrics,
 /// desktop views) listened on every interface. In Kubernetes it binds the
 /// pod's own address (from the Downward API), which is also the address the
-/// API reaches it at; compose sets no address, so a worker there serves no
-/// HTTP at all.
+/// API reaches it at; compose turns it off (the API there reaches no worker's
+/// loopback). Unset, a worker serves it on a loopback port of its own.
 #[test]
 fn the_workers_http_binds_the_pods_address_not_every_interface() {
     let mut checked = 0;
@@ -587,10 +587,15 @@ fn the_workers_http_binds_the_pods_address_not_every_interface() {
         }
         for (name, service) in doc["services"].as_hash().into_iter().flatten() {
             let addr = &service["environment"]["FLOTILLA_WORKER_HTTP_ADDR"];
-            assert!(addr.is_badvalue(), "{file}: {name:?} sets FLOTILLA_WORKER_HTTP_ADDR to {addr:?}");
+            if name.as_str() == Some("worker") {
+                assert_eq!(addr.as_str(), Some("off"), "{file}: the compose worker's HTTP side is off");
+            } else {
+                assert!(addr.is_badvalue(), "{file}: {name:?} sets FLOTILLA_WORKER_HTTP_ADDR to {addr:?}");
+            }
         }
     }
     assert_eq!(checked, 1, "the worker deployment sets its HTTP address");
     let config = flotilla_config::Config::from_env([("FLOTILLA_API_KEYS", "")]).expect("defaults");
-    assert!(config.worker.http_addr.is_none(), "by default a worker serves no HTTP");
+    let loopback = config.worker.http_addr.expect("by default a worker serves HTTP");
+    assert!(loopback.ip().is_loopback() && loopback.port() == 0, "on a loopback port of its own: {loopback}");
 }

@@ -532,11 +532,13 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
     live.stop().await;
 }
 
+/// The worker process is started with no HTTP address: its live views are
+/// served from the loopback port it picks and advertises by default.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_worker_leaves_no_vnc_server_sandbox() {
     let redis = RedisServer::start();
     let prefix = unique_prefix();
-    let extra = [("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0")];
+    let extra = [("FLOTILLA_SANDBOX_PROVIDER", "local")];
     let mut worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &extra), "live-view-killed");
     let api = spawn_api(test_config(&redis, &prefix, &[])).await;
     let owner = ApiClient::new(&api, api_key());

@@ -136,3 +136,69 @@ async fn a_task_requiring_a_label_waits_counted_until_a_labelled_worker_joins() 
     eu.stop().await;
     plain.stop().await;
 }
+
+/// `/v1/queues` against a fleet with known tasks: three live workers of one
+/// slot each, five long tasks → three running, two waiting, the oldest
+/// waiting one's age (running ones do not count), and three workers that
+/// can take the lane's tasks; once they are cancelled nothing waits or runs,
+/// and a stopped worker stops counting.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_queue_figures_count_waiting_running_and_live_workers_apart() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let config = test_config(&redis, &prefix, &[]);
+    let api = spawn_api(config.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let mut workers = Vec::new();
+    for n in 1..=3 {
+        let id = format!("figures-{n}");
+        let settings = [("FLOTILLA_WORKER_ID", id.as_str()), ("FLOTILLA_WORKER_CONCURRENCY", "1")];
+        workers.push(InProcessWorker::start(test_config(&redis, &prefix, &settings), Registry::standard()));
+    }
+    let long = json!({"prompt": "hold", "pipeline": "scripted", "actions": [{"type": "wait", "ms": 120_000}]});
+    let first_submitted = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let (status, body) = client.post("/v1/tasks", &long).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_str().expect("id").to_owned());
+    }
+    let normal =
+        |q: &Value| q["lanes"].as_array().and_then(|l| l.iter().find(|l| l["lane"] == "normal")).cloned().unwrap_or_default();
+    let settled = |q: &Value| {
+        let lane = normal(q);
+        lane["pending"] == 3 && lane["depth"] == 2 && lane["consumers"] == 3
+    };
+    let queues = poll_until(&client, "/v1/queues", settled).await;
+    let lane = normal(&queues);
+    assert!(settled(&queues), "three running, two waiting, three workers: {queues}");
+    assert_eq!(
+        (queues["tenants"][0]["running"].as_u64(), queues["tenants"][0]["queued"].as_u64()),
+        (Some(3), Some(2)),
+        "{queues}"
+    );
+    let oldest = lane["oldest_age_ms"].as_u64().expect("oldest age");
+    assert!(oldest > 0 && u128::from(oldest) <= first_submitted.elapsed().as_millis(), "the oldest waiting task's age: {queues}");
+
+    for id in &ids {
+        let (status, body) = client.post(&format!("/v1/tasks/{id}/cancel"), &json!({})).await;
+        assert!((200..300).contains(&status), "cancel {id}: {status} {body}");
+    }
+    let idle = |q: &Value| {
+        let lane = normal(q);
+        lane["pending"] == 0 && lane["depth"] == 0 && lane["oldest_age_ms"] == 0
+    };
+    let queues = poll_until(&client, "/v1/queues", idle).await;
+    assert!(idle(&queues), "nothing waits or runs once cancelled: {queues}");
+
+    workers.pop().expect("a worker").stop().await;
+    let q = queue(&config).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while q.reader().live_capabilities().await.expect("registry").len() != 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(q.reader().live_capabilities().await.expect("registry").len(), 2, "a stopped worker stops counting");
+    for worker in workers {
+        worker.stop().await;
+    }
+}

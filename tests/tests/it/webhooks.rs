@@ -602,3 +602,93 @@ async fn the_cli_adds_lists_shows_deliveries_retries_and_removes_a_webhook() {
     let (ok, _, stderr) = flotilla(&api, &["webhooks", "ls"]);
     assert!(ok && stderr.contains("no webhooks"), "{stderr}");
 }
+
+/// What a running command printed so far, line by line, on each stream.
+#[derive(Clone, Default)]
+struct Printed(Arc<Mutex<Vec<String>>>);
+
+impl Printed {
+    fn follow(&self, stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) {
+        use tokio::io::AsyncBufReadExt;
+        let lines = Arc::clone(&self.0);
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                lines.lock().expect("lock").push(line);
+            }
+        });
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().expect("lock").clone()
+    }
+
+    fn count(&self, part: &str) -> usize {
+        self.lines().iter().filter(|l| l.contains(part)).count()
+    }
+}
+
+/// `flotilla webhooks listen` on a fleet with default settings (no plain
+/// HTTP or private targets allowed): the deliveries of a batch reach it
+/// through the API, each checked against its signature and printed, and
+/// forwarded to a local receiver where the reference library verifies
+/// them; a delivery with a forged signature is rejected; the temporary
+/// endpoint goes when the command stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_listens_through_the_api_verifies_forwards_and_rejects_a_forged_delivery() {
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let api = spawn_api(test_config(&redis, &prefix, &[])).await;
+    let acme = ApiClient::new(&api, api_key());
+    wait_ready(&acme).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &[]), "hooks-listen");
+    let (receiver, addr) = Receiver::start(OK).await;
+
+    let mut listen = tokio::process::Command::new(flotilla_tests::fleet::binary("flotilla"))
+        .args(["--api", &api.base_url, "--key", api_key(), "webhooks", "listen", "--forward-to"])
+        .arg(format!("http://{addr}/hook"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run flotilla webhooks listen");
+    let (stdout, stderr) = (Printed::default(), Printed::default());
+    stdout.follow(listen.stdout.take().expect("stdout"));
+    stderr.follow(listen.stderr.take().expect("stderr"));
+    eventually("the listener is ready", Duration::from_secs(20), || stdout.count("listening as whk_") == 1).await;
+    let lines = stdout.lines();
+    let endpoint = lines[0].split_whitespace().nth(2).expect("the endpoint").trim_end_matches(':').to_owned();
+    let secret = lines[1].split_whitespace().nth(2).expect("the secret").to_owned();
+    assert!(secret.starts_with("whsec_"), "{lines:?}");
+
+    let (status, batch) = acme.post("/v1/batches", &scripted(2)).await;
+    assert_eq!(status, 202, "{batch}");
+    eventually("the batch's deliveries are printed", Duration::from_secs(60), || {
+        stdout.count("verified  task.succeeded") == 2 && stdout.count("verified  batch.completed") == 1
+    })
+    .await;
+    eventually("and forwarded", Duration::from_secs(10), || receiver.received().len() == 3).await;
+    let checked = verify(&secret, &receiver.received());
+    assert_eq!(checked["verified"], 3, "the reference library verifies what was forwarded: {checked}");
+
+    // A delivery the fleet did not sign never gets through.
+    let tenant = flotilla_types::TenantId::parse("acme").expect("tenant");
+    let relay = flotilla_queue::keys::Keys::new(prefix.clone()).webhook_relay(&tenant, &endpoint);
+    let forged = r#"{"type":"task.succeeded","timestamp":"2026-01-01T00:00:00Z","data":{"task_id":"tsk_forged"}}"#;
+    let now = (flotilla_types::clock::now_ms() / 1000).to_string();
+    redis.cli(&["XADD", &relay, "*", "id", "msg_forged", "timestamp", &now, "signature", "v1,Zm9yZ2Vk", "body", forged]);
+    eventually("the forged delivery is rejected", Duration::from_secs(20), || stderr.count("rejected msg_forged") == 1).await;
+    assert_eq!(stdout.count("tsk_forged"), 0, "{:?}", stdout.lines());
+    assert_eq!(receiver.received().len(), 3, "nothing forged is forwarded");
+
+    listen.kill().await.expect("stop the listener");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, hooks) = acme.get("/v1/webhooks").await;
+        if hooks["webhooks"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the temporary endpoint outlived its listener: {hooks}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -71,7 +71,8 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
 }
 
 fn ran(count: usize) -> Outcome {
-    Outcome::Succeeded(json!({ "text": format!("ran {count} actions") }))
+    let noun = if count == 1 { "action" } else { "actions" };
+    Outcome::Succeeded(json!({ "text": format!("ran {count} {noun}") }))
 }
 
 #[cfg(test)]

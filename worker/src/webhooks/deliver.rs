@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use flotilla_queue::webhooks::due::Taken;
+use flotilla_queue::webhooks::relay::{relayed_endpoint, Relayed};
 use flotilla_queue::webhooks::target::Refusal;
 use flotilla_queue::webhooks::{signing, AttemptRecord, DeliveryStatus, Message, Next, Webhooks};
 use flotilla_queue::QueueError;
@@ -81,7 +82,10 @@ impl Deliverer {
         let now = clock::now_ms();
         let secrets = endpoint.signing_secrets(now);
         let started = Instant::now();
-        let outcome = self.post(&endpoint.view.url, &message, &secrets, now / 1000).await;
+        let outcome = match relayed_endpoint(&endpoint.view.url) {
+            Some(relay) => self.relay(&message, relay, &secrets, now / 1000).await,
+            None => self.post(&endpoint.view.url, &message, &secrets, now / 1000).await,
+        };
         let latency_ms = started.elapsed().as_millis() as u64;
         let (record, next) = self.judge(&message, &outcome, latency_ms);
         if outcome == Outcome::Gone {
@@ -111,6 +115,23 @@ impl Deliverer {
                 };
                 (record, next)
             }
+        }
+    }
+
+    /// Hands the message, signed, to the API that relays it to a listener
+    /// (`flotilla webhooks listen`): written is delivered.
+    async fn relay(&self, message: &Message, endpoint: &str, secrets: &[&str], timestamp: i64) -> Outcome {
+        let body = message.body.as_bytes();
+        let delivery = Relayed {
+            entry: String::new(),
+            msg_id: message.id.to_string(),
+            timestamp,
+            signature: signing::signature_header(secrets.iter().copied(), message.id.as_str(), timestamp, body),
+            body: message.body.clone(),
+        };
+        match self.hooks.relay(&message.tenant, endpoint, &delivery).await {
+            Ok(()) => Outcome::Delivered(200),
+            Err(error) => Outcome::Failed { code: None, reason: format!("the relay was not written: {error}") },
         }
     }
 

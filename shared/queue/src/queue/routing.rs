@@ -27,6 +27,15 @@ pub const ADVERTISE_EVERY: Duration = Duration::from_secs(1);
 /// was killed) stops counting as live after this.
 const LIVE_FOR_MS: i64 = 5_000;
 
+/// What separates a registry entry's capabilities from its worker's id
+/// (neither a capability list nor a worker id holds it).
+const WORKER_ID_MARK: &str = "|@";
+
+/// The capabilities of a registry entry (`<capabilities>|@<worker id>`).
+fn capabilities_part(entry: &str) -> &str {
+    entry.rsplit_once(WORKER_ID_MARK).map_or(entry, |(caps, _)| caps)
+}
+
 /// Queued tasks of the caller waiting for one capability no live worker
 /// offers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -65,14 +74,15 @@ impl Queue {
 }
 
 impl Runner<'_> {
-    /// Records that a worker with these capabilities is live (for
-    /// [`LIVE_FOR_MS`]); workers call it every [`ADVERTISE_EVERY`].
-    pub async fn advertise(self, caps: &Capabilities) -> Result<(), QueueError> {
+    /// Records that the worker `worker_id`, with these capabilities, is live
+    /// (for [`LIVE_FOR_MS`]); workers call it every [`ADVERTISE_EVERY`].
+    /// Each worker has its own entry, so the registry also counts them.
+    pub async fn advertise(self, worker_id: &str, caps: &Capabilities) -> Result<(), QueueError> {
         let now = clock::now_ms();
         let mut conn = self.redis.shared();
         let key = self.keys.workers();
         let () = redis::pipe()
-            .zadd(&key, caps.encode(), now + LIVE_FOR_MS)
+            .zadd(&key, format!("{}{WORKER_ID_MARK}{worker_id}", caps.encode()), now + LIVE_FOR_MS)
             .ignore()
             .zrembyscore(&key, "-inf", now)
             .ignore()
@@ -87,7 +97,7 @@ impl Reader<'_> {
     pub async fn live_capabilities(self) -> Result<Vec<Capabilities>, QueueError> {
         let mut conn = self.redis.shared();
         let live: Vec<String> = conn.zrangebyscore(self.keys.workers(), clock::now_ms(), "+inf").await?;
-        Ok(live.iter().filter_map(|c| Capabilities::decode(c)).collect())
+        Ok(live.iter().filter_map(|entry| Capabilities::decode(capabilities_part(entry))).collect())
     }
 
     /// Fills in what a queued task waits for (see [`TaskRecord::waiting_for`]).

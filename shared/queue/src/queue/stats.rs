@@ -13,20 +13,23 @@ use crate::error::QueueError;
 use crate::keys::{lane_field, GROUP};
 use flotilla_types::clock;
 use flotilla_types::ids::TenantId;
+use flotilla_types::route::{Capabilities, Route};
 use flotilla_types::task::Priority;
 
 /// One of the caller's lanes.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LaneStats {
     pub lane: Priority,
-    /// Entries not yet handed to any worker.
+    /// Waiting: tasks not yet handed to any worker.
     pub depth: u64,
-    /// Entries handed to a worker and not yet acknowledged.
+    /// Running: tasks handed to a worker and not yet ended or handed back.
     pub pending: u64,
     /// Tasks waiting for a retry backoff or their `not_before`.
     pub delayed: u64,
-    /// Age in ms of the oldest entry still in the lane.
+    /// Age in ms of the oldest waiting task (running ones do not count); 0
+    /// when none waits.
     pub oldest_age_ms: u64,
+    /// Live workers that can run the lane's tasks.
     pub consumers: u64,
 }
 
@@ -75,16 +78,25 @@ pub struct FleetStats {
 
 impl Queue {
     /// One priority's figures summed over the tenant's routes' lanes
-    /// (`keys`); the oldest age and the consumers are the largest.
-    async fn lane_stats(&self, keys: &[String], lane: Priority, delayed: u64) -> Result<LaneStats, QueueError> {
+    /// (`routes`); the oldest age is the largest, the consumers are the live
+    /// workers that serve any of the routes.
+    async fn lane_stats(
+        &self,
+        tenant: &TenantId,
+        routes: &[&str],
+        lane: Priority,
+        delayed: u64,
+        live: &[Capabilities],
+    ) -> Result<LaneStats, QueueError> {
         let mut total = LaneStats { lane, depth: 0, pending: 0, delayed, oldest_age_ms: 0, consumers: 0 };
-        for key in keys {
-            let one = self.one_lane_stats(key).await?;
+        for route in routes {
+            let one = self.one_lane_stats(&self.keys.lane(tenant, route, lane)).await?;
             total.depth += one.depth;
             total.pending += one.pending;
             total.oldest_age_ms = total.oldest_age_ms.max(one.oldest_age_ms);
-            total.consumers = total.consumers.max(one.consumers);
         }
+        let routes: Vec<Route> = routes.iter().filter_map(|r| Route::parse(r)).collect();
+        total.consumers = live.iter().filter(|w| routes.iter().any(|r| w.serves(r))).count() as u64;
         Ok(total)
     }
 
@@ -102,11 +114,11 @@ impl Queue {
         let len: u64 = conn.xlen(key).await?;
         let pending = number("pending").unwrap_or(0);
         let depth = number("lag").unwrap_or_else(|| len.saturating_sub(pending));
-        let oldest_age_ms = match group {
-            Some(_) => self.oldest_open_entry_ms(key, group).await?.map_or(0, |ts| (clock::now_ms() - ts).max(0) as u64),
+        let oldest_age_ms = match self.oldest_waiting_entry_ms(key, group, depth).await? {
+            Some(ts) => (clock::now_ms() - ts).max(0) as u64,
             None => 0,
         };
-        Ok(LaneStats { lane, depth, pending, delayed: 0, oldest_age_ms, consumers: number("consumers").unwrap_or(0) })
+        Ok(LaneStats { lane, depth, pending, delayed: 0, oldest_age_ms, consumers: 0 })
     }
 }
 
@@ -116,15 +128,16 @@ impl Reader<'_> {
         let mut conn = self.redis.shared();
         let state: HashMap<String, String> = conn.hgetall(self.keys.tenant_state(tenant)).await?;
         let field = |name: &str| state.get(name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0).max(0) as u64;
+        let live = self.reader().live_capabilities().await?;
         let mut lanes = Vec::new();
         for lane in Priority::ALL {
-            let keys: Vec<String> = state
+            let routes: Vec<&str> = state
                 .keys()
                 .filter_map(|f| lane_field(f))
                 .filter(|(priority, _)| *priority == lane)
-                .map(|(_, route)| self.keys.lane(tenant, route, lane))
+                .map(|(_, route)| route)
                 .collect();
-            lanes.push(self.lane_stats(&keys, lane, field(&format!("delayed:{}", lane.as_str()))).await?);
+            lanes.push(self.lane_stats(tenant, &routes, lane, field(&format!("delayed:{}", lane.as_str())), &live).await?);
         }
         let settings = self.settings.tenants.get(tenant);
         let load = TenantLoad {
@@ -163,31 +176,21 @@ impl Reader<'_> {
 }
 
 impl Queue {
-    /// When the oldest entry still to finish was added: the oldest pending
-    /// one or the first not yet delivered, whichever is older. Acknowledged
-    /// entries waiting to be trimmed do not count.
-    async fn oldest_open_entry_ms(
+    /// The epoch ms of the lane's oldest entry not yet handed to a worker
+    /// (`depth` of them wait), if any.
+    async fn oldest_waiting_entry_ms(
         &self,
         key: &str,
         group: Option<&HashMap<String, redis::Value>>,
+        depth: u64,
     ) -> Result<Option<i64>, QueueError> {
+        if depth == 0 {
+            return Ok(None);
+        }
         let mut conn = self.redis.shared();
-        let summary: redis::streams::StreamPendingReply = match conn.xpending(key, GROUP).await {
-            Ok(reply) => reply,
-            Err(e) if e.code() == Some("NOGROUP") => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let oldest_pending = match summary {
-            redis::streams::StreamPendingReply::Data(data) => entry_ms(&data.start_id),
-            _ => None,
-        };
         let last_delivered = group.and_then(|g| g.get("last-delivered-id")).and_then(as_text).unwrap_or_else(|| "0-0".into());
         let next: redis::streams::StreamRangeReply = conn.xrange_count(key, format!("({last_delivered}"), "+", 1).await?;
-        let first_undelivered = next.ids.first().and_then(|e| entry_ms(&e.id));
-        Ok(match (oldest_pending, first_undelivered) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        Ok(next.ids.first().and_then(|e| entry_ms(&e.id)))
     }
 }
 

@@ -24,6 +24,7 @@
 pub mod dispatch;
 pub mod due;
 mod messages;
+pub mod relay;
 pub mod signing;
 pub mod target;
 
@@ -243,8 +244,12 @@ impl Webhooks {
     /// Stores a new endpoint; returns it and its secret.
     pub async fn create(&self, tenant: &TenantId, new: NewEndpoint) -> Result<(Endpoint, String), WebhookError> {
         self.check_url(&new.url).await?;
+        self.store(tenant, WebhookId::generate(), new).await
+    }
+
+    /// Stores an endpoint whose target is already judged; returns it and its secret.
+    async fn store(&self, tenant: &TenantId, id: WebhookId, new: NewEndpoint) -> Result<(Endpoint, String), WebhookError> {
         let events = Self::check_events(&new.events)?;
-        let id = WebhookId::generate();
         let secret = signing::new_secret();
         let now = clock::now_ms();
         let mut fields = vec![
