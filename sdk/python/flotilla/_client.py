@@ -113,7 +113,8 @@ class Flotilla:
             timeout = httpx.Timeout(DEFAULT_TIMEOUT, read=STREAM_READ_TIMEOUT)
             reader = FrameReader()
             try:
-                with self._open_stream(path, headers, timeout) as response:
+                response = self._open_stream(path, headers, timeout)
+                try:
                     for line in response.iter_lines():
                         event = reader.feed(line)
                         if event is None:
@@ -122,6 +123,8 @@ class Flotilla:
                         yield event
                         if event.is_terminal and "/v1/tasks/" in path:
                             return
+                finally:
+                    response.close()
             except httpx.TransportError:
                 pass
             if finished():
@@ -131,7 +134,7 @@ class Flotilla:
                 raise StreamEndedError(f"the event stream {path} kept closing before its end")
             time.sleep(min(0.2 * 2**failures, 5.0))
 
-    def _open_stream(self, path: str, headers: Dict[str, str], timeout: httpx.Timeout):
+    def _open_stream(self, path: str, headers: Dict[str, str], timeout: httpx.Timeout) -> httpx.Response:
         attempt = 0
         while True:
             request = self._http.build_request("GET", self.base_url + path, headers=headers, timeout=timeout)
@@ -274,7 +277,7 @@ class Schedules(_Resource):
 class Usage(_Resource):
     def get(self, start: Optional[str] = None, end: Optional[str] = None) -> models.UsageReport:
         """What the tenant used per day from ``start`` to ``end`` (days like
-        ``2026-01-31``; the last week by default), and its limits."""
+        ``2026-01-31``; the last 30 days by default), and its limits."""
         return self._client._call(ops.get_usage(start, end))
 
 

@@ -8,7 +8,8 @@ import time
 import httpx
 import pytest
 
-from flotilla import AsyncFlotilla, Flotilla, RateLimitError, NotFoundError, ConfigurationError
+from flotilla import AsyncFlotilla, ConfigurationError, Flotilla, NotFoundError, RateLimitError, models
+from flotilla import _operations as ops
 from flotilla._retry import RetryPolicy, parse_retry_after
 
 KEY = "flt_unit0000000000000000000000000000000000"
@@ -19,8 +20,12 @@ def rate_limited(seconds="0"):
     return httpx.Response(429, json=body, headers={"Retry-After": seconds})
 
 
-def task_record(i):
-    return {"id": f"tsk_{i}", "status": "succeeded"}
+def task_id(i):
+    return f"tsk_{i:026d}"
+
+
+def cancelled(i):
+    return {"id": task_id(i), "status": "cancelled"}
 
 
 def sync_client(handler, **kwargs):
@@ -32,10 +37,10 @@ def test_a_429_is_retried_after_retry_after_then_succeeds():
 
     def handler(request):
         seen.append(time.monotonic())
-        return rate_limited("1") if len(seen) == 1 else httpx.Response(200, json={"tasks": [], "next_cursor": None})
+        return rate_limited("1") if len(seen) == 1 else httpx.Response(200, json=cancelled(1))
 
     client = sync_client(handler)
-    assert list(client.tasks.list()) == []
+    assert client.tasks.cancel(task_id(1)).status == "cancelled"
     assert len(seen) == 2
     assert seen[1] - seen[0] >= 0.95, "the retry waited for Retry-After"
 
@@ -83,13 +88,15 @@ def test_a_404_is_not_retried_and_names_its_code():
 def test_pages_are_followed_by_next_cursor():
     def handler(request):
         cursor = request.url.params.get("cursor")
+        assert request.url.params.get("limit") == "2"
         if cursor is None:
-            return httpx.Response(200, json={"tasks": [task_record(1), task_record(2)], "next_cursor": "tsk_2"})
-        assert cursor == "tsk_2"
-        return httpx.Response(200, json={"tasks": [task_record(3)], "next_cursor": None})
+            return httpx.Response(200, json={"tasks": [cancelled(1), cancelled(2)], "next_cursor": task_id(2)})
+        assert cursor == task_id(2)
+        return httpx.Response(200, json={"tasks": [cancelled(3)], "next_cursor": None})
 
-    ids = [t.id for t in sync_client(handler).tasks.list(page_size=2)]
-    assert ids == ["tsk_1", "tsk_2", "tsk_3"]
+    listing = ops.Listing("/v1/tasks", "tasks", models.Cancelled, {"limit": 2})
+    ids = [t.id for t in sync_client(handler)._pages(listing)]
+    assert ids == [task_id(1), task_id(2), task_id(3)]
 
 
 def frame(seq, kind):
@@ -119,17 +126,17 @@ def test_the_async_client_retries_and_raises_alike():
 
     def handler(request):
         calls.append(request)
-        return rate_limited("0") if len(calls) < 3 else httpx.Response(200, json=task_record(7))
+        return rate_limited("0") if len(calls) < 3 else httpx.Response(200, json=cancelled(7))
 
     async def run():
         transport = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         async with AsyncFlotilla("http://api.test", KEY, http_client=transport) as client:
-            record = await client.tasks.get("tsk_7")
-            assert record.id == "tsk_7"
+            record = await client.tasks.cancel(task_id(7))
+            assert record.id == task_id(7)
             limited = AsyncFlotilla("http://api.test", KEY, max_retries=0, http_client=transport)
             with pytest.raises(RateLimitError):
                 calls.clear()
-                await limited.tasks.get("tsk_7")
+                await limited.tasks.cancel(task_id(7))
 
     asyncio.run(run())
 

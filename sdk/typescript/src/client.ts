@@ -205,7 +205,7 @@ export class Schedules {
 export class Usage {
   constructor(private readonly http: Transport) {}
 
-  /** What the tenant used per day from `from` to `to` (days like `2026-01-31`; the last week by default), and its limits. */
+  /** What the tenant used per day from `from` to `to` (days like `2026-01-31`; the last 30 days by default), and its limits. */
   get(range: { from?: string; to?: string } = {}): Promise<UsageReport> {
     return this.http.json("GET", "/v1/usage", { query: { from: range.from, to: range.to } });
   }
