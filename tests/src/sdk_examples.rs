@@ -67,7 +67,7 @@ pub async fn check_readme_examples(sdk: &Sdk, fleet: &SdkFleet) {
     let follow = sdk.run_example(fleet, "follow", example(&examples, "follow"), dir).await;
     check_follow(&follow);
     let batch = sdk.run_example(fleet, "batch", example(&examples, "batch"), dir).await;
-    assert_eq!(batch.lines().last(), Some("100 succeeded, 0 failed of 100"), "{}\n{}", batch.stdout, batch.stderr);
+    assert_eq!(batch.stdout.lines().last(), Some("100 succeeded, 0 failed of 100"), "{}\n{}", batch.stdout, batch.stderr);
     assert!(batch.stderr.contains("100/100"), "the progress bar reaches the end: {}", batch.stderr);
     let (status, page) = api.get("/v1/tasks?status=succeeded&limit=500").await;
     assert_eq!(status, 200, "{page}");
@@ -82,7 +82,7 @@ pub async fn check_readme_examples(sdk: &Sdk, fleet: &SdkFleet) {
 
     if let Some((_, code)) = examples.iter().find(|(name, _)| name == "async") {
         let ran = sdk.run_example(fleet, "async", code, dir).await;
-        assert_eq!(ran.lines().last(), Some("succeeded"), "{}", ran.stdout);
+        assert_eq!(ran.stdout.lines().last(), Some("succeeded"), "{}", ran.stdout);
     }
 
     check_webhook_handler(sdk, fleet, example(&examples, "webhook"), dir, &api).await;

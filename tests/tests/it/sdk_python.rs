@@ -29,8 +29,8 @@ async fn a_rate_limited_submit_is_retried_after_retry_after_then_raises_rate_lim
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sdk_unit_tests_pass() {
-    let tests = python_sdk_dir().join("tests");
-    let args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", &tests.to_string_lossy()];
+    let tests = python_sdk_dir().join("tests").to_string_lossy().into_owned();
+    let args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", tests.as_str()];
     let ran = run(&python(), &args, &python_sdk_dir(), &[]).await;
     assert!(ran.stdout.contains(" passed"), "{}", ran.stdout);
 }
