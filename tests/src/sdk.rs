@@ -39,11 +39,8 @@ impl SdkFleet {
         let redis = RedisServer::start();
         let prefix = unique_prefix();
         let dir = ScratchDir::new();
-        let extra = [
-            ("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"),
-            ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1"),
-            ("FLOTILLA_WORKER_CONCURRENCY", "8"),
-        ];
+        let extra =
+            [("FLOTILLA_WEBHOOK_ALLOW_HTTP", "1"), ("FLOTILLA_WEBHOOK_ALLOW_PRIVATE", "1"), ("FLOTILLA_WORKER_CONCURRENCY", "8")];
         let fleet = FileFleet::start(&redis, &prefix, dir.path(), settings, &extra).await;
         crate::ApiClient::when_ready(&fleet.api, api_key()).await;
         let workers = (1..=2).map(|i| WorkerProcess::spawn(&fleet.env, &format!("sdk-{prefix}-{i}"))).collect();
@@ -129,7 +126,10 @@ pub async fn run(program: &Path, args: &[&str], dir: &Path, env: &[(String, Stri
         .await
         .unwrap_or_else(|_| panic!("{} {args:?} ran past {SCRIPT_LIMIT:?}", program.display()))
         .expect("the script starts");
-    let ran = Ran { stdout: String::from_utf8_lossy(&output.stdout).into_owned(), stderr: String::from_utf8_lossy(&output.stderr).into_owned() };
+    let ran = Ran {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
     assert!(output.status.success(), "{} {args:?} failed:\n{}\n{}", program.display(), ran.stdout, ran.stderr);
     ran
 }
@@ -246,8 +246,13 @@ pub async fn regenerate(base_url: &str) -> ScratchDir {
     let script = repo_root().join("sdk/generate.sh");
     let url = format!("{base_url}/openapi.json");
     let env = [("FLOTILLA_TARGET_DIR".to_owned(), target.to_string_lossy().into_owned())];
-    run(Path::new("bash"), &[&script.to_string_lossy(), "--from", &url, "--out", &out.path().to_string_lossy()], &repo_root(), &env)
-        .await;
+    run(
+        Path::new("bash"),
+        &[&script.to_string_lossy(), "--from", &url, "--out", &out.path().to_string_lossy()],
+        &repo_root(),
+        &env,
+    )
+    .await;
     out
 }
 

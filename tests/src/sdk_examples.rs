@@ -124,7 +124,13 @@ fn check_usage(ran: &Ran, succeeded: u64) {
     assert!(range.len() == 4 && range[0] == "from" && range[2] == "to", "{}", ran.stdout);
     let ended = lines.iter().find(|l| l.starts_with("tasks ended")).unwrap_or_else(|| panic!("{}", ran.stdout));
     let after = ended.split("succeeded").nth(1).unwrap_or_else(|| panic!("no succeeded count: {ended}"));
-    let count: u64 = after.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect::<String>().parse().expect("a count");
+    let count: u64 = after
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a count");
     assert!(count >= succeeded, "usage counts the examples' tasks: {ended}");
     assert!(lines.iter().any(|l| l.starts_with(range[3])), "a line for today ({}): {}", range[3], ran.stdout);
 }

@@ -88,7 +88,7 @@ class AsyncFlotilla:
             params["cursor"] = cursor
 
     async def _follow(
-        self, path: str, last_id: Optional[str], finished: Callable[[], Awaitable[bool]]
+        self, path: str, last_id: Optional[str], stop_at_terminal: bool, finished: Callable[[], Awaitable[bool]]
     ) -> AsyncIterator[StreamEvent]:
         failures = 0
         while True:
@@ -106,12 +106,12 @@ class AsyncFlotilla:
                             continue
                         failures, last_id = 0, event.id or last_id
                         yield event
-                        if event.is_terminal and "/v1/tasks/" in path:
+                        if stop_at_terminal and event.is_terminal:
                             return
                 finally:
                     await response.aclose()
-            except httpx.TransportError:
-                pass
+            except (httpx.TransportError, APIConnectionError):
+                pass  # resumed below, after the last event received
             if await finished():
                 return
             failures += 1
@@ -171,7 +171,7 @@ class AsyncTasks(_AsyncResource):
 
     def events(self, task_id: str, *, after: Optional[int] = None) -> AsyncIterator[StreamEvent]:
         last = str(after) if after is not None else None
-        return self._client._follow(ops.task_events_path(task_id), last, _never)
+        return self._client._follow(ops.task_events_path(task_id), last, True, _never)
 
     async def wait(
         self,
@@ -208,7 +208,7 @@ class AsyncBatches(_AsyncResource):
         async def finished() -> bool:
             return (await self.get(batch_id)).finished_at is not None
 
-        return self._client._follow(ops.batch_events_path(batch_id), after, finished)
+        return self._client._follow(ops.batch_events_path(batch_id), after, False, finished)
 
     async def wait(
         self,

@@ -100,11 +100,11 @@ class Flotilla:
             params["cursor"] = cursor
 
     def _follow(
-        self, path: str, last_id: Optional[str], finished: Callable[[], bool]
+        self, path: str, last_id: Optional[str], stop_at_terminal: bool, finished: Callable[[], bool]
     ) -> Iterator[StreamEvent]:
         """A stream's events, reconnecting with ``Last-Event-ID`` when it
-        closes or breaks, until a task's terminal event (task streams) or
-        until ``finished()`` holds after a close."""
+        closes or breaks, until a terminal event (``stop_at_terminal``: a
+        task's stream) or until ``finished()`` holds after a close."""
         failures = 0
         while True:
             headers = dict(self._headers, Accept="text/event-stream")
@@ -121,12 +121,12 @@ class Flotilla:
                             continue
                         failures, last_id = 0, event.id or last_id
                         yield event
-                        if event.is_terminal and "/v1/tasks/" in path:
+                        if stop_at_terminal and event.is_terminal:
                             return
                 finally:
                     response.close()
-            except httpx.TransportError:
-                pass
+            except (httpx.TransportError, APIConnectionError):
+                pass  # resumed below, after the last event received
             if finished():
                 return
             failures += 1
@@ -186,7 +186,7 @@ class Tasks(_Resource):
         """The task's events, stored history first, until its terminal event;
         a dropped connection resumes after the last event received."""
         last = str(after) if after is not None else None
-        return self._client._follow(ops.task_events_path(task_id), last, lambda: False)
+        return self._client._follow(ops.task_events_path(task_id), last, True, lambda: False)
 
     def wait(
         self,
@@ -195,7 +195,8 @@ class Tasks(_Resource):
         timeout: Optional[float] = None,
         on_event: Optional[Callable[[StreamEvent], None]] = None,
     ) -> models.TaskRecord:
-        """Follows the task until it ends and answers its final record."""
+        """Follows the task until it ends and answers its final record;
+        ``timeout`` (seconds) is checked as events arrive."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self.events(task_id):
             if on_event is not None:
@@ -224,7 +225,7 @@ class Batches(_Resource):
     def events(self, batch_id: str, *, after: Optional[str] = None) -> Iterator[StreamEvent]:
         """Every event of the batch's tasks until all of them have ended."""
         finished = lambda: self.get(batch_id).finished_at is not None  # noqa: E731
-        return self._client._follow(ops.batch_events_path(batch_id), after, finished)
+        return self._client._follow(ops.batch_events_path(batch_id), after, False, finished)
 
     def wait(
         self,

@@ -158,3 +158,19 @@ def test_retry_after_reads_seconds_and_http_dates():
     assert policy.delay(0, 503, 2.0) == 2.0
     assert policy.delay(1, 503, 2.0) is None
     assert policy.delay(0, 500, 2.0) is None
+
+
+def test_a_refused_reconnection_is_tried_again_from_the_same_position():
+    resumed_from = []
+
+    def handler(request):
+        last = request.headers.get("last-event-id")
+        resumed_from.append(last)
+        if len(resumed_from) == 2:
+            raise httpx.ConnectError("connection refused", request=request)
+        body = frame(1, "queued") if last is None else frame(2, "succeeded")
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    events = list(sync_client(handler).tasks.events("tsk_1"))
+    assert [e.type for e in events] == ["queued", "succeeded"]
+    assert resumed_from == [None, "1", "1"]

@@ -4,7 +4,7 @@
  * with `Last-Event-ID`.
  */
 
-import { APIConnectionError, StreamEndedError, errorFromResponse } from "./errors.js";
+import { APIConnectionError, APIStatusError, StreamEndedError, errorFromResponse } from "./errors.js";
 import { parseRetryAfter, retryDelay, sleep, type RetryPolicy } from "./retry.js";
 import { FrameReader, isTerminal, lines, type StreamEvent } from "./sse.js";
 
@@ -109,9 +109,9 @@ export class Transport {
     for (;;) {
       const controller = new AbortController();
       const headers: Record<string, string> = lastId ? { "Last-Event-ID": lastId } : {};
-      const response = await this.send("GET", path, { stream: true, headers, signal: controller.signal });
       const reader = new FrameReader();
       try {
+        const response = await this.send("GET", path, { stream: true, headers, signal: controller.signal });
         if (response.body) {
           for await (const line of lines(response.body)) {
             const event = reader.feed(line);
@@ -126,8 +126,11 @@ export class Transport {
             }
           }
         }
-      } catch {
-        // A broken connection: resumed below.
+      } catch (e) {
+        if (e instanceof APIStatusError) {
+          throw e;
+        }
+        // A refused or broken connection: resumed below, after the last event received.
       } finally {
         controller.abort();
       }

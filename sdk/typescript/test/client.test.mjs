@@ -92,6 +92,21 @@ test("a closed stream resumes after the last event id", async () => {
   assert.deepEqual(resumedFrom, [undefined, "2"]);
 });
 
+test("a refused reconnection is tried again from the same position", async () => {
+  const resumedFrom = [];
+  const c = client((url, init) => {
+    const last = init.headers["Last-Event-ID"];
+    resumedFrom.push(last);
+    if (resumedFrom.length === 2) throw new TypeError("fetch failed");
+    const body = last === undefined ? frame(1, "queued") : frame(2, "succeeded");
+    return new Response(body, { status: 200, headers: { "content-type": "text/event-stream" } });
+  });
+  const seen = [];
+  for await (const e of c.tasks.events("tsk_1")) seen.push(e.type);
+  assert.deepEqual(seen, ["queued", "succeeded"]);
+  assert.deepEqual(resumedFrom, [undefined, "1", "1"]);
+});
+
 test("settings come from the environment as the CLI reads them", () => {
   const saved = { ...process.env };
   try {
