@@ -73,7 +73,7 @@ case "$from" in
 esac
 
 mkdir -p "$out/python/flotilla" "$out/typescript/src"
-(cd "$work" && "$python" -m datamodel_code_generator \
+(cd "$work" && PYTHONWARNINGS=ignore "$python" -m datamodel_code_generator \
   --input openapi.json \
   --input-file-type openapi \
   --output models.py \
