@@ -208,6 +208,13 @@ PY_PACKAGES=(
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
   schemathesis==4.32.5 # fuzzes the API against /openapi.json in tests/tests/it/schemathesis.rs
   e2b-desktop # the official E2B SDKs, checking the E2B stand-in in tests/tests/it/sdk_checks.rs
+  # sdk/python: its dependencies, its model generator (sdk/generate.sh), its
+  # unit tests, and the progress bar its README's batch example shows.
+  httpx
+  pydantic
+  datamodel-code-generator==0.89.0
+  pytest
+  tqdm
 )
 venv_dir() {
   local target
@@ -239,7 +246,10 @@ ensure_python_packages() {
 # The official E2B SDKs for JavaScript (npm `e2b`, `@e2b/desktop`), which
 # check flotilla-sandboxd in tests/tests/it/sandboxd.rs, installed beside the
 # venv under this checkout's target dir. Reinstalled when the list changes.
-NPM_PACKAGES=(e2b @e2b/desktop)
+# sdk/typescript: its compiler and type generator (pinned, so generation is
+# deterministic: sdk/generate.sh) and its one dependency, for the tests that
+# build it and run its README against a fleet (tests/tests/it/sdk_typescript.rs).
+NPM_PACKAGES=(e2b @e2b/desktop typescript@5.9.3 openapi-typescript@7.13.0 standardwebhooks@1.1.1)
 ensure_npm_packages() {
   local dir stamp wanted
   dir="$(dirname "$(venv_dir)")/node-sdk"

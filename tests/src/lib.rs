@@ -11,6 +11,9 @@ pub mod in_process;
 pub mod python;
 pub mod redis_server;
 pub mod s3_server;
+pub mod sdk;
+pub mod sdk_examples;
+pub mod sdk_rate_limit;
 pub mod sse;
 
 pub use api_client::ApiClient;
