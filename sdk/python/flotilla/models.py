@@ -5043,13 +5043,16 @@ class LaneStats(BaseModel):
         extra='allow',
     )
     consumers: conint(ge=0, le=18446744073709551615)
+    """
+    Live workers that can run the lane's tasks.
+    """
     delayed: conint(ge=0, le=18446744073709551615)
     """
     Tasks waiting for a retry backoff or their `not_before`.
     """
     depth: conint(ge=0, le=18446744073709551615)
     """
-    Entries not yet handed to any worker.
+    Waiting: tasks not yet handed to any worker.
     """
     lane: Literal['high', 'normal', 'low']
     """
@@ -5057,11 +5060,12 @@ class LaneStats(BaseModel):
     """
     oldest_age_ms: conint(ge=0, le=18446744073709551615)
     """
-    Age in ms of the oldest entry still in the lane.
+    Age in ms of the oldest waiting task (running ones do not count); 0
+    when none waits.
     """
     pending: conint(ge=0, le=18446744073709551615)
     """
-    Entries handed to a worker and not yet acknowledged.
+    Running: tasks handed to a worker and not yet ended or handed back.
     """
 
 

@@ -2119,82 +2119,6 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/tasks/{id}/view/socket": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** The WebSocket of a view page, bridged to the worker holding the task. */
-        get: {
-            parameters: {
-                query: {
-                    /** @description The token of a view URL. */
-                    token: string;
-                };
-                header?: never;
-                path: {
-                    /** @description Task id */
-                    id: components["schemas"]["TaskId"];
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Switching to a WebSocket that carries RFB (VNC) in binary messages */
-                101: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Malformed id or not a WebSocket request */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The token is unknown, expired or for another task */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The task holds no desktop that can be shown now (`conflict`) */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The worker holding the task cannot be reached (`unavailable`) */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -2419,6 +2343,100 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/listen": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Receive the tenant's webhook deliveries over this stream.
+         * @description Opens with a `ready` frame (`{"id", "secret"}`: the relayed endpoint and
+         *     the secret its deliveries are signed with), then sends a `delivery` frame
+         *     per delivery: `{"webhook-id", "webhook-timestamp", "webhook-signature",
+         *     "body"}`, exactly as a receiver of a posted delivery gets them. The
+         *     endpoint is deleted when the stream ends (the listener goes, or the
+         *     stream's lifetime ends).
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Event types, comma-separated (`task.succeeded,task.failed`); every type when absent. */
+                    events?: string;
+                    /** @description Only events of this batch's tasks (and its completion). */
+                    batch_id?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Server-Sent Events: `id` the frame's position (resume after it with `Last-Event-ID`), `event` the event's type, `data` one Event as JSON. A stream also ends after its maximum lifetime (`FLOTILLA_STREAM_MAX_LIFETIME_S`), when the client resumes with `Last-Event-ID` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": components["schemas"]["SseFrame"];
+                    };
+                };
+                /** @description Unknown event type or malformed `batch_id` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Missing or unknown API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `batch_id` names no batch of this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Redis unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -3962,7 +3980,10 @@ export interface components {
         };
         /** @description One of the caller's lanes. */
         LaneStats: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Live workers that can run the lane's tasks.
+             */
             consumers: number;
             /**
              * Format: int64
@@ -3971,18 +3992,19 @@ export interface components {
             delayed: number;
             /**
              * Format: int64
-             * @description Entries not yet handed to any worker.
+             * @description Waiting: tasks not yet handed to any worker.
              */
             depth: number;
             lane: components["schemas"]["Priority"];
             /**
              * Format: int64
-             * @description Age in ms of the oldest entry still in the lane.
+             * @description Age in ms of the oldest waiting task (running ones do not count); 0
+             *     when none waits.
              */
             oldest_age_ms: number;
             /**
              * Format: int64
-             * @description Entries handed to a worker and not yet acknowledged.
+             * @description Running: tasks handed to a worker and not yet ended or handed back.
              */
             pending: number;
         };
