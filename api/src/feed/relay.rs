@@ -15,6 +15,8 @@ use serde_json::json;
 
 use super::{Client, Flow};
 
+/// The relay stream's position before its first delivery.
+const BEFORE_ANY: &str = "0";
 /// How often the relay stream is read for new deliveries.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -35,7 +37,10 @@ impl RelayFeed {
     /// Passes deliveries on until the listener goes, then deletes the endpoint.
     pub async fn run(self) {
         let ready = json!({"id": self.endpoint, "secret": self.secret});
-        if self.client.out.send(SseEvent::default().event("ready").data(ready.to_string())).await.is_ok() {
+        // Every frame has an id (the document's frame says so): the ready
+        // one the position before any delivery.
+        let ready = SseEvent::default().event("ready").id(BEFORE_ANY).data(ready.to_string());
+        if self.client.out.send(ready).await.is_ok() {
             self.pass_on().await;
         }
         if let Err(error) = self.hooks.delete_relay(&self.tenant, &self.endpoint).await {
@@ -44,7 +49,7 @@ impl RelayFeed {
     }
 
     async fn pass_on(&self) {
-        let mut after = "0".to_owned();
+        let mut after = BEFORE_ANY.to_owned();
         loop {
             match self.hooks.relayed_after(&self.tenant, self.endpoint.as_str(), &after).await {
                 Ok(deliveries) => {
