@@ -41,7 +41,14 @@ impl Fleet {
         let config = test_config(redis, prefix, &extra);
         let provider: Arc<dyn SandboxProvider> = provider.clone();
         let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 4, ..PoolConfig::default() });
-        let tools = Tools { sandboxes: Some(pool.clone()), blobs: None, uploads: Default::default(), gateway: None, live: None };
+        let tools = Tools {
+            sandboxes: Some(pool.clone()),
+            blobs: None,
+            uploads: Default::default(),
+            gateway: None,
+            live: None,
+            pricing: Default::default(),
+        };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         let queue = Queue::connect(&config).await.expect("queue connects");
         Self { queue, worker, pool }
