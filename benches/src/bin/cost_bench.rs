@@ -45,7 +45,7 @@ use flotilla_worker::model::http::Endpoint;
 use flotilla_worker::model::openai::{OpenAiConfig, OpenAiCua, OpenAiTool};
 use flotilla_worker::model::{CallResult, ComputerModel, Screen, Turn, Usage};
 
-const USAGE: &str = "flotilla-cost-bench: billed tokens and cost of a computer-use task per pipeline, today's loop against prompt caching and a chunked image history
+const USAGE: &str = "flotilla-cost-bench — billed tokens and cost of a computer-use task per pipeline, today's loop against prompt caching and a chunked image history
 
 usage: flotilla-cost-bench [--steps N] [--screen WxH] [--histories K/C,...] [--claude-models M,...] [--max-seconds S]
 
