@@ -140,7 +140,10 @@ impl ApiError {
                 Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", e.to_string())
             }
             ApiError::Quota(
-                e @ (QuotaError::QueueFull { .. } | QuotaError::TokensSpent { .. } | QuotaError::SchedulesFull { .. }),
+                e @ (QuotaError::QueueFull { .. }
+                | QuotaError::TokensSpent { .. }
+                | QuotaError::CostSpent { .. }
+                | QuotaError::SchedulesFull { .. }),
             ) => Reply::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", e.to_string()),
             ApiError::TimedOut(_) => Reply::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", self.to_string()),
             ApiError::NotViewable => Reply::new(StatusCode::CONFLICT, "conflict", self.to_string()),
@@ -290,6 +293,7 @@ mod tests {
             (ApiError::Internal("boom".into()), 500, "internal"),
             (ApiError::Quota(QuotaError::QueueFull { max_queued: 3, queued: 3 }), 429, "quota_exceeded"),
             (ApiError::Quota(QuotaError::TokensSpent { max: 10, retry_after_s: 5 }), 429, "quota_exceeded"),
+            (ApiError::Quota(QuotaError::CostSpent { max_usd: 1.5, retry_after_s: 5 }), 429, "quota_exceeded"),
             (ApiError::Quota(rate_limited()), 429, "rate_limited"),
             (ApiError::TimedOut(10), 503, "timeout"),
         ];

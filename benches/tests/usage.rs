@@ -10,13 +10,14 @@ use std::process::{Command, Output};
 
 /// Each benchmark, and a flag that takes a value, for those whose bad flags
 /// end in one line and status 2.
-const BENCHES: [(&str, &str, Option<&str>); 6] = [
+const BENCHES: [(&str, &str, Option<&str>); 7] = [
     ("flotilla-bench", env!("CARGO_BIN_EXE_flotilla-bench"), Some("--rounds")),
     ("flotilla-archive-bench", env!("CARGO_BIN_EXE_flotilla-archive-bench"), Some("--tasks")),
     ("flotilla-webhook-bench", env!("CARGO_BIN_EXE_flotilla-webhook-bench"), Some("--tasks")),
     ("flotilla-screenshot-bench", env!("CARGO_BIN_EXE_flotilla-screenshot-bench"), None),
     ("flotilla-step-bench", env!("CARGO_BIN_EXE_flotilla-step-bench"), Some("--steps")),
     ("flotilla-pool-bench", env!("CARGO_BIN_EXE_flotilla-pool-bench"), Some("--samples")),
+    ("flotilla-cost-bench", env!("CARGO_BIN_EXE_flotilla-cost-bench"), Some("--steps")),
 ];
 
 fn run(binary: &str, args: &[&str]) -> Output {

@@ -56,8 +56,14 @@ impl DesktopFleet {
         let config = test_config(&redis, &unique_prefix(), &extra);
         let provider = options.provider.unwrap_or_else(|| Arc::new(LocalProvider::new(LocalConfig::default())));
         let pool = SandboxPool::new(provider, PoolConfig { warm: options.warm, max_live: 4, ..PoolConfig::default() });
-        let tools =
-            Tools { sandboxes: Some(pool.clone()), blobs: options.blobs, uploads: options.uploads, gateway: None, live: None };
+        let tools = Tools {
+            sandboxes: Some(pool.clone()),
+            blobs: options.blobs,
+            uploads: options.uploads,
+            gateway: None,
+            live: None,
+            pricing: Default::default(),
+        };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         Self { queue: queue(&config).await, pool, config, worker: Some(worker), _redis: redis }
     }

@@ -233,8 +233,7 @@ struct Grant {
 pub struct CallUsage {
     /// The model, as the answer names it.
     pub model: String,
-    pub input: u64,
-    pub output: u64,
+    pub tokens: flotilla_types::cost::TokenCounts,
 }
 
 /// What a token has spent so far, and how far its holder has counted it.
@@ -730,11 +729,11 @@ impl Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        let (model, input, output) = self.counter.spent();
-        if input + output > 0 {
+        let (model, tokens) = self.counter.spent();
+        if tokens.input + tokens.output > 0 {
             let model = model.unwrap_or("unknown").to_owned();
             // The holder may be gone (the task ended): nothing to count then.
-            if self.calls.send(CallUsage { model, input, output }).is_ok() {
+            if self.calls.send(CallUsage { model, tokens }).is_ok() {
                 self.spent.reported.fetch_add(1, Ordering::AcqRel);
             }
         }

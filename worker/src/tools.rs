@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
+use crate::pipeline::pricing::Pricing;
 use crate::sandbox::{
     E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider,
 };
@@ -32,6 +33,8 @@ pub struct Tools {
     pub gateway: Option<ModelGateway>,
     /// The desktops this worker shows live; present when its HTTP side runs.
     pub live: Option<LiveDesktops>,
+    /// What model calls cost (the configured price table).
+    pub pricing: Arc<Pricing>,
 }
 
 impl Tools {
@@ -58,7 +61,8 @@ impl Tools {
             warn!("screenshots are not kept: set FLOTILLA_S3_BUCKET to store them");
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None })
+        let pricing = Arc::new(Pricing::new(config.prices.clone()));
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing })
     }
 
     /// Ends every pooled sandbox.

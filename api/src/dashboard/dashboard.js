@@ -656,7 +656,9 @@
       draw();
     }
     $('shot-large').hidden = false;
-    $('shot-caption').textContent = `screenshot ${position} of ${count} (event ${seq}), ${String(shot.hash || '').slice(0, 12)}`;
+    const calls = usageOn(selected, seq).map(describeUsage);
+    const caption = `screenshot ${position} of ${count} (event ${seq}), ${String(shot.hash || '').slice(0, 12)}`;
+    $('shot-caption').textContent = calls.length ? `${caption} · model: ${calls.join('; ')}` : caption;
     $('shot-actions').textContent = actions.length ? `then: ${actions.map(describeAction).join('; ')}` : '';
     for (const thumb of $('shots').children) thumb.classList.toggle('current', thumb.dataset.seq === seq);
   }
@@ -690,6 +692,27 @@
     const to = at + 1 < shots.length ? shots[at + 1].step : Infinity;
     const done = latest.filter((e) => e.type === 'action_completed').map((e) => e.action);
     return done.slice(from, to).filter((a) => a && typeof a === 'object');
+  }
+
+  /**
+   * The model calls answered on the screen of screenshot event `seq`: the
+   * `usage` events whose `step` is the actions taken when it was captured.
+   */
+  function usageOn(selected, seq) {
+    const events = selected.events;
+    let start = 0;
+    for (let i = 0; i < events.length; i += 1) if (events[i].type === 'started') start = i;
+    const latest = events.slice(start);
+    const shot = latest.find((e) => e.type === 'screenshot' && String(e.seq) === seq);
+    if (!shot || !Number.isFinite(shot.step)) return [];
+    return latest.filter((e) => e.type === 'usage' && e.step === shot.step);
+  }
+
+  /** One model call's tokens and cost, as the player and the log show it. */
+  function describeUsage(event) {
+    const cost = event.cost_usd == null ? 'cost unknown' : dollars(event.cost_usd);
+    const cached = `${event.cache_read_tokens || 0} cached, ${event.cache_write_tokens || 0} written`;
+    return `${event.input_tokens} in (${cached}), ${event.output_tokens} out, ${cost}`;
   }
 
   function clearOverlay() {
@@ -927,6 +950,7 @@
       case 'plan': return Array.isArray(event.steps) ? event.steps.map((s, i) => `${i + 1}. ${s}`).join('\n') : '';
       case 'step_started': return joined([`step ${event.index}`, event.text]);
       case 'reasoning': return String(event.text || '');
+      case 'usage': return joined([event.model, describeUsage(event)]);
       case 'action': return describeAction(event.action);
       case 'action_completed': return joined([describeAction(event.action), duration(event.ms)]);
       case 'screenshot': return joined([String(event.hash || '').slice(0, 12), `${event.bytes} bytes`, event.dedup ? 'already stored' : '']);
@@ -968,7 +992,7 @@
     state.hooksTimer = setTimeout(refreshHooks, ms);
   }
 
-  // ---- usage: tokens and sandbox seconds per day -------------------------
+  // ---- usage: tokens (cached and not), cost and sandbox seconds per day ----
 
   const DAY_S = 86400;
 
@@ -1002,7 +1026,9 @@
         cell(d.day),
         cell(sumOf(d.tasks), 'num'),
         cell(d.input_tokens, 'num'),
+        cell(d.cache_read_tokens || 0, 'num'),
         cell(d.output_tokens, 'num'),
+        cell(dollars(d.cost_usd), 'num'),
         cell((sumOf(d.sandbox_ms) / 1000).toFixed(1), 'num'),
         cell(d.steps, 'num'),
       );
@@ -1012,10 +1038,18 @@
     const parts = [`queued ${limits.queued} of ${limits.max_queued}`];
     if (limits.max_tokens_per_day != null) parts.push(`tokens today ${limits.tokens_today} of ${limits.max_tokens_per_day}`);
     else parts.push(`tokens today ${limits.tokens_today}`);
+    if (limits.max_cost_usd_per_day != null) parts.push(`cost today ${dollars(limits.cost_today_usd)} of ${dollars(limits.max_cost_usd_per_day)}`);
+    else parts.push(`cost today ${dollars(limits.cost_today_usd)}`);
     if (limits.max_sandboxes != null) parts.push(`max sandboxes ${limits.max_sandboxes}`);
     if (limits.rate) parts.push(`rate ${limits.rate.per_second}/s (burst ${limits.rate.burst})`);
     $('usage-limits').textContent = parts.join(' · ');
     drawUsage(report, days);
+  }
+
+  /** Dollars as the dashboard shows them: four decimals below a cent. */
+  function dollars(usd) {
+    const n = Number(usd) || 0;
+    return `$${n < 0.01 && n > 0 ? n.toFixed(4) : n.toFixed(2)}`;
   }
 
   /** Seconds since the epoch of a `YYYY-MM-DD` UTC day. */
@@ -1040,8 +1074,9 @@
   }
 
   /**
-   * Tokens (left axis) and sandbox seconds (right axis) for every day of the
-   * range asked (days without use at zero), with uPlot. The x axis spans
+   * Input tokens read from the prompt cache and not (left axis), the cost
+   * (right axis) and sandbox seconds for every day of the range asked (days
+   * without use at zero), with uPlot. The x axis spans
    * exactly that range; the labels drawn are kept on the chart's box
    * (`data-x-labels`) for whoever reads the page.
    */
@@ -1060,17 +1095,23 @@
     const byDay = new Map(days.map((d) => [daySeconds(d.day), d]));
     const x = [];
     for (let t = first; t <= last; t += DAY_S) x.push(t);
-    const tokens = x.map((t) => { const d = byDay.get(t); return d ? (Number(d.input_tokens) || 0) + (Number(d.output_tokens) || 0) : 0; });
+    const of = (field) => x.map((t) => { const d = byDay.get(t); return d ? Number(d[field]) || 0 : 0; });
+    const cached = of('cache_read_tokens');
+    const uncached = of('input_tokens').map((n, i) => Math.max(n - cached[i], 0));
+    const cost = of('cost_usd');
     const seconds = x.map((t) => { const d = byDay.get(t); return d ? sumOf(d.sandbox_ms) / 1000 : 0; });
     const label = (t) => new Date(t * 1000).toISOString().slice(0, 10);
+    const fromZero = (u, lo, hi) => [0, Math.max(hi, 1)];
     const options = {
       width: Math.max(box.clientWidth, 320),
       height: 200,
       legend: { live: false },
-      scales: { x: { time: true, range: () => [first - DAY_S / 2, last + DAY_S / 2] }, tokens: { range: (u, lo, hi) => [0, Math.max(hi, 1)] }, seconds: { range: (u, lo, hi) => [0, Math.max(hi, 1)] } },
+      scales: { x: { time: true, range: () => [first - DAY_S / 2, last + DAY_S / 2] }, tokens: { range: fromZero }, usd: { range: (u, lo, hi) => [0, Math.max(hi, 0.01)] }, seconds: { range: fromZero } },
       series: [
         { label: 'day' },
-        { label: 'tokens', scale: 'tokens', stroke: '#2563eb', fill: 'rgba(37,99,235,0.12)', width: 2, points: { size: 6 } },
+        { label: 'uncached in', scale: 'tokens', stroke: '#2563eb', fill: 'rgba(37,99,235,0.12)', width: 2, points: { size: 6 } },
+        { label: 'cached in', scale: 'tokens', stroke: '#16a34a', fill: 'rgba(22,163,74,0.12)', width: 2, points: { size: 6 } },
+        { label: 'cost $', scale: 'usd', stroke: '#dc2626', width: 2, points: { size: 6 }, value: (u, v) => (v == null ? '' : dollars(v)) },
         { label: 'sandbox s', scale: 'seconds', stroke: '#d97706', width: 2, points: { size: 6 } },
       ],
       axes: [
@@ -1078,11 +1119,11 @@
           splits: () => dayTicks(first, last),
           values: (u, splits) => { const labels = splits.map(label); box.dataset.xLabels = labels.join(','); return labels; },
         },
-        { scale: 'tokens', label: 'tokens' },
-        { scale: 'seconds', label: 'sandbox s', side: 1, grid: { show: false } },
+        { scale: 'tokens', label: 'input tokens' },
+        { scale: 'usd', label: 'cost $', side: 1, grid: { show: false } },
       ],
     };
-    state.usageChart = new uPlot(options, [x, tokens, seconds], box);
+    state.usageChart = new uPlot(options, [x, uncached, cached, cost, seconds], box);
   }
 
   /** Reads the webhooks, and the deliveries of the one picked (the first by default). */

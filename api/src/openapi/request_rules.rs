@@ -58,6 +58,7 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     if let Some(budget) = schemas.get_mut("Budget") {
         set(budget, "/properties/max_tokens", json!({"minimum": 1}));
         set(budget, "/properties/max_sandbox_s", json!({"minimum": 1, "maximum": MAX_DURATION_S * u64::from(MAX_ATTEMPTS)}));
+        set(budget, "/properties/max_cost_usd", json!({"minimum": 0.000001, "maximum": flotilla_types::cost::MAX_USD}));
     }
     if let Some(files) = schemas.get_mut("TaskFiles") {
         *files = task_files();

@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::Json;
 use flotilla_types::clock;
+use flotilla_types::cost::usd;
 use flotilla_types::usage::{Meter, UsageView, MAX_USAGE_DAYS};
 use flotilla_types::ValidationError;
 use serde::{Deserialize, Serialize};
@@ -61,6 +62,11 @@ pub struct UsageLimits {
     /// Tokens spent today (UTC).
     pub tokens_today: u64,
     pub tokens_left_today: Option<u64>,
+    /// US dollars of model calls per UTC day; `null` for no limit.
+    pub max_cost_usd_per_day: Option<f64>,
+    /// What the tenant's model calls cost today (UTC), in US dollars.
+    pub cost_today_usd: f64,
+    pub cost_left_today_usd: Option<f64>,
     pub max_sandboxes: Option<u64>,
     /// Sandboxes the tenant holds now, fleet-wide: its running tasks' and
     /// its kept-alive ones, as `max_sandboxes` counts them.
@@ -141,6 +147,9 @@ pub async fn usage(
         max_tokens_per_day: quota.max_tokens_per_day,
         tokens_today: today.tokens(),
         tokens_left_today: quota.max_tokens_per_day.map(|m| m.saturating_sub(today.tokens())),
+        max_cost_usd_per_day: quota.max_cost_usd_per_day.map(f64::from),
+        cost_today_usd: usd(today.cost_micros()),
+        cost_left_today_usd: quota.max_cost_usd_per_day.map(|m| usd(m.micros().saturating_sub(today.cost_micros()))),
         max_sandboxes: quota.max_sandboxes,
         sandboxes,
         sandboxes_left: quota.max_sandboxes.map(|m| m.saturating_sub(sandboxes)),

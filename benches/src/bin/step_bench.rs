@@ -492,8 +492,14 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let provider: Arc<dyn SandboxProvider> =
         Arc::new(LocalProvider::new(LocalConfig { limits, isolation, ..LocalConfig::default() }));
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
-    let tools =
-        Arc::new(Tools { sandboxes: Some(pool.clone()), blobs, uploads: UploaderOptions::default(), gateway: None, live: None });
+    let tools = Arc::new(Tools {
+        sandboxes: Some(pool.clone()),
+        blobs,
+        uploads: UploaderOptions::default(),
+        gateway: None,
+        live: None,
+        pricing: Default::default(),
+    });
     let caps = flotilla_worker::worker::capabilities(&config, &Registry::for_config(&config), &tools);
     let metrics = WorkerMetrics::new();
     let (acker, acked) = Acker::spawn(queue.clone(), metrics.clone());

@@ -1,5 +1,7 @@
 //! Settings of the computer-use model pipelines that go beyond a key and a
-//! URL per provider: which Claude computer tool to force, and Gemini's.
+//! URL per provider: which Claude computer tool to force, Gemini's, and
+//! how many screenshots the Claude and Gemini histories keep and drop at a
+//! time (see `worker::model::history`).
 
 use super::{ConfigError, Secret, Settings};
 
@@ -18,6 +20,22 @@ pub enum AnthropicToolVersion {
 /// Google's recommended computer-use model when a task names none.
 pub const DEFAULT_GEMINI_MODEL: &str = "gemini-3.6-flash";
 
+/// Which screenshots a conversation's history keeps: the newest `keep`,
+/// older ones dropped `chunk` at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageHistorySetting {
+    pub keep: usize,
+    pub chunk: usize,
+}
+
+/// Claude's history (the tools before the toolset, whose history is
+/// append-only) by default: `FLOTILLA_CLAUDE_KEEP_IMAGES`,
+/// `FLOTILLA_CLAUDE_DROP_IMAGES_BY`; measured by `flotilla-cost-bench`.
+pub const DEFAULT_CLAUDE_IMAGES: ImageHistorySetting = ImageHistorySetting { keep: 3, chunk: 10 };
+/// Gemini's history by default: `FLOTILLA_GEMINI_KEEP_IMAGES`,
+/// `FLOTILLA_GEMINI_DROP_IMAGES_BY`; measured by `flotilla-cost-bench`.
+pub const DEFAULT_GEMINI_IMAGES: ImageHistorySetting = ImageHistorySetting { keep: 3, chunk: 10 };
+
 /// The computer-use models' section of the configuration.
 #[derive(Debug, Clone)]
 pub struct ComputerUseConfig {
@@ -29,6 +47,10 @@ pub struct ComputerUseConfig {
     pub gemini_base_url: String,
     /// The model for `gemini-computer-use` tasks that name none.
     pub gemini_model: String,
+    /// The screenshots Claude's history keeps.
+    pub claude_images: ImageHistorySetting,
+    /// The screenshots Gemini's history keeps.
+    pub gemini_images: ImageHistorySetting,
 }
 
 impl ComputerUseConfig {
@@ -38,6 +60,14 @@ impl ComputerUseConfig {
             gemini_api_key: s.get("GEMINI_API_KEY").map(Secret::new),
             gemini_base_url: s.url("GEMINI_BASE_URL")?.unwrap_or_else(|| "https://generativelanguage.googleapis.com".into()),
             gemini_model: s.text("FLOTILLA_GEMINI_MODEL", DEFAULT_GEMINI_MODEL).trim().to_owned(),
+            claude_images: ImageHistorySetting {
+                keep: s.positive("FLOTILLA_CLAUDE_KEEP_IMAGES", DEFAULT_CLAUDE_IMAGES.keep)?,
+                chunk: s.positive("FLOTILLA_CLAUDE_DROP_IMAGES_BY", DEFAULT_CLAUDE_IMAGES.chunk)?,
+            },
+            gemini_images: ImageHistorySetting {
+                keep: s.positive("FLOTILLA_GEMINI_KEEP_IMAGES", DEFAULT_GEMINI_IMAGES.keep)?,
+                chunk: s.positive("FLOTILLA_GEMINI_DROP_IMAGES_BY", DEFAULT_GEMINI_IMAGES.chunk)?,
+            },
         })
     }
 }

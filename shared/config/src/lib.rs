@@ -30,6 +30,7 @@ mod computer_use;
 mod isolation;
 mod limits;
 mod live_view;
+mod prices;
 mod providers;
 mod queue;
 mod routing;
@@ -43,7 +44,10 @@ mod worker;
 
 pub use api::ApiConfig;
 pub use auth::AuthConfig;
-pub use computer_use::{AnthropicToolVersion, ComputerUseConfig, DEFAULT_GEMINI_MODEL};
+pub use computer_use::{
+    AnthropicToolVersion, ComputerUseConfig, ImageHistorySetting, DEFAULT_CLAUDE_IMAGES, DEFAULT_GEMINI_IMAGES,
+    DEFAULT_GEMINI_MODEL,
+};
 pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use limits::Limits;
 pub use live_view::LiveViewConfig;
@@ -116,6 +120,10 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("GEMINI_API_KEY", "gemini_api_key"),
     ("GEMINI_BASE_URL", "gemini_base_url"),
     ("FLOTILLA_GEMINI_MODEL", "gemini_model"),
+    ("FLOTILLA_CLAUDE_KEEP_IMAGES", "claude_keep_images"),
+    ("FLOTILLA_CLAUDE_DROP_IMAGES_BY", "claude_drop_images_by"),
+    ("FLOTILLA_GEMINI_KEEP_IMAGES", "gemini_keep_images"),
+    ("FLOTILLA_GEMINI_DROP_IMAGES_BY", "gemini_drop_images_by"),
     ("FLOTILLA_GATEWAY_ADDR", "gateway_addr"),
     ("FLOTILLA_GATEWAY_URL", "gateway_url"),
     ("E2B_API_KEY", "e2b_api_key"),
@@ -218,6 +226,9 @@ pub struct Config {
     pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
+    /// What each model's tokens cost (`[prices."<model>"]` in the file,
+    /// over the shipped defaults).
+    pub prices: flotilla_types::cost::PriceTable,
     /// Request bounds of the API.
     pub limits: Limits,
     /// The labels a worker advertises for capability routing.
@@ -239,9 +250,9 @@ impl Config {
         V: Into<String>,
     {
         let mut env: HashMap<String, String> = vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        let (mut settings, tenants_table) = match env.get("FLOTILLA_CONFIG") {
+        let (mut settings, tables) = match env.get("FLOTILLA_CONFIG") {
             Some(path) => read_toml_file(Path::new(path))?,
-            None => (HashMap::new(), None),
+            None => (HashMap::new(), Tables::default()),
         };
         for (var, _) in KNOWN_VARS {
             if let Some(value) = env.get(*var) {
@@ -249,8 +260,8 @@ impl Config {
             }
         }
         let mut settings = Settings(settings);
-        let loaded = TenantsConfig::load(tenants_table, settings.get("FLOTILLA_TENANT_WEIGHTS"))
-            .and_then(|tenants| Ok(Self { tenants, ..Self::from_settings(&settings)? }));
+        let loaded = TenantsConfig::load(tables.tenants, settings.get("FLOTILLA_TENANT_WEIGHTS"))
+            .and_then(|tenants| Ok(Self { tenants, prices: prices::load(tables.prices)?, ..Self::from_settings(&settings)? }));
         wipe_secrets(&mut settings.0);
         wipe_secrets(&mut env);
         loaded
@@ -285,6 +296,7 @@ impl Config {
             webhooks: WebhooksConfig::from_settings(s)?,
             isolation: IsolationConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
+            prices: flotilla_types::cost::PriceTable::defaults(),
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
             sandboxd: SandboxdConfig::load(s)?,
@@ -352,8 +364,18 @@ impl Settings {
     }
 }
 
-/// The file's flat settings by variable name, and its `tenants` table.
-fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::Value>), ConfigError> {
+/// The tables of the file that are not sections of settings.
+#[derive(Default)]
+struct Tables {
+    /// `[tenants.<name>]`.
+    tenants: Option<toml::Value>,
+    /// `[prices."<model>"]`.
+    prices: Option<toml::Value>,
+}
+
+/// The file's flat settings by variable name, and its `tenants` and
+/// `prices` tables.
+fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Tables), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
     let table: toml::Table = text
@@ -361,10 +383,14 @@ fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::
         .map_err(|e: toml::de::Error| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {}", path.display(), e.message())))?;
     let bad = |problem: String| ConfigError::new("FLOTILLA_CONFIG", format!("{}: {problem}", path.display()));
     let mut settings = HashMap::new();
-    let mut tenants = None;
+    let mut tables = Tables::default();
     for (key, value) in table {
         if key == "tenants" {
-            tenants = Some(value);
+            tables.tenants = Some(value);
+            continue;
+        }
+        if key == "prices" {
+            tables.prices = Some(value);
             continue;
         }
         let toml::Value::Table(section) = value else {
@@ -377,7 +403,7 @@ fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Option<toml::
             settings.insert(var.to_owned(), toml_text(&inner, value).map_err(bad)?);
         }
     }
-    Ok((settings, tenants))
+    Ok((settings, tables))
 }
 
 /// The variable a TOML key stands for: `key` itself, or inside a `[section]`

@@ -54,6 +54,10 @@ pub struct TenantSettings {
     /// Model tokens (in and out) per UTC day; no limit when unset.
     #[serde(default)]
     pub max_tokens_per_day: Option<u64>,
+    /// US dollars of model calls (at the configured prices) per UTC day;
+    /// no limit when unset.
+    #[serde(default)]
+    pub max_cost_usd_per_day: Option<flotilla_types::cost::Usd>,
     /// Sandboxes the tenant's tasks hold at once, fleet-wide.
     #[serde(default)]
     pub max_sandboxes: Option<u64>,
@@ -86,6 +90,7 @@ impl Default for TenantSettings {
             max_queued: DEFAULT_MAX_QUEUED,
             rate: None,
             max_tokens_per_day: None,
+            max_cost_usd_per_day: None,
             max_sandboxes: None,
             max_schedules: DEFAULT_MAX_SCHEDULES,
             sandbox_templates: Vec::new(),

@@ -11,7 +11,12 @@
 //! single server the day's usage hash goes into the same call, so a
 //! request is admitted in one round trip whatever limits its tenant has;
 //! on a cluster the day's hash lies in the tenant's own slot, so its tokens
-//! are read first, in a call of their own.
+//! are read first, in a call of their own. A tenant with a
+//! `max_cost_usd_per_day` has its cost of today (micro-dollars, the day
+//! hash's `cost_micros`) read first, in a call of its own: spending, and
+//! the hold of its queued tasks by the count that crosses the limit, happen
+//! while tasks run (`queue/usage.rs`), so that read never admits what the
+//! count has stopped.
 //!
 //! Invariant: a tenant's waiting tasks (the shard's exact `queued` and
 //! `delayed` counts, which the scheduler's scripts keep) plus the room held
@@ -33,7 +38,7 @@ use flotilla_config::TenantSettings;
 use flotilla_types::clock;
 use flotilla_types::ids::TenantId;
 use flotilla_types::task::TaskSpec;
-use flotilla_types::usage::TOKENS_FIELD;
+use flotilla_types::usage::{COST_FIELD, TOKENS_FIELD};
 
 /// Retry-After of a tenant whose queue is full: its tasks start within
 /// moments when workers are free.
@@ -75,6 +80,8 @@ pub enum QuotaError {
     QueueFull { max_queued: u64, queued: u64 },
     #[error("the tenant spent its max_tokens_per_day of {max}; submits resume at the next UTC day")]
     TokensSpent { max: u64, retry_after_s: u64 },
+    #[error("the tenant spent its max_cost_usd_per_day of ${max_usd}; submits resume at the next UTC day")]
+    CostSpent { max_usd: f64, retry_after_s: u64 },
     #[error("the tenant keeps its max_schedules of {max} schedules")]
     SchedulesFull { max: u64 },
     #[error(transparent)]
@@ -85,7 +92,9 @@ impl QuotaError {
     /// Whole seconds after which the same request may pass.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
-            QuotaError::RateLimited { retry_after_s, .. } | QuotaError::TokensSpent { retry_after_s, .. } => Some(*retry_after_s),
+            QuotaError::RateLimited { retry_after_s, .. }
+            | QuotaError::TokensSpent { retry_after_s, .. }
+            | QuotaError::CostSpent { retry_after_s, .. } => Some(*retry_after_s),
             QuotaError::QueueFull { .. } => Some(QUEUE_FULL_RETRY_S),
             QuotaError::SchedulesFull { .. } => Some(SCHEDULES_FULL_RETRY_S),
             QuotaError::Queue(_) => None,
@@ -140,6 +149,18 @@ fn judged(verdict: Verdict, quota: &TenantSettings, max_tokens: u64, now: i64) -
 }
 
 impl Queue {
+    /// Refuses a request once the tenant spent its `max_cost_usd_per_day`.
+    async fn check_cost_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
+        let Some(max) = quota.max_cost_usd_per_day else { return Ok(()) };
+        let read = redis::Cmd::hget(self.keys().usage_day(tenant, &clock::utc_day(now)), COST_FIELD);
+        let spent: Vec<Option<u64>> = self.redis().query_many(vec![read]).await?;
+        if spent.into_iter().flatten().next().unwrap_or(0) >= max.micros() {
+            let retry_after_s = (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000).max(1);
+            return Err(QuotaError::CostSpent { max_usd: f64::from(max), retry_after_s });
+        }
+        Ok(())
+    }
+
     /// Refuses a request once the tenant spent its `max_tokens_per_day`.
     async fn check_tokens_today(&self, tenant: &TenantId, quota: &TenantSettings, now: i64) -> Result<(), QuotaError> {
         let Some(max) = quota.max_tokens_per_day else { return Ok(()) };
@@ -157,6 +178,7 @@ impl Submitter<'_> {
     /// reserving room for them, or says why not (and changes nothing).
     pub async fn admit(self, tenant: &TenantId, tasks: u64, quota: &TenantSettings) -> Result<Admitted, QuotaError> {
         let now = self.now_ms();
+        self.check_cost_today(tenant, quota, now).await?;
         let tokens_in_call = !self.redis().is_cluster();
         if !tokens_in_call {
             self.check_tokens_today(tenant, quota, now).await?;
@@ -197,6 +219,7 @@ impl Submitter<'_> {
             }
             return Ok((submitted?, admitted.rate));
         }
+        self.check_cost_today(tenant, quota, self.now_ms()).await?;
         let (verdict, submitted) = self.submit_one(tenant, &spec, quota).await?;
         let rate = judged(verdict, quota, quota.max_tokens_per_day.unwrap_or(0), self.now_ms())?;
         let submitted = submitted.ok_or_else(|| QueueError::Corrupt("an admitted submit made no task".into()))?;

@@ -61,6 +61,25 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<u32>,
     },
+    /// What one model call of the task used and cost, reported when its
+    /// answer arrives, before the actions it asks for.
+    Usage {
+        /// How many actions the task had taken when the model answered:
+        /// the answer asks for the actions numbered above it.
+        step: u32,
+        model: String,
+        /// Every input token, those read from or written to the cache
+        /// included.
+        input_tokens: u64,
+        output_tokens: u64,
+        /// Input tokens read from the prompt cache.
+        cache_read_tokens: u64,
+        /// Input tokens written to the prompt cache.
+        cache_write_tokens: u64,
+        /// What the call cost in US dollars; `null` when the model has no
+        /// price.
+        cost_usd: Option<f64>,
+    },
     Block {
         #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         block: serde_json::Value,
@@ -137,6 +156,7 @@ impl EventKind {
             EventKind::Action { .. } => "action",
             EventKind::ActionCompleted { .. } => "action_completed",
             EventKind::Screenshot { .. } => "screenshot",
+            EventKind::Usage { .. } => "usage",
             EventKind::Block { .. } => "block",
             EventKind::File { .. } => "file",
             EventKind::Waiting { .. } => "waiting",

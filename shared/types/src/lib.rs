@@ -11,6 +11,7 @@
 pub mod action;
 pub mod address;
 pub mod clock;
+pub mod cost;
 pub mod error;
 pub mod event;
 pub mod ids;

@@ -206,6 +206,11 @@ pub struct Budget {
     /// Seconds of holding a sandbox, over every attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sandbox_s: Option<u64>,
+    /// US dollars of model calls at the configured prices, over every
+    /// attempt (calls of a model without a price count nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>, example = 2.5))]
+    pub max_cost_usd: Option<crate::cost::Usd>,
 }
 
 /// Input files of a claude-code task: inline contents, or a prefix in S3.
@@ -561,7 +566,7 @@ pub enum StopCode {
     SensitiveAction,
     Problem,
     Cancelled,
-    /// The task crossed its `budget` (tokens or sandbox-seconds).
+    /// The task crossed its `budget` (tokens, sandbox-seconds or dollars).
     Budget,
 }
 

@@ -1,7 +1,9 @@
 //! Usage: what each task and each tenant spent, counted as it happens.
 //!
-//! Every amount is a named counter ([`Meter`]): tokens in and out per model,
-//! sandbox milliseconds per provider, steps, screenshot bytes stored and
+//! Every amount is a named counter ([`Meter`]): tokens in and out per model
+//! (and of the input, those read from and written to the prompt cache), the
+//! cost in micro-dollars per model (see [`crate::cost`]), sandbox
+//! milliseconds per provider, steps, screenshot bytes stored and
 //! bytes saved by deduplication. One fenced script adds an amount to the
 //! task's own counters (the task hash's `meter` field, shown as the task's
 //! `usage`) and to its tenant's counters of the UTC day (one hash per tenant
@@ -15,19 +17,24 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use crate::cost::{usd, TokenCounts};
+
 /// How long a tenant's day of usage is kept after its last write (100 days,
 /// so at least 90 full days are always there).
 pub const USAGE_TTL_S: u64 = 100 * 24 * 3600;
 /// The counter of all tokens, in and out, of every model.
 pub const TOKENS_FIELD: &str = "tokens";
+/// The counter of the cost of every priced model call, in micro-dollars.
+pub const COST_FIELD: &str = "cost_micros";
 /// The most days one usage read covers.
 pub const MAX_USAGE_DAYS: i64 = 100;
 
 /// One amount to count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Amount {
-    /// Tokens of one model call.
-    Tokens { model: String, input: u64, output: u64 },
+    /// Tokens of one model call, and what they cost in micro-dollars
+    /// (`None`: the model has no price).
+    Tokens { model: String, tokens: TokenCounts, cost_micros: Option<u64> },
     /// Time a task held a sandbox of this provider.
     SandboxMs { provider: String, ms: u64 },
     /// One step (action) taken.
@@ -40,11 +47,23 @@ impl Amount {
     /// The counters this amount adds to, with how much.
     pub fn counters(&self) -> Vec<(String, u64)> {
         match self {
-            Amount::Tokens { model, input, output } => vec![
-                (format!("in:{model}"), *input),
-                (format!("out:{model}"), *output),
-                (TOKENS_FIELD.to_owned(), input + output),
-            ],
+            Amount::Tokens { model, tokens, cost_micros } => {
+                let mut counters = vec![
+                    (format!("in:{model}"), tokens.input),
+                    (format!("out:{model}"), tokens.output),
+                    (format!("cache_read:{model}"), tokens.cache_read),
+                    (format!("cache_write:{model}"), tokens.cache_write),
+                    (TOKENS_FIELD.to_owned(), tokens.input + tokens.output),
+                ];
+                match cost_micros {
+                    Some(micros) => {
+                        counters.push((format!("cost_micros:{model}"), *micros));
+                        counters.push((COST_FIELD.to_owned(), *micros));
+                    }
+                    None => counters.push((format!("unpriced:{model}"), 1)),
+                }
+                counters
+            }
             Amount::SandboxMs { provider, ms } => vec![(format!("sandbox_ms:{provider}"), *ms)],
             Amount::Step => vec![("steps".to_owned(), 1)],
             Amount::Screenshot { bytes, dedup: false } => vec![("screenshot_bytes".to_owned(), *bytes)],
@@ -73,6 +92,11 @@ impl Meter {
         self.get(TOKENS_FIELD)
     }
 
+    /// The cost of every priced model call, in micro-dollars.
+    pub fn cost_micros(&self) -> u64 {
+        self.get(COST_FIELD)
+    }
+
     /// Milliseconds of sandboxes held, of every provider.
     pub fn sandbox_ms(&self) -> u64 {
         self.0.iter().filter(|(k, _)| k.starts_with("sandbox_ms:")).map(|(_, v)| v).sum()
@@ -99,6 +123,19 @@ impl Meter {
                     view.output_tokens += n;
                     view.models.entry(name.to_owned()).or_default().output_tokens += n;
                 }
+                "cache_read" => {
+                    view.cache_read_tokens += n;
+                    view.models.entry(name.to_owned()).or_default().cache_read_tokens += n;
+                }
+                "cache_write" => {
+                    view.cache_write_tokens += n;
+                    view.models.entry(name.to_owned()).or_default().cache_write_tokens += n;
+                }
+                "cost_micros" if !name.is_empty() => {
+                    let model = view.models.entry(name.to_owned()).or_default();
+                    model.cost_usd = Some(model.cost_usd.unwrap_or(0.0) + usd(n));
+                }
+                "cost_micros" => view.cost_usd = usd(n),
                 "sandbox_ms" => *view.sandbox_ms.entry(name.to_owned()).or_default() += n,
                 "steps" => view.steps += n,
                 "screenshot_bytes" => view.screenshot_bytes += n,
@@ -107,26 +144,48 @@ impl Meter {
                 _ => {}
             }
         }
+        for (name, model) in &mut view.models {
+            let unpriced = self.get(&format!("unpriced:{name}")) > 0;
+            model.cost_usd = if unpriced { None } else { Some(model.cost_usd.unwrap_or(0.0)) };
+        }
         view
     }
 }
 
-/// Tokens of one model.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Tokens and cost of one model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelTokens {
+    /// Every input token, those read from or written to the cache included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// What the model's calls cost in US dollars (counted in whole
+    /// micro-dollars); `null` when the model has no price in the
+    /// configuration.
+    pub cost_usd: Option<f64>,
 }
 
 /// Usage as the API shows it, for one task or one tenant's day.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageView {
-    /// Tokens sent to models, all models together.
+    /// Tokens sent to models, all models together (those read from or
+    /// written to the prompt cache included).
     pub input_tokens: u64,
     /// Tokens models answered with, all models together.
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// What the calls of priced models cost, in US dollars (counted in
+    /// whole micro-dollars); a model without a price shows `cost_usd:
+    /// null` under `models` and adds nothing here.
+    pub cost_usd: f64,
     /// Tokens per model.
     pub models: BTreeMap<String, ModelTokens>,
     /// Milliseconds sandboxes were held, per provider.
@@ -151,6 +210,9 @@ pub struct UsageView {
 struct ReadUsage {
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
+    cost_usd: f64,
     models: BTreeMap<String, ReadTokens>,
     sandbox_ms: BTreeMap<String, u64>,
     steps: u64,
@@ -164,6 +226,9 @@ struct ReadUsage {
 struct ReadTokens {
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
+    cost_usd: Option<f64>,
 }
 
 impl<'de> Deserialize<'de> for UsageView {
@@ -172,10 +237,22 @@ impl<'de> Deserialize<'de> for UsageView {
         Ok(UsageView {
             input_tokens: read.input_tokens,
             output_tokens: read.output_tokens,
+            cache_read_tokens: read.cache_read_tokens,
+            cache_write_tokens: read.cache_write_tokens,
+            cost_usd: read.cost_usd,
             models: read
                 .models
                 .into_iter()
-                .map(|(model, t)| (model, ModelTokens { input_tokens: t.input_tokens, output_tokens: t.output_tokens }))
+                .map(|(model, t)| {
+                    let tokens = ModelTokens {
+                        input_tokens: t.input_tokens,
+                        output_tokens: t.output_tokens,
+                        cache_read_tokens: t.cache_read_tokens,
+                        cache_write_tokens: t.cache_write_tokens,
+                        cost_usd: t.cost_usd,
+                    };
+                    (model, tokens)
+                })
                 .collect(),
             sandbox_ms: read.sandbox_ms,
             steps: read.steps,
@@ -224,8 +301,16 @@ mod tests {
     fn counters_show_per_model_and_provider() {
         let mut meter = Meter::default();
         for amount in [
-            Amount::Tokens { model: "gpt-x".into(), input: 10, output: 3 },
-            Amount::Tokens { model: "claude-y".into(), input: 5, output: 1 },
+            Amount::Tokens {
+                model: "gpt-x".into(),
+                tokens: TokenCounts { input: 10, output: 3, cache_read: 6, cache_write: 0 },
+                cost_micros: Some(42),
+            },
+            Amount::Tokens {
+                model: "claude-y".into(),
+                tokens: TokenCounts { input: 5, output: 1, cache_read: 0, cache_write: 2 },
+                cost_micros: None,
+            },
             Amount::SandboxMs { provider: "local".into(), ms: 1500 },
             Amount::Step,
             Amount::Screenshot { bytes: 100, dedup: false },
@@ -239,7 +324,16 @@ mod tests {
         assert_eq!(meter.sandbox_ms(), 1500);
         let view = meter.view();
         assert_eq!((view.input_tokens, view.output_tokens), (15, 4));
-        assert_eq!(view.models["gpt-x"], ModelTokens { input_tokens: 10, output_tokens: 3 });
+        assert_eq!((view.cache_read_tokens, view.cache_write_tokens, view.cost_usd), (6, 2, 0.000042));
+        let gpt = ModelTokens {
+            input_tokens: 10,
+            output_tokens: 3,
+            cache_read_tokens: 6,
+            cache_write_tokens: 0,
+            cost_usd: Some(0.000042),
+        };
+        assert_eq!(view.models["gpt-x"], gpt);
+        assert_eq!(view.models["claude-y"].cost_usd, None, "a model without a price has an unknown cost");
         assert_eq!(view.sandbox_ms["local"], 1500);
         assert_eq!((view.steps, view.screenshot_bytes, view.screenshot_bytes_saved), (1, 100, 40));
     }

@@ -1,9 +1,12 @@
 //! Local stand-ins for the hosted APIs the fleet calls (model providers,
 //! sandbox control planes), speaking their real wire formats on a loopback
 //! port. A test scripts the answers in order and reads back every request
-//! the fleet sent, headers and body included.
+//! the fleet sent, headers and body included. A model server started with
+//! a [`billing::Biller`] writes into each answer the usage its provider
+//! would bill for the request, prompt caching included.
 
 pub mod anthropic;
+pub mod billing;
 pub mod gemini;
 
 use std::collections::VecDeque;
@@ -91,6 +94,10 @@ struct Script {
     received: Vec<Recorded>,
     /// Replies sent so far.
     answered: usize,
+    /// Bills the answers as the provider would, when set.
+    biller: Option<billing::Biller>,
+    /// What each billed request was billed, in order.
+    bills: Vec<billing::Bill>,
 }
 
 /// A scripted HTTP server on a free loopback port, stopped when dropped.
@@ -104,9 +111,18 @@ pub struct ScriptedServer {
 
 impl ScriptedServer {
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A server that bills each answer as `biller`'s provider would.
+    pub async fn start_billing(biller: billing::Biller) -> Self {
+        Self::start_with(Some(biller)).await
+    }
+
+    async fn start_with(biller: Option<billing::Biller>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
         let addr = listener.local_addr().expect("local address");
-        let script = Arc::new(Mutex::new(Script::default()));
+        let script = Arc::new(Mutex::new(Script { biller, ..Script::default() }));
         let app = axum::Router::new().fallback(answer).with_state(Arc::clone(&script));
         let stop = CancellationToken::new();
         let stopped = stop.clone();
@@ -137,6 +153,19 @@ impl ScriptedServer {
         lock(&self.script).answered
     }
 
+    /// What each billed request was billed, in order.
+    pub fn bills(&self) -> Vec<billing::Bill> {
+        lock(&self.script).bills.clone()
+    }
+
+    /// Moves the billing cache's clock on by `by` (entries past their time
+    /// to live expire).
+    pub fn advance_cache_clock(&self, by: Duration) {
+        if let Some(biller) = lock(&self.script).biller.as_mut() {
+            biller.advance(by);
+        }
+    }
+
     /// How many scripted replies are still unused.
     pub fn remaining(&self) -> usize {
         lock(&self.script).replies.len()
@@ -146,6 +175,23 @@ impl ScriptedServer {
 impl Drop for ScriptedServer {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+impl Script {
+    /// `reply` with the usage the biller works out for `request` (a
+    /// successful JSON answer only), or the error the API would answer.
+    fn billed(&mut self, request: &Value, mut reply: Reply) -> Reply {
+        let (Some(biller), 200, ReplyBody::Json(answer)) = (self.biller.as_mut(), reply.status, &mut reply.body) else {
+            return reply;
+        };
+        match biller.bill(request, answer) {
+            Ok(bill) => {
+                self.bills.push(bill);
+                reply
+            }
+            Err(error) => Reply::status_json(400, error),
+        }
     }
 }
 
@@ -164,8 +210,10 @@ async fn answer(State(script): State<Arc<Mutex<Script>>>, request: Request) -> R
     };
     let reply = {
         let mut script = lock(&script);
+        let body = recorded.body.clone();
         script.received.push(recorded);
-        script.replies.pop_front()
+        let reply = script.replies.pop_front();
+        reply.map(|reply| script.billed(&body, reply))
     };
     let reply = reply.unwrap_or_else(|| {
         Reply::status_json(500, serde_json::json!({"error": {"message": "the fake server's script has no reply left"}}))

@@ -1,9 +1,11 @@
 //! Task budgets on real local desktops against the protocol-faithful model
 //! servers: a task whose model turn takes it past `budget.max_tokens` (on
 //! the OpenAI and the Anthropic pipelines), or whose steps take it past
-//! `budget.max_sandbox_s`, stops right after the crossing step, `failed`
-//! with code `budget`; its usage shows the tokens and sandbox time it
-//! spent, and its desktop is released.
+//! `budget.max_sandbox_s`, or whose model calls cost more than
+//! `budget.max_cost_usd`, stops right after the crossing step, `failed`
+//! with code `budget`; its usage shows the tokens, cost and sandbox time it
+//! spent (each call's also in a `usage` event), and its desktop is
+//! released.
 
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use flotilla_queue::queue::TaskRecord;
 use flotilla_tests::desktop::{eventually, performed, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, openai, ScriptedServer};
 use flotilla_tests::tasks::record;
-use flotilla_types::event::Event;
+use flotilla_types::event::{Event, EventKind};
 use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
 
@@ -98,5 +100,42 @@ async fn sandbox_a_task_stops_after_the_step_that_crosses_its_sandbox_seconds() 
     assert!(held > 1000, "past one second: {held} ms");
     assert!(usage.steps >= 2 && usage.steps < 11, "stopped after the crossing step, not at the end: {usage:?}");
     assert_eq!(u64::from(done.steps_taken), usage.steps);
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_task_past_its_money_budget_stops_at_the_crossing_step_with_code_budget() {
+    let server = ScriptedServer::start().await;
+    server.push(anthropic::action_turn("toolu_1", json!({"action": "left_click", "coordinate": [100, 100]})));
+    server.push(anthropic::action_turn("toolu_2", json!({"action": "left_click", "coordinate": [200, 200]})));
+    server.push(anthropic::final_answer("done"));
+    let env = vec![("ANTHROPIC_BASE_URL", server.url()), ("ANTHROPIC_API_KEY", "sk-ant-test-secret".to_owned())];
+    let fleet = DesktopFleet::start(DesktopOptions { env, ..DesktopOptions::default() }).await;
+    // claude-sonnet-4-6 at $3 in, $0.30 cached, $15 out a million: each
+    // scripted turn (1 520 in, 200 read from the cache, 87 out) costs
+    // 4 560 + 60 + 1 305 = 5 925 micro-dollars, so the second crosses $0.006.
+    let per_turn_micros = 5_925;
+    let mut spec = task("claude-computer-use", json!({"max_cost_usd": 0.006}));
+    spec["model"] = json!("claude-sonnet-4-6");
+    let (id, events) = fleet.run_to_end(spec).await;
+
+    let done = record(&fleet.queue, &id).await;
+    ended_on_budget(&fleet, &done, &events).await;
+    let usage = done.usage.as_ref().expect("usage");
+    assert_eq!(usage.cost_usd, 2.0 * per_turn_micros as f64 / 1e6, "both turns' cost counted: {usage:?}");
+    assert_eq!(usage.cache_read_tokens, 2 * anthropic::CACHE_READ_INPUT_TOKENS);
+    assert_eq!(usage.models["claude-sonnet-4-6"].cost_usd, Some(usage.cost_usd));
+    assert_eq!(performed(&events).len(), 1, "the crossing turn's action is not carried out");
+    assert_eq!(server.received().len(), 2, "no model call after the crossing turn");
+    let calls: Vec<(u32, Option<f64>, u64)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Usage { step, cost_usd, cache_read_tokens, .. } => Some((*step, *cost_usd, *cache_read_tokens)),
+            _ => None,
+        })
+        .collect();
+    let per_turn = Some(per_turn_micros as f64 / 1e6);
+    let read = anthropic::CACHE_READ_INPUT_TOKENS;
+    assert_eq!(calls, [(0, per_turn, read), (1, per_turn, read)], "each call's usage on its step: {events:?}");
     fleet.stop().await;
 }

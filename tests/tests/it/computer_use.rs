@@ -243,8 +243,12 @@ async fn sandbox_claude_computer_use_runs_every_step_and_answers_each_tool_use()
         assert_eq!(request.body["tools"][0]["display_width_px"], 1024);
         assert_eq!(request.body["tools"][0]["display_height_px"], 768);
         let images = images_in(&request.body);
-        assert_eq!(images.len(), 1, "request {i} carries only the newest screen");
-        assert_eq!(png_size(&images[0]), (1024, 768));
+        // The default history keeps the newest 3 screens (and drops 10 at
+        // a time), so a short task's requests carry each screen so far.
+        assert_eq!(images.len(), i + 1, "request {i} carries the screens so far");
+        assert!(images.iter().all(|image| png_size(image) == (1024, 768)));
+        let breakpoints = request.body.to_string().matches("cache_control").count();
+        assert_eq!(breakpoints, (i + 1).min(3) + 1, "request {i}: the tools and the newest user turns, 4 at most");
     }
     let last = requests[3].body["messages"].as_array().expect("messages");
     let result = last.last().and_then(|m| m["content"][0].as_object()).expect("a tool result");

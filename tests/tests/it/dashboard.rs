@@ -449,11 +449,12 @@ async fn in_a_browser_the_board_follows_the_tenant_feed_without_polling_and_show
 }
 
 /// The usage view: three days of a tenant's usage (as workers count them)
-/// drawn by the charting library served with the page (tokens and sandbox
-/// seconds per day) beside the table and the limits; another tenant's
-/// figures never appear. The screenshot is kept as a test artifact.
+/// drawn by the charting library served with the page (input tokens read
+/// from the cache and not, the cost and sandbox seconds per day) beside
+/// the table and the limits; another tenant's figures never appear. The
+/// screenshot is kept as a test artifact.
 #[tokio::test(flavor = "multi_thread")]
-async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day() {
+async fn in_a_browser_the_usage_view_charts_tokens_cost_and_sandbox_seconds_per_day() {
     let redis = RedisServer::start();
     let prefix = unique_prefix();
     let config = test_config(&redis, &prefix, &[]);
@@ -466,8 +467,11 @@ async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day()
         let day = keys.usage_day(&acme, &clock::utc_day(today - back * clock::DAY_MS));
         let fields = [
             ("in:claude-sonnet-4-5".to_owned(), tokens - 100),
+            ("cache_read:claude-sonnet-4-5".to_owned(), tokens / 2),
             ("out:claude-sonnet-4-5".to_owned(), 100),
             ("tokens".to_owned(), tokens),
+            ("cost_micros:claude-sonnet-4-5".to_owned(), tokens * 10),
+            ("cost_micros".to_owned(), tokens * 10),
             ("sandbox_ms:local".to_owned(), sandbox_ms),
             ("steps".to_owned(), 12),
             ("tasks:succeeded".to_owned(), 3),
@@ -484,16 +488,20 @@ async fn in_a_browser_the_usage_view_charts_tokens_and_sandbox_seconds_per_day()
     sign_in(&mut browser, &api).await;
     let drawn = "document.querySelectorAll('#usage tbody tr').length === 3 && \
                  !!document.querySelector('#usage-chart .uplot canvas') && \
-                 document.getElementById('usage-limits').textContent.includes('tokens today 3100')";
+                 document.getElementById('usage-limits').textContent.includes('tokens today 3100') && \
+                 document.getElementById('usage-limits').textContent.includes('cost today $0.03')";
     browser.wait_for("the usage view is drawn", drawn, SHOWN).await.expect("usage drawn");
     let legend = browser
         .evaluate("Array.from(document.querySelectorAll('#usage-chart .u-legend .u-label')).map((l) => l.textContent).join('|')")
         .await
         .expect("legend");
-    assert_eq!(legend.as_str(), Some("tokens|sandbox s"), "{legend}");
+    assert_eq!(legend.as_str(), Some("uncached in|cached in|cost $|sandbox s"), "{legend}");
     let table = browser.evaluate("document.getElementById('usage').textContent").await.expect("table");
     let table = table.as_str().unwrap_or_default().to_owned();
-    assert!(table.contains("5300") && table.contains("120.0"), "the busiest day's figures: {table}");
+    assert!(
+        table.contains("5300") && table.contains("2700") && table.contains("$0.05") && table.contains("120.0"),
+        "the busiest day's figures (input, cached, cost, sandbox seconds): {table}"
+    );
     let page = browser.evaluate("document.body.textContent").await.expect("page text");
     assert!(!page.as_str().unwrap_or_default().contains("987654"), "another tenant's figures never show");
     let painted = browser

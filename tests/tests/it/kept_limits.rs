@@ -41,7 +41,14 @@ impl Fleet {
         let config = test_config(redis, prefix, &extra);
         let provider: Arc<dyn SandboxProvider> = provider.clone();
         let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 4, ..PoolConfig::default() });
-        let tools = Tools { sandboxes: Some(pool.clone()), blobs: None, uploads: Default::default(), gateway: None, live: None };
+        let tools = Tools {
+            sandboxes: Some(pool.clone()),
+            blobs: None,
+            uploads: Default::default(),
+            gateway: None,
+            live: None,
+            pricing: Default::default(),
+        };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         let queue = Queue::connect(&config).await.expect("queue connects");
         Self { queue, worker, pool }
@@ -198,6 +205,55 @@ async fn a_day_hold_follows_the_limit_a_restart_raises_or_takes_out() {
         assert_eq!(fleet.tenant_field("paused").await, None);
         fleet.stop().await;
     }
+}
+
+/// A tenant held back for the day by its `max_cost_usd_per_day` (gpt-6-astra
+/// at the shipped prices: 12 500 micro-dollars a turn, so the first task's
+/// second turn crosses $0.02) stays held when the processes restart with
+/// the same limit, and runs again once a restart takes the limit out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_hold_for_cost_survives_a_restart_and_follows_the_limit_taken_out() {
+    let limit = "[tenants.acme]\nmax_cost_usd_per_day = 0.02\n";
+    let server = ScriptedServer::start().await;
+    server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", openai::click(10, 10, "left"))]));
+    server.push(openai::reply("resp_2", vec![openai::message("done")]));
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let file = config_file(limit);
+    let base_url = format!("{}/v1", server.url());
+    let env = [
+        ("OPENAI_BASE_URL", base_url.as_str()),
+        ("OPENAI_API_KEY", "sk-test-openai-secret"),
+        ("FLOTILLA_WORKER_CONCURRENCY", "1"),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = Fleet::start(&redis, &prefix, &file, &provider, &env).await;
+    let model_task = json!({"prompt": "click then stop", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let first = fleet.submit(model_task.clone()).await;
+    let second = fleet.submit(model_task).await;
+    eventually("the first task ends", Duration::from_secs(30), async || fleet.status(&first).await.is_terminal()).await;
+    assert_eq!(fleet.status(&first).await, TaskStatus::Succeeded);
+    eventually("the tenant is held back", Duration::from_secs(10), async || fleet.tenant_field("paused").await.is_some()).await;
+    fleet.stop().await;
+
+    let fleet = Fleet::start(&redis, &prefix, &file, &provider, &env).await;
+    // The sleep is what is tested: restarted with the same limit, the held
+    // task does not run in the next 700 ms.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(fleet.status(&second).await, TaskStatus::Queued, "still held for the day");
+    assert!(fleet.tenant_field("paused").await.is_some());
+    fleet.stop().await;
+
+    std::fs::write(&file, "").expect("rewrite config");
+    server.push(Reply::json(openai::response("resp_3", vec![openai::message("done")], 100, 10)));
+    let fleet = Fleet::start(&redis, &prefix, &file, &provider, &env).await;
+    eventually("the held task runs once the limit is gone", Duration::from_secs(30), async || {
+        fleet.status(&second).await.is_terminal()
+    })
+    .await;
+    assert_eq!(fleet.status(&second).await, TaskStatus::Succeeded);
+    assert_eq!(fleet.tenant_field("paused").await, None);
+    fleet.stop().await;
 }
 
 /// A tenant's `max_sandboxes = 1` (two sandbox tasks run one at a time)

@@ -845,11 +845,12 @@ fn add_usage() {
             Case {
                 given: RUNNING,
                 keys: "~t:{a} ~usage:acme:day ~usage:acme:total",
-                args: "1 w1 86400 100 tokens 10",
-                reply: r#"[{"tokens":10}, 10]"#,
+                args: "1 w1 86400 100 5000 tokens 10 cost_micros 700",
+                reply: r#"[{"tokens":10,"cost_micros":700}, 10, 700]"#,
                 then: &[
-                    ("HGET ~t:{a} meter", r#"{"tokens":10}"#),
+                    ("HGET ~t:{a} meter", r#"{"tokens":10,"cost_micros":700}"#),
                     ("HGET ~usage:acme:day tokens", "10"),
+                    ("HGET ~usage:acme:day cost_micros", "700"),
                     ("TTL ~usage:acme:day", "86400"),
                     ("HGET ~usage:acme:total tokens", "10"),
                 ],
@@ -857,8 +858,8 @@ fn add_usage() {
             Case {
                 given: RUNNING,
                 keys: "~t:{a} ~usage:acme:day",
-                args: "1 w2 86400 100 tokens 10",
-                reply: "[fenced, -1]",
+                args: "1 w2 86400 100 0 tokens 10",
+                reply: "[fenced, -1, -1]",
                 then: &[("EXISTS ~usage:acme:day", "0")],
             },
         ],

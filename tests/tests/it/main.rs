@@ -35,6 +35,7 @@ mod layering;
 mod live_view;
 mod lua_scripts;
 mod model_anthropic;
+mod model_billing;
 mod model_claude_toolset;
 mod model_openai;
 mod orphan_desktops;

@@ -113,12 +113,14 @@ async fn each_tool_version_sends_its_type_beta_header_and_the_display_size() {
         assert_eq!(request.body["tools"][0], definition, "{tool:?}");
         assert_eq!(request.body["tools"][1]["name"], "ask_human", "the model can ask the person behind the task");
         assert_eq!(request.body["model"], MODEL);
-        assert_eq!(request.body["system"], SYSTEM);
+        let cached_system = json!([{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]);
+        assert_eq!(request.body["system"], cached_system, "the system prompt (and the tools before it) is a cache breakpoint");
         assert!(request.body["max_tokens"].as_u64().is_some_and(|n| n > 0));
         let first = &request.body["messages"][0];
         assert_eq!(first["role"], "user");
         assert_eq!(images(first), [b64(b"first screen")]);
-        assert!(first["content"].as_array().expect("blocks").contains(&json!({"type": "text", "text": PROMPT})));
+        let prompt = json!({"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral"}});
+        assert!(first["content"].as_array().expect("blocks").contains(&prompt), "the newest turn is a breakpoint");
     }
 }
 
@@ -144,7 +146,12 @@ async fn a_conversation_answers_each_tool_use_by_id_and_sends_only_the_newest_sc
         first.calls,
         [ToolCall { id: "toolu_01A".into(), actions: vec![act(Action::Click { x: 1200, y: 40, button: MouseButton::Left })] }]
     );
-    let usage = Usage { input_tokens: INPUT_TOKENS + CACHE_READ_INPUT_TOKENS, output_tokens: OUTPUT_TOKENS };
+    let usage = Usage {
+        input_tokens: INPUT_TOKENS + CACHE_READ_INPUT_TOKENS,
+        output_tokens: OUTPUT_TOKENS,
+        cache_read_tokens: CACHE_READ_INPUT_TOKENS,
+        cache_write_tokens: 0,
+    };
     assert_eq!(first.usage, usage);
 
     let second = model.resume(vec![result("toolu_01A", b"screen two", None)], &[]).await.expect("second turn");
@@ -170,7 +177,8 @@ async fn a_conversation_answers_each_tool_use_by_id_and_sends_only_the_newest_sc
     assert_eq!(images(last), [b64(b"screen three")], "older screenshots are replaced");
     let text = last.to_string();
     assert!(!text.contains(&b64(b"screen one")) && !text.contains(&b64(b"screen two")));
-    assert!(messages[0]["content"].as_array().expect("blocks").contains(&json!({"type": "text", "text": PROMPT})));
+    let prompt = json!({"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral"}});
+    assert!(messages[0]["content"].as_array().expect("blocks").contains(&prompt));
     assert_eq!(messages[1]["content"][0]["signature"], thinking("")["signature"], "thinking goes back as it came");
     assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_01A");
     let newest = &messages[4]["content"][0];

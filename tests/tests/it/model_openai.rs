@@ -96,7 +96,7 @@ async fn turns_chain_by_response_id_and_send_only_the_newest_screenshot() {
     assert_eq!(turn.calls.len(), 1);
     assert_eq!(turn.calls[0].id, "call_1");
     assert_eq!(acts(&turn.calls[0]), [Action::Click { x: 100, y: 40, button: MouseButton::Left }]);
-    assert_eq!(turn.usage, Usage { input_tokens: 1_200, output_tokens: 80 });
+    assert_eq!(turn.usage, Usage { input_tokens: 1_200, output_tokens: 80, ..Usage::default() });
 
     let first = request(&server, 0);
     assert_eq!(first.path, "/v1/responses");

@@ -544,3 +544,85 @@ async fn fleet_redis_field(fleet: &DesktopFleet, key: &str, field: &str) -> i64 
     let value: Option<i64> = redis::AsyncCommands::hget(&mut conn, key, field).await.expect("hget");
     value.unwrap_or(0)
 }
+
+/// A tenant whose tasks' model calls cost its `max_cost_usd_per_day`
+/// (gpt-6-astra at the shipped prices, against the
+/// protocol-faithful OpenAI server): new submits get 429
+/// `quota_exceeded` with `Retry-After` to the next UTC day, its other
+/// queued tasks stay `queued` while another tenant's run, `/v1/usage`
+/// shows the cost of today against the limit, and once the clock passes
+/// midnight the queued tasks run and submits pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_daily_cost_is_refused_and_keeps_its_tasks_queued_until_the_day_turns() {
+    let server = ScriptedServer::start().await;
+    // 1 000 tokens in and 50 out a turn at $10 and $50 a million: 12 500
+    // micro-dollars, so the first task's second turn crosses $0.02.
+    server.push(openai::reply("resp_1", vec![openai::computer_call("call_1", openai::click(10, 10, "left"))]));
+    server.push(openai::reply("resp_2", vec![openai::message("done")]));
+    let file = config_file("[tenants.acme]\nmax_cost_usd_per_day = 0.02\n");
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_CONFIG", file.to_string_lossy().into_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", "1".to_owned()),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ready(&api).await;
+    let key = flotilla_tests::api_key();
+    let model_task = json!({"prompt": "click then stop", "pipeline": "openai-cua", "retry": {"max_attempts": 1}});
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, _, body) = submit(&api, key, "/v1/tasks", &model_task).await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(TaskId::parse(body["id"].as_str().expect("id")).expect("task id"));
+    }
+    let acme = TenantId::parse("acme").expect("tenant");
+    let status_of = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task").status;
+    eventually("the first task ends", Duration::from_secs(30), async || status_of(&ids[0]).await.is_terminal()).await;
+    assert_eq!(status_of(&ids[0]).await, TaskStatus::Succeeded);
+
+    let now = fleet.queue.now_ms();
+    let (status, headers, body) = submit(&api, key, "/v1/batches", &batch(2)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("max_cost_usd_per_day")), "{body}");
+    let retry_after = header(&headers, "retry-after").expect("Retry-After");
+    let to_midnight_s = (clock::ms_to_next_utc_day(now) as u64).div_ceil(1000);
+    assert!(retry_after >= 1 && retry_after <= to_midnight_s + 1, "{retry_after} s, midnight in {to_midnight_s} s");
+    assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 429, "a single submit too");
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(usage["limits"]["cost_today_usd"], 0.025, "{usage}");
+    assert_eq!(usage["limits"]["max_cost_usd_per_day"], 0.02, "{usage}");
+    assert_eq!(usage["limits"]["cost_left_today_usd"], 0.0, "{usage}");
+
+    let globex = TenantId::parse("globex").expect("tenant");
+    let (status, _, body) = submit(&api, flotilla_tests::globex_key(), "/v1/tasks", &task()).await;
+    assert_eq!(status, 202, "another tenant is unaffected: {body}");
+    let other = TaskId::parse(body["id"].as_str().expect("id")).expect("task id");
+    eventually("the other tenant's task runs", Duration::from_secs(30), async || {
+        fleet.queue.reader().get(&globex, &other).await.expect("get").is_some_and(|r| r.status == TaskStatus::Succeeded)
+    })
+    .await;
+    for id in &ids[1..] {
+        assert_eq!(status_of(id).await, TaskStatus::Queued, "a task of a tenant past its cost waits, not fails");
+    }
+    assert_eq!(server.received().len(), 2, "no model call while the tenant is past its cost");
+
+    for id in ["resp_3", "resp_4"] {
+        server.push(Reply::json(openai::response(id, vec![openai::message("done")], 100, 10)));
+    }
+    fleet.config.clock.advance(clock::ms_to_next_utc_day(fleet.queue.now_ms()) + 1_000);
+    eventually("the waiting tasks run on the next day", Duration::from_secs(30), async || {
+        status_of(&ids[1]).await.is_terminal() && status_of(&ids[2]).await.is_terminal()
+    })
+    .await;
+    for id in &ids[1..] {
+        assert_eq!(status_of(id).await, TaskStatus::Succeeded);
+    }
+    assert_eq!(submit(&api, key, "/v1/tasks", &task()).await.0, 202, "submits pass on the new day");
+    let (_, usage) = acme_api.get("/v1/usage").await;
+    // 100 tokens in and 10 out a task: 1 500 micro-dollars each.
+    assert_eq!(usage["limits"]["cost_today_usd"], 0.003, "the new day counts afresh: {usage}");
+    fleet.stop().await;
+}

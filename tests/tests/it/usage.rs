@@ -4,7 +4,8 @@
 //! `GET /v1/usage` equals exactly the sum of its own tasks' `usage` (steps,
 //! sandbox time, screenshot bytes stored and saved) and counts its tasks by
 //! outcome; neither tenant sees the other's figures. A running task's
-//! tokens show before it ends.
+//! tokens show before it ends. Its cost per model and day is the sum of its
+//! tasks' costs, and a model without a price shows an unknown cost.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -208,5 +209,58 @@ async fn a_running_tasks_tokens_show_in_usage_before_it_ends() {
         (Some(800), Some(60)),
         "{usage}"
     );
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_cost_per_model_and_day_is_the_sum_of_its_tasks() {
+    let server = flotilla_tests::fakes::ScriptedServer::start().await;
+    let fake = flotilla_tests::fakes::openai::reply;
+    let (click, message) = (flotilla_tests::fakes::openai::computer_call, flotilla_tests::fakes::openai::message);
+    let mut turns = 0;
+    for task in 0..3 {
+        let call = click(&format!("call_{task}"), flotilla_tests::fakes::openai::click(10, 10, "left"));
+        server.push(fake(&format!("resp_{task}a"), vec![call]));
+        server.push(fake(&format!("resp_{task}b"), vec![message("done")]));
+        turns += 2;
+    }
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_WORKER_CONCURRENCY", "1".to_owned()),
+    ];
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let acme_api = ApiClient::new(&api, flotilla_tests::api_key());
+    let acme = tenant("acme");
+    let mut ids = Vec::new();
+    for model in ["computer-use-preview", "gpt-6-astra", "a-model-nobody-priced"] {
+        let body = json!({"prompt": "click", "pipeline": "openai-cua", "model": model, "retry": {"max_attempts": 1}});
+        ids.push(fleet.queue.submitter().submit(&acme, spec(body)).await.expect("submit").id);
+    }
+    wait_all_ended(&fleet.queue, &ids, Duration::from_secs(60)).await;
+    assert_eq!(server.received().len(), turns);
+
+    let done = records(&fleet, &acme, &ids).await;
+    let cost_of = |r: &TaskRecord| r.usage.as_ref().map_or(0.0, |u| u.cost_usd);
+    // 1 000 tokens in and 50 out a turn, two turns a task.
+    assert_eq!(cost_of(&done[0]), 2.0 * (1000.0 * 3.0 + 50.0 * 12.0) / 1e6, "computer-use-preview at $3 / $12");
+    assert_eq!(cost_of(&done[1]), 2.0 * (1000.0 * 10.0 + 50.0 * 50.0) / 1e6, "gpt-6-astra at $10 / $50");
+    assert_eq!(cost_of(&done[2]), 0.0, "an unpriced model adds nothing");
+    let unpriced = done[2].usage.as_ref().expect("usage");
+    assert_eq!(unpriced.models["a-model-nobody-priced"].cost_usd, None, "its cost is unknown");
+    assert_eq!(unpriced.input_tokens, 2000, "its tokens are counted");
+
+    let (status, usage) = acme_api.get("/v1/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    let day = usage["days"].as_array().and_then(|d| d.last()).expect("today").clone();
+    let sum: f64 = done.iter().map(cost_of).sum();
+    assert!((usage["total"]["cost_usd"].as_f64().expect("cost") - sum).abs() < 1e-9, "total {usage} against {sum}");
+    assert!((day["cost_usd"].as_f64().expect("cost") - sum).abs() < 1e-9, "the day's cost: {day}");
+    for (record, model) in done.iter().zip(["computer-use-preview", "gpt-6-astra"]) {
+        assert_eq!(day["models"][model]["cost_usd"].as_f64(), Some(cost_of(record)), "{model}: {day}");
+    }
+    assert!(day["models"]["a-model-nobody-priced"]["cost_usd"].is_null(), "{day}");
     fleet.stop().await;
 }

@@ -275,7 +275,7 @@ async fn gateway_holds_a_call_until_the_answers_before_it_are_counted_and_sends_
     let mut calls = token.calls().expect("the reports");
     assert_eq!(over_tcp(&token, "POST", "/v1/messages", token.token(), MESSAGE).await, 200);
     let first = calls.next().await.expect("the first call's report");
-    assert_eq!((first.input, first.output), (60, 40));
+    assert_eq!((first.tokens.input, first.tokens.output), (60, 40));
 
     let token = Arc::new(token);
     let asking = Arc::clone(&token);

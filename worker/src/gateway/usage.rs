@@ -2,9 +2,11 @@
 //! streams through the gateway: the `usage` of a JSON answer, or of the
 //! `message_start` and `message_delta` events of a server-sent stream
 //! (whose `output_tokens` is the running total of the message). Input
-//! tokens include cache reads and writes. What cannot be parsed counts 0.
+//! tokens include cache reads and writes, which are also kept apart for
+//! pricing. What cannot be parsed counts 0.
 
 use axum::http::HeaderValue;
+use flotilla_types::cost::TokenCounts;
 use serde_json::Value;
 
 /// The most of a JSON answer (or of one event line) kept to read its usage.
@@ -34,6 +36,9 @@ pub(super) struct Counter {
     input: u64,
     /// The output tokens of the current message counted so far.
     output: u64,
+    /// Of the input, the tokens read from and written to the prompt cache.
+    cache_read: u64,
+    cache_write: u64,
     /// The model that answered, as the answer names it.
     model: Option<String>,
     done: bool,
@@ -41,12 +46,21 @@ pub(super) struct Counter {
 
 impl Counter {
     pub fn new(format: Format) -> Self {
-        Self { format, kept: Vec::new(), input: 0, output: 0, model: None, done: false }
+        Self { format, kept: Vec::new(), input: 0, output: 0, cache_read: 0, cache_write: 0, model: None, done: false }
     }
 
-    /// What the answer read so far spent: the model, input and output tokens.
-    pub fn spent(&self) -> (Option<&str>, u64, u64) {
-        (self.model.as_deref(), self.input, self.output)
+    /// What the answer read so far spent: the model and its tokens.
+    pub fn spent(&self) -> (Option<&str>, TokenCounts) {
+        let tokens =
+            TokenCounts { input: self.input, output: self.output, cache_read: self.cache_read, cache_write: self.cache_write };
+        (self.model.as_deref(), tokens)
+    }
+
+    /// Reads the input side of a `usage` object.
+    fn read_input(&mut self, usage: &Value) {
+        self.input = input(usage);
+        self.cache_read = number(usage, "cache_read_input_tokens");
+        self.cache_write = number(usage, "cache_creation_input_tokens");
     }
 
     /// Takes the next bytes; returns how many tokens they add.
@@ -66,7 +80,7 @@ impl Counter {
         self.done = true;
         self.model = answer.get("model").and_then(Value::as_str).map(str::to_owned);
         let Some(usage) = answer.get("usage") else { return 0 };
-        self.input = input(usage);
+        self.read_input(usage);
         self.output = number(usage, "output_tokens");
         self.input + self.output
     }
@@ -95,7 +109,7 @@ impl Counter {
                 self.model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
                 let Some(usage) = message.and_then(|m| m.get("usage")) else { return 0 };
                 self.output = number(usage, "output_tokens");
-                self.input = input(usage);
+                self.read_input(usage);
                 self.input + self.output
             }
             Some("message_delta") => {
@@ -144,6 +158,6 @@ mod tests {
         );
         let total: u64 = stream.as_bytes().chunks(7).map(|c| counter.push(c)).sum();
         assert_eq!(total, 42);
-        assert_eq!(counter.spent(), (None, 30, 12));
+        assert_eq!(counter.spent(), (None, TokenCounts { input: 30, output: 12, cache_read: 0, cache_write: 0 }));
     }
 }

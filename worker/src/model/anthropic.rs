@@ -15,13 +15,17 @@
 //!   `reasoning` events; no `tool_choice` or sampling setting is sent. The
 //!   history is append-only (every assistant message goes back exactly as
 //!   received, thinking blocks included, and nothing earlier is edited):
-//!   once it holds more than [`CLEAR_AFTER_RESULTS`] tool results, the
-//!   documented server-side tool-result clearing keeps the newest
-//!   [`KEEP_RESULTS`]. Screenshots are checked against the toolset's size
+//!   the documented server-side tool-result clearing drops older results
+//!   as the [`ImageHistory`] says (see [`cache`]). Screenshots are checked against the toolset's size
 //!   limits, since the API refuses larger ones rather than scaling them.
 //! - **`computer_20251124`, `computer_20250124`** (beta headers): one
-//!   `computer` tool with the display size; only the newest screenshot
-//!   travels, older image blocks being replaced by a short placeholder.
+//!   `computer` tool with the display size; the history keeps the newest
+//!   screenshots as its [`ImageHistory`] says, older image blocks being
+//!   replaced by a short placeholder a chunk at a time, so the cached
+//!   prefix stays the same for several turns.
+//!
+//! Prompt caching (unless [`AnthropicConfig::caching`] is off): breakpoints
+//! on the system prompt and tools and on the newest turns ([`cache`]).
 //!
 //! How an answer becomes a [`Turn`]:
 //! - `thinking` blocks are reasoning. `text` blocks in a turn that also calls
@@ -39,12 +43,15 @@
 //!   message that says which one it was.
 //! - `redacted_thinking` and other blocks add nothing to the turn but go
 //!   back to the API with the rest of the message.
-//! - token usage counts cache writes and reads as input tokens.
+//! - token usage counts cache writes and reads as input tokens, and
+//!   reports each apart (`cache_creation_input_tokens`,
+//!   `cache_read_input_tokens`).
 //!
 //! A turn that failed leaves the conversation at an end: start a new one.
 //! Plain text requests (no tools) are [`AnthropicText`]'s.
 
 mod actions;
+pub mod cache;
 pub mod members;
 mod text;
 pub mod tools;
@@ -55,12 +62,15 @@ use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
+use super::history::ImageHistory;
 use super::http::{Endpoint, ModelHttp};
 use super::{
     ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall,
     ToolChange, Turn, Usage, ASK_HUMAN, ASK_HUMAN_DESCRIPTION, NOT_EXECUTED,
 };
 use actions::Pointer;
+pub use cache::MAX_BREAKPOINTS;
+use cache::{add_breakpoints, clearing_edit, count_images, forget_oldest_images, older_screenshot, TOOLSET_CLEARING};
 pub use members::{Member, TOOLSET_NAME};
 pub use text::AnthropicText;
 pub use tools::{ComputerTool, ToolMemory};
@@ -71,18 +81,11 @@ const API_VERSION: &str = "2023-06-01";
 const MESSAGES_PATH: &str = "/v1/messages";
 /// The name the older computer tools always have.
 const TOOL_NAME: &str = "computer";
-/// What an older screenshot becomes in the history (older tools only).
-const OLDER_SCREENSHOT: &str = "[an earlier screenshot, no longer shown]";
 /// The answer for a call of the previous turn the caller did not carry out
 /// (older tools).
 const NOT_CARRIED_OUT: &str = "this action was not carried out";
 /// What a toolset call that ran well and shows nothing answers.
 const DONE: &str = "OK";
-/// Toolset conversations turn on server-side tool-result clearing once
-/// they hold more tool results than this.
-pub const CLEAR_AFTER_RESULTS: usize = 20;
-/// How many of the newest tool results the clearing keeps.
-pub const KEEP_RESULTS: usize = 5;
 /// The beta header of server-side context management (tool-result clearing).
 const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
 /// The fewest answer tokens a toolset request asks for: they cover the
@@ -106,11 +109,17 @@ pub struct AnthropicConfig {
     pub disabled: Vec<Member>,
     /// The tools models stepped down to, shared by the process's clients.
     pub memory: ToolMemory,
+    /// Whether requests carry prompt-cache breakpoints.
+    pub caching: bool,
+    /// Which screenshots the history keeps; `None`: the tool's own (the
+    /// older tools only the newest, the toolset [`TOOLSET_CLEARING`]).
+    pub history: Option<ImageHistory>,
 }
 
 impl AnthropicConfig {
     /// A config with 4096 answer tokens, thinking off for the older tools,
-    /// every member on, and a memory of its own.
+    /// every member on, a memory of its own, caching on and only the
+    /// newest screenshot kept.
     pub fn new(endpoint: Endpoint, model: impl Into<String>, tool: ComputerTool) -> Self {
         Self {
             endpoint,
@@ -120,6 +129,8 @@ impl AnthropicConfig {
             thinking_budget: None,
             disabled: Vec::new(),
             memory: ToolMemory::default(),
+            caching: true,
+            history: None,
         }
     }
 }
@@ -197,14 +208,13 @@ impl AnthropicComputerUse {
         if let Some(system) = &self.system {
             body["system"] = json!(system);
         }
+        if self.config.caching {
+            add_breakpoints(&mut body);
+        }
         if self.tool.is_toolset() {
             body["thinking"] = json!({"type": "adaptive", "display": "summarized"});
-            if self.clearing() {
-                body["context_management"] = json!({"edits": [{
-                    "type": "clear_tool_uses_20250919",
-                    "trigger": {"type": "tool_uses", "value": CLEAR_AFTER_RESULTS},
-                    "keep": {"type": "tool_uses", "value": KEEP_RESULTS},
-                }]});
+            if let Some(edit) = self.clearing() {
+                body["context_management"] = json!({"edits": [edit]});
             }
         } else if let Some(budget) = self.config.thinking_budget {
             body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
@@ -212,16 +222,26 @@ impl AnthropicComputerUse {
         body
     }
 
-    /// Whether a toolset conversation is long enough for tool-result clearing.
-    fn clearing(&self) -> bool {
-        self.tool.is_toolset() && tool_result_count(&self.messages) > CLEAR_AFTER_RESULTS
+    /// The screenshots the history keeps.
+    fn history(&self) -> ImageHistory {
+        let own = if self.tool.is_toolset() { TOOLSET_CLEARING } else { ImageHistory::NEWEST_ONLY };
+        self.config.history.unwrap_or(own)
+    }
+
+    /// The tool-result clearing a toolset conversation asks for now, if any.
+    fn clearing(&self) -> Option<Value> {
+        if !self.tool.is_toolset() {
+            return None;
+        }
+        clearing_edit(self.history(), tool_result_count(&self.messages))
     }
 
     /// `x-api-key`, `anthropic-version`, and the beta headers the request
     /// needs: the older tools' own, and context management once clearing.
     fn headers(&self) -> Result<HeaderMap, ModelError> {
         let mut headers = version_headers(&self.http)?;
-        let betas: Vec<&str> = self.tool.beta().into_iter().chain(self.clearing().then_some(CONTEXT_MANAGEMENT_BETA)).collect();
+        let clearing = self.clearing().is_some();
+        let betas: Vec<&str> = self.tool.beta().into_iter().chain(clearing.then_some(CONTEXT_MANAGEMENT_BETA)).collect();
         if !betas.is_empty() {
             let value = HeaderValue::from_str(&betas.join(",")).map_err(|e| malformed(format!("a beta header: {e}")))?;
             headers.insert(HeaderName::from_static("anthropic-beta"), value);
@@ -229,13 +249,14 @@ impl AnthropicComputerUse {
         Ok(headers)
     }
 
-    /// Adds a user message. The older tools drop earlier screenshots; the
-    /// toolset's history is append-only.
+    /// Adds a user message. The older tools drop earlier screenshots as
+    /// the [`ImageHistory`] says; the toolset's history is append-only.
     fn push_user(&mut self, content: Vec<Value>) {
-        if !self.tool.is_toolset() {
-            self.messages.iter_mut().for_each(forget_images);
-        }
         self.messages.push(json!({"role": "user", "content": content}));
+        if !self.tool.is_toolset() {
+            let drop = self.history().to_drop(count_images(&self.messages));
+            forget_oldest_images(&mut self.messages, drop);
+        }
     }
 
     /// Sends the conversation and turns the answer into a [`Turn`], keeping
@@ -300,7 +321,7 @@ impl AnthropicComputerUse {
     /// limit of the tool's models, or past 2000 px a side once the request
     /// carries more than 20 images.
     fn check_screen(&self, screen: &Screen) -> Result<(), ModelError> {
-        let images = if self.tool.is_toolset() { count_images(&self.messages) + 1 } else { 1 };
+        let images = count_images(&self.messages) + 1;
         image_fits(self.tool, (screen.width, screen.height), images)
             .map_err(|problem| ModelError::Rejected { status: 0, message: problem })
     }
@@ -433,18 +454,6 @@ fn tool_result_count(messages: &[Value]) -> usize {
     messages.iter().filter_map(|m| m["content"].as_array()).flatten().filter(|block| block["type"] == "tool_result").count()
 }
 
-fn count_images(messages: &[Value]) -> usize {
-    messages
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .map(|block| match block["content"].as_array() {
-            Some(nested) => nested.iter().filter(|b| is_image(b)).count(),
-            None => usize::from(is_image(block)),
-        })
-        .sum()
-}
-
 /// `x-api-key` and `anthropic-version`: what every request carries.
 fn version_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
     let mut headers = HeaderMap::new();
@@ -486,29 +495,6 @@ fn tool_result(result: &CallResult, with_image: bool) -> Value {
     }
     content.push(if with_image { image_block(&result.screen) } else { older_screenshot() });
     json!({"type": "tool_result", "tool_use_id": result.call_id, "is_error": result.is_error, "content": content})
-}
-
-fn older_screenshot() -> Value {
-    json!({"type": "text", "text": OLDER_SCREENSHOT})
-}
-
-/// Replaces every image block of a message, also those nested in
-/// tool_results, by the placeholder text.
-fn forget_images(message: &mut Value) {
-    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for block in blocks {
-        if is_image(block) {
-            *block = older_screenshot();
-        } else if let Some(Value::Array(nested)) = block.get_mut("content") {
-            nested.iter_mut().filter(|b| is_image(b)).for_each(|b| *b = older_screenshot());
-        }
-    }
-}
-
-fn is_image(block: &Value) -> bool {
-    block.get("type").and_then(Value::as_str) == Some("image")
 }
 
 /// What parsing an answer needs to know of the conversation.
@@ -641,12 +627,16 @@ fn check_stop_reason(answer: &Value, turn: &Turn, texts: &[String]) -> Result<()
     }
 }
 
-/// `usage`, counting cache writes and reads as input; zero when absent.
+/// `usage`, counting cache writes and reads as input too; zero when absent.
 fn parse_usage(answer: &Value) -> Usage {
     let count = |name: &str| answer.pointer(&format!("/usage/{name}")).and_then(Value::as_u64).unwrap_or(0);
+    let cache_write_tokens = count("cache_creation_input_tokens");
+    let cache_read_tokens = count("cache_read_input_tokens");
     Usage {
-        input_tokens: count("input_tokens") + count("cache_creation_input_tokens") + count("cache_read_input_tokens"),
+        input_tokens: count("input_tokens") + cache_write_tokens + cache_read_tokens,
         output_tokens: count("output_tokens"),
+        cache_read_tokens,
+        cache_write_tokens,
     }
 }
 

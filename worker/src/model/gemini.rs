@@ -11,9 +11,11 @@
 //! - every model content goes back exactly as received (thought parts and
 //!   their signatures included); each call of a turn is answered by its own
 //!   `functionResponse`, in order, with the screen after it as an inline
-//!   PNG part (an error as `{"error": …}`); only the newest
-//!   [`KEPT_SCREENSHOT_TURNS`] turns keep their screenshots, as Google's
-//!   reference client does.
+//!   PNG part (an error as `{"error": …}`); the newest turns keep their
+//!   screenshots as the config's [`ImageHistory`] says: Google's reference
+//!   client keeps [`KEPT_SCREENSHOT_TURNS`], dropping one each turn, while
+//!   dropping them a chunk at a time keeps the prefix the implicit cache
+//!   reads the same for several turns.
 //! - a call whose `safety_decision` is `require_confirmation` raises a
 //!   [`SafetyCheck`]; once acknowledged its response says
 //!   `safety_acknowledgement`.
@@ -32,6 +34,7 @@ use futures::future::BoxFuture;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Map, Value};
 
+use super::history::ImageHistory;
 use super::http::{Endpoint, ModelHttp};
 use super::{
     ask_human_question, ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, ToolCall,
@@ -51,6 +54,16 @@ pub struct GeminiConfig {
     /// Base URL like `https://generativelanguage.googleapis.com` (no version).
     pub endpoint: Endpoint,
     pub model: String,
+    /// Which user turns keep their screenshots.
+    pub history: ImageHistory,
+}
+
+impl GeminiConfig {
+    /// The newest [`KEPT_SCREENSHOT_TURNS`] turns keep their screenshots,
+    /// one dropped a turn.
+    pub fn new(endpoint: Endpoint, model: impl Into<String>) -> Self {
+        Self { endpoint, model: model.into(), history: ImageHistory::new(KEPT_SCREENSHOT_TURNS, 1) }
+    }
 }
 
 /// A call of the last answer that the next request must answer.
@@ -117,9 +130,10 @@ impl GeminiComputerUse {
     /// Adds a user content, keeping screenshots only in the newest turns.
     fn push_user(&mut self, parts: Vec<Value>) {
         self.contents.push(json!({"role": "user", "parts": parts}));
-        let users: Vec<usize> = self.contents.iter().enumerate().filter(|(_, c)| c["role"] == "user").map(|(i, _)| i).collect();
-        let keep_from = users.len().saturating_sub(KEPT_SCREENSHOT_TURNS);
-        for &index in &users[..keep_from] {
+        let showing: Vec<usize> =
+            self.contents.iter().enumerate().filter(|(_, c)| c["role"] == "user" && shows_screen(c)).map(|(i, _)| i).collect();
+        let drop = self.config.history.to_drop(showing.len());
+        for &index in &showing[..drop] {
             forget_screenshots(&mut self.contents[index]);
         }
     }
@@ -207,6 +221,13 @@ fn key_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
 
 fn inline_png(screen: &Screen) -> Value {
     json!({"inlineData": {"mimeType": "image/png", "data": BASE64_STANDARD.encode(&screen.png)}})
+}
+
+/// Whether a user content still holds a screenshot.
+fn shows_screen(content: &Value) -> bool {
+    content["parts"].as_array().is_some_and(|parts| {
+        parts.iter().any(|part| part.get("inlineData").is_some() || part.pointer("/functionResponse/parts").is_some())
+    })
 }
 
 /// Drops the screenshot parts of a user content's function responses and
@@ -326,10 +347,17 @@ fn parse_call(call: &Value, at: &str, key_fallback: String) -> Result<(ToolCall,
     Ok((ToolCall { id: key, actions }, CallState { pending, check, intent }))
 }
 
-/// `usageMetadata`: prompt tokens in, candidate and thought tokens out.
+/// `usageMetadata`: prompt tokens in (of them `cachedContentTokenCount`
+/// read from the implicit cache; writing it costs nothing extra),
+/// candidate and thought tokens out.
 fn parse_usage(answer: &Value) -> Usage {
     let count = |name: &str| answer.pointer(&format!("/usageMetadata/{name}")).and_then(Value::as_u64).unwrap_or(0);
-    Usage { input_tokens: count("promptTokenCount"), output_tokens: count("candidatesTokenCount") + count("thoughtsTokenCount") }
+    Usage {
+        input_tokens: count("promptTokenCount"),
+        output_tokens: count("candidatesTokenCount") + count("thoughtsTokenCount"),
+        cache_read_tokens: count("cachedContentTokenCount"),
+        cache_write_tokens: 0,
+    }
 }
 
 fn malformed(message: impl Into<String>) -> ModelError {
@@ -347,13 +375,13 @@ mod tests {
             {"functionCall": {"name": "click", "args": {"x": 500, "y": 500, "intent": "press Buy",
                 "safety_decision": {"decision": "require_confirmation", "explanation": "This buys something."}}}},
         ]});
-        let answer = json!({"usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 3, "thoughtsTokenCount": 2}});
+        let answer = json!({"usageMetadata": {"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 3, "thoughtsTokenCount": 2}});
         let parsed = parse_content(&content, &answer, 1).expect("parsed");
         assert_eq!(parsed.turn.reasoning, ["Looking at the screen", "press Buy"]);
         assert_eq!(parsed.turn.safety_checks[0].message, "This buys something.");
         assert_eq!(parsed.turn.safety_checks[0].id, "gemini-1-1");
         assert_eq!(parsed.turn.calls[0].id, "gemini-1-1");
-        assert_eq!(parsed.turn.usage, Usage { input_tokens: 10, output_tokens: 5 });
+        assert_eq!(parsed.turn.usage, Usage { input_tokens: 10, output_tokens: 5, cache_read_tokens: 4, cache_write_tokens: 0 });
     }
 
     #[test]

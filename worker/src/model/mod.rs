@@ -14,6 +14,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod history;
 pub mod http;
 pub mod openai;
 
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flotilla_types::action::Action;
+use flotilla_types::cost::TokenCounts;
 use futures::future::BoxFuture;
 
 /// The screen as the model sees it: a PNG already scaled to `width` ×
@@ -32,17 +34,37 @@ pub struct Screen {
     pub height: u32,
 }
 
-/// Tokens one model call used.
+/// Tokens one model call used, as its provider reported them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Every input token, those read from or written to the prompt cache
+    /// included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// The counts as the price table takes them.
+    pub fn counts(&self) -> TokenCounts {
+        TokenCounts {
+            input: self.input_tokens,
+            output: self.output_tokens,
+            cache_read: self.cache_read_tokens,
+            cache_write: self.cache_write_tokens,
+        }
+    }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::time::Instant;
 
+use flotilla_types::cost::usd;
 use flotilla_types::task::{StopCode, TaskSpec};
 use flotilla_types::usage::{Amount, Meter};
 
@@ -18,6 +19,10 @@ pub fn check(spec: &TaskSpec, meter: &Meter) -> Result<(), PipelineError> {
     let Some(budget) = spec.budget else { return Ok(()) };
     if let Some(max) = budget.max_tokens.filter(|max| meter.tokens() > *max) {
         return Err(crossed(format!("the task used {} tokens, past its budget of {max}", meter.tokens())));
+    }
+    if let Some(max) = budget.max_cost_usd.filter(|max| meter.cost_micros() > max.micros()) {
+        let used = usd(meter.cost_micros());
+        return Err(crossed(format!("the task's model calls cost ${used:.6}, past its budget of ${}", f64::from(max))));
     }
     if let Some(max_s) = budget.max_sandbox_s.filter(|max_s| meter.sandbox_ms() > max_s * 1000) {
         let used_s = meter.sandbox_ms() as f64 / 1000.0;
@@ -55,14 +60,31 @@ impl SandboxClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flotilla_types::cost::Usd;
     use flotilla_types::task::Budget;
 
     fn spec(max_tokens: Option<u64>, max_sandbox_s: Option<u64>) -> TaskSpec {
-        TaskSpec { prompt: "p".into(), budget: Some(Budget { max_tokens, max_sandbox_s }), ..TaskSpec::default() }
+        TaskSpec {
+            prompt: "p".into(),
+            budget: Some(Budget { max_tokens, max_sandbox_s, max_cost_usd: None }),
+            ..TaskSpec::default()
+        }
     }
 
     fn meter(tokens: u64, sandbox_ms: u64) -> Meter {
         Meter([("tokens".to_owned(), tokens), ("sandbox_ms:local".to_owned(), sandbox_ms)].into_iter().collect())
+    }
+
+    #[test]
+    fn crossing_the_money_budget_ends_the_task_with_code_budget() {
+        let budget = Budget { max_tokens: None, max_sandbox_s: None, max_cost_usd: Some(Usd::from_micros(10_000)) };
+        let spec = TaskSpec { prompt: "p".into(), budget: Some(budget), ..TaskSpec::default() };
+        let cost = |micros: u64| Meter([("cost_micros".to_owned(), micros)].into_iter().collect());
+        assert!(check(&spec, &cost(10_000)).is_ok(), "spending exactly the budget is within it");
+        match check(&spec, &cost(10_001)) {
+            Err(PipelineError::Fatal { code: StopCode::Budget, message }) => assert!(message.contains("$0.010001"), "{message}"),
+            other => panic!("expected a budget failure, got {other:?}"),
+        }
     }
 
     #[test]

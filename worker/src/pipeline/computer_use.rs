@@ -16,7 +16,9 @@
 //!
 //! Every step goes through the [`Session`], so events, screenshots, limits
 //! and cancellation behave as in every pipeline. The model only ever gets
-//! the newest screen. Token usage is added up on the task after each turn.
+//! the newest screen. Token usage (with its cost at the configured prices)
+//! is added up on the task after each turn and reported in a `usage`
+//! event.
 //! With `plan: true` the [`planner`](super::planner) first splits the task
 //! into steps, before any desktop is taken; each step then gets its own
 //! conversation, on the same desktop, announced with `step_started`.
@@ -38,6 +40,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use flotilla_types::cost::usd;
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, SensitiveActions, StopCode};
 use flotilla_types::usage::Amount;
@@ -104,7 +107,7 @@ impl PipelineRunner for ComputerUse {
                 _ => None,
             };
             if let Some(planned) = &planned {
-                steps.count(&[tokens(&self.models.model(run), planned.usage)]).await?;
+                steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
             }
             let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
             let result = match &planned {
@@ -162,7 +165,7 @@ impl ComputerUse {
         let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
         loop {
             *usage += turn.usage;
-            record_turn(session, &turn, &model_name).await?;
+            record_turn(run, session, &turn, &model_name).await?;
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
@@ -229,9 +232,10 @@ async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError>
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
-/// Emits the turn's tool switches and reasoning, and counts its tokens on
-/// the task, which ends here if they take it past its budget.
-async fn record_turn(session: &Session, turn: &Turn, model: &str) -> Result<(), PipelineError> {
+/// Emits the turn's tool switches, reasoning and usage, and counts its
+/// tokens and cost on the task, which ends here if they take it past its
+/// budget.
+async fn record_turn(run: &TaskRun, session: &Session, turn: &Turn, model: &str) -> Result<(), PipelineError> {
     let task = session.steps().task();
     for change in &turn.tool_changes {
         let error = format!(
@@ -243,16 +247,28 @@ async fn record_turn(session: &Session, turn: &Turn, model: &str) -> Result<(), 
     for text in turn.reasoning.iter().filter(|t| !t.trim().is_empty()) {
         task.emit(EventKind::Reasoning { text: text.clone() }, &[]).await?;
     }
-    session.steps().count(&[tokens(model, turn.usage)]).await
-}
-
-/// One model call's tokens as an amount to count.
-fn tokens(model: &str, usage: Usage) -> Amount {
-    Amount::Tokens { model: model.to_owned(), input: usage.input_tokens, output: usage.output_tokens }
+    let tokens = turn.usage.counts();
+    let cost_micros = run.tools.pricing.cost_micros(model, &tokens);
+    let event = EventKind::Usage {
+        step: session.steps().taken(),
+        model: model.to_owned(),
+        input_tokens: tokens.input,
+        output_tokens: tokens.output,
+        cache_read_tokens: tokens.cache_read,
+        cache_write_tokens: tokens.cache_write,
+        cost_usd: cost_micros.map(usd),
+    };
+    task.emit(event, &[]).await?;
+    session.steps().count(&[Amount::Tokens { model: model.to_owned(), tokens, cost_micros }]).await
 }
 
 fn usage_json(usage: Usage) -> serde_json::Value {
-    json!({ "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens })
+    json!({
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    })
 }
 
 /// Carries out a turn's calls in order, stopping at the first that fails:

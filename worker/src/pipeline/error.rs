@@ -29,10 +29,13 @@ pub enum PipelineError {
     /// Another attempt owns the task now.
     #[error("this attempt no longer owns the task")]
     Fenced,
-    /// The task's tenant spent its `max_tokens_per_day`: the task stops
-    /// after its current step and waits, queued, until `resume_at_ms`
-    /// (epoch ms, the next UTC day by the queue's clock).
-    #[error("the tenant spent its max_tokens_per_day; the task waits for the next UTC day")]
+    /// The task's tenant spent its `max_tokens_per_day` or
+    /// `max_cost_usd_per_day`: the task stops after its current step and
+    /// waits, queued, until `resume_at_ms` (epoch ms, the next UTC day by
+    /// the queue's clock).
+    #[error(
+        "the tenant spent its daily limit (max_tokens_per_day or max_cost_usd_per_day); the task waits for the next UTC day"
+    )]
     DayTokensSpent { resume_at_ms: i64 },
 }
 

@@ -12,6 +12,7 @@ pub mod handle;
 mod held;
 mod kept_watch;
 pub mod planner;
+pub mod pricing;
 pub mod providers;
 mod replay;
 pub mod scale;

@@ -18,6 +18,7 @@ use super::error::PipelineError;
 use super::TaskRun;
 use crate::model::anthropic::{AnthropicComputerUse, AnthropicConfig, AnthropicText, ComputerTool, ToolMemory};
 use crate::model::gemini::{GeminiComputerUse, GeminiConfig, GeminiText, GRID};
+use crate::model::history::ImageHistory;
 use crate::model::http::Endpoint;
 use crate::model::openai::{OpenAiConfig, OpenAiCua, OpenAiText, OpenAiTool};
 use crate::model::{ComputerModel, ModelError, TextModel};
@@ -156,6 +157,8 @@ impl Provider for Anthropic {
         let tool = forced.unwrap_or_else(|| ComputerTool::for_model(model));
         let mut anthropic = AnthropicConfig::new(Endpoint::new(&config.model.anthropic_base_url, key), model, tool);
         anthropic.memory = ToolMemory::default();
+        let images = config.computer_use.claude_images;
+        anthropic.history = Some(ImageHistory::new(images.keep, images.chunk));
         Some(AnthropicSettings { config: anthropic, forced })
     }
 
@@ -188,7 +191,9 @@ impl Provider for Gemini {
     fn settings(config: &Config) -> Option<GeminiConfig> {
         let section = &config.computer_use;
         let key = section.gemini_api_key.clone()?;
-        Some(GeminiConfig { endpoint: Endpoint::new(&section.gemini_base_url, key), model: section.gemini_model.clone() })
+        let mut gemini = GeminiConfig::new(Endpoint::new(&section.gemini_base_url, key), section.gemini_model.clone());
+        gemini.history = ImageHistory::new(section.gemini_images.keep, section.gemini_images.chunk);
+        Some(gemini)
     }
 
     fn set_model(settings: &mut GeminiConfig, model: &str) {

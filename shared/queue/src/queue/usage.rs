@@ -13,30 +13,31 @@ use crate::error::QueueError;
 use crate::redis_lua;
 use flotilla_types::clock;
 use flotilla_types::ids::TenantId;
-use flotilla_types::usage::{Added, Amount, Counted, DayTokens, Meter, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
+use flotilla_types::usage::{Added, Amount, Counted, DayTokens, Meter, COST_FIELD, MAX_USAGE_DAYS, TOKENS_FIELD, USAGE_TTL_S};
 
 /// Adds amounts to a running attempt's task and to its tenant's day.
 /// `KEYS[1]` the task hash, `KEYS[2]` (when given) the day hash, `KEYS[3]`
 /// (when given) the tenant's all-time totals; `ARGV[1]`
 /// attempt, `ARGV[2]` worker id, `ARGV[3]` the day hash's TTL in seconds,
-/// `ARGV[4]` the tenant's max tokens per day (0 for none), then counter,
-/// amount pairs. Returns the task's counters as JSON and the tenant's
-/// tokens of the day (-1 when not read: no day hash or no limit), or
-/// `{'fenced', -1}` (and counts nothing).
+/// `ARGV[4]` the tenant's max tokens per day (0 for none), `ARGV[5]` its
+/// max cost per day in micro-dollars (0 for none), then counter, amount
+/// pairs. Returns the task's counters as JSON, the tenant's tokens and
+/// cost of the day (each -1 when not read: no day hash or no limit), or
+/// `{'fenced', -1, -1}` (and counts nothing).
 pub(crate) static ADD: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/add_usage.lua")], &[]));
 
 impl Queue {
     /// On a cluster, where the day hash lies in another slot than the
     /// task's: adds the counters to it (and to the tenant's totals, when
-    /// kept) in calls of their own, and reads the day's tokens when
-    /// `read_tokens`.
+    /// kept) in calls of their own, and reads the day's tokens and cost
+    /// (as `[tokens, cost]`) when `read`.
     async fn count_day_apart(
         &self,
         tenant: &TenantId,
         day_key: &str,
         counters: &[(String, u64)],
-        read_tokens: bool,
-    ) -> Result<Option<u64>, QueueError> {
+        read: bool,
+    ) -> Result<Option<[u64; 2]>, QueueError> {
         if !counters.is_empty() {
             let mut cmds: Vec<redis::Cmd> = counters.iter().map(|(f, n)| redis::Cmd::hincr(day_key, f, *n)).collect();
             cmds.push(redis::Cmd::expire(day_key, USAGE_TTL_S as i64));
@@ -46,11 +47,14 @@ impl Queue {
             }
             let _: Vec<redis::Value> = self.redis().query_many(cmds).await?;
         }
-        if !read_tokens {
+        if !read {
             return Ok(None);
         }
-        let spent: Vec<Option<u64>> = self.redis().query_many(vec![redis::Cmd::hget(day_key, TOKENS_FIELD)]).await?;
-        Ok(Some(spent.into_iter().flatten().next().unwrap_or(0)))
+        let mut fields = redis::cmd("HMGET");
+        fields.arg(day_key).arg(TOKENS_FIELD).arg(COST_FIELD);
+        let spent: Vec<Vec<Option<u64>>> = self.redis().query_many(vec![fields]).await?;
+        let spent = spent.into_iter().next().unwrap_or_default();
+        Ok(Some([spent.first().copied().flatten().unwrap_or(0), spent.get(1).copied().flatten().unwrap_or(0)]))
     }
 
     /// Sets the TTL of the day keys a count of outcomes made.
@@ -73,10 +77,11 @@ impl Queue {
 
 impl Runner<'_> {
     /// Adds `amounts` to a running attempt's task and to its tenant's day;
-    /// the task's counters after, and where the tenant's tokens of today
-    /// stand (read in the same step on a single server). The count that
-    /// takes the tenant to its `max_tokens_per_day` holds its queued tasks
-    /// back until the next UTC day.
+    /// the task's counters after, and where the tenant's tokens and cost of
+    /// today stand (read in the same step on a single server). The count
+    /// that takes the tenant to its `max_tokens_per_day` or
+    /// `max_cost_usd_per_day` holds its queued tasks back until the next
+    /// UTC day.
     pub async fn add_usage(
         self,
         task_key: String,
@@ -88,7 +93,9 @@ impl Runner<'_> {
         let counters: Vec<(String, u64)> = amounts.iter().flat_map(Amount::counters).filter(|(_, n)| *n > 0).collect();
         let now = self.now_ms();
         let day_key = self.keys().usage_day(tenant, &clock::utc_day(now));
-        let max = self.settings().tenants.get(tenant).max_tokens_per_day;
+        let settings = self.settings().tenants.get(tenant);
+        let max = settings.max_tokens_per_day;
+        let max_cost = settings.max_cost_usd_per_day.map(|usd| usd.micros());
         let cluster = self.redis().is_cluster();
         let mut inv = ADD.prepare_invoke();
         inv.key(task_key);
@@ -98,26 +105,26 @@ impl Runner<'_> {
                 inv.key(self.keys().usage_total(tenant));
             }
         }
-        inv.arg(attempt).arg(owner).arg(USAGE_TTL_S).arg(max.unwrap_or(0));
+        inv.arg(attempt).arg(owner).arg(USAGE_TTL_S).arg(max.unwrap_or(0)).arg(max_cost.unwrap_or(0));
         for (field, n) in &counters {
             inv.arg(field).arg(n);
         }
         let mut conn = self.redis().shared();
-        let (answer, day_tokens): (String, i64) = inv.invoke_async(&mut conn).await?;
+        let (answer, day_tokens, day_cost): (String, i64, i64) = inv.invoke_async(&mut conn).await?;
         if answer == "fenced" {
             return Ok(Added::Fenced);
         }
-        let mut spent_today = u64::try_from(day_tokens).ok();
+        let mut spent_today = [u64::try_from(day_tokens).unwrap_or(0), u64::try_from(day_cost).unwrap_or(0)];
         if cluster {
-            spent_today = self.count_day_apart(tenant, &day_key, &counters, max.is_some()).await?;
+            let read = self.count_day_apart(tenant, &day_key, &counters, max.is_some() || max_cost.is_some()).await?;
+            spent_today = read.unwrap_or_default();
         }
-        let Some(max) = max else {
-            return Ok(Added::Counted(Counted { meter: Meter::from_json(&answer), day: DayTokens::Left }));
-        };
+        let tokens_spent = max.is_some_and(|max| spent_today[0] >= max);
+        let cost_spent = max_cost.is_some_and(|max| spent_today[1] >= max);
         let mut day = DayTokens::Left;
-        if spent_today.unwrap_or(0) >= max {
+        if tokens_spent || cost_spent {
             let resume_at_ms = now + clock::ms_to_next_utc_day(now);
-            if counters.iter().any(|(field, _)| field == TOKENS_FIELD) {
+            if counters.iter().any(|(field, _)| field == TOKENS_FIELD || field == COST_FIELD) {
                 self.hold_back_until(tenant, resume_at_ms).await?;
             }
             day = DayTokens::Spent { resume_at_ms };

@@ -87,7 +87,15 @@ fn usage(root: &At<'_>) -> Result<Usage, ModelError> {
         return Ok(Usage::default());
     };
     let tokens = |name: &str| usage.get(name).map(|n| n.count()).transpose().map(Option::unwrap_or_default);
-    Ok(Usage { input_tokens: tokens("input_tokens")?, output_tokens: tokens("output_tokens")? })
+    let details = usage.get("input_tokens_details");
+    let detail =
+        |name: &str| details.as_ref().and_then(|d| d.get(name)).map(|n| n.count()).transpose().map(Option::unwrap_or_default);
+    Ok(Usage {
+        input_tokens: tokens("input_tokens")?,
+        output_tokens: tokens("output_tokens")?,
+        cache_read_tokens: detail("cached_tokens")?,
+        cache_write_tokens: detail("cache_write_tokens")?,
+    })
 }
 
 /// The texts of a reasoning item's summary parts.
@@ -173,7 +181,7 @@ mod tests {
                  "action": {"type": "click", "x": 1, "y": 2, "button": "right"},
                  "pending_safety_checks": [{"id": "sc_1", "code": "malicious_instructions"}]}
             ],
-            "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}
+            "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 6}, "output_tokens": 3, "total_tokens": 13}
         });
         let read = read_answer(&answer).expect("reads");
         assert_eq!(read.id, "resp_1");
@@ -189,7 +197,7 @@ mod tests {
         let check = SafetyCheck { id: "sc_1".into(), code: "malicious_instructions".into(), message: String::new() };
         assert_eq!(read.turn.safety_checks, std::slice::from_ref(&check));
         assert_eq!(read.checks_by_call, [("call_1".to_owned(), check)]);
-        assert_eq!(read.turn.usage, Usage { input_tokens: 10, output_tokens: 3 });
+        assert_eq!(read.turn.usage, Usage { input_tokens: 10, output_tokens: 3, cache_read_tokens: 6, cache_write_tokens: 0 });
     }
 
     #[test]

@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 
 use flotilla_blobstore::BlobStore;
 use flotilla_types::task::StopCode;
-use flotilla_types::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
@@ -49,8 +48,9 @@ use self::cli::{Finished, Invocation};
 use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
+use super::pricing::Pricing;
 use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
-use crate::gateway::{CallReports, CallUsage, GrantLimits, ModelGateway, TaskToken};
+use crate::gateway::{CallReports, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
 /// How much longer than the task's time a gateway token stays valid, so
@@ -132,7 +132,7 @@ async fn run_in_sandbox(
     let cli = async {
         let finished = tokio::select! {
             finished = session.guard(run_cli(run, sandbox, &command, deadline)) => finished,
-            crossed = count_calls(session, calls.as_mut()) => Err(crossed),
+            crossed = count_calls(session, &run.tools.pricing, calls.as_mut()) => Err(crossed),
         };
         stop.cancel();
         finished
@@ -143,7 +143,7 @@ async fn run_in_sandbox(
     let finished = finished?;
     if let Some(calls) = calls.as_mut() {
         while let Some(call) = calls.try_next() {
-            session.steps().count(&[tokens_of(call)]).await?;
+            session.steps().count(&[run.tools.pricing.tokens(&call.model, call.tokens)]).await?;
         }
     }
 
@@ -183,10 +183,11 @@ async fn grant(
 /// past its tokens of today (the call that crossed was answered).
 /// Each count is handed back to the gateway, which holds the next call
 /// until then and refuses it once a count said stop.
-async fn count_calls(session: &Session, calls: Option<&mut CallReports>) -> PipelineError {
+async fn count_calls(session: &Session, pricing: &Pricing, calls: Option<&mut CallReports>) -> PipelineError {
     if let Some(calls) = calls {
         while let Some(call) = calls.next().await {
-            let counted = session.steps().count(&[tokens_of(call)]).await.and_then(|()| session.steps().between_steps());
+            let amount = pricing.tokens(&call.model, call.tokens);
+            let counted = session.steps().count(&[amount]).await.and_then(|()| session.steps().between_steps());
             calls.counted(counted.is_err());
             if let Err(e) = counted {
                 return e;
@@ -194,10 +195,6 @@ async fn count_calls(session: &Session, calls: Option<&mut CallReports>) -> Pipe
         }
     }
     std::future::pending().await
-}
-
-fn tokens_of(call: CallUsage) -> Amount {
-    Amount::Tokens { model: call.model, input: call.input, output: call.output }
 }
 
 /// Runs the CLI, relaying its output lines as `block` events as they come,
