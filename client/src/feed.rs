@@ -12,7 +12,7 @@ use std::time::Duration;
 use reqwest::Response;
 use serde_json::Value;
 
-use crate::client::{Client, ClientError};
+use crate::{Client, ClientError};
 use crate::sse::{SseEvent, SseParser};
 
 /// Event types after which the server closes the stream.
@@ -177,7 +177,7 @@ impl<'a> EventFeed<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ApiKey;
+    use crate::ApiKey;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
