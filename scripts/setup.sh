@@ -174,6 +174,7 @@ PY_PACKAGES=(
   standardwebhooks # verifies webhook signatures in tests/tests/it/webhooks.rs
   schemathesis==4.32.5 # fuzzes the API against /openapi.json in tests/tests/it/schemathesis.rs
   e2b-desktop # the official E2B SDKs, checking the E2B stand-in in tests/tests/it/sdk_checks.rs
+  mcp==2.3.0 # the official MCP client, driving the MCP server in tests/tests/it/mcp.rs
 )
 venv_dir() {
   local target

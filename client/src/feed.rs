@@ -12,8 +12,8 @@ use std::time::Duration;
 use reqwest::Response;
 use serde_json::Value;
 
-use crate::{Client, ClientError};
 use crate::sse::{SseEvent, SseParser};
+use crate::{Client, ClientError};
 
 /// Event types after which the server closes the stream.
 pub const TERMINAL_TYPES: [&str; 3] = ["succeeded", "failed", "cancelled"];

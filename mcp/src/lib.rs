@@ -44,10 +44,8 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Serves MCP on the process's stdin and stdout until the client closes
 /// them, acting with `client`'s key.
 pub async fn serve_stdio(client: Client) -> std::io::Result<()> {
-    let running = FlotillaMcp::with_fixed_key(client)
-        .serve(rmcp::transport::stdio_pipes())
-        .await
-        .map_err(std::io::Error::other)?;
+    let running =
+        FlotillaMcp::with_fixed_key(client).serve(rmcp::transport::stdio_pipes()).await.map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
 }

@@ -86,4 +86,3 @@ pub fn tool_result(shot: Screenshot) -> CallToolResult {
     result.content.push(ContentBlock::image(shot.base64, shot.mime_type));
     result
 }
-

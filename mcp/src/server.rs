@@ -171,7 +171,8 @@ mod tests {
     fn resource_uris_name_a_task_or_one_of_its_screenshots() {
         assert_eq!(parse_uri("flotilla://tasks/tsk_1"), Some(("tsk_1", None)));
         assert_eq!(parse_uri("flotilla://tasks/tsk_1/screenshots/7"), Some(("tsk_1", Some(7))));
-        for other in ["flotilla://tasks/", "flotilla://tasks/tsk_1/screenshots/x", "flotilla://tasks/tsk_1/other/1", "file:///x"] {
+        for other in ["flotilla://tasks/", "flotilla://tasks/tsk_1/screenshots/x", "flotilla://tasks/tsk_1/other/1", "file:///x"]
+        {
             assert_eq!(parse_uri(other), None, "{other}");
         }
     }

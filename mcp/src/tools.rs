@@ -8,7 +8,9 @@ use rmcp::{tool, tool_router, RoleServer};
 use serde_json::{json, Value};
 
 use crate::answer::tool_result;
-use crate::arguments::{BatchArguments, InputArguments, ListArguments, ScreenshotArguments, TaskRef, UsageArguments, WaitArguments};
+use crate::arguments::{
+    BatchArguments, InputArguments, ListArguments, ScreenshotArguments, TaskRef, UsageArguments, WaitArguments,
+};
 use crate::server::FlotillaMcp;
 use crate::{screenshot, spec_schema, wait};
 
@@ -30,7 +32,11 @@ impl FlotillaMcp {
         description = "Submit a batch of tasks (POST /v1/batches): `tasks` are task specs, each laid over `defaults`. \
                        Answers the batch's id and its tasks' ids in order."
     )]
-    async fn submit_batch(&self, Parameters(batch): Parameters<BatchArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn submit_batch(
+        &self,
+        Parameters(batch): Parameters<BatchArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let mut body = json!({ "tasks": batch.tasks });
         if let Some(defaults) = batch.defaults {
             body["defaults"] = Value::Object(defaults);
@@ -48,7 +54,11 @@ impl FlotillaMcp {
         description = "Your tenant's tasks, newest first, a page at a time (GET /v1/tasks); pass `next_cursor` as \
                        `cursor` for the next page."
     )]
-    async fn list_tasks(&self, Parameters(list): Parameters<ListArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn list_tasks(
+        &self,
+        Parameters(list): Parameters<ListArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let query = [
             ("status", list.status),
             ("batch", list.batch),
@@ -63,7 +73,11 @@ impl FlotillaMcp {
         description = "Wait until a task ends (or `timeout_s` passes), with a progress notification per event it \
                        sends; answers the task's record."
     )]
-    async fn wait_for_task(&self, Parameters(wait): Parameters<WaitArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn wait_for_task(
+        &self,
+        Parameters(wait): Parameters<WaitArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let client = self.client_for(&context);
         wait::wait_for_task(&client, &wait.id, wait.timeout_s, &context).await
     }
@@ -78,12 +92,20 @@ impl FlotillaMcp {
         description = "Let a task that waits for a human go on (a sensitive action, a question), with an optional \
                        message for its agent."
     )]
-    async fn approve_task(&self, Parameters(input): Parameters<InputArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn approve_task(
+        &self,
+        Parameters(input): Parameters<InputArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         self.answer(input, "approve", &context).await
     }
 
     #[tool(name = "deny_task", description = "End a task that waits for a human, with an optional message saying why.")]
-    async fn deny_task(&self, Parameters(input): Parameters<InputArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn deny_task(
+        &self,
+        Parameters(input): Parameters<InputArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         self.answer(input, "deny", &context).await
     }
 
@@ -116,7 +138,11 @@ impl FlotillaMcp {
         name = "get_usage",
         description = "What your tenant used per UTC day (tasks, tokens, sandbox time) and its limits (GET /v1/usage)."
     )]
-    async fn get_usage(&self, Parameters(usage): Parameters<UsageArguments>, context: RequestContext<RoleServer>) -> CallToolResult {
+    async fn get_usage(
+        &self,
+        Parameters(usage): Parameters<UsageArguments>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let query = [("from", usage.from), ("to", usage.to)];
         tool_result(self.client_for(&context).get(&["v1", "usage"], &query).await)
     }

@@ -18,6 +18,7 @@ use flotilla_client::{ApiKey, Client};
 use flotilla_mcp::CallerKey;
 
 use crate::auth::tenant_key;
+use crate::error::ErrorBody;
 use crate::routes::views::listen_base;
 use crate::state::AppState;
 
@@ -35,13 +36,29 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     };
     let limit = state.config().api.batch_body_limit;
     let service = flotilla_mcp::http_service(client, limit, state.shutdown().child_token());
-    Router::new()
-        .route_service(PATH, service)
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), with_caller_key))
+    Router::new().route_service(PATH, service).route_layer(axum::middleware::from_fn_with_state(state.clone(), with_caller_key))
 }
 
-/// Lets a request with a tenant's key through, with the key on it.
-async fn with_caller_key(State(state): State<AppState>, mut request: Request<Body>, next: Next) -> Response {
+/// Lets a request with a tenant's key through, with the key on it. The
+/// messages and answers are MCP's (JSON-RPC 2.0 over streamable HTTP, no
+/// sessions); only the key check is the API's.
+#[utoipa::path(
+    post,
+    path = "/mcp",
+    tag = "mcp",
+    request_body(content = Object, content_type = "application/json",
+        description = "One JSON-RPC message of the Model Context Protocol (tools: submit_task, submit_batch, get_task, \
+                       list_tasks, wait_for_task, cancel_task, approve_task, deny_task, take_over, get_screenshot, \
+                       get_usage; resources flotilla://tasks/{id} and flotilla://tasks/{id}/screenshots/{seq})"),
+    responses(
+        (status = 200, description = "The JSON-RPC answer: JSON, or an event stream carrying the call's progress \
+                                      notifications before its answer (send `Accept: application/json, text/event-stream`)"),
+        (status = 202, description = "A notification was taken"),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn with_caller_key(State(state): State<AppState>, mut request: Request<Body>, next: Next) -> Response {
     let key = match tenant_key(&state, request.headers()) {
         Ok(key) => key.to_owned(),
         Err(err) => return err.into_response(),

@@ -33,6 +33,7 @@ mod kept_limits;
 mod layering;
 mod live_view;
 mod lua_scripts;
+mod mcp;
 mod model_anthropic;
 mod model_claude_toolset;
 mod model_openai;
