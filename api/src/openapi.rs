@@ -291,6 +291,7 @@ mod tests {
             ("/metrics", "get"),
             ("/openapi.json", "get"),
             ("/", "get"),
+            ("/mcp", "post"),
         ] {
             assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is missing");
         }
@@ -359,6 +360,11 @@ mod tests {
         let mut checked = 0;
         for (path, item) in doc["paths"].as_object().expect("paths") {
             for (method, operation) in item.as_object().expect("item") {
+                // A read key may use /mcp; the routes its tools call refuse its writes.
+                if path == crate::routes::mcp::PATH {
+                    assert!(operation["responses"]["403"].is_null(), "a read key may use {path}");
+                    continue;
+                }
                 if method == "get" || operation["security"].is_null() {
                     continue;
                 }

@@ -28,17 +28,14 @@ pub fn tool_error(err: &ClientError) -> CallToolResult {
 pub fn error_body(err: &ClientError) -> Value {
     match err {
         ClientError::Api(api) => {
-            let mut error = json!({ "code": api.code, "message": api.message });
-            if let Some(field) = &api.field {
-                error["field"] = Value::String(field.clone());
-            }
+            let error = json!({ "code": api.code, "message": api.message, "field": api.field });
             let mut body = json!({ "error": error, "status": api.status });
             if let Some(seconds) = &api.retry_after {
                 body["retry_after"] = Value::String(seconds.clone());
             }
             body
         }
-        other => json!({ "error": { "code": "api_unreachable", "message": other.to_string() } }),
+        other => json!({ "error": { "code": "api_unreachable", "message": other.to_string(), "field": null } }),
     }
 }
 

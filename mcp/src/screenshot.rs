@@ -36,7 +36,7 @@ impl ScreenshotError {
     fn body(&self) -> Value {
         match self {
             ScreenshotError::Api(err) => error_body(err),
-            ScreenshotError::Missing { code, message } => json!({ "error": { "code": code, "message": message } }),
+            ScreenshotError::Missing { code, message } => json!({ "error": { "code": code, "message": message, "field": null } }),
         }
     }
 
