@@ -45,9 +45,8 @@ enum Transport {
 
 /// Runs the client against `api` with `key` (none: no key at all), doing
 /// what `job` adds (`spec`, `foreign`), and returns what it saw.
-async fn client_sees(transport: Transport, api: &ApiServer, key: Option<&str>, job: Value) -> Value {
+async fn client_sees(transport: Transport, api: &ApiServer, key: Option<&str>, mut job: Value) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/mcp_check.py");
-    let mut job = job;
     job["api"] = json!(api.base_url);
     job["key"] = json!(key);
     job["command"] = json!(binary("flotilla"));
