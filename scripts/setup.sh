@@ -215,6 +215,7 @@ PY_PACKAGES=(
   datamodel-code-generator==0.89.0
   pytest
   tqdm
+  mcp==2.3.0 # the official MCP client, driving the MCP server in tests/tests/it/mcp.rs
 )
 venv_dir() {
   local target

@@ -10,7 +10,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use flotilla_config::apikey::{bearer_key, Scope};
+use flotilla_config::apikey::{bearer_key, KeyMatch, Scope};
 use flotilla_types::TenantId;
 
 use crate::error::ApiError;
@@ -25,8 +25,19 @@ pub struct Tenant(pub TenantId);
 pub struct Admin;
 
 fn presented_key(parts: &Parts) -> Result<&str, ApiError> {
-    let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
+    presented_in(&parts.headers)
+}
+
+fn presented_in(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let header = headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
     header.to_str().ok().and_then(bearer_key).ok_or(ApiError::Unauthorized)
+}
+
+/// Names the key's tenant and id on the request's span.
+fn record_caller(found: &KeyMatch) {
+    let span = tracing::Span::current();
+    span.record("tenant", found.tenant.as_str());
+    span.record("key_id", found.id.as_str());
 }
 
 /// The tenant whose key `headers` carry, if any (any scope).
@@ -39,6 +50,16 @@ pub fn tenant_of(state: &AppState, headers: &HeaderMap) -> Option<TenantId> {
 pub fn scope_of(state: &AppState, headers: &HeaderMap) -> Option<Scope> {
     let key = headers.get(AUTHORIZATION)?.to_str().ok().and_then(bearer_key)?;
     state.keys().resolve(key).map(|found| found.scope)
+}
+
+/// The tenant key a request presents, of any scope, once it is known to
+/// be one (recorded on the request's span as every route does): `/mcp`
+/// forwards it to the routes its tools call, which scope and check it.
+pub fn tenant_key<'a>(state: &AppState, headers: &'a HeaderMap) -> Result<&'a str, ApiError> {
+    let key = presented_in(headers)?;
+    let found = state.keys().resolve(key).ok_or(ApiError::Unauthorized)?;
+    record_caller(&found);
+    Ok(key)
 }
 
 /// Whether a key of `scope` may make a request with `method`.
@@ -54,9 +75,7 @@ impl FromRequestParts<AppState> for Tenant {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let found = state.keys().resolve(presented_key(parts)?).ok_or(ApiError::Unauthorized)?;
-        let span = tracing::Span::current();
-        span.record("tenant", found.tenant.as_str());
-        span.record("key_id", found.id.as_str());
+        record_caller(&found);
         if !allows(found.scope, &parts.method) {
             return Err(ApiError::ReadOnlyKey);
         }

@@ -16,7 +16,7 @@
 //! `/` that people watch the fleet with; `limits` bounds every request's
 //! time; `routes::views` hands out live views of tasks' desktops and
 //! bridges their WebSockets to workers, beside the noVNC page served under
-//! `/novnc`.
+//! `/novnc`; `routes::mcp` serves the MCP server (`flotilla-mcp`) at `/mcp`.
 
 mod api_keys;
 mod auth;
@@ -97,8 +97,9 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: Cancellatio
 
 /// The whole application: every route, the body limits (a larger one for
 /// batches), a time limit on every route but the event streams, the live
-/// view's socket and the noVNC files, the cap on
-/// requests served at once, and request tracing.
+/// view's socket and the noVNC files, MCP at `/mcp` (whose calls wait as
+/// long as a task may), the cap on requests served at once, and request
+/// tracing.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.config().api.body_limit;
     let limits = &state.config().limits;
@@ -107,7 +108,8 @@ pub fn router(state: AppState) -> Router {
         .nest_service(routes::views::NOVNC_PATH, ServeDir::new(&state.config().live_view.novnc_dir))
         .route("/v1/tasks/{id}/events", get(routes::events::stream))
         .route("/v1/batches/{id}/events", get(routes::batch_events::stream))
-        .route("/v1/events", get(routes::feed_events::stream));
+        .route("/v1/events", get(routes::feed_events::stream))
+        .merge(routes::mcp::routes(&state));
     // One layer per route, as each layer costs every request a clone of
     // the route's service and a boxed future.
     timed_routes(state.config().api.batch_body_limit)

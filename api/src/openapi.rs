@@ -21,7 +21,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
-    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhook_listen, webhooks,
+    batch_events, batches, events, feed_events, mcp, ops, queues, schedules, takeover, tasks, usage, views, webhook_listen,
+    webhooks,
 };
 use crate::state::AppState;
 use crate::{auth, dashboard};
@@ -68,6 +69,7 @@ use crate::{auth, dashboard};
         ops::metrics,
         document,
         dashboard::page,
+        mcp::with_caller_key,
     ),
     components(schemas(
         ErrorBody,
@@ -136,6 +138,7 @@ use crate::{auth, dashboard};
         (name = "webhooks", description = "Signed callbacks (Standard Webhooks) for task and batch outcomes, with a delivery log"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
+        (name = "mcp", description = "The Model Context Protocol server over streamable HTTP, for MCP clients"),
     )
 )]
 pub struct ApiDoc;
@@ -170,7 +173,9 @@ struct ReadKeys;
 
 impl Modify for ReadKeys {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        for item in openapi.paths.paths.values_mut() {
+        // A read key may use /mcp: its tools' writes are refused by the routes they call.
+        let operations = openapi.paths.paths.iter_mut().filter(|(path, _)| path.as_str() != crate::routes::mcp::PATH);
+        for (_, item) in operations {
             let writes = [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
             for operation in writes.into_iter().flatten() {
                 let tenant_key = operation.security.as_ref().is_some_and(|s| !s.is_empty());
@@ -287,6 +292,7 @@ mod tests {
             ("/metrics", "get"),
             ("/openapi.json", "get"),
             ("/", "get"),
+            ("/mcp", "post"),
         ] {
             assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is missing");
         }
@@ -358,6 +364,11 @@ mod tests {
         let mut checked = 0;
         for (path, item) in doc["paths"].as_object().expect("paths") {
             for (method, operation) in item.as_object().expect("item") {
+                // A read key may use /mcp; the routes its tools call refuse its writes.
+                if path == crate::routes::mcp::PATH {
+                    assert!(operation["responses"]["403"].is_null(), "a read key may use {path}");
+                    continue;
+                }
                 if method == "get" || operation["security"].is_null() {
                     continue;
                 }

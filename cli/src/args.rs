@@ -85,6 +85,8 @@ pub enum Command {
     Queues,
     /// Show what your tenant used per UTC day (tasks, tokens, sandbox time) and its limits
     Usage(UsageArgs),
+    /// Serve the fleet's tools to an MCP client (Claude Code, …) on stdin and stdout
+    Mcp,
 }
 
 #[derive(Debug, Default, Args)]

@@ -5,16 +5,17 @@
 //! succeed, 2 on any error (printed as one line on stderr).
 
 mod args;
-mod client;
 mod commands;
 mod display;
-mod feed;
 mod json_text;
 mod progress;
 mod record;
 mod spec;
-mod sse;
 mod task_summary;
+
+// The API client the commands share with the MCP server.
+use flotilla_client as client;
+use flotilla_client::feed;
 
 use std::process::ExitCode;
 

@@ -5,6 +5,7 @@ pub mod batch_events;
 pub mod batches;
 pub mod events;
 pub mod feed_events;
+pub mod mcp;
 pub mod ops;
 pub mod paging;
 pub mod queues;

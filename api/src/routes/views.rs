@@ -228,7 +228,7 @@ fn public_base(state: &AppState) -> String {
 }
 
 /// `http://` and `addr`, a wildcard address as its family's loopback.
-fn listen_base(addr: SocketAddr) -> String {
+pub(crate) fn listen_base(addr: SocketAddr) -> String {
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),

@@ -3,6 +3,7 @@
 
 mod batch;
 mod listen;
+mod mcp;
 mod queues;
 mod schedules;
 mod submit;
@@ -55,6 +56,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Webhooks(args) => webhooks::run(&client, args.action.as_ref(), format).await,
         Command::Queues => queues::run(&client, format).await,
         Command::Usage(args) => usage::run(&client, &args, format).await,
+        Command::Mcp => mcp::run(client).await,
     }
 }
 

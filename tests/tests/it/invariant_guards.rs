@@ -12,8 +12,8 @@
 //! path inside its crate and the test's name (`queue::a_stale_attempt_…`,
 //! `escape_tests::…` in `flotilla-desktop`), or a module whose tests all guard it.
 //! The path is looked for in each crate (this binary's `tests/tests/it/`,
-//! then the `shared/` crates, the sandbox crates, `sandboxd`, `worker`, `api` and `cli`) and must be found in exactly
-//! one: its module is the longest prefix that is a file, the rest inline
+//! then the `shared/` crates, the sandbox crates, `sandboxd`, `worker`,
+//! `api`, `client`, `mcp` and `cli`) and must be found in exactly one: its module is the longest prefix that is a file, the rest inline
 //! `mod`s of that file read with `syn`, and the last segment a `#[test]`
 //! function there (or in a `proptest!` block) or a module holding one.
 
@@ -192,7 +192,7 @@ fn crate_has(modules: &BTreeMap<Vec<String>, PathBuf>, parsed: &mut Parsed, name
 
 /// The crates a guard may name a test of, with their module roots, in the
 /// order they are searched.
-const CRATES: [(&str, &str); 13] = [
+const CRATES: [(&str, &str); 15] = [
     ("flotilla-tests (it)", "tests/tests/it"),
     ("flotilla-types", "shared/types/src"),
     ("flotilla-config", "shared/config/src"),
@@ -205,6 +205,8 @@ const CRATES: [(&str, &str); 13] = [
     ("flotilla-sandboxd", "sandboxd/src"),
     ("flotilla-worker", "worker/src"),
     ("flotilla-api", "api/src"),
+    ("flotilla-client", "client/src"),
+    ("flotilla-mcp", "mcp/src"),
     ("flotilla-cli", "cli/src"),
 ];
 

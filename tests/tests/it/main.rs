@@ -34,6 +34,7 @@ mod kept_limits;
 mod layering;
 mod live_view;
 mod lua_scripts;
+mod mcp;
 mod model_anthropic;
 mod model_billing;
 mod model_claude_toolset;

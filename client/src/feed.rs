@@ -12,8 +12,8 @@ use std::time::Duration;
 use reqwest::Response;
 use serde_json::Value;
 
-use crate::client::{Client, ClientError};
 use crate::sse::{SseEvent, SseParser};
+use crate::{Client, ClientError};
 
 /// Event types after which the server closes the stream.
 pub const TERMINAL_TYPES: [&str; 3] = ["succeeded", "failed", "cancelled"];
@@ -177,7 +177,7 @@ impl<'a> EventFeed<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ApiKey;
+    use crate::ApiKey;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 

@@ -1,4 +1,4 @@
-//! The HTTP side of the client: one place that builds URLs, adds the bearer
+//! The HTTP side of a client: one place that builds URLs, adds the bearer
 //! key and turns every failure into a [`ClientError`] whose `Display` is the
 //! single line a user reads.
 
@@ -147,6 +147,9 @@ pub struct Client {
     /// The base URL as shown in messages, without a trailing slash.
     shown: String,
     key: Option<ApiKey>,
+    /// Calls without a key go out without one (the API answers them), rather
+    /// than failing with [`ClientError::MissingKey`] before any request.
+    keyless: bool,
 }
 
 impl Client {
@@ -160,10 +163,21 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_keepalive(TCP_KEEPALIVE)
-            .user_agent(concat!("flotilla-cli/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("flotilla-client/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| bad(err.to_string()))?;
-        Ok(Self { http, base, shown, key })
+        Ok(Self { http, base, shown, key, keyless: false })
+    }
+
+    /// The same client (connections shared) acting with `key` instead.
+    pub fn with_key(&self, key: Option<ApiKey>) -> Self {
+        Self { key, ..self.clone() }
+    }
+
+    /// A client whose calls without a key are sent without one, so that the
+    /// API's own answer (401) reaches the caller.
+    pub fn keyless_allowed(self) -> Self {
+        Self { keyless: true, ..self }
     }
 
     /// The base URL followed by `segments`, each percent-encoded as one path segment.
@@ -248,9 +262,35 @@ impl Client {
         ClientError::Transport { url: self.shown.clone(), reason: root_cause(err) }
     }
 
+    /// `GET` an absolute URL the API handed out (a presigned link to a
+    /// stored screenshot): no key is sent, the body is read up to
+    /// `max_bytes`. Answers the bytes and their `Content-Type`.
+    pub async fn fetch_link(&self, url: &str, max_bytes: usize) -> Result<(Vec<u8>, Option<String>), ClientError> {
+        let transport = |reason: String| ClientError::Transport { url: link_origin(url), reason };
+        let link = Url::parse(url).map_err(|err| transport(err.to_string()))?;
+        let request = self.http.get(link).timeout(REQUEST_TIMEOUT);
+        let mut response = request.send().await.map_err(|err| transport(root_cause(&err)))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            return Err(ClientError::Api(ApiError::from_body(status, None, "")));
+        }
+        let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|err| transport(root_cause(&err)))? {
+            if body.len() + chunk.len() > max_bytes {
+                return Err(transport(format!("more than {max_bytes} bytes")));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((body, content_type))
+    }
+
     fn authorized(&self, request: RequestBuilder) -> Result<RequestBuilder, ClientError> {
-        let key = self.key.as_ref().filter(|key| !key.0.is_empty()).ok_or(ClientError::MissingKey)?;
-        Ok(request.bearer_auth(&key.0))
+        match self.key.as_ref().filter(|key| !key.0.is_empty()) {
+            Some(key) => Ok(request.bearer_auth(&key.0)),
+            None if self.keyless => Ok(request),
+            None => Err(ClientError::MissingKey),
+        }
     }
 
     /// Sends a request; a non-2xx answer becomes [`ClientError::Api`].
@@ -284,6 +324,15 @@ async fn read_json(response: Response) -> Result<ApiResponse, ClientError> {
     }
     let value = serde_json::from_str(&raw).map_err(|err| ClientError::NotJson { reason: err.to_string() })?;
     Ok(ApiResponse { raw: raw.trim().to_owned(), value })
+}
+
+/// A link's scheme, host and port, for messages: its path and query (a
+/// presigned link's signature) are never shown.
+fn link_origin(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(link) => link.origin().ascii_serialization(),
+        Err(_) => "a link".to_owned(),
+    }
 }
 
 /// The innermost cause of an error, which is the one that says what happened
