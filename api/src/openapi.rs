@@ -21,7 +21,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
-    batch_events, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
+    batch_events, batch_report, batches, events, feed_events, ops, queues, schedules, takeover, tasks, usage, views, webhooks,
 };
 use crate::state::AppState;
 use crate::{auth, dashboard};
@@ -45,6 +45,7 @@ use crate::{auth, dashboard};
         batches::create,
         batches::get,
         batches::cancel,
+        batch_report::report,
         batch_events::stream,
         schedules::create,
         schedules::list,
@@ -68,6 +69,7 @@ use crate::{auth, dashboard};
         ops::metrics,
         document,
         dashboard::page,
+        dashboard::evals::page,
     ),
     components(schemas(
         ErrorBody,
@@ -104,6 +106,17 @@ use crate::{auth, dashboard};
         batches::BatchView,
         batches::BatchCancelled,
         flotilla_queue::queue::BatchCounts,
+        flotilla_types::eval::TaskSetup,
+        flotilla_types::eval::TaskCheck,
+        flotilla_types::eval::Verdict,
+        flotilla_types::eval::CheckStage,
+        flotilla_types::eval::Matrix,
+        flotilla_types::eval_report::BatchReport,
+        flotilla_types::eval_report::CellReport,
+        flotilla_types::eval_report::Spend,
+        flotilla_types::eval_report::TaskReport,
+        flotilla_types::eval_report::TaskCell,
+        flotilla_types::eval_report::RunView,
         flotilla_queue::schedule::NewSchedule,
         flotilla_queue::schedule::SchedulePatch,
         flotilla_queue::schedule::Schedule,

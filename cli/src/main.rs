@@ -10,6 +10,7 @@ mod commands;
 mod display;
 mod feed;
 mod json_text;
+mod osworld;
 mod progress;
 mod record;
 mod spec;

@@ -8,12 +8,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_queue::queue::{batch_specs, check_batch_templates, BatchCounts};
 use flotilla_types::clock;
+use flotilla_types::eval::Matrix;
 use flotilla_types::task::TaskSpec;
 use flotilla_types::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::batch_report::{place_error, planned_tasks};
 use crate::auth::Tenant;
 use crate::error::{rate_limit_headers, ApiError, ErrorBody};
 use crate::extract::JsonBody;
@@ -31,6 +33,18 @@ pub struct BatchRequest {
     /// Spec fields every task starts from.
     #[schema(value_type = Option<Object>)]
     pub defaults: Option<Map<String, Value>>,
+    /// Runs each task this many times, independently, each in its own
+    /// sandbox (1 to 100; default 1).
+    pub repeat: Option<u32>,
+    /// Runs each task (each repeat) this many times; the best run by its
+    /// check's score counts (1 to 100; default 1).
+    pub best_of: Option<u32>,
+    /// With `best_of`: once one run passes its check, the others of its
+    /// group are cancelled.
+    pub stop_on_pass: Option<bool>,
+    /// Expands the batch over models and pipelines: each task runs once in
+    /// each combination (times `repeat` and `best_of`).
+    pub matrix: Option<Matrix>,
 }
 
 /// The answer to a batch submit.
@@ -143,12 +157,14 @@ pub async fn create(
     Tenant(tenant): Tenant,
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
-    let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
+    let (tasks, runs) = planned_tasks(&body)?;
+    let placed = |e: ValidationError| place_error(e, runs.as_ref());
+    let specs = batch_specs(&tasks, body.defaults.as_ref(), state.config().api.default_pipeline).map_err(placed)?;
     let settings = state.config().tenants.get(&tenant);
-    check_batch_templates(&specs, &body.tasks, body.defaults.as_ref(), &settings.sandbox_templates)?;
-    let tasks = specs.len() as u64;
-    let admitted = state.queue().submitter().admit(&tenant, tasks, &settings).await?;
-    let made = state.queue().submitter().create_batch(&tenant, specs).await;
+    check_batch_templates(&specs, &tasks, body.defaults.as_ref(), &settings.sandbox_templates).map_err(placed)?;
+    let count = specs.len() as u64;
+    let admitted = state.queue().submitter().admit(&tenant, count, &settings).await?;
+    let made = state.queue().submitter().create_batch(&tenant, specs, runs).await;
     super::tasks::release(&state, &admitted).await;
     let (batch, task_ids) = made?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");

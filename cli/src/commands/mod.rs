@@ -2,6 +2,7 @@
 //! every command returns how the process should end.
 
 mod batch;
+mod eval;
 mod queues;
 mod schedules;
 mod submit;
@@ -54,6 +55,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Webhooks(args) => webhooks::run(&client, args.action.as_ref(), format).await,
         Command::Queues => queues::run(&client, format).await,
         Command::Usage(args) => usage::run(&client, &args, format).await,
+        Command::Eval(args) => eval::run(&client, &args.action, format).await,
     }
 }
 

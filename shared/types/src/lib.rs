@@ -12,6 +12,8 @@ pub mod action;
 pub mod address;
 pub mod clock;
 pub mod error;
+pub mod eval;
+pub mod eval_report;
 pub mod event;
 pub mod ids;
 pub mod json_object;

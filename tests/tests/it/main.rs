@@ -23,6 +23,7 @@ mod deploy;
 mod desktop_tasks;
 mod drain_path;
 mod e2b_gateway;
+mod evaluations;
 mod fairness;
 mod faults;
 mod feeds;

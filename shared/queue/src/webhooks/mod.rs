@@ -61,6 +61,9 @@ pub enum EventType {
     TaskCancelled,
     #[serde(rename = "task.waiting")]
     TaskWaiting,
+    /// A task's check gave its verdict (or its set-up failed).
+    #[serde(rename = "task.checked")]
+    TaskChecked,
     #[serde(rename = "batch.completed")]
     BatchCompleted,
 }
@@ -73,6 +76,7 @@ impl EventType {
             "failed" => Some(Self::TaskFailed),
             "cancelled" => Some(Self::TaskCancelled),
             "waiting" => Some(Self::TaskWaiting),
+            "checked" => Some(Self::TaskChecked),
             _ => None,
         }
     }
@@ -83,6 +87,7 @@ impl EventType {
             Self::TaskFailed => "task.failed",
             Self::TaskCancelled => "task.cancelled",
             Self::TaskWaiting => "task.waiting",
+            Self::TaskChecked => "task.checked",
             Self::BatchCompleted => "batch.completed",
         }
     }
