@@ -337,9 +337,11 @@ mod tests {
             let body = resolve(&doc, &get["responses"]["200"]["content"]["application/json"]["schema"]);
             let Some(properties) = body["properties"].as_object() else { continue };
             // A collection is a path not ending in an id; the queue's figures
-            // hold one entry per lane and usage one per day of its bounded
-            // range: reports, not lists.
-            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage";
+            // hold one entry per lane, usage one per day of its bounded
+            // range and a batch's report one per model and per suite task
+            // of its batch (at most 10 000 runs): reports, not lists.
+            let collection =
+                !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage" && !path.ends_with("/report");
             if !collection || !properties.values().any(|p| p["type"] == "array") {
                 continue;
             }
