@@ -110,7 +110,7 @@ use crate::{auth, dashboard};
         flotilla_types::eval::TaskCheck,
         flotilla_types::eval::Verdict,
         flotilla_types::eval::CheckStage,
-        flotilla_types::eval::Matrix,
+        flotilla_types::eval_plan::Matrix,
         flotilla_types::eval_report::BatchReport,
         flotilla_types::eval_report::CellReport,
         flotilla_types::eval_report::Spend,
@@ -340,8 +340,7 @@ mod tests {
             // hold one entry per lane, usage one per day of its bounded
             // range and a batch's report one per model and per suite task
             // of its batch (at most 10 000 runs): reports, not lists.
-            let collection =
-                !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage" && !path.ends_with("/report");
+            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage" && !path.ends_with("/report");
             if !collection || !properties.values().any(|p| p["type"] == "array") {
                 continue;
             }

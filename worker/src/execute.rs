@@ -16,7 +16,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use flotilla_queue::queue::{Attempt, HeartbeatOutcome, Queue, Terminal};
 use flotilla_queue::QueueError;
-use flotilla_types::eval::RunPlace;
+use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::task::StopCode;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};

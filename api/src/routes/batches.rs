@@ -6,16 +6,15 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_queue::queue::{batch_specs, check_batch_templates, BatchCounts};
+use flotilla_queue::queue::{batch_specs, check_batch_templates, place_error, plan_batch, BatchCounts, PlanRequest};
 use flotilla_types::clock;
-use flotilla_types::eval::Matrix;
+use flotilla_types::eval_plan::Matrix;
 use flotilla_types::task::TaskSpec;
 use flotilla_types::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::batch_report::{place_error, planned_tasks};
 use crate::auth::Tenant;
 use crate::error::{rate_limit_headers, ApiError, ErrorBody};
 use crate::extract::JsonBody;
@@ -157,7 +156,9 @@ pub async fn create(
     Tenant(tenant): Tenant,
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
-    let (tasks, runs) = planned_tasks(&body)?;
+    let asked =
+        PlanRequest { repeat: body.repeat, best_of: body.best_of, stop_on_pass: body.stop_on_pass, matrix: body.matrix.as_ref() };
+    let (tasks, runs) = plan_batch(&body.tasks, asked)?;
     let placed = |e: ValidationError| place_error(e, runs.as_ref());
     let specs = batch_specs(&tasks, body.defaults.as_ref(), state.config().api.default_pipeline).map_err(placed)?;
     let settings = state.config().tenants.get(&tenant);

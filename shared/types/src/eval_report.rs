@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{CheckStage, Matrix, RunPlace, RunPlan, Verdict};
+use crate::eval::{CheckStage, Verdict};
+use crate::eval_plan::{Matrix, RunPlace, RunPlan};
 use crate::ids::{BatchId, TaskId};
 use crate::task::{Pipeline, StopCode, TaskStatus};
 

@@ -13,6 +13,7 @@ pub mod address;
 pub mod clock;
 pub mod error;
 pub mod eval;
+pub mod eval_plan;
 pub mod eval_report;
 pub mod event;
 pub mod ids;

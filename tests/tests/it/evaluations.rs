@@ -182,12 +182,19 @@ async fn sandbox_best_of_three_keeps_the_passing_second_run_and_cancels_the_thir
     assert_eq!(usage["total"]["steps"], 2, "usage counts every run that ran: {usage}");
 
     // Each judged run is a `task.checked` message with its verdict.
-    eventually("two task.checked messages arrive", Duration::from_secs(30), async || hooks.lock().expect("lock").len() >= 2).await;
+    eventually("two task.checked messages arrive", Duration::from_secs(30), async || hooks.lock().expect("lock").len() >= 2)
+        .await;
     let mut messages: Vec<(String, String, String)> = hooks
         .lock()
         .expect("lock")
         .iter()
-        .map(|m| (m["type"].as_str().unwrap_or("").to_owned(), m["data"]["id"].as_str().unwrap_or("").to_owned(), m["data"]["verdict"].as_str().unwrap_or("").to_owned()))
+        .map(|m| {
+            (
+                m["type"].as_str().unwrap_or("").to_owned(),
+                m["data"]["id"].as_str().unwrap_or("").to_owned(),
+                m["data"]["verdict"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     messages.sort_by_key(|(_, id, _)| ids.iter().position(|i| i.as_str() == id));
     let want = [("task.checked", ids[0].as_str(), "failed"), ("task.checked", ids[1].as_str(), "passed")];

@@ -17,7 +17,7 @@ pub(crate) mod fake;
 use flotilla_config::TenantSettings;
 use flotilla_queue::queue::TaskRecord;
 use flotilla_queue::QueueError;
-use flotilla_types::eval::RunPlace;
+use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
 use flotilla_types::task::{HumanInput, StopCode, TaskSpec};

@@ -101,10 +101,10 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
                 "items": reference("BatchTaskPatch")},
             "repeat": {"description": "Runs each task this many times, independently, each in its own sandbox \
                 (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.",
-                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval::MAX_RUNS}]},
+                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval_plan::MAX_RUNS}]},
             "best_of": {"description": "Runs each task (each repeat) this many times; its best run by the check's \
                 score counts (default 1).",
-                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval::MAX_RUNS}]},
+                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval_plan::MAX_RUNS}]},
             "stop_on_pass": {"description": "With `best_of` of 2 or more: once one run of a group passes its check, \
                 the group's other runs are cancelled.", "type": ["boolean", "null"]},
             "matrix": {"description": "Expands the batch over models and pipelines: each task runs once in each \

@@ -10,18 +10,22 @@
 //! few fields per task, pipelined a thousand at a time, so a report over
 //! thousands of runs is a few round trips, never one per task.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use redis::AsyncCommands;
 
-use super::{Reader, TaskRecord};
+use super::{Reader, TaskRecord, MAX_BATCH_TASKS};
 use crate::error::QueueError;
 use crate::keys::Keys;
-use flotilla_types::eval::{CheckStage, RunPlace, RunPlan, Verdict};
+use flotilla_types::eval::{CheckStage, Verdict};
+use flotilla_types::eval_plan::{Matrix, RunPlace, RunPlan, MAX_RUNS};
 use flotilla_types::eval_report::RunRow;
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
 use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
 use flotilla_types::usage::Meter;
+use flotilla_types::ValidationError;
+use serde_json::Value;
 
 /// The field of the runs hash that holds the plan.
 const PLAN_FIELD: &str = "plan";
@@ -189,11 +193,76 @@ fn suite_name(spec: &TaskSpec) -> String {
     }
 }
 
+/// The plan fields of a batch submit, as given.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanRequest<'a> {
+    pub repeat: Option<u32>,
+    pub best_of: Option<u32>,
+    pub stop_on_pass: Option<bool>,
+    pub matrix: Option<&'a Matrix>,
+}
+
+/// The run plan a batch asks for, checked; `None` for a plain batch.
+fn run_plan(tasks: usize, asked: PlanRequest) -> Result<Option<RunPlan>, ValidationError> {
+    let count = |field: &str, value: Option<u32>| match value {
+        Some(n) if !(1..=MAX_RUNS).contains(&n) => {
+            Err(ValidationError::at(field, format!("{field} must be from 1 to {MAX_RUNS}")))
+        }
+        _ => Ok(value.unwrap_or(1)),
+    };
+    let plan = RunPlan {
+        repeat: count("repeat", asked.repeat)?,
+        best_of: count("best_of", asked.best_of)?,
+        stop_on_pass: asked.stop_on_pass.unwrap_or(false),
+        matrix: asked.matrix.cloned().unwrap_or_default(),
+    };
+    plan.matrix.validate().map_err(|e| e.under("matrix"))?;
+    if plan.stop_on_pass && plan.best_of < 2 {
+        return Err(ValidationError::at("stop_on_pass", "stop_on_pass needs best_of of 2 or more"));
+    }
+    if plan.is_plain() {
+        return Ok(None);
+    }
+    let runs = tasks.saturating_mul(plan.runs_per_task());
+    if runs > MAX_BATCH_TASKS {
+        return Err(ValidationError::at(
+            "tasks",
+            format!("the batch would run {runs} tasks (tasks × matrix cells × repeat × best_of); at most {MAX_BATCH_TASKS}"),
+        ));
+    }
+    Ok(Some(plan))
+}
+
+/// The tasks a batch runs, expanded by the plan it asks for, and where
+/// each sits in it; the tasks as given for a plain batch.
+pub fn plan_batch<'a>(
+    tasks: &'a [Value],
+    asked: PlanRequest<'_>,
+) -> Result<(Cow<'a, [Value]>, Option<PlannedRuns>), ValidationError> {
+    match run_plan(tasks.len(), asked)? {
+        None => Ok((Cow::Borrowed(tasks), None)),
+        Some(plan) => {
+            let (tasks, places) = expand_tasks(tasks, &plan);
+            Ok((Cow::Owned(tasks), Some(PlannedRuns { plan, places })))
+        }
+    }
+}
+
+/// Names a bad expanded task by the task given: `tasks[7]` of the
+/// expansion is `tasks[1]` when it runs the second task of the suite.
+pub fn place_error(error: ValidationError, runs: Option<&PlannedRuns>) -> ValidationError {
+    let (Some(runs), Some(field)) = (runs, error.field.as_deref()) else { return error };
+    let Some(rest) = field.strip_prefix("tasks[") else { return error };
+    let Some((index, tail)) = rest.split_once(']') else { return error };
+    let Some(place) = index.parse::<usize>().ok().and_then(|i| runs.places.get(i)) else { return error };
+    ValidationError { field: Some(format!("tasks[{}]{tail}", place.task)), ..error }
+}
+
 /// A batch's tasks expanded by its plan: each suite task in each matrix
 /// cell (its `model` and `pipeline` laid over the task's own), `repeat`
 /// groups of `best_of` runs, in that order; and each run's place. The
 /// places come without rivals (they are ids, made later).
-pub fn expand_tasks(tasks: &[serde_json::Value], plan: &RunPlan) -> (Vec<serde_json::Value>, Vec<RunPlace>) {
+pub fn expand_tasks(tasks: &[Value], plan: &RunPlan) -> (Vec<Value>, Vec<RunPlace>) {
     let cells = plan.matrix.cells();
     let (repeat, best_of) = (plan.repeat.max(1), plan.best_of.max(1));
     let mut expanded = Vec::with_capacity(tasks.len() * plan.runs_per_task());
@@ -201,7 +270,7 @@ pub fn expand_tasks(tasks: &[serde_json::Value], plan: &RunPlan) -> (Vec<serde_j
     for (task, value) in tasks.iter().enumerate() {
         for (cell_index, cell) in cells.iter().enumerate() {
             let mut laid = value.clone();
-            if let serde_json::Value::Object(fields) = &mut laid {
+            if let Value::Object(fields) = &mut laid {
                 if let Some(model) = &cell.model {
                     fields.insert("model".to_owned(), model.clone().into());
                 }
@@ -229,7 +298,7 @@ pub fn expand_tasks(tasks: &[serde_json::Value], plan: &RunPlan) -> (Vec<serde_j
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flotilla_types::eval::Matrix;
+    use flotilla_types::eval_plan::Matrix;
     use flotilla_types::task::Pipeline;
     use serde_json::json;
 
@@ -253,5 +322,45 @@ mod tests {
         let cmd = planned.write(&Keys::new("t"), &BatchId::generate(), &ids).expect("write");
         let packed = String::from_utf8_lossy(&cmd.get_packed_command()).into_owned();
         assert!(packed.contains(&format!("\"rivals\":[\"{}\"]", ids[1])), "run 1's rival is run 2: {packed}");
+    }
+
+    #[test]
+    fn a_plain_batch_has_no_plan_and_bad_plans_name_their_field() {
+        let asked = |value: &Value| {
+            let matrix = value.get("matrix").map(|m| serde_json::from_value::<Matrix>(m.clone()).expect("matrix"));
+            let number = |field: &str| value.get(field).and_then(Value::as_u64).map(|n| n as u32);
+            let tasks = value["tasks"].as_array().map_or(0, Vec::len);
+            run_plan(
+                tasks,
+                PlanRequest {
+                    repeat: number("repeat"),
+                    best_of: number("best_of"),
+                    stop_on_pass: value.get("stop_on_pass").and_then(Value::as_bool),
+                    matrix: matrix.as_ref(),
+                },
+            )
+        };
+        assert!(asked(&json!({"tasks": [{"prompt": "x"}]})).expect("plain").is_none());
+        let cases = [
+            (json!({"tasks": [{"prompt": "x"}], "repeat": 0}), "repeat"),
+            (json!({"tasks": [{"prompt": "x"}], "best_of": 101}), "best_of"),
+            (json!({"tasks": [{"prompt": "x"}], "stop_on_pass": true}), "stop_on_pass"),
+            (json!({"tasks": [{"prompt": "x"}], "matrix": {"model": []}}), "matrix.model"),
+            (json!({"tasks": [{"prompt": "x"}], "repeat": 100, "best_of": 101}), "best_of"),
+            (json!({"tasks": vec![json!({"prompt": "x"}); 200], "repeat": 100}), "tasks"),
+        ];
+        for (value, field) in cases {
+            let err = asked(&value).expect_err("refused");
+            assert_eq!(err.field.as_deref(), Some(field), "{value}");
+        }
+    }
+
+    #[test]
+    fn an_expanded_tasks_error_names_the_task_given() {
+        let given = [json!({"prompt": "a"}), json!({"prompt": "b"})];
+        let (tasks, runs) = plan_batch(&given, PlanRequest { repeat: Some(3), ..PlanRequest::default() }).expect("planned");
+        assert_eq!(tasks.len(), 6);
+        let error = place_error(ValidationError::at("tasks[4].prompt", "bad"), runs.as_ref());
+        assert_eq!(error.field.as_deref(), Some("tasks[1].prompt"));
     }
 }
