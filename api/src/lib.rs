@@ -160,6 +160,7 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))
+        .route("/v1/batches/{id}/report", get(routes::batch_report::report))
         .route("/v1/usage", get(routes::usage::usage))
         .route("/v1/schedules", post(routes::schedules::create).get(routes::schedules::list))
         .route(
@@ -184,6 +185,9 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route(dashboard::STYLE_PATH, get(dashboard::style))
         .route(dashboard::CHART_SCRIPT_PATH, get(dashboard::chart_script))
         .route(dashboard::CHART_STYLE_PATH, get(dashboard::chart_style))
+        .route(dashboard::evals::PAGE_PATH, get(dashboard::evals::page))
+        .route(dashboard::evals::SCRIPT_PATH, get(dashboard::evals::script))
+        .route(dashboard::evals::STYLE_PATH, get(dashboard::evals::style))
 }
 
 /// The span of one request; `route` (the matched route, such as

@@ -21,8 +21,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
-    batch_events, batches, events, feed_events, mcp, ops, queues, schedules, takeover, tasks, usage, views, webhook_listen,
-    webhooks,
+    batch_events, batch_report, batches, events, feed_events, mcp, ops, queues, schedules, takeover, tasks, usage, views,
+    webhook_listen, webhooks,
 };
 use crate::state::AppState;
 use crate::{auth, dashboard};
@@ -45,6 +45,7 @@ use crate::{auth, dashboard};
         batches::create,
         batches::get,
         batches::cancel,
+        batch_report::report,
         batch_events::stream,
         schedules::create,
         schedules::list,
@@ -70,6 +71,7 @@ use crate::{auth, dashboard};
         document,
         dashboard::page,
         mcp::with_caller_key,
+        dashboard::evals::page,
     ),
     components(schemas(
         ErrorBody,
@@ -106,6 +108,17 @@ use crate::{auth, dashboard};
         batches::BatchView,
         batches::BatchCancelled,
         flotilla_queue::queue::BatchCounts,
+        flotilla_types::eval::TaskSetup,
+        flotilla_types::eval::TaskCheck,
+        flotilla_types::eval::Verdict,
+        flotilla_types::eval::CheckStage,
+        flotilla_types::eval_plan::Matrix,
+        flotilla_types::eval_report::BatchReport,
+        flotilla_types::eval_report::CellReport,
+        flotilla_types::eval_report::Spend,
+        flotilla_types::eval_report::TaskReport,
+        flotilla_types::eval_report::TaskCell,
+        flotilla_types::eval_report::RunView,
         flotilla_queue::schedule::NewSchedule,
         flotilla_queue::schedule::SchedulePatch,
         flotilla_queue::schedule::Schedule,
@@ -333,9 +346,10 @@ mod tests {
             let body = resolve(&doc, &get["responses"]["200"]["content"]["application/json"]["schema"]);
             let Some(properties) = body["properties"].as_object() else { continue };
             // A collection is a path not ending in an id; the queue's figures
-            // hold one entry per lane and usage one per day of its bounded
-            // range: reports, not lists.
-            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage";
+            // hold one entry per lane, usage one per day of its bounded
+            // range and a batch's report one per model and per suite task
+            // of its batch (at most 10 000 runs): reports, not lists.
+            let collection = !path.ends_with('}') && path != "/v1/queues" && path != "/v1/usage" && !path.ends_with("/report");
             if !collection || !properties.values().any(|p| p["type"] == "array") {
                 continue;
             }

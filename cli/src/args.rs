@@ -87,6 +87,58 @@ pub enum Command {
     Usage(UsageArgs),
     /// Serve the fleet's tools to an MCP client (Claude Code, …) on stdin and stdout
     Mcp,
+    /// Run an evaluation suite and show its report, or show a past run's report
+    Eval(EvalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub action: EvalAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalAction {
+    /// Run a suite: a JSON Lines file of task specs or OSWorld tasks, an
+    /// OSWorld task file, or a folder of them; show progress, then the report
+    Run(EvalRunArgs),
+    /// Show the report of a batch run before
+    Report(EvalReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalRunArgs {
+    /// The suite: FILE.jsonl, FILE.json or a folder of .json files ("-" reads JSON Lines from stdin)
+    #[arg(value_name = "SUITE")]
+    pub suite: PathBuf,
+    /// Run every task with each value: model=a,b or pipeline=x,y (repeatable)
+    #[arg(long, value_name = "KEY=A,B", value_parser = parse_matrix_axis)]
+    pub matrix: Vec<(String, Vec<String>)>,
+    /// Run each task this many times, independently
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// Run each task this many times and keep its best run
+    #[arg(long)]
+    pub best_of: Option<u32>,
+    /// With --best-of: cancel a task's other runs once one passes
+    #[arg(long)]
+    pub stop_on_pass: bool,
+    /// Spec fields every task starts from, as a JSON object; each task's fields win
+    #[arg(long, value_name = "JSON", value_parser = parse_object)]
+    pub defaults: Option<Value>,
+    /// Run OSWorld tasks' scripted reference solutions (`flotilla_reference`)
+    /// with the scripted pipeline: a dry run of the suite without a model
+    #[arg(long)]
+    pub reference: bool,
+    /// Print the batch id and return without waiting for the report
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalReportArgs {
+    /// The batch id
+    pub batch: String,
 }
 
 #[derive(Debug, Default, Args)]
@@ -381,6 +433,19 @@ fn ordered_actions(submit: &SubmitArgs, matches: &ArgMatches) -> Vec<Value> {
     }
     indexed.sort_by_key(|(index, _)| *index);
     indexed.into_iter().map(|(_, action)| action).collect()
+}
+
+/// `model=a,b` → `("model", ["a", "b"])`.
+fn parse_matrix_axis(text: &str) -> Result<(String, Vec<String>), String> {
+    let (key, values) = text.split_once('=').ok_or("expected KEY=A,B, like model=a,b")?;
+    if key != "model" && key != "pipeline" {
+        return Err(format!("a matrix axis is model or pipeline, not {key:?}"));
+    }
+    let values: Vec<String> = values.split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned).collect();
+    if values.is_empty() {
+        return Err(format!("{key} needs at least one value"));
+    }
+    Ok((key.to_owned(), values))
 }
 
 fn parse_object(text: &str) -> Result<Value, String> {

@@ -78,6 +78,7 @@ fn event_details(kind: &str, event: &Value) -> String {
         "block" => block_summary(event.get("block")),
         "waiting" => fields(event, &["code", "message"]),
         "retrying" => fields(event, &["attempt", "delay_ms", "error"]),
+        "checked" => fields(event, &["verdict", "score", "stage", "reason"]),
         "succeeded" => join(&[fields(event, &["code"]), result_summary(event.get("result"))]),
         "failed" => fields(event, &["code", "error"]),
         "cancelled" => fields(event, &["code"]),

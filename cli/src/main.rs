@@ -8,6 +8,7 @@ mod args;
 mod commands;
 mod display;
 mod json_text;
+mod osworld;
 mod progress;
 mod record;
 mod spec;

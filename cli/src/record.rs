@@ -39,6 +39,10 @@ pub struct Task {
     #[serde(deserialize_with = "or_none")]
     pub result: Option<TaskResult>,
     pub error: Option<String>,
+    /// The check's verdict, as named by the server.
+    pub verdict: Option<String>,
+    pub score: Option<f64>,
+    pub reason: Option<String>,
     #[serde(deserialize_with = "or_none")]
     pub usage: Option<UsageView>,
     pub created_at: Option<String>,
@@ -208,6 +212,9 @@ mod tests {
             screenshots: vec![json!({"seq": 4, "hash": "h", "key": "k", "url": "http://s3/k"})],
             result: Some(json!({"text": "done", "artifacts": [{"path": "a.txt", "key": "k2"}]})),
             error: Some("none".into()),
+            verdict: Some(flotilla_types::eval::Verdict::Passed),
+            score: Some(1.0),
+            reason: Some("ok".into()),
             usage: Some(UsageView { steps: 3, ..UsageView::default() }),
             created_at: "2026-01-01T00:00:00Z".into(),
             started_at: Some("2026-01-01T00:00:01Z".into()),
@@ -231,6 +238,7 @@ mod tests {
         assert_eq!((result.text.as_deref(), result.artifacts[0].label()), (Some("done"), Some("a.txt")));
         assert_eq!(task.usage.map(|u| u.steps), Some(3));
         assert_eq!(task.error.as_deref(), Some("none"));
+        assert_eq!((task.verdict.as_deref(), task.score), (Some("passed"), Some(1.0)));
         assert_eq!(task.started_at.as_deref(), Some("2026-01-01T00:00:01Z"));
         assert_eq!(task.waiting_for, Some(Vec::new()));
         let known: Vec<&str> = vec![
@@ -248,6 +256,9 @@ mod tests {
             "screenshots",
             "result",
             "error",
+            "verdict",
+            "score",
+            "reason",
             "usage",
             "created_at",
             "started_at",

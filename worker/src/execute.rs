@@ -16,6 +16,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use flotilla_queue::queue::{Attempt, HeartbeatOutcome, Queue, Terminal};
 use flotilla_queue::QueueError;
+use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::task::StopCode;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
@@ -24,7 +25,7 @@ pub use attempt_handle::AttemptHandle;
 
 use crate::acker::Acker;
 use crate::metrics::WorkerMetrics;
-use crate::pipeline::{Outcome, PipelineError, Registry, TaskRun, Tools};
+use crate::pipeline::{Outcome, PipelineError, Registry, TaskHandle, TaskRun, Tools};
 
 /// What every execution shares.
 #[derive(Clone)]
@@ -120,9 +121,43 @@ impl Executor {
                 message: format!("pipeline {:?} is not available on this worker", kind.as_str()),
             });
         };
-        let task = Arc::new(AttemptHandle::new(Arc::clone(attempt)));
+        let handle = Arc::new(AttemptHandle::new(Arc::clone(attempt), self.run_place(attempt).await));
+        let task = Arc::clone(&handle) as Arc<dyn TaskHandle>;
         let run = TaskRun { task, cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
-        pipeline.run(&run).await
+        let result = pipeline.run(&run).await;
+        if handle.passed() {
+            self.stop_rivals(attempt, handle.run_place()).await;
+        }
+        result
+    }
+
+    /// Where an evaluated task of a batch sits in the batch's run plan
+    /// (one read, only for a task with a `setup` or `check`).
+    async fn run_place(&self, attempt: &Attempt) -> Option<RunPlace> {
+        let spec = &attempt.spec;
+        let batch = attempt.origin().batch_id.as_ref()?;
+        if spec.setup.is_none() && spec.check.is_none() {
+            return None;
+        }
+        match self.queue.reader().run_place(batch, attempt.task_id()).await {
+            Ok(place) => place,
+            Err(e) => {
+                warn!(error = %e, "could not read the task's place in its batch's run plan");
+                None
+            }
+        }
+    }
+
+    /// With `stop_on_pass`, cancels the other runs of a best-of group once
+    /// this one passed: queued ones at once, running ones at their next
+    /// heartbeat. Their usage so far stays counted.
+    async fn stop_rivals(&self, attempt: &Attempt, place: Option<&RunPlace>) {
+        for rival in place.map(|p| p.rivals.as_slice()).unwrap_or_default() {
+            match self.queue.submitter().cancel(attempt.tenant(), rival).await {
+                Ok(outcome) => info!(rival = %rival, ?outcome, "a rival run passed first; cancelling"),
+                Err(e) => warn!(rival = %rival, error = %e, "could not cancel a run whose rival passed"),
+            }
+        }
     }
 
     /// Hands the task back for a later attempt (or dead-letters it), retrying

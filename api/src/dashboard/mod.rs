@@ -10,6 +10,8 @@
 //! presigned links into the configured S3 store, so images are the one thing
 //! the page may load from elsewhere: from that store's origin only.
 
+pub mod evals;
+
 use axum::extract::State;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::HeaderName;
@@ -52,7 +54,7 @@ pub fn content_security_policy(store_origin: Option<&str>) -> String {
 }
 
 /// Headers every dashboard response carries.
-fn security_headers(state: &AppState, content_type: &'static str) -> [(HeaderName, String); 6] {
+pub(crate) fn security_headers(state: &AppState, content_type: &'static str) -> [(HeaderName, String); 6] {
     let policy = content_security_policy(state.blobs().map(|b| b.origin()));
     [
         (CONTENT_TYPE, content_type.to_owned()),

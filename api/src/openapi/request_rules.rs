@@ -18,6 +18,7 @@
 //! enforces with a 400, and the reverse; `schemathesis::*` checks the two
 //! against each other.
 
+use flotilla_types::eval::{MAX_COMMAND_CHARS, MAX_SETUP_FILES};
 use flotilla_types::task::{Pipeline, MAX_ACTIONS, MAX_ATTEMPTS, MAX_DURATION_S, MAX_LABELS, MAX_LABEL_CHARS};
 use serde_json::{json, Map, Value};
 
@@ -62,6 +63,19 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     }
     if let Some(files) = schemas.get_mut("TaskFiles") {
         *files = task_files();
+    }
+    if let Some(setup) = schemas.get_mut("TaskSetup") {
+        let path = "^(?!(?:[\\s\\S]*/)?\\.\\.(?:/|(?![\\s\\S])))[^\\x00-\\x1f\\x7f-\\x9f]{1,1024}(?![\\s\\S])";
+        set(setup, "/properties/files", json!({"maxProperties": MAX_SETUP_FILES, "propertyNames": {"pattern": path}}));
+        set(setup, "/properties/commands", json!({"items": command()}));
+    }
+    if let Some(matrix) = schemas.get_mut("Matrix") {
+        let mut model = printable(128);
+        model["type"] = json!("string");
+        set(matrix, "/properties/model", json!({"items": model}));
+    }
+    if let Some(check) = schemas.get_mut("TaskCheck") {
+        set(check, "/properties/command", command());
     }
     if let Some(spec) = schemas.get_mut("TaskSpec") {
         set(spec, "/properties/requires", json!({"maxItems": MAX_LABELS, "items": label()}));
@@ -137,6 +151,13 @@ fn set(doc: &mut Value, pointer: &str, with: Value) {
         (Some(object), Value::Object(keys)) if !object.contains_key("$ref") => object.extend(keys),
         (_, with) => *target = with,
     }
+}
+
+/// A set-up or check command: 1 to 10 000 characters, not only white
+/// space (Unicode's `White_Space`), no NUL.
+fn command() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": MAX_COMMAND_CHARS,
+        "pattern": "^[^\\x00]*[^\\x00\\t\\n\\x0B\\x0C\\r \\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000][^\\x00]*(?![\\s\\S])"})
 }
 
 /// A free label: 1 to 64 of `A-Z a-z 0-9 - _ .`.

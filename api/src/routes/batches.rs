@@ -6,8 +6,9 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_queue::queue::{batch_specs, check_batch_templates, BatchCounts};
+use flotilla_queue::queue::{batch_specs, check_batch_templates, place_error, plan_batch, BatchCounts, PlanRequest};
 use flotilla_types::clock;
+use flotilla_types::eval_plan::Matrix;
 use flotilla_types::task::TaskSpec;
 use flotilla_types::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,18 @@ pub struct BatchRequest {
     /// Spec fields every task starts from.
     #[schema(value_type = Option<Object>)]
     pub defaults: Option<Map<String, Value>>,
+    /// Runs each task this many times, independently, each in its own
+    /// sandbox (1 to 100; default 1).
+    pub repeat: Option<u32>,
+    /// Runs each task (each repeat) this many times; the best run by its
+    /// check's score counts (1 to 100; default 1).
+    pub best_of: Option<u32>,
+    /// With `best_of`: once one run passes its check, the others of its
+    /// group are cancelled.
+    pub stop_on_pass: Option<bool>,
+    /// Expands the batch over models and pipelines: each task runs once in
+    /// each combination (times `repeat` and `best_of`).
+    pub matrix: Option<Matrix>,
 }
 
 /// The answer to a batch submit.
@@ -143,12 +156,16 @@ pub async fn create(
     Tenant(tenant): Tenant,
     BatchBody(body): BatchBody,
 ) -> Result<Response, ApiError> {
-    let specs = batch_specs(&body.tasks, body.defaults.as_ref(), state.config().api.default_pipeline)?;
+    let asked =
+        PlanRequest { repeat: body.repeat, best_of: body.best_of, stop_on_pass: body.stop_on_pass, matrix: body.matrix.as_ref() };
+    let (tasks, runs) = plan_batch(&body.tasks, asked)?;
+    let placed = |e: ValidationError| place_error(e, runs.as_ref());
+    let specs = batch_specs(&tasks, body.defaults.as_ref(), state.config().api.default_pipeline).map_err(placed)?;
     let settings = state.config().tenants.get(&tenant);
-    check_batch_templates(&specs, &body.tasks, body.defaults.as_ref(), &settings.sandbox_templates)?;
-    let tasks = specs.len() as u64;
-    let admitted = state.queue().submitter().admit(&tenant, tasks, &settings).await?;
-    let made = state.queue().submitter().create_batch(&tenant, specs).await;
+    check_batch_templates(&specs, &tasks, body.defaults.as_ref(), &settings.sandbox_templates).map_err(placed)?;
+    let count = specs.len() as u64;
+    let admitted = state.queue().submitter().admit(&tenant, count, &settings).await?;
+    let made = state.queue().submitter().create_batch(&tenant, specs, runs).await;
     super::tasks::release(&state, &admitted).await;
     let (batch, task_ids) = made?;
     tracing::info!(batch_id = %batch.id, tasks = task_ids.len(), "batch queued");

@@ -2,6 +2,7 @@
 //! HTTP in, a call to the queue, HTTP out; the rules live in `flotilla-types` and `flotilla-queue`.
 
 pub mod batch_events;
+pub mod batch_report;
 pub mod batches;
 pub mod events;
 pub mod feed_events;

@@ -9,6 +9,7 @@ use flotilla_queue::queue::{CancelOutcome, ListFilter, TaskRecord};
 use flotilla_queue::quota::Admitted;
 use flotilla_queue::QueueError;
 use flotilla_types::clock;
+use flotilla_types::eval::Verdict;
 use flotilla_types::task::{HumanInput, TaskSpec, TaskStatus};
 use flotilla_types::{BatchId, TaskId, ValidationError};
 use serde::{Deserialize, Serialize};
@@ -82,6 +83,9 @@ pub struct ListParams {
     /// Only tasks with this status.
     #[param(value_type = Option<TaskStatus>)]
     pub status: Option<String>,
+    /// Only tasks whose check gave this verdict (`passed`, `failed`, `error`).
+    #[param(value_type = Option<Verdict>)]
+    pub verdict: Option<String>,
     /// Only tasks of this batch; empty for any.
     #[param(value_type = Option<String>, pattern = r"^(bat_[0-7][0-9a-hjkmnp-tv-z]{25})?$")]
     pub batch: Option<String>,
@@ -102,10 +106,17 @@ impl ListParams {
                 ValidationError::at("status", "status must be one of queued, running, waiting, succeeded, failed, cancelled")
             })?),
         };
+        let verdict = match given(&self.verdict) {
+            None => None,
+            Some(v) => Some(
+                Verdict::parse(&v)
+                    .ok_or_else(|| ValidationError::at("verdict", "verdict must be one of passed, failed, error"))?,
+            ),
+        };
         let batch = given(&self.batch).map(|b| BatchId::parse(&b).map_err(|e| e.under("batch"))).transpose()?;
         let cursor = given(&self.cursor).map(|c| TaskId::parse(&c).map_err(|e| e.under("cursor"))).transpose()?;
         let limit = parse_limit(self.limit.as_deref(), DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)?;
-        Ok(ListFilter { status, batch, limit, cursor })
+        Ok(ListFilter { status, verdict, batch, limit, cursor })
     }
 }
 
@@ -298,6 +309,7 @@ mod tests {
     fn params(status: Option<&str>, batch: Option<&str>, limit: Option<&str>, cursor: Option<&str>) -> ListParams {
         ListParams {
             status: status.map(str::to_owned),
+            verdict: None,
             batch: batch.map(str::to_owned),
             limit: limit.map(str::to_owned),
             cursor: cursor.map(str::to_owned),
@@ -318,6 +330,7 @@ mod tests {
             (params(None, Some("tsk_01jc0000000000000000000000"), None, None), "batch"),
             (params(None, None, Some("9999"), None), "limit"),
             (params(None, None, None, Some("abc")), "cursor"),
+            (ListParams { verdict: Some("maybe".into()), ..ListParams::default() }, "verdict"),
         ];
         for (p, field) in cases {
             let err = p.filter().expect_err("refused");

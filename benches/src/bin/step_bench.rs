@@ -225,7 +225,7 @@ impl Bench {
     async fn measure(&mut self, size: (u32, u32)) -> anyhow::Result<Value> {
         let attempt = Arc::new(self.claim(size).await?);
         let run = TaskRun {
-            task: Arc::new(AttemptHandle::new(Arc::clone(&attempt))),
+            task: Arc::new(AttemptHandle::new(Arc::clone(&attempt), None)),
             cancel: CancellationToken::new(),
             tools: Arc::clone(&self.tools),
             metrics: self.metrics.clone(),

@@ -56,7 +56,7 @@ pub async fn run(client: &Client, args: &BatchArgs, format: Format) -> anyhow::R
 
 /// Reads the batch until every task has ended, drawing progress on stderr
 /// for a person. Returns the last answer.
-async fn follow(client: &Client, id: &str, format: Format) -> anyhow::Result<crate::client::ApiResponse> {
+pub(super) async fn follow(client: &Client, id: &str, format: Format) -> anyhow::Result<crate::client::ApiResponse> {
     let terminal = format == Format::Human && std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut last_line: Option<Instant> = None;
@@ -131,7 +131,7 @@ fn progress_line(counts: &Counts, total: u64, elapsed: Duration) -> String {
 /// An error of the API about `tasks[i]` told as one about the line of the
 /// file the task came from: `FILE, line 4: invalid_request: … (field
 /// priority)`; any other error as it is.
-fn on_its_line(err: ClientError, file: &str, lines: &[usize]) -> anyhow::Error {
+pub(super) fn on_its_line(err: ClientError, file: &str, lines: &[usize]) -> anyhow::Error {
     let ClientError::Api(api) = &err else { return err.into() };
     let Some((index, rest)) = api.field.as_deref().and_then(task_index) else { return err.into() };
     let Some(line) = lines.get(index) else { return err.into() };
@@ -150,7 +150,7 @@ fn task_index(field: &str) -> Option<(usize, &str)> {
 
 /// The specs of a JSON Lines file (or stdin for `-`): one object per
 /// non-blank line, each with its line number.
-fn read_jsonl(path: &Path) -> anyhow::Result<Vec<(usize, Value)>> {
+pub(super) fn read_jsonl(path: &Path) -> anyhow::Result<Vec<(usize, Value)>> {
     let shown = path.display();
     let text = if path.as_os_str() == "-" {
         let mut text = String::new();

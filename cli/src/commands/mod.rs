@@ -2,6 +2,7 @@
 //! every command returns how the process should end.
 
 mod batch;
+mod eval;
 mod listen;
 mod mcp;
 mod queues;
@@ -57,6 +58,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Queues => queues::run(&client, format).await,
         Command::Usage(args) => usage::run(&client, &args, format).await,
         Command::Mcp => mcp::run(client).await,
+        Command::Eval(args) => eval::run(&client, &args.action, format).await,
     }
 }
 

@@ -312,6 +312,12 @@ impl Keys {
         format!("{}:batch:{{{id}}}:tasks", self.prefix)
     }
 
+    /// Hash: where each task of an evaluation batch sits in its run plan
+    /// (task id → `RunPlace` JSON), and under `plan` the plan itself.
+    pub fn batch_runs(&self, id: &BatchId) -> String {
+        format!("{}:batch:{{{id}}}:runs", self.prefix)
+    }
+
     /// Sorted set: batches with tasks still to end, by the epoch ms they were
     /// last looked at; the janitor seals them once every task has ended.
     pub fn open_batches(&self) -> String {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::Action;
 use crate::clock;
+use crate::eval::{CheckStage, Verdict};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::task::Decision;
 
@@ -110,6 +111,14 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// The task was judged: by its check after the agent stopped, or, with
+    /// verdict `error`, by a set-up that failed before it started.
+    Checked {
+        verdict: Verdict,
+        score: Option<f64>,
+        reason: String,
+        stage: CheckStage,
+    },
     Retrying {
         attempt: u32,
         delay_ms: u64,
@@ -163,6 +172,7 @@ impl EventKind {
             EventKind::Input { .. } => "input",
             EventKind::Takeover {} => "takeover",
             EventKind::Released { .. } => "released",
+            EventKind::Checked { .. } => "checked",
             EventKind::Retrying { .. } => "retrying",
             EventKind::Succeeded { .. } => "succeeded",
             EventKind::Failed { .. } => "failed",

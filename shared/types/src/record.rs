@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::eval::Verdict;
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::route::Need;
 use crate::task::{Priority, StopCode, TaskSpec, TaskStatus};
@@ -46,6 +47,13 @@ pub struct TaskRecord {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub result: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// What the task's check judged (`passed`, `failed`, `error`); `null`
+    /// until it ran, or for a task without `setup` or `check`.
+    pub verdict: Option<Verdict>,
+    /// The check's score, 0 to 1.
+    pub score: Option<f64>,
+    /// Why the check judged so (or why the set-up failed).
+    pub reason: Option<String>,
     /// What the task spent so far, counted as it happened (every attempt).
     pub usage: Option<UsageView>,
     pub created_at: String,

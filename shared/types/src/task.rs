@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::action::Action;
 use crate::clock;
 use crate::error::ValidationError;
+use crate::eval::{TaskCheck, TaskSetup};
 use crate::ids::TaskId;
 use crate::json_read;
 
@@ -286,6 +287,15 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 16, example = json!(["eu"])))]
     pub requires: Option<Vec<String>>,
+    /// Files and commands run in the task's sandbox before its agent
+    /// starts; a failure ends the task with code `problem`, verdict
+    /// `error`, before any model call.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
+    pub setup: Option<TaskSetup>,
+    /// A command run in the task's sandbox after its agent stops, whose
+    /// outcome is the task's `verdict`, `score` and `reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_object::optional")]
+    pub check: Option<TaskCheck>,
 }
 
 impl TaskSpec {
@@ -329,6 +339,12 @@ impl TaskSpec {
         }
         if let Some(labels) = &self.requires {
             check_requires(labels)?;
+        }
+        if let Some(setup) = &self.setup {
+            setup.validate().map_err(|e| e.under("setup"))?;
+        }
+        if let Some(check) = &self.check {
+            check.validate().map_err(|e| e.under("check"))?;
         }
         if let Some(retry) = &self.retry {
             check_range("retry.max_attempts", Some(u64::from(retry.max_attempts)), 1, u64::from(MAX_ATTEMPTS))?;

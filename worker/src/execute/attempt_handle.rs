@@ -4,11 +4,14 @@
 //! fenced writes and to the queue's reads of the same tenant, and offers
 //! nothing else.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use flotilla_config::TenantSettings;
 use flotilla_queue::queue::{Attempt, TaskRecord};
 use flotilla_queue::QueueError;
+use flotilla_types::eval::Verdict;
+use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
 use flotilla_types::task::{HumanInput, StopCode, TaskSpec};
@@ -23,11 +26,20 @@ use crate::sandbox::{SandboxId, SandboxOwners};
 /// A [`TaskHandle`] over a running attempt.
 pub struct AttemptHandle {
     attempt: Arc<Attempt>,
+    /// Where the task sits in its batch's run plan.
+    run: Option<RunPlace>,
+    /// Whether the pipeline recorded a `passed` verdict.
+    passed: AtomicBool,
 }
 
 impl AttemptHandle {
-    pub fn new(attempt: Arc<Attempt>) -> Self {
-        Self { attempt }
+    pub fn new(attempt: Arc<Attempt>, run: Option<RunPlace>) -> Self {
+        Self { attempt, run, passed: AtomicBool::new(false) }
+    }
+
+    /// Whether the task's check passed in this attempt.
+    pub fn passed(&self) -> bool {
+        self.passed.load(Ordering::Relaxed)
     }
 
     /// Where sandbox owners are recorded; made when a sandbox is, so that
@@ -58,8 +70,20 @@ impl TaskHandle for AttemptHandle {
         self.attempt.queue().settings().tenants.get(self.tenant())
     }
 
+    fn run_place(&self) -> Option<&RunPlace> {
+        self.run.as_ref()
+    }
+
     fn emit<'a>(&'a self, kind: EventKind, fields: &'a [(&'a str, String)]) -> BoxFuture<'a, Result<u64, QueueError>> {
-        self.attempt.emit(kind, fields).boxed()
+        let passed = matches!(kind, EventKind::Checked { verdict: Verdict::Passed, .. });
+        async move {
+            let seq = self.attempt.emit(kind, fields).await?;
+            if passed {
+                self.passed.store(true, Ordering::Relaxed);
+            }
+            Ok(seq)
+        }
+        .boxed()
     }
 
     fn add_usage<'a>(&'a self, amounts: &'a [Amount]) -> BoxFuture<'a, Result<Counted, QueueError>> {

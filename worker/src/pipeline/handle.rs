@@ -17,6 +17,7 @@ pub(crate) mod fake;
 use flotilla_config::TenantSettings;
 use flotilla_queue::queue::TaskRecord;
 use flotilla_queue::QueueError;
+use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
 use flotilla_types::task::{HumanInput, StopCode, TaskSpec};
@@ -80,6 +81,12 @@ pub trait TaskHandle: Send + Sync {
 
     /// Which attempt at the task this is, from 1.
     fn attempt_number(&self) -> u32;
+
+    /// Where the task sits in its batch's run plan (`repeat`, `best_of`,
+    /// `matrix`); `None` outside one.
+    fn run_place(&self) -> Option<&RunPlace> {
+        None
+    }
 
     /// The settings of the task's tenant.
     fn tenant_settings(&self) -> TenantSettings;

@@ -1,8 +1,8 @@
 //! The scripted pipeline: runs a list of actions in order, with an `action`
 //! and an `action_completed` event for each: the task's own `actions`, or
 //! the trajectory an earlier task recorded (`replay_of`, see [`replay`]).
-//! A list of waits alone runs without a sandbox; any other action takes a
-//! sandbox for the task, with a screenshot before the first action and
+//! A list of waits alone runs without a sandbox; any other action, or a
+//! `setup` or `check` to run, takes a sandbox for the task, with a screenshot before the first action and
 //! after every one.
 //!
 //! [`replay`]: super::replay
@@ -29,7 +29,8 @@ impl PipelineRunner for Scripted {
                 Some(id) => replay::trajectory(run.task.as_ref(), id).await?,
                 None => Trajectory { actions: spec.actions.clone().unwrap_or_default(), sandbox: spec.sandbox.clone() },
             };
-            if actions.iter().any(Action::needs_sandbox) {
+            let evaluated = spec.setup.is_some() || spec.check.is_some();
+            if evaluated || actions.iter().any(Action::needs_sandbox) {
                 let mut session = Session::open_with(run, Steps::new(run), sandbox.as_ref()).await?;
                 let result = run_on_screen(&mut session, &actions).await;
                 session.close(result).await

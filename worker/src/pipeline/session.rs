@@ -21,6 +21,8 @@
 //! every screenshot is stored, so no task ends `succeeded` pointing at an
 //! image the store does not have.
 
+mod evaluate;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -339,7 +341,9 @@ impl Session {
         };
         let announced = session.announce(&held).await;
         session.held = Some(held);
-        announced.map(|()| session)
+        announced?;
+        session.set_up().await?;
+        Ok(session)
     }
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
@@ -450,7 +454,10 @@ impl Session {
     /// screenshot is stored and its event emitted; a screenshot that cannot
     /// be stored turns the success into an error. Then the sandbox is
     /// settled: released, or kept for a later task when the task asked so.
+    /// Before any of it, the task's `check` judges the sandbox (see
+    /// [`evaluate`]).
     pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
+        self.check(&result).await;
         let result = match (result, self.screenshots.take()) {
             (Ok(value), Some(log)) => log.finish().await.map(|()| value),
             (result, Some(log)) => {

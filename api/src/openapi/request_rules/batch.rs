@@ -99,10 +99,30 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
                 "oneOf": [{"type": "null"}, reference("BatchDefaults")]},
             "tasks": {"type": "array", "minItems": 1, "maxItems": flotilla_queue::queue::MAX_BATCH_TASKS,
                 "items": reference("BatchTaskPatch")},
+            "repeat": {"description": "Runs each task this many times, independently, each in its own sandbox \
+                (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.",
+                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval_plan::MAX_RUNS}]},
+            "best_of": {"description": "Runs each task (each repeat) this many times; its best run by the check's \
+                score counts (default 1).",
+                "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1, "maximum": flotilla_types::eval_plan::MAX_RUNS}]},
+            "stop_on_pass": {"description": "With `best_of` of 2 or more: once one run of a group passes its check, \
+                the group's other runs are cancelled.", "type": ["boolean", "null"]},
+            "matrix": {"description": "Expands the batch over models and pipelines: each task runs once in each \
+                combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit \
+                each pipeline).", "oneOf": [{"type": "null"}, reference("Matrix")]},
         },
-        "allOf": [pipeline_rules(default), prompt_rule(), retry_rule()],
+        "allOf": [pipeline_rules(default), prompt_rule(), retry_rule(), stop_on_pass_rule()],
     });
     [("BatchRequest", request), ("BatchDefaults", defaults_fields(spec)), ("BatchTaskPatch", patch_fields(spec, schemas))]
+}
+
+/// `stop_on_pass: true` needs `best_of` of 2 or more.
+fn stop_on_pass_rule() -> Value {
+    json!({"oneOf": [
+        {"properties": {"stop_on_pass": {"enum": [false, null]}}},
+        {"required": ["stop_on_pass", "best_of"],
+            "properties": {"stop_on_pass": {"const": true}, "best_of": {"type": "integer", "minimum": 2}}},
+    ]})
 }
 
 /// `defaults` field by field: any spec field with its own rules, none

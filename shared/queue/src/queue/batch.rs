@@ -24,6 +24,7 @@ use redis::AsyncCommands;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::batch_runs::PlannedRuns;
 use super::{scripts, NewTask, Queue};
 use super::{Housekeeper, Reader, Submitter};
 use crate::error::QueueError;
@@ -107,6 +108,7 @@ impl Queue {
             redis::Cmd::hset(self.keys.batch(id), "finished_at", finished_at_ms),
             redis::Cmd::pexpire(self.keys.batch(id), retention),
             redis::Cmd::pexpire(self.keys.batch_tasks(id), retention),
+            redis::Cmd::pexpire(self.keys.batch_runs(id), retention),
             redis::Cmd::zrem(self.keys.open_batches(), id.as_str()),
         ];
         let _: Vec<redis::Value> = self.redis.query_many(writes).await?;
@@ -117,7 +119,14 @@ impl Queue {
 impl Submitter<'_> {
     /// Accepts a batch: its record first, then its tasks. Returns the record
     /// and the task ids in the order of `specs`.
-    pub async fn create_batch(self, tenant: &TenantId, specs: Vec<TaskSpec>) -> Result<(BatchRecord, Vec<TaskId>), QueueError> {
+    /// With `runs`, the batch is an evaluation's: where each task sits in
+    /// its run plan is kept beside it, for the worker and the report.
+    pub async fn create_batch(
+        self,
+        tenant: &TenantId,
+        specs: Vec<TaskSpec>,
+        runs: Option<PlannedRuns>,
+    ) -> Result<(BatchRecord, Vec<TaskId>), QueueError> {
         let id = BatchId::generate();
         let now = clock::now_ms();
         let tasks: Vec<NewTask> = specs
@@ -133,16 +142,19 @@ impl Submitter<'_> {
             finished_at_ms: None,
         };
         let fields = [("tenant", tenant.to_string()), ("created_at", now.to_string()), ("total", ids.len().to_string())];
-        let writes = vec![
+        let mut writes = vec![
             redis::Cmd::hset_multiple(self.keys.batch(&id), &fields),
             redis::Cmd::rpush(self.keys.batch_tasks(&id), ids.iter().map(TaskId::as_str).collect::<Vec<_>>()),
             redis::Cmd::zadd(self.keys.open_batches(), id.as_str(), now),
         ];
+        if let Some(runs) = runs {
+            writes.push(runs.write(&self.keys, &id, &ids)?);
+        }
         let _: Vec<redis::Value> = self.redis.query_many(writes).await?;
         if let Err(e) = self.create_tasks(tasks).await {
             // Best effort: no record of a batch whose tasks were not all made.
             let undo = vec![
-                redis::Cmd::del(vec![self.keys.batch(&id), self.keys.batch_tasks(&id)]),
+                redis::Cmd::del(vec![self.keys.batch(&id), self.keys.batch_tasks(&id), self.keys.batch_runs(&id)]),
                 redis::Cmd::zrem(self.keys.open_batches(), id.as_str()),
             ];
             let _: Result<Vec<redis::Value>, _> = self.redis.query_many(undo).await;

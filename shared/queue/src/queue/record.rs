@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use crate::error::QueueError;
 use flotilla_types::clock;
+use flotilla_types::eval::Verdict;
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
 use flotilla_types::record::TaskRecord;
 use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
@@ -16,7 +17,7 @@ use flotilla_types::usage::Meter;
 pub trait StoredRecord: Sized {
     /// The hash fields a record is read from: the event history stays
     /// behind.
-    const FIELDS: [&'static str; 18];
+    const FIELDS: [&'static str; 21];
 
     /// The values of [`StoredRecord::FIELDS`], in order, as a hash to read
     /// with [`StoredRecord::from_hash`].
@@ -27,7 +28,7 @@ pub trait StoredRecord: Sized {
 }
 
 impl StoredRecord for TaskRecord {
-    const FIELDS: [&'static str; 18] = [
+    const FIELDS: [&'static str; 21] = [
         "spec",
         "tenant",
         "status",
@@ -46,6 +47,9 @@ impl StoredRecord for TaskRecord {
         "started_at",
         "finished_at",
         "seq",
+        "verdict",
+        "score",
+        "reason",
     ];
 
     fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String> {
@@ -79,6 +83,9 @@ impl StoredRecord for TaskRecord {
             screenshots: json(&mut h, "screenshots").and_then(|v: serde_json::Value| v.as_array().cloned()).unwrap_or_default(),
             result: json(&mut h, "result"),
             error: h.get("error").cloned(),
+            verdict: h.get("verdict").and_then(|v| Verdict::parse(v)),
+            score: h.get("score").and_then(|v| v.parse().ok()),
+            reason: h.get("reason").cloned(),
             usage: h.get("meter").map(|m| Meter::from_json(m).view()),
             created_at: time(&h, "created_at").unwrap_or_default(),
             started_at: time(&h, "started_at"),

@@ -13,6 +13,7 @@ use crate::error::QueueError;
 use crate::keys::{event_field, Shard, GROUP};
 use crate::page::{score_page, Page, ScoreCursor};
 use flotilla_types::clock;
+use flotilla_types::eval::Verdict;
 use flotilla_types::event::{draft, EventKind};
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
 use flotilla_types::route::Route;
@@ -65,6 +66,8 @@ pub enum CancelOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub status: Option<TaskStatus>,
+    /// Only tasks whose check gave this verdict.
+    pub verdict: Option<Verdict>,
     pub batch: Option<BatchId>,
     pub limit: usize,
     /// Only tasks older than this one (ids sort by creation time).
@@ -446,6 +449,7 @@ impl Reader<'_> {
                     continue;
                 };
                 let wanted = filter.status.is_none_or(|s| s == record.status)
+                    && filter.verdict.is_none_or(|v| record.verdict == Some(v))
                     && filter.batch.as_ref().is_none_or(|b| record.batch_id.as_ref() == Some(b));
                 if wanted {
                     found.push(record);

@@ -62,6 +62,9 @@ pub enum EventType {
     TaskCancelled,
     #[serde(rename = "task.waiting")]
     TaskWaiting,
+    /// A task's check gave its verdict (or its set-up failed).
+    #[serde(rename = "task.checked")]
+    TaskChecked,
     #[serde(rename = "batch.completed")]
     BatchCompleted,
 }
@@ -74,6 +77,7 @@ impl EventType {
             "failed" => Some(Self::TaskFailed),
             "cancelled" => Some(Self::TaskCancelled),
             "waiting" => Some(Self::TaskWaiting),
+            "checked" => Some(Self::TaskChecked),
             _ => None,
         }
     }
@@ -84,6 +88,7 @@ impl EventType {
             Self::TaskFailed => "task.failed",
             Self::TaskCancelled => "task.cancelled",
             Self::TaskWaiting => "task.waiting",
+            Self::TaskChecked => "task.checked",
             Self::BatchCompleted => "batch.completed",
         }
     }
