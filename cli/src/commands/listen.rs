@@ -16,7 +16,7 @@ use super::{Format, Outcome};
 use crate::args::ListenArgs;
 use crate::client::Client;
 use crate::display::{out, warn};
-use crate::sse::{SseEvent, SseParser};
+use flotilla_client::sse::{SseEvent, SseParser};
 
 /// A delivery as the relay passes it on.
 struct Delivery {

@@ -10,6 +10,7 @@ from pydantic import (
     ConfigDict,
     Field,
     RootModel,
+    confloat,
     conint,
     constr,
 )
@@ -250,7 +251,7 @@ class BatchRequest1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    defaults: Defaults
+    stop_on_pass: Literal[False] | None = None
 
 
 class Defaults1(BaseModel):
@@ -306,8 +307,8 @@ class BatchRequest2(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    defaults: Defaults1 | None = None
-    tasks: list[Task] | None = None
+    best_of: conint(ge=2)
+    stop_on_pass: Literal[True]
 
 
 class Defaults2(BaseModel):
@@ -3162,6 +3163,11 @@ class Budget1(BaseModel):
     __annotations__ = {
         '__pydantic_extra__': Dict[str, None],
     }
+    max_cost_usd: confloat(ge=1e-06, le=1000000.0) | None = Field(None, examples=[2.5])
+    """
+    US dollars of model calls at the configured prices, over every
+    attempt (calls of a model without a price count nothing).
+    """
     max_sandbox_s: conint(ge=1, le=1728000) | None = None
     """
     Seconds of holding a sandbox, over every attempt.
@@ -3219,6 +3225,11 @@ class Budget(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    max_cost_usd: confloat(ge=1e-06, le=1000000.0) | None = Field(None, examples=[2.5])
+    """
+    US dollars of model calls at the configured prices, over every
+    attempt (calls of a model without a price count nothing).
+    """
     max_sandbox_s: conint(ge=1, le=1728000) | None = None
     """
     Seconds of holding a sandbox, over every attempt.
@@ -3373,6 +3384,43 @@ class Event9(BaseModel):
 
 class Event10(BaseModel):
     """
+    What one model call of the task used and cost, reported when its
+    answer arrives, before the actions it asks for.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cache_read_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens read from the prompt cache.
+    """
+    cache_write_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens written to the prompt cache.
+    """
+    cost_usd: float | None = None
+    """
+    What the call cost in US dollars; `null` when the model has no
+    price.
+    """
+    input_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Every input token, those read from or written to the cache
+    included.
+    """
+    model: str
+    output_tokens: conint(ge=0, le=18446744073709551615)
+    step: conint(ge=0, le=4294967295)
+    """
+    How many actions the task had taken when the model answered:
+    the answer asks for the actions numbered above it.
+    """
+    type: Literal['usage']
+
+
+class Event11(BaseModel):
+    """
     What happened.
     """
 
@@ -3383,7 +3431,7 @@ class Event10(BaseModel):
     type: Literal['block']
 
 
-class Event12(BaseModel):
+class Event13(BaseModel):
     """
     What happened.
     """
@@ -3396,7 +3444,7 @@ class Event12(BaseModel):
     type: Literal['waiting']
 
 
-class Event13(BaseModel):
+class Event14(BaseModel):
     """
     A human answered a waiting task; it runs again (or ends, on deny).
     """
@@ -3412,7 +3460,7 @@ class Event13(BaseModel):
     type: Literal['input']
 
 
-class Event14(BaseModel):
+class Event15(BaseModel):
     """
     A person took the task's desktop over; the agent pauses.
     """
@@ -3423,7 +3471,7 @@ class Event14(BaseModel):
     type: Literal['takeover']
 
 
-class Event15(BaseModel):
+class Event16(BaseModel):
     """
     The person handed the desktop back, with a message for the agent.
     """
@@ -3435,7 +3483,7 @@ class Event15(BaseModel):
     type: Literal['released']
 
 
-class Event16(BaseModel):
+class Event18(BaseModel):
     """
     What happened.
     """
@@ -3449,7 +3497,7 @@ class Event16(BaseModel):
     type: Literal['retrying']
 
 
-class Event17(BaseModel):
+class Event19(BaseModel):
     """
     What happened.
     """
@@ -3462,7 +3510,7 @@ class Event17(BaseModel):
     type: Literal['succeeded']
 
 
-class Event18(BaseModel):
+class Event20(BaseModel):
     """
     What happened.
     """
@@ -3475,7 +3523,7 @@ class Event18(BaseModel):
     type: Literal['failed']
 
 
-class Event19(BaseModel):
+class Event21(BaseModel):
     """
     What happened.
     """
@@ -3591,6 +3639,43 @@ class EventKind9(BaseModel):
 
 class EventKind10(BaseModel):
     """
+    What one model call of the task used and cost, reported when its
+    answer arrives, before the actions it asks for.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cache_read_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens read from the prompt cache.
+    """
+    cache_write_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens written to the prompt cache.
+    """
+    cost_usd: float | None = None
+    """
+    What the call cost in US dollars; `null` when the model has no
+    price.
+    """
+    input_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Every input token, those read from or written to the cache
+    included.
+    """
+    model: str
+    output_tokens: conint(ge=0, le=18446744073709551615)
+    step: conint(ge=0, le=4294967295)
+    """
+    How many actions the task had taken when the model answered:
+    the answer asks for the actions numbered above it.
+    """
+    type: Literal['usage']
+
+
+class EventKind11(BaseModel):
+    """
     What happened.
     """
 
@@ -3601,7 +3686,7 @@ class EventKind10(BaseModel):
     type: Literal['block']
 
 
-class EventKind12(BaseModel):
+class EventKind13(BaseModel):
     """
     What happened.
     """
@@ -3614,7 +3699,7 @@ class EventKind12(BaseModel):
     type: Literal['waiting']
 
 
-class EventKind13(BaseModel):
+class EventKind14(BaseModel):
     """
     A human answered a waiting task; it runs again (or ends, on deny).
     """
@@ -3630,7 +3715,7 @@ class EventKind13(BaseModel):
     type: Literal['input']
 
 
-class EventKind14(BaseModel):
+class EventKind15(BaseModel):
     """
     A person took the task's desktop over; the agent pauses.
     """
@@ -3641,7 +3726,7 @@ class EventKind14(BaseModel):
     type: Literal['takeover']
 
 
-class EventKind15(BaseModel):
+class EventKind16(BaseModel):
     """
     The person handed the desktop back, with a message for the agent.
     """
@@ -3653,7 +3738,7 @@ class EventKind15(BaseModel):
     type: Literal['released']
 
 
-class EventKind16(BaseModel):
+class EventKind18(BaseModel):
     """
     What happened.
     """
@@ -3667,7 +3752,7 @@ class EventKind16(BaseModel):
     type: Literal['retrying']
 
 
-class EventKind17(BaseModel):
+class EventKind19(BaseModel):
     """
     What happened.
     """
@@ -3680,7 +3765,7 @@ class EventKind17(BaseModel):
     type: Literal['succeeded']
 
 
-class EventKind18(BaseModel):
+class EventKind20(BaseModel):
     """
     What happened.
     """
@@ -3693,7 +3778,7 @@ class EventKind18(BaseModel):
     type: Literal['failed']
 
 
-class EventKind19(BaseModel):
+class EventKind21(BaseModel):
     """
     What happened.
     """
@@ -3743,13 +3828,30 @@ class MessageId(RootModel[constr(pattern=r'^msg_[0-7][0-9a-hjkmnp-tv-z]{25}$')])
 
 class ModelTokens(BaseModel):
     """
-    Tokens of one model.
+    Tokens and cost of one model.
     """
 
     model_config = ConfigDict(
         extra='allow',
     )
+    cache_read_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens read from the prompt cache.
+    """
+    cache_write_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens written to the prompt cache.
+    """
+    cost_usd: float | None = None
+    """
+    What the model's calls cost in US dollars (counted in whole
+    micro-dollars); `null` when the model has no price in the
+    configuration.
+    """
     input_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Every input token, those read from or written to the cache included.
+    """
     output_tokens: conint(ge=0, le=18446744073709551615)
 
 
@@ -3762,7 +3864,7 @@ class NewEndpoint(BaseModel):
         extra='allow',
     )
     batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    events: list[Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'batch.completed']] = (
+    events: list[Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'task.checked', 'batch.completed']] = (
         Field(..., min_length=1)
     )
     """
@@ -3879,6 +3981,23 @@ class SecretRotated(BaseModel):
     secret: str
 
 
+class Spend(BaseModel):
+    """
+    What runs spent, averaged.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cost_usd: float | None = None
+    """
+    `null` until every run is priced.
+    """
+    duration_s: float
+    steps: float
+    tokens: float
+
+
 class SseFrame(BaseModel):
     """
     One frame of an event stream as a client reads it: what the `200`
@@ -3899,6 +4018,25 @@ class SseFrame(BaseModel):
     id: str
     """
     The frame's position: resume after it with `Last-Event-ID`.
+    """
+
+
+class TaskCheck(BaseModel):
+    """
+    What judges a task after its agent stops: a command run in its sandbox.
+    Exit 0 passes and anything else fails, unless a line of its standard
+    output is a JSON object with a `score` from 0 to 1 (and a `reason`):
+    then the score decides, and only a score of 1 passes.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    command: constr(pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])', min_length=1, max_length=10000)
+    timeout_s: conint(ge=1, le=1800) | None = None
+    """
+    How long the check may run, in seconds (default 60).
     """
 
 
@@ -3925,6 +4063,44 @@ class TaskLinks(BaseModel):
     self: str
 
 
+class TaskSetup(BaseModel):
+    """
+    What runs in a task's sandbox before its agent starts: files placed
+    first, then commands run one by one; a command that exits non-zero ends
+    the task with code `problem` before any model call.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    commands: (
+        list[
+            constr(pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])', min_length=1, max_length=10000)
+        ]
+        | None
+    ) = Field(None, max_length=50)
+    """
+    Shell commands (bash, in the home directory, on the desktop's
+    display), run in order.
+    """
+    files: (
+        dict[
+            constr(pattern=r'^(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[^\x00-\x1f\x7f-\x9f]{1,1024}(?![\s\S])'),
+            str,
+        ]
+        | None
+    ) = Field(None, max_length=100)
+    """
+    Files to place, by path (relative to the sandbox user's home, or
+    absolute), with their text.
+    """
+    timeout_s: conint(ge=1, le=1800) | None = None
+    """
+    How long each command may run, in seconds (default 60).
+    """
+
+
 class TaskSubmission2(BaseModel):
     """
     A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
@@ -3936,6 +4112,7 @@ class TaskSubmission2(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: (
@@ -3970,6 +4147,7 @@ class TaskSubmission2(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission3(BaseModel):
@@ -3983,6 +4161,7 @@ class TaskSubmission3(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
     files: (
         TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
@@ -4016,6 +4195,7 @@ class TaskSubmission3(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission4(BaseModel):
@@ -4029,6 +4209,7 @@ class TaskSubmission4(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: (
@@ -4060,6 +4241,7 @@ class TaskSubmission4(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission6(BaseModel):
@@ -4073,6 +4255,7 @@ class TaskSubmission6(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: (
@@ -4107,6 +4290,7 @@ class TaskSubmission6(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TenantLoad(BaseModel):
@@ -4148,6 +4332,15 @@ class UsageLimits(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    cost_left_today_usd: float | None = None
+    cost_today_usd: float
+    """
+    What the tenant's model calls cost today (UTC), in US dollars.
+    """
+    max_cost_usd_per_day: float | None = None
+    """
+    US dollars of model calls per UTC day; `null` for no limit.
+    """
     max_queued: conint(ge=0, le=18446744073709551615)
     max_sandboxes: conint(ge=0, le=18446744073709551615) | None = None
     max_schedules: conint(ge=0, le=18446744073709551615)
@@ -4179,9 +4372,24 @@ class UsageView(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    cache_read_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens read from the prompt cache.
+    """
+    cache_write_tokens: conint(ge=0, le=18446744073709551615)
+    """
+    Input tokens written to the prompt cache.
+    """
+    cost_usd: float
+    """
+    What the calls of priced models cost, in US dollars (counted in
+    whole micro-dollars); a model without a price shows `cost_usd:
+    null` under `models` and adds nothing here.
+    """
     input_tokens: conint(ge=0, le=18446744073709551615)
     """
-    Tokens sent to models, all models together.
+    Tokens sent to models, all models together (those read from or
+    written to the prompt cache included).
     """
     models: dict[str, ModelTokens]
     """
@@ -4353,6 +4561,7 @@ class BatchDefaults(BaseModel):
     )
     actions: list[Action] | None = Field(None, max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
     files: (
         TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
@@ -4393,6 +4602,7 @@ class BatchDefaults(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class Sandbox(BaseModel):
@@ -4439,6 +4649,7 @@ class BatchTaskPatch(BaseModel):
     }
     actions: list[Action] | None = Field(None, max_length=10000)
     budget: Budget1 | None = None
+    check: TaskCheck | None = None
     continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
     files: (
         dict[constr(pattern=r'^(?:(?![\s\S])|/|(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))'), None] | None
@@ -4479,6 +4690,7 @@ class BatchTaskPatch(BaseModel):
     retry: Retry | None = None
     sandbox: Sandbox | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class Cancelled(BaseModel):
@@ -4496,6 +4708,68 @@ class Cancelled(BaseModel):
     status: Literal['cancelled', 'cancelling']
     """
     Where a cancel left a task.
+    """
+
+
+class CellReport(BaseModel):
+    """
+    The figures of one model and pipeline.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cancelled_runs: conint(ge=0, le=18446744073709551615)
+    """
+    Runs cancelled (by `stop_on_pass` or by hand).
+    """
+    errors: conint(ge=0, le=18446744073709551615)
+    """
+    Groups whose best run could not be judged by its check.
+    """
+    failed: conint(ge=0, le=18446744073709551615)
+    """
+    Groups whose best run's check failed.
+    """
+    groups: conint(ge=0, le=18446744073709551615)
+    """
+    Groups judged by their best run: `tasks × repeat`.
+    """
+    mean_score: float
+    """
+    The mean of each group's best score (none counts 0).
+    """
+    model: str | None = None
+    pass_at_k: dict[str, float]
+    """
+    pass@k for k from 1 to `repeat`, keyed by k.
+    """
+    pass_rate: float
+    """
+    `passed / groups`.
+    """
+    passed: conint(ge=0, le=18446744073709551615)
+    per_success: Spend | None = None
+    per_task: Spend
+    """
+    Every run's spending over the groups.
+    """
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    runs: conint(ge=0, le=18446744073709551615)
+    setup_errors: conint(ge=0, le=18446744073709551615)
+    """
+    Groups whose best run's set-up failed (the agent never started):
+    apart from `failed` and `errors`.
+    """
+    tasks: conint(ge=0, le=18446744073709551615)
+    """
+    Suite tasks.
+    """
+    unjudged: conint(ge=0, le=18446744073709551615)
+    """
+    Groups with no verdict yet (running, cancelled, or no check).
     """
 
 
@@ -4540,7 +4814,7 @@ class Delivery(BaseModel):
     """
     Where a message stands.
     """
-    type: Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'batch.completed']
+    type: Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'task.checked', 'batch.completed']
     """
     What a webhook reports.
     """
@@ -4579,7 +4853,7 @@ class Endpoint(BaseModel):
     """
     Why it was disabled, when the receiver asked (`410 Gone`).
     """
-    events: list[Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'batch.completed']]
+    events: list[Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'task.checked', 'batch.completed']]
     id: str
     url: str
 
@@ -4627,7 +4901,7 @@ class EndpointPatch(BaseModel):
     """
     events: (
         list[
-            Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'batch.completed']
+            Literal['task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting', 'task.checked', 'batch.completed']
         ]
         | None
     ) = Field(None, min_length=1)
@@ -4675,7 +4949,7 @@ class Event8(BaseModel):
     type: Literal['action_completed']
 
 
-class Event11(BaseModel):
+class Event12(BaseModel):
     """
     A file a `claude-code` task wrote or deleted in its work directory,
     reported as it happened; a written one is in the store by then (at
@@ -4695,7 +4969,29 @@ class Event11(BaseModel):
     type: Literal['file']
 
 
-class Event20(BaseModel):
+class Event17(BaseModel):
+    """
+    The task was judged: by its check after the agent stopped, or, with
+    verdict `error`, by a set-up that failed before it started.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    reason: str
+    score: float | None = None
+    stage: Literal['setup', 'check']
+    """
+    Which part of an evaluation gave a verdict.
+    """
+    type: Literal['checked']
+    verdict: Literal['passed', 'failed', 'error']
+    """
+    Whether a task reached its goal, as its check judged.
+    """
+
+
+class Event22(BaseModel):
     """
     An event as stored and delivered.
     """
@@ -4719,7 +5015,7 @@ class Event20(BaseModel):
     """
 
 
-class Event21(Event1, Event20):
+class Event23(Event1, Event22):
     """
     An event as stored and delivered.
     """
@@ -4729,7 +5025,7 @@ class Event21(Event1, Event20):
     )
 
 
-class Event22(Event2, Event20):
+class Event24(Event2, Event22):
     """
     An event as stored and delivered.
     """
@@ -4739,7 +5035,7 @@ class Event22(Event2, Event20):
     )
 
 
-class Event23(Event3, Event20):
+class Event25(Event3, Event22):
     """
     An event as stored and delivered.
     """
@@ -4749,7 +5045,7 @@ class Event23(Event3, Event20):
     )
 
 
-class Event24(Event4, Event20):
+class Event26(Event4, Event22):
     """
     An event as stored and delivered.
     """
@@ -4759,7 +5055,7 @@ class Event24(Event4, Event20):
     )
 
 
-class Event25(Event5, Event20):
+class Event27(Event5, Event22):
     """
     An event as stored and delivered.
     """
@@ -4769,7 +5065,7 @@ class Event25(Event5, Event20):
     )
 
 
-class Event26(Event6, Event20):
+class Event28(Event6, Event22):
     """
     An event as stored and delivered.
     """
@@ -4779,7 +5075,7 @@ class Event26(Event6, Event20):
     )
 
 
-class Event27(Event7, Event20):
+class Event29(Event7, Event22):
     """
     An event as stored and delivered.
     """
@@ -4789,7 +5085,7 @@ class Event27(Event7, Event20):
     )
 
 
-class Event28(Event8, Event20):
+class Event30(Event8, Event22):
     """
     An event as stored and delivered.
     """
@@ -4799,7 +5095,7 @@ class Event28(Event8, Event20):
     )
 
 
-class Event29(Event9, Event20):
+class Event31(Event9, Event22):
     """
     An event as stored and delivered.
     """
@@ -4809,7 +5105,7 @@ class Event29(Event9, Event20):
     )
 
 
-class Event30(Event10, Event20):
+class Event32(Event10, Event22):
     """
     An event as stored and delivered.
     """
@@ -4819,7 +5115,7 @@ class Event30(Event10, Event20):
     )
 
 
-class Event31(Event11, Event20):
+class Event33(Event11, Event22):
     """
     An event as stored and delivered.
     """
@@ -4829,7 +5125,7 @@ class Event31(Event11, Event20):
     )
 
 
-class Event32(Event12, Event20):
+class Event34(Event12, Event22):
     """
     An event as stored and delivered.
     """
@@ -4839,7 +5135,7 @@ class Event32(Event12, Event20):
     )
 
 
-class Event33(Event13, Event20):
+class Event35(Event13, Event22):
     """
     An event as stored and delivered.
     """
@@ -4849,7 +5145,7 @@ class Event33(Event13, Event20):
     )
 
 
-class Event34(Event14, Event20):
+class Event36(Event14, Event22):
     """
     An event as stored and delivered.
     """
@@ -4859,7 +5155,7 @@ class Event34(Event14, Event20):
     )
 
 
-class Event35(Event15, Event20):
+class Event37(Event15, Event22):
     """
     An event as stored and delivered.
     """
@@ -4869,7 +5165,7 @@ class Event35(Event15, Event20):
     )
 
 
-class Event36(Event16, Event20):
+class Event38(Event16, Event22):
     """
     An event as stored and delivered.
     """
@@ -4879,7 +5175,7 @@ class Event36(Event16, Event20):
     )
 
 
-class Event37(Event17, Event20):
+class Event39(Event17, Event22):
     """
     An event as stored and delivered.
     """
@@ -4889,7 +5185,7 @@ class Event37(Event17, Event20):
     )
 
 
-class Event38(Event18, Event20):
+class Event40(Event18, Event22):
     """
     An event as stored and delivered.
     """
@@ -4899,7 +5195,27 @@ class Event38(Event18, Event20):
     )
 
 
-class Event39(Event19, Event20):
+class Event41(Event19, Event22):
+    """
+    An event as stored and delivered.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+
+
+class Event42(Event20, Event22):
+    """
+    An event as stored and delivered.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+
+
+class Event43(Event21, Event22):
     """
     An event as stored and delivered.
     """
@@ -4911,9 +5227,7 @@ class Event39(Event19, Event20):
 
 class Event(
     RootModel[
-        Event21
-        | Event22
-        | Event23
+        Event23
         | Event24
         | Event25
         | Event26
@@ -4930,13 +5244,17 @@ class Event(
         | Event37
         | Event38
         | Event39
+        | Event40
+        | Event41
+        | Event42
+        | Event43
     ]
 ):
     """
     An event as stored and delivered.
     """
 
-    root: Event21 | Event22 | Event23 | Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39
+    root: Event23 | Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39 | Event40 | Event41 | Event42 | Event43
     """
     An event as stored and delivered.
     """
@@ -4967,7 +5285,7 @@ class EventKind8(BaseModel):
     type: Literal['action_completed']
 
 
-class EventKind11(BaseModel):
+class EventKind12(BaseModel):
     """
     A file a `claude-code` task wrote or deleted in its work directory,
     reported as it happened; a written one is in the store by then (at
@@ -4985,6 +5303,28 @@ class EventKind11(BaseModel):
     """
     path: str
     type: Literal['file']
+
+
+class EventKind17(BaseModel):
+    """
+    The task was judged: by its check after the agent stopped, or, with
+    verdict `error`, by a set-up that failed before it started.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    reason: str
+    score: float | None = None
+    stage: Literal['setup', 'check']
+    """
+    Which part of an evaluation gave a verdict.
+    """
+    type: Literal['checked']
+    verdict: Literal['passed', 'failed', 'error']
+    """
+    Whether a task reached its goal, as its check judged.
+    """
 
 
 class EventKind(
@@ -5008,9 +5348,11 @@ class EventKind(
         | EventKind17
         | EventKind18
         | EventKind19
+        | EventKind20
+        | EventKind21
     ]
 ):
-    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19
+    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19 | EventKind20 | EventKind21
     """
     What happened.
     """
@@ -5084,6 +5426,35 @@ class LastRun(BaseModel):
     task_id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
 
 
+class Matrix(BaseModel):
+    """
+    The model and pipeline axes a batch is expanded over.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    model: (
+        list[
+            constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', min_length=1, max_length=128)
+        ]
+        | None
+    ) = Field(None, max_length=16, min_length=1)
+    """
+    Models: each task runs once with each (laid over its own `model`).
+    """
+    pipeline: (
+        list[
+            Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted']
+        ]
+        | None
+    ) = Field(None, max_length=16, min_length=1)
+    """
+    Pipelines: each task runs once with each.
+    """
+
+
 class QueueStats(BaseModel):
     """
     The caller's queue figures: `GET /v1/queues`. Nothing in it is another
@@ -5148,6 +5519,30 @@ class Requeued(BaseModel):
     """
 
 
+class RunView(BaseModel):
+    """
+    One run of a suite task.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    kept: bool
+    """
+    Whether it is its group's best run, the one that counts.
+    """
+    run: conint(ge=0, le=4294967295)
+    score: float | None = None
+    status: Literal['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'] | None = (
+        None
+    )
+    task_id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `tsk_` and a lowercase ULID
+    """
+    verdict: Literal['passed', 'failed', 'error'] | None = None
+
+
 class ScheduledTask1(BaseModel):
     """
     A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
@@ -5159,6 +5554,7 @@ class ScheduledTask1(BaseModel):
     )
     actions: list[Action] = Field(..., max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: None = Field(None)
@@ -5188,6 +5584,7 @@ class ScheduledTask1(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask2(BaseModel):
@@ -5201,6 +5598,7 @@ class ScheduledTask2(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: None = Field(None)
@@ -5233,6 +5631,7 @@ class ScheduledTask2(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask3(BaseModel):
@@ -5246,6 +5645,7 @@ class ScheduledTask3(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
     files: (
         TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
@@ -5277,6 +5677,7 @@ class ScheduledTask3(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask4(BaseModel):
@@ -5290,6 +5691,7 @@ class ScheduledTask4(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: None = Field(None)
@@ -5319,6 +5721,7 @@ class ScheduledTask4(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask5(BaseModel):
@@ -5332,6 +5735,7 @@ class ScheduledTask5(BaseModel):
     )
     actions: list[Action] = Field(..., max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: None = Field(None)
@@ -5361,6 +5765,7 @@ class ScheduledTask5(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask6(BaseModel):
@@ -5374,6 +5779,7 @@ class ScheduledTask6(BaseModel):
     )
     actions: None = Field(None)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: None = Field(None)
@@ -5406,6 +5812,7 @@ class ScheduledTask6(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class ScheduledTask(
@@ -5448,6 +5855,41 @@ class TaskAccepted(BaseModel):
     """
 
 
+class TaskCell(BaseModel):
+    """
+    One suite task in one model and pipeline.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    groups: conint(ge=0, le=4294967295)
+    model: str | None = None
+    passed_groups: conint(ge=0, le=4294967295)
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    runs: list[RunView]
+    score: float | None = None
+    verdict: Literal['passed', 'failed', 'error'] | None = None
+
+
+class TaskReport(BaseModel):
+    """
+    One suite task.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cells: list[TaskCell]
+    name: str
+    task: conint(ge=0, le=4294967295)
+    """
+    Its place in the suite, from 0.
+    """
+
+
 class TaskSpec(BaseModel):
     """
     What a user submits.
@@ -5459,6 +5901,7 @@ class TaskSpec(BaseModel):
     )
     actions: list[Action] | None = Field(None, max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
     files: (
         TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
@@ -5494,6 +5937,7 @@ class TaskSpec(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission1(BaseModel):
@@ -5507,6 +5951,7 @@ class TaskSubmission1(BaseModel):
     )
     actions: list[Action] = Field(..., max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: (
@@ -5538,6 +5983,7 @@ class TaskSubmission1(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission5(BaseModel):
@@ -5551,6 +5997,7 @@ class TaskSubmission5(BaseModel):
     )
     actions: list[Action] = Field(..., max_length=10000)
     budget: Budget | None = None
+    check: TaskCheck | None = None
     continue_task: None = Field(None)
     files: None = Field(None)
     idempotency_key: (
@@ -5582,6 +6029,7 @@ class TaskSubmission5(BaseModel):
     retry: RetryPolicy | None = None
     sandbox: SandboxSpec | None = None
     sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class TaskSubmission(
@@ -5658,6 +6106,44 @@ class ViewLink(BaseModel):
     """
 
 
+class BatchReport(BaseModel):
+    """
+    The report of a batch.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `bat_` and a lowercase ULID
+    """
+    best_of: conint(ge=0, le=4294967295)
+    cells: list[CellReport]
+    """
+    The figures per model and pipeline.
+    """
+    complete: bool
+    """
+    Whether every run has ended: until then the figures may move.
+    """
+    ended: conint(ge=0, le=18446744073709551615)
+    """
+    Runs that have ended.
+    """
+    matrix: Matrix
+    repeat: conint(ge=0, le=4294967295)
+    runs: conint(ge=0, le=18446744073709551615)
+    """
+    Runs (tasks) in the batch.
+    """
+    stop_on_pass: bool
+    tasks: list[TaskReport]
+    """
+    Each suite task, per model and pipeline.
+    """
+
+
 class BatchRequest49(BaseModel):
     """
     1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
@@ -5666,9 +6152,25 @@ class BatchRequest49(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5681,9 +6183,25 @@ class BatchRequest50(BatchRequest1, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
-    defaults: BatchDefaults | None
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5696,9 +6214,25 @@ class BatchRequest51(BatchRequest2, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5711,9 +6245,25 @@ class BatchRequest52(BatchRequest3, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5726,9 +6276,25 @@ class BatchRequest53(BatchRequest4, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5741,9 +6307,25 @@ class BatchRequest54(BatchRequest5, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5756,9 +6338,25 @@ class BatchRequest55(BatchRequest6, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5771,9 +6369,25 @@ class BatchRequest56(BatchRequest7, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5786,9 +6400,25 @@ class BatchRequest57(BatchRequest8, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5801,9 +6431,25 @@ class BatchRequest58(BatchRequest9, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5816,9 +6462,25 @@ class BatchRequest59(BatchRequest10, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5831,9 +6493,25 @@ class BatchRequest60(BatchRequest11, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5846,9 +6524,25 @@ class BatchRequest61(BatchRequest12, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5861,9 +6555,25 @@ class BatchRequest62(BatchRequest13, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5876,9 +6586,25 @@ class BatchRequest63(BatchRequest14, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5891,9 +6617,25 @@ class BatchRequest64(BatchRequest15, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5906,9 +6648,25 @@ class BatchRequest65(BatchRequest16, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5921,9 +6679,25 @@ class BatchRequest66(BatchRequest17, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5936,9 +6710,25 @@ class BatchRequest67(BatchRequest18, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5951,9 +6741,25 @@ class BatchRequest68(BatchRequest19, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5966,9 +6772,25 @@ class BatchRequest69(BatchRequest20, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5981,9 +6803,25 @@ class BatchRequest70(BatchRequest21, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -5996,9 +6834,25 @@ class BatchRequest71(BatchRequest22, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6011,9 +6865,25 @@ class BatchRequest72(BatchRequest23, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6026,9 +6896,25 @@ class BatchRequest73(BatchRequest24, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6041,9 +6927,25 @@ class BatchRequest74(BatchRequest25, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6056,9 +6958,25 @@ class BatchRequest75(BatchRequest26, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6071,9 +6989,25 @@ class BatchRequest76(BatchRequest27, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6086,9 +7020,25 @@ class BatchRequest77(BatchRequest28, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6101,9 +7051,25 @@ class BatchRequest78(BatchRequest29, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6116,9 +7082,25 @@ class BatchRequest79(BatchRequest30, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6131,9 +7113,25 @@ class BatchRequest80(BatchRequest31, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6146,9 +7144,25 @@ class BatchRequest81(BatchRequest32, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6161,9 +7175,25 @@ class BatchRequest82(BatchRequest33, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6176,9 +7206,25 @@ class BatchRequest83(BatchRequest34, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6191,9 +7237,25 @@ class BatchRequest84(BatchRequest35, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6206,9 +7268,25 @@ class BatchRequest85(BatchRequest36, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6221,9 +7299,25 @@ class BatchRequest86(BatchRequest37, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6236,9 +7330,25 @@ class BatchRequest87(BatchRequest38, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6251,9 +7361,25 @@ class BatchRequest88(BatchRequest39, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6266,9 +7392,25 @@ class BatchRequest89(BatchRequest40, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6281,9 +7423,25 @@ class BatchRequest90(BatchRequest41, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6296,9 +7454,25 @@ class BatchRequest91(BatchRequest42, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6311,9 +7485,25 @@ class BatchRequest92(BatchRequest43, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6326,9 +7516,25 @@ class BatchRequest93(BatchRequest44, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6341,9 +7547,25 @@ class BatchRequest94(BatchRequest45, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6356,9 +7578,25 @@ class BatchRequest95(BatchRequest46, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6371,9 +7609,25 @@ class BatchRequest96(BatchRequest47, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6386,9 +7640,25 @@ class BatchRequest97(BatchRequest48, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6401,9 +7671,25 @@ class BatchRequest98(BatchRequest1, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
-    defaults: BatchDefaults | None
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6416,9 +7702,25 @@ class BatchRequest99(BatchRequest2, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6431,9 +7733,25 @@ class BatchRequest100(BatchRequest1, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
-    defaults: BatchDefaults | None
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6446,9 +7764,87 @@ class BatchRequest101(BatchRequest2, BatchRequest49):
     model_config = ConfigDict(
         extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
     defaults: BatchDefaults | None = None
     """
     Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest102(BatchRequest1, BatchRequest49):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest103(BatchRequest2, BatchRequest49):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
     """
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
@@ -6507,13 +7903,15 @@ class BatchRequest(
         | BatchRequest99
         | BatchRequest100
         | BatchRequest101
+        | BatchRequest102
+        | BatchRequest103
     ]
 ):
     """
     1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
-    root: BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55 | BatchRequest56 | BatchRequest57 | BatchRequest58 | BatchRequest59 | BatchRequest60 | BatchRequest61 | BatchRequest62 | BatchRequest63 | BatchRequest64 | BatchRequest65 | BatchRequest66 | BatchRequest67 | BatchRequest68 | BatchRequest69 | BatchRequest70 | BatchRequest71 | BatchRequest72 | BatchRequest73 | BatchRequest74 | BatchRequest75 | BatchRequest76 | BatchRequest77 | BatchRequest78 | BatchRequest79 | BatchRequest80 | BatchRequest81 | BatchRequest82 | BatchRequest83 | BatchRequest84 | BatchRequest85 | BatchRequest86 | BatchRequest87 | BatchRequest88 | BatchRequest89 | BatchRequest90 | BatchRequest91 | BatchRequest92 | BatchRequest93 | BatchRequest94 | BatchRequest95 | BatchRequest96 | BatchRequest97 | BatchRequest98 | BatchRequest99 | BatchRequest100 | BatchRequest101
+    root: BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55 | BatchRequest56 | BatchRequest57 | BatchRequest58 | BatchRequest59 | BatchRequest60 | BatchRequest61 | BatchRequest62 | BatchRequest63 | BatchRequest64 | BatchRequest65 | BatchRequest66 | BatchRequest67 | BatchRequest68 | BatchRequest69 | BatchRequest70 | BatchRequest71 | BatchRequest72 | BatchRequest73 | BatchRequest74 | BatchRequest75 | BatchRequest76 | BatchRequest77 | BatchRequest78 | BatchRequest79 | BatchRequest80 | BatchRequest81 | BatchRequest82 | BatchRequest83 | BatchRequest84 | BatchRequest85 | BatchRequest86 | BatchRequest87 | BatchRequest88 | BatchRequest89 | BatchRequest90 | BatchRequest91 | BatchRequest92 | BatchRequest93 | BatchRequest94 | BatchRequest95 | BatchRequest96 | BatchRequest97 | BatchRequest98 | BatchRequest99 | BatchRequest100 | BatchRequest101 | BatchRequest102 | BatchRequest103
     """
     1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
@@ -6646,8 +8044,16 @@ class TaskRecord(BaseModel):
     """
     Which lane a task waits in: workers read high before normal before low.
     """
+    reason: str | None = None
+    """
+    Why the check judged so (or why the set-up failed).
+    """
     result: dict[str, Any] | None = None
     sandbox: dict[str, Any] | None = None
+    score: float | None = None
+    """
+    The check's score, 0 to 1.
+    """
     screenshots: list[dict[str, Any]]
     spec: TaskSpec
     started_at: str | None = None
@@ -6657,6 +8063,7 @@ class TaskRecord(BaseModel):
     """
     steps_taken: conint(ge=0, le=4294967295)
     usage: UsageView | None = None
+    verdict: Literal['passed', 'failed', 'error'] | None = None
     waiting_for: list[str] | None = Field(None, examples=[['label:eu']])
     """
     On `GET /v1/tasks/{id}` of a `queued` task: what no live worker

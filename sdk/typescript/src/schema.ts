@@ -41,6 +41,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/evals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The comparison page. */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The comparison of two runs of an evaluation suite: an HTML page with its script at /evals.js; it reads two batches' reports with a key typed into it */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/html": string;
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -71,6 +107,65 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Lets a request with a tenant's key through, with the key on it. The
+         *     messages and answers are MCP's (JSON-RPC 2.0 over streamable HTTP, no
+         *     sessions); only the key check is the API's.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description One JSON-RPC message of the Model Context Protocol (tools: submit_task, submit_batch, get_task, list_tasks, wait_for_task, cancel_task, approve_task, deny_task, take_over, get_screenshot, get_usage; resources flotilla://tasks/{id} and flotilla://tasks/{id}/screenshots/{seq}) */
+            requestBody: {
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            responses: {
+                /** @description The JSON-RPC answer: JSON, or an event stream carrying the call's progress notifications before its answer (send `Accept: application/json, text/event-stream`) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description A notification was taken */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Missing or unknown API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -550,6 +645,81 @@ export interface paths {
                 };
                 /** @description The tenant holds as many open event streams as it may (`rate_limited`, with `Retry-After`) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Redis unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{id}/report": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An evaluation batch's report. */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Batch id, `bat_` and 26 characters */
+                    id: components["schemas"]["BatchId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Pass rate, mean score, pass@k, steps, time, tokens and cost per task and per success, by model and pipeline, and each suite task's runs */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["BatchReport"];
+                    };
+                };
+                /** @description Malformed id */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Missing or unknown API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description No such batch for this tenant */
+                404: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1268,6 +1438,8 @@ export interface paths {
                 query?: {
                     /** @description Only tasks with this status. */
                     status?: components["schemas"]["TaskStatus"];
+                    /** @description Only tasks whose check gave this verdict (`passed`, `failed`, `error`). */
+                    verdict?: components["schemas"]["Verdict"];
                     /** @description Only tasks of this batch; empty for any. */
                     batch?: string;
                     /** @description At most this many tasks, 1 to 500; default 50. */
@@ -3058,6 +3230,7 @@ export interface components {
         BatchDefaults: {
             actions?: components["schemas"]["Action"][] | null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
@@ -3089,6 +3262,7 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         };
         /** @description `bat_` and a lowercase ULID */
         BatchId: string;
@@ -3099,10 +3273,44 @@ export interface components {
             /** @description The batch's tasks: `GET /v1/tasks?batch=`. */
             tasks: string;
         };
+        /** @description The report of a batch. */
+        BatchReport: {
+            batch_id: components["schemas"]["BatchId"];
+            /** Format: int32 */
+            best_of: number;
+            /** @description The figures per model and pipeline. */
+            cells: components["schemas"]["CellReport"][];
+            /** @description Whether every run has ended: until then the figures may move. */
+            complete: boolean;
+            /**
+             * Format: int64
+             * @description Runs that have ended.
+             */
+            ended: number;
+            matrix: components["schemas"]["Matrix"];
+            /** Format: int32 */
+            repeat: number;
+            /**
+             * Format: int64
+             * @description Runs (tasks) in the batch.
+             */
+            runs: number;
+            stop_on_pass: boolean;
+            /** @description Each suite task, per model and pipeline. */
+            tasks: components["schemas"]["TaskReport"][];
+        };
         /** @description 1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`. */
         BatchRequest: {
+            /** @description Runs each task (each repeat) this many times; its best run by the check's score counts (default 1). */
+            best_of?: null | number;
             /** @description Spec fields every task starts from. */
             defaults?: null | components["schemas"]["BatchDefaults"];
+            /** @description Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline). */
+            matrix?: null | components["schemas"]["Matrix"];
+            /** @description Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000. */
+            repeat?: null | number;
+            /** @description With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled. */
+            stop_on_pass?: boolean | null;
             tasks: components["schemas"]["BatchTaskPatch"][];
         } & (({
             defaults?: {
@@ -3600,11 +3808,25 @@ export interface components {
                 retry?: null;
             };
             tasks?: unknown;
+        }) & ({
+            /** @enum {unknown} */
+            stop_on_pass?: false | null;
+        } | {
+            best_of: number;
+            /** @constant */
+            stop_on_pass: true;
         }));
         /** @description One task of a batch as a merge patch over `defaults`: each value by its field's rules, `null` removes a key (any key, in nested objects too), `prompt` is never `null`. */
         BatchTaskPatch: {
             actions?: components["schemas"]["Action"][] | null;
             budget?: null | ({
+                /**
+                 * Format: double
+                 * @description US dollars of model calls at the configured prices, over every
+                 *     attempt (calls of a model without a price count nothing).
+                 * @example 2.5
+                 */
+                max_cost_usd?: number | null;
                 /**
                  * Format: int64
                  * @description Seconds of holding a sandbox, over every attempt.
@@ -3618,6 +3840,7 @@ export interface components {
             } & {
                 [key: string]: null;
             });
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | {
                 [key: string]: (string | null) | null;
@@ -3672,6 +3895,7 @@ export interface components {
                 [key: string]: null;
             });
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } & {
             [key: string]: null;
         };
@@ -3695,6 +3919,13 @@ export interface components {
          *     the step that crossed it.
          */
         Budget: {
+            /**
+             * Format: double
+             * @description US dollars of model calls at the configured prices, over every
+             *     attempt (calls of a model without a price count nothing).
+             * @example 2.5
+             */
+            max_cost_usd?: number | null;
             /**
              * Format: int64
              * @description Seconds of holding a sandbox, over every attempt.
@@ -3730,6 +3961,73 @@ export interface components {
             /** Format: int64 */
             queued: number;
         };
+        /** @description The figures of one model and pipeline. */
+        CellReport: {
+            /**
+             * Format: int64
+             * @description Runs cancelled (by `stop_on_pass` or by hand).
+             */
+            cancelled_runs: number;
+            /**
+             * Format: int64
+             * @description Groups whose best run could not be judged by its check.
+             */
+            errors: number;
+            /**
+             * Format: int64
+             * @description Groups whose best run's check failed.
+             */
+            failed: number;
+            /**
+             * Format: int64
+             * @description Groups judged by their best run: `tasks × repeat`.
+             */
+            groups: number;
+            /**
+             * Format: double
+             * @description The mean of each group's best score (none counts 0).
+             */
+            mean_score: number;
+            model?: string | null;
+            /** @description pass@k for k from 1 to `repeat`, keyed by k. */
+            pass_at_k: {
+                [key: string]: number;
+            };
+            /**
+             * Format: double
+             * @description `passed / groups`.
+             */
+            pass_rate: number;
+            /** Format: int64 */
+            passed: number;
+            per_success?: null | components["schemas"]["Spend"];
+            /** @description Every run's spending over the groups. */
+            per_task: components["schemas"]["Spend"];
+            pipeline?: null | components["schemas"]["Pipeline"];
+            /** Format: int64 */
+            runs: number;
+            /**
+             * Format: int64
+             * @description Groups whose best run's set-up failed (the agent never started):
+             *     apart from `failed` and `errors`.
+             */
+            setup_errors: number;
+            /**
+             * Format: int64
+             * @description Suite tasks.
+             */
+            tasks: number;
+            /**
+             * Format: int64
+             * @description Groups with no verdict yet (running, cancelled, or no check).
+             */
+            unjudged: number;
+        };
+        /**
+         * @description Which part of an evaluation gave a verdict.
+         * @enum {string}
+         */
+        CheckStage: "setup" | "check";
         /** @description A page of the tenant's dead-lettered tasks, newest first. */
         DeadTasks: {
             /** @description Pass as `cursor` for the next page (`<ms>:<task id>`); `null` on the last one. */
@@ -3901,6 +4199,40 @@ export interface components {
             /** @enum {string} */
             type: "screenshot";
         } | {
+            /**
+             * Format: int64
+             * @description Input tokens read from the prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Input tokens written to the prompt cache.
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: double
+             * @description What the call cost in US dollars; `null` when the model has no
+             *     price.
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: int64
+             * @description Every input token, those read from or written to the cache
+             *     included.
+             */
+            input_tokens: number;
+            model: string;
+            /** Format: int64 */
+            output_tokens: number;
+            /**
+             * Format: int32
+             * @description How many actions the task had taken when the model answered:
+             *     the answer asks for the actions numbered above it.
+             */
+            step: number;
+            /** @enum {string} */
+            type: "usage";
+        } | {
             block: Record<string, never>;
             /** @enum {string} */
             type: "block";
@@ -3930,6 +4262,14 @@ export interface components {
             /** @enum {string} */
             type: "released";
         } | {
+            reason: string;
+            /** Format: double */
+            score?: number | null;
+            stage: components["schemas"]["CheckStage"];
+            /** @enum {string} */
+            type: "checked";
+            verdict: components["schemas"]["Verdict"];
+        } | {
             /** Format: int32 */
             attempt: number;
             /** Format: int64 */
@@ -3956,7 +4296,7 @@ export interface components {
          * @description What a webhook reports.
          * @enum {string}
          */
-        EventType: "task.succeeded" | "task.failed" | "task.cancelled" | "task.waiting" | "batch.completed";
+        EventType: "task.succeeded" | "task.failed" | "task.cancelled" | "task.waiting" | "task.checked" | "batch.completed";
         /**
          * @description What happened to a file (`file` events).
          * @enum {string}
@@ -4014,11 +4354,38 @@ export interface components {
             due_at: string;
             task_id?: null | components["schemas"]["TaskId"];
         };
+        /** @description The model and pipeline axes a batch is expanded over. */
+        Matrix: {
+            /** @description Models: each task runs once with each (laid over its own `model`). */
+            model?: string[] | null;
+            /** @description Pipelines: each task runs once with each. */
+            pipeline?: components["schemas"]["Pipeline"][] | null;
+        };
         /** @description `msg_` and a lowercase ULID */
         MessageId: string;
-        /** @description Tokens of one model. */
+        /** @description Tokens and cost of one model. */
         ModelTokens: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Input tokens read from the prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Input tokens written to the prompt cache.
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: double
+             * @description What the model's calls cost in US dollars (counted in whole
+             *     micro-dollars); `null` when the model has no price in the
+             *     configuration.
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: int64
+             * @description Every input token, those read from or written to the cache included.
+             */
             input_tokens: number;
             /** Format: int64 */
             output_tokens: number;
@@ -4115,6 +4482,18 @@ export interface components {
             /** Format: int32 */
             max_attempts: number;
         };
+        /** @description One run of a suite task. */
+        RunView: {
+            /** @description Whether it is its group's best run, the one that counts. */
+            kept: boolean;
+            /** Format: int32 */
+            run: number;
+            /** Format: double */
+            score?: number | null;
+            status?: null | components["schemas"]["TaskStatus"];
+            task_id: components["schemas"]["TaskId"];
+            verdict?: null | components["schemas"]["Verdict"];
+        };
         /**
          * @description Where a task runs.
          * @enum {string}
@@ -4174,6 +4553,7 @@ export interface components {
         ScheduledTask: {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: null;
@@ -4205,9 +4585,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: null;
@@ -4239,9 +4621,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
@@ -4273,9 +4657,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: null;
@@ -4307,9 +4693,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: null;
@@ -4340,9 +4728,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: null;
@@ -4373,6 +4763,7 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         };
         /** @description A new secret. */
         SecretRotated: {
@@ -4385,6 +4776,20 @@ export interface components {
          * @enum {string}
          */
         SensitiveActions: "pause" | "deny" | "allow";
+        /** @description What runs spent, averaged. */
+        Spend: {
+            /**
+             * Format: double
+             * @description `null` until every run is priced.
+             */
+            cost_usd?: number | null;
+            /** Format: double */
+            duration_s: number;
+            /** Format: double */
+            steps: number;
+            /** Format: double */
+            tokens: number;
+        };
         /**
          * @description One frame of an event stream as a client reads it: what the `200`
          *     answer of every SSE endpoint describes, frame by frame.
@@ -4424,6 +4829,33 @@ export interface components {
              */
             status: components["schemas"]["TaskStatus"];
         };
+        /** @description One suite task in one model and pipeline. */
+        TaskCell: {
+            /** Format: int32 */
+            groups: number;
+            model?: string | null;
+            /** Format: int32 */
+            passed_groups: number;
+            pipeline?: null | components["schemas"]["Pipeline"];
+            runs: components["schemas"]["RunView"][];
+            /** Format: double */
+            score?: number | null;
+            verdict?: null | components["schemas"]["Verdict"];
+        };
+        /**
+         * @description What judges a task after its agent stops: a command run in its sandbox.
+         *     Exit 0 passes and anything else fails, unless a line of its standard
+         *     output is a JSON object with a `score` from 0 to 1 (and a `reason`):
+         *     then the score decides, and only a score of 1 passes.
+         */
+        TaskCheck: {
+            command: string;
+            /**
+             * Format: int64
+             * @description How long the check may run, in seconds (default 60).
+             */
+            timeout_s?: number | null;
+        };
         /** @description Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents). */
         TaskFiles: {
             s3_prefix: string;
@@ -4461,8 +4893,15 @@ export interface components {
             last_seq: number;
             plan?: Record<string, never> | null;
             priority: components["schemas"]["Priority"];
+            /** @description Why the check judged so (or why the set-up failed). */
+            reason?: string | null;
             result?: Record<string, never> | null;
             sandbox?: Record<string, never> | null;
+            /**
+             * Format: double
+             * @description The check's score, 0 to 1.
+             */
+            score?: number | null;
             screenshots: Record<string, never>[];
             spec: components["schemas"]["TaskSpec"];
             started_at?: string | null;
@@ -4470,6 +4909,7 @@ export interface components {
             /** Format: int32 */
             steps_taken: number;
             usage?: null | components["schemas"]["UsageView"];
+            verdict?: null | components["schemas"]["Verdict"];
             /**
              * @description On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
              *     offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
@@ -4482,10 +4922,45 @@ export interface components {
              */
             waiting_for?: string[] | null;
         };
+        /** @description One suite task. */
+        TaskReport: {
+            cells: components["schemas"]["TaskCell"][];
+            name: string;
+            /**
+             * Format: int32
+             * @description Its place in the suite, from 0.
+             */
+            task: number;
+        };
+        /**
+         * @description What runs in a task's sandbox before its agent starts: files placed
+         *     first, then commands run one by one; a command that exits non-zero ends
+         *     the task with code `problem` before any model call.
+         */
+        TaskSetup: {
+            /**
+             * @description Shell commands (bash, in the home directory, on the desktop's
+             *     display), run in order.
+             */
+            commands?: string[] | null;
+            /**
+             * @description Files to place, by path (relative to the sandbox user's home, or
+             *     absolute), with their text.
+             */
+            files?: {
+                [key: string]: string;
+            } | null;
+            /**
+             * Format: int64
+             * @description How long each command may run, in seconds (default 60).
+             */
+            timeout_s?: number | null;
+        };
         /** @description What a user submits. */
         TaskSpec: {
             actions?: components["schemas"]["Action"][] | null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
@@ -4517,6 +4992,7 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         };
         /**
          * @description Where a task is in its life.
@@ -4527,6 +5003,7 @@ export interface components {
         TaskSubmission: {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: string | null;
@@ -4559,9 +5036,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: string | null;
@@ -4594,9 +5073,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
@@ -4629,9 +5110,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: string | null;
@@ -4664,9 +5147,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: string | null;
@@ -4698,9 +5183,11 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         } | {
             actions?: null;
             budget?: null | components["schemas"]["Budget"];
+            check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
             files?: null;
             idempotency_key?: string | null;
@@ -4732,6 +5219,7 @@ export interface components {
             retry?: null | components["schemas"]["RetryPolicy"];
             sandbox?: null | components["schemas"]["SandboxSpec"];
             sensitive_actions?: null | components["schemas"]["SensitiveActions"];
+            setup?: null | components["schemas"]["TaskSetup"];
         };
         /** @description A tenant: 1–64 of `a-z 0-9 - _`. Every task belongs to exactly one. */
         TenantId: string;
@@ -4768,6 +5256,18 @@ export interface components {
         };
         /** @description The tenant's limits and what is left of them now. */
         UsageLimits: {
+            /** Format: double */
+            cost_left_today_usd?: number | null;
+            /**
+             * Format: double
+             * @description What the tenant's model calls cost today (UTC), in US dollars.
+             */
+            cost_today_usd: number;
+            /**
+             * Format: double
+             * @description US dollars of model calls per UTC day; `null` for no limit.
+             */
+            max_cost_usd_per_day?: number | null;
             /** Format: int64 */
             max_queued: number;
             /** Format: int64 */
@@ -4815,7 +5315,25 @@ export interface components {
         UsageView: {
             /**
              * Format: int64
-             * @description Tokens sent to models, all models together.
+             * @description Input tokens read from the prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Input tokens written to the prompt cache.
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: double
+             * @description What the calls of priced models cost, in US dollars (counted in
+             *     whole micro-dollars); a model without a price shows `cost_usd:
+             *     null` under `models` and adds nothing here.
+             */
+            cost_usd: number;
+            /**
+             * Format: int64
+             * @description Tokens sent to models, all models together (those read from or
+             *     written to the prompt cache included).
              */
             input_tokens: number;
             /** @description Tokens per model. */
@@ -4854,6 +5372,11 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /**
+         * @description Whether a task reached its goal, as its check judged.
+         * @enum {string}
+         */
+        Verdict: "passed" | "failed" | "error";
         /** @description A view of a task's desktop. */
         ViewLink: {
             /** @description RFC 3339: after this the token opens nothing; an open view stays open. */

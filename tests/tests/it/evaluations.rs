@@ -206,7 +206,14 @@ async fn sandbox_best_of_three_keeps_the_passing_second_run_and_cancels_the_thir
 fn memory_worker(config: &flotilla_config::Config) -> (InProcessWorker, SandboxPool) {
     let provider: Arc<dyn SandboxProvider> = Arc::new(MemoryProvider::new());
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 32, ..PoolConfig::default() });
-    let tools = Tools { sandboxes: Some(pool.clone()), blobs: None, uploads: Default::default(), gateway: None, live: None };
+    let tools = Tools {
+        sandboxes: Some(pool.clone()),
+        blobs: None,
+        uploads: Default::default(),
+        gateway: None,
+        live: None,
+        pricing: Default::default(),
+    };
     (InProcessWorker::start_with_tools(config.clone(), Registry::for_config(config), tools), pool)
 }
 

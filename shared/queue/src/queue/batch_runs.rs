@@ -156,7 +156,7 @@ fn row_of(id: &TaskId, order: usize, h: &HashMap<String, String>, places: &HashM
         steps: h.get("steps_taken").and_then(|v| v.parse().ok()).unwrap_or(0),
         duration_ms: time("started_at").zip(time("finished_at")).map(|(s, f)| (f - s).max(0) as u64),
         tokens: meter.input_tokens + meter.output_tokens,
-        cost_usd: None,
+        cost_usd: Some(meter.cost_usd),
     })
 }
 
@@ -179,7 +179,7 @@ fn row_of_record(id: &TaskId, order: usize, r: &TaskRecord, places: &HashMap<Tas
         steps: r.steps_taken,
         duration_ms: ms(&r.started_at).zip(ms(&r.finished_at)).map(|(s, f)| (f - s).max(0) as u64),
         tokens,
-        cost_usd: None,
+        cost_usd: r.usage.as_ref().map(|u| u.cost_usd),
     }
 }
 
