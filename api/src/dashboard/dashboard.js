@@ -466,6 +466,9 @@
     try {
       const task = await api('GET', taskPath(selected.id));
       if (state.selected !== selected) return;
+      // Reads overlap under a burst of events: one that answers after a
+      // newer one has been shown is older news, and is dropped.
+      if (selected.task && Number(task.last_seq) < Number(selected.task.last_seq)) return;
       selected.task = task;
       renderDetail(selected, task);
     } catch (error) {

@@ -77,7 +77,7 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
     // Each call the page makes, with the fragment of the script that makes it.
     let calls = [
         ("GET", "/v1/queues".to_owned(), "'/v1/queues'"),
-        ("GET", "/v1/tasks?limit=50".to_owned(), "'/v1/tasks?limit=50'"),
+        ("GET", "/v1/tasks?limit=50".to_owned(), "`/v1/tasks?${params}`"),
         ("GET", format!("/v1/tasks/{id}"), "`/v1/tasks/${"),
         ("GET", format!("/v1/tasks/{id}/events"), "'/events'"),
         ("POST", format!("/v1/tasks/{id}/cancel"), "'/cancel'"),
@@ -86,7 +86,7 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
         ("POST", format!("/v1/tasks/{id}/takeover"), "'/takeover'"),
         ("POST", format!("/v1/tasks/{id}/release"), "'/release'"),
         ("GET", "/v1/events".to_owned(), "'/v1/events'"),
-        ("GET", "/v1/usage".to_owned(), "'/v1/usage'"),
+        ("GET", "/v1/usage".to_owned(), "`/v1/usage?from="),
         ("GET", "/v1/webhooks?limit=50".to_owned(), "'/v1/webhooks?limit=50'"),
         ("GET", "/v1/webhooks/whk_01jc0000000000000000000000/deliveries?limit=20".to_owned(), "/deliveries?limit="),
     ];
