@@ -43,7 +43,16 @@ pub struct BatchRequest {
     pub stop_on_pass: Option<bool>,
     /// Expands the batch over models and pipelines: each task runs once in
     /// each combination (times `repeat` and `best_of`).
+    #[serde(default, deserialize_with = "matrix_object")]
     pub matrix: Option<Matrix>,
+}
+
+/// Reads `matrix` from a JSON object only (a derived reader would also take
+/// an array of its fields in order, which the document does not allow).
+fn matrix_object<'de, D: serde::Deserializer<'de>>(reader: D) -> Result<Option<Matrix>, D::Error> {
+    use serde::de::Error;
+    let Some(fields) = Option::<Map<String, Value>>::deserialize(reader)? else { return Ok(None) };
+    serde_json::from_value(Value::Object(fields)).map(Some).map_err(D::Error::custom)
 }
 
 /// The answer to a batch submit.

@@ -175,7 +175,12 @@ impl Subscriber {
 
 /// The position the client already has: `Last-Event-ID`, else `after`, else
 /// none. `what` says what a position looks like, for the error.
+/// A malformed `after` is refused even beside a `Last-Event-ID`, which wins.
 pub fn resume_at<T: FromStr>(headers: &HeaderMap, after: Option<&str>, what: &str) -> Result<Option<T>, ValidationError> {
+    let after = match after.filter(|a| !a.is_empty()) {
+        None => None,
+        Some(text) => Some(position::<T>(text).ok_or_else(|| ValidationError::at("after", format!("after must be {what}")))?),
+    };
     if let Some(value) = headers.get("last-event-id") {
         let text = value.to_str().unwrap_or("-").trim();
         if !text.is_empty() {
@@ -184,10 +189,7 @@ pub fn resume_at<T: FromStr>(headers: &HeaderMap, after: Option<&str>, what: &st
                 .ok_or_else(|| ValidationError::at("Last-Event-ID", format!("Last-Event-ID must be {what}")));
         }
     }
-    match after.filter(|a| !a.is_empty()) {
-        None => Ok(None),
-        Some(text) => position::<T>(text).map(Some).ok_or_else(|| ValidationError::at("after", format!("after must be {what}"))),
-    }
+    Ok(after)
 }
 
 /// A position as the document states it: whole numbers of at most 19
