@@ -76,6 +76,10 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     }
     if let Some(check) = schemas.get_mut("TaskCheck") {
         set(check, "/properties/command", command());
+        if let Some(check) = check.as_object_mut() {
+            let needs = json!([{"required": ["command"]}, {"required": ["actions"], "properties": {"actions": {"minItems": 1}}}]);
+            check.insert("anyOf".to_owned(), needs);
+        }
     }
     if let Some(spec) = schemas.get_mut("TaskSpec") {
         set(spec, "/properties/requires", json!({"maxItems": MAX_LABELS, "items": label()}));

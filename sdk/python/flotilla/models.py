@@ -4021,25 +4021,6 @@ class SseFrame(BaseModel):
     """
 
 
-class TaskCheck(BaseModel):
-    """
-    What judges a task after its agent stops: a command run in its sandbox.
-    Exit 0 passes and anything else fails, unless a line of its standard
-    output is a JSON object with a `score` from 0 to 1 (and a `reason`):
-    then the score decides, and only a score of 1 passes.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    command: constr(pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])', min_length=1, max_length=10000)
-    timeout_s: conint(ge=1, le=1800) | None = None
-    """
-    How long the check may run, in seconds (default 60).
-    """
-
-
 class TaskFiles1(BaseModel):
     """
     Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).
@@ -4099,198 +4080,6 @@ class TaskSetup(BaseModel):
     """
     How long each command may run, in seconds (default 60).
     """
-
-
-class TaskSubmission2(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: None = Field(None)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['scripted']
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `tsk_` and a lowercase ULID
-    """
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission3(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: None = Field(None)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    files: (
-        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
-    ) = None
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['claude-code']
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: None = Field(None)
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission4(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: None = Field(None)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: None = Field(None)
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission6(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: None = Field(None)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: None = Field(None)
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `tsk_` and a lowercase ULID
-    """
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
 
 
 class TenantLoad(BaseModel):
@@ -4550,61 +4339,6 @@ class BatchCancelled(BaseModel):
     """
 
 
-class BatchDefaults(BaseModel):
-    """
-    Spec fields every task of the batch starts from, each by its own rules (a task's merged spec follows the rules between fields).
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: list[Action] | None = Field(None, max_length=10000)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    files: (
-        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
-    ) = None
-    idempotency_key: None = Field(None)
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
-        None
-    )
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: (
-        constr(
-            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
-            min_length=1,
-            max_length=20000,
-        )
-        | None
-    ) = None
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
 class Sandbox(BaseModel):
     model_config = ConfigDict(
         extra='allow',
@@ -4633,64 +4367,6 @@ class Sandbox(BaseModel):
     """
     timeout_s: conint(ge=10, le=86400) | None = None
     url: constr(pattern=r'^https?://', max_length=2048) | None = None
-
-
-class BatchTaskPatch(BaseModel):
-    """
-    One task of a batch as a merge patch over `defaults`: each value by its field's rules, `null` removes a key (any key, in nested objects too), `prompt` is never `null`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    __annotations__ = {
-        '__pydantic_extra__': Dict[str, None],
-    }
-    actions: list[Action] | None = Field(None, max_length=10000)
-    budget: Budget1 | None = None
-    check: TaskCheck | None = None
-    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    files: (
-        dict[constr(pattern=r'^(?:(?![\s\S])|/|(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))'), None] | None
-    ) = None
-    idempotency_key: None = Field(None)
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
-        None
-    )
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: (
-        constr(
-            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
-            min_length=1,
-            max_length=20000,
-        )
-        | None
-    ) = None
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: Retry | None = None
-    sandbox: Sandbox | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
 
 
 class Cancelled(BaseModel):
@@ -5543,6 +5219,749 @@ class RunView(BaseModel):
     verdict: Literal['passed', 'failed', 'error'] | None = None
 
 
+class TaskAccepted(BaseModel):
+    """
+    The answer to a submit.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    created_at: str
+    """
+    RFC 3339.
+    """
+    id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `tsk_` and a lowercase ULID
+    """
+    links: TaskLinks
+    status: Literal['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled']
+    """
+    `queued` for a new task; a replayed idempotent submit shows the task's
+    current status.
+    """
+
+
+class TaskCell(BaseModel):
+    """
+    One suite task in one model and pipeline.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    groups: conint(ge=0, le=4294967295)
+    model: str | None = None
+    passed_groups: conint(ge=0, le=4294967295)
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    runs: list[RunView]
+    score: float | None = None
+    verdict: Literal['passed', 'failed', 'error'] | None = None
+
+
+class TaskCheck1(BaseModel):
+    """
+    What judges a task after its agent stops: scripted `actions` on its
+    desktop (saving a document, closing a dialog), then a `command` run in
+    its sandbox. The command's exit 0 passes and anything else fails, unless
+    a line of its standard output is a JSON object with a `score` from 0 to
+    1 (and a `reason`): then the score decides, and only a score of 1
+    passes. A check of actions alone passes when every action ran, and is
+    an `error` when one could not.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] | None = Field(None, max_length=100)
+    """
+    Actions run on the desktop, in order, before the command.
+    """
+    command: constr(pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])', min_length=1, max_length=10000)
+    """
+    A shell command (bash, in the home directory, on the desktop's
+    display) whose exit code or score line judges the task.
+    """
+    timeout_s: conint(ge=1, le=1800) | None = None
+    """
+    How long the check may run, in seconds (default 60).
+    """
+
+
+class TaskCheck2(BaseModel):
+    """
+    What judges a task after its agent stops: scripted `actions` on its
+    desktop (saving a document, closing a dialog), then a `command` run in
+    its sandbox. The command's exit 0 passes and anything else fails, unless
+    a line of its standard output is a JSON object with a `score` from 0 to
+    1 (and a `reason`): then the score decides, and only a score of 1
+    passes. A check of actions alone passes when every action ran, and is
+    an `error` when one could not.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] | None = Field(..., max_length=100, min_length=1)
+    """
+    Actions run on the desktop, in order, before the command.
+    """
+    command: (
+        constr(
+            pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])',
+            min_length=1,
+            max_length=10000,
+        )
+        | None
+    ) = None
+    """
+    A shell command (bash, in the home directory, on the desktop's
+    display) whose exit code or score line judges the task.
+    """
+    timeout_s: conint(ge=1, le=1800) | None = None
+    """
+    How long the check may run, in seconds (default 60).
+    """
+
+
+class TaskCheck(RootModel[TaskCheck1 | TaskCheck2]):
+    root: TaskCheck1 | TaskCheck2
+    """
+    What judges a task after its agent stops: scripted `actions` on its
+    desktop (saving a document, closing a dialog), then a `command` run in
+    its sandbox. The command's exit 0 passes and anything else fails, unless
+    a line of its standard output is a JSON object with a `score` from 0 to
+    1 (and a `reason`): then the score decides, and only a score of 1
+    passes. A check of actions alone passes when every action ran, and is
+    an `error` when one could not.
+    """
+
+
+class TaskReport(BaseModel):
+    """
+    One suite task.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    cells: list[TaskCell]
+    name: str
+    task: conint(ge=0, le=4294967295)
+    """
+    Its place in the suite, from 0.
+    """
+
+
+class TaskSpec(BaseModel):
+    """
+    What a user submits.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] | None = Field(None, max_length=10000)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission1(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] = Field(..., max_length=10000)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: None = Field(None)
+    files: None = Field(None)
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['scripted']
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: None = Field(None)
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission2(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: None = Field(None)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: None = Field(None)
+    files: None = Field(None)
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['scripted']
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `tsk_` and a lowercase ULID
+    """
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission3(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: None = Field(None)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['claude-code']
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: None = Field(None)
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission4(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: None = Field(None)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: None = Field(None)
+    files: None = Field(None)
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: None = Field(None)
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission5(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] = Field(..., max_length=10000)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: None = Field(None)
+    files: None = Field(None)
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: None = Field(None)
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: None = Field(None)
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission6(BaseModel):
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: None = Field(None)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: None = Field(None)
+    files: None = Field(None)
+    idempotency_key: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
+    ) = None
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: None = Field(None)
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `tsk_` and a lowercase ULID
+    """
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class TaskSubmission(
+    RootModel[
+        TaskSubmission1
+        | TaskSubmission2
+        | TaskSubmission3
+        | TaskSubmission4
+        | TaskSubmission5
+        | TaskSubmission6
+    ]
+):
+    root: TaskSubmission1 | TaskSubmission2 | TaskSubmission3 | TaskSubmission4 | TaskSubmission5 | TaskSubmission6
+    """
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    """
+
+
+class UsageDay(UsageView):
+    """
+    One UTC day of usage.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    day: str
+    """
+    `YYYY-MM-DD`.
+    """
+
+
+class UsageReport(BaseModel):
+    """
+    The answer of `GET /v1/usage`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    days: list[UsageDay]
+    """
+    Days with anything counted, oldest first.
+    """
+    from_: str = Field(..., alias='from')
+    group_by: str
+    limits: UsageLimits
+    to: str
+    total: UsageView
+    """
+    The sum of `days`.
+    """
+
+
+class ViewLink(BaseModel):
+    """
+    A view of a task's desktop.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    expires_at: str
+    """
+    RFC 3339: after this the token opens nothing; an open view stays open.
+    """
+    mode: Literal['view', 'control']
+    """
+    What a view lets a person do.
+    """
+    url: str
+    """
+    The noVNC page, with a token for this task and mode.
+    """
+
+
+class BatchDefaults(BaseModel):
+    """
+    Spec fields every task of the batch starts from, each by its own rules (a task's merged spec follows the rules between fields).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    actions: list[Action] | None = Field(None, max_length=10000)
+    budget: Budget | None = None
+    check: TaskCheck | None = None
+    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
+    idempotency_key: None = Field(None)
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: (
+        constr(
+            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
+            min_length=1,
+            max_length=20000,
+        )
+        | None
+    ) = None
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: RetryPolicy | None = None
+    sandbox: SandboxSpec | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class BatchReport(BaseModel):
+    """
+    The report of a batch.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `bat_` and a lowercase ULID
+    """
+    best_of: conint(ge=0, le=4294967295)
+    cells: list[CellReport]
+    """
+    The figures per model and pipeline.
+    """
+    complete: bool
+    """
+    Whether every run has ended: until then the figures may move.
+    """
+    ended: conint(ge=0, le=18446744073709551615)
+    """
+    Runs that have ended.
+    """
+    matrix: Matrix
+    repeat: conint(ge=0, le=4294967295)
+    runs: conint(ge=0, le=18446744073709551615)
+    """
+    Runs (tasks) in the batch.
+    """
+    stop_on_pass: bool
+    tasks: list[TaskReport]
+    """
+    Each suite task, per model and pipeline.
+    """
+
+
+class BatchTaskPatch(BaseModel):
+    """
+    One task of a batch as a merge patch over `defaults`: each value by its field's rules, `null` removes a key (any key, in nested objects too), `prompt` is never `null`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    __annotations__ = {
+        '__pydantic_extra__': Dict[str, None],
+    }
+    actions: list[Action] | None = Field(None, max_length=10000)
+    budget: Budget1 | None = None
+    check: TaskCheck | None = None
+    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    files: (
+        dict[constr(pattern=r'^(?:(?![\s\S])|/|(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))'), None] | None
+    ) = None
+    idempotency_key: None = Field(None)
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+        None
+    )
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: (
+        constr(
+            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
+            min_length=1,
+            max_length=20000,
+        )
+        | None
+    ) = None
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: Retry | None = None
+    sandbox: Sandbox | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
+
+
+class Schedule(BaseModel):
+    """
+    A schedule and its state.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    created_at: str
+    cron: str
+    id: constr(pattern=r'^sch_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `sch_` and a lowercase ULID
+    """
+    last_run: LastRun | None = None
+    next_run_at: str | None = None
+    """
+    RFC 3339; `null` while paused.
+    """
+    overlap: Literal['skip', 'allow']
+    """
+    What to do when a schedule comes due while its previous task still runs.
+    """
+    paused: bool
+    skipped_runs: conint(ge=0, le=18446744073709551615)
+    """
+    Runs left out because the previous task was still active.
+    """
+    task: TaskSpec
+    timezone: str
+    updated_at: str
+
+
+class ScheduleList(BaseModel):
+    """
+    A page of the tenant's schedules, newest first.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    next_cursor: constr(pattern=r'^sch_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    schedules: list[Schedule]
+
+
 class ScheduledTask1(BaseModel):
     """
     A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
@@ -5831,316 +6250,89 @@ class ScheduledTask(
     """
 
 
-class TaskAccepted(BaseModel):
+class TakenOver(BaseModel):
     """
-    The answer to a submit.
+    The answer to a takeover.
     """
 
     model_config = ConfigDict(
         extra='allow',
     )
-    created_at: str
+    code: str
     """
-    RFC 3339.
+    Always `human-intervention`.
     """
     id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
     """
     `tsk_` and a lowercase ULID
     """
-    links: TaskLinks
+    status: str
+    """
+    Always `waiting`: the agent pauses after its current action.
+    """
+    view: ViewLink
+    """
+    A `control` view of the desktop.
+    """
+
+
+class TaskRecord(BaseModel):
+    """
+    A task's spec and state.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attempts: conint(ge=0, le=4294967295)
+    batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    code: Literal['done', 'ambiguity', 'human-intervention', 'sensitive-action', 'problem', 'cancelled', 'budget'] | None = (
+        None
+    )
+    created_at: str
+    current_step: conint(ge=0, le=4294967295) | None = None
+    error: str | None = None
+    finished_at: str | None = None
+    id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
+    """
+    `tsk_` and a lowercase ULID
+    """
+    last_seq: conint(ge=0, le=18446744073709551615)
+    """
+    The last event's seq: how far the history goes.
+    """
+    plan: dict[str, Any] | None = None
+    priority: Literal['high', 'normal', 'low']
+    """
+    Which lane a task waits in: workers read high before normal before low.
+    """
+    reason: str | None = None
+    """
+    Why the check judged so (or why the set-up failed).
+    """
+    result: dict[str, Any] | None = None
+    sandbox: dict[str, Any] | None = None
+    score: float | None = None
+    """
+    The check's score, 0 to 1.
+    """
+    screenshots: list[dict[str, Any]]
+    spec: TaskSpec
+    started_at: str | None = None
     status: Literal['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled']
     """
-    `queued` for a new task; a replayed idempotent submit shows the task's
-    current status.
+    Where a task is in its life.
     """
-
-
-class TaskCell(BaseModel):
-    """
-    One suite task in one model and pipeline.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    groups: conint(ge=0, le=4294967295)
-    model: str | None = None
-    passed_groups: conint(ge=0, le=4294967295)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
-        None
-    )
-    runs: list[RunView]
-    score: float | None = None
+    steps_taken: conint(ge=0, le=4294967295)
+    usage: UsageView | None = None
     verdict: Literal['passed', 'failed', 'error'] | None = None
-
-
-class TaskReport(BaseModel):
+    waiting_for: list[str] | None = Field(None, examples=[['label:eu']])
     """
-    One suite task.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    cells: list[TaskCell]
-    name: str
-    task: conint(ge=0, le=4294967295)
-    """
-    Its place in the suite, from 0.
-    """
-
-
-class TaskSpec(BaseModel):
-    """
-    What a user submits.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: list[Action] | None = Field(None, max_length=10000)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    files: (
-        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
-    ) = None
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
-        None
-    )
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission1(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: list[Action] = Field(..., max_length=10000)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: Literal['scripted']
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: None = Field(None)
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission5(BaseModel):
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-        regex_engine="python-re",
-    )
-    actions: list[Action] = Field(..., max_length=10000)
-    budget: Budget | None = None
-    check: TaskCheck | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    idempotency_key: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
-    ) = None
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    pipeline: None = Field(None)
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
-    """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
-    """
-    replay_of: None = Field(None)
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
-    )
-    """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
-    """
-    retry: RetryPolicy | None = None
-    sandbox: SandboxSpec | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
-
-
-class TaskSubmission(
-    RootModel[
-        TaskSubmission1
-        | TaskSubmission2
-        | TaskSubmission3
-        | TaskSubmission4
-        | TaskSubmission5
-        | TaskSubmission6
-    ]
-):
-    root: TaskSubmission1 | TaskSubmission2 | TaskSubmission3 | TaskSubmission4 | TaskSubmission5 | TaskSubmission6
-    """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
-    """
-
-
-class UsageDay(UsageView):
-    """
-    One UTC day of usage.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    day: str
-    """
-    `YYYY-MM-DD`.
-    """
-
-
-class UsageReport(BaseModel):
-    """
-    The answer of `GET /v1/usage`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    days: list[UsageDay]
-    """
-    Days with anything counted, oldest first.
-    """
-    from_: str = Field(..., alias='from')
-    group_by: str
-    limits: UsageLimits
-    to: str
-    total: UsageView
-    """
-    The sum of `days`.
-    """
-
-
-class ViewLink(BaseModel):
-    """
-    A view of a task's desktop.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    expires_at: str
-    """
-    RFC 3339: after this the token opens nothing; an open view stays open.
-    """
-    mode: Literal['view', 'control']
-    """
-    What a view lets a person do.
-    """
-    url: str
-    """
-    The noVNC page, with a token for this task and mode.
-    """
-
-
-class BatchReport(BaseModel):
-    """
-    The report of a batch.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `bat_` and a lowercase ULID
-    """
-    best_of: conint(ge=0, le=4294967295)
-    cells: list[CellReport]
-    """
-    The figures per model and pipeline.
-    """
-    complete: bool
-    """
-    Whether every run has ended: until then the figures may move.
-    """
-    ended: conint(ge=0, le=18446744073709551615)
-    """
-    Runs that have ended.
-    """
-    matrix: Matrix
-    repeat: conint(ge=0, le=4294967295)
-    runs: conint(ge=0, le=18446744073709551615)
-    """
-    Runs (tasks) in the batch.
-    """
-    stop_on_pass: bool
-    tasks: list[TaskReport]
-    """
-    Each suite task, per model and pipeline.
+    On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
+    offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
+    `sandbox:e2b`, `pipeline:<name>`, `label:<label>`), and
+    `max_tokens_per_day` while its tenant is past its tokens of today;
+    empty when it only waits for its turn.
     """
 
 
@@ -7917,6 +8109,21 @@ class BatchRequest(
     """
 
 
+class DeadTasks(BaseModel):
+    """
+    A page of the tenant's dead-lettered tasks, newest first.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    next_cursor: str | None = None
+    """
+    Pass as `cursor` for the next page (`<ms>:<task id>`); `null` on the last one.
+    """
+    tasks: list[TaskRecord]
+
+
 class NewSchedule(BaseModel):
     """
     A schedule as a user creates it.
@@ -7941,152 +8148,6 @@ class NewSchedule(BaseModel):
     """
     An IANA time zone; default `UTC`.
     """
-
-
-class Schedule(BaseModel):
-    """
-    A schedule and its state.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    created_at: str
-    cron: str
-    id: constr(pattern=r'^sch_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `sch_` and a lowercase ULID
-    """
-    last_run: LastRun | None = None
-    next_run_at: str | None = None
-    """
-    RFC 3339; `null` while paused.
-    """
-    overlap: Literal['skip', 'allow']
-    """
-    What to do when a schedule comes due while its previous task still runs.
-    """
-    paused: bool
-    skipped_runs: conint(ge=0, le=18446744073709551615)
-    """
-    Runs left out because the previous task was still active.
-    """
-    task: TaskSpec
-    timezone: str
-    updated_at: str
-
-
-class ScheduleList(BaseModel):
-    """
-    A page of the tenant's schedules, newest first.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    next_cursor: constr(pattern=r'^sch_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    schedules: list[Schedule]
-
-
-class TakenOver(BaseModel):
-    """
-    The answer to a takeover.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    code: str
-    """
-    Always `human-intervention`.
-    """
-    id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `tsk_` and a lowercase ULID
-    """
-    status: str
-    """
-    Always `waiting`: the agent pauses after its current action.
-    """
-    view: ViewLink
-    """
-    A `control` view of the desktop.
-    """
-
-
-class TaskRecord(BaseModel):
-    """
-    A task's spec and state.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    attempts: conint(ge=0, le=4294967295)
-    batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    code: Literal['done', 'ambiguity', 'human-intervention', 'sensitive-action', 'problem', 'cancelled', 'budget'] | None = (
-        None
-    )
-    created_at: str
-    current_step: conint(ge=0, le=4294967295) | None = None
-    error: str | None = None
-    finished_at: str | None = None
-    id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
-    """
-    `tsk_` and a lowercase ULID
-    """
-    last_seq: conint(ge=0, le=18446744073709551615)
-    """
-    The last event's seq: how far the history goes.
-    """
-    plan: dict[str, Any] | None = None
-    priority: Literal['high', 'normal', 'low']
-    """
-    Which lane a task waits in: workers read high before normal before low.
-    """
-    reason: str | None = None
-    """
-    Why the check judged so (or why the set-up failed).
-    """
-    result: dict[str, Any] | None = None
-    sandbox: dict[str, Any] | None = None
-    score: float | None = None
-    """
-    The check's score, 0 to 1.
-    """
-    screenshots: list[dict[str, Any]]
-    spec: TaskSpec
-    started_at: str | None = None
-    status: Literal['queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled']
-    """
-    Where a task is in its life.
-    """
-    steps_taken: conint(ge=0, le=4294967295)
-    usage: UsageView | None = None
-    verdict: Literal['passed', 'failed', 'error'] | None = None
-    waiting_for: list[str] | None = Field(None, examples=[['label:eu']])
-    """
-    On `GET /v1/tasks/{id}` of a `queued` task: what no live worker
-    offers that the task needs (`worker`, `sandbox`, `sandbox:local`,
-    `sandbox:e2b`, `pipeline:<name>`, `label:<label>`), and
-    `max_tokens_per_day` while its tenant is past its tokens of today;
-    empty when it only waits for its turn.
-    """
-
-
-class DeadTasks(BaseModel):
-    """
-    A page of the tenant's dead-lettered tasks, newest first.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    next_cursor: str | None = None
-    """
-    Pass as `cursor` for the next page (`<ms>:<task id>`); `null` on the last one.
-    """
-    tasks: list[TaskRecord]
 
 
 class TaskPage(BaseModel):

@@ -4843,18 +4843,29 @@ export interface components {
             verdict?: null | components["schemas"]["Verdict"];
         };
         /**
-         * @description What judges a task after its agent stops: a command run in its sandbox.
-         *     Exit 0 passes and anything else fails, unless a line of its standard
-         *     output is a JSON object with a `score` from 0 to 1 (and a `reason`):
-         *     then the score decides, and only a score of 1 passes.
+         * @description What judges a task after its agent stops: scripted `actions` on its
+         *     desktop (saving a document, closing a dialog), then a `command` run in
+         *     its sandbox. The command's exit 0 passes and anything else fails, unless
+         *     a line of its standard output is a JSON object with a `score` from 0 to
+         *     1 (and a `reason`): then the score decides, and only a score of 1
+         *     passes. A check of actions alone passes when every action ran, and is
+         *     an `error` when one could not.
          */
         TaskCheck: {
-            command: string;
+            /** @description Actions run on the desktop, in order, before the command. */
+            actions?: components["schemas"]["Action"][] | null;
+            /**
+             * @description A shell command (bash, in the home directory, on the desktop's
+             *     display) whose exit code or score line judges the task.
+             */
+            command?: string;
             /**
              * Format: int64
              * @description How long the check may run, in seconds (default 60).
              */
             timeout_s?: number | null;
+        } | unknown | {
+            actions: unknown;
         };
         /** @description Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents). */
         TaskFiles: {

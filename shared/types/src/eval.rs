@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::action::Action;
 use crate::error::ValidationError;
 
 /// The most files a set-up places.
@@ -22,6 +23,8 @@ pub const MAX_COMMAND_CHARS: usize = 10_000;
 pub const DEFAULT_COMMAND_TIMEOUT_S: u64 = 60;
 /// The longest a set-up command or a check may run.
 pub const MAX_COMMAND_TIMEOUT_S: u64 = 1_800;
+/// The most actions a check runs.
+pub const MAX_CHECK_ACTIONS: usize = 100;
 /// The longest `reason` kept from a check, in characters.
 pub const MAX_REASON_CHARS: usize = 2_000;
 
@@ -47,16 +50,26 @@ pub struct TaskSetup {
     pub timeout_s: Option<u64>,
 }
 
-/// What judges a task after its agent stops: a command run in its sandbox.
-/// Exit 0 passes and anything else fails, unless a line of its standard
-/// output is a JSON object with a `score` from 0 to 1 (and a `reason`):
-/// then the score decides, and only a score of 1 passes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What judges a task after its agent stops: scripted `actions` on its
+/// desktop (saving a document, closing a dialog), then a `command` run in
+/// its sandbox. The command's exit 0 passes and anything else fails, unless
+/// a line of its standard output is a JSON object with a `score` from 0 to
+/// 1 (and a `reason`): then the score decides, and only a score of 1
+/// passes. A check of actions alone passes when every action ran, and is
+/// an `error` when one could not.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TaskCheck {
+    /// Actions run on the desktop, in order, before the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 100))]
+    pub actions: Option<Vec<Action>>,
+    /// A shell command (bash, in the home directory, on the desktop's
+    /// display) whose exit code or score line judges the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 10000))]
-    pub command: String,
+    pub command: Option<String>,
     /// How long the check may run, in seconds (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1800))]
@@ -92,7 +105,20 @@ impl TaskSetup {
 
 impl TaskCheck {
     pub fn validate(&self) -> Result<(), ValidationError> {
-        check_command(&self.command).map_err(|m| ValidationError::at("command", m))?;
+        if self.command.is_none() && self.actions.as_ref().is_none_or(Vec::is_empty) {
+            return Err(ValidationError::new("a check needs a command, actions, or both"));
+        }
+        if let Some(command) = &self.command {
+            check_command(command).map_err(|m| ValidationError::at("command", m))?;
+        }
+        if let Some(actions) = &self.actions {
+            if actions.len() > MAX_CHECK_ACTIONS {
+                return Err(ValidationError::at("actions", format!("at most {MAX_CHECK_ACTIONS} actions")));
+            }
+            for (i, action) in actions.iter().enumerate() {
+                action.validate().map_err(|e| e.under(&format!("actions[{i}]")))?;
+            }
+        }
         check_timeout(self.timeout_s)
     }
 
@@ -267,7 +293,15 @@ mod tests {
         assert!(setup.validate().is_err());
         let setup = TaskSetup { commands: Some(vec!["  ".into()]), ..TaskSetup::default() };
         assert_eq!(setup.validate().expect_err("blank").field.as_deref(), Some("commands[0]"));
-        assert!(TaskCheck { command: "true".into(), timeout_s: Some(0) }.validate().is_err());
-        assert!(TaskCheck { command: "true".into(), timeout_s: None }.validate().is_ok());
+        let command = |timeout_s| TaskCheck { command: Some("true".into()), timeout_s, ..TaskCheck::default() };
+        assert!(command(Some(0)).validate().is_err());
+        assert!(command(None).validate().is_ok());
+        assert!(TaskCheck::default().validate().is_err(), "a check with nothing to do");
+        let actions = |actions: Vec<Action>| TaskCheck { actions: Some(actions), ..TaskCheck::default() };
+        assert!(actions(vec![]).validate().is_err());
+        assert!(actions(vec![Action::Keypress { keys: vec!["ctrl".into(), "s".into()] }]).validate().is_ok());
+        let bad = actions(vec![Action::Wait { ms: 1 }, Action::Type { text: String::new() }]).validate().expect_err("empty text");
+        assert_eq!(bad.field.as_deref(), Some("actions[1].text"));
+        assert!(actions(vec![Action::Wait { ms: 1 }; MAX_CHECK_ACTIONS + 1]).validate().is_err());
     }
 }

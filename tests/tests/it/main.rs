@@ -24,6 +24,7 @@ mod desktop_tasks;
 mod docs_pages;
 mod drain_path;
 mod e2b_gateway;
+mod evaluation_checks;
 mod evaluations;
 mod fairness;
 mod faults;

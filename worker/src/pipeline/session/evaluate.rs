@@ -12,11 +12,13 @@
 //! agent that declines an infeasible task ends otherwise than `done`). A set-up that fails records verdict
 //! `error` (stage `setup`) and ends the task with code `problem`; a check
 //! records its verdict, score and reason with a `checked` event and never
-//! changes how the task ended.
+//! changes how the task ended. A check's actions go to the desktop as a
+//! scripted task's do, without `action` events: they are the judge's, not
+//! the agent's.
 
 use std::sync::Arc;
 
-use flotilla_types::eval::{judge, CheckStage, Judgement, TaskCheck, TaskSetup};
+use flotilla_types::eval::{judge, CheckStage, Judgement, TaskCheck, TaskSetup, Verdict};
 use flotilla_types::event::EventKind;
 use flotilla_types::task::StopCode;
 use tracing::{info, warn};
@@ -116,10 +118,21 @@ async fn run_setup(
     Ok(Ok(()))
 }
 
-/// Runs the check and reads its verdict; a check that could not run is an
-/// `error`.
+/// Runs the check's actions, then its command, and reads its verdict; a
+/// check that could not run is an `error`, and a check of actions alone
+/// passes once they all ran.
 async fn run_check(provider: &dyn SandboxProvider, id: &SandboxId, check: &TaskCheck, env: &str) -> Judgement {
-    match provider.run(id, &format!("{env}{}", check.command), check.timeout()).await {
+    let actions = check.actions.as_deref().unwrap_or_default();
+    for (i, action) in actions.iter().enumerate() {
+        if let Err(e) = provider.act(id, action).await {
+            return Judgement::error(format!("the check's action {i} ({}) could not run: {e}", action.kind()));
+        }
+    }
+    let Some(command) = &check.command else {
+        let noun = if actions.len() == 1 { "action" } else { "actions" };
+        return Judgement { verdict: Verdict::Passed, score: None, reason: format!("the check's {} {noun} ran", actions.len()) };
+    };
+    match provider.run(id, &format!("{env}{command}"), check.timeout()).await {
         Ok(output) => judge(output.exit_code, &output.stdout, &output.stderr),
         Err(SandboxError::Timeout(_)) => Judgement::error("the check ran past its timeout_s"),
         Err(e) => Judgement::error(format!("the check could not run: {e}")),
