@@ -1,16 +1,18 @@
-//! A check made of scripted actions on real local desktops: the actions go
-//! to the desktop after the agent stops and before the check's command, so
-//! a check can finish what the judge needs (press Enter on a typed line,
-//! save a document) without counting as the agent's actions.
+//! Evaluations' edges on real local desktops: a check made of scripted
+//! actions (they go to the desktop after the agent stops and before the
+//! check's command, so a check can finish what the judge needs without
+//! counting as the agent's actions), and a set-up that fails before any
+//! model call, the planner's too.
 
 use std::time::Duration;
 
 use flotilla_tests::desktop::{count, DesktopFleet, DesktopOptions};
+use flotilla_tests::fakes::ScriptedServer;
 use flotilla_tests::tasks::{events, record, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api, ApiClient};
 use flotilla_types::eval::Verdict;
 use flotilla_types::ids::TaskId;
-use flotilla_types::task::TaskStatus;
+use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
 
 /// The agent types a line into the terminal and leaves it unsent.
@@ -71,5 +73,29 @@ async fn sandbox_a_checks_actions_run_on_the_desktop_before_its_command_and_are_
         assert_eq!(status, 400, "{check}: {body}");
         assert!(body["error"]["field"].as_str().is_some_and(|f| f.starts_with("check")), "{body}");
     }
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_planned_tasks_failing_setup_ends_it_before_the_planners_call() {
+    let server = ScriptedServer::start().await;
+    let env = vec![("OPENAI_BASE_URL", format!("{}/v1", server.url())), ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned())];
+    let fleet = DesktopFleet::start(DesktopOptions { warm: 1, env, ..DesktopOptions::default() }).await;
+    let api = spawn_api(fleet.config.clone()).await;
+    let client = ApiClient::new(&api, api_key());
+    let task = json!({
+        "prompt": "plan, then act", "pipeline": "openai-cua", "plan": true, "retry": {"max_attempts": 1},
+        "setup": {"commands": ["echo 'no fixture' >&2; exit 4"]}
+    });
+    let (status, accepted) = client.post("/v1/tasks", &task).await;
+    assert_eq!(status, 202, "{accepted}");
+    let id = TaskId::parse(accepted["id"].as_str().expect("id")).expect("id");
+    wait_all_ended(&fleet.queue, std::slice::from_ref(&id), Duration::from_secs(60)).await;
+    let task = record(&fleet.queue, &id).await;
+    assert_eq!((task.status, task.code, task.verdict), (TaskStatus::Failed, Some(StopCode::Problem), Some(Verdict::Error)));
+    assert!(task.reason.as_deref().is_some_and(|r| r.contains("command 0 exited 4: no fixture")), "{task:?}");
+    assert!(server.received().is_empty(), "no model call, not even the planner's: {:?}", server.received());
+    let history = events(&fleet.queue, &id).await;
+    assert_eq!(count(&history, "plan"), 0, "{history:?}");
     fleet.stop().await;
 }

@@ -100,20 +100,21 @@ impl ComputerUse {
 impl PipelineRunner for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let steps = Steps::new(run);
             let spec = run.task.spec();
-            let planned = match spec.plan {
-                Some(true) => Some(planner::plan(&spec.prompt, &steps, &*self.models.planner(run)?).await?),
-                _ => None,
-            };
-            if let Some(planned) = &planned {
-                steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
+            if spec.setup.is_some() {
+                // A set-up runs before any model call, the planner's too:
+                // the sandbox is taken first.
+                let mut session = Session::open_with(run, Steps::new(run), spec.sandbox.as_ref()).await?;
+                let result = match self.plan(run, session.steps()).await {
+                    Ok(planned) => self.follow(run, &mut session, planned.as_ref()).await,
+                    Err(e) => Err(e),
+                };
+                return session.close(result).await;
             }
+            let steps = Steps::new(run);
+            let planned = self.plan(run, &steps).await?;
             let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
-            let result = match &planned {
-                Some(planned) => self.execute(run, &mut session, planned).await,
-                None => self.drive(run, &mut session).await,
-            };
+            let result = self.follow(run, &mut session, planned.as_ref()).await;
             session.close(result).await
         }
         .boxed()
@@ -121,6 +122,24 @@ impl PipelineRunner for ComputerUse {
 }
 
 impl ComputerUse {
+    /// The planner's plan of a `plan: true` task, its tokens counted.
+    async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Option<Planned>, PipelineError> {
+        if run.task.spec().plan != Some(true) {
+            return Ok(None);
+        }
+        let planned = planner::plan(&run.task.spec().prompt, steps, &*self.models.planner(run)?).await?;
+        steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
+        Ok(Some(planned))
+    }
+
+    /// Runs the plan's steps, or the prompt as one conversation without one.
+    async fn follow(&self, run: &TaskRun, session: &mut Session, planned: Option<&Planned>) -> Result<Outcome, PipelineError> {
+        match planned {
+            Some(planned) => self.execute(run, session, planned).await,
+            None => self.drive(run, session).await,
+        }
+    }
+
     /// Runs the task's prompt as one conversation.
     async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
         let scale = Scale::fit(session.resolution(), self.target);
