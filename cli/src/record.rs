@@ -43,6 +43,8 @@ pub struct Task {
     pub verdict: Option<String>,
     pub score: Option<f64>,
     pub reason: Option<String>,
+    /// Which part gave the verdict (`setup` or `check`), as named by the server.
+    pub check_stage: Option<String>,
     #[serde(deserialize_with = "or_none")]
     pub usage: Option<UsageView>,
     pub created_at: Option<String>,
@@ -215,6 +217,7 @@ mod tests {
             verdict: Some(flotilla_types::eval::Verdict::Passed),
             score: Some(1.0),
             reason: Some("ok".into()),
+            check_stage: Some(flotilla_types::eval::CheckStage::Check),
             usage: Some(UsageView { steps: 3, ..UsageView::default() }),
             created_at: "2026-01-01T00:00:00Z".into(),
             started_at: Some("2026-01-01T00:00:01Z".into()),
@@ -259,6 +262,7 @@ mod tests {
             "verdict",
             "score",
             "reason",
+            "check_stage",
             "usage",
             "created_at",
             "started_at",

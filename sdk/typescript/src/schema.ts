@@ -4890,6 +4890,7 @@ export interface components {
             /** Format: int32 */
             attempts: number;
             batch_id?: null | components["schemas"]["BatchId"];
+            check_stage?: null | components["schemas"]["CheckStage"];
             code?: null | components["schemas"]["StopCode"];
             created_at: string;
             /** Format: int32 */

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::eval::Verdict;
+use crate::eval::{CheckStage, Verdict};
 use crate::ids::{BatchId, TaskId, TenantId};
 use crate::route::Need;
 use crate::task::{Priority, StopCode, TaskSpec, TaskStatus};
@@ -54,6 +54,9 @@ pub struct TaskRecord {
     pub score: Option<f64>,
     /// Why the check judged so (or why the set-up failed).
     pub reason: Option<String>,
+    /// Which part gave the verdict: `setup` (the set-up failed and the
+    /// agent never ran) or `check`.
+    pub check_stage: Option<CheckStage>,
     /// What the task spent so far, counted as it happened (every attempt).
     pub usage: Option<UsageView>,
     pub created_at: String,

@@ -10,7 +10,7 @@ use flotilla_tests::desktop::{count, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::ScriptedServer;
 use flotilla_tests::tasks::{events, record, wait_all_ended};
 use flotilla_tests::{api_key, spawn_api, ApiClient};
-use flotilla_types::eval::Verdict;
+use flotilla_types::eval::{CheckStage, Verdict};
 use flotilla_types::ids::TaskId;
 use flotilla_types::task::{StopCode, TaskStatus};
 use serde_json::{json, Value};
@@ -94,6 +94,7 @@ async fn sandbox_a_planned_tasks_failing_setup_ends_it_before_the_planners_call(
     let task = record(&fleet.queue, &id).await;
     assert_eq!((task.status, task.code, task.verdict), (TaskStatus::Failed, Some(StopCode::Problem), Some(Verdict::Error)));
     assert!(task.reason.as_deref().is_some_and(|r| r.contains("command 0 exited 4: no fixture")), "{task:?}");
+    assert_eq!(task.check_stage, Some(CheckStage::Setup), "the record says the set-up gave the verdict");
     assert!(server.received().is_empty(), "no model call, not even the planner's: {:?}", server.received());
     let history = events(&fleet.queue, &id).await;
     assert_eq!(count(&history, "plan"), 0, "{history:?}");

@@ -174,8 +174,7 @@ fn row_of_record(id: &TaskId, order: usize, r: &TaskRecord, places: &HashMap<Tas
         code: r.code,
         verdict: r.verdict,
         score: r.score,
-        // An archived record keeps no stage: a set-up failure reads as an error.
-        stage: r.verdict.map(|_| CheckStage::Check),
+        stage: r.check_stage,
         steps: r.steps_taken,
         duration_ms: ms(&r.started_at).zip(ms(&r.finished_at)).map(|(s, f)| (f - s).max(0) as u64),
         tokens,
@@ -322,6 +321,31 @@ mod tests {
         let cmd = planned.write(&Keys::new("t"), &BatchId::generate(), &ids).expect("write");
         let packed = String::from_utf8_lossy(&cmd.get_packed_command()).into_owned();
         assert!(packed.contains(&format!("\"rivals\":[\"{}\"]", ids[1])), "run 1's rival is run 2: {packed}");
+    }
+
+    /// A run read back from the archive is the row it was in Redis: a
+    /// failed set-up stays a set-up error in the report.
+    #[test]
+    fn an_archived_run_keeps_the_stage_of_its_verdict() {
+        use super::super::record::StoredRecord;
+        let id = TaskId::generate();
+        let spec = json!({"prompt": "p", "pipeline": "scripted", "actions": []}).to_string();
+        let hash: HashMap<String, String> = [
+            ("spec", spec.as_str()),
+            ("tenant", "acme"),
+            ("status", "failed"),
+            ("code", "problem"),
+            ("verdict", "error"),
+            ("check_stage", "setup"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let hot = row_of(&id, 0, &hash, &HashMap::new()).expect("row");
+        let archived = TaskRecord::from_hash(&id, hash).expect("record").expect("some");
+        let cold = row_of_record(&id, 0, &archived, &HashMap::new());
+        assert_eq!((hot.stage, cold.stage), (Some(CheckStage::Setup), Some(CheckStage::Setup)));
+        assert_eq!((hot.verdict, cold.verdict), (Some(Verdict::Error), Some(Verdict::Error)));
     }
 
     #[test]

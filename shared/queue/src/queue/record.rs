@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use crate::error::QueueError;
 use flotilla_types::clock;
-use flotilla_types::eval::Verdict;
+use flotilla_types::eval::{CheckStage, Verdict};
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
 use flotilla_types::record::TaskRecord;
 use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
@@ -17,7 +17,7 @@ use flotilla_types::usage::Meter;
 pub trait StoredRecord: Sized {
     /// The hash fields a record is read from: the event history stays
     /// behind.
-    const FIELDS: [&'static str; 21];
+    const FIELDS: [&'static str; 22];
 
     /// The values of [`StoredRecord::FIELDS`], in order, as a hash to read
     /// with [`StoredRecord::from_hash`].
@@ -28,7 +28,7 @@ pub trait StoredRecord: Sized {
 }
 
 impl StoredRecord for TaskRecord {
-    const FIELDS: [&'static str; 21] = [
+    const FIELDS: [&'static str; 22] = [
         "spec",
         "tenant",
         "status",
@@ -50,6 +50,7 @@ impl StoredRecord for TaskRecord {
         "verdict",
         "score",
         "reason",
+        "check_stage",
     ];
 
     fn fields_hash(values: Vec<Option<String>>) -> HashMap<String, String> {
@@ -86,6 +87,7 @@ impl StoredRecord for TaskRecord {
             verdict: h.get("verdict").and_then(|v| Verdict::parse(v)),
             score: h.get("score").and_then(|v| v.parse().ok()),
             reason: h.get("reason").cloned(),
+            check_stage: h.get("check_stage").and_then(|v| CheckStage::parse(v)),
             usage: h.get("meter").map(|m| Meter::from_json(m).view()),
             created_at: time(&h, "created_at").unwrap_or_default(),
             started_at: time(&h, "started_at"),
