@@ -126,7 +126,7 @@ fn status_after(kind: &str) -> Option<&'static str> {
         "succeeded" => Some("succeeded"),
         "failed" => Some("failed"),
         "cancelled" => Some("cancelled"),
-        "started" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action" | "action_completed" | "screenshot"
+        "started" | "resumed" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action" | "action_completed" | "screenshot"
         | "block" => Some("running"),
         _ => None,
     }

@@ -297,6 +297,26 @@ impl ComputerModel for OpenAiCua {
             self.exchange(input).await
         })
     }
+
+    /// The answer the next turn continues and which of its calls are
+    /// `ask_human`'s: the API keeps the rest of the conversation.
+    fn checkpoint(&self) -> Option<Value> {
+        let id = self.previous_response_id.as_ref()?;
+        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls }))
+    }
+
+    fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
+        let Some(id) = checkpoint["previous_response_id"].as_str() else {
+            return Err(ModelError::Malformed("the checkpoint names no previous_response_id".into()));
+        };
+        self.previous_response_id = Some(id.to_owned());
+        self.pending_checks.clear();
+        self.function_calls = checkpoint["function_calls"]
+            .as_array()
+            .map(|calls| calls.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        Ok(())
+    }
 }
 
 /// The headers of every request: the key as a bearer token.

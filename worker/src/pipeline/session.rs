@@ -42,6 +42,7 @@ use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
 use super::handle::TaskHandle;
 use super::held::{Claimant, Held, SandboxChoice};
+use super::journal::JournaledSandbox;
 use super::TaskRun;
 use crate::live::{LiveSource, ShowGuard};
 use crate::metrics::WorkerMetrics;
@@ -144,6 +145,12 @@ impl Steps {
 
     pub fn taken(&self) -> u32 {
         self.taken
+    }
+
+    /// Counts `taken` actions as already done, by an interrupted attempt
+    /// this run takes up: `max_steps` counts them.
+    pub fn resume_from(&mut self, taken: u32) {
+        self.taken = taken;
     }
 
     /// Runs `work` unless the task is cancelled, out of time or without
@@ -311,20 +318,40 @@ impl Session {
     /// sandbox `spec` to take in place of the task's own (a replay runs on
     /// a desktop shaped like its original's).
     pub async fn open_with(run: &TaskRun, steps: Steps, spec: Option<&SandboxSpec>) -> Result<Self, PipelineError> {
-        let Some(pool) = run.tools.sandboxes.clone() else {
-            return Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)"
-                    .into(),
-            });
-        };
-        let mut steps = steps;
+        let pool = sandbox_pool(run)?;
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
         let claimant = Claimant { task: &run.task };
-        let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
-        let runs_until =
-            time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+        let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?;
+        let session = Self::hold(run, steps, pool, policy, held).await?;
+        session.set_up().await?;
+        Ok(session)
+    }
+
+    /// Takes up sandbox `id`, left running by an interrupted attempt of
+    /// the task, with `steps` already taken; `None` when it is gone. The
+    /// task's `setup` is not run again.
+    pub async fn reopen(run: &TaskRun, steps: Steps, id: &SandboxId) -> Result<Option<Self>, PipelineError> {
+        let pool = sandbox_pool(run)?;
+        let spec = run.task.spec().sandbox.as_ref();
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let keep_alive = matches!(choice, SandboxChoice::New { keep_alive: true, .. });
+        let (policy, _) = keep_alive_policy(choice.stretch(), &steps);
+        let claimant = Claimant { task: &run.task };
+        let Some(held) = steps.guard(Held::adopt(&pool, id, keep_alive, claimant, &run.cancel)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Self::hold(run, steps, pool, policy, held).await?))
+    }
+
+    /// A session over `held`: keeps it alive, shows it live, announces it.
+    async fn hold(
+        run: &TaskRun,
+        mut steps: Steps,
+        pool: SandboxPool,
+        policy: KeepAlivePolicy,
+        held: Held,
+    ) -> Result<Self, PipelineError> {
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
         let sandbox = held.sandbox();
@@ -342,8 +369,17 @@ impl Session {
         let announced = session.announce(&held).await;
         session.held = Some(held);
         announced?;
-        session.set_up().await?;
         Ok(session)
+    }
+
+    /// Where the sandbox is, for the task's step journal.
+    pub fn journaled_sandbox(&self) -> Result<JournaledSandbox, PipelineError> {
+        let provider = self.pool.provider();
+        Ok(JournaledSandbox {
+            provider: provider.name().to_owned(),
+            id: self.held()?.sandbox().id.to_string(),
+            host: provider.host(),
+        })
     }
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
@@ -480,6 +516,23 @@ impl Session {
         }
         result
     }
+}
+
+/// The worker's sandbox pool, or why the task cannot run here.
+fn sandbox_pool(run: &TaskRun) -> Result<SandboxPool, PipelineError> {
+    run.tools.sandboxes.clone().ok_or_else(|| PipelineError::Fatal {
+        code: StopCode::Problem,
+        message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)".into(),
+    })
+}
+
+/// How the sandbox is kept alive (each extension `stretch` long, until the
+/// task's deadline), and the latest the task may keep it.
+fn keep_alive_policy(stretch: Duration, steps: &Steps) -> (KeepAlivePolicy, time::OffsetDateTime) {
+    let policy = KeepAlivePolicy { stretch, until: steps.limits.deadline };
+    let runs_until =
+        time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+    (policy, runs_until)
 }
 
 /// Sleeps until `provider` says sandbox `id`'s screen is quiet: at least
