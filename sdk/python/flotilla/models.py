@@ -3485,6 +3485,24 @@ class Event16(BaseModel):
 
 class Event18(BaseModel):
     """
+    A new attempt took the task up where the previous one was
+    interrupted, in the same sandbox, after `from_step` actions;
+    `interrupted`: an action was in flight when the previous attempt
+    stopped (it may or may not have happened; it is not run again).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attempt: conint(ge=0, le=4294967295)
+    from_step: conint(ge=0, le=4294967295)
+    interrupted: bool
+    sandbox_id: str
+    type: Literal['resumed']
+
+
+class Event19(BaseModel):
+    """
     What happened.
     """
 
@@ -3497,7 +3515,7 @@ class Event18(BaseModel):
     type: Literal['retrying']
 
 
-class Event19(BaseModel):
+class Event20(BaseModel):
     """
     What happened.
     """
@@ -3510,7 +3528,7 @@ class Event19(BaseModel):
     type: Literal['succeeded']
 
 
-class Event20(BaseModel):
+class Event21(BaseModel):
     """
     What happened.
     """
@@ -3523,7 +3541,7 @@ class Event20(BaseModel):
     type: Literal['failed']
 
 
-class Event21(BaseModel):
+class Event22(BaseModel):
     """
     What happened.
     """
@@ -3740,6 +3758,24 @@ class EventKind16(BaseModel):
 
 class EventKind18(BaseModel):
     """
+    A new attempt took the task up where the previous one was
+    interrupted, in the same sandbox, after `from_step` actions;
+    `interrupted`: an action was in flight when the previous attempt
+    stopped (it may or may not have happened; it is not run again).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attempt: conint(ge=0, le=4294967295)
+    from_step: conint(ge=0, le=4294967295)
+    interrupted: bool
+    sandbox_id: str
+    type: Literal['resumed']
+
+
+class EventKind19(BaseModel):
+    """
     What happened.
     """
 
@@ -3752,7 +3788,7 @@ class EventKind18(BaseModel):
     type: Literal['retrying']
 
 
-class EventKind19(BaseModel):
+class EventKind20(BaseModel):
     """
     What happened.
     """
@@ -3765,7 +3801,7 @@ class EventKind19(BaseModel):
     type: Literal['succeeded']
 
 
-class EventKind20(BaseModel):
+class EventKind21(BaseModel):
     """
     What happened.
     """
@@ -3778,7 +3814,7 @@ class EventKind20(BaseModel):
     type: Literal['failed']
 
 
-class EventKind21(BaseModel):
+class EventKind22(BaseModel):
     """
     What happened.
     """
@@ -4125,6 +4161,7 @@ class TaskSubmission2(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -4176,6 +4213,7 @@ class TaskSubmission3(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['claude-code']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -4222,6 +4260,7 @@ class TaskSubmission4(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -4268,6 +4307,7 @@ class TaskSubmission6(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -4574,6 +4614,7 @@ class BatchDefaults(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -4662,6 +4703,7 @@ class BatchTaskPatch(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -4991,7 +5033,7 @@ class Event17(BaseModel):
     """
 
 
-class Event22(BaseModel):
+class Event23(BaseModel):
     """
     An event as stored and delivered.
     """
@@ -5015,7 +5057,7 @@ class Event22(BaseModel):
     """
 
 
-class Event23(Event1, Event22):
+class Event24(Event1, Event23):
     """
     An event as stored and delivered.
     """
@@ -5025,7 +5067,7 @@ class Event23(Event1, Event22):
     )
 
 
-class Event24(Event2, Event22):
+class Event25(Event2, Event23):
     """
     An event as stored and delivered.
     """
@@ -5035,7 +5077,7 @@ class Event24(Event2, Event22):
     )
 
 
-class Event25(Event3, Event22):
+class Event26(Event3, Event23):
     """
     An event as stored and delivered.
     """
@@ -5045,7 +5087,7 @@ class Event25(Event3, Event22):
     )
 
 
-class Event26(Event4, Event22):
+class Event27(Event4, Event23):
     """
     An event as stored and delivered.
     """
@@ -5055,7 +5097,7 @@ class Event26(Event4, Event22):
     )
 
 
-class Event27(Event5, Event22):
+class Event28(Event5, Event23):
     """
     An event as stored and delivered.
     """
@@ -5065,7 +5107,7 @@ class Event27(Event5, Event22):
     )
 
 
-class Event28(Event6, Event22):
+class Event29(Event6, Event23):
     """
     An event as stored and delivered.
     """
@@ -5075,7 +5117,7 @@ class Event28(Event6, Event22):
     )
 
 
-class Event29(Event7, Event22):
+class Event30(Event7, Event23):
     """
     An event as stored and delivered.
     """
@@ -5085,7 +5127,7 @@ class Event29(Event7, Event22):
     )
 
 
-class Event30(Event8, Event22):
+class Event31(Event8, Event23):
     """
     An event as stored and delivered.
     """
@@ -5095,7 +5137,7 @@ class Event30(Event8, Event22):
     )
 
 
-class Event31(Event9, Event22):
+class Event32(Event9, Event23):
     """
     An event as stored and delivered.
     """
@@ -5105,7 +5147,7 @@ class Event31(Event9, Event22):
     )
 
 
-class Event32(Event10, Event22):
+class Event33(Event10, Event23):
     """
     An event as stored and delivered.
     """
@@ -5115,7 +5157,7 @@ class Event32(Event10, Event22):
     )
 
 
-class Event33(Event11, Event22):
+class Event34(Event11, Event23):
     """
     An event as stored and delivered.
     """
@@ -5125,7 +5167,7 @@ class Event33(Event11, Event22):
     )
 
 
-class Event34(Event12, Event22):
+class Event35(Event12, Event23):
     """
     An event as stored and delivered.
     """
@@ -5135,7 +5177,7 @@ class Event34(Event12, Event22):
     )
 
 
-class Event35(Event13, Event22):
+class Event36(Event13, Event23):
     """
     An event as stored and delivered.
     """
@@ -5145,7 +5187,7 @@ class Event35(Event13, Event22):
     )
 
 
-class Event36(Event14, Event22):
+class Event37(Event14, Event23):
     """
     An event as stored and delivered.
     """
@@ -5155,7 +5197,7 @@ class Event36(Event14, Event22):
     )
 
 
-class Event37(Event15, Event22):
+class Event38(Event15, Event23):
     """
     An event as stored and delivered.
     """
@@ -5165,7 +5207,7 @@ class Event37(Event15, Event22):
     )
 
 
-class Event38(Event16, Event22):
+class Event39(Event16, Event23):
     """
     An event as stored and delivered.
     """
@@ -5175,7 +5217,7 @@ class Event38(Event16, Event22):
     )
 
 
-class Event39(Event17, Event22):
+class Event40(Event17, Event23):
     """
     An event as stored and delivered.
     """
@@ -5185,7 +5227,7 @@ class Event39(Event17, Event22):
     )
 
 
-class Event40(Event18, Event22):
+class Event41(Event18, Event23):
     """
     An event as stored and delivered.
     """
@@ -5195,7 +5237,7 @@ class Event40(Event18, Event22):
     )
 
 
-class Event41(Event19, Event22):
+class Event42(Event19, Event23):
     """
     An event as stored and delivered.
     """
@@ -5205,7 +5247,7 @@ class Event41(Event19, Event22):
     )
 
 
-class Event42(Event20, Event22):
+class Event43(Event20, Event23):
     """
     An event as stored and delivered.
     """
@@ -5215,7 +5257,17 @@ class Event42(Event20, Event22):
     )
 
 
-class Event43(Event21, Event22):
+class Event44(Event21, Event23):
+    """
+    An event as stored and delivered.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+
+
+class Event45(Event22, Event23):
     """
     An event as stored and delivered.
     """
@@ -5227,8 +5279,7 @@ class Event43(Event21, Event22):
 
 class Event(
     RootModel[
-        Event23
-        | Event24
+        Event24
         | Event25
         | Event26
         | Event27
@@ -5248,13 +5299,15 @@ class Event(
         | Event41
         | Event42
         | Event43
+        | Event44
+        | Event45
     ]
 ):
     """
     An event as stored and delivered.
     """
 
-    root: Event23 | Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39 | Event40 | Event41 | Event42 | Event43
+    root: Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39 | Event40 | Event41 | Event42 | Event43 | Event44 | Event45
     """
     An event as stored and delivered.
     """
@@ -5350,9 +5403,10 @@ class EventKind(
         | EventKind19
         | EventKind20
         | EventKind21
+        | EventKind22
     ]
 ):
-    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19 | EventKind20 | EventKind21
+    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19 | EventKind20 | EventKind21 | EventKind22
     """
     What happened.
     """
@@ -5565,6 +5619,7 @@ class ScheduledTask1(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5609,6 +5664,7 @@ class ScheduledTask2(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5658,6 +5714,7 @@ class ScheduledTask3(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['claude-code']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5702,6 +5759,7 @@ class ScheduledTask4(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5746,6 +5804,7 @@ class ScheduledTask5(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5790,6 +5849,7 @@ class ScheduledTask6(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5916,6 +5976,7 @@ class TaskSpec(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -5964,6 +6025,7 @@ class TaskSubmission1(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6010,6 +6072,7 @@ class TaskSubmission5(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None

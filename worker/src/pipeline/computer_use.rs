@@ -197,7 +197,13 @@ impl ComputerUse {
                 let results = resume::results_of(journal, &screen);
                 session.guard(timed(run, provider, model.resume(results, &[]))).await?
             }
-            None => session.guard(timed(run, provider, model.start(prompt, &screen))).await?,
+            None => {
+                let prompt = match journal.map(Journaler::journal).filter(|j| j.steps > 0) {
+                    Some(journal) => resume::without_history(prompt, journal.steps),
+                    None => prompt.to_owned(),
+                };
+                session.guard(timed(run, provider, model.start(&prompt, &screen))).await?
+            }
         };
         Ok((model, turn))
     }

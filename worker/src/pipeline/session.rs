@@ -335,11 +335,18 @@ impl Session {
         let pool = sandbox_pool(run)?;
         let spec = run.task.spec().sandbox.as_ref();
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
-        let keep_alive = matches!(choice, SandboxChoice::New { keep_alive: true, .. });
-        let (policy, _) = keep_alive_policy(choice.stretch(), &steps);
+        let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let claimant = Claimant { task: &run.task };
-        let Some(held) = steps.guard(Held::adopt(&pool, id, keep_alive, claimant, &run.cancel)).await? else {
-            return Ok(None);
+        let held = match &choice {
+            // The user's own sandbox is taken as the task names it, and
+            // stays the user's.
+            SandboxChoice::Existing { .. } => steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?,
+            SandboxChoice::New { keep_alive, .. } => {
+                match steps.guard(Held::adopt(&pool, id, *keep_alive, claimant, &run.cancel)).await? {
+                    Some(held) => held,
+                    None => return Ok(None),
+                }
+            }
         };
         Ok(Some(Self::hold(run, steps, pool, policy, held).await?))
     }

@@ -120,6 +120,9 @@ async fn sandbox_gone(
 /// tenant's, before the task starts over elsewhere (best effort: what is
 /// left ends at its deadline).
 async fn end_old_sandbox(run: &TaskRun, sandbox: &str) {
+    if run.task.spec().sandbox.as_ref().is_some_and(|s| s.id.is_some()) {
+        return; // the user's own sandbox is never ended here
+    }
     let (Some(pool), Ok(id)) = (run.tools.sandboxes.as_ref(), SandboxId::parse(sandbox)) else { return };
     let provider = pool.provider();
     if !run.task.owns_sandbox(provider.name(), &id).await.unwrap_or(false) {
@@ -145,6 +148,18 @@ fn denied(message: Option<String>, fallback: &str) -> PipelineError {
         code: StopCode::HumanIntervention,
         message: format!("a human declined to go on: {}", message.unwrap_or_else(|| fallback.to_owned())),
     }
+}
+
+/// The prompt of a new conversation in a sandbox where an interrupted
+/// attempt already took `steps` actions, for a model whose conversation
+/// could not be carried over: it is told to go on from the screen, not to
+/// start over.
+pub(super) fn without_history(prompt: &str, steps: u32) -> String {
+    format!(
+        "{prompt}\n\nThis task was interrupted after {steps} actions had been carried out on this computer, and the \
+         conversation about them is lost. The screenshot shows where the task stands now: go on from there rather \
+         than starting over, and do not repeat what is already done."
+    )
 }
 
 /// The results of the journaled turn's calls, each with the screen as it
