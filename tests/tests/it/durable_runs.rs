@@ -115,6 +115,13 @@ fn task(on_interrupt: &str) -> Value {
     })
 }
 
+/// `task`, its desktop kept after it ends, so the test can read it.
+fn kept_task(on_interrupt: &str) -> Value {
+    let mut spec = task(on_interrupt);
+    spec["sandbox"] = json!({"keep_alive": true});
+    spec
+}
+
 /// A model turn that types `command` and a newline in the terminal.
 fn typing(id: &str, call: &str, command: &str) -> Reply {
     openai::reply(id, vec![openai::computer_call_batch(call, vec![openai::type_text(&format!("{command}\n"))])])
@@ -165,7 +172,7 @@ async fn a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice() {
     stand.model.push(typing("resp_3", "c3", "echo three >> log.txt"));
     stand.model.push(done("resp_4"));
     let mut doomed = WorkerProcess::spawn(&stand.env, "doomed");
-    let id = stand.submit(task("resume")).await;
+    let id = stand.submit(kept_task("resume")).await;
 
     // Killed while its second action (a long wait) is under way.
     stand.wait_for("the second action starts", &id, 90, is_waiting_action).await;
@@ -194,10 +201,9 @@ async fn a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice() {
     let resumed_input = calls[2].body["input"].to_string();
     assert!(resumed_input.contains("may or may not have happened"), "the model hears the wait may not have finished: {resumed_input}");
     assert!(resumed_input.contains("computer_call_output") && resumed_input.contains("c2"), "{resumed_input}");
-    eventually("the desktop's log has each command once", Duration::from_secs(10), async || {
-        stand.log(&sandbox).await == "one\nthree\n"
-    })
-    .await;
+    let settled = async || stand.log(&sandbox).await.ends_with("three\n");
+    eventually("the desktop ran the resumed command", Duration::from_secs(10), settled).await;
+    assert_eq!(stand.log(&sandbox).await, "one\nthree\n", "each command ran once");
     eprintln!("from the worker's SIGKILL to the resumed task's next action: {} ms (lease 5 s)", to_next_action.as_millis());
 }
 
@@ -208,7 +214,7 @@ async fn a_sigtermed_worker_hands_its_task_back_at_the_next_step_within_two_seco
     stand.model.push(typing("resp_2", "c2", "echo two >> log.txt").after(Duration::from_millis(500)));
     stand.model.push(done("resp_3"));
     let mut stopping = WorkerProcess::spawn(&stand.env, "stopping");
-    let id = stand.submit(task("resume")).await;
+    let id = stand.submit(kept_task("resume")).await;
     stand.wait_for("the task starts", &id, 90, |e| matches!(e.kind, EventKind::Started { .. })).await;
     let _other = WorkerProcess::spawn(&stand.env, "other");
 
