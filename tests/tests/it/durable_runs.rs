@@ -9,13 +9,13 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_queue::queue::Queue;
 use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::desktop::{eventually, sandbox_ids};
 use flotilla_tests::fakes::{openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::fleet::{test_env, WorkerProcess};
 use flotilla_tests::tasks::{events, queue, record, tenant};
 use flotilla_tests::{test_config, unique_prefix, RedisServer};
-use flotilla_queue::queue::Queue;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::TaskId;
 use flotilla_types::task::{Decision, HumanInput, TaskSpec, TaskStatus};
@@ -184,9 +184,12 @@ async fn a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice() {
 
     let _second = WorkerProcess::spawn(&stand.env, "second");
     stand
-        .wait_for("the resumed task acts again", &id, 60, |e| {
-            matches!(&e.kind, EventKind::Action { action } if format!("{action:?}").contains("three"))
-        })
+        .wait_for(
+            "the resumed task acts again",
+            &id,
+            60,
+            |e| matches!(&e.kind, EventKind::Action { action } if format!("{action:?}").contains("three")),
+        )
         .await;
     let to_next_action = killed.elapsed();
     let history = stand.wait_ended(&id).await;
@@ -199,7 +202,10 @@ async fn a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice() {
     let chain: Vec<Option<&str>> = calls.iter().map(previous).collect();
     assert_eq!(chain, vec![None, Some("resp_1"), Some("resp_2"), Some("resp_3")], "no model call is made twice");
     let resumed_input = calls[2].body["input"].to_string();
-    assert!(resumed_input.contains("may or may not have happened"), "the model hears the wait may not have finished: {resumed_input}");
+    assert!(
+        resumed_input.contains("may or may not have happened"),
+        "the model hears the wait may not have finished: {resumed_input}"
+    );
     assert!(resumed_input.contains("computer_call_output") && resumed_input.contains("c2"), "{resumed_input}");
     let settled = async || stand.log(&sandbox).await.ends_with("three\n");
     eventually("the desktop ran the resumed command", Duration::from_secs(10), settled).await;
@@ -285,9 +291,12 @@ async fn a_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its
 
     // ask: waits for a person, who approves starting over.
     stand
-        .wait_for("the task asks a person", &ask, 30, |e| {
-            matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("is gone"))
-        })
+        .wait_for(
+            "the task asks a person",
+            &ask,
+            30,
+            |e| matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("is gone")),
+        )
         .await;
     let approve = HumanInput { decision: Decision::Approve, message: None };
     stand.queue.submitter().give_input(&tenant(), &ask, &approve).await.expect("input");

@@ -338,7 +338,13 @@ fn journal() {
     run(
         "queue/journal",
         &[
-            Case { given: RUNNING, keys: "~t:{a}", args: "1 w1 {\"steps\":3}", reply: "ok", then: &[("HGET ~t:{a} journal", "{\"steps\":3}")] },
+            Case {
+                given: RUNNING,
+                keys: "~t:{a}",
+                args: "1 w1 {\"steps\":3}",
+                reply: "ok",
+                then: &[("HGET ~t:{a} journal", "{\"steps\":3}")],
+            },
             Case { given: waiting, keys: "~t:{a}", args: "1 w1 new", reply: "ok", then: &[("HGET ~t:{a} journal", "new")] },
             Case { given: waiting, keys: "~t:{a}", args: "1 w1 ''", reply: "ok", then: &[("HEXISTS ~t:{a} journal", "0")] },
             Case { given: waiting, keys: "~t:{a}", args: "2 w1 new", reply: "fenced", then: &[("HGET ~t:{a} journal", "old")] },

@@ -537,8 +537,7 @@ fn sandbox_pool(run: &TaskRun) -> Result<SandboxPool, PipelineError> {
 /// task's deadline), and the latest the task may keep it.
 fn keep_alive_policy(stretch: Duration, steps: &Steps) -> (KeepAlivePolicy, time::OffsetDateTime) {
     let policy = KeepAlivePolicy { stretch, until: steps.limits.deadline };
-    let runs_until =
-        time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+    let runs_until = time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
     (policy, runs_until)
 }
 

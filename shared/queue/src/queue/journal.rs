@@ -27,9 +27,8 @@ const JOURNAL_FIELD: &str = "journal";
 /// Writes (or, given an empty value, clears) the owning attempt's journal.
 /// `KEYS[1]` the task hash; `ARGV[1]` attempt, `ARGV[2]` worker id,
 /// `ARGV[3]` the journal. Returns `ok`, `fenced` or `too_large`.
-pub static JOURNAL: LazyLock<Script> = LazyLock::new(|| {
-    redis_lua::script(&[include_str!("lua/journal.lua")], &[("JOURNAL_MAX_BYTES", &JOURNAL_MAX_BYTES)])
-});
+pub static JOURNAL: LazyLock<Script> =
+    LazyLock::new(|| redis_lua::script(&[include_str!("lua/journal.lua")], &[("JOURNAL_MAX_BYTES", &JOURNAL_MAX_BYTES)]));
 
 impl Attempt {
     /// Replaces the task's journal with `journal`, as this attempt.
@@ -45,7 +44,10 @@ impl Attempt {
         match answer.as_str() {
             "ok" => Ok(()),
             "fenced" => Err(QueueError::Fenced),
-            _ => Err(QueueError::Corrupt(format!("a journal of {} bytes is over the {JOURNAL_MAX_BYTES} bytes kept", journal.len()))),
+            _ => Err(QueueError::Corrupt(format!(
+                "a journal of {} bytes is over the {JOURNAL_MAX_BYTES} bytes kept",
+                journal.len()
+            ))),
         }
     }
 

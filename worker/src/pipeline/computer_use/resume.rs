@@ -196,10 +196,7 @@ mod tests {
         let screen = Screen { png: bytes::Bytes::from_static(b"png"), width: 2, height: 2 };
         let results = results_of(&journal, &screen);
         let seen: Vec<_> = results.iter().map(|r| (r.call_id.as_str(), r.text.as_deref(), r.is_error)).collect();
-        assert_eq!(
-            seen,
-            vec![("a", None, false), ("b", Some(MAY_HAVE_HAPPENED), false), ("c", Some(NOT_STARTED), true)]
-        );
+        assert_eq!(seen, vec![("a", None, false), ("b", Some(MAY_HAVE_HAPPENED), false), ("c", Some(NOT_STARTED), true)]);
         assert!(results.iter().all(|r| r.screen == screen), "every call gets the fresh screen");
     }
 }
