@@ -413,4 +413,21 @@ mod tests {
             json!([{"id": "sc_1", "code": "irrelevant_domain", "message": "Check the domain."}])
         );
     }
+
+    #[test]
+    fn a_checkpoint_carries_the_conversation_to_another_client_without_screens() {
+        let mut first = client(OpenAiTool::Ga);
+        assert_eq!(first.checkpoint(), None, "nothing to carry before the first turn");
+        first.previous_response_id = Some("resp_7".into());
+        first.function_calls = vec!["ask_1".into()];
+        let checkpoint = first.checkpoint().expect("a checkpoint");
+        assert_eq!(checkpoint, json!({"previous_response_id": "resp_7", "function_calls": ["ask_1"]}));
+
+        let mut second = client(OpenAiTool::Ga);
+        second.restore(&checkpoint).expect("restores");
+        assert_eq!(second.request_body(json!([]))["previous_response_id"], "resp_7");
+        let input = second.call_outputs(&[result("ask_1", b"png", Some("yes"), false)], &[]);
+        assert_eq!(input[0]["type"], "function_call_output", "the ask_human call is answered as a function");
+        assert!(second.restore(&json!({})).is_err(), "a checkpoint without a response id is refused");
+    }
 }

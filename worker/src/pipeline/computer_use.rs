@@ -134,6 +134,7 @@ impl ComputerUse {
             resume::Start::Resumed(session, journal) => (*session, Some(journal)),
             resume::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None),
         };
+        session.steps_mut().journaled(run.hand_back.clone());
         let result = self.drive(run, &mut session, journal).await;
         let result = session.close(result).await;
         if matches!(&result, Err(e) if !matches!(e, PipelineError::HandedBack | PipelineError::Fenced)) {

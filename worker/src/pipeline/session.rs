@@ -109,6 +109,10 @@ pub struct Steps {
     hand: Hand,
     /// Where the tenant's tokens of today stood at the last count.
     day: std::sync::Mutex<DayTokens>,
+    /// For a run that journals its steps: cancelled when the worker stops,
+    /// so a wait for a person hands the task back rather than holding the
+    /// worker until its drain deadline.
+    hand_back: Option<CancellationToken>,
 }
 
 /// Who drives a task's desktop: its agent, or a person who took it over
@@ -136,7 +140,14 @@ impl Steps {
             metrics: run.metrics.clone(),
             hand: Hand::Agent,
             day: std::sync::Mutex::new(DayTokens::Left),
+            hand_back: None,
         }
+    }
+
+    /// The run journals its steps: a worker's stop (`hand_back`) ends a
+    /// wait for a person with [`PipelineError::HandedBack`].
+    pub fn journaled(&mut self, hand_back: CancellationToken) {
+        self.hand_back = Some(hand_back);
     }
 
     pub fn limits(&self) -> &Limits {
@@ -202,6 +213,20 @@ impl Steps {
     /// The next input a human gives the waiting task (an answer or a
     /// hand-back), polled under the guard.
     async fn next_input(&self) -> Result<HumanInput, PipelineError> {
+        let stopping = async {
+            match &self.hand_back {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            input = self.poll_input() => input,
+            () = stopping => Err(PipelineError::HandedBack),
+        }
+    }
+
+    /// Polls, under the guard, for the input a human gives the task.
+    async fn poll_input(&self) -> Result<HumanInput, PipelineError> {
         self.guard(async {
             loop {
                 match self.task.take_input().await {
