@@ -305,3 +305,42 @@ async fn a_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its
     assert_eq!(sandbox_ids(&history).len(), 2, "it started over in a new desktop: {history:?}");
     assert_eq!(responses(&stand.model).len(), 5, "three first turns, and one for each task that started over");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_a_person_is_handed_back_when_its_worker_stops_and_asks_again_elsewhere() {
+    let stand = Stand::start().await;
+    let ask = openai::function_call("ask_1", "ask_human", json!({"question": "Which account should I use?"}));
+    stand.model.push(openai::reply("resp_1", vec![ask]));
+    let ask_again = openai::function_call("ask_2", "ask_human", json!({"question": "Which account, again?"}));
+    stand.model.push(openai::reply("resp_2", vec![ask_again]));
+    stand.model.push(done("resp_3"));
+    let mut stopping = WorkerProcess::spawn(&stand.env, "stopping");
+    let id = stand.submit(task("resume")).await;
+    stand.wait_for("the task waits for a person", &id, 90, |e| matches!(e.kind, EventKind::Waiting { .. })).await;
+    let _other = WorkerProcess::spawn(&stand.env, "other");
+
+    stopping.signal("TERM");
+    assert!(stopping.wait_exit(2), "a wait for a person does not hold the stopping worker");
+    stand
+        .wait_for(
+            "another worker asks again",
+            &id,
+            20,
+            |e| matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("again")),
+        )
+        .await;
+    let history = stand.events(&id).await;
+    let sandbox = sandbox_ids(&history).remove(0);
+    assert_eq!(resumed(&history), vec![(2, 0, sandbox, true)], "the question was in flight: {history:?}");
+    let calls = responses(&stand.model);
+    assert_eq!(previous(&calls[1]), Some("resp_1"), "the conversation goes on, not over");
+    let answer = calls[1].body["input"].to_string();
+    assert!(answer.contains("function_call_output") && answer.contains("may or may not have happened"), "{answer}");
+
+    let approve = HumanInput { decision: Decision::Approve, message: Some("the work one".into()) };
+    stand.queue.submitter().give_input(&tenant(), &id, &approve).await.expect("input");
+    let history = stand.wait_ended(&id).await;
+    assert_eq!(record(&stand.queue, &id).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(terminal_count(&history), 1);
+    assert_eq!(responses(&stand.model).len(), 3, "no model call is made twice");
+}
