@@ -77,6 +77,7 @@ fn event_details(kind: &str, event: &Value) -> String {
         "screenshot" => screenshot_summary(event),
         "block" => block_summary(event.get("block")),
         "waiting" => fields(event, &["code", "message"]),
+        "resumed" => fields(event, &["attempt", "from_step", "sandbox_id", "interrupted"]),
         "retrying" => fields(event, &["attempt", "delay_ms", "error"]),
         "checked" => fields(event, &["verdict", "score", "stage", "reason"]),
         "succeeded" => join(&[fields(event, &["code"]), result_summary(event.get("result"))]),

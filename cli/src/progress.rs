@@ -126,8 +126,8 @@ fn status_after(kind: &str) -> Option<&'static str> {
         "succeeded" => Some("succeeded"),
         "failed" => Some("failed"),
         "cancelled" => Some("cancelled"),
-        "started" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action" | "action_completed" | "screenshot"
-        | "block" => Some("running"),
+        "started" | "resumed" | "sandbox_ready" | "plan" | "step_started" | "reasoning" | "action" | "action_completed"
+        | "screenshot" | "block" => Some("running"),
         _ => None,
     }
 }

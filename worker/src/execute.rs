@@ -39,6 +39,17 @@ pub struct Executor {
     pub metrics: WorkerMetrics,
 }
 
+/// The worker's stop, as a running attempt hears it.
+#[derive(Clone, Default)]
+pub struct Stopping {
+    /// Cancelled as the worker begins to stop: journaled runs hand their
+    /// task back at their next step boundary.
+    pub hand_back: CancellationToken,
+    /// Cancelled when the drain deadline passed: every run is left to be
+    /// reclaimed.
+    pub abandon: CancellationToken,
+}
+
 /// Why a running attempt was stopped from outside the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopReason {
@@ -49,28 +60,30 @@ enum StopReason {
 }
 
 impl Executor {
-    /// Runs a started attempt. `abandon` is cancelled when the worker gives
-    /// up on its running tasks at shutdown.
-    pub async fn execute(&self, attempt: Attempt, abandon: CancellationToken) {
+    /// Runs a started attempt. `hand_back` is cancelled when the worker
+    /// begins to stop (pipelines that journal their steps hand their task
+    /// back at the next step boundary), `abandon` when it gives up on its
+    /// running tasks at shutdown.
+    pub async fn execute(&self, attempt: Attempt, stopping: Stopping) {
         let span = tracing::info_span!("task", task_id = %attempt.task_id(), attempt = attempt.number);
         if let Some(traceparent) = &attempt.trace {
             flotilla_telemetry::continue_trace(&span, traceparent);
         }
-        self.run_attempt(Arc::new(attempt), abandon).instrument(span).await;
+        self.run_attempt(Arc::new(attempt), stopping).instrument(span).await;
     }
 
-    async fn run_attempt(&self, attempt: Arc<Attempt>, abandon: CancellationToken) {
+    async fn run_attempt(&self, attempt: Arc<Attempt>, stopping: Stopping) {
         let began = std::time::Instant::now();
-        let outcome = self.settle_attempt(attempt, abandon).await;
+        let outcome = self.settle_attempt(attempt, stopping).await;
         self.metrics.attempt_ended(outcome, began.elapsed());
     }
 
     /// Runs the attempt and hands its outcome on; returns the outcome's name.
-    async fn settle_attempt(&self, attempt: Arc<Attempt>, abandon: CancellationToken) -> &'static str {
+    async fn settle_attempt(&self, attempt: Arc<Attempt>, stopping: Stopping) -> &'static str {
         let cancel = CancellationToken::new();
         let result = tokio::select! {
-            result = self.run_pipeline(&attempt, cancel.clone()) => Ok(result),
-            reason = keep_lease(&attempt, self.heartbeat, &abandon) => Err(reason),
+            result = self.run_pipeline(&attempt, cancel.clone(), stopping.hand_back.clone()) => Ok(result),
+            reason = keep_lease(&attempt, self.heartbeat, &stopping.abandon) => Err(reason),
         };
         cancel.cancel();
         let terminal = match result {
@@ -80,10 +93,13 @@ impl Executor {
             }
             Err(StopReason::Abandoned) => {
                 info!("shutdown deadline passed; leaving the task to be reclaimed");
-                if let Err(e) = self.queue.runner().release(&self.worker_id, &attempt.delivery).await {
-                    warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
-                }
+                self.release(&attempt).await;
                 return "abandoned";
+            }
+            Ok(Err(PipelineError::HandedBack)) => {
+                info!("the worker is stopping; the task is journaled and handed back");
+                self.release(&attempt).await;
+                return "handed_back";
             }
             Err(StopReason::CancelRequested) | Ok(Err(PipelineError::Cancelled)) => Terminal::Cancelled,
             Ok(Ok(Outcome::Succeeded(result))) => Terminal::Succeeded(result),
@@ -111,7 +127,19 @@ impl Executor {
         outcome
     }
 
-    async fn run_pipeline(&self, attempt: &Arc<Attempt>, cancel: CancellationToken) -> Result<Outcome, PipelineError> {
+    /// Hands the attempt's entry back for the next reclaim by any worker.
+    async fn release(&self, attempt: &Attempt) {
+        if let Err(e) = self.queue.runner().release(&self.worker_id, &attempt.delivery).await {
+            warn!(error = %e, "could not hand the entry back; it will be reclaimed after the lease");
+        }
+    }
+
+    async fn run_pipeline(
+        &self,
+        attempt: &Arc<Attempt>,
+        cancel: CancellationToken,
+        hand_back: CancellationToken,
+    ) -> Result<Outcome, PipelineError> {
         let Some(kind) = attempt.spec.pipeline else {
             return Err(PipelineError::Fatal { code: StopCode::Problem, message: "the task names no pipeline".into() });
         };
@@ -123,7 +151,7 @@ impl Executor {
         };
         let handle = Arc::new(AttemptHandle::new(Arc::clone(attempt), self.run_place(attempt).await));
         let task = Arc::clone(&handle) as Arc<dyn TaskHandle>;
-        let run = TaskRun { task, cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone() };
+        let run = TaskRun { task, cancel, tools: Arc::clone(&self.tools), metrics: self.metrics.clone(), hand_back };
         let result = pipeline.run(&run).await;
         if handle.passed() {
             self.stop_rivals(attempt, handle.run_place()).await;

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::acker::Acker;
-use crate::execute::Executor;
+use crate::execute::{Executor, Stopping};
 use crate::housekeeping;
 use crate::http;
 use crate::live::LiveDesktops;
@@ -100,18 +100,19 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     ));
     let slots = Arc::new(Semaphore::new(config.worker.concurrency));
     let tracker = TaskTracker::new();
-    let abandon = CancellationToken::new();
+    let stopping = Stopping::default();
     info!(worker = %config.worker.id, concurrency = config.worker.concurrency, "worker started");
 
     let mut source = queue.claimer(config.worker.id.clone(), caps);
-    let claim_loop = ClaimLoop { executor, slots, tracker: tracker.clone(), abandon: abandon.clone() };
+    let claim_loop = ClaimLoop { executor, slots, tracker: tracker.clone(), stopping: stopping.clone() };
     claim_loop.claim_until(&mut source, &shutdown).await;
 
     info!(running = tracker.len(), deadline_s = config.worker.drain_deadline.as_secs(), "stopping: draining running tasks");
+    stopping.hand_back.cancel();
     tracker.close();
     if tokio::time::timeout(config.worker.drain_deadline, tracker.wait()).await.is_err() {
         warn!(running = tracker.len(), "drain deadline passed; handing running tasks back");
-        abandon.cancel();
+        stopping.abandon.cancel();
         tracker.wait().await;
     }
     drop(claim_loop);
@@ -188,7 +189,7 @@ struct ClaimLoop {
     executor: Executor,
     slots: Arc<Semaphore>,
     tracker: TaskTracker,
-    abandon: CancellationToken,
+    stopping: Stopping,
 }
 
 impl ClaimLoop {
@@ -272,7 +273,7 @@ impl ClaimLoop {
                 let this = self.clone();
                 this.executor.metrics.task_started();
                 self.tracker.spawn(async move {
-                    this.executor.execute(*attempt, this.abandon.clone()).await;
+                    this.executor.execute(*attempt, this.stopping.clone()).await;
                     this.executor.metrics.task_left();
                     drop(permit);
                 });

@@ -962,6 +962,7 @@
       case 'waiting': return joined([event.code, event.message]);
       case 'takeover': return 'a person drives the desktop';
       case 'released': return joined(['handed back', event.message]);
+      case 'resumed': return joined([`attempt ${event.attempt}`, `from step ${event.from_step}`, event.sandbox_id, event.interrupted ? 'an action was in flight' : '']);
       case 'retrying': return joined([`attempt ${event.attempt}`, `in ${duration(event.delay_ms)}`, event.error]);
       case 'succeeded': return joined([event.code, event.result && typeof event.result === 'object' ? event.result.text : event.result]);
       case 'failed': return joined([event.code, event.error]);

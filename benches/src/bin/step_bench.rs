@@ -229,6 +229,7 @@ impl Bench {
             cancel: CancellationToken::new(),
             tools: Arc::clone(&self.tools),
             metrics: self.metrics.clone(),
+            hand_back: CancellationToken::new(),
         };
         let mut session = Session::open(&run).await?;
         let result = self.loops(&run, &mut session).await;

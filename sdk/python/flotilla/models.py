@@ -3485,6 +3485,24 @@ class Event16(BaseModel):
 
 class Event18(BaseModel):
     """
+    A new attempt took the task up where the previous one was
+    interrupted, in the same sandbox, after `from_step` actions;
+    `interrupted`: an action was in flight when the previous attempt
+    stopped (it may or may not have happened; it is not run again).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attempt: conint(ge=0, le=4294967295)
+    from_step: conint(ge=0, le=4294967295)
+    interrupted: bool
+    sandbox_id: str
+    type: Literal['resumed']
+
+
+class Event19(BaseModel):
+    """
     What happened.
     """
 
@@ -3497,7 +3515,7 @@ class Event18(BaseModel):
     type: Literal['retrying']
 
 
-class Event19(BaseModel):
+class Event20(BaseModel):
     """
     What happened.
     """
@@ -3510,7 +3528,7 @@ class Event19(BaseModel):
     type: Literal['succeeded']
 
 
-class Event20(BaseModel):
+class Event21(BaseModel):
     """
     What happened.
     """
@@ -3523,7 +3541,7 @@ class Event20(BaseModel):
     type: Literal['failed']
 
 
-class Event21(BaseModel):
+class Event22(BaseModel):
     """
     What happened.
     """
@@ -3740,6 +3758,24 @@ class EventKind16(BaseModel):
 
 class EventKind18(BaseModel):
     """
+    A new attempt took the task up where the previous one was
+    interrupted, in the same sandbox, after `from_step` actions;
+    `interrupted`: an action was in flight when the previous attempt
+    stopped (it may or may not have happened; it is not run again).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    attempt: conint(ge=0, le=4294967295)
+    from_step: conint(ge=0, le=4294967295)
+    interrupted: bool
+    sandbox_id: str
+    type: Literal['resumed']
+
+
+class EventKind19(BaseModel):
+    """
     What happened.
     """
 
@@ -3752,7 +3788,7 @@ class EventKind18(BaseModel):
     type: Literal['retrying']
 
 
-class EventKind19(BaseModel):
+class EventKind20(BaseModel):
     """
     What happened.
     """
@@ -3765,7 +3801,7 @@ class EventKind19(BaseModel):
     type: Literal['succeeded']
 
 
-class EventKind20(BaseModel):
+class EventKind21(BaseModel):
     """
     What happened.
     """
@@ -3778,7 +3814,7 @@ class EventKind20(BaseModel):
     type: Literal['failed']
 
 
-class EventKind21(BaseModel):
+class EventKind22(BaseModel):
     """
     What happened.
     """
@@ -4667,7 +4703,7 @@ class Event17(BaseModel):
     """
 
 
-class Event22(BaseModel):
+class Event23(BaseModel):
     """
     An event as stored and delivered.
     """
@@ -4691,7 +4727,7 @@ class Event22(BaseModel):
     """
 
 
-class Event23(Event1, Event22):
+class Event24(Event1, Event23):
     """
     An event as stored and delivered.
     """
@@ -4701,7 +4737,7 @@ class Event23(Event1, Event22):
     )
 
 
-class Event24(Event2, Event22):
+class Event25(Event2, Event23):
     """
     An event as stored and delivered.
     """
@@ -4711,7 +4747,7 @@ class Event24(Event2, Event22):
     )
 
 
-class Event25(Event3, Event22):
+class Event26(Event3, Event23):
     """
     An event as stored and delivered.
     """
@@ -4721,7 +4757,7 @@ class Event25(Event3, Event22):
     )
 
 
-class Event26(Event4, Event22):
+class Event27(Event4, Event23):
     """
     An event as stored and delivered.
     """
@@ -4731,7 +4767,7 @@ class Event26(Event4, Event22):
     )
 
 
-class Event27(Event5, Event22):
+class Event28(Event5, Event23):
     """
     An event as stored and delivered.
     """
@@ -4741,7 +4777,7 @@ class Event27(Event5, Event22):
     )
 
 
-class Event28(Event6, Event22):
+class Event29(Event6, Event23):
     """
     An event as stored and delivered.
     """
@@ -4751,7 +4787,7 @@ class Event28(Event6, Event22):
     )
 
 
-class Event29(Event7, Event22):
+class Event30(Event7, Event23):
     """
     An event as stored and delivered.
     """
@@ -4761,7 +4797,7 @@ class Event29(Event7, Event22):
     )
 
 
-class Event30(Event8, Event22):
+class Event31(Event8, Event23):
     """
     An event as stored and delivered.
     """
@@ -4771,7 +4807,7 @@ class Event30(Event8, Event22):
     )
 
 
-class Event31(Event9, Event22):
+class Event32(Event9, Event23):
     """
     An event as stored and delivered.
     """
@@ -4781,7 +4817,7 @@ class Event31(Event9, Event22):
     )
 
 
-class Event32(Event10, Event22):
+class Event33(Event10, Event23):
     """
     An event as stored and delivered.
     """
@@ -4791,7 +4827,7 @@ class Event32(Event10, Event22):
     )
 
 
-class Event33(Event11, Event22):
+class Event34(Event11, Event23):
     """
     An event as stored and delivered.
     """
@@ -4801,7 +4837,7 @@ class Event33(Event11, Event22):
     )
 
 
-class Event34(Event12, Event22):
+class Event35(Event12, Event23):
     """
     An event as stored and delivered.
     """
@@ -4811,7 +4847,7 @@ class Event34(Event12, Event22):
     )
 
 
-class Event35(Event13, Event22):
+class Event36(Event13, Event23):
     """
     An event as stored and delivered.
     """
@@ -4821,7 +4857,7 @@ class Event35(Event13, Event22):
     )
 
 
-class Event36(Event14, Event22):
+class Event37(Event14, Event23):
     """
     An event as stored and delivered.
     """
@@ -4831,7 +4867,7 @@ class Event36(Event14, Event22):
     )
 
 
-class Event37(Event15, Event22):
+class Event38(Event15, Event23):
     """
     An event as stored and delivered.
     """
@@ -4841,7 +4877,7 @@ class Event37(Event15, Event22):
     )
 
 
-class Event38(Event16, Event22):
+class Event39(Event16, Event23):
     """
     An event as stored and delivered.
     """
@@ -4851,7 +4887,7 @@ class Event38(Event16, Event22):
     )
 
 
-class Event39(Event17, Event22):
+class Event40(Event17, Event23):
     """
     An event as stored and delivered.
     """
@@ -4861,7 +4897,7 @@ class Event39(Event17, Event22):
     )
 
 
-class Event40(Event18, Event22):
+class Event41(Event18, Event23):
     """
     An event as stored and delivered.
     """
@@ -4871,7 +4907,7 @@ class Event40(Event18, Event22):
     )
 
 
-class Event41(Event19, Event22):
+class Event42(Event19, Event23):
     """
     An event as stored and delivered.
     """
@@ -4881,7 +4917,7 @@ class Event41(Event19, Event22):
     )
 
 
-class Event42(Event20, Event22):
+class Event43(Event20, Event23):
     """
     An event as stored and delivered.
     """
@@ -4891,7 +4927,17 @@ class Event42(Event20, Event22):
     )
 
 
-class Event43(Event21, Event22):
+class Event44(Event21, Event23):
+    """
+    An event as stored and delivered.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+
+
+class Event45(Event22, Event23):
     """
     An event as stored and delivered.
     """
@@ -4903,8 +4949,7 @@ class Event43(Event21, Event22):
 
 class Event(
     RootModel[
-        Event23
-        | Event24
+        Event24
         | Event25
         | Event26
         | Event27
@@ -4924,13 +4969,15 @@ class Event(
         | Event41
         | Event42
         | Event43
+        | Event44
+        | Event45
     ]
 ):
     """
     An event as stored and delivered.
     """
 
-    root: Event23 | Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39 | Event40 | Event41 | Event42 | Event43
+    root: Event24 | Event25 | Event26 | Event27 | Event28 | Event29 | Event30 | Event31 | Event32 | Event33 | Event34 | Event35 | Event36 | Event37 | Event38 | Event39 | Event40 | Event41 | Event42 | Event43 | Event44 | Event45
     """
     An event as stored and delivered.
     """
@@ -5026,9 +5073,10 @@ class EventKind(
         | EventKind19
         | EventKind20
         | EventKind21
+        | EventKind22
     ]
 ):
-    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19 | EventKind20 | EventKind21
+    root: EventKind1 | EventKind2 | EventKind3 | EventKind4 | EventKind5 | EventKind6 | EventKind7 | EventKind8 | EventKind9 | EventKind10 | EventKind11 | EventKind12 | EventKind13 | EventKind14 | EventKind15 | EventKind16 | EventKind17 | EventKind18 | EventKind19 | EventKind20 | EventKind21 | EventKind22
     """
     What happened.
     """
@@ -5384,6 +5432,7 @@ class TaskSpec(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -5432,6 +5481,7 @@ class TaskSubmission1(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5478,6 +5528,7 @@ class TaskSubmission2(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5529,6 +5580,7 @@ class TaskSubmission3(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['claude-code']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5575,6 +5627,7 @@ class TaskSubmission4(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5621,6 +5674,7 @@ class TaskSubmission5(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5667,6 +5721,7 @@ class TaskSubmission6(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -5790,6 +5845,7 @@ class BatchDefaults(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -5886,6 +5942,7 @@ class BatchTaskPatch(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
         None
     )
@@ -5984,6 +6041,7 @@ class ScheduledTask1(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6028,6 +6086,7 @@ class ScheduledTask2(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['scripted']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6077,6 +6136,7 @@ class ScheduledTask3(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['claude-code']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6121,6 +6181,7 @@ class ScheduledTask4(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6165,6 +6226,7 @@ class ScheduledTask5(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
@@ -6209,6 +6271,7 @@ class ScheduledTask6(BaseModel):
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
     ) = None
     not_before: None = Field(None)
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
     pipeline: None = Field(None)
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None

@@ -119,6 +119,16 @@ pub enum EventKind {
         reason: String,
         stage: CheckStage,
     },
+    /// A new attempt took the task up where the previous one was
+    /// interrupted, in the same sandbox, after `from_step` actions;
+    /// `interrupted`: an action was in flight when the previous attempt
+    /// stopped (it may or may not have happened; it is not run again).
+    Resumed {
+        attempt: u32,
+        from_step: u32,
+        sandbox_id: String,
+        interrupted: bool,
+    },
     Retrying {
         attempt: u32,
         delay_ms: u64,
@@ -173,6 +183,7 @@ impl EventKind {
             EventKind::Takeover {} => "takeover",
             EventKind::Released { .. } => "released",
             EventKind::Checked { .. } => "checked",
+            EventKind::Resumed { .. } => "resumed",
             EventKind::Retrying { .. } => "retrying",
             EventKind::Succeeded { .. } => "succeeded",
             EventKind::Failed { .. } => "failed",

@@ -111,6 +111,24 @@ pub enum SensitiveActions {
     Allow,
 }
 
+/// What a new attempt does when the previous one ended mid-step (its
+/// worker was killed, restarted or redeployed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnInterrupt {
+    /// Reconnect to the same sandbox and continue from the last recorded
+    /// step; an action that was in flight is not run again, the model is
+    /// told it may or may not have happened.
+    #[default]
+    Resume,
+    /// As `resume`, but a person decides first whether to go on when an
+    /// action was in flight or the sandbox is gone.
+    Ask,
+    /// Start over in a new sandbox.
+    Restart,
+}
+
 /// A human's answer to a task that is `waiting`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -270,6 +288,10 @@ pub struct TaskSpec {
     pub retry: Option<RetryPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sensitive_actions: Option<SensitiveActions>,
+    /// What a new attempt does when the previous one ended mid-step:
+    /// `resume` (the default), `ask` or `restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_interrupt: Option<OnInterrupt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,

@@ -173,8 +173,8 @@ fn finish() {
         "queue/finish",
         &[Case {
             given: &[
-                "HSET ~t:{a} status running attempt 1 owner w1 seq 2",
-                "HSET ~t:{b} status running attempt 1 owner w2 seq 2",
+                "HSET ~t:{a} status running attempt 1 owner w1 seq 2 journal {}",
+                "HSET ~t:{b} status running attempt 1 owner w2 seq 2 journal {}",
             ],
             keys: "~t:{a} ~t:{b}",
             args: concat!(
@@ -188,7 +188,8 @@ fn finish() {
                     r#"[succeeded, done, {"x":1}, 3000, 3, {"seq":3,"task_id":"a","type":"succeeded"}]"#,
                 ),
                 ("TTL ~t:{a}", "60"),
-                ("HMGET ~t:{b} status seq", "[running, 2]"),
+                ("HEXISTS ~t:{a} journal", "0"),
+                ("HMGET ~t:{b} status seq journal", "[running, 2, {}]"),
             ],
         }],
     );
@@ -325,6 +326,37 @@ fn set_fields() {
                 reply: "fenced",
                 then: &[("HGET ~t:{a} sandbox", "nil")],
             },
+        ],
+    );
+}
+
+#[test]
+fn journal() {
+    let big = "x".repeat(flotilla_queue::queue::JOURNAL_MAX_BYTES + 1);
+    let too_big = format!("1 w1 {big}");
+    let waiting = &["HSET ~t:{a} status waiting attempt 1 owner w1 journal old"];
+    run(
+        "queue/journal",
+        &[
+            Case {
+                given: RUNNING,
+                keys: "~t:{a}",
+                args: "1 w1 {\"steps\":3}",
+                reply: "ok",
+                then: &[("HGET ~t:{a} journal", "{\"steps\":3}")],
+            },
+            Case { given: waiting, keys: "~t:{a}", args: "1 w1 new", reply: "ok", then: &[("HGET ~t:{a} journal", "new")] },
+            Case { given: waiting, keys: "~t:{a}", args: "1 w1 ''", reply: "ok", then: &[("HEXISTS ~t:{a} journal", "0")] },
+            Case { given: waiting, keys: "~t:{a}", args: "2 w1 new", reply: "fenced", then: &[("HGET ~t:{a} journal", "old")] },
+            Case { given: waiting, keys: "~t:{a}", args: "1 w2 new", reply: "fenced", then: &[("HGET ~t:{a} journal", "old")] },
+            Case {
+                given: &["HSET ~t:{a} status succeeded attempt 1 owner w1"],
+                keys: "~t:{a}",
+                args: "1 w1 new",
+                reply: "fenced",
+                then: &[("HEXISTS ~t:{a} journal", "0")],
+            },
+            Case { given: waiting, keys: "~t:{a}", args: &too_big, reply: "too_large", then: &[("HGET ~t:{a} journal", "old")] },
         ],
     );
 }

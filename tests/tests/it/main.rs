@@ -23,6 +23,7 @@ mod deploy;
 mod desktop_tasks;
 mod docs_pages;
 mod drain_path;
+mod durable_runs;
 mod e2b_gateway;
 mod evaluation_checks;
 mod evaluations;

@@ -98,6 +98,14 @@ impl TaskHandle for AttemptHandle {
         self.attempt.take_input().boxed()
     }
 
+    fn journal(&self) -> BoxFuture<'_, Result<Option<String>, QueueError>> {
+        self.attempt.journal().boxed()
+    }
+
+    fn write_journal<'a>(&'a self, journal: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        self.attempt.write_journal(journal).boxed()
+    }
+
     fn held_by_person(&self) -> BoxFuture<'_, Result<bool, QueueError>> {
         self.attempt.held_by_person().boxed()
     }

@@ -220,6 +220,22 @@ pub trait ComputerModel: Send {
         results: Vec<CallResult>,
         acknowledged: &'a [SafetyCheck],
     ) -> BoxFuture<'a, Result<Turn, ModelError>>;
+
+    /// What a later attempt needs to continue this conversation after its
+    /// last turn, with no screenshot bytes in it (a task's step journal
+    /// keeps it); `None` when this provider's conversation cannot be
+    /// carried over.
+    fn checkpoint(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// Takes up the conversation a [`ComputerModel::checkpoint`] described,
+    /// so that the next call is [`ComputerModel::resume`] with the results
+    /// of the last turn's calls.
+    fn restore(&mut self, checkpoint: &serde_json::Value) -> Result<(), ModelError> {
+        let _ = checkpoint;
+        Err(ModelError::Malformed("this model's conversations cannot be carried over to another attempt".into()))
+    }
 }
 
 /// A model's plain text answer to one request.

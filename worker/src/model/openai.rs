@@ -297,6 +297,26 @@ impl ComputerModel for OpenAiCua {
             self.exchange(input).await
         })
     }
+
+    /// The answer the next turn continues and which of its calls are
+    /// `ask_human`'s: the API keeps the rest of the conversation.
+    fn checkpoint(&self) -> Option<Value> {
+        let id = self.previous_response_id.as_ref()?;
+        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls }))
+    }
+
+    fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
+        let Some(id) = checkpoint["previous_response_id"].as_str() else {
+            return Err(ModelError::Malformed("the checkpoint names no previous_response_id".into()));
+        };
+        self.previous_response_id = Some(id.to_owned());
+        self.pending_checks.clear();
+        self.function_calls = checkpoint["function_calls"]
+            .as_array()
+            .map(|calls| calls.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        Ok(())
+    }
 }
 
 /// The headers of every request: the key as a bearer token.
@@ -392,5 +412,22 @@ mod tests {
             input[0]["acknowledged_safety_checks"],
             json!([{"id": "sc_1", "code": "irrelevant_domain", "message": "Check the domain."}])
         );
+    }
+
+    #[test]
+    fn a_checkpoint_carries_the_conversation_to_another_client_without_screens() {
+        let mut first = client(OpenAiTool::Ga);
+        assert_eq!(first.checkpoint(), None, "nothing to carry before the first turn");
+        first.previous_response_id = Some("resp_7".into());
+        first.function_calls = vec!["ask_1".into()];
+        let checkpoint = first.checkpoint().expect("a checkpoint");
+        assert_eq!(checkpoint, json!({"previous_response_id": "resp_7", "function_calls": ["ask_1"]}));
+
+        let mut second = client(OpenAiTool::Ga);
+        second.restore(&checkpoint).expect("restores");
+        assert_eq!(second.request_body(json!([]))["previous_response_id"], "resp_7");
+        let input = second.call_outputs(&[result("ask_1", b"png", Some("yes"), false)], &[]);
+        assert_eq!(input[0]["type"], "function_call_output", "the ask_human call is answered as a function");
+        assert!(second.restore(&json!({})).is_err(), "a checkpoint without a response id is refused");
     }
 }

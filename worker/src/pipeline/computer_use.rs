@@ -37,7 +37,10 @@
 //! human approves (the checks are then acknowledged) or denies (the task
 //! ends).
 
+mod resume;
+
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_types::cost::usd;
@@ -48,6 +51,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
+use super::journal::{CallState, Journal, Journaler};
 use super::planner::{self, Planned};
 use super::scale::Scale;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
@@ -101,20 +105,23 @@ impl PipelineRunner for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
             let spec = run.task.spec();
+            let steps = Steps::new(run);
+            if spec.plan != Some(true) {
+                return self.run_journaled(run, steps).await;
+            }
             if spec.setup.is_some() {
                 // A set-up runs before any model call, the planner's too:
                 // the sandbox is taken first.
-                let mut session = Session::open_with(run, Steps::new(run), spec.sandbox.as_ref()).await?;
+                let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
                 let result = match self.plan(run, session.steps()).await {
-                    Ok(planned) => self.follow(run, &mut session, planned.as_ref()).await,
+                    Ok(planned) => self.execute(run, &mut session, &planned).await,
                     Err(e) => Err(e),
                 };
                 return session.close(result).await;
             }
-            let steps = Steps::new(run);
             let planned = self.plan(run, &steps).await?;
             let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
-            let result = self.follow(run, &mut session, planned.as_ref()).await;
+            let result = self.execute(run, &mut session, &planned).await;
             session.close(result).await
         }
         .boxed()
@@ -123,28 +130,48 @@ impl PipelineRunner for ComputerUse {
 
 impl ComputerUse {
     /// The planner's plan of a `plan: true` task, its tokens counted.
-    async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Option<Planned>, PipelineError> {
-        if run.task.spec().plan != Some(true) {
-            return Ok(None);
-        }
+    async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Planned, PipelineError> {
         let planned = planner::plan(&run.task.spec().prompt, steps, &*self.models.planner(run)?).await?;
         steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
-        Ok(Some(planned))
+        Ok(planned)
     }
 
-    /// Runs the plan's steps, or the prompt as one conversation without one.
-    async fn follow(&self, run: &TaskRun, session: &mut Session, planned: Option<&Planned>) -> Result<Outcome, PipelineError> {
-        match planned {
-            Some(planned) => self.execute(run, session, planned).await,
-            None => self.drive(run, session).await,
+    /// Runs the task's prompt as one conversation, journaled step by step
+    /// (see [`journal`](super::journal)): taken up from the journal when an
+    /// earlier attempt was interrupted (see [`resume`]), else from the
+    /// start. A run that ends in a way that is not an interruption drops
+    /// the journal, so a retry starts clean.
+    async fn run_journaled(&self, run: &TaskRun, steps: Steps) -> Result<Outcome, PipelineError> {
+        let start = match resume::journal_of(run).await? {
+            Some(journal) => resume::start(run, steps, journal).await?,
+            None => resume::Start::Fresh(steps),
+        };
+        let (mut session, journal) = match start {
+            resume::Start::Resumed(session, journal) => (*session, Some(journal)),
+            resume::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None),
+        };
+        session.steps_mut().journaled(run.hand_back.clone());
+        let result = self.drive(run, &mut session, journal).await;
+        let result = session.close(result).await;
+        if matches!(&result, Err(e) if !matches!(e, PipelineError::HandedBack | PipelineError::Fenced)) {
+            if let Err(e) = run.task.write_journal("").await {
+                tracing::warn!(error = %e, "could not drop the step journal of a run that will not be taken up");
+            }
         }
+        result
     }
 
-    /// Runs the task's prompt as one conversation.
-    async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
+    /// Runs the task's prompt as one conversation, or continues the one
+    /// `journal` describes.
+    async fn drive(&self, run: &TaskRun, session: &mut Session, journal: Option<Journal>) -> Result<Outcome, PipelineError> {
         let scale = Scale::fit(session.resolution(), self.target);
-        let mut usage = Usage::default();
-        let text = self.converse(run, session, &scale, &run.task.spec().prompt, &mut usage).await?;
+        let mut journaler = match journal {
+            Some(journal) => Journaler::new(Arc::clone(&run.task), journal),
+            None => Journaler::begin(Arc::clone(&run.task), Journal::new(session.journaled_sandbox()?)).await?,
+        };
+        let mut usage: Usage = journaler.journal().usage.into();
+        let prompt = &run.task.spec().prompt;
+        let text = self.converse(run, session, &scale, prompt, &mut usage, Some(&mut journaler)).await?;
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
@@ -157,15 +184,53 @@ impl ComputerUse {
         for (index, step) in planned.plan.steps.iter().enumerate() {
             planner::start_step(run.task.as_ref(), index, step).await?;
             let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);
-            answers.push(self.converse(run, session, &scale, &prompt, &mut usage).await?);
+            answers.push(self.converse(run, session, &scale, &prompt, &mut usage, None).await?);
         }
         let text = answers.last().cloned().unwrap_or_default();
         Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))
     }
 
+    /// Opens the conversation and gets its first turn: from the start with
+    /// `prompt` and the screen, or, when the journal holds a conversation,
+    /// from its checkpoint with the results of its last turn's calls on the
+    /// screen as it is now.
+    async fn first_turn(
+        &self,
+        run: &TaskRun,
+        session: &Session,
+        mapping: &Mapping,
+        prompt: &str,
+        journal: Option<&Journaler>,
+    ) -> Result<(Box<dyn ComputerModel>, Turn), PipelineError> {
+        let grid = self.models.grid();
+        let mut model = self.models.open(run, grid.unwrap_or(mapping.view.model))?;
+        session.steps().between_steps()?;
+        let screen = look(session, &mapping.view).await?;
+        let provider = self.models.provider();
+        let taken_up = journal.map(Journaler::journal).and_then(|j| j.conversation.as_ref().map(|c| (j, c)));
+        let turn = match taken_up {
+            Some((journal, checkpoint)) => {
+                model.restore(checkpoint)?;
+                let results = resume::results_of(journal, &screen);
+                session.guard(timed(run, provider, model.resume(results, &[]))).await?
+            }
+            None => {
+                let prompt = match journal.map(Journaler::journal).filter(|j| j.steps > 0) {
+                    Some(journal) => resume::without_history(prompt, journal.steps),
+                    None => prompt.to_owned(),
+                };
+                session.guard(timed(run, provider, model.start(&prompt, &screen))).await?
+            }
+        };
+        Ok((model, turn))
+    }
+
     /// One conversation: shows the model the screen with `prompt` and
     /// carries out what it asks until it answers without a call; returns
     /// that answer. Adds the tokens used to `usage` and records the total.
+    /// With a `journal`, each turn and each call's progress is written to
+    /// it, and the worker's stop hands the task back before the next model
+    /// call.
     async fn converse(
         &self,
         run: &TaskRun,
@@ -173,28 +238,32 @@ impl ComputerUse {
         scale: &Scale,
         prompt: &str,
         usage: &mut Usage,
+        mut journal: Option<&mut Journaler>,
     ) -> Result<String, PipelineError> {
         let grid = self.models.grid();
         let mapping = Mapping { view: *scale, act: grid.map_or(*scale, |model| Scale { screen: scale.screen, model }) };
-        let mut model = self.models.open(run, grid.unwrap_or(scale.model))?;
-        session.steps().between_steps()?;
-        let screen = look(session, scale).await?;
+        let (mut model, mut turn) = self.first_turn(run, session, &mapping, prompt, journal.as_deref()).await?;
         let provider = self.models.provider();
         let model_name = self.models.model(run);
-        let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
         loop {
             *usage += turn.usage;
             record_turn(run, session, &turn, &model_name).await?;
+            if let Some(journal) = journal.as_deref_mut() {
+                journal.turn(model.checkpoint(), &turn.calls, session.steps().taken(), *usage).await?;
+            }
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
-            let mut results = carry_out_turn(session, &mapping, &turn.calls).await?;
+            let mut results = carry_out_turn(session, &mapping, &turn.calls, journal.as_deref_mut()).await?;
             session.steps_mut().pause_while_held().await?;
             if let Some(message) = session.steps_mut().take_hand_back() {
                 hand_back(session, &mapping, &mut results, message).await?;
             }
             session.steps().between_steps()?;
+            if journal.is_some() && run.hand_back.is_cancelled() {
+                return Err(PipelineError::HandedBack);
+            }
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
@@ -293,7 +362,12 @@ fn usage_json(usage: Usage) -> serde_json::Value {
 /// Carries out a turn's calls in order, stopping at the first that fails:
 /// every later call is answered with [`NOT_EXECUTED`] and the screen as
 /// the failure left it.
-async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolCall]) -> Result<Vec<CallResult>, PipelineError> {
+async fn carry_out_turn(
+    session: &mut Session,
+    mapping: &Mapping,
+    calls: &[ToolCall],
+    mut journal: Option<&mut Journaler>,
+) -> Result<Vec<CallResult>, PipelineError> {
     let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
     for call in calls {
         let failed = results.last().filter(|r| r.is_error).map(|r| r.screen.clone());
@@ -307,13 +381,31 @@ async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolC
                     let screen = look(session, &mapping.view).await?;
                     CallResult { call_id: call.id.clone(), screen, text: Some(PASSED_OVER.to_owned()), is_error: true }
                 } else {
-                    carry_out(session, mapping, call).await?
+                    carry_out_journaled(session, mapping, call, journal.as_deref_mut()).await?
                 }
             }
         };
         results.push(result);
     }
     Ok(results)
+}
+
+/// Carries out one tool call, marked `intent` in the journal before it
+/// starts and `done` once the screen after it is observed.
+async fn carry_out_journaled(
+    session: &mut Session,
+    mapping: &Mapping,
+    call: &ToolCall,
+    mut journal: Option<&mut Journaler>,
+) -> Result<CallResult, PipelineError> {
+    if let Some(journal) = journal.as_deref_mut() {
+        journal.mark(&call.id, CallState::Intent, session.steps().taken()).await?;
+    }
+    let result = carry_out(session, mapping, call).await?;
+    if let Some(journal) = journal {
+        journal.mark(&call.id, CallState::Done, session.steps().taken()).await?;
+    }
+    Ok(result)
 }
 
 /// Carries out one tool call and observes the screen after it. An action

@@ -37,6 +37,11 @@ pub enum PipelineError {
         "the tenant spent its daily limit (max_tokens_per_day or max_cost_usd_per_day); the task waits for the next UTC day"
     )]
     DayTokensSpent { resume_at_ms: i64 },
+    /// The worker is stopping: the run stopped at a step boundary with its
+    /// journal written and its sandbox left running, for another worker to
+    /// take it up at once.
+    #[error("the worker is stopping; the task is handed back at a step boundary")]
+    HandedBack,
 }
 
 impl From<QueueError> for PipelineError {

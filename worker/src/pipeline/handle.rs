@@ -105,6 +105,14 @@ pub trait TaskHandle: Send + Sync {
     /// The input a human gave the waiting task, if any yet.
     fn take_input(&self) -> BoxFuture<'_, Result<Option<HumanInput>, QueueError>>;
 
+    /// The step journal an earlier attempt left (see
+    /// [`journal`](super::journal)), as stored.
+    fn journal(&self) -> BoxFuture<'_, Result<Option<String>, QueueError>>;
+
+    /// Replaces the task's step journal (empty: drops it); fenced like
+    /// every write of the attempt.
+    fn write_journal<'a>(&'a self, journal: &'a str) -> BoxFuture<'a, Result<(), QueueError>>;
+
     /// Whether a person holds the task's desktop (or handed it back and
     /// the hand-back was not taken up yet).
     fn held_by_person(&self) -> BoxFuture<'_, Result<bool, QueueError>>;

@@ -118,6 +118,13 @@ impl Claimant<'_> {
         }
     }
 
+    /// The sandbox was found gone: no one owns it any more.
+    async fn forget_owner(&self, provider: &str, id: &SandboxId) {
+        if let Err(e) = self.task.forget_sandbox_owner(provider, id).await {
+            warn!(sandbox = %id, error = %e, "could not drop the owner record of a sandbox found gone");
+        }
+    }
+
     /// The sandbox was found gone: its slot comes back now.
     async fn forget(&self, provider: &str, id: &SandboxId) {
         if let Err(e) = self.task.forget_kept_sandbox(&kept_name(provider, id)).await {
@@ -182,6 +189,30 @@ impl Held {
         }
     }
 
+    /// Takes up the sandbox `id` an interrupted attempt of the same task
+    /// left running, as this attempt's own (settled like a new one);
+    /// `None` when it is gone or not the tenant's.
+    pub(crate) async fn adopt(
+        pool: &SandboxPool,
+        id: &SandboxId,
+        keep_alive: bool,
+        claimant: Claimant<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Self>, PipelineError> {
+        let provider = pool.provider().name();
+        if !claimant.task.owns_sandbox(provider, id).await? {
+            return Ok(None);
+        }
+        match pool.adopt(id, cancel).await {
+            Ok(lease) => Ok(Some(Self::Leased { lease, keep_alive })),
+            Err(SandboxError::NotFound(_) | SandboxError::Expired(_)) => {
+                claimant.forget_owner(provider, id).await;
+                Ok(None)
+            }
+            Err(other) => Err(PipelineError::from(other)),
+        }
+    }
+
     pub(crate) fn sandbox(&self) -> &Sandbox {
         match self {
             Self::Leased { lease, .. } => &lease.sandbox,
@@ -219,6 +250,10 @@ impl Held {
     ) {
         let provider = pool.provider().name();
         match self {
+            // Handed back or taken over mid-step: the attempt that takes the
+            // task up next continues in this sandbox (its owner record
+            // stays until the deadline).
+            Self::Leased { lease, .. } if interrupted(outcome) => pool.keep(lease).await,
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
                     lease.sandbox.expires_at = at;
@@ -264,6 +299,13 @@ impl Held {
     pub(crate) fn provider_and_id<'a>(&'a self, pool: &'a SandboxPool) -> (&'a Arc<dyn SandboxProvider>, &'a SandboxId) {
         (pool.provider(), &self.sandbox().id)
     }
+}
+
+/// Whether the attempt stopped for a later one to take the task up where
+/// it is: handed back by a stopping worker, or taken over by another
+/// attempt.
+fn interrupted<T>(outcome: &Result<T, PipelineError>) -> bool {
+    matches!(outcome, Err(PipelineError::HandedBack | PipelineError::Fenced))
 }
 
 /// Whether the task ends with this attempt: a retry or a cancel does not

@@ -10,6 +10,7 @@ pub mod computer_use;
 pub mod error;
 pub mod handle;
 mod held;
+pub mod journal;
 mod kept_watch;
 pub mod planner;
 pub mod pricing;
@@ -41,7 +42,8 @@ use crate::metrics::WorkerMetrics;
 pub use crate::tools::Tools;
 
 /// What a pipeline is given: its task's handle (spec, progress, reads; no
-/// terminal writes), a token that is cancelled when the task must stop, the
+/// terminal writes), a token that is cancelled when the task must stop, one
+/// cancelled when the worker stops, the
 /// worker's tools, and the metrics its steps, model calls and sandbox
 /// acquires are timed into.
 pub struct TaskRun {
@@ -49,6 +51,11 @@ pub struct TaskRun {
     pub cancel: CancellationToken,
     pub tools: Arc<Tools>,
     pub metrics: WorkerMetrics,
+    /// Cancelled when the worker stops: a pipeline that journals its steps
+    /// stops at its next step boundary and returns
+    /// [`PipelineError::HandedBack`]; others run on within the drain
+    /// deadline.
+    pub hand_back: CancellationToken,
 }
 
 /// How a pipeline ended well.

@@ -99,6 +99,7 @@ mod tests {
             cancel: CancellationToken::new(),
             tools: Arc::new(Tools::default()),
             metrics: WorkerMetrics::new(),
+            hand_back: CancellationToken::new(),
         }
     }
 

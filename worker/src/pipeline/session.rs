@@ -5,6 +5,9 @@
 //! `screenshot` events, `max_steps`, `max_duration_s` and cancellation work
 //! the same for all of them.
 //!
+//! Its steps (limits, events, the guard, waits for a person) are
+//! [`steps`]'s.
+//!
 //! Which sandbox a session holds and what becomes of it at the end is
 //! [`held`](super::held)'s business. While the session runs, a
 //! [`KeepAlive`] extends the sandbox before its deadline; when it cannot,
@@ -22,30 +25,31 @@
 //! image the store does not have.
 
 mod evaluate;
+mod steps;
+
+pub use steps::{Hand, Limits, Steps, DEFAULT_MAX_DURATION, DEFAULT_MAX_STEPS};
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_blobstore::{BlobStore, UploadError, Uploader, UploaderOptions};
-use flotilla_queue::QueueError;
 use flotilla_types::action::Action;
 use flotilla_types::event::EventKind;
-use flotilla_types::task::{HumanInput, SandboxSpec, StopCode};
-use flotilla_types::usage::{Amount, DayTokens};
+use flotilla_types::task::{SandboxSpec, StopCode};
+use flotilla_types::usage::Amount;
 use flotilla_types::TaskId;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tracing::{warn, Instrument};
+use tracing::warn;
 
-use super::budget::{self, SandboxClock};
+use super::budget::SandboxClock;
 use super::error::PipelineError;
 use super::handle::TaskHandle;
 use super::held::{Claimant, Held, SandboxChoice};
+use super::journal::JournaledSandbox;
 use super::TaskRun;
 use crate::live::{LiveSource, ShowGuard};
-use crate::metrics::WorkerMetrics;
-use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
 pub(crate) const SETTLE_FIRST: Duration = Duration::from_millis(100);
@@ -54,14 +58,6 @@ pub(crate) const SETTLE_FIRST: Duration = Duration::from_millis(100);
 pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(50);
 /// The longest wait for a screen to settle.
 pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(1_000);
-
-/// How often a waiting task looks for a human's input.
-const INPUT_POLL: Duration = Duration::from_millis(250);
-
-/// Steps a task may take when it sets no `max_steps`.
-pub const DEFAULT_MAX_STEPS: u32 = 200;
-/// How long a task may run when it sets no `max_duration_s`.
-pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
 
 /// A capture of a settled screen, with what it took to settle.
 #[derive(Debug, Clone)]
@@ -73,208 +69,6 @@ pub struct Settled {
     pub waited: Duration,
     /// How many captures it took.
     pub captures: u32,
-}
-
-/// The stopping points of one attempt.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_steps: u32,
-    pub deadline: Instant,
-}
-
-impl Limits {
-    /// The task's own limits, or the defaults, counted from now.
-    pub fn of(run: &TaskRun) -> Self {
-        let spec = run.task.spec();
-        let duration = spec.max_duration_s.map_or(DEFAULT_MAX_DURATION, Duration::from_secs);
-        Self { max_steps: spec.max_steps.unwrap_or(DEFAULT_MAX_STEPS), deadline: Instant::now() + duration }
-    }
-}
-
-/// A task's steps: counted against its limits, each announced with an
-/// `action` event before and an `action_completed` event after, traced in a
-/// `step` span and timed by action type.
-pub struct Steps {
-    task: Arc<dyn TaskHandle>,
-    cancel: CancellationToken,
-    limits: Limits,
-    taken: u32,
-    /// The keeper of the task's sandbox, once it has one.
-    keeper: Option<Arc<KeepAlive>>,
-    /// The time the task's sandbox was held and not yet counted.
-    sandbox_clock: Option<SandboxClock>,
-    metrics: WorkerMetrics,
-    /// Who drives the desktop now, as far as the steps know.
-    hand: Hand,
-    /// Where the tenant's tokens of today stood at the last count.
-    day: std::sync::Mutex<DayTokens>,
-}
-
-/// Who drives a task's desktop: its agent, or a person who took it over
-/// through the API. Steps pause while a person holds it; the hand-back
-/// (the person's message) stays here until the pipeline takes it up.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Hand {
-    /// The agent drives; nothing was handed back since it last looked.
-    #[default]
-    Agent,
-    /// A person held the desktop and handed it back with this message; the
-    /// agent has not taken it up yet.
-    HandedBack(Option<String>),
-}
-
-impl Steps {
-    pub fn new(run: &TaskRun) -> Self {
-        Self {
-            task: Arc::clone(&run.task),
-            cancel: run.cancel.clone(),
-            limits: Limits::of(run),
-            taken: 0,
-            keeper: None,
-            sandbox_clock: None,
-            metrics: run.metrics.clone(),
-            hand: Hand::Agent,
-            day: std::sync::Mutex::new(DayTokens::Left),
-        }
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    pub fn taken(&self) -> u32 {
-        self.taken
-    }
-
-    /// Runs `work` unless the task is cancelled, out of time or without
-    /// its sandbox first.
-    pub async fn guard<T>(&self, work: impl Future<Output = Result<T, PipelineError>>) -> Result<T, PipelineError> {
-        tokio::select! {
-            result = work => result,
-            () = self.cancel.cancelled() => Err(PipelineError::Cancelled),
-            lost = sandbox_lost(self.keeper.as_deref()) => Err(lost_failure(lost)),
-            () = tokio::time::sleep_until(self.limits.deadline.into()) => Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: "the task reached its max_duration_s".into(),
-            }),
-        }
-    }
-
-    /// Counts what the task spent, and ends it when that takes it past its
-    /// budget. Also learns whether the tenant spent its tokens of today,
-    /// for [`Steps::between_steps`].
-    pub async fn count(&self, amounts: &[Amount]) -> Result<(), PipelineError> {
-        let counted = self.task.add_usage(amounts).await?;
-        *self.day.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = counted.day;
-        budget::check(self.task.spec(), &counted.meter)
-    }
-
-    /// Where one step ends and the next begins (an action, a model call): a
-    /// task whose tenant spent its `max_tokens_per_day` (as its last count
-    /// found) stops here, its current step finished, to wait for the next
-    /// UTC day.
-    pub fn between_steps(&self) -> Result<(), PipelineError> {
-        match *self.day.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
-            DayTokens::Left => Ok(()),
-            DayTokens::Spent { resume_at_ms } => Err(PipelineError::DayTokensSpent { resume_at_ms }),
-        }
-    }
-
-    /// The task the steps belong to, for events of its own.
-    pub fn task(&self) -> &dyn TaskHandle {
-        self.task.as_ref()
-    }
-
-    /// Puts the task in `waiting` with `code` and waits, under the guard,
-    /// until a human answers through the API.
-    pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
-        self.task.wait_for_human(code, message).await?;
-        self.next_input().await
-    }
-
-    /// The next input a human gives the waiting task (an answer or a
-    /// hand-back), polled under the guard.
-    async fn next_input(&self) -> Result<HumanInput, PipelineError> {
-        self.guard(async {
-            loop {
-                match self.task.take_input().await {
-                    Ok(Some(input)) => return Ok(input),
-                    Ok(None) => {}
-                    Err(QueueError::Fenced) => return Err(PipelineError::Fenced),
-                    Err(e) => warn!(error = %e, "could not look for a human's input; trying again"),
-                }
-                tokio::time::sleep(INPUT_POLL).await;
-            }
-        })
-        .await
-    }
-
-    /// Waits, under the guard, while a person holds the desktop; once they
-    /// hand it back, their message is kept as [`Hand::HandedBack`]. A
-    /// moment's trouble reading Redis is not a takeover: the steps go on.
-    pub async fn pause_while_held(&mut self) -> Result<(), PipelineError> {
-        match self.task.held_by_person().await {
-            Ok(true) => {}
-            Ok(false) => return Ok(()),
-            Err(e) => {
-                warn!(error = %e, "could not learn whether a person holds the desktop; going on");
-                return Ok(());
-            }
-        }
-        let input = self.next_input().await?;
-        self.hand = Hand::HandedBack(input.message);
-        Ok(())
-    }
-
-    /// Whether a hand-back came that the pipeline has not taken up.
-    pub fn handed_back(&self) -> bool {
-        matches!(self.hand, Hand::HandedBack(_))
-    }
-
-    /// Takes up a hand-back, if one came since the last call.
-    pub fn take_hand_back(&mut self) -> Option<Option<String>> {
-        match std::mem::take(&mut self.hand) {
-            Hand::Agent => None,
-            Hand::HandedBack(message) => Some(message),
-        }
-    }
-
-    /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
-    /// under the guard, and emits `action_completed` with the step count.
-    pub async fn take(
-        &mut self,
-        action: &Action,
-        perform: impl Future<Output = Result<(), PipelineError>>,
-    ) -> Result<(), PipelineError> {
-        self.between_steps()?;
-        if self.taken >= self.limits.max_steps {
-            return Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: format!("the task reached its max_steps ({})", self.limits.max_steps),
-            });
-        }
-        self.pause_while_held().await?;
-        let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
-        self.take_traced(action, perform).instrument(span).await
-    }
-
-    async fn take_traced(
-        &mut self,
-        action: &Action,
-        perform: impl Future<Output = Result<(), PipelineError>>,
-    ) -> Result<(), PipelineError> {
-        self.task.emit(EventKind::Action { action: action.clone() }, &[]).await?;
-        let started = Instant::now();
-        self.guard(perform).await?;
-        let took = started.elapsed();
-        self.taken += 1;
-        self.metrics.step_completed(action.kind(), took);
-        let done = EventKind::ActionCompleted { action: action.clone(), ms: took.as_millis() as u64 };
-        self.task.emit(done, &[("steps_taken", self.taken.to_string())]).await?;
-        let mut spent = vec![Amount::Step];
-        spent.extend(self.sandbox_clock.as_mut().map(SandboxClock::lap));
-        self.count(&spent).await
-    }
 }
 
 /// A task holding a sandbox.
@@ -311,20 +105,47 @@ impl Session {
     /// sandbox `spec` to take in place of the task's own (a replay runs on
     /// a desktop shaped like its original's).
     pub async fn open_with(run: &TaskRun, steps: Steps, spec: Option<&SandboxSpec>) -> Result<Self, PipelineError> {
-        let Some(pool) = run.tools.sandboxes.clone() else {
-            return Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)"
-                    .into(),
-            });
-        };
-        let mut steps = steps;
+        let pool = sandbox_pool(run)?;
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
         let claimant = Claimant { task: &run.task };
-        let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
-        let runs_until =
-            time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+        let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?;
+        let session = Self::hold(run, steps, pool, policy, held).await?;
+        session.set_up().await?;
+        Ok(session)
+    }
+
+    /// Takes up sandbox `id`, left running by an interrupted attempt of
+    /// the task, with `steps` already taken; `None` when it is gone. The
+    /// task's `setup` is not run again.
+    pub async fn reopen(run: &TaskRun, steps: Steps, id: &SandboxId) -> Result<Option<Self>, PipelineError> {
+        let pool = sandbox_pool(run)?;
+        let spec = run.task.spec().sandbox.as_ref();
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
+        let claimant = Claimant { task: &run.task };
+        let held = match &choice {
+            // The user's own sandbox is taken as the task names it, and
+            // stays the user's.
+            SandboxChoice::Existing { .. } => steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?,
+            SandboxChoice::New { keep_alive, .. } => {
+                match steps.guard(Held::adopt(&pool, id, *keep_alive, claimant, &run.cancel)).await? {
+                    Some(held) => held,
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(Self::hold(run, steps, pool, policy, held).await?))
+    }
+
+    /// A session over `held`: keeps it alive, shows it live, announces it.
+    async fn hold(
+        run: &TaskRun,
+        mut steps: Steps,
+        pool: SandboxPool,
+        policy: KeepAlivePolicy,
+        held: Held,
+    ) -> Result<Self, PipelineError> {
         run.metrics.sandbox_acquired(held.warm(), held.waited());
         steps.sandbox_clock = Some(SandboxClock::start(pool.provider().name()));
         let sandbox = held.sandbox();
@@ -342,8 +163,17 @@ impl Session {
         let announced = session.announce(&held).await;
         session.held = Some(held);
         announced?;
-        session.set_up().await?;
         Ok(session)
+    }
+
+    /// Where the sandbox is, for the task's step journal.
+    pub fn journaled_sandbox(&self) -> Result<JournaledSandbox, PipelineError> {
+        let provider = self.pool.provider();
+        Ok(JournaledSandbox {
+            provider: provider.name().to_owned(),
+            id: self.held()?.sandbox().id.to_string(),
+            host: provider.host(),
+        })
     }
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
@@ -482,6 +312,22 @@ impl Session {
     }
 }
 
+/// The worker's sandbox pool, or why the task cannot run here.
+fn sandbox_pool(run: &TaskRun) -> Result<SandboxPool, PipelineError> {
+    run.tools.sandboxes.clone().ok_or_else(|| PipelineError::Fatal {
+        code: StopCode::Problem,
+        message: "this task needs a sandbox, and this worker has no sandbox provider (set FLOTILLA_SANDBOX_PROVIDER)".into(),
+    })
+}
+
+/// How the sandbox is kept alive (each extension `stretch` long, until the
+/// task's deadline), and the latest the task may keep it.
+fn keep_alive_policy(stretch: Duration, steps: &Steps) -> (KeepAlivePolicy, time::OffsetDateTime) {
+    let policy = KeepAlivePolicy { stretch, until: steps.limits.deadline };
+    let runs_until = time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
+    (policy, runs_until)
+}
+
 /// Sleeps until `provider` says sandbox `id`'s screen is quiet: at least
 /// [`SETTLE_FIRST`] after `started` and [`SETTLE_POLL`] after its last
 /// change, or [`SETTLE_MAX`] after `started`. Returns the time it slept
@@ -577,23 +423,6 @@ async fn show_live(run: &TaskRun, provider: &Arc<dyn SandboxProvider>, id: &Sand
 /// its tokened URLs.
 fn stream_url(task: &TaskId) -> String {
     format!("/v1/tasks/{task}/view")
-}
-
-/// Resolves once the sandbox could not be kept; never without a keeper.
-async fn sandbox_lost(keeper: Option<&KeepAlive>) -> SandboxLost {
-    match keeper {
-        Some(keeper) => keeper.lost().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A sandbox ended from outside is worth another attempt on a new one; one
-/// that could not be extended ends the task.
-fn lost_failure(lost: SandboxLost) -> PipelineError {
-    match lost {
-        SandboxLost::Gone(_) => PipelineError::Retryable(lost.to_string()),
-        SandboxLost::NotExtended(_) => PipelineError::Fatal { code: StopCode::Problem, message: lost.to_string() },
-    }
 }
 
 /// Screenshots that could not be stored: retried while the store may come

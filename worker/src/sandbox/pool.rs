@@ -32,7 +32,7 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use super::demand::Demand;
 use super::fleet::{FleetCap, FleetSlot};
-use super::{Sandbox, SandboxError, SandboxProvider, SandboxRequest};
+use super::{Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
 
 /// Pause before trying again after a warm sandbox failed to start.
 const FAILED_PAUSE: Duration = Duration::from_secs(2);
@@ -184,6 +184,24 @@ impl SandboxPool {
             lock(&self.inner.demand).started(now() - starting);
         }
         self.refill();
+        Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
+    }
+
+    /// Takes up sandbox `id`, which an interrupted attempt of the same task
+    /// left running: connects to it by id (a gone one answers at once, with
+    /// no wait for a slot), then holds it under `max_live` and the fleet cap
+    /// as if started here, so it ends as any lease does.
+    pub async fn adopt(&self, id: &SandboxId, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
+        let began = Instant::now();
+        let sandbox = self.inner.provider.connect(id).await?;
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.inner.live).acquire_owned() => permit.map_err(|_| SandboxError::Unavailable("the sandbox pool is closed".into()))?,
+            () = cancel.cancelled() => return Err(SandboxError::Unavailable("cancelled while waiting for a sandbox".into())),
+        };
+        let fleet = match &self.inner.config.fleet {
+            Some(cap) => Some(cap.acquire(cancel).await?),
+            None => None,
+        };
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }
 

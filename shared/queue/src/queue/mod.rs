@@ -31,6 +31,7 @@ mod claim;
 pub mod fair_scripts;
 pub(crate) mod feed;
 mod feed_relay;
+mod journal;
 mod kept;
 mod next;
 mod record;
@@ -59,6 +60,7 @@ pub use claim::Delivery;
 pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
 pub use feed_relay::Heard;
 pub use flotilla_types::record::TaskRecord;
+pub use journal::JOURNAL_MAX_BYTES;
 pub use next::{Claim, Claimer};
 pub use record::StoredRecord;
 pub use roles::{Housekeeper, Reader, Runner, Submitter};
@@ -275,6 +277,7 @@ pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
         ("queue/requeue", &s::REQUEUE),
         ("queue/cancel", &s::CANCEL),
         ("queue/set_fields", &s::SET_FIELDS),
+        ("queue/journal", &journal::JOURNAL),
         ("queue/give_input", &s::GIVE_INPUT),
         ("queue/take_input", &s::TAKE_INPUT),
         ("queue/takeover", &s::TAKEOVER),

@@ -36,6 +36,7 @@ pub(crate) struct FakeTask {
     others: HashMap<TaskId, (TaskRecord, Vec<String>)>,
     emitted: Mutex<Vec<Emitted>>,
     counted: Mutex<Vec<Amount>>,
+    journal: Mutex<Option<String>>,
 }
 
 impl FakeTask {
@@ -48,6 +49,7 @@ impl FakeTask {
             others: HashMap::new(),
             emitted: Mutex::default(),
             counted: Mutex::default(),
+            journal: Mutex::default(),
         }
     }
 
@@ -116,6 +118,15 @@ impl TaskHandle for FakeTask {
 
     fn take_input(&self) -> BoxFuture<'_, Result<Option<HumanInput>, QueueError>> {
         ready(None)
+    }
+
+    fn journal(&self) -> BoxFuture<'_, Result<Option<String>, QueueError>> {
+        ready(self.journal.lock().expect("journal").clone())
+    }
+
+    fn write_journal<'a>(&'a self, journal: &'a str) -> BoxFuture<'a, Result<(), QueueError>> {
+        *self.journal.lock().expect("journal") = Some(journal.to_owned()).filter(|j| !j.is_empty());
+        ready(())
     }
 
     fn held_by_person(&self) -> BoxFuture<'_, Result<bool, QueueError>> {

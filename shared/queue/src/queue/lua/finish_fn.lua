@@ -4,7 +4,8 @@ local function finish(key, id, attempt, owner, body, status, code, field, value,
   if not owns(cur, attempt, owner) then return -1 end
   local seq = next_seq(cur[5])
   -- `owner` stays: a terminal status already fences every later write.
-  if cur[4] then redis.call('HDEL', key, 'cancel') end
+  -- An ended task is never taken up again: its step journal goes too.
+  redis.call('HDEL', key, 'cancel', 'journal')
   if field ~= '' then
     record(key, id, tenant, batch, seq, body, 'status', status, 'code', code, 'finished_at', at, field, value)
   else

@@ -1,0 +1,221 @@
+//! A model-driven task's step journal: after each model turn and around
+//! each action, what a later attempt needs to take the task up where this
+//! one stopped — the sandbox (provider, id, host), the model conversation
+//! as its client's checkpoint (an OpenAI `previous_response_id`; never
+//! screenshot bytes), the steps taken, the tokens used, and for each call
+//! of the turn under way whether it is `pending`, in flight (`intent`,
+//! written before it runs) or `done` (written after). The queue stores it
+//! in the task's own hash, fenced by the attempt
+//! (`flotilla_queue::queue`'s `journal` module); this module decides what
+//! it says.
+//!
+//! Invariant: an action is marked `intent` in Redis before it reaches the
+//! sandbox and `done` only after, so a later attempt never runs again an
+//! action recorded `done`, and knows which one may have been cut short.
+//! Guarded by `durable_runs::a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice`.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::{PipelineError, TaskHandle};
+use crate::model::{ToolCall, Usage};
+
+/// The format of the journal this worker writes; a journal of another
+/// version is not taken up (the task starts over).
+const VERSION: u32 = 1;
+
+/// Where the task's sandbox is: enough to connect to it again by id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournaledSandbox {
+    pub provider: String,
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// Where one call of the turn under way stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallState {
+    /// Not started.
+    Pending,
+    /// Started and not known to have finished: it may or may not have
+    /// happened.
+    Intent,
+    /// Carried out, and the screen after it observed.
+    Done,
+}
+
+/// One call of the turn under way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournaledCall {
+    pub id: String,
+    pub state: CallState,
+}
+
+/// Tokens used so far, for the task's result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JournaledUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+impl From<Usage> for JournaledUsage {
+    fn from(u: Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+        }
+    }
+}
+
+impl From<JournaledUsage> for Usage {
+    fn from(u: JournaledUsage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+        }
+    }
+}
+
+/// What the journal holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Journal {
+    pub version: u32,
+    pub sandbox: JournaledSandbox,
+    /// The model client's checkpoint after its last turn; `None` before the
+    /// first turn or when the provider's conversation cannot be carried
+    /// over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<serde_json::Value>,
+    /// Actions taken so far.
+    pub steps: u32,
+    pub usage: JournaledUsage,
+    /// The calls of the last turn, in order.
+    #[serde(default)]
+    pub calls: Vec<JournaledCall>,
+}
+
+impl Journal {
+    /// A journal for a task that holds `sandbox` and has taken no turn yet.
+    pub fn new(sandbox: JournaledSandbox) -> Self {
+        Self { version: VERSION, sandbox, conversation: None, steps: 0, usage: JournaledUsage::default(), calls: Vec::new() }
+    }
+
+    /// The journal an earlier attempt left, when this worker can take it
+    /// up: one it cannot read is logged and ignored (the task starts over).
+    pub fn parse(stored: &str) -> Option<Self> {
+        match serde_json::from_str::<Self>(stored) {
+            Ok(journal) if journal.version == VERSION => Some(journal),
+            Ok(journal) => {
+                warn!(version = journal.version, "the step journal is of another version; starting over");
+                None
+            }
+            Err(e) => {
+                warn!(error = %e, "the step journal does not parse; starting over");
+                None
+            }
+        }
+    }
+
+    /// Whether a call was in flight when the journal was last written.
+    pub fn interrupted(&self) -> bool {
+        self.calls.iter().any(|c| c.state == CallState::Intent)
+    }
+}
+
+/// Keeps a task's journal in step with its run: each change is written
+/// through the task handle before the run goes on.
+pub struct Journaler {
+    task: Arc<dyn TaskHandle>,
+    journal: Journal,
+}
+
+impl Journaler {
+    /// Keeps on with a journal already stored.
+    pub fn new(task: Arc<dyn TaskHandle>, journal: Journal) -> Self {
+        Self { task, journal }
+    }
+
+    /// Stores a new journal before the run's first step.
+    pub async fn begin(task: Arc<dyn TaskHandle>, journal: Journal) -> Result<Self, PipelineError> {
+        let journaler = Self { task, journal };
+        journaler.save().await?;
+        Ok(journaler)
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// Records a model turn: the conversation after it, its calls (none
+    /// started), the steps taken and the tokens used so far.
+    pub async fn turn(
+        &mut self,
+        conversation: Option<serde_json::Value>,
+        calls: &[ToolCall],
+        steps: u32,
+        usage: Usage,
+    ) -> Result<(), PipelineError> {
+        self.journal.conversation = conversation;
+        self.journal.calls = calls.iter().map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending }).collect();
+        self.journal.steps = steps;
+        self.journal.usage = usage.into();
+        self.save().await
+    }
+
+    /// Marks call `id` as `state`, with the steps taken by then.
+    pub async fn mark(&mut self, id: &str, state: CallState, steps: u32) -> Result<(), PipelineError> {
+        if let Some(call) = self.journal.calls.iter_mut().find(|c| c.id == id) {
+            call.state = state;
+        }
+        self.journal.steps = steps;
+        self.save().await
+    }
+
+    async fn save(&self) -> Result<(), PipelineError> {
+        let text = serde_json::to_string(&self.journal)
+            .map_err(|e| PipelineError::Retryable(format!("the step journal cannot be written: {e}")))?;
+        self.task.write_journal(&text).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_reads_back_what_it_wrote_and_tells_an_action_in_flight() {
+        let mut journal =
+            Journal::new(JournaledSandbox { provider: "e2b".into(), id: "sb-1".into(), host: Some("http://h".into()) });
+        journal.conversation = Some(serde_json::json!({"previous_response_id": "resp_2"}));
+        journal.calls = vec![
+            JournaledCall { id: "c1".into(), state: CallState::Done },
+            JournaledCall { id: "c2".into(), state: CallState::Intent },
+        ];
+        journal.steps = 7;
+        let text = serde_json::to_string(&journal).expect("json");
+        assert!(text.contains(r#""state":"intent""#), "{text}");
+        let back = Journal::parse(&text).expect("parses");
+        assert_eq!(back, journal);
+        assert!(back.interrupted());
+        journal.calls[1].state = CallState::Done;
+        assert!(!journal.interrupted());
+    }
+
+    #[test]
+    fn a_journal_of_another_version_or_shape_is_not_taken_up() {
+        assert!(Journal::parse(r#"{"version": 2, "sandbox": {"provider": "e2b", "id": "x"}, "steps": 0, "usage": {}}"#).is_none());
+        assert!(Journal::parse("not json").is_none());
+    }
+}
