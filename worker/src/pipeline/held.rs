@@ -235,7 +235,9 @@ impl Held {
 
     /// Settles the sandbox once the attempt ended with `outcome`: kills a
     /// leased one, or leaves it running for a later task when it was asked
-    /// to be kept and the task ended for good. `expires_at` is its deadline
+    /// to be kept and the task ended for good, or for the next attempt when
+    /// this one was interrupted and its run is `resumable` (journaled); an
+    /// interrupted run without a journal starts over, so its sandbox goes. `expires_at` is its deadline
     /// as last extended.
     /// The owner's record follows: kept or the user's own, it lasts until
     /// the deadline as extended; released, it is dropped. A named sandbox
@@ -246,6 +248,7 @@ impl Held {
         outcome: &Result<T, PipelineError>,
         expires_at: Option<time::OffsetDateTime>,
         gone: bool,
+        resumable: bool,
         claimant: Claimant<'_>,
     ) {
         let provider = pool.provider().name();
@@ -253,7 +256,7 @@ impl Held {
             // Handed back or taken over mid-step: the attempt that takes the
             // task up next continues in this sandbox (its owner record
             // stays until the deadline).
-            Self::Leased { lease, .. } if interrupted(outcome) => pool.keep(lease).await,
+            Self::Leased { lease, .. } if resumable && interrupted(outcome) => pool.keep(lease).await,
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
                     lease.sandbox.expires_at = at;

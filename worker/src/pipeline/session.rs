@@ -306,7 +306,8 @@ impl Session {
         let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
         let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
         if let Some(held) = self.held.take() {
-            held.settle(&self.pool, &result, expires_at, gone, Claimant { task: &self.task }).await;
+            let resumable = self.steps.is_journaled();
+            held.settle(&self.pool, &result, expires_at, gone, resumable, Claimant { task: &self.task }).await;
         }
         result
     }

@@ -105,6 +105,11 @@ impl Steps {
         self.hand_back = Some(hand_back);
     }
 
+    /// Whether a later attempt can take the run up from its journal.
+    pub fn is_journaled(&self) -> bool {
+        self.hand_back.is_some()
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
