@@ -64,7 +64,7 @@ use self::display::Display;
 use self::jail::JailSettings;
 use self::launch::Launcher;
 use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
+    keyboard, CommandOutput, GatewayBridge, PortStream, RelayProcess, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
     Screenshot,
 };
 
@@ -474,6 +474,23 @@ impl LocalProvider {
         Ok(Some(GatewayBridge { socket, url: format!("http://127.0.0.1:{GATEWAY_PORT}") }))
     }
 
+    /// A `socat` inside the sandbox (its namespaces, so its own loopback)
+    /// joining its standard input and output to `127.0.0.1:port`.
+    async fn relay(&self, id: &SandboxId, port: u16) -> Result<PortStream, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let target = format!("TCP:127.0.0.1:{port}");
+        let mut command = sandbox.launcher.command("socat", &["STDIO", &target]);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start the port relay (socat): {e}")))?;
+        let relay = RelayProcess::new(child)
+            .ok_or_else(|| SandboxError::Command("the port relay started without its pipes".into()))?;
+        Ok(Box::new(relay))
+    }
+
     async fn perform(&self, id: &SandboxId, action: &Action) -> Result<(), SandboxError> {
         action.validate().map_err(|e| SandboxError::InvalidAction(e.to_string()))?;
         let sandbox = self.inner.get(id).await?;
@@ -717,6 +734,10 @@ impl SandboxProvider for LocalProvider {
 
     fn gateway_bridge<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
         self.bridge(id).boxed()
+    }
+
+    fn open_port<'a>(&'a self, id: &'a SandboxId, port: u16) -> BoxFuture<'a, Result<PortStream, SandboxError>> {
+        self.relay(id, port).boxed()
     }
 }
 

@@ -50,6 +50,7 @@ use serde_json::json;
 
 use super::planner::{self, Planned};
 use super::scale::Scale;
+use super::surface::Surface;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
 use crate::model::{
     CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage, NOT_EXECUTED,
@@ -89,11 +90,20 @@ pub struct ComputerUse {
     models: Box<dyn ModelFactory>,
     /// The largest screen the model is shown.
     target: (u32, u32),
+    /// Whether conversations drive the sandbox's browser tab rather than
+    /// its whole desktop.
+    browser: bool,
 }
 
 impl ComputerUse {
     pub fn new(models: impl ModelFactory, target: (u32, u32)) -> Self {
-        Self { models: Box::new(models), target }
+        Self { models: Box::new(models), target, browser: false }
+    }
+
+    /// A pipeline whose conversations drive the Chromium tab of the
+    /// sandbox (see [`Surface`]); `models` offer their browser tools.
+    pub fn for_browser(models: impl ModelFactory, target: (u32, u32)) -> Self {
+        Self { models: Box::new(models), target, browser: true }
     }
 }
 
@@ -110,9 +120,12 @@ impl PipelineRunner for ComputerUse {
                 steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
             }
             let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
-            let result = match &planned {
-                Some(planned) => self.execute(run, &mut session, planned).await,
-                None => self.drive(run, &mut session).await,
+            let result = match self.surface(&session).await {
+                Ok(mut surface) => match &planned {
+                    Some(planned) => self.execute(run, &mut session, &mut surface, planned).await,
+                    None => self.drive(run, &mut session, &mut surface).await,
+                },
+                Err(error) => Err(error),
             };
             session.close(result).await
         }
@@ -121,24 +134,38 @@ impl PipelineRunner for ComputerUse {
 }
 
 impl ComputerUse {
+    async fn surface(&self, session: &Session) -> Result<Surface, PipelineError> {
+        if self.browser {
+            Surface::browser(session).await
+        } else {
+            Ok(Surface::Desktop)
+        }
+    }
+
     /// Runs the task's prompt as one conversation.
-    async fn drive(&self, run: &TaskRun, session: &mut Session) -> Result<Outcome, PipelineError> {
-        let scale = Scale::fit(session.resolution(), self.target);
+    async fn drive(&self, run: &TaskRun, session: &mut Session, surface: &mut Surface) -> Result<Outcome, PipelineError> {
+        let scale = Scale::fit(surface.size(session).await?, self.target);
         let mut usage = Usage::default();
-        let text = self.converse(run, session, &scale, &run.task.spec().prompt, &mut usage).await?;
+        let text = self.converse(run, session, surface, &scale, &run.task.spec().prompt, &mut usage).await?;
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
     /// Runs a plan's steps in order, one conversation each; the result's
     /// text is the last step's answer, `steps` holds every step's.
-    async fn execute(&self, run: &TaskRun, session: &mut Session, planned: &Planned) -> Result<Outcome, PipelineError> {
-        let scale = Scale::fit(session.resolution(), self.target);
+    async fn execute(
+        &self,
+        run: &TaskRun,
+        session: &mut Session,
+        surface: &mut Surface,
+        planned: &Planned,
+    ) -> Result<Outcome, PipelineError> {
+        let scale = Scale::fit(surface.size(session).await?, self.target);
         let mut usage = planned.usage;
         let mut answers = Vec::with_capacity(planned.plan.steps.len());
         for (index, step) in planned.plan.steps.iter().enumerate() {
             planner::start_step(run.task.as_ref(), index, step).await?;
             let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);
-            answers.push(self.converse(run, session, &scale, &prompt, &mut usage).await?);
+            answers.push(self.converse(run, session, surface, &scale, &prompt, &mut usage).await?);
         }
         let text = answers.last().cloned().unwrap_or_default();
         Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))
@@ -151,6 +178,7 @@ impl ComputerUse {
         &self,
         run: &TaskRun,
         session: &mut Session,
+        surface: &mut Surface,
         scale: &Scale,
         prompt: &str,
         usage: &mut Usage,
@@ -159,7 +187,8 @@ impl ComputerUse {
         let mapping = Mapping { view: *scale, act: grid.map_or(*scale, |model| Scale { screen: scale.screen, model }) };
         let mut model = self.models.open(run, grid.unwrap_or(scale.model))?;
         session.steps().between_steps()?;
-        let screen = look(session, scale).await?;
+        let screen = look(session, surface, scale).await?;
+        tell_page(model.as_mut(), session, surface).await?;
         let provider = self.models.provider();
         let model_name = self.models.model(run);
         let mut turn = session.guard(timed(run, provider, model.start(prompt, &screen))).await?;
@@ -170,12 +199,13 @@ impl ComputerUse {
                 return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
-            let mut results = carry_out_turn(session, &mapping, &turn.calls).await?;
+            let mut results = carry_out_turn(session, surface, &mapping, &turn.calls).await?;
             session.steps_mut().pause_while_held().await?;
             if let Some(message) = session.steps_mut().take_hand_back() {
-                hand_back(session, &mapping, &mut results, message).await?;
+                hand_back(session, surface, &mapping, &mut results, message).await?;
             }
             session.steps().between_steps()?;
+            tell_page(model.as_mut(), session, surface).await?;
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
@@ -226,9 +256,17 @@ async fn timed(
     answer.map_err(PipelineError::from)
 }
 
+/// Tells a browser conversation's model which page is on show.
+async fn tell_page(model: &mut dyn ComputerModel, session: &Session, surface: &Surface) -> Result<(), PipelineError> {
+    if let Some(page) = surface.page(session).await? {
+        model.page_shown(&page);
+    }
+    Ok(())
+}
+
 /// Takes a screenshot and scales it for the model.
-async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError> {
-    let shot = session.observe().await?;
+async fn look(session: &Session, surface: &Surface, scale: &Scale) -> Result<Screen, PipelineError> {
+    let shot = surface.capture(session).await?;
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
@@ -274,7 +312,12 @@ fn usage_json(usage: Usage) -> serde_json::Value {
 /// Carries out a turn's calls in order, stopping at the first that fails:
 /// every later call is answered with [`NOT_EXECUTED`] and the screen as
 /// the failure left it.
-async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolCall]) -> Result<Vec<CallResult>, PipelineError> {
+async fn carry_out_turn(
+    session: &mut Session,
+    surface: &mut Surface,
+    mapping: &Mapping,
+    calls: &[ToolCall],
+) -> Result<Vec<CallResult>, PipelineError> {
     let mut results: Vec<CallResult> = Vec::with_capacity(calls.len());
     for call in calls {
         let failed = results.last().filter(|r| r.is_error).map(|r| r.screen.clone());
@@ -285,10 +328,10 @@ async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolC
                 // changed what this call was planned on: it is not done.
                 session.steps_mut().pause_while_held().await?;
                 if session.steps().handed_back() {
-                    let screen = look(session, &mapping.view).await?;
+                    let screen = look(session, surface, &mapping.view).await?;
                     CallResult { call_id: call.id.clone(), screen, text: Some(PASSED_OVER.to_owned()), is_error: true }
                 } else {
-                    carry_out(session, mapping, call).await?
+                    carry_out(session, surface, mapping, call).await?
                 }
             }
         };
@@ -300,7 +343,12 @@ async fn carry_out_turn(session: &mut Session, mapping: &Mapping, calls: &[ToolC
 /// Carries out one tool call and observes the screen after it. An action
 /// the sandbox refuses, or a call the client refused, is reported to the
 /// model as an error, not fatal.
-async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) -> Result<CallResult, PipelineError> {
+async fn carry_out(
+    session: &mut Session,
+    surface: &mut Surface,
+    mapping: &Mapping,
+    call: &ToolCall,
+) -> Result<CallResult, PipelineError> {
     let mut text = None;
     let mut zoomed = None;
     let failed = |screen, message| CallResult { call_id: call.id.clone(), screen, text: Some(message), is_error: true };
@@ -308,13 +356,19 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
         match action {
             ModelAction::Act(action) => {
                 let on_screen = mapping.act.action_to_screen(action);
-                match session.act(&on_screen).await {
+                match surface.act(session, &on_screen).await {
                     Ok(()) => {}
-                    Err(PipelineError::Refused(message)) => return Ok(failed(look(session, &mapping.view).await?, message)),
+                    Err(PipelineError::Refused(message)) => {
+                        return Ok(failed(look(session, surface, &mapping.view).await?, message))
+                    }
                     Err(other) => return Err(other),
                 }
             }
-            ModelAction::Refuse { reason } => return Ok(failed(look(session, &mapping.view).await?, reason.clone())),
+            ModelAction::Browse(browse) => match surface.browse(session, browse).await? {
+                Ok(answer) => text = Some(answer),
+                Err(reason) => return Ok(failed(look(session, surface, &mapping.view).await?, reason)),
+            },
+            ModelAction::Refuse { reason } => return Ok(failed(look(session, surface, &mapping.view).await?, reason.clone())),
             ModelAction::CursorPosition => text = Some(cursor_position(session, &mapping.act).await?),
             ModelAction::AskHuman { question } => text = Some(ask_human(session, question).await?),
             ModelAction::Zoom { region } => zoomed = Some(*region),
@@ -322,13 +376,13 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
     }
     let screen = match zoomed {
         Some(region) => {
-            let shot = session.observe().await?;
+            let shot = surface.capture(session).await?;
             mapping
                 .view
                 .zoom(&shot, region)
                 .map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
         }
-        None => look(session, &mapping.view).await?,
+        None => look(session, surface, &mapping.view).await?,
     };
     Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
 }
@@ -337,6 +391,7 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
 /// the screen as the person left it and their message.
 async fn hand_back(
     session: &Session,
+    surface: &Surface,
     mapping: &Mapping,
     results: &mut [CallResult],
     message: Option<String>,
@@ -344,7 +399,7 @@ async fn hand_back(
     let Some(last) = results.last_mut() else {
         return Ok(());
     };
-    last.screen = look(session, &mapping.view).await?;
+    last.screen = look(session, surface, &mapping.view).await?;
     let note = match message.filter(|m| !m.trim().is_empty()) {
         Some(message) => format!("{HANDED_BACK} Their message: {message}"),
         None => HANDED_BACK.to_owned(),

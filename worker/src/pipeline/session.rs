@@ -45,6 +45,7 @@ use super::held::{Claimant, Held, SandboxChoice};
 use super::TaskRun;
 use crate::live::{LiveSource, ShowGuard};
 use crate::metrics::WorkerMetrics;
+use crate::model::browser::BrowserCall;
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
 
 /// How long programs get to react to an action before the screen is read.
@@ -258,6 +259,35 @@ impl Steps {
         self.take_traced(action, perform).instrument(span).await
     }
 
+    /// Takes one browser call as a step: as [`Steps::take`], reported once
+    /// done with a `block` event naming the call (browser calls are not
+    /// screen actions), and returns what `perform` gave.
+    pub async fn take_browser_call<T>(
+        &mut self,
+        call: &BrowserCall,
+        perform: impl Future<Output = Result<T, PipelineError>>,
+    ) -> Result<T, PipelineError> {
+        self.between_steps()?;
+        if self.taken >= self.limits.max_steps {
+            return Err(PipelineError::Fatal {
+                code: StopCode::Problem,
+                message: format!("the task reached its max_steps ({})", self.limits.max_steps),
+            });
+        }
+        self.pause_while_held().await?;
+        let started = Instant::now();
+        let value = self.guard(perform).await?;
+        let took = started.elapsed();
+        self.taken += 1;
+        self.metrics.step_completed(call.kind(), took);
+        let block = serde_json::json!({ "type": "browser_call", "call": call, "ms": took.as_millis() as u64 });
+        self.task.emit(EventKind::Block { block }, &[("steps_taken", self.taken.to_string())]).await?;
+        let mut spent = vec![Amount::Step];
+        spent.extend(self.sandbox_clock.as_mut().map(SandboxClock::lap));
+        self.count(&spent).await?;
+        Ok(value)
+    }
+
     async fn take_traced(
         &mut self,
         action: &Action,
@@ -389,14 +419,21 @@ impl Session {
         Ok(self.observe_settled().await?.shot)
     }
 
+    /// Hands a screenshot captured some other way (a browser's viewport)
+    /// to the store, as [`Session::observe`] does its own.
+    pub async fn store_screenshot(&self, shot: &Screenshot) -> Result<(), PipelineError> {
+        if let Some(log) = &self.screenshots {
+            log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
+            let png = shot.png.clone();
+            self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
+        }
+        Ok(())
+    }
+
     /// As [`Session::observe`], with how the screen settled.
     pub async fn observe_settled(&self) -> Result<Settled, PipelineError> {
         let settled = self.guard(self.settled_screen()).await?;
-        if let Some(log) = &self.screenshots {
-            log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
-            let png = settled.shot.png.clone();
-            self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
-        }
+        self.store_screenshot(&settled.shot).await?;
         Ok(settled)
     }
 

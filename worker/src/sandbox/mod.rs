@@ -21,7 +21,7 @@ pub use flotilla_e2b as e2b;
 #[cfg(test)]
 pub(crate) use flotilla_sandbox::suite;
 pub use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
+    keyboard, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
     Screenshot, X11Display,
 };
 
