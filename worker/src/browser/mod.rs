@@ -6,10 +6,11 @@
 //! worker never connects to it over a network of its own, and nothing on
 //! the host listens for it.
 //!
-//! [`Browser::attach`] finds the browser through the `DevToolsActivePort`
-//! file Chromium writes into its profile (`~/.config/chromium`, where the
-//! `browser` template starts it with `--remote-debugging-port=9222`); on a
-//! template without one it starts Chromium the same way first. It then
+//! [`Browser::attach`] asks the browser's `/json/version` on port 9222 (where
+//! the `browser` template starts Chromium with `--remote-debugging-port`,
+//! profile in `~/.config/chromium`) for its WebSocket, over the same relay;
+//! on a template without a browser it starts Chromium the same way first.
+//! It then
 //! drives the first page tab: screenshots of the viewport
 //! (`Page.captureScreenshot`), screen actions as input events ([`input`]),
 //! and the browser calls models make ([`BrowserCall`]) through
@@ -24,13 +25,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flotilla_types::action::Action;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use self::cdp::{Cdp, CdpError};
 use self::input::InputEvent;
 use crate::model::browser::{BrowserCall, PageState};
 use crate::sandbox::{SandboxError, SandboxId, SandboxProvider, Screenshot};
 
-/// Chromium's profile in the sandbox's home, where it writes `DevToolsActivePort`.
+/// Chromium's profile in the sandbox's home.
 pub const PROFILE_DIR: &str = ".config/chromium";
 /// The debugging port the `browser` template opens inside the sandbox.
 pub const DEBUGGING_PORT: u16 = 9222;
@@ -38,7 +40,7 @@ pub const DEBUGGING_PORT: u16 = 9222;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a page may take to load before the call goes on without it.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(15);
-/// How often the port file is looked for while the browser starts.
+/// How often the port is tried while the browser starts.
 const START_POLL: Duration = Duration::from_millis(100);
 /// The page script, called as `(script)(op, arg)`.
 const PAGE_SCRIPT: &str = include_str!("page.js");
@@ -83,12 +85,12 @@ impl Browser {
     /// Attaches to the Chromium of sandbox `id`, starting it when the
     /// sandbox has none.
     pub async fn attach(provider: &dyn SandboxProvider, id: &SandboxId) -> Result<Self, BrowserError> {
-        let endpoint = match active_port(provider, id).await {
-            Some(endpoint) => endpoint,
+        let path = match debugger_path(provider, id).await {
+            Some(path) => path,
             None => start(provider, id).await?,
         };
-        let stream = provider.open_port(id, endpoint.0).await?;
-        let cdp = Cdp::connect(&format!("ws://127.0.0.1:{}{}", endpoint.0, endpoint.1), stream).await?;
+        let stream = provider.open_port(id, DEBUGGING_PORT).await?;
+        let cdp = Cdp::connect(&format!("ws://127.0.0.1:{DEBUGGING_PORT}{path}"), stream).await?;
         let session = attach_page(&cdp).await?;
         let browser = Self { cdp, session, pointer: (0, 0) };
         browser.call("Page.enable", json!({})).await?;
@@ -245,19 +247,47 @@ fn text_of(value: Value) -> String {
     }
 }
 
-/// `(port, path)` from the profile's `DevToolsActivePort`, when the browser runs.
-async fn active_port(provider: &dyn SandboxProvider, id: &SandboxId) -> Option<(u16, String)> {
-    let bytes = provider.read_file(id, &format!("{PROFILE_DIR}/DevToolsActivePort")).await.ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let mut lines = text.lines();
-    let port = lines.next()?.trim().parse().ok()?;
-    let path = lines.next()?.trim();
-    path.starts_with("/devtools/browser/").then(|| (port, path.to_owned()))
+/// The path of the browser's WebSocket (`/devtools/browser/<id>`), from
+/// its `/json/version` asked over the relay; `None` when nothing answers.
+async fn debugger_path(provider: &dyn SandboxProvider, id: &SandboxId) -> Option<String> {
+    let mut stream = provider.open_port(id, DEBUGGING_PORT).await.ok()?;
+    let request = format!("GET /json/version HTTP/1.1\r\nHost: 127.0.0.1:{DEBUGGING_PORT}\r\nConnection: close\r\n\r\n");
+    let exchange = async {
+        stream.write_all(request.as_bytes()).await.ok()?;
+        // Read until the whole body is in: the browser keeps the
+        // connection open whatever the request says.
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let read = stream.read(&mut chunk).await.ok()?;
+            answer.extend_from_slice(&chunk[..read]);
+            if let Some(body) = complete_body(&answer) {
+                return Some(body);
+            }
+            if read == 0 {
+                return None;
+            }
+        }
+    };
+    let body = tokio::time::timeout(cdp::CALL_TIMEOUT, exchange).await.ok()??;
+    let version: Value = serde_json::from_slice(&body).ok()?;
+    let url = version.get("webSocketDebuggerUrl")?.as_str()?;
+    let path = &url[url.find("/devtools/browser/")?..];
+    Some(path.to_owned())
+}
+
+/// The body of an HTTP answer once all of it (its `Content-Length`) is in.
+fn complete_body(answer: &[u8]) -> Option<Vec<u8>> {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+    let length: usize = head.lines().find_map(|line| line.strip_prefix("content-length:"))?.trim().parse().ok()?;
+    let body = answer.get(end..end + length)?;
+    Some(body.to_vec())
 }
 
 /// Starts Chromium in the sandbox as the `browser` template does and waits
-/// for its port file.
-async fn start(provider: &dyn SandboxProvider, id: &SandboxId) -> Result<(u16, String), BrowserError> {
+/// for its debugging port to answer.
+async fn start(provider: &dyn SandboxProvider, id: &SandboxId) -> Result<String, BrowserError> {
     let command = format!(
         "setsid chromium --no-sandbox --user-data-dir=\"$HOME/{PROFILE_DIR}\" --remote-debugging-port={DEBUGGING_PORT} \
          --remote-debugging-address=127.0.0.1 --no-first-run --no-default-browser-check --disable-gpu --ozone-platform=x11 \
@@ -271,8 +301,8 @@ async fn start(provider: &dyn SandboxProvider, id: &SandboxId) -> Result<(u16, S
     }
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
-        if let Some(endpoint) = active_port(provider, id).await {
-            return Ok(endpoint);
+        if let Some(path) = debugger_path(provider, id).await {
+            return Ok(path);
         }
         tokio::time::sleep(START_POLL).await;
     }
