@@ -69,8 +69,8 @@ use self::display::Display;
 use self::jail::JailSettings;
 use self::launch::Launcher;
 use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, PortStream, RelayProcess, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
-    Screenshot,
+    keyboard, CommandOutput, GatewayBridge, PortStream, RelayProcess, Sandbox, SandboxError, SandboxId, SandboxProvider,
+    SandboxRequest, SandboxStatus, Screenshot,
 };
 
 pub use self::egress::{Ipv4Net, Network};
@@ -496,8 +496,8 @@ impl LocalProvider {
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         let child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start the port relay (socat): {e}")))?;
-        let relay = RelayProcess::new(child)
-            .ok_or_else(|| SandboxError::Command("the port relay started without its pipes".into()))?;
+        let relay =
+            RelayProcess::new(child).ok_or_else(|| SandboxError::Command("the port relay started without its pipes".into()))?;
         Ok(Box::new(relay))
     }
 

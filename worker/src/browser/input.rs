@@ -236,7 +236,10 @@ mod tests {
     fn enter_inserts_a_carriage_return_so_a_form_submits() {
         let events = events(&Action::Keypress { keys: keys(&["Return"]) }, (0, 0)).expect("known key");
         let InputEvent::Key(down) = &events[0] else { panic!("a key event") };
-        assert_eq!((down["type"].as_str(), down["key"].as_str(), down["text"].as_str()), (Some("keyDown"), Some("Enter"), Some("\r")));
+        assert_eq!(
+            (down["type"].as_str(), down["key"].as_str(), down["text"].as_str()),
+            (Some("keyDown"), Some("Enter"), Some("\r"))
+        );
         assert_eq!(events.len(), 2);
     }
 
@@ -252,7 +255,12 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            [("rawKeyDown".into(), Some(2)), ("rawKeyDown".into(), Some(2)), ("keyUp".into(), Some(2)), ("keyUp".into(), Some(0))]
+            [
+                ("rawKeyDown".into(), Some(2)),
+                ("rawKeyDown".into(), Some(2)),
+                ("keyUp".into(), Some(2)),
+                ("keyUp".into(), Some(0))
+            ]
         );
     }
 
@@ -261,6 +269,8 @@ mod tests {
         let clicks = events(&Action::DoubleClick { x: 5, y: 6 }, (0, 0)).expect("click");
         assert_eq!(clicks.len(), 5);
         let typed = events(&Action::Type { text: "a\nb".into() }, (0, 0)).expect("type");
-        assert!(matches!(&typed[..], [InputEvent::Text(a), InputEvent::Key(_), InputEvent::Key(_), InputEvent::Text(b)] if a == "a" && b == "b"));
+        assert!(
+            matches!(&typed[..], [InputEvent::Text(a), InputEvent::Key(_), InputEvent::Key(_), InputEvent::Text(b)] if a == "a" && b == "b")
+        );
     }
 }

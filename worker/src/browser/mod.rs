@@ -341,9 +341,7 @@ async fn wait_for_load(mut events: tokio::sync::broadcast::Receiver<cdp::CdpEven
                 continue;
             }
             let finished = match event.method.as_str() {
-                "Page.lifecycleEvent" => {
-                    event.params["name"] == "load" && loader.is_none_or(|id| event.params["loaderId"] == id)
-                }
+                "Page.lifecycleEvent" => event.params["name"] == "load" && loader.is_none_or(|id| event.params["loaderId"] == id),
                 "Page.loadEventFired" | "Page.navigatedWithinDocument" => loader.is_none(),
                 _ => false,
             };

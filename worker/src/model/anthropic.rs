@@ -63,6 +63,7 @@ use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
+use super::browser::PageState;
 use super::history::ImageHistory;
 use super::http::{Endpoint, ModelHttp};
 use super::{
@@ -71,7 +72,6 @@ use super::{
 };
 use actions::Pointer;
 pub use browser::BROWSER_TOOLSET;
-use super::browser::PageState;
 pub use cache::MAX_BREAKPOINTS;
 use cache::{add_breakpoints, clearing_edit, count_images, forget_oldest_images, older_screenshot, TOOLSET_CLEARING};
 pub use members::{Member, TOOLSET_NAME};

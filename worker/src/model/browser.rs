@@ -12,26 +12,43 @@ use serde_json::Value;
 #[serde(tag = "call", rename_all = "snake_case")]
 pub enum BrowserCall {
     /// Load `url` in the tab (a URL without a scheme gets `https://`).
-    Navigate { url: String },
+    Navigate {
+        url: String,
+    },
     Back,
     Forward,
     Reload,
     /// The page as a list of elements with references; only the
     /// interactive ones when `filter` is `interactive`, the off-screen ones
     /// too when it is `all`.
-    ReadPage { filter: Option<String> },
+    ReadPage {
+        filter: Option<String>,
+    },
     /// The elements whose text matches `query`, with references.
-    Find { query: String },
+    Find {
+        query: String,
+    },
     /// The page's visible text.
     PageText,
     /// Sets a form field (input, textarea, select, checkbox) by reference.
-    FormInput { reference: String, value: Value },
+    FormInput {
+        reference: String,
+        value: Value,
+    },
     /// Clicks the element a reference names, `clicks` times.
-    Click { reference: String, button: MouseButton, clicks: u8 },
+    Click {
+        reference: String,
+        button: MouseButton,
+        clicks: u8,
+    },
     /// Moves the pointer over the element a reference names.
-    Hover { reference: String },
+    Hover {
+        reference: String,
+    },
     /// Scrolls the element a reference names into view.
-    ScrollTo { reference: String },
+    ScrollTo {
+        reference: String,
+    },
     /// The open tabs (the pipeline drives one).
     ListTabs,
 }

@@ -27,7 +27,8 @@ pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
 use super::{
-    ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+    ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN,
+    ASK_HUMAN_DESCRIPTION,
 };
 use response::read_answer;
 

@@ -72,7 +72,13 @@ pub fn shows(name: &str) -> bool {
 }
 
 /// A member call's actions, or why it cannot be carried out.
-pub fn translate(name: &str, input: &Map<String, Value>, at: &str, display: (u32, u32), pointer: &mut Pointer) -> Result<Vec<ModelAction>, String> {
+pub fn translate(
+    name: &str,
+    input: &Map<String, Value>,
+    at: &str,
+    display: (u32, u32),
+    pointer: &mut Pointer,
+) -> Result<Vec<ModelAction>, String> {
     if !CARRIED_OUT.contains(&name) {
         return Err(format!("{name} is not available in this browser"));
     }
@@ -100,9 +106,13 @@ pub fn translate(name: &str, input: &Map<String, Value>, at: &str, display: (u32
             let [x, y] = coordinate(input, at)?;
             let amount = match input.get("scroll_amount").filter(|v| !v.is_null()) {
                 None => 3,
-                Some(value) => value.as_u64().filter(|n| (1..=10).contains(n)).ok_or_else(|| format!("{at}.scroll_amount must be 1 to 10"))?,
+                Some(value) => value
+                    .as_u64()
+                    .filter(|n| (1..=10).contains(n))
+                    .ok_or_else(|| format!("{at}.scroll_amount must be 1 to 10"))?,
             };
-            let fields = json!({ "coordinate": [x, y], "scroll_direction": input.get("scroll_direction"), "scroll_amount": amount });
+            let fields =
+                json!({ "coordinate": [x, y], "scroll_direction": input.get("scroll_direction"), "scroll_amount": amount });
             computer(name, &fields, at, display, pointer)
         }
         "wait" => {
@@ -120,7 +130,13 @@ pub fn translate(name: &str, input: &Map<String, Value>, at: &str, display: (u32
 
 /// A click or hover: at a coordinate, the computer toolset's action; on a
 /// reference, a browser call.
-fn click(name: &str, input: &Map<String, Value>, at: &str, display: (u32, u32), pointer: &mut Pointer) -> Result<Vec<ModelAction>, String> {
+fn click(
+    name: &str,
+    input: &Map<String, Value>,
+    at: &str,
+    display: (u32, u32),
+    pointer: &mut Pointer,
+) -> Result<Vec<ModelAction>, String> {
     let target = input.get("target").ok_or_else(|| format!("{at}.target is required"))?;
     if target.get("type").and_then(Value::as_str) == Some("ref") {
         let reference = reference(input, at)?;
@@ -145,7 +161,13 @@ fn click(name: &str, input: &Map<String, Value>, at: &str, display: (u32, u32), 
 }
 
 /// The computer toolset's reading of `fields` for action `name`.
-fn computer(name: &str, fields: &Value, at: &str, display: (u32, u32), pointer: &mut Pointer) -> Result<Vec<ModelAction>, String> {
+fn computer(
+    name: &str,
+    fields: &Value,
+    at: &str,
+    display: (u32, u32),
+    pointer: &mut Pointer,
+) -> Result<Vec<ModelAction>, String> {
     let empty = Map::new();
     let fields = fields.as_object().unwrap_or(&empty);
     actions::translate(name, fields, at, ComputerTool::Toolset20260801, display, pointer).map_err(|e| e.to_string())
