@@ -3638,7 +3638,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3648,7 +3648,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3658,7 +3658,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3668,7 +3668,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3678,7 +3678,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3688,7 +3688,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3698,7 +3698,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3708,7 +3708,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3718,7 +3718,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3728,7 +3728,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3738,7 +3738,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3748,7 +3748,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3758,7 +3758,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3768,7 +3768,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3778,7 +3778,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3788,7 +3788,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -4425,7 +4425,7 @@ export interface components {
          * @description Which agent pipeline runs a task.
          * @enum {string}
          */
-        Pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "claude-code" | "scripted";
+        Pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "claude-code" | "scripted" | "browser";
         /**
          * @description Which lane a task waits in: workers read high before normal before low.
          * @enum {string}
@@ -4673,7 +4673,7 @@ export interface components {
             model?: string | null;
             not_before?: null;
             /** @enum {string} */
-            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
             plan?: boolean | null;
             priority?: null | components["schemas"]["Priority"];
             /**
@@ -5127,7 +5127,7 @@ export interface components {
             /** Format: date-time */
             not_before?: string | null;
             /** @enum {string} */
-            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
             plan?: boolean | null;
             priority?: null | components["schemas"]["Priority"];
             /**
