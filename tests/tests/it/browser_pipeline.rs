@@ -3,7 +3,9 @@
 //! scripted model goes to a sign-up form the test serves (reached through
 //! the sandbox's egress exception, as the internet would be), fills its two
 //! fields and submits it in five steps; the test's server receives exactly
-//! that submission, and each provider's requests carry its browser tool
+//! that submission (and, while the browser runs, nothing on the host's
+//! network answers on its debugging port), and each provider's requests
+//! carry its browser tool
 //! shapes (Claude's `browser_toolset_20260801` with `toolset_name` and
 //! `browser_state`, Gemini's `ENVIRONMENT_BROWSER` with the page's `url`,
 //! OpenAI's computer tool beside a `navigate` function).
@@ -38,10 +40,12 @@ input, button { position: fixed; left: 5vw; width: 90vw; box-sizing: border-box;
 /// What the form posts when filled as the scripts fill it.
 const SUBMISSION: &str = "name=Ada+Lovelace&email=ada%40example.com";
 
-/// The test's web site: the form, and every submission it received.
+/// The test's web site: the form, and every submission it received with
+/// whether, at that moment (the browser up and driven), the host's own
+/// network had anything on the debugging port.
 struct FormSite {
     url: String,
-    submissions: Arc<Mutex<Vec<String>>>,
+    submissions: Arc<Mutex<Vec<(String, bool)>>>,
 }
 
 async fn form_site() -> FormSite {
@@ -52,7 +56,9 @@ async fn form_site() -> FormSite {
     let app = Router::new().route("/form", get(|| async { axum::response::Html(FORM) })).route(
         "/submit",
         post(move |body: String| async move {
-            seen.lock().expect("lock").push(body);
+            let devtools_on_host = tokio::net::TcpStream::connect(("127.0.0.1", 9222)).await.is_ok()
+                || tokio::net::TcpStream::connect((host_address(), 9222)).await.is_ok();
+            seen.lock().expect("lock").push((body, devtools_on_host));
             axum::response::Html("<!doctype html><title>Thanks</title><h1>Thanks for signing up</h1>")
         }),
     );
@@ -81,13 +87,19 @@ fn task(model: &str) -> Value {
 }
 
 /// Runs `model`'s task to its end and checks what every form task must
-/// show: it succeeded in five steps and the site got exactly one submission,
-/// the one the script typed.
+/// show: it succeeded and the site got exactly one submission, the one the
+/// script typed, while the browser's debugging port was nowhere on the
+/// host's network.
 async fn run_form_task(fleet: &DesktopFleet, site: &FormSite, model: &str) -> Vec<Event> {
     let (id, events) = fleet.run_to_end(task(model)).await;
     let done = record(&fleet.queue, &id).await;
     assert_eq!(done.status, TaskStatus::Succeeded, "{:?}\n{events:#?}", done.error);
-    assert_eq!(*site.submissions.lock().expect("lock"), [SUBMISSION], "exactly the scripted submission arrived");
+    let submissions = site.submissions.lock().expect("lock").clone();
+    assert_eq!(
+        submissions,
+        [(SUBMISSION.to_owned(), false)],
+        "exactly the scripted submission arrived, no DevTools port on the host"
+    );
     events
 }
 
