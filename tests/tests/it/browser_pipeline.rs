@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use axum::routing::{get, post};
 use axum::Router;
 use flotilla_sandbox::suite::host_address;
-use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{count, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, gemini, openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::tasks::record;
 use flotilla_types::event::{Event, EventKind};
@@ -141,6 +141,7 @@ async fn sandbox_a_claude_browser_toolset_task_fills_and_submits_a_form() {
     assert_eq!(browser_calls(&events), ["navigate", "read_page", "form_input", "form_input", "click"]);
     let requests = server.received();
     assert_eq!(requests.len(), 5);
+    assert_eq!(count(&events, "usage"), 5, "every model call's usage is counted, as in every pipeline");
     assert_eq!(requests[0].body["tools"][0]["type"], "browser_toolset_20260801");
     assert_eq!(requests[0].header("anthropic-beta"), None, "the browser toolset is GA");
     let navigated = &tool_results(&requests[1])[0];
@@ -174,6 +175,7 @@ async fn sandbox_a_gemini_browser_environment_task_fills_and_submits_a_form() {
     assert_eq!(browser_calls(&events), ["navigate"]);
     let requests = server.received();
     assert_eq!(requests.len(), 5);
+    assert_eq!(count(&events, "usage"), 5, "every model call's usage is counted, as in every pipeline");
     assert_eq!(requests[0].body["tools"][0], json!({"computerUse": {"environment": "ENVIRONMENT_BROWSER"}}));
     let contents = requests[1].body["contents"].as_array().cloned().unwrap_or_default();
     let reply = &contents.last().expect("a reply")["parts"][0]["functionResponse"];
@@ -206,6 +208,7 @@ async fn sandbox_an_openai_computer_tool_browser_task_fills_and_submits_a_form()
     assert_eq!(browser_calls(&events), ["navigate"]);
     let requests = server.received();
     assert_eq!(requests.len(), 4);
+    assert_eq!(count(&events, "usage"), 4, "every model call's usage is counted, as in every pipeline");
     let tools = requests[0].body["tools"].as_array().cloned().unwrap_or_default();
     assert_eq!(tools[0], json!({"type": "computer"}));
     assert!(tools.iter().any(|t| t["type"] == "function" && t["name"] == "navigate"), "{tools:?}");
