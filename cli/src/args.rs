@@ -156,7 +156,8 @@ pub struct SubmitArgs {
     /// What to do (overrides the prompt of --spec)
     pub prompt: Option<String>,
     /// Agent pipeline to run the task with: openai-cua, claude-computer-use,
-    /// gemini-computer-use, claude-code or scripted (the API checks the name)
+    /// gemini-computer-use, claude-code, scripted or browser (the API checks
+    /// the name)
     #[arg(long, value_name = "NAME")]
     pub pipeline: Option<String>,
     /// Model name for the pipeline

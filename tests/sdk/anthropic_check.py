@@ -1,13 +1,15 @@
 """Drives the Messages API stand-in with the official `anthropic` SDK and
 validates every answer with the SDK's own types. argv: base URL, then a JSON
-list of case kinds ("message", "stream" or "error"), one per scripted reply,
-in order. Prints one JSON object per case."""
+list of case kinds ("message", "browser", "stream" or "error"), one per
+scripted reply, in order; a "browser" case asks with the browser toolset and
+validates its member calls as the SDK's browser blocks. Prints one JSON
+object per case."""
 
 import json
 import sys
 
 import anthropic
-from anthropic.types import ComputerToolUseBlock, Message, RawMessageStreamEvent
+from anthropic.types import BrowserToolUseBlock, ComputerToolUseBlock, Message, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from pydantic import TypeAdapter
 
@@ -20,7 +22,9 @@ REQUEST = dict(
     tools=[{"type": "computer_toolset_20260801", "configs": {"zoom": {"enabled": False}}}],
     thinking={"type": "adaptive", "display": "summarized"},
 )
+BROWSER_REQUEST = dict(REQUEST, tools=[{"type": "browser_toolset_20260801", "configs": {"new_tab": {"enabled": False}}}])
 members = TypeAdapter(ComputerToolUseBlock)
+browser_members = TypeAdapter(BrowserToolUseBlock)
 events = TypeAdapter(RawMessageStreamEvent)
 
 
@@ -30,14 +34,17 @@ def blocks(message):
         if block.type == "tool_use" and block.toolset_name == "computer":
             member = members.validate_python(block.model_dump())
             out.append(["member", member.name, type(member.input).__name__])
+        elif block.type == "tool_use" and block.toolset_name == "browser":
+            member = browser_members.validate_python(block.model_dump())
+            out.append(["browser", member.name, type(member.input).__name__])
         else:
             out.append([block.type, getattr(block, "name", None), None])
     return out
 
 
 for kind in KINDS:
-    if kind == "message":
-        raw = client.messages.with_raw_response.create(**REQUEST)
+    if kind in ("message", "browser"):
+        raw = client.messages.with_raw_response.create(**(BROWSER_REQUEST if kind == "browser" else REQUEST))
         message = Message.model_validate(raw.http_response.json())
         print(json.dumps({"kind": kind, "stop_reason": message.stop_reason, "blocks": blocks(message),
                           "input_tokens": message.usage.input_tokens}))

@@ -1,7 +1,7 @@
 """Drives the Gemini API stand-in with the official `google-genai` SDK,
 whose client parses every answer into its own types. argv: base URL, then a
-JSON list of case kinds ("content" or "error"), one per scripted reply, in
-order. The client validates each answer into `GenerateContentResponse` as it
+JSON list of case kinds ("content", "browser" or "error"), one per scripted
+reply, in order ("browser" asks in the browser environment). The client validates each answer into `GenerateContentResponse` as it
 reads it. Prints one JSON object per case."""
 
 import base64
@@ -19,10 +19,15 @@ CONFIG = types.GenerateContentConfig(
     tools=[types.Tool(computer_use=types.ComputerUse(environment=types.Environment.ENVIRONMENT_DESKTOP))],
     thinking_config=types.ThinkingConfig(include_thoughts=True),
 )
+BROWSER = types.GenerateContentConfig(
+    tools=[types.Tool(computer_use=types.ComputerUse(environment=types.Environment.ENVIRONMENT_BROWSER))],
+    thinking_config=types.ThinkingConfig(include_thoughts=True),
+)
 
 for kind in KINDS:
-    if kind == "content":
-        response = client.models.generate_content(model="gemini-3.6-flash", contents="go", config=CONFIG)
+    if kind in ("content", "browser"):
+        config = BROWSER if kind == "browser" else CONFIG
+        response = client.models.generate_content(model="gemini-3.6-flash", contents="go", config=config)
         parts = []
         for part in response.candidates[0].content.parts:
             if part.function_call:

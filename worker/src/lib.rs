@@ -5,6 +5,7 @@
 //! tasks and the janitor of expired index entries.
 
 pub mod acker;
+pub mod browser;
 pub mod execute;
 pub mod gateway;
 pub mod housekeeping;

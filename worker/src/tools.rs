@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
 use flotilla_config::Config;
-use flotilla_config::IsolationConfig;
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
@@ -78,7 +77,7 @@ impl Tools {
 
 async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
-        SandboxProviderKind::Local => Ok(Arc::new(local_provider(&config.isolation).await?)),
+        SandboxProviderKind::Local => Ok(Arc::new(local_provider(config).await?)),
         SandboxProviderKind::E2b => {
             let key = config
                 .e2b
@@ -92,8 +91,8 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 }
 
 /// The local provider, refused when its jail does not work here.
-async fn local_provider(settings: &IsolationConfig) -> anyhow::Result<LocalProvider> {
-    let config = LocalConfig::from_settings(settings);
+async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+    let config = LocalConfig { templates: config.templates.clone(), ..LocalConfig::from_settings(&config.isolation) };
     LocalProvider::start(config)
         .await
         .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))

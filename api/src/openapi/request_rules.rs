@@ -40,7 +40,11 @@ const CASES: [Case; 4] = [
     Case { pipelines: &[Pipeline::Scripted], takes: &["actions"], needs: &["actions"] },
     Case { pipelines: &[Pipeline::Scripted], takes: &["replay_of"], needs: &["replay_of"] },
     Case { pipelines: &[Pipeline::ClaudeCode], takes: &["files", "continue_task"], needs: &[] },
-    Case { pipelines: &[Pipeline::OpenaiCua, Pipeline::ClaudeComputerUse, Pipeline::GeminiComputerUse], takes: &[], needs: &[] },
+    Case {
+        pipelines: &[Pipeline::OpenaiCua, Pipeline::ClaudeComputerUse, Pipeline::GeminiComputerUse, Pipeline::Browser],
+        takes: &[],
+        needs: &[],
+    },
 ];
 
 /// Lays the request rules over `doc`, for a server whose default pipeline

@@ -1,7 +1,9 @@
 //! The local sandbox provider: a real desktop per sandbox on this machine.
 //! Each sandbox is its own Xvfb display (picked free by the server), openbox,
-//! and a maximized xterm titled `flotilla-terminal` running a clean bash; a
-//! home under `root/<id>`; one process group; every program but the display
+//! and its [template](flotilla_config::Template)'s start-up apps (the
+//! `desktop` template's: a maximized xterm titled `flotilla-terminal`
+//! running a clean bash; `browser`: Chromium; `office`: LibreOffice); a
+//! home under `root/<id>` with the template's files; one process group; every program but the display
 //! server inside the sandbox's [jail](jail) (own network with egress to the
 //! internet only, own user without capabilities, seccomp, a minimal view of
 //! the host). A provider whose jail does not work here refuses to start: it
@@ -18,6 +20,7 @@
 //! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
 //! it, and the next one on the host sweeps what is left (see [`record`]).
 
+mod apps;
 mod capture;
 mod damage;
 mod desktop;
@@ -42,6 +45,8 @@ pub mod process;
 mod record;
 mod seccomp;
 #[cfg(test)]
+mod template_tests;
+#[cfg(test)]
 mod tests;
 mod xauth;
 
@@ -64,16 +69,16 @@ use self::display::Display;
 use self::jail::JailSettings;
 use self::launch::Launcher;
 use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
-    Screenshot,
+    keyboard, CommandOutput, GatewayBridge, PortStream, RelayProcess, Sandbox, SandboxError, SandboxId, SandboxProvider,
+    SandboxRequest, SandboxStatus, Screenshot,
 };
 
-pub use self::desktop::TERMINAL_TITLE;
 pub use self::egress::{Ipv4Net, Network};
 pub use self::launch::Isolation;
 pub use self::limits::SandboxLimits;
 pub use self::owned::Desktops;
 pub use self::record::Leftovers;
+pub use flotilla_config::TERMINAL_TITLE;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
@@ -87,8 +92,6 @@ const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
 const MAX_TOMBSTONES: usize = 4096;
 /// The port of the gateway forwarder inside a sandbox's own network.
 const GATEWAY_PORT: u16 = 4780;
-/// The one template: a desktop with a terminal.
-const DESKTOP_TEMPLATE: &str = "desktop";
 
 /// Settings of the local provider.
 #[derive(Debug, Clone)]
@@ -117,6 +120,8 @@ pub struct LocalConfig {
     pub key_delay: Duration,
     /// How long a desktop may take to come up.
     pub start_timeout: Duration,
+    /// The templates sandboxes are made from (`None` in a request: `desktop`).
+    pub templates: flotilla_config::TemplatesConfig,
 }
 
 impl LocalConfig {
@@ -161,6 +166,7 @@ impl Default for LocalConfig {
             kill_grace: Duration::from_millis(200),
             key_delay: Duration::ZERO,
             start_timeout: Duration::from_secs(15),
+            templates: flotilla_config::TemplatesConfig::default(),
         }
     }
 }
@@ -269,7 +275,10 @@ impl LocalProvider {
     /// that cannot isolate sandboxes on this machine is refused with the
     /// reason, so a worker refuses to start rather than run agents unjailed.
     /// First it [sweeps](Self::sweep) the desktops of workers that are gone.
+    /// A template whose apps need a program this host lacks is refused
+    /// first, in one line naming the template and the program.
     pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        config.templates.check_installed(flotilla_config::program_on_path).map_err(SandboxError::Unavailable)?;
         Self::sweep(&config.root).await.report();
         let provider = Self::new(config);
         if provider.inner.config.isolation == Isolation::Full {
@@ -365,7 +374,7 @@ impl LocalProvider {
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
-        check_request(request)?;
+        let template = check_request(request, &self.inner.config.templates)?;
         let inner = &self.inner;
         let jail = match inner.config.isolation {
             Isolation::Full => Some(inner.check_jail().await?),
@@ -374,7 +383,8 @@ impl LocalProvider {
         let id = SandboxId::parse(&format!("local-{:016x}", rand::random::<u64>()))?;
         let dir = inner.config.root.join(id.as_str());
         let started = Instant::now();
-        let desktop = desktop::start(id.as_str(), &dir, request.resolution, jail.as_ref(), inner.config.start_timeout).await?;
+        let timeout = inner.config.start_timeout;
+        let desktop = desktop::start(id.as_str(), &dir, request.resolution, jail.as_ref(), template, timeout).await?;
         let sandbox = Arc::new(LocalSandbox {
             id: id.clone(),
             resolution: desktop.display.size(),
@@ -472,6 +482,23 @@ impl LocalProvider {
         let socket = walls.dir.join("run").join("gateway.sock");
         sandbox.forwarder.get_or_try_init(|| start_forwarder(&sandbox, &walls.dir)).await?;
         Ok(Some(GatewayBridge { socket, url: format!("http://127.0.0.1:{GATEWAY_PORT}") }))
+    }
+
+    /// A `socat` inside the sandbox (its namespaces, so its own loopback)
+    /// joining its standard input and output to `127.0.0.1:port`.
+    async fn relay(&self, id: &SandboxId, port: u16) -> Result<PortStream, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        let target = format!("TCP:127.0.0.1:{port}");
+        let mut command = sandbox.launcher.command("socat", &["STDIO", &target]);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start the port relay (socat): {e}")))?;
+        let relay =
+            RelayProcess::new(child).ok_or_else(|| SandboxError::Command("the port relay started without its pipes".into()))?;
+        Ok(Box::new(relay))
     }
 
     async fn perform(&self, id: &SandboxId, action: &Action) -> Result<(), SandboxError> {
@@ -718,16 +745,26 @@ impl SandboxProvider for LocalProvider {
     fn gateway_bridge<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
         self.bridge(id).boxed()
     }
+
+    fn open_port<'a>(&'a self, id: &'a SandboxId, port: u16) -> BoxFuture<'a, Result<PortStream, SandboxError>> {
+        self.relay(id, port).boxed()
+    }
 }
 
-fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
+/// The request's template, once the request is one this provider serves.
+fn check_request<'t>(
+    request: &SandboxRequest,
+    templates: &'t flotilla_config::TemplatesConfig,
+) -> Result<&'t flotilla_config::Template, SandboxError> {
     request.check(MAX_TIMEOUT)?;
-    match request.template.as_deref() {
-        None | Some(DESKTOP_TEMPLATE) => Ok(()),
-        Some(other) => Err(SandboxError::InvalidRequest(format!(
-            "unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"
-        ))),
-    }
+    templates.resolve(request.template.as_deref()).ok_or_else(|| {
+        let known: Vec<&str> = templates.iter().map(|t| t.name.as_str()).collect();
+        SandboxError::InvalidRequest(format!(
+            "unknown local template {:?}; the templates are {}",
+            request.template.as_deref().unwrap_or_default(),
+            known.join(", ")
+        ))
+    })
 }
 
 fn check_path(path: &str) -> Result<(), SandboxError> {

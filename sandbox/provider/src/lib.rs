@@ -9,6 +9,7 @@ mod error;
 pub mod http;
 pub mod image;
 pub mod keyboard;
+pub mod port;
 pub mod remote;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
@@ -25,6 +26,7 @@ use time::OffsetDateTime;
 use tokio::sync::mpsc::UnboundedSender;
 
 pub use error::SandboxError;
+pub use port::{PortStream, RelayProcess};
 
 /// The longest sandbox id accepted.
 const MAX_ID_LEN: usize = 128;
@@ -258,6 +260,17 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// calls the gateway's own URL.
     fn gateway_bridge<'a>(&'a self, _id: &'a SandboxId) -> BoxFuture<'a, Result<Option<GatewayBridge>, SandboxError>> {
         async { Ok(None) }.boxed()
+    }
+
+    /// A byte stream to TCP `port` on sandbox `id`'s own loopback, carried
+    /// by a relay inside the sandbox (see [`port`]), so a service bound
+    /// there is reached without ever being exposed on the host's network.
+    /// This default, for providers that cannot carry one, refuses.
+    fn open_port<'a>(&'a self, id: &'a SandboxId, port: u16) -> BoxFuture<'a, Result<PortStream, SandboxError>> {
+        let _ = id;
+        let name = self.name();
+        async move { Err(SandboxError::Unavailable(format!("the {name} provider cannot reach port {port} inside a sandbox"))) }
+            .boxed()
     }
 }
 

@@ -243,7 +243,7 @@ class Tasks3(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -299,7 +299,7 @@ class Tasks7(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -360,7 +360,7 @@ class Tasks11(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -421,7 +421,7 @@ class Tasks15(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -482,7 +482,7 @@ class Tasks19(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -543,7 +543,7 @@ class Tasks23(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -604,7 +604,7 @@ class Tasks27(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -665,7 +665,7 @@ class Tasks31(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -726,7 +726,7 @@ class Tasks35(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -787,7 +787,7 @@ class Tasks39(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -848,7 +848,7 @@ class Tasks43(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -909,7 +909,7 @@ class Tasks47(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -970,7 +970,7 @@ class Tasks51(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1031,7 +1031,7 @@ class Tasks55(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1092,7 +1092,7 @@ class Tasks59(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1153,7 +1153,7 @@ class Tasks63(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1214,7 +1214,7 @@ class Tasks67(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1275,7 +1275,7 @@ class Tasks71(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1336,7 +1336,7 @@ class Tasks75(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1397,7 +1397,7 @@ class Tasks79(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1458,7 +1458,7 @@ class Tasks83(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1519,7 +1519,7 @@ class Tasks87(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1580,7 +1580,7 @@ class Tasks91(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1641,7 +1641,7 @@ class Tasks95(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1702,7 +1702,7 @@ class Tasks99(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1763,7 +1763,7 @@ class Tasks103(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1824,7 +1824,7 @@ class Tasks107(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1885,7 +1885,7 @@ class Tasks111(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -1946,7 +1946,7 @@ class Tasks115(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2007,7 +2007,7 @@ class Tasks119(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2068,7 +2068,7 @@ class Tasks123(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -2129,7 +2129,7 @@ class Tasks127(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
 
@@ -2148,7 +2148,7 @@ class Defaults32(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2190,7 +2190,7 @@ class Tasks131(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2211,7 +2211,7 @@ class Defaults33(BaseModel):
     actions: list[Any]
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2253,7 +2253,7 @@ class Tasks135(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2274,7 +2274,7 @@ class Defaults34(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2316,7 +2316,7 @@ class Tasks139(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2337,7 +2337,7 @@ class Defaults35(BaseModel):
     actions: list[Any]
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2379,7 +2379,7 @@ class Tasks143(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2400,7 +2400,7 @@ class Defaults36(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2442,7 +2442,7 @@ class Tasks147(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2463,7 +2463,7 @@ class Defaults37(BaseModel):
     actions: list[Any]
     continue_task: None = Field(None)
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2505,7 +2505,7 @@ class Tasks151(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2526,7 +2526,7 @@ class Defaults38(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2568,7 +2568,7 @@ class Tasks155(BaseModel):
     actions: None = Field(None)
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2589,7 +2589,7 @@ class Defaults39(BaseModel):
     actions: list[Any]
     continue_task: None = Field(None)
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2631,7 +2631,7 @@ class Tasks159(BaseModel):
     actions: None
     continue_task: None = Field(None)
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2652,7 +2652,7 @@ class Defaults40(BaseModel):
     actions: None = Field(None)
     continue_task: str
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2694,7 +2694,7 @@ class Tasks163(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2715,7 +2715,7 @@ class Defaults41(BaseModel):
     actions: list[Any]
     continue_task: str
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2757,7 +2757,7 @@ class Tasks167(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2778,7 +2778,7 @@ class Defaults42(BaseModel):
     actions: None = Field(None)
     continue_task: str
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2820,7 +2820,7 @@ class Tasks171(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2841,7 +2841,7 @@ class Defaults43(BaseModel):
     actions: list[Any]
     continue_task: str
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -2883,7 +2883,7 @@ class Tasks175(BaseModel):
     actions: None
     continue_task: None
     files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -2904,7 +2904,7 @@ class Defaults44(BaseModel):
     actions: None = Field(None)
     continue_task: str
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -2946,7 +2946,7 @@ class Tasks179(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -2967,7 +2967,7 @@ class Defaults45(BaseModel):
     actions: list[Any]
     continue_task: str
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -3009,7 +3009,7 @@ class Tasks183(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None = Field(None)
@@ -3030,7 +3030,7 @@ class Defaults46(BaseModel):
     actions: None = Field(None)
     continue_task: str
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -3072,7 +3072,7 @@ class Tasks187(BaseModel):
     actions: None = Field(None)
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -3093,7 +3093,7 @@ class Defaults47(BaseModel):
     actions: list[Any]
     continue_task: str
     files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -3135,7 +3135,7 @@ class Tasks191(BaseModel):
     actions: None
     continue_task: None
     files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
         None
     )
     replay_of: None
@@ -4466,7 +4466,7 @@ class CellReport(BaseModel):
     """
     Every run's spending over the groups.
     """
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
         None
     )
     runs: conint(ge=0, le=18446744073709551615)
@@ -5170,7 +5170,7 @@ class Matrix(BaseModel):
     """
     pipeline: (
         list[
-            Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted']
+            Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser']
         ]
         | None
     ) = Field(None, max_length=16, min_length=1)
@@ -5302,7 +5302,7 @@ class TaskCell(BaseModel):
     groups: conint(ge=0, le=4294967295)
     model: str | None = None
     passed_groups: conint(ge=0, le=4294967295)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
         None
     )
     runs: list[RunView]
@@ -5433,7 +5433,7 @@ class TaskSpec(BaseModel):
     ) = None
     not_before: AwareDatetime | None = None
     on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
         None
     )
     plan: bool | None = None
@@ -5628,7 +5628,7 @@ class TaskSubmission4(BaseModel):
     ) = None
     not_before: AwareDatetime | None = None
     on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
     prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)
@@ -5846,7 +5846,7 @@ class BatchDefaults(BaseModel):
     ) = None
     not_before: AwareDatetime | None = None
     on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
         None
     )
     plan: bool | None = None
@@ -5943,7 +5943,7 @@ class BatchTaskPatch(BaseModel):
     ) = None
     not_before: AwareDatetime | None = None
     on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted'] | None = (
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
         None
     )
     plan: bool | None = None
@@ -6182,7 +6182,7 @@ class ScheduledTask4(BaseModel):
     ) = None
     not_before: None = Field(None)
     on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     plan: bool | None = None
     priority: Literal['high', 'normal', 'low'] | None = None
     prompt: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=20000)

@@ -3639,7 +3639,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3649,7 +3649,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3659,7 +3659,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3669,7 +3669,7 @@ export interface components {
                 continue_task?: null;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3679,7 +3679,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3689,7 +3689,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3699,7 +3699,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3709,7 +3709,7 @@ export interface components {
                 continue_task?: null;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3719,7 +3719,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3729,7 +3729,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3739,7 +3739,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3749,7 +3749,7 @@ export interface components {
                 continue_task: string;
                 files?: null;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3759,7 +3759,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3769,7 +3769,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
             };
             tasks?: unknown;
@@ -3779,7 +3779,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -3789,7 +3789,7 @@ export interface components {
                 continue_task: string;
                 files: Record<string, never>;
                 /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
             };
             tasks?: unknown;
@@ -4442,7 +4442,7 @@ export interface components {
          * @description Which agent pipeline runs a task.
          * @enum {string}
          */
-        Pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "claude-code" | "scripted";
+        Pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "claude-code" | "scripted" | "browser";
         /**
          * @description Which lane a task waits in: workers read high before normal before low.
          * @enum {string}
@@ -4694,7 +4694,7 @@ export interface components {
             not_before?: null;
             on_interrupt?: null | components["schemas"]["OnInterrupt"];
             /** @enum {string} */
-            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
             plan?: boolean | null;
             priority?: null | components["schemas"]["Priority"];
             /**
@@ -5167,7 +5167,7 @@ export interface components {
             not_before?: string | null;
             on_interrupt?: null | components["schemas"]["OnInterrupt"];
             /** @enum {string} */
-            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use";
+            pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
             plan?: boolean | null;
             priority?: null | components["schemas"]["Priority"];
             /**

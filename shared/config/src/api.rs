@@ -30,7 +30,7 @@ impl ApiConfig {
             default_pipeline: s.parsed(
                 "FLOTILLA_DEFAULT_PIPELINE",
                 "scripted",
-                "one of openai-cua, claude-computer-use, gemini-computer-use, claude-code, scripted",
+                "one of openai-cua, claude-computer-use, gemini-computer-use, claude-code, scripted, browser",
             )?,
         })
     }

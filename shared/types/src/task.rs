@@ -34,12 +34,21 @@ pub enum Pipeline {
     GeminiComputerUse,
     ClaudeCode,
     Scripted,
+    /// Chromium in the sandbox driven over DevTools, with the browser tools
+    /// of the provider the task's `model` names.
+    Browser,
 }
 
 impl Pipeline {
     /// Every pipeline.
-    pub const ALL: [Pipeline; 5] =
-        [Pipeline::OpenaiCua, Pipeline::ClaudeComputerUse, Pipeline::GeminiComputerUse, Pipeline::ClaudeCode, Pipeline::Scripted];
+    pub const ALL: [Pipeline; 6] = [
+        Pipeline::OpenaiCua,
+        Pipeline::ClaudeComputerUse,
+        Pipeline::GeminiComputerUse,
+        Pipeline::ClaudeCode,
+        Pipeline::Scripted,
+        Pipeline::Browser,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -48,6 +57,7 @@ impl Pipeline {
             Pipeline::GeminiComputerUse => "gemini-computer-use",
             Pipeline::ClaudeCode => "claude-code",
             Pipeline::Scripted => "scripted",
+            Pipeline::Browser => "browser",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Answers of the Anthropic Messages API (`POST /v1/messages`) as the real
 //! API writes them, for [`super::ScriptedServer`]: assistant messages with
 //! `thinking`, `text`, `computer` `tool_use` blocks and the member calls of
-//! `computer_toolset_20260801` (with `toolset_name` and `caller`), stop
+//! `computer_toolset_20260801` and of `browser_toolset_20260801` (with
+//! `toolset_name` and `caller`), stop
 //! reasons and usage, the same messages streamed as server-sent events
 //! (what the `claude` CLI asks for), and the API's error bodies, among them
 //! the 400 of a model that does not take a tool type. The `sdk_checks`
@@ -61,6 +62,13 @@ pub fn signed_thinking(text: &str, signature: &str) -> Value {
 /// the member, with `toolset_name` and the direct caller.
 pub fn member(id: &str, name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "id": id, "name": name, "input": input, "toolset_name": "computer", "caller": {"type": "direct"}})
+}
+
+/// A member call of `browser_toolset_20260801`: as [`member`], with
+/// `toolset_name` `browser`; targets are `{"type": "coordinate", "x", "y"}`
+/// or `{"type": "ref", "ref"}`.
+pub fn browser_member(id: &str, name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "id": id, "name": name, "input": input, "toolset_name": "browser", "caller": {"type": "direct"}})
 }
 
 /// The 400 a model answers to a tool type it does not take, listing the

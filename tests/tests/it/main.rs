@@ -9,6 +9,7 @@ mod batches;
 mod blobstore;
 mod blobstore_concurrency;
 mod blobstore_faults;
+mod browser_pipeline;
 mod budgets;
 mod claude_code;
 mod cli;

@@ -244,3 +244,63 @@ async fn the_e2b_sdk_drives_the_e2b_stand_in_sandbox() {
     let sdk = seen["stream_url"].as_str().expect("the SDK's stream URL");
     assert_eq!(ours.replacen("http://", "https://", 1).replacen(&format!(":{port}/"), "/", 1), sdk);
 }
+
+/// The browser pipeline's shapes in each fake, parsed by each SDK: Claude's
+/// `browser_toolset_20260801` member calls (coordinate and ref targets, a
+/// form value, a URL) as the SDK's typed browser blocks, with the tool
+/// entry as the SDK sends it; Gemini's browser-environment functions, with
+/// `ENVIRONMENT_BROWSER` spelled as our client spells it; OpenAI's
+/// `navigate` function call beside the computer tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_parse_the_browser_answers_of_each_fake() {
+    let anthropic_server = ScriptedServer::start().await;
+    let by_ref = json!({"type": "ref", "ref": "ref_3"});
+    anthropic_server.push(Reply::json(anthropic::message(
+        vec![
+            anthropic::browser_member("toolu_1", "navigate", json!({"url": "http://192.0.2.7/form"})),
+            anthropic::browser_member("toolu_2", "read_page", json!({"filter": "interactive"})),
+            anthropic::browser_member("toolu_3", "form_input", json!({"target": by_ref, "value": "Ada"})),
+            anthropic::browser_member("toolu_4", "left_click", json!({"target": {"type": "coordinate", "x": 5, "y": 6}})),
+            anthropic::browser_member("toolu_5", "key", json!({"text": "Return"})),
+        ],
+        "tool_use",
+    )));
+    let answers = check("anthropic_check.py", &anthropic_server, &["browser"]).await;
+    assert_eq!(
+        answers[0]["blocks"],
+        json!([
+            ["browser", "navigate", "BrowserNavigateInput"],
+            ["browser", "read_page", "BrowserReadPageInput"],
+            ["browser", "form_input", "BrowserFormInputInput"],
+            ["browser", "left_click", "BrowserLeftClickInput"],
+            ["browser", "key", "BrowserKeyInput"],
+        ])
+    );
+    let sdk_tools = &anthropic_server.received()[0].body["tools"][0];
+    let ours = flotilla_worker::model::anthropic::browser::definition();
+    assert_eq!(sdk_tools["type"], ours["type"], "the toolset's type as the SDK sends it");
+    assert_eq!(sdk_tools["configs"]["new_tab"], ours["configs"]["new_tab"], "a member turned off as the SDK turns it off");
+
+    let gemini_server = ScriptedServer::start().await;
+    gemini_server.push(gemini::calls_turn(vec![
+        gemini::call("navigate", json!({"url": "http://192.0.2.7/form"})),
+        gemini::call("go_back", json!({})),
+        gemini::call("search", json!({})),
+    ]));
+    let answers = check("gemini_check.py", &gemini_server, &["browser"]).await;
+    assert_eq!(answers[0]["parts"][0], json!(["call", "navigate", {"url": "http://192.0.2.7/form"}, gemini::THOUGHT_SIGNATURE]));
+    assert_eq!(answers[0]["parts"][1][1], "go_back");
+    assert_eq!(
+        gemini_server.received()[0].body["tools"][0],
+        json!({"computerUse": {"environment": "ENVIRONMENT_BROWSER"}}),
+        "the browser environment spelled as our client spells it"
+    );
+
+    let openai_server = ScriptedServer::start().await;
+    openai_server.push(openai::reply(
+        "resp_1",
+        vec![openai::function_call("call_1", "navigate", json!({"url": "http://192.0.2.7/form"}))],
+    ));
+    let answers = check("openai_check.py", &openai_server, &["response"]).await;
+    assert_eq!(answers[0]["items"], json!([["function_call", "call_1", "navigate", {"url": "http://192.0.2.7/form"}]]));
+}

@@ -51,6 +51,7 @@
 //! Plain text requests (no tools) are [`AnthropicText`]'s.
 
 mod actions;
+pub mod browser;
 pub mod cache;
 pub mod members;
 mod text;
@@ -62,6 +63,7 @@ use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 
+use super::browser::PageState;
 use super::history::ImageHistory;
 use super::http::{Endpoint, ModelHttp};
 use super::{
@@ -69,6 +71,7 @@ use super::{
     ToolChange, Turn, Usage, ASK_HUMAN, ASK_HUMAN_DESCRIPTION, NOT_EXECUTED,
 };
 use actions::Pointer;
+pub use browser::BROWSER_TOOLSET;
 pub use cache::MAX_BREAKPOINTS;
 use cache::{add_breakpoints, clearing_edit, count_images, forget_oldest_images, older_screenshot, TOOLSET_CLEARING};
 pub use members::{Member, TOOLSET_NAME};
@@ -139,8 +142,10 @@ impl AnthropicConfig {
 #[derive(Debug, Clone)]
 struct Pending {
     id: String,
-    /// A toolset member call (its result echoes `toolset_name`).
-    member: Option<Member>,
+    /// The toolset of a member call (its result echoes `toolset_name`).
+    toolset: Option<&'static str>,
+    /// Whether its result is an image of its own (`screenshot`, `zoom`).
+    shows: bool,
 }
 
 /// One task's conversation with Claude using the computer tool.
@@ -159,6 +164,8 @@ pub struct AnthropicComputerUse {
     pointer: Pointer,
     /// Tool switches not yet reported in a turn.
     changes: Vec<ToolChange>,
+    /// The page a browser shows, for the browser toolset's `browser_state`.
+    page: Option<PageState>,
 }
 
 impl AnthropicComputerUse {
@@ -179,6 +186,7 @@ impl AnthropicComputerUse {
             pending: Vec::new(),
             pointer: None,
             changes: Vec::new(),
+            page: None,
         })
     }
 
@@ -189,7 +197,9 @@ impl AnthropicComputerUse {
 
     /// The body of the next request: the whole conversation and the tools.
     fn request_body(&self) -> Value {
-        let computer = if self.tool.is_toolset() {
+        let computer = if self.tool.is_browser() {
+            browser::definition()
+        } else if self.tool.is_toolset() {
             members::definition(self.tool.tool_type(), &self.config.disabled)
         } else {
             tool_definition(self.tool, self.display)
@@ -339,7 +349,7 @@ impl AnthropicComputerUse {
         });
         let pending = std::mem::take(&mut self.pending);
         if self.tool.is_toolset() {
-            return toolset_results(&pending, &results);
+            return toolset_results(&pending, &results, self.page.as_ref());
         }
         let newest_image = results.len().checked_sub(1);
         let mut blocks = Vec::with_capacity(pending.len());
@@ -365,6 +375,10 @@ impl ComputerModel for AnthropicComputerUse {
             self.push_user(vec![image_block(screen), json!({"type": "text", "text": prompt})]);
             self.exchange().await
         })
+    }
+
+    fn page_shown(&mut self, page: &PageState) {
+        self.page = Some(page.clone());
     }
 
     /// Anthropic has no safety checks to acknowledge: `acknowledged` is unused.
@@ -393,7 +407,7 @@ impl ComputerModel for AnthropicComputerUse {
 /// that ran carries the screen after it, as do `screenshot` and `zoom`;
 /// the others say `OK` or what went wrong; a call without a result was not
 /// executed.
-fn toolset_results(pending: &[Pending], results: &[CallResult]) -> Vec<Value> {
+fn toolset_results(pending: &[Pending], results: &[CallResult], page: Option<&PageState>) -> Vec<Value> {
     let last_ran =
         pending.iter().rposition(|p| results.iter().any(|r| r.call_id == p.id && r.text.as_deref() != Some(NOT_EXECUTED)));
     pending
@@ -406,8 +420,11 @@ fn toolset_results(pending: &[Pending], results: &[CallResult]) -> Vec<Value> {
                 Some(result) => {
                     let text = result.text.clone().unwrap_or_else(|| DONE.to_owned());
                     content.push(json!({"type": "text", "text": text}));
-                    if Some(index) == last_ran || call.member.is_some_and(Member::shows) {
+                    if Some(index) == last_ran || call.shows {
                         content.push(image_block(&result.screen));
+                    }
+                    if let (Some(BROWSER_TOOLSET), Some(page), false) = (call.toolset, page, result.is_error) {
+                        content.push(browser_state(page));
                     }
                     result.is_error
                 }
@@ -420,12 +437,18 @@ fn toolset_results(pending: &[Pending], results: &[CallResult]) -> Vec<Value> {
             if is_error {
                 block["is_error"] = json!(true);
             }
-            if call.member.is_some() {
-                block["toolset_name"] = json!(TOOLSET_NAME);
+            if let Some(toolset) = call.toolset {
+                block["toolset_name"] = json!(toolset);
             }
             block
         })
         .collect()
+}
+
+/// The browser toolset's `browser_state` block: the one tab this client
+/// drives, active.
+fn browser_state(page: &PageState) -> Value {
+    json!({"type": "browser_state", "tabs": [{"tab_id": "tab_1", "title": page.title, "url": page.url, "active": true}]})
 }
 
 /// Whether a `(width, height)` screenshot is within the documented limits
@@ -528,8 +551,8 @@ fn parse_answer(
             Some("thinking") => turn.reasoning.push(string_field(block, "thinking", &at)?.to_owned()),
             Some("text") => texts.push(string_field(block, "text", &at)?.to_owned()),
             Some("tool_use") => {
-                let (call, member) = parse_tool_use(block, &at, context, &mut pointer)?;
-                pending.push(Pending { id: call.id.clone(), member });
+                let (call, toolset, shows) = parse_tool_use(block, &at, context, &mut pointer)?;
+                pending.push(Pending { id: call.id.clone(), toolset, shows });
                 turn.calls.push(call);
             }
             Some(_) => {}
@@ -545,14 +568,16 @@ fn parse_answer(
     Ok(ParsedAnswer { turn, pending, pointer })
 }
 
-/// A tool_use as a [`ToolCall`], dispatched on (`toolset_name`, `name`):
-/// `ask_human`, a member of the toolset, or the older `computer` tool.
+/// A tool_use as a [`ToolCall`], with the toolset it belongs to and
+/// whether its result shows an image of its own; dispatched on
+/// (`toolset_name`, `name`): `ask_human`, a member of the computer or the
+/// browser toolset, or the older `computer` tool.
 fn parse_tool_use(
     block: &Value,
     at: &str,
     context: &ParseContext<'_>,
     pointer: &mut Pointer,
-) -> Result<(ToolCall, Option<Member>), ModelError> {
+) -> Result<(ToolCall, Option<&'static str>, bool), ModelError> {
     let id = string_field(block, "id", at)?.to_owned();
     let name = string_field(block, "name", at)?;
     let toolset = block.get("toolset_name").and_then(Value::as_str);
@@ -560,11 +585,18 @@ fn parse_tool_use(
     match (toolset, name) {
         (None, ASK_HUMAN) => {
             let question = ask_human_question(&input, &format!("{at}.input"))?;
-            Ok((ToolCall { id, actions: vec![ModelAction::AskHuman { question }] }, None))
+            Ok((ToolCall { id, actions: vec![ModelAction::AskHuman { question }] }, None, false))
         }
-        (Some(TOOLSET_NAME), _) if context.tool.is_toolset() => {
+        (Some(BROWSER_TOOLSET), _) if context.tool.is_browser() => {
+            let empty = serde_json::Map::new();
+            let fields = input.as_object().unwrap_or(&empty);
+            let actions = browser::translate(name, fields, &format!("{at}.input"), context.display, pointer)
+                .unwrap_or_else(|reason| vec![ModelAction::Refuse { reason }]);
+            Ok((ToolCall { id, actions }, Some(BROWSER_TOOLSET), browser::shows(name)))
+        }
+        (Some(TOOLSET_NAME), _) if context.tool.is_toolset() && !context.tool.is_browser() => {
             let (actions, member) = member_call(name, &input, &format!("{at}.input"), context, pointer);
-            Ok((ToolCall { id, actions }, member))
+            Ok((ToolCall { id, actions }, Some(TOOLSET_NAME), member.is_some_and(Member::shows)))
         }
         (None, TOOL_NAME) if !context.tool.is_toolset() => {
             let input = input.as_object().ok_or_else(|| malformed(format!("{at}.input must be an object")))?;
@@ -573,7 +605,7 @@ fn parse_tool_use(
                 .and_then(Value::as_str)
                 .ok_or_else(|| malformed(format!("{at}.input.action must be a string")))?;
             let actions = actions::translate(action, input, &format!("{at}.input"), context.tool, context.display, pointer)?;
-            Ok((ToolCall { id, actions }, None))
+            Ok((ToolCall { id, actions }, None, false))
         }
         _ => Err(malformed(format!(
             "{at} calls {name:?}{}, a tool this client did not offer",

@@ -34,6 +34,7 @@ use futures::future::BoxFuture;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Map, Value};
 
+use super::browser::PageState;
 use super::history::ImageHistory;
 use super::http::{Endpoint, ModelHttp};
 use super::{
@@ -56,13 +57,16 @@ pub struct GeminiConfig {
     pub model: String,
     /// Which user turns keep their screenshots.
     pub history: ImageHistory,
+    /// Whether the conversation drives a browser tab
+    /// (`ENVIRONMENT_BROWSER`, whose replies carry the page's `url`).
+    pub browser: bool,
 }
 
 impl GeminiConfig {
     /// The newest [`KEPT_SCREENSHOT_TURNS`] turns keep their screenshots,
     /// one dropped a turn.
     pub fn new(endpoint: Endpoint, model: impl Into<String>) -> Self {
-        Self { endpoint, model: model.into(), history: ImageHistory::new(KEPT_SCREENSHOT_TURNS, 1) }
+        Self { endpoint, model: model.into(), history: ImageHistory::new(KEPT_SCREENSHOT_TURNS, 1), browser: false }
     }
 }
 
@@ -87,20 +91,22 @@ pub struct GeminiComputerUse {
     pending: Vec<Pending>,
     /// Answers so far, to make up call ids that the model left out.
     turns: usize,
+    /// The page a browser shows, for the replies' `url`.
+    page: Option<PageState>,
 }
 
 impl GeminiComputerUse {
     pub fn new(config: GeminiConfig, system: Option<String>) -> Result<Self, ModelError> {
         let http = ModelHttp::new(config.endpoint.clone())?;
         let headers = key_headers(&http)?;
-        Ok(Self { http, headers, config, system, contents: Vec::new(), pending: Vec::new(), turns: 0 })
+        Ok(Self { http, headers, config, system, contents: Vec::new(), pending: Vec::new(), turns: 0, page: None })
     }
 
     fn request_body(&self) -> Value {
         let mut body = json!({
             "contents": self.contents,
             "tools": [
-                {"computerUse": {"environment": "ENVIRONMENT_DESKTOP"}},
+                {"computerUse": {"environment": if self.config.browser { "ENVIRONMENT_BROWSER" } else { "ENVIRONMENT_DESKTOP" }}},
                 {"functionDeclarations": [{
                     "name": ASK_HUMAN, "description": ASK_HUMAN_DESCRIPTION, "parameters": ask_human_schema(),
                 }]},
@@ -121,7 +127,7 @@ impl GeminiComputerUse {
         let answer = self.http.post_json(&self.path(), &self.headers, &self.request_body()).await?;
         let content = model_content(&answer)?;
         self.turns += 1;
-        let parsed = parse_content(&content, &answer, self.turns)?;
+        let parsed = parse_content(&content, &answer, self.turns, self.config.browser)?;
         self.pending = parsed.pending;
         self.contents.push(content);
         Ok(parsed.turn)
@@ -164,6 +170,9 @@ impl GeminiComputerUse {
                         response.insert("error".into(), json!("this action was not carried out"));
                     }
                 }
+                if let (Some(page), false) = (&self.page, call.name == ASK_HUMAN) {
+                    response.insert("url".into(), json!(page.url));
+                }
                 if call.confirm && acknowledged.iter().any(|check| check.id == call.key) {
                     response.insert("safety_acknowledgement".into(), json!("true"));
                 }
@@ -188,6 +197,10 @@ impl ComputerModel for GeminiComputerUse {
             self.push_user(vec![json!({"text": prompt}), inline_png(screen)]);
             self.exchange().await
         })
+    }
+
+    fn page_shown(&mut self, page: &PageState) {
+        self.page = Some(page.clone());
     }
 
     fn resume<'a>(
@@ -273,7 +286,7 @@ struct Parsed {
 }
 
 /// The parts of a model content as a [`Turn`].
-fn parse_content(content: &Value, answer: &Value, turn_number: usize) -> Result<Parsed, ModelError> {
+fn parse_content(content: &Value, answer: &Value, turn_number: usize, browser: bool) -> Result<Parsed, ModelError> {
     let mut turn = Turn { usage: parse_usage(answer), ..Turn::default() };
     let mut pending = Vec::new();
     let mut texts = Vec::new();
@@ -282,7 +295,7 @@ fn parse_content(content: &Value, answer: &Value, turn_number: usize) -> Result<
         let at = format!("candidates[0].content.parts[{index}]");
         if let Some(call) = part.get("functionCall") {
             let key_fallback = format!("gemini-{turn_number}-{index}");
-            let (call, waiting) = parse_call(call, &at, key_fallback)?;
+            let (call, waiting) = parse_call(call, &at, key_fallback, browser)?;
             if let Some(check) = waiting.check {
                 turn.safety_checks.push(check);
             }
@@ -314,7 +327,7 @@ struct CallState {
     intent: Option<String>,
 }
 
-fn parse_call(call: &Value, at: &str, key_fallback: String) -> Result<(ToolCall, CallState), ModelError> {
+fn parse_call(call: &Value, at: &str, key_fallback: String, browser: bool) -> Result<(ToolCall, CallState), ModelError> {
     let name =
         call.get("name").and_then(Value::as_str).ok_or_else(|| malformed(format!("{at}.functionCall.name must be a string")))?;
     let id = call.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -330,7 +343,7 @@ fn parse_call(call: &Value, at: &str, key_fallback: String) -> Result<(ToolCall,
             question: ask_human_question(&Value::Object(args.clone()), &format!("{at}.functionCall.args"))?,
         }]
     } else {
-        actions::model_actions(name, args)
+        actions::model_actions(name, args, browser)
     };
     let decision = args.get("safety_decision");
     let confirm = decision.and_then(|d| d.get("decision")).and_then(Value::as_str) == Some(REQUIRE_CONFIRMATION);
@@ -376,7 +389,7 @@ mod tests {
                 "safety_decision": {"decision": "require_confirmation", "explanation": "This buys something."}}}},
         ]});
         let answer = json!({"usageMetadata": {"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 3, "thoughtsTokenCount": 2}});
-        let parsed = parse_content(&content, &answer, 1).expect("parsed");
+        let parsed = parse_content(&content, &answer, 1, false).expect("parsed");
         assert_eq!(parsed.turn.reasoning, ["Looking at the screen", "press Buy"]);
         assert_eq!(parsed.turn.safety_checks[0].message, "This buys something.");
         assert_eq!(parsed.turn.safety_checks[0].id, "gemini-1-1");

@@ -13,6 +13,7 @@
 //! text request without tools through [`TextModel`]: what the planner asks.
 
 pub mod anthropic;
+pub mod browser;
 pub mod gemini;
 pub mod history;
 pub mod http;
@@ -95,6 +96,10 @@ pub enum ModelAction {
     /// tool that is disabled, a parameter out of range). The call fails
     /// with `reason`, which goes back to the model.
     Refuse { reason: String },
+    /// A browser call (the `browser` pipeline's): going to a page, reading
+    /// it, filling or clicking an element by reference; its answer goes
+    /// back as the call's text.
+    Browse(browser::BrowserCall),
 }
 
 /// The answer for a call that was not run because an earlier one of the
@@ -235,6 +240,14 @@ pub trait ComputerModel: Send {
     fn restore(&mut self, checkpoint: &serde_json::Value) -> Result<(), ModelError> {
         let _ = checkpoint;
         Err(ModelError::Malformed("this model's conversations cannot be carried over to another attempt".into()))
+    }
+
+    /// The page a browser shows now, told before [`start`](Self::start) and
+    /// each [`resume`](Self::resume) of a `browser` task, for the clients
+    /// whose results carry it (the toolset's `browser_state`, Gemini's
+    /// `url`, OpenAI's `current_url`). Desktop conversations never hear it.
+    fn page_shown(&mut self, page: &browser::PageState) {
+        let _ = page;
     }
 }
 

@@ -27,9 +27,14 @@ pub use text::OpenAiText;
 
 use super::http::{Endpoint, ModelHttp};
 use super::{
-    ask_human_schema, CallResult, ComputerModel, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN, ASK_HUMAN_DESCRIPTION,
+    ask_human_schema, CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, Turn, ASK_HUMAN,
+    ASK_HUMAN_DESCRIPTION,
 };
 use response::read_answer;
+
+/// The function a browser conversation goes to a page with, beside the
+/// computer tool (which has no navigation action).
+pub const NAVIGATE: &str = "navigate";
 
 /// Where answers are created, under the base URL (`…/v1`).
 const RESPONSES_PATH: &str = "/responses";
@@ -110,6 +115,9 @@ pub struct OpenAiConfig {
     /// `None` sends no `reasoning` setting (the model's default: none).
     pub reasoning_summary: Option<ReasoningSummary>,
     pub image_detail: ImageDetail,
+    /// Whether the conversation drives a browser tab: the preview tool says
+    /// `environment: "browser"`, and a `navigate` function is offered.
+    pub browser: bool,
 }
 
 impl OpenAiConfig {
@@ -129,6 +137,7 @@ impl OpenAiConfig {
             truncation: Truncation::default(),
             reasoning_summary: Some(reasoning_summary),
             image_detail,
+            browser: false,
         }
     }
 }
@@ -173,6 +182,10 @@ impl OpenAiCua {
     async fn exchange(&mut self, input: Value) -> Result<Turn, ModelError> {
         let body = self.request_body(input);
         let answer = read_answer(&self.http.post_json(RESPONSES_PATH, &self.headers, &body).await?)?;
+        let browses = answer.turn.calls.iter().flat_map(|c| &c.actions).any(|a| matches!(a, ModelAction::Browse(_)));
+        if browses && !self.config.browser {
+            return Err(ModelError::Malformed(format!("the answer calls {NAVIGATE:?}, a function this client did not offer")));
+        }
         tracing::debug!(response_id = %answer.id, calls = answer.turn.calls.len(), "model turn");
         self.previous_response_id = Some(answer.id);
         self.pending_checks = answer.checks_by_call;
@@ -181,9 +194,13 @@ impl OpenAiCua {
     }
 
     fn request_body(&self, input: Value) -> Value {
+        let mut tools = vec![self.tool(), ask_human_function()];
+        if self.config.browser {
+            tools.push(navigate_function());
+        }
         let mut body = json!({
             "model": self.config.model,
-            "tools": [self.tool(), ask_human_function()],
+            "tools": tools,
             "input": input,
             "truncation": self.config.truncation,
         });
@@ -206,7 +223,7 @@ impl OpenAiCua {
                 "type": "computer_use_preview",
                 "display_width": self.display.0,
                 "display_height": self.display.1,
-                "environment": self.config.environment,
+                "environment": if self.config.browser { Environment::Browser } else { self.config.environment },
             }),
             OpenAiTool::Ga => json!({ "type": "computer" }),
         }
@@ -259,6 +276,12 @@ impl OpenAiCua {
             results.iter().filter(|r| !self.function_calls.contains(&r.call_id)).cloned().collect();
         if let Some(note) = result_notes(&computer_results) {
             input.push(json!({ "role": "user", "content": [{ "type": "input_text", "text": note }] }));
+        }
+        if self.config.browser && computer_results.is_empty() {
+            // Only functions ran (a navigation): their outputs are text, so
+            // the page they left goes along as an image of its own.
+            let image = json!({ "type": "input_image", "image_url": image_url, "detail": self.config.image_detail });
+            input.push(json!({ "role": "user", "content": [image] }));
         }
         Value::Array(input)
     }
@@ -327,7 +350,20 @@ fn bearer_headers(http: &ModelHttp) -> Result<HeaderMap, ModelError> {
     Ok(headers)
 }
 
-/// A PNG as a `data:` URL.
+/// The `navigate` function a browser conversation offers.
+fn navigate_function() -> Value {
+    json!({
+        "type": "function",
+        "name": NAVIGATE,
+        "description": "Load a URL in the browser tab; the URL may also be back, forward or reload.",
+        "parameters": {
+            "type": "object",
+            "properties": { "url": { "type": "string", "description": "the URL to open, or back, forward or reload" } },
+            "required": ["url"],
+        },
+    })
+}
+
 /// The `ask_human` function, offered beside the computer tool.
 fn ask_human_function() -> Value {
     json!({ "type": "function", "name": ASK_HUMAN, "description": ASK_HUMAN_DESCRIPTION, "parameters": ask_human_schema() })

@@ -54,6 +54,7 @@ use serde_json::json;
 use super::journal::{CallState, Journal, Journaler};
 use super::planner::{self, Planned};
 use super::scale::Scale;
+use super::surface::Surface;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
 use crate::model::{
     CallResult, ComputerModel, ModelAction, ModelError, SafetyCheck, Screen, TextModel, ToolCall, Turn, Usage, NOT_EXECUTED,
@@ -93,11 +94,20 @@ pub struct ComputerUse {
     models: Box<dyn ModelFactory>,
     /// The largest screen the model is shown.
     target: (u32, u32),
+    /// Whether conversations drive the sandbox's browser tab rather than
+    /// its whole desktop.
+    browser: bool,
 }
 
 impl ComputerUse {
     pub fn new(models: impl ModelFactory, target: (u32, u32)) -> Self {
-        Self { models: Box::new(models), target }
+        Self { models: Box::new(models), target, browser: false }
+    }
+
+    /// A pipeline whose conversations drive the Chromium tab of the
+    /// sandbox (see [`Surface`]); `models` offer their browser tools.
+    pub fn for_browser(models: impl ModelFactory, target: (u32, u32)) -> Self {
+        Self { models: Box::new(models), target, browser: true }
     }
 }
 
@@ -129,6 +139,15 @@ impl PipelineRunner for ComputerUse {
 }
 
 impl ComputerUse {
+    /// What the conversations drive: the desktop, or the browser's tab.
+    async fn surface(&self, session: &Session) -> Result<Surface, PipelineError> {
+        if self.browser {
+            Surface::browser(session).await
+        } else {
+            Ok(Surface::Desktop)
+        }
+    }
+
     /// The planner's plan of a `plan: true` task, its tokens counted.
     async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Planned, PipelineError> {
         let planned = planner::plan(&run.task.spec().prompt, steps, &*self.models.planner(run)?).await?;
@@ -164,27 +183,27 @@ impl ComputerUse {
     /// Runs the task's prompt as one conversation, or continues the one
     /// `journal` describes.
     async fn drive(&self, run: &TaskRun, session: &mut Session, journal: Option<Journal>) -> Result<Outcome, PipelineError> {
-        let scale = Scale::fit(session.resolution(), self.target);
+        let mut surface = self.surface(session).await?;
         let mut journaler = match journal {
             Some(journal) => Journaler::new(Arc::clone(&run.task), journal),
             None => Journaler::begin(Arc::clone(&run.task), Journal::new(session.journaled_sandbox()?)).await?,
         };
         let mut usage: Usage = journaler.journal().usage.into();
         let prompt = &run.task.spec().prompt;
-        let text = self.converse(run, session, &scale, prompt, &mut usage, Some(&mut journaler)).await?;
+        let text = self.converse(run, session, &mut surface, prompt, &mut usage, Some(&mut journaler)).await?;
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
     /// Runs a plan's steps in order, one conversation each; the result's
     /// text is the last step's answer, `steps` holds every step's.
     async fn execute(&self, run: &TaskRun, session: &mut Session, planned: &Planned) -> Result<Outcome, PipelineError> {
-        let scale = Scale::fit(session.resolution(), self.target);
+        let mut surface = self.surface(session).await?;
         let mut usage = planned.usage;
         let mut answers = Vec::with_capacity(planned.plan.steps.len());
         for (index, step) in planned.plan.steps.iter().enumerate() {
             planner::start_step(run.task.as_ref(), index, step).await?;
             let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);
-            answers.push(self.converse(run, session, &scale, &prompt, &mut usage, None).await?);
+            answers.push(self.converse(run, session, &mut surface, &prompt, &mut usage, None).await?);
         }
         let text = answers.last().cloned().unwrap_or_default();
         Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))
@@ -198,6 +217,7 @@ impl ComputerUse {
         &self,
         run: &TaskRun,
         session: &Session,
+        surface: &Surface,
         mapping: &Mapping,
         prompt: &str,
         journal: Option<&Journaler>,
@@ -205,7 +225,8 @@ impl ComputerUse {
         let grid = self.models.grid();
         let mut model = self.models.open(run, grid.unwrap_or(mapping.view.model))?;
         session.steps().between_steps()?;
-        let screen = look(session, &mapping.view).await?;
+        let screen = look(session, surface, &mapping.view).await?;
+        tell_page(model.as_mut(), session, surface).await?;
         let provider = self.models.provider();
         let taken_up = journal.map(Journaler::journal).and_then(|j| j.conversation.as_ref().map(|c| (j, c)));
         let turn = match taken_up {
@@ -235,14 +256,15 @@ impl ComputerUse {
         &self,
         run: &TaskRun,
         session: &mut Session,
-        scale: &Scale,
+        surface: &mut Surface,
         prompt: &str,
         usage: &mut Usage,
         mut journal: Option<&mut Journaler>,
     ) -> Result<String, PipelineError> {
+        let scale = Scale::fit(surface.size(session).await?, self.target);
         let grid = self.models.grid();
-        let mapping = Mapping { view: *scale, act: grid.map_or(*scale, |model| Scale { screen: scale.screen, model }) };
-        let (mut model, mut turn) = self.first_turn(run, session, &mapping, prompt, journal.as_deref()).await?;
+        let mapping = Mapping { view: scale, act: grid.map_or(scale, |model| Scale { screen: scale.screen, model }) };
+        let (mut model, mut turn) = self.first_turn(run, session, surface, &mapping, prompt, journal.as_deref()).await?;
         let provider = self.models.provider();
         let model_name = self.models.model(run);
         loop {
@@ -255,15 +277,16 @@ impl ComputerUse {
                 return Ok(turn.text.unwrap_or_default());
             }
             let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
-            let mut results = carry_out_turn(session, &mapping, &turn.calls, journal.as_deref_mut()).await?;
+            let mut results = carry_out_turn(session, surface, &mapping, &turn.calls, journal.as_deref_mut()).await?;
             session.steps_mut().pause_while_held().await?;
             if let Some(message) = session.steps_mut().take_hand_back() {
-                hand_back(session, &mapping, &mut results, message).await?;
+                hand_back(session, surface, &mapping, &mut results, message).await?;
             }
             session.steps().between_steps()?;
             if journal.is_some() && run.hand_back.is_cancelled() {
                 return Err(PipelineError::HandedBack);
             }
+            tell_page(model.as_mut(), session, surface).await?;
             turn = session.guard(timed(run, provider, model.resume(results, &acknowledged))).await?;
         }
     }
@@ -314,9 +337,17 @@ async fn timed(
     answer.map_err(PipelineError::from)
 }
 
+/// Tells a browser conversation's model which page is on show.
+async fn tell_page(model: &mut dyn ComputerModel, session: &Session, surface: &Surface) -> Result<(), PipelineError> {
+    if let Some(page) = surface.page(session).await? {
+        model.page_shown(&page);
+    }
+    Ok(())
+}
+
 /// Takes a screenshot and scales it for the model.
-async fn look(session: &Session, scale: &Scale) -> Result<Screen, PipelineError> {
-    let shot = session.observe().await?;
+async fn look(session: &Session, surface: &Surface, scale: &Scale) -> Result<Screen, PipelineError> {
+    let shot = surface.capture(session).await?;
     scale.screen_for_model(&shot).map_err(|e| PipelineError::Retryable(format!("the screenshot cannot be scaled: {e}")))
 }
 
@@ -364,6 +395,7 @@ fn usage_json(usage: Usage) -> serde_json::Value {
 /// the failure left it.
 async fn carry_out_turn(
     session: &mut Session,
+    surface: &mut Surface,
     mapping: &Mapping,
     calls: &[ToolCall],
     mut journal: Option<&mut Journaler>,
@@ -378,10 +410,10 @@ async fn carry_out_turn(
                 // changed what this call was planned on: it is not done.
                 session.steps_mut().pause_while_held().await?;
                 if session.steps().handed_back() {
-                    let screen = look(session, &mapping.view).await?;
+                    let screen = look(session, surface, &mapping.view).await?;
                     CallResult { call_id: call.id.clone(), screen, text: Some(PASSED_OVER.to_owned()), is_error: true }
                 } else {
-                    carry_out_journaled(session, mapping, call, journal.as_deref_mut()).await?
+                    carry_out_journaled(session, surface, mapping, call, journal.as_deref_mut()).await?
                 }
             }
         };
@@ -394,6 +426,7 @@ async fn carry_out_turn(
 /// starts and `done` once the screen after it is observed.
 async fn carry_out_journaled(
     session: &mut Session,
+    surface: &mut Surface,
     mapping: &Mapping,
     call: &ToolCall,
     mut journal: Option<&mut Journaler>,
@@ -401,7 +434,7 @@ async fn carry_out_journaled(
     if let Some(journal) = journal.as_deref_mut() {
         journal.mark(&call.id, CallState::Intent, session.steps().taken()).await?;
     }
-    let result = carry_out(session, mapping, call).await?;
+    let result = carry_out(session, surface, mapping, call).await?;
     if let Some(journal) = journal {
         journal.mark(&call.id, CallState::Done, session.steps().taken()).await?;
     }
@@ -411,7 +444,12 @@ async fn carry_out_journaled(
 /// Carries out one tool call and observes the screen after it. An action
 /// the sandbox refuses, or a call the client refused, is reported to the
 /// model as an error, not fatal.
-async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) -> Result<CallResult, PipelineError> {
+async fn carry_out(
+    session: &mut Session,
+    surface: &mut Surface,
+    mapping: &Mapping,
+    call: &ToolCall,
+) -> Result<CallResult, PipelineError> {
     let mut text = None;
     let mut zoomed = None;
     let failed = |screen, message| CallResult { call_id: call.id.clone(), screen, text: Some(message), is_error: true };
@@ -419,13 +457,19 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
         match action {
             ModelAction::Act(action) => {
                 let on_screen = mapping.act.action_to_screen(action);
-                match session.act(&on_screen).await {
+                match surface.act(session, &on_screen).await {
                     Ok(()) => {}
-                    Err(PipelineError::Refused(message)) => return Ok(failed(look(session, &mapping.view).await?, message)),
+                    Err(PipelineError::Refused(message)) => {
+                        return Ok(failed(look(session, surface, &mapping.view).await?, message))
+                    }
                     Err(other) => return Err(other),
                 }
             }
-            ModelAction::Refuse { reason } => return Ok(failed(look(session, &mapping.view).await?, reason.clone())),
+            ModelAction::Browse(browse) => match surface.browse(session, browse).await? {
+                Ok(answer) => text = Some(answer),
+                Err(reason) => return Ok(failed(look(session, surface, &mapping.view).await?, reason)),
+            },
+            ModelAction::Refuse { reason } => return Ok(failed(look(session, surface, &mapping.view).await?, reason.clone())),
             ModelAction::CursorPosition => text = Some(cursor_position(session, &mapping.act).await?),
             ModelAction::AskHuman { question } => text = Some(ask_human(session, question).await?),
             ModelAction::Zoom { region } => zoomed = Some(*region),
@@ -433,13 +477,13 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
     }
     let screen = match zoomed {
         Some(region) => {
-            let shot = session.observe().await?;
+            let shot = surface.capture(session).await?;
             mapping
                 .view
                 .zoom(&shot, region)
                 .map_err(|e| PipelineError::Retryable(format!("the zoomed screenshot cannot be made: {e}")))?
         }
-        None => look(session, &mapping.view).await?,
+        None => look(session, surface, &mapping.view).await?,
     };
     Ok(CallResult { call_id: call.id.clone(), screen, text, is_error: false })
 }
@@ -448,6 +492,7 @@ async fn carry_out(session: &mut Session, mapping: &Mapping, call: &ToolCall) ->
 /// the screen as the person left it and their message.
 async fn hand_back(
     session: &Session,
+    surface: &Surface,
     mapping: &Mapping,
     results: &mut [CallResult],
     message: Option<String>,
@@ -455,7 +500,7 @@ async fn hand_back(
     let Some(last) = results.last_mut() else {
         return Ok(());
     };
-    last.screen = look(session, &mapping.view).await?;
+    last.screen = look(session, surface, &mapping.view).await?;
     let note = match message.filter(|m| !m.trim().is_empty()) {
         Some(message) => format!("{HANDED_BACK} Their message: {message}"),
         None => HANDED_BACK.to_owned(),

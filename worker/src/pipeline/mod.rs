@@ -4,6 +4,7 @@
 //! [`TaskHandle`], which cannot end the task: the outcome it returns is
 //! written by the executor.
 
+mod browser;
 mod budget;
 mod claude_code;
 pub mod computer_use;
@@ -21,6 +22,7 @@ mod scripted;
 pub mod session;
 #[cfg(test)]
 mod settle_tests;
+pub mod surface;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -96,6 +98,7 @@ impl Registry {
         registry.register(Pipeline::OpenaiCua, Arc::new(openai));
         registry.register(Pipeline::ClaudeComputerUse, Arc::new(anthropic));
         registry.register(Pipeline::GeminiComputerUse, Arc::new(gemini));
+        registry.register(Pipeline::Browser, Arc::new(browser::Browser::from_config(config)));
         registry
     }
 

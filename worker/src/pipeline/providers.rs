@@ -46,16 +46,26 @@ pub trait Provider: Send + Sync + 'static {
     fn grid() -> Option<(u32, u32)> {
         None
     }
+    /// Points the settings at the provider's browser tools (the `browser`
+    /// pipeline's).
+    fn for_browser(settings: &mut Self::Settings);
 }
 
 /// A provider's models as a worker's configuration sets them up.
 pub struct Models<P: Provider> {
     settings: Option<P::Settings>,
+    /// Whether conversations get the provider's browser tools.
+    browser: bool,
 }
 
 impl<P: Provider> Models<P> {
     pub fn from_config(config: &Config) -> Self {
-        Self { settings: P::settings(config) }
+        Self { settings: P::settings(config), browser: false }
+    }
+
+    /// The provider's models with its browser tools, for the `browser` pipeline.
+    pub fn browser_from_config(config: &Config) -> Self {
+        Self { settings: P::settings(config), browser: true }
     }
 
     /// The worker's settings with the task's own model, if it names one.
@@ -66,6 +76,9 @@ impl<P: Provider> Models<P> {
         })?;
         if let Some(model) = &run.task.spec().model {
             P::set_model(&mut settings, model);
+        }
+        if self.browser {
+            P::for_browser(&mut settings);
         }
         Ok(settings)
     }
@@ -129,6 +142,10 @@ impl Provider for OpenAi {
     fn text(settings: &OpenAiConfig) -> Result<Box<dyn TextModel>, ModelError> {
         Ok(Box::new(OpenAiText::new(settings)?))
     }
+
+    fn for_browser(settings: &mut OpenAiConfig) {
+        settings.browser = true;
+    }
 }
 
 /// Anthropic's Messages API (`claude-computer-use`).
@@ -178,6 +195,12 @@ impl Provider for Anthropic {
     fn text(settings: &AnthropicSettings) -> Result<Box<dyn TextModel>, ModelError> {
         Ok(Box::new(AnthropicText::new(&settings.config)?))
     }
+
+    /// The browser toolset, whatever the computer tool the model would get.
+    fn for_browser(settings: &mut AnthropicSettings) {
+        settings.config.tool = ComputerTool::BrowserToolset20260801;
+        settings.config.memory = ToolMemory::default();
+    }
 }
 
 /// The Gemini API (`gemini-computer-use`).
@@ -214,6 +237,10 @@ impl Provider for Gemini {
 
     fn grid() -> Option<(u32, u32)> {
         Some(GRID)
+    }
+
+    fn for_browser(settings: &mut GeminiConfig) {
+        settings.browser = true;
     }
 }
 

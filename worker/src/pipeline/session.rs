@@ -219,14 +219,21 @@ impl Session {
         Ok(self.observe_settled().await?.shot)
     }
 
+    /// Hands a screenshot captured some other way (a browser's viewport)
+    /// to the store, as [`Session::observe`] does its own.
+    pub async fn store_screenshot(&self, shot: &Screenshot) -> Result<(), PipelineError> {
+        if let Some(log) = &self.screenshots {
+            log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
+            let png = shot.png.clone();
+            self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
+        }
+        Ok(())
+    }
+
     /// As [`Session::observe`], with how the screen settled.
     pub async fn observe_settled(&self) -> Result<Settled, PipelineError> {
         let settled = self.guard(self.settled_screen()).await?;
-        if let Some(log) = &self.screenshots {
-            log.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(self.steps.taken());
-            let png = settled.shot.png.clone();
-            self.guard(async { log.uploader.enqueue(png).await.map_err(upload_failure) }).await?;
-        }
+        self.store_screenshot(&settled.shot).await?;
         Ok(settled)
     }
 

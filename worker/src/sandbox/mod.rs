@@ -2,8 +2,9 @@
 //! (`flotilla-sandbox`) and the backends (`flotilla-desktop`,
 //! `flotilla-e2b`) re-exported under one name, and what the worker builds
 //! on them: the warm pool sized by demand, the fleet-wide cap, keeping
-//! leased sandboxes alive, and the in-memory fake for tests above providers.
+//! leased sandboxes alive, opening a template's apps, and the in-memory fake for tests above providers.
 
+pub mod apps;
 mod demand;
 pub mod fleet;
 pub mod keep_alive;
@@ -21,8 +22,8 @@ pub use flotilla_e2b as e2b;
 #[cfg(test)]
 pub(crate) use flotilla_sandbox::suite;
 pub use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus,
-    Screenshot, X11Display,
+    keyboard, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest,
+    SandboxStatus, Screenshot, X11Display,
 };
 
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};

@@ -23,6 +23,10 @@ pub enum ComputerTool {
     /// `computer_toolset_20260801` (GA, no beta header): one member tool per
     /// action, several calls per turn. Opus 4.8 and later, the 5 family.
     Toolset20260801,
+    /// `browser_toolset_20260801` (GA, no beta header): the same member
+    /// protocol for a browser tab (`toolset_name` `browser`); only the
+    /// `browser` pipeline offers it, and it never steps down.
+    BrowserToolset20260801,
 }
 
 impl ComputerTool {
@@ -35,6 +39,7 @@ impl ComputerTool {
             Self::V20250124 => "computer_20250124",
             Self::V20251124 => "computer_20251124",
             Self::Toolset20260801 => "computer_toolset_20260801",
+            Self::BrowserToolset20260801 => "browser_toolset_20260801",
         }
     }
 
@@ -48,7 +53,7 @@ impl ComputerTool {
         match self {
             Self::V20250124 => Some("computer-use-2025-01-24"),
             Self::V20251124 => Some("computer-use-2025-11-24"),
-            Self::Toolset20260801 => None,
+            Self::Toolset20260801 | Self::BrowserToolset20260801 => None,
         }
     }
 
@@ -60,7 +65,12 @@ impl ComputerTool {
     /// Whether this is the member-tool toolset (append-only history,
     /// adaptive thinking, batches).
     pub fn is_toolset(self) -> bool {
-        matches!(self, Self::Toolset20260801)
+        matches!(self, Self::Toolset20260801 | Self::BrowserToolset20260801)
+    }
+
+    /// Whether this is the browser toolset.
+    pub fn is_browser(self) -> bool {
+        matches!(self, Self::BrowserToolset20260801)
     }
 
     /// The tool a model takes on the Claude API, by its name: the toolset
@@ -88,6 +98,9 @@ impl ComputerTool {
     /// version. `None` when the message is not about this tool's type, or
     /// nothing older is left.
     pub fn step_down(self, message: &str) -> Option<Self> {
+        if self.is_browser() {
+            return None;
+        }
         let (_, refused) = message.split_once("does not support tool types")?;
         let named = |tool: ComputerTool| refused.contains(tool.tool_type());
         if !named(self) {

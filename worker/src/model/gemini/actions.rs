@@ -18,13 +18,15 @@
 //! | `take_screenshot` | | `Screenshot` |
 //!
 //! Browser-only functions (`navigate`, `go_back`, `go_forward`, `search`,
-//! `open_web_browser`) and anything unknown are refused on a desktop; a
+//! `open_web_browser`) are browser calls in the browser environment
+//! ([`browser_call`]) and refused on a desktop; anything unknown is refused; a
 //! call whose arguments do not hold is refused too, saying which: the
 //! model gets the error as the call's result.
 
 use flotilla_types::action::{Action, MouseButton};
 use serde_json::{Map, Value};
 
+use crate::model::browser::BrowserCall;
 use crate::model::openai::key_name;
 use crate::model::ModelAction;
 
@@ -201,9 +203,35 @@ fn keys(names: &[&str]) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// Where the browser environment's `search` goes.
+pub const SEARCH_URL: &str = "https://www.google.com/";
+
+/// A browser environment's own function as a browser call, if it is one.
+pub fn browser_call(name: &str, args: &Map<String, Value>) -> Option<Result<BrowserCall, String>> {
+    Some(match name {
+        "navigate" => match args.get("url").and_then(Value::as_str).filter(|u| !u.trim().is_empty()) {
+            Some(url) => Ok(BrowserCall::Navigate { url: url.to_owned() }),
+            None => Err("url must be a non-empty string".to_owned()),
+        },
+        "go_back" => Ok(BrowserCall::Back),
+        "go_forward" => Ok(BrowserCall::Forward),
+        "search" => Ok(BrowserCall::Navigate { url: SEARCH_URL.to_owned() }),
+        "open_web_browser" => Ok(BrowserCall::ListTabs),
+        _ => return None,
+    })
+}
+
 /// A call's actions as the step loop takes them: refused as a whole when
-/// it cannot be done.
-pub fn model_actions(name: &str, args: &Map<String, Value>) -> Vec<ModelAction> {
+/// it cannot be done. In the browser environment its own functions are
+/// browser calls.
+pub fn model_actions(name: &str, args: &Map<String, Value>, browser: bool) -> Vec<ModelAction> {
+    if browser {
+        match browser_call(name, args) {
+            Some(Ok(call)) => return vec![ModelAction::Browse(call)],
+            Some(Err(reason)) => return vec![ModelAction::Refuse { reason: format!("{name}: {reason}") }],
+            None => {}
+        }
+    }
     match translate(name, args) {
         Ok(actions) => actions.into_iter().map(ModelAction::Act).collect(),
         Err(reason) => vec![ModelAction::Refuse { reason: format!("{name}: {reason}") }],

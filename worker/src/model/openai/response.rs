@@ -6,6 +6,8 @@
 
 use super::actions::model_actions;
 use super::json::At;
+use super::NAVIGATE;
+use crate::model::browser::BrowserCall;
 use crate::model::{ask_human_question, ModelAction, ModelError, SafetyCheck, ToolCall, Turn, Usage, ASK_HUMAN};
 
 /// One answer, read.
@@ -135,16 +137,23 @@ fn computer_call(item: &At<'_>) -> Result<ToolCall, ModelError> {
     Ok(ToolCall { id, actions })
 }
 
-/// A `function_call` of the one function offered, `ask_human`.
+/// A `function_call` of a function offered: `ask_human`, or a browser
+/// conversation's `navigate` (whose `url` may be `back`, `forward` or
+/// `reload`).
 fn ask_human_call(item: &At<'_>) -> Result<ToolCall, ModelError> {
     let id = item.field("call_id")?.str()?.to_owned();
     let name = item.field("name")?.str()?;
-    if name != ASK_HUMAN {
+    if name != ASK_HUMAN && name != NAVIGATE {
         return Err(item.wrong(&format!("calls {name:?}, a function this client did not offer")));
     }
     let arguments = item.field("arguments")?.str()?;
     let input: serde_json::Value = serde_json::from_str(arguments)
         .map_err(|e| ModelError::Malformed(format!("the arguments of call {id} are not JSON: {e}")))?;
+    if name == NAVIGATE {
+        let url = input.get("url").and_then(serde_json::Value::as_str).filter(|u| !u.trim().is_empty());
+        let url = url.ok_or_else(|| ModelError::Malformed(format!("the arguments of call {id} need a url")))?;
+        return Ok(ToolCall { id, actions: vec![ModelAction::Browse(BrowserCall::from_navigate(url))] });
+    }
     let question = ask_human_question(&input, "arguments")?;
     Ok(ToolCall { id, actions: vec![ModelAction::AskHuman { question }] })
 }

@@ -21,6 +21,7 @@ use super::super::error::PipelineError;
 use super::super::handle::TaskHandle;
 use super::super::TaskRun;
 use crate::metrics::WorkerMetrics;
+use crate::model::browser::BrowserCall;
 use crate::sandbox::{KeepAlive, SandboxLost};
 
 /// How often a waiting task looks for a human's input.
@@ -248,6 +249,35 @@ impl Steps {
         self.pause_while_held().await?;
         let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
         self.take_traced(action, perform).instrument(span).await
+    }
+
+    /// Takes one browser call as a step: as [`Steps::take`], reported once
+    /// done with a `block` event naming the call (browser calls are not
+    /// screen actions), and returns what `perform` gave.
+    pub async fn take_browser_call<T>(
+        &mut self,
+        call: &BrowserCall,
+        perform: impl Future<Output = Result<T, PipelineError>>,
+    ) -> Result<T, PipelineError> {
+        self.between_steps()?;
+        if self.taken >= self.limits.max_steps {
+            return Err(PipelineError::Fatal {
+                code: StopCode::Problem,
+                message: format!("the task reached its max_steps ({})", self.limits.max_steps),
+            });
+        }
+        self.pause_while_held().await?;
+        let started = Instant::now();
+        let value = self.guard(perform).await?;
+        let took = started.elapsed();
+        self.taken += 1;
+        self.metrics.step_completed(call.kind(), took);
+        let block = serde_json::json!({ "type": "browser_call", "call": call, "ms": took.as_millis() as u64 });
+        self.task.emit(EventKind::Block { block }, &[("steps_taken", self.taken.to_string())]).await?;
+        let mut spent = vec![Amount::Step];
+        spent.extend(self.sandbox_clock.as_mut().map(SandboxClock::lap));
+        self.count(&spent).await?;
+        Ok(value)
     }
 
     async fn take_traced(
