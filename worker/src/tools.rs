@@ -34,6 +34,8 @@ pub struct Tools {
     pub live: Option<LiveDesktops>,
     /// What model calls cost (the configured price table).
     pub pricing: Arc<Pricing>,
+    /// The sandbox templates: which apps each has, and E2B's ids for them.
+    pub templates: Arc<flotilla_config::TemplatesConfig>,
 }
 
 impl Tools {
@@ -61,7 +63,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing })
+        let templates = Arc::new(config.templates.clone());
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates })
     }
 
     /// Ends every pooled sandbox.

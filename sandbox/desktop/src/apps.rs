@@ -3,7 +3,7 @@
 //! start-up apps spawned while the window manager starts (each waits for
 //! one line on its stdin before it runs, so the window manager places its
 //! window as any other), and, once released, their windows waited for by
-//! `WM_CLASS`, with the desktop's deadline.
+//! `WM_CLASS`, with the desktop's deadline; the last one is activated.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -109,6 +109,7 @@ pub(crate) async fn release_and_wait(
             let _ = go.write_all(b"go\n").await;
         }
     }
+    let mut last = None;
     for app in &waiting {
         loop {
             let probe = Arc::clone(display);
@@ -117,6 +118,7 @@ pub(crate) async fn release_and_wait(
                 .await
                 .map_err(|e| SandboxError::Display(e.to_string()))??;
             if found.is_some() {
+                last = found;
                 break;
             }
             if Instant::now() >= deadline {
@@ -124,6 +126,13 @@ pub(crate) async fn release_and_wait(
             }
             tokio::time::sleep(WINDOW_POLL).await;
         }
+    }
+    // The last start-up app is the one in front, with the keyboard's focus.
+    if let Some(window) = last {
+        let display = Arc::clone(display);
+        tokio::task::spawn_blocking(move || display.activate(window))
+            .await
+            .map_err(|e| SandboxError::Display(e.to_string()))??;
     }
     Ok(())
 }

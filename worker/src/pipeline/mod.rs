@@ -11,6 +11,7 @@ pub mod error;
 pub mod handle;
 mod held;
 mod kept_watch;
+mod open_app;
 pub mod planner;
 pub mod pricing;
 pub mod providers;
