@@ -1,4 +1,5 @@
 use super::*;
+use crate::templates::canonical_app_name;
 
 fn table(text: &str) -> Option<toml::Value> {
     let parsed: toml::Table = text.parse().expect("toml");
