@@ -95,6 +95,8 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 
 /// The local provider, refused when its jail does not work here.
 async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+    // A template whose apps are missing is named on its own, not as a jail problem.
+    config.templates.check_installed(flotilla_config::program_on_path).map_err(anyhow::Error::msg)?;
     let config = LocalConfig { templates: config.templates.clone(), ..LocalConfig::from_settings(&config.isolation) };
     LocalProvider::start(config)
         .await

@@ -47,8 +47,8 @@ pub struct App {
     /// Whether it starts with the desktop (and the desktop waits for its window).
     #[serde(default)]
     pub start: bool,
-    /// The programs it needs on the host, checked at start (the first
-    /// word of `command` when empty).
+    /// The programs it needs on the host, checked at start (when empty,
+    /// the first word of `command` past `exec`, `env` and assignments).
     #[serde(default)]
     pub programs: Vec<String>,
 }
@@ -124,7 +124,8 @@ impl App {
         if !self.programs.is_empty() {
             return self.programs.clone();
         }
-        self.command.split_whitespace().next().map(|p| vec![p.to_owned()]).unwrap_or_default()
+        let program = self.command.split_whitespace().find(|word| !matches!(*word, "exec" | "env") && !word.contains('='));
+        program.map(|p| vec![p.to_owned()]).unwrap_or_default()
     }
 
     /// A shell script that focuses the app's window, starting the app first

@@ -5,7 +5,9 @@
 //! submission and the stored screenshots show the rendered page. A planned
 //! task whose planner names `firefox` finds Firefox open and focused when
 //! the executor's first model call arrives; an application the template
-//! lacks ends the task with code `app-unavailable` before any step.
+//! lacks ends the task with code `app-unavailable` before any step. A
+//! worker whose template needs a program this host lacks stops at start
+//! in one line.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -212,4 +214,43 @@ async fn sandbox_an_application_the_template_lacks_ends_the_task_with_app_unavai
     assert_eq!(server.received().len(), 1, "no step ran: only the planning call");
     assert_eq!(count(&history, "step_started"), 0);
     fleet.stop().await;
+}
+
+#[test]
+fn a_worker_whose_template_needs_a_missing_program_stops_at_start_in_one_line() {
+    let redis = flotilla_tests::RedisServer::start();
+    let config = flotilla_tests::config_file(
+        "[templates.kiosk]\napps = [{ name = \"kiosk\", command = \"exec flotilla-no-such-browser\", window_class = \"kiosk\", start = true }]\n",
+    );
+    let env = flotilla_tests::fleet::test_env(
+        &redis,
+        &unique_prefix(),
+        &[("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_CONFIG", config.to_str().expect("a UTF-8 path"))],
+    );
+    let mut worker = std::process::Command::new(flotilla_tests::fleet::binary("flotilla-worker"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn flotilla-worker (built by `cargo build --bins`)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = worker.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = worker.kill();
+            panic!("the worker did not stop at start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut worker.stderr.take().expect("stderr"), &mut stderr).expect("read");
+    assert!(!status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line says why:\n{stderr}");
+    assert!(lines[0].contains("template \"kiosk\"") && lines[0].contains("flotilla-no-such-browser"), "{stderr}");
 }
