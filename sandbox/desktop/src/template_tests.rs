@@ -95,3 +95,25 @@ async fn an_app_not_started_with_the_desktop_opens_takes_the_focus_and_opens_onc
     assert_eq!(browsers.stdout.trim(), "1", "one Firefox");
     provider.kill(id).await.expect("kill");
 }
+
+#[tokio::test]
+async fn a_stopped_browser_is_gone_and_opens_again_on_its_profile() {
+    let fixture = desktops();
+    let provider = fixture.provider();
+    let sandbox = provider.create(&request("browser")).await.expect("a browser desktop");
+    let id = &sandbox.id;
+    let templates = flotilla_config::TemplatesConfig::default();
+    let chromium = templates.get("browser").and_then(|t| t.app("chromium")).expect("chromium");
+    let stopped = provider.run(id, &chromium.stop_script(10), Duration::from_secs(20)).await.expect("run");
+    assert_eq!(stopped.exit_code, 0, "{stopped:?}");
+    let left = provider.run(id, "pgrep -c -x chromium", Duration::from_secs(10)).await.expect("run");
+    assert_eq!(left.stdout.trim(), "0", "no Chromium process is left");
+    // What is written while it is down is what it starts on.
+    provider.write_file(id, ".config/chromium/flotilla-marker", b"kept").await.expect("write into the profile");
+    let opened = provider.run(id, &chromium.open_script(30), Duration::from_secs(40)).await.expect("run");
+    assert_eq!(opened.exit_code, 0, "{opened:?}");
+    assert_eq!(active_class(provider, id).await.to_ascii_lowercase(), "chromium");
+    let marker = provider.read_file(id, ".config/chromium/flotilla-marker").await.expect("the profile kept it");
+    assert_eq!(marker, b"kept");
+    provider.kill(id).await.expect("kill");
+}
