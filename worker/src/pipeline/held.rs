@@ -375,6 +375,31 @@ mod tests {
     }
 
     #[test]
+    fn on_e2b_a_template_becomes_the_e2b_template_id_it_maps_to() {
+        let mut browser = TemplatesConfig::default().get("browser").cloned().expect("browser");
+        browser.e2b_template = Some("tpl-0123".into());
+        let templates = TemplatesConfig::with([browser]);
+        let allowed = TenantSettings { sandbox_templates: vec!["browser".into(), "office".into()], ..TenantSettings::default() };
+        let template_of = |provider, name: &str| {
+            let spec = spec(serde_json::json!({"provider": provider, "template": name}));
+            match SandboxChoice::of(Some(&spec), provider_kind(provider), &allowed, &templates).expect("choice") {
+                SandboxChoice::New { request, .. } => request.template,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(template_of("e2b", "browser").as_deref(), Some("tpl-0123"));
+        assert_eq!(template_of("e2b", "office").as_deref(), Some("office"), "unmapped: the name itself");
+        assert_eq!(template_of("local", "browser").as_deref(), Some("browser"), "local desktops take the name");
+    }
+
+    fn provider_kind(name: &str) -> SandboxProviderKind {
+        match name {
+            "e2b" => SandboxProviderKind::E2b,
+            _ => SandboxProviderKind::Local,
+        }
+    }
+
+    #[test]
     fn only_an_attempt_that_ends_the_task_keeps_its_sandbox() {
         assert!(ends_for_good::<()>(&Ok(())));
         assert!(ends_for_good::<()>(&Err(PipelineError::Fatal { code: StopCode::Problem, message: String::new() })));
