@@ -63,6 +63,7 @@ impl DesktopFleet {
             gateway: None,
             live: None,
             pricing: Default::default(),
+            templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         Self { queue: queue(&config).await, pool, config, worker: Some(worker), _redis: redis }

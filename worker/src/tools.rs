@@ -34,6 +34,8 @@ pub struct Tools {
     pub live: Option<LiveDesktops>,
     /// What model calls cost (the configured price table).
     pub pricing: Arc<Pricing>,
+    /// The sandbox templates: which apps each has, and E2B's ids for them.
+    pub templates: Arc<flotilla_config::TemplatesConfig>,
 }
 
 impl Tools {
@@ -61,7 +63,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing })
+        let templates = Arc::new(config.templates.clone());
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates })
     }
 
     /// Ends every pooled sandbox.
@@ -92,6 +95,8 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 
 /// The local provider, refused when its jail does not work here.
 async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+    // A template whose apps are missing is named on its own, not as a jail problem.
+    config.templates.check_installed(flotilla_config::program_on_path).map_err(anyhow::Error::msg)?;
     let config = LocalConfig { templates: config.templates.clone(), ..LocalConfig::from_settings(&config.isolation) };
     LocalProvider::start(config)
         .await

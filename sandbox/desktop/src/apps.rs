@@ -3,21 +3,19 @@
 //! start-up apps spawned while the window manager starts (each waits for
 //! one line on its stdin before it runs, so the window manager places its
 //! window as any other), and, once released, their windows waited for by
-//! `WM_CLASS`, with the desktop's deadline.
+//! `WM_CLASS`, with the desktop's deadline; the last one is activated.
 
-use std::path::Path;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_config::Template;
+use flotilla_config::{App, Template};
 use flotilla_sandbox::SandboxError;
 use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
+use tokio::process::{ChildStdin, Command};
 
-use super::desktop::{log_tail, spawn_in_group, Processes};
 use super::display::Display;
-use super::launch::Launcher;
+use super::launch::{log_tail, Launcher};
 use super::process;
 
 /// How often a start-up app's window is looked for.
@@ -28,12 +26,19 @@ const FILES_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_FILES: &str =
     r#"while [ "$#" -gt 1 ]; do mkdir -p -- "$(dirname -- "$1")" && printf %s "$2" > "$1" || exit 1; shift 2; done"#;
 
-/// A start-up app spawned and waiting for its word.
+/// A start-up app's command (which waits for one line on its stdin before
+/// it runs the app), for the desktop to spawn in its group.
+pub(crate) struct Startup {
+    pub command: Command,
+    pub log: PathBuf,
+    pub app: App,
+}
+
+/// A start-up app spawned and waiting for its word on `go`.
 pub(crate) struct Waiting {
-    name: String,
-    window_class: String,
-    go: Option<ChildStdin>,
-    log: std::path::PathBuf,
+    pub go: Option<ChildStdin>,
+    pub log: PathBuf,
+    pub app: App,
 }
 
 /// The environment a template gives every program of the sandbox: its
@@ -75,24 +80,16 @@ pub(crate) async fn place_files(launcher: &Launcher, template: &Template) -> Res
     Ok(())
 }
 
-/// Spawns the template's start-up apps, each waiting for its word.
-pub(crate) fn spawn_startup(
-    processes: &mut Processes,
-    launcher: &Launcher,
-    template: &Template,
-    logs: &Path,
-) -> Result<Vec<Waiting>, SandboxError> {
-    let mut waiting = Vec::new();
-    for app in template.startup_apps() {
-        let log = logs.join(format!("{}.log", app.name));
-        let mut command = launcher.command("sh", &["-c", r#"read -r go && exec sh -c "$1""#, &app.name, &app.command]);
-        command.stdin(Stdio::piped());
-        let mut child = spawn_in_group(&mut command, processes.pgid(), &log, false)?;
-        let go = child.stdin.take();
-        processes.adopt(child);
-        waiting.push(Waiting { name: app.name.clone(), window_class: app.window_class.clone(), go, log });
-    }
-    Ok(waiting)
+/// The commands of the template's start-up apps, in order.
+pub(crate) fn startup_commands(launcher: &Launcher, template: &Template, logs: &Path) -> Vec<Startup> {
+    template
+        .startup_apps()
+        .map(|app| Startup {
+            command: launcher.command("sh", &["-c", r#"read -r go && exec sh -c "$1""#, &app.name, &app.command]),
+            log: logs.join(format!("{}.log", app.name)),
+            app: app.clone(),
+        })
+        .collect()
 }
 
 /// Lets every waiting app start, then waits until each has a mapped
@@ -109,21 +106,34 @@ pub(crate) async fn release_and_wait(
             let _ = go.write_all(b"go\n").await;
         }
     }
+    let mut last = None;
     for app in &waiting {
         loop {
             let probe = Arc::clone(display);
-            let class = app.window_class.clone();
+            let class = app.app.window_class.clone();
             let found = tokio::task::spawn_blocking(move || probe.find_class(&class))
                 .await
                 .map_err(|e| SandboxError::Display(e.to_string()))??;
             if found.is_some() {
+                last = found;
                 break;
             }
             if Instant::now() >= deadline {
-                return Err(SandboxError::Unavailable(format!("the {} window did not appear: {}", app.name, log_tail(&app.log))));
+                return Err(SandboxError::Unavailable(format!(
+                    "the {} window did not appear: {}",
+                    app.app.name,
+                    log_tail(&app.log)
+                )));
             }
             tokio::time::sleep(WINDOW_POLL).await;
         }
+    }
+    // The last start-up app is the one in front, with the keyboard's focus.
+    if let Some(window) = last {
+        let display = Arc::clone(display);
+        tokio::task::spawn_blocking(move || display.activate(window))
+            .await
+            .map_err(|e| SandboxError::Display(e.to_string()))??;
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use super::display::Display;
 use super::dns::DnsServer;
 use super::identity::{HostUser, Slot};
 use super::jail::{self, JailSettings};
-use super::launch::{self, Launcher};
+use super::launch::{self, log_tail, Launcher};
 use super::limits::Cgroup;
 use super::network;
 use super::process::{self, Signal};
@@ -285,7 +285,14 @@ async fn bring_up(
     // The apps' jails are built and the template's files placed while the
     // window manager starts; the apps themselves wait for their word, so
     // the window manager places their windows as it would any other.
-    let waiting = apps::spawn_startup(processes, launcher, template, logs)?;
+    let mut waiting = Vec::new();
+    for startup in apps::startup_commands(launcher, template, logs) {
+        let apps::Startup { mut command, log, app } = startup;
+        command.stdin(Stdio::piped());
+        let mut child = spawn_in_group(&mut command, processes.pgid, &log, false)?;
+        waiting.push(apps::Waiting { go: child.stdin.take(), log, app });
+        processes.adopt(child);
+    }
     let wm_ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline);
     let (display, ready, placed) = tokio::join!(connect, wm_ready, apps::place_files(launcher, template));
     let display = Arc::new(display?);
@@ -350,12 +357,6 @@ fn note(written: std::io::Result<()>) {
     if let Err(error) = written {
         tracing::warn!(%error, "cannot update the desktop's record of its processes");
     }
-}
-
-/// The last line of a log, to say why a program did not start.
-pub(crate) fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_owned()
 }
 
 /// Reads lines from `pipe` until one satisfies `done`, the pipe closes, or

@@ -281,6 +281,18 @@ impl Display {
         Ok(None)
     }
 
+    /// Asks the window manager to activate `window` (raise and focus it), as
+    /// a pager would (`_NET_ACTIVE_WINDOW`), and waits for the server to
+    /// take the request.
+    pub fn activate(&self, window: Window) -> Result<(), SandboxError> {
+        let active = intern(&self.conn, "_NET_ACTIVE_WINDOW")?;
+        // Source 2: a pager, which window managers obey without focus-stealing checks.
+        let event = xproto::ClientMessageEvent::new(32, window, active, [2u32, 0, 0, 0, 0]);
+        let mask = xproto::EventMask::SUBSTRUCTURE_REDIRECT | xproto::EventMask::SUBSTRUCTURE_NOTIFY;
+        self.conn.send_event(false, self.root, mask, event).map_err(x_error)?;
+        self.sync()
+    }
+
     /// Whether `window`'s `WM_CLASS` names `class` as its instance or class.
     fn has_class(&self, window: Window, class: &str) -> Result<bool, SandboxError> {
         let reply = self

@@ -138,3 +138,9 @@ pub(crate) fn remove_display_files(display: u32, dir: &std::path::Path, ours: im
         let _ = std::fs::remove_file(&lock);
     }
 }
+
+/// The last line of a log, to say why a program did not start.
+pub(crate) fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_owned()
+}

@@ -64,3 +64,56 @@ async fn an_unknown_template_is_refused_with_the_known_ones() {
     let SandboxError::InvalidRequest(message) = error else { panic!("{error:?}") };
     assert!(message.contains("\"kiosk\"") && message.contains("browser"), "{message}");
 }
+
+/// The `WM_CLASS` class of the active window, as `xdotool` and `xprop`
+/// in the sandbox say.
+async fn active_class(provider: &dyn SandboxProvider, id: &flotilla_sandbox::SandboxId) -> String {
+    let out = provider.run(id, r#"xprop -id "$(xdotool getactivewindow)" WM_CLASS"#, Duration::from_secs(10)).await.expect("run");
+    // WM_CLASS(STRING) = "instance", "Class"
+    out.stdout.rsplit('"').nth(1).unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn an_app_not_started_with_the_desktop_opens_takes_the_focus_and_opens_once() {
+    let fixture = desktops();
+    let provider = fixture.provider();
+    let sandbox = provider.create(&request("browser")).await.expect("a browser desktop");
+    let id = &sandbox.id;
+    assert_eq!(active_class(provider, id).await.to_ascii_lowercase(), "chromium");
+    let templates = flotilla_config::TemplatesConfig::default();
+    let firefox = templates.get("browser").and_then(|t| t.app("firefox")).expect("firefox");
+    let opened = provider.run(id, &firefox.open_script(30), Duration::from_secs(40)).await.expect("run");
+    assert_eq!(opened.exit_code, 0, "{opened:?}");
+    assert_eq!(active_class(provider, id).await.to_ascii_lowercase(), "firefox-esr");
+    let chromium = templates.get("browser").and_then(|t| t.app("chromium")).expect("chromium");
+    let focused = provider.run(id, &chromium.open_script(30), Duration::from_secs(40)).await.expect("run");
+    assert_eq!(focused.exit_code, 0, "{focused:?}");
+    assert_eq!(active_class(provider, id).await.to_ascii_lowercase(), "chromium", "an open app is focused, not started again");
+    let again = provider.run(id, &firefox.open_script(30), Duration::from_secs(40)).await.expect("run");
+    assert_eq!(again.stdout, opened.stdout, "the same Firefox window, not a second one");
+    let browsers = provider.run(id, "pgrep -c -x firefox-esr", Duration::from_secs(10)).await.expect("run");
+    assert_eq!(browsers.stdout.trim(), "1", "one Firefox");
+    provider.kill(id).await.expect("kill");
+}
+
+#[tokio::test]
+async fn a_stopped_browser_is_gone_and_opens_again_on_its_profile() {
+    let fixture = desktops();
+    let provider = fixture.provider();
+    let sandbox = provider.create(&request("browser")).await.expect("a browser desktop");
+    let id = &sandbox.id;
+    let templates = flotilla_config::TemplatesConfig::default();
+    let chromium = templates.get("browser").and_then(|t| t.app("chromium")).expect("chromium");
+    let stopped = provider.run(id, &chromium.stop_script(10), Duration::from_secs(20)).await.expect("run");
+    assert_eq!(stopped.exit_code, 0, "{stopped:?}");
+    let left = provider.run(id, "pgrep -c -x chromium", Duration::from_secs(10)).await.expect("run");
+    assert_eq!(left.stdout.trim(), "0", "no Chromium process is left");
+    // What is written while it is down is what it starts on.
+    provider.write_file(id, ".config/chromium/flotilla-marker", b"kept").await.expect("write into the profile");
+    let opened = provider.run(id, &chromium.open_script(30), Duration::from_secs(40)).await.expect("run");
+    assert_eq!(opened.exit_code, 0, "{opened:?}");
+    assert_eq!(active_class(provider, id).await.to_ascii_lowercase(), "chromium");
+    let marker = provider.read_file(id, ".config/chromium/flotilla-marker").await.expect("the profile kept it");
+    assert_eq!(marker, b"kept");
+    provider.kill(id).await.expect("kill");
+}

@@ -40,6 +40,7 @@ mod streams;
 mod telemetry;
 mod templates;
 mod templates_builtin;
+mod templates_config;
 mod tenants;
 mod webhooks;
 mod worker;
@@ -60,9 +61,10 @@ pub use sandboxd::SandboxdConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use templates::{
-    canonical_app_name, program_on_path, App, Template, TemplateFile, TemplatesConfig, CHROMIUM_DEBUGGING_PORT,
-    CHROMIUM_PROFILE_DIR, DEFAULT_TEMPLATE, DOWNLOADS_DIR, TERMINAL_TITLE,
+    canonical_app_name, App, Template, TemplateFile, CHROMIUM_DEBUGGING_PORT, CHROMIUM_PROFILE_DIR, DEFAULT_TEMPLATE,
+    DOWNLOADS_DIR, TERMINAL_TITLE,
 };
+pub use templates_config::{program_on_path, TemplatesConfig};
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
 pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;

@@ -8,7 +8,9 @@
 //! is the wall around the browser. Its profile lives at
 //! `$HOME/.config/chromium`, downloads go to `$HOME/Downloads` without a
 //! prompt, and its DevTools port (9222) listens on the sandbox's own
-//! loopback only (the sandbox has its own network namespace).
+//! loopback only (the sandbox has its own network namespace). For memory
+//! it runs without a zygote (no sandbox to fork into), with the GPU and
+//! network services in the browser process and at most two renderers.
 
 use std::collections::BTreeMap;
 
@@ -53,7 +55,9 @@ pub fn chromium(start: bool) -> App {
          --remote-debugging-port={CHROMIUM_DEBUGGING_PORT} --remote-debugging-address=127.0.0.1 \
          --no-first-run --no-default-browser-check --disable-gpu --ozone-platform=x11 --start-maximized \
          --password-store=basic --disable-background-networking --disable-component-update --disable-sync \
-         --disable-features=Translate,MediaRouter --renderer-process-limit=4 --test-type \
+         --no-zygote --in-process-gpu --disable-extensions --disable-breakpad \
+         --enable-features=NetworkServiceInProcess2 --disable-features=Translate,MediaRouter,OptimizationHints \
+         --renderer-process-limit=2 --test-type \
          \"${{START_URL:-{DEFAULT_START_URL}}}\""
     );
     app("chromium", command, "chromium", start, &["chromium"])

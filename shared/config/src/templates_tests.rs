@@ -1,4 +1,5 @@
 use super::*;
+use crate::templates::canonical_app_name;
 
 fn table(text: &str) -> Option<toml::Value> {
     let parsed: toml::Table = text.parse().expect("toml");
@@ -53,6 +54,8 @@ apps = [{ name = "surf", command = "surf http://example.test", window_class = "s
     let kiosk = config.get("kiosk").expect("kiosk");
     assert_eq!((kiosk.locale.as_str(), kiosk.time_zone.as_str()), ("de_DE.UTF-8", "Europe/Berlin"));
     assert_eq!(kiosk.app("surf").expect("surf").required_programs(), ["surf"]);
+    let exec = App { command: "exec env A=1 surf x".into(), ..kiosk.app("surf").expect("surf").clone() };
+    assert_eq!(exec.required_programs(), ["surf"], "past exec, env and assignments");
     assert_eq!(kiosk.files[0].path, "notes/todo.txt");
 }
 

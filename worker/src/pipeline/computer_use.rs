@@ -52,6 +52,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::journal::{CallState, Journal, Journaler};
+use super::open_app;
 use super::planner::{self, Planned};
 use super::scale::Scale;
 use super::surface::Surface;
@@ -150,7 +151,8 @@ impl ComputerUse {
 
     /// The planner's plan of a `plan: true` task, its tokens counted.
     async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Planned, PipelineError> {
-        let planned = planner::plan(&run.task.spec().prompt, steps, &*self.models.planner(run)?).await?;
+        let apps = open_app::app_names(run);
+        let planned = planner::plan(&run.task.spec().prompt, &apps, steps, &*self.models.planner(run)?).await?;
         steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
         Ok(planned)
     }
@@ -200,6 +202,7 @@ impl ComputerUse {
         let mut surface = self.surface(session).await?;
         let mut usage = planned.usage;
         let mut answers = Vec::with_capacity(planned.plan.steps.len());
+        open_app::open_planned(run, session, &planned.plan.application).await?;
         for (index, step) in planned.plan.steps.iter().enumerate() {
             planner::start_step(run.task.as_ref(), index, step).await?;
             let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);

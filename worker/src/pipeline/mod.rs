@@ -13,6 +13,7 @@ pub mod handle;
 mod held;
 pub mod journal;
 mod kept_watch;
+mod open_app;
 pub mod planner;
 pub mod pricing;
 pub mod providers;

@@ -106,7 +106,7 @@ impl Session {
     /// a desktop shaped like its original's).
     pub async fn open_with(run: &TaskRun, steps: Steps, spec: Option<&SandboxSpec>) -> Result<Self, PipelineError> {
         let pool = sandbox_pool(run)?;
-        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings(), &run.tools.templates)?;
         let claimant = Claimant { task: &run.task };
         let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?;
@@ -121,7 +121,7 @@ impl Session {
     pub async fn reopen(run: &TaskRun, steps: Steps, id: &SandboxId) -> Result<Option<Self>, PipelineError> {
         let pool = sandbox_pool(run)?;
         let spec = run.task.spec().sandbox.as_ref();
-        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings(), &run.tools.templates)?;
         let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let claimant = Claimant { task: &run.task };
         let held = match &choice {
