@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_config::Config;
+use flotilla_config::{Config, ProfileKey};
 use flotilla_config::IsolationConfig;
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
@@ -35,6 +35,8 @@ pub struct Tools {
     pub live: Option<LiveDesktops>,
     /// What model calls cost (the configured price table).
     pub pricing: Arc<Pricing>,
+    /// The key saved browser profiles are sealed with (`FLOTILLA_PROFILE_KEY`).
+    pub profile_key: Option<ProfileKey>,
 }
 
 impl Tools {
@@ -62,7 +64,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing })
+        let profile_key = config.s3.profile_key.clone();
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, profile_key })
     }
 
     /// Ends every pooled sandbox.

@@ -499,6 +499,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         gateway: None,
         live: None,
         pricing: Default::default(),
+        profile_key: None,
     });
     let caps = flotilla_worker::worker::capabilities(&config, &Registry::for_config(&config), &tools);
     let metrics = WorkerMetrics::new();

@@ -22,6 +22,7 @@
 //! image the store does not have.
 
 mod evaluate;
+mod files;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ use super::budget::{self, SandboxClock};
 use super::error::PipelineError;
 use super::handle::TaskHandle;
 use super::held::{Claimant, Held, SandboxChoice};
-use super::TaskRun;
+use super::{TaskRun, Tools};
 use crate::live::{LiveSource, ShowGuard};
 use crate::metrics::WorkerMetrics;
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxLost, SandboxPool, SandboxProvider, Screenshot};
@@ -286,6 +287,7 @@ pub struct Session {
     steps: Steps,
     /// The desktop on show for live views, while the session holds it.
     live: Option<ShowGuard>,
+    tools: Arc<Tools>,
 }
 
 /// The task's screenshots on their way to the store, and the feed that
@@ -338,10 +340,12 @@ impl Session {
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.task)),
             steps,
             live,
+            tools: Arc::clone(&run.tools),
         };
         let announced = session.announce(&held).await;
         session.held = Some(held);
         announced?;
+        session.bring_in().await?;
         session.set_up().await?;
         Ok(session)
     }
@@ -455,9 +459,11 @@ impl Session {
     /// be stored turns the success into an error. Then the sandbox is
     /// settled: released, or kept for a later task when the task asked so.
     /// Before any of it, the task's `check` judges the sandbox (see
-    /// [`evaluate`]).
+    /// [`evaluate`]), then the agent's output files are stored and its
+    /// browser profile saved (see [`files`]).
     pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
         self.check(&result).await;
+        let result = self.take_out(result).await;
         let result = match (result, self.screenshots.take()) {
             (Ok(value), Some(log)) => log.finish().await.map(|()| value),
             (result, Some(log)) => {
