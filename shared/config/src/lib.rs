@@ -9,7 +9,7 @@
 //! `Config` is made of sections, one struct per area, each in its own file
 //! under `config/` with a `load(&Settings)` that reads its variables: `api`,
 //! `worker`, `queue` (read by both), the providers (`sandbox`, `model`, `e2b`,
-//! `s3`), `telemetry`, `tenants`, `streams`, `webhooks` and `limits`. A new area adds a file there, one field here, its
+//! `s3`), `telemetry`, `tenants`, `templates`, `streams`, `webhooks` and `limits`. A new area adds a file there, one field here, its
 //! variables to [`KNOWN_VARS`] and a row to the README's table.
 //!
 //! A TOML file names each setting by its key in [`KNOWN_VARS`], at the top
@@ -38,6 +38,8 @@ mod sandboxd;
 mod scrub;
 mod streams;
 mod telemetry;
+mod templates;
+mod templates_builtin;
 mod tenants;
 mod webhooks;
 mod worker;
@@ -57,6 +59,10 @@ pub use routing::RoutingConfig;
 pub use sandboxd::SandboxdConfig;
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
+pub use templates::{
+    canonical_app_name, program_on_path, App, Template, TemplateFile, TemplatesConfig, CHROMIUM_DEBUGGING_PORT,
+    CHROMIUM_PROFILE_DIR, DEFAULT_TEMPLATE, DOWNLOADS_DIR,
+};
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
 pub use webhooks::WebhooksConfig;
 pub use worker::WorkerConfig;
@@ -227,6 +233,8 @@ pub struct Config {
     pub isolation: IsolationConfig,
     /// Per-tenant weights and limits (`[tenants.<name>]` in the file).
     pub tenants: TenantsConfig,
+    /// Sandbox templates: the built-ins and `[templates.<name>]` in the file.
+    pub templates: TemplatesConfig,
     /// What each model's tokens cost (`[prices."<model>"]` in the file,
     /// over the shipped defaults).
     pub prices: flotilla_types::cost::PriceTable,
@@ -261,8 +269,14 @@ impl Config {
             }
         }
         let mut settings = Settings(settings);
-        let loaded = TenantsConfig::load(tables.tenants, settings.get("FLOTILLA_TENANT_WEIGHTS"))
-            .and_then(|tenants| Ok(Self { tenants, prices: prices::load(tables.prices)?, ..Self::from_settings(&settings)? }));
+        let loaded = TenantsConfig::load(tables.tenants, settings.get("FLOTILLA_TENANT_WEIGHTS")).and_then(|tenants| {
+            Ok(Self {
+                tenants,
+                prices: prices::load(tables.prices)?,
+                templates: TemplatesConfig::load(tables.templates)?,
+                ..Self::from_settings(&settings)?
+            })
+        });
         wipe_secrets(&mut settings.0);
         wipe_secrets(&mut env);
         loaded
@@ -297,6 +311,7 @@ impl Config {
             webhooks: WebhooksConfig::from_settings(s)?,
             isolation: IsolationConfig::from_settings(s)?,
             tenants: TenantsConfig::default(),
+            templates: TemplatesConfig::default(),
             prices: flotilla_types::cost::PriceTable::defaults(),
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
@@ -372,10 +387,12 @@ struct Tables {
     tenants: Option<toml::Value>,
     /// `[prices."<model>"]`.
     prices: Option<toml::Value>,
+    /// `[templates.<name>]`.
+    templates: Option<toml::Value>,
 }
 
-/// The file's flat settings by variable name, and its `tenants` and
-/// `prices` tables.
+/// The file's flat settings by variable name, and its `tenants`,
+/// `prices` and `templates` tables.
 fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Tables), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("FLOTILLA_CONFIG", format!("cannot read {}: {e}", path.display())))?;
@@ -392,6 +409,10 @@ fn read_toml_file(path: &Path) -> Result<(HashMap<String, String>, Tables), Conf
         }
         if key == "prices" {
             tables.prices = Some(value);
+            continue;
+        }
+        if key == "templates" {
+            tables.templates = Some(value);
             continue;
         }
         let toml::Value::Table(section) = value else {

@@ -2,8 +2,9 @@
 //! (`flotilla-sandbox`) and the backends (`flotilla-desktop`,
 //! `flotilla-e2b`) re-exported under one name, and what the worker builds
 //! on them: the warm pool sized by demand, the fleet-wide cap, keeping
-//! leased sandboxes alive, and the in-memory fake for tests above providers.
+//! leased sandboxes alive, opening a template's apps, and the in-memory fake for tests above providers.
 
+pub mod apps;
 mod demand;
 pub mod fleet;
 pub mod keep_alive;
