@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_config::{Config, ProfileKey};
 use flotilla_config::IsolationConfig;
+use flotilla_config::{Config, ProfileKey, TemplatesConfig};
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
@@ -37,6 +37,8 @@ pub struct Tools {
     pub pricing: Arc<Pricing>,
     /// The key saved browser profiles are sealed with (`FLOTILLA_PROFILE_KEY`).
     pub profile_key: Option<ProfileKey>,
+    /// The sandbox templates (what apps each runs).
+    pub templates: TemplatesConfig,
 }
 
 impl Tools {
@@ -64,8 +66,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        let profile_key = config.s3.profile_key.clone();
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, profile_key })
+        let (profile_key, templates) = (config.s3.profile_key.clone(), config.templates.clone());
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, profile_key, templates })
     }
 
     /// Ends every pooled sandbox.

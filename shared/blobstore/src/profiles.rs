@@ -45,7 +45,13 @@ pub enum ProfileError {
 impl BlobStore {
     /// Seals and stores `archive` as `tenant`'s profile `name`, replacing
     /// the one before; returns the sealed size.
-    pub async fn put_profile(&self, key: &ProfileKey, tenant: &TenantId, name: &str, archive: &[u8]) -> Result<u64, ProfileError> {
+    pub async fn put_profile(
+        &self,
+        key: &ProfileKey,
+        tenant: &TenantId,
+        name: &str,
+        archive: &[u8],
+    ) -> Result<u64, ProfileError> {
         let object = self.profile_key(tenant, name)?;
         let sealed = seal(key, tenant, name, archive);
         let size = sealed.len() as u64;

@@ -142,8 +142,9 @@ impl ProfileKey {
     /// Reads a key written as 64 hex digits.
     pub fn from_hex(text: &str) -> Result<Self, ConfigError> {
         let mut key = zeroize::Zeroizing::new([0u8; 32]);
-        hex::decode_to_slice(text.trim(), key.as_mut_slice())
-            .map_err(|_| ConfigError::new("FLOTILLA_PROFILE_KEY", "must be 64 hex digits (32 bytes; `openssl rand -hex 32` makes one)"))?;
+        hex::decode_to_slice(text.trim(), key.as_mut_slice()).map_err(|_| {
+            ConfigError::new("FLOTILLA_PROFILE_KEY", "must be 64 hex digits (32 bytes; `openssl rand -hex 32` makes one)")
+        })?;
         Ok(Self(key))
     }
 

@@ -188,7 +188,10 @@ pub struct SandboxSpec {
     /// browser before the agent starts (a new one when the tenant has none
     /// by this name) and saved back when the task succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}(?![\s\S])", example = "work"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}(?![\s\S])", example = "work")
+    )]
     pub profile: Option<String>,
 }
 

@@ -97,6 +97,7 @@ impl CodeFleet {
             live: None,
             pricing: Default::default(),
             profile_key: None,
+            templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);
         Self { queue: queue(&config).await, _redis: redis, _s3: s3, store, config, api, gateway, pool, worker: Some(worker) }

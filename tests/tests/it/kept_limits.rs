@@ -49,6 +49,7 @@ impl Fleet {
             live: None,
             pricing: Default::default(),
             profile_key: None,
+            templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         let queue = Queue::connect(&config).await.expect("queue connects");

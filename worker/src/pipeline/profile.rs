@@ -15,14 +15,18 @@
 //! screenshot's metadata: only its size is logged, at debug level.
 
 use flotilla_blobstore::{BlobStore, ProfileError};
-use flotilla_config::ProfileKey;
+use flotilla_config::{App, ProfileKey, Template, TemplatesConfig};
 use flotilla_types::ids::TenantId;
 use flotilla_types::task::StopCode;
 use std::time::Duration;
 
 use super::files::blob_failure;
 use super::PipelineError;
+use crate::sandbox::apps::{open_app, stop_app, OpenAppError};
 use crate::sandbox::{SandboxId, SandboxProvider};
+
+/// The app whose profile is saved.
+const BROWSER_APP: &str = "chromium";
 
 /// Chromium's user-data-dir, relative to the sandbox's home.
 pub const PROFILE_DIR: &str = ".config/chromium";
@@ -50,16 +54,34 @@ const LEFT_OUT: [&str; 16] = [
     "Safe Browsing",
     "segmentation_platform",
 ];
+/// How long the browser may take to exit once its windows are closed.
+const CLOSE_WAIT_S: u32 = 10;
 /// How long packing or unpacking may take.
 const PACK_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How the sandbox's browser is stopped and started again: shell scripts
-/// run in the sandbox.
+/// The sandbox's browser, as the profile needs it stopped and started.
 #[derive(Debug, Clone)]
 pub struct BrowserControl {
-    pub stop: String,
-    /// `None` when the sandbox's template does not run the browser itself.
-    pub start: Option<String>,
+    /// The template's Chromium app (the built-in one when the template has
+    /// none: a task may start Chromium itself).
+    pub app: App,
+    /// Whether it is opened again once the profile is in place: when the
+    /// template starts it with the desktop.
+    pub reopen: bool,
+}
+
+impl BrowserControl {
+    /// The Chromium of `template`.
+    pub fn of(template: Option<&Template>) -> Self {
+        match template.and_then(|t| t.app(BROWSER_APP)) {
+            Some(app) => Self { app: app.clone(), reopen: app.start },
+            None => {
+                let builtin = TemplatesConfig::default();
+                let app = builtin.get("browser").and_then(|t| t.app(BROWSER_APP)).cloned();
+                Self { app: app.expect("the built-in browser template has Chromium"), reopen: false }
+            }
+        }
+    }
 }
 
 /// One task's saved profile: where it lives and where it goes.
@@ -81,15 +103,15 @@ impl ProfileSlot<'_> {
             return Ok(());
         };
         tracing::debug!(bytes = archive.len(), "unpacking a saved browser profile");
-        self.run(&self.browser.stop).await?;
+        stop_app(self.provider, self.id, &self.browser.app).await.map_err(app_failure)?;
         self.provider.write_file(self.id, ARCHIVE, &archive).await.map_err(PipelineError::from)?;
         let unpack = format!(
             "rm -rf {PROFILE_DIR} && mkdir -p {PROFILE_DIR} && tar -xzf {ARCHIVE} -C {PROFILE_DIR} --no-same-owner; \
              status=$?; rm -f {ARCHIVE}; exit $status"
         );
         self.run(&unpack).await?;
-        if let Some(start) = &self.browser.start {
-            self.run(start).await?;
+        if self.browser.reopen {
+            open_app(self.provider, self.id, &self.browser.app).await.map_err(app_failure)?;
         }
         Ok(())
     }
@@ -97,7 +119,8 @@ impl ProfileSlot<'_> {
     /// Packs the sandbox's browser profile and saves it under the name;
     /// nothing is saved when the sandbox has no profile folder.
     pub async fn save(&self) -> Result<(), PipelineError> {
-        self.run(&self.browser.stop).await?;
+        self.run(&close_windows_script(&self.browser.app)).await?;
+        stop_app(self.provider, self.id, &self.browser.app).await.map_err(app_failure)?;
         let excludes: String = LEFT_OUT.iter().map(|p| format!(" --exclude='{p}'")).collect();
         let pack = format!(
             "[ -d {PROFILE_DIR} ] || exit 0; mkdir -p \"$(dirname {ARCHIVE})\" && \
@@ -135,6 +158,31 @@ impl ProfileSlot<'_> {
             )));
         }
         Ok(output.stdout)
+    }
+}
+
+/// A script that closes each of the browser's windows as a person would
+/// (Ctrl+Shift+W), and waits up to [`CLOSE_WAIT_S`] for the browser to
+/// exit: only a browser that shuts down this way writes its cookies out
+/// (on a signal Chromium exits without writing them).
+fn close_windows_script(app: &App) -> String {
+    let class = app.window_class.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "");
+    let program = app.required_programs().first().cloned().unwrap_or_default();
+    let program = program.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_' && c != '.', "");
+    format!(
+        "export DISPLAY=\"${{DISPLAY:-:0}}\"; \
+         for w in $(xdotool search --onlyvisible --class '{class}' 2>/dev/null); do \
+           xdotool windowactivate --sync \"$w\" 2>/dev/null; xdotool key --clearmodifiers ctrl+shift+w 2>/dev/null; \
+         done; \
+         i=0; while pgrep -x '{program}' >/dev/null 2>&1 && [ $i -lt {polls} ]; do sleep 0.1; i=$((i+1)); done; true",
+        polls = CLOSE_WAIT_S * 10
+    )
+}
+
+fn app_failure(error: OpenAppError) -> PipelineError {
+    match error {
+        OpenAppError::Sandbox(e) => PipelineError::from(e),
+        other => PipelineError::Retryable(format!("the browser around a saved profile: {other}")),
     }
 }
 

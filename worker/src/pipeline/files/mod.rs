@@ -65,9 +65,8 @@ pub async fn place_inputs(
             Ok(files.len())
         }
         TaskFiles::S3 { s3_prefix } => {
-            let blobs = blobs.ok_or_else(|| {
-                problem("files.s3_prefix needs the blob store on the worker (set FLOTILLA_S3_BUCKET)")
-            })?;
+            let blobs =
+                blobs.ok_or_else(|| problem("files.s3_prefix needs the blob store on the worker (set FLOTILLA_S3_BUCKET)"))?;
             copy_from_store(place, s3_prefix, blobs, tenant).await
         }
     }

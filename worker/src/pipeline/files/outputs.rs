@@ -45,6 +45,15 @@ pub struct Selection {
     pub left_out: Vec<(Listed, &'static str)>,
 }
 
+/// Makes `~/outbox/`, so the agent finds it there.
+pub async fn make_outbox(provider: &dyn SandboxProvider, id: &SandboxId) -> Result<(), PipelineError> {
+    let output = provider.run(id, &format!("mkdir -p {}", OUTPUT_DIRS[0]), LIST_TIMEOUT).await.map_err(PipelineError::from)?;
+    if !output.success() {
+        return Err(PipelineError::Retryable(format!("could not make the outbox: {}", output.stderr.trim())));
+    }
+    Ok(())
+}
+
 /// Lists, stores and announces the task's outputs; returns how many were
 /// stored.
 pub async fn store_outputs(

@@ -16,11 +16,13 @@ use crate::pipeline::files::{self, outputs, Place};
 use crate::pipeline::profile::{BrowserControl, ProfileSlot};
 
 impl Session {
-    /// Places the task's input files, then loads its saved browser profile.
+    /// Makes the outbox, places the task's input files, then loads its
+    /// saved browser profile.
     pub(super) async fn bring_in(&self) -> Result<(), PipelineError> {
         let spec = self.task.spec();
         let (provider, id) = self.sandbox()?;
         let (provider, id) = (Arc::clone(provider), id.clone());
+        self.guard(outputs::make_outbox(provider.as_ref(), &id)).await?;
         if let Some(task_files) = spec.files.as_ref().filter(|_| spec.pipeline != Some(Pipeline::ClaudeCode)) {
             let place = Place { provider: provider.as_ref(), id: &id, dir: "" };
             self.guard(files::place_inputs(place, task_files, self.tools.blobs.as_ref(), self.task.tenant())).await?;
@@ -87,13 +89,9 @@ impl Session {
         Ok(ProfileSlot { provider, id, blobs, key, tenant: self.task.tenant(), name, browser })
     }
 
-    /// How the sandbox's Chromium is stopped and started again.
+    /// The Chromium of the task's template.
     fn browser_control(&self) -> BrowserControl {
-        BrowserControl {
-            stop: "pkill -TERM -x chromium 2>/dev/null; i=0; while pgrep -x chromium >/dev/null 2>&1 && [ $i -lt 100 ]; \
-                   do sleep 0.1; i=$((i+1)); done; pkill -KILL -x chromium 2>/dev/null; true"
-                .into(),
-            start: None,
-        }
+        let template = self.task.spec().sandbox.as_ref().and_then(|s| s.template.as_deref());
+        BrowserControl::of(self.tools.templates.resolve(template))
     }
 }
