@@ -105,6 +105,14 @@ APT_TOOLS=(
   "xdpyinfo:x11-utils"
   "netstat:net-tools"
   "websockify:python3-websockify"
+  # The built-in sandbox templates' apps (shared/config/src/templates_builtin.rs):
+  # `browser` (Chromium above, Firefox ESR beside it) and `office`
+  # (LibreOffice Calc and Writer, a file manager, a text editor); the
+  # worker opens apps in a sandbox with xdotool.
+  "firefox-esr:firefox-esr"
+  "soffice:libreoffice-calc"
+  "pcmanfm:pcmanfm"
+  "mousepad:mousepad"
 )
 
 # Packages that install no command, checked with dpkg: the sandbox
@@ -113,10 +121,32 @@ APT_PACKAGES=(
   "fonts-dejavu-core"
   # The noVNC page the API serves for live views (/usr/share/novnc).
   "novnc"
+  # The `office` template's writer (Calc brings soffice above); not the
+  # whole `libreoffice` suite.
+  "libreoffice-calc"
+  "libreoffice-writer"
 )
+
+# The Debian packages the templates of the config file named by
+# FLOTILLA_CONFIG list (`[templates.<name>] packages = [...]`), one a line.
+configured_template_packages() {
+  [ -n "${FLOTILLA_CONFIG:-}" ] && [ -f "$FLOTILLA_CONFIG" ] || return 0
+  command -v python3 >/dev/null 2>&1 || return 0
+  python3 - "$FLOTILLA_CONFIG" <<'PY'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    config = tomllib.load(f)
+for template in (config.get("templates") or {}).values():
+    for package in template.get("packages") or []:
+        print(package)
+PY
+}
 
 ensure_apt_packages() {
   local entry cmd pkg missing=()
+  while IFS= read -r pkg; do
+    [ -n "$pkg" ] && APT_PACKAGES+=("$pkg")
+  done < <(configured_template_packages)
   for entry in "${APT_TOOLS[@]}"; do
     cmd=${entry%%:*}
     pkg=${entry#*:}

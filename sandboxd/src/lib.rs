@@ -100,7 +100,11 @@ impl Sandboxd {
         }
         let leftovers = LocalProvider::sweep(&settings.root).await;
         tracing::info!(?leftovers, root = %settings.root.display(), "swept what a previous host left");
-        let local_config = LocalConfig { root: settings.root.clone(), ..LocalConfig::from_settings(&config.isolation) };
+        let local_config = LocalConfig {
+            root: settings.root.clone(),
+            templates: config.templates.clone(),
+            ..LocalConfig::from_settings(&config.isolation)
+        };
         let local = LocalProvider::start(local_config).await.map_err(|e| StartError::Desktops(e.to_string()))?;
         let root = settings.root.clone();
         Self::listen(settings, Desktops::new(local, root, false), None).await
@@ -133,6 +137,7 @@ impl Sandboxd {
         let local = LocalProvider::new(LocalConfig {
             root: root.clone(),
             egress_exceptions: options.internet,
+            templates: config.templates.clone(),
             ..LocalConfig::from_settings(&config.isolation)
         });
         Self::listen(config.sandboxd, Desktops::new(local, root, true), Some(key)).await.expect("a test host starts")

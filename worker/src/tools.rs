@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_config::IsolationConfig;
-use flotilla_config::{Config, ProfileKey, TemplatesConfig};
+use flotilla_config::{Config, ProfileKey};
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
@@ -35,10 +34,10 @@ pub struct Tools {
     pub live: Option<LiveDesktops>,
     /// What model calls cost (the configured price table).
     pub pricing: Arc<Pricing>,
+    /// The sandbox templates: which apps each has, and E2B's ids for them.
+    pub templates: Arc<flotilla_config::TemplatesConfig>,
     /// The key saved browser profiles are sealed with (`FLOTILLA_PROFILE_KEY`).
     pub profile_key: Option<ProfileKey>,
-    /// The sandbox templates (what apps each runs).
-    pub templates: TemplatesConfig,
 }
 
 impl Tools {
@@ -66,8 +65,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        let (profile_key, templates) = (config.s3.profile_key.clone(), config.templates.clone());
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, profile_key, templates })
+        let (templates, profile_key) = (Arc::new(config.templates.clone()), config.s3.profile_key.clone());
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates, profile_key })
     }
 
     /// Ends every pooled sandbox.
@@ -83,7 +82,7 @@ impl Tools {
 
 async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
-        SandboxProviderKind::Local => Ok(Arc::new(local_provider(&config.isolation).await?)),
+        SandboxProviderKind::Local => Ok(Arc::new(local_provider(config).await?)),
         SandboxProviderKind::E2b => {
             let key = config
                 .e2b
@@ -97,8 +96,8 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
 }
 
 /// The local provider, refused when its jail does not work here.
-async fn local_provider(settings: &IsolationConfig) -> anyhow::Result<LocalProvider> {
-    let config = LocalConfig::from_settings(settings);
+async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
+    let config = LocalConfig { templates: config.templates.clone(), ..LocalConfig::from_settings(&config.isolation) };
     LocalProvider::start(config)
         .await
         .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))

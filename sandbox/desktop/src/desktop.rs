@@ -7,9 +7,10 @@
 //! belong to a network namespace, so no jailed sandbox can reach one. With
 //! isolation, the [jail](super::jail)'s namespace holder and network come up
 //! while Xvfb starts. openbox says it is ready through its `--startup`
-//! command; the terminal's jail is built meanwhile and its xterm starts on a
-//! word from the worker once openbox runs; it is ready once openbox manages a
-//! mapped window with its title. Every wait is for a signal, with a
+//! command; meanwhile the template's files are placed and its start-up
+//! [apps](super::apps)' jails are built, and the apps start on a word from
+//! the worker once openbox runs; the desktop is ready once openbox manages a
+//! mapped window of each app's class. Every wait is for a signal, with a
 //! deadline. All processes join the Xvfb's process group and carry the
 //! sandbox's marker, so teardown finds them all.
 
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
+use super::apps;
 use super::display::Display;
 use super::dns::DnsServer;
 use super::identity::{HostUser, Slot};
@@ -32,14 +34,11 @@ use super::network;
 use super::process::{self, Signal};
 use super::record::RecordFile;
 use super::xauth::Cookie;
+use flotilla_config::Template;
 use flotilla_sandbox::SandboxError;
 
-/// The title of the terminal every desktop starts with.
-pub const TERMINAL_TITLE: &str = "flotilla-terminal";
 /// What openbox prints once it manages the screen.
 const WM_READY: &str = "flotilla-wm-ready";
-/// How often the terminal's window is looked for.
-const WINDOW_POLL: Duration = Duration::from_millis(10);
 /// How long teardown keeps killing before it gives up on a process.
 const KILL_TIMEOUT: Duration = Duration::from_secs(3);
 /// The most one stream of a sandbox program adds to its log on the host.
@@ -55,12 +54,13 @@ pub(crate) struct Desktop {
 }
 
 /// Starts the jail (with `jail` settings) or nothing (without), Xvfb,
-/// openbox and a terminal for sandbox `marker` in `dir`.
+/// openbox and `template`'s start-up apps for sandbox `marker` in `dir`.
 pub(crate) async fn start(
     marker: &str,
     dir: &Path,
     resolution: (u32, u32),
     jail: Option<&JailSettings>,
+    template: &Template,
     timeout: Duration,
 ) -> Result<Desktop, SandboxError> {
     let home = dir.join("home");
@@ -105,7 +105,8 @@ pub(crate) async fn start(
         None => None,
     };
     let jail_took = started.elapsed();
-    let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls };
+    let env = apps::environment(template);
+    let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls, env };
     // The display server starts while the network comes up: it needs the
     // namespaces, not the routes.
     let mut network = Vec::new();
@@ -131,7 +132,7 @@ pub(crate) async fn start(
         (Ok(xvfb), Ok(dns)) => {
             processes.dns = dns;
             processes.adopt_server(xvfb);
-            bring_up(&mut processes, &launcher, &cookie, &logs, deadline).await
+            bring_up(&mut processes, &launcher, template, &cookie, &logs, deadline).await
         }
         (Ok(xvfb), Err(error)) => {
             processes.adopt_server(xvfb);
@@ -263,6 +264,7 @@ async fn wait_for_display(announced: Option<ChildStdout>, log: &Path, deadline: 
 async fn bring_up(
     processes: &mut Processes,
     launcher: &Launcher,
+    template: &Template,
     cookie: &Cookie,
     logs: &Path,
     deadline: Instant,
@@ -280,63 +282,19 @@ async fn bring_up(
     let mut openbox = spawn_in_group(&mut openbox, processes.pgid, &logs.join("openbox.log"), true)?;
     let stdout = openbox.stdout.take();
     processes.adopt(openbox);
-    // The terminal's jail is built while the window manager starts; the
-    // terminal itself waits for the word on its stdin, so the window
-    // manager places its window as it would any other.
-    let mut terminal = terminal_command(launcher);
-    terminal.stdin(Stdio::piped());
-    let mut terminal = spawn_in_group(&mut terminal, processes.pgid, &logs.join("xterm.log"), false)?;
-    let go = terminal.stdin.take();
-    processes.adopt(terminal);
+    // The apps' jails are built and the template's files placed while the
+    // window manager starts; the apps themselves wait for their word, so
+    // the window manager places their windows as it would any other.
+    let waiting = apps::spawn_startup(processes, launcher, template, logs)?;
     let wm_ready = read_line_until(stdout, |line| line.trim() == WM_READY, deadline);
-    let (display, ready) = tokio::join!(connect, wm_ready);
+    let (display, ready, placed) = tokio::join!(connect, wm_ready, apps::place_files(launcher, template));
     let display = Arc::new(display?);
+    placed?;
     if ready.is_none() {
         return Err(SandboxError::Unavailable(format!("openbox did not start: {}", log_tail(&logs.join("openbox.log")))));
     }
-    if let Some(mut go) = go {
-        // A terminal that is already gone shows in the wait below.
-        let _ = go.write_all(b"go\n").await;
-    }
-    loop {
-        let probe = Arc::clone(&display);
-        let found = tokio::task::spawn_blocking(move || probe.find_client(TERMINAL_TITLE))
-            .await
-            .map_err(|e| SandboxError::Display(e.to_string()))??;
-        if found.is_some() {
-            return Ok(display);
-        }
-        if Instant::now() >= deadline {
-            return Err(SandboxError::Unavailable(format!("the terminal did not appear: {}", log_tail(&logs.join("xterm.log")))));
-        }
-        tokio::time::sleep(WINDOW_POLL).await;
-    }
-}
-
-/// The sandbox's terminal: a maximized xterm running a clean interactive
-/// bash, started by a shell that first waits for one line on its stdin.
-fn terminal_command(launcher: &Launcher) -> Command {
-    let xterm = [
-        "xterm",
-        "-title",
-        TERMINAL_TITLE,
-        "-maximized",
-        "+bc",
-        "-fa",
-        "Monospace",
-        "-fs",
-        "11",
-        "-sl",
-        "2000",
-        "-e",
-        "bash",
-        "--noprofile",
-        "--norc",
-        "-i",
-    ];
-    let mut args = vec!["-c", r#"read -r go && exec "$@""#, "terminal"];
-    args.extend(xterm);
-    launcher.command("sh", &args)
+    apps::release_and_wait(&display, waiting, deadline).await?;
+    Ok(display)
 }
 
 pub(crate) fn spawn_in_group(
@@ -395,7 +353,7 @@ fn note(written: std::io::Result<()>) {
 }
 
 /// The last line of a log, to say why a program did not start.
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_owned()
 }

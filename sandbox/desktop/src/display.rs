@@ -43,7 +43,6 @@ pub(crate) struct Display {
     changes: Option<Watch>,
     keyboard: Mutex<Keyboard>,
     client_list: xproto::Atom,
-    net_wm_name: xproto::Atom,
 }
 
 fn x_error(error: impl std::fmt::Display) -> SandboxError {
@@ -73,22 +72,11 @@ impl Display {
         let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
         let keyboard = Keyboard::load(&conn)?;
         let client_list = intern(&conn, "_NET_CLIENT_LIST")?;
-        let net_wm_name = intern(&conn, "_NET_WM_NAME")?;
         let changes = Watch::start(display, cookie).unwrap_or_else(|e| {
             tracing::debug!(error = %e, "no damage reports; settling compares screenshots");
             None
         });
-        Ok(Self {
-            conn,
-            root,
-            width,
-            height,
-            capture: Mutex::new(capture),
-            changes,
-            keyboard: Mutex::new(keyboard),
-            client_list,
-            net_wm_name,
-        })
+        Ok(Self { conn, root, width, height, capture: Mutex::new(capture), changes, keyboard: Mutex::new(keyboard), client_list })
     }
 
     /// The screen's size in pixels.
@@ -263,9 +251,13 @@ impl Display {
         Ok(codes)
     }
 
-    /// The top-level windows the window manager manages that are mapped and
-    /// titled `title`.
-    pub fn find_client(&self, title: &str) -> Result<Option<Window>, SandboxError> {
+    /// A mapped top-level window the window manager manages whose
+    /// `WM_CLASS` instance or class is `class` (any case).
+    pub fn find_class(&self, class: &str) -> Result<Option<Window>, SandboxError> {
+        self.find_managed(|window| self.has_class(window, class))
+    }
+
+    fn find_managed(&self, matches: impl Fn(Window) -> Result<bool, SandboxError>) -> Result<Option<Window>, SandboxError> {
         let list = self
             .conn
             .get_property(false, self.root, self.client_list, AtomEnum::WINDOW, 0, 1024)
@@ -276,7 +268,7 @@ impl Display {
             return Ok(None);
         };
         for window in windows {
-            if !self.has_title(window, title)? {
+            if !matches(window)? {
                 continue;
             }
             let Ok(attributes) = self.conn.get_window_attributes(window).map_err(x_error)?.reply() else {
@@ -289,20 +281,27 @@ impl Display {
         Ok(None)
     }
 
-    /// Whether `window` is titled `title`, in `_NET_WM_NAME` or `WM_NAME`.
-    fn has_title(&self, window: Window, title: &str) -> Result<bool, SandboxError> {
-        for property in [self.net_wm_name, AtomEnum::WM_NAME.into()] {
-            let name = self
-                .conn
-                .get_property(false, window, property, AtomEnum::ANY, 0, 256)
-                .map_err(x_error)?
-                .reply()
-                .map_err(x_error)?;
-            if name.value == title.as_bytes() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+    /// Asks the window manager to activate `window` (raise and focus it), as
+    /// a pager would (`_NET_ACTIVE_WINDOW`), and waits for the server to
+    /// take the request.
+    pub fn activate(&self, window: Window) -> Result<(), SandboxError> {
+        let active = intern(&self.conn, "_NET_ACTIVE_WINDOW")?;
+        // Source 2: a pager, which window managers obey without focus-stealing checks.
+        let event = xproto::ClientMessageEvent::new(32, window, active, [2u32, 0, 0, 0, 0]);
+        let mask = xproto::EventMask::SUBSTRUCTURE_REDIRECT | xproto::EventMask::SUBSTRUCTURE_NOTIFY;
+        self.conn.send_event(false, self.root, mask, event).map_err(x_error)?;
+        self.sync()
+    }
+
+    /// Whether `window`'s `WM_CLASS` names `class` as its instance or class.
+    fn has_class(&self, window: Window, class: &str) -> Result<bool, SandboxError> {
+        let reply = self
+            .conn
+            .get_property(false, window, AtomEnum::WM_CLASS, AtomEnum::STRING, 0, 256)
+            .map_err(x_error)?
+            .reply()
+            .map_err(x_error)?;
+        Ok(reply.value.split(|b| *b == 0).any(|part| part.eq_ignore_ascii_case(class.as_bytes())))
     }
 
     fn check_point(&self, x: u32, y: u32) -> Result<(), SandboxError> {

@@ -68,13 +68,15 @@ const TUN_DEVICE: &str = "/dev/net/tun";
 pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Host files a sandbox may read under `/etc`: CA certificates, fonts, the
-/// dynamic linker's cache, alternatives links, time zone, desktop settings.
+/// dynamic linker's cache, alternatives links, time zone, desktop settings,
+/// the template apps' own settings (Chromium, Firefox ESR, LibreOffice).
 const HOST_ETC: &[&str] = &[
     "alternatives",
     "ca-certificates",
     "ca-certificates.conf",
     "chromium",
     "chromium.d",
+    "firefox-esr",
     "fonts",
     "gai.conf",
     "gtk-3.0",
@@ -82,6 +84,7 @@ const HOST_ETC: &[&str] = &[
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
+    "libreoffice",
     "localtime",
     "magic",
     "mime.types",

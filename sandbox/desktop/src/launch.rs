@@ -42,6 +42,9 @@ pub(crate) struct Launcher {
     pub xauthority: PathBuf,
     /// The walls, or none with `Isolation::None`.
     pub jail: Option<Jail>,
+    /// What the sandbox's template adds to every program's environment
+    /// (its locale, time zone and own variables), over the defaults.
+    pub env: Vec<(String, String)>,
 }
 
 impl Launcher {
@@ -85,6 +88,7 @@ impl Launcher {
             .env("DISPLAY", format!(":{}", self.display))
             .env("XAUTHORITY", xauthority)
             .env(MARKER_VAR, &self.marker)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.home)
             .stdin(Stdio::null())
             .kill_on_drop(true);

@@ -1,7 +1,9 @@
 //! The local sandbox provider: a real desktop per sandbox on this machine.
 //! Each sandbox is its own Xvfb display (picked free by the server), openbox,
-//! and a maximized xterm titled `flotilla-terminal` running a clean bash; a
-//! home under `root/<id>`; one process group; every program but the display
+//! and its [template](flotilla_config::Template)'s start-up apps (the
+//! `desktop` template's: a maximized xterm titled `flotilla-terminal`
+//! running a clean bash; `browser`: Chromium; `office`: LibreOffice); a
+//! home under `root/<id>` with the template's files; one process group; every program but the display
 //! server inside the sandbox's [jail](jail) (own network with egress to the
 //! internet only, own user without capabilities, seccomp, a minimal view of
 //! the host). A provider whose jail does not work here refuses to start: it
@@ -18,6 +20,7 @@
 //! sandboxes; a worker that dies, even by SIGKILL, takes its desktops with
 //! it, and the next one on the host sweeps what is left (see [`record`]).
 
+mod apps;
 mod capture;
 mod damage;
 mod desktop;
@@ -41,6 +44,8 @@ mod probe;
 pub mod process;
 mod record;
 mod seccomp;
+#[cfg(test)]
+mod template_tests;
 #[cfg(test)]
 mod tests;
 mod xauth;
@@ -68,12 +73,12 @@ use flotilla_sandbox::{
     Screenshot,
 };
 
-pub use self::desktop::TERMINAL_TITLE;
 pub use self::egress::{Ipv4Net, Network};
 pub use self::launch::Isolation;
 pub use self::limits::SandboxLimits;
 pub use self::owned::Desktops;
 pub use self::record::Leftovers;
+pub use flotilla_config::TERMINAL_TITLE;
 
 /// The smallest and largest screens a local sandbox may have.
 /// The longest life a sandbox may be given at once.
@@ -87,8 +92,6 @@ const MAX_FILE_SIZE: usize = 256 * 1024 * 1024;
 const MAX_TOMBSTONES: usize = 4096;
 /// The port of the gateway forwarder inside a sandbox's own network.
 const GATEWAY_PORT: u16 = 4780;
-/// The one template: a desktop with a terminal.
-const DESKTOP_TEMPLATE: &str = "desktop";
 
 /// Settings of the local provider.
 #[derive(Debug, Clone)]
@@ -117,6 +120,8 @@ pub struct LocalConfig {
     pub key_delay: Duration,
     /// How long a desktop may take to come up.
     pub start_timeout: Duration,
+    /// The templates sandboxes are made from (`None` in a request: `desktop`).
+    pub templates: flotilla_config::TemplatesConfig,
 }
 
 impl LocalConfig {
@@ -161,6 +166,7 @@ impl Default for LocalConfig {
             kill_grace: Duration::from_millis(200),
             key_delay: Duration::ZERO,
             start_timeout: Duration::from_secs(15),
+            templates: flotilla_config::TemplatesConfig::default(),
         }
     }
 }
@@ -269,7 +275,10 @@ impl LocalProvider {
     /// that cannot isolate sandboxes on this machine is refused with the
     /// reason, so a worker refuses to start rather than run agents unjailed.
     /// First it [sweeps](Self::sweep) the desktops of workers that are gone.
+    /// A template whose apps need a program this host lacks is refused
+    /// first, in one line naming the template and the program.
     pub async fn start(config: LocalConfig) -> Result<Self, SandboxError> {
+        config.templates.check_installed(flotilla_config::program_on_path).map_err(SandboxError::Unavailable)?;
         Self::sweep(&config.root).await.report();
         let provider = Self::new(config);
         if provider.inner.config.isolation == Isolation::Full {
@@ -365,7 +374,7 @@ impl LocalProvider {
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
-        check_request(request)?;
+        let template = check_request(request, &self.inner.config.templates)?;
         let inner = &self.inner;
         let jail = match inner.config.isolation {
             Isolation::Full => Some(inner.check_jail().await?),
@@ -374,7 +383,8 @@ impl LocalProvider {
         let id = SandboxId::parse(&format!("local-{:016x}", rand::random::<u64>()))?;
         let dir = inner.config.root.join(id.as_str());
         let started = Instant::now();
-        let desktop = desktop::start(id.as_str(), &dir, request.resolution, jail.as_ref(), inner.config.start_timeout).await?;
+        let timeout = inner.config.start_timeout;
+        let desktop = desktop::start(id.as_str(), &dir, request.resolution, jail.as_ref(), template, timeout).await?;
         let sandbox = Arc::new(LocalSandbox {
             id: id.clone(),
             resolution: desktop.display.size(),
@@ -720,14 +730,20 @@ impl SandboxProvider for LocalProvider {
     }
 }
 
-fn check_request(request: &SandboxRequest) -> Result<(), SandboxError> {
+/// The request's template, once the request is one this provider serves.
+fn check_request<'t>(
+    request: &SandboxRequest,
+    templates: &'t flotilla_config::TemplatesConfig,
+) -> Result<&'t flotilla_config::Template, SandboxError> {
     request.check(MAX_TIMEOUT)?;
-    match request.template.as_deref() {
-        None | Some(DESKTOP_TEMPLATE) => Ok(()),
-        Some(other) => Err(SandboxError::InvalidRequest(format!(
-            "unknown local template {other:?}; the one template is {DESKTOP_TEMPLATE:?}"
-        ))),
-    }
+    templates.resolve(request.template.as_deref()).ok_or_else(|| {
+        let known: Vec<&str> = templates.iter().map(|t| t.name.as_str()).collect();
+        SandboxError::InvalidRequest(format!(
+            "unknown local template {:?}; the templates are {}",
+            request.template.as_deref().unwrap_or_default(),
+            known.join(", ")
+        ))
+    })
 }
 
 fn check_path(path: &str) -> Result<(), SandboxError> {

@@ -8024,7 +8024,7 @@ class TaskRecord(BaseModel):
     )
     attempts: conint(ge=0, le=4294967295)
     batch_id: constr(pattern=r'^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    code: Literal['done', 'ambiguity', 'human-intervention', 'sensitive-action', 'problem', 'cancelled', 'budget'] | None = (
+    code: Literal['done', 'ambiguity', 'human-intervention', 'sensitive-action', 'problem', 'cancelled', 'budget', 'app-unavailable'] | None = (
         None
     )
     created_at: str

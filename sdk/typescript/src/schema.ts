@@ -4806,7 +4806,7 @@ export interface components {
          * @description Why a task stopped or waits.
          * @enum {string}
          */
-        StopCode: "done" | "ambiguity" | "human-intervention" | "sensitive-action" | "problem" | "cancelled" | "budget";
+        StopCode: "done" | "ambiguity" | "human-intervention" | "sensitive-action" | "problem" | "cancelled" | "budget" | "app-unavailable";
         /** @description The answer to a takeover. */
         TakenOver: {
             /** @description Always `human-intervention`. */

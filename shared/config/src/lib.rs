@@ -61,7 +61,7 @@ pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use templates::{
     canonical_app_name, program_on_path, App, Template, TemplateFile, TemplatesConfig, CHROMIUM_DEBUGGING_PORT,
-    CHROMIUM_PROFILE_DIR, DEFAULT_TEMPLATE, DOWNLOADS_DIR,
+    CHROMIUM_PROFILE_DIR, DEFAULT_TEMPLATE, DOWNLOADS_DIR, TERMINAL_TITLE,
 };
 pub use tenants::{Rate, TenantSettings, TenantsConfig, DEFAULT_MAX_QUEUED, DEFAULT_MAX_SCHEDULES};
 pub use webhooks::WebhooksConfig;

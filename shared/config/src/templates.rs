@@ -350,7 +350,10 @@ impl Template {
         }
         for key in self.env.keys() {
             let ok = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok || matches!(key.as_str(), "HOME" | "DISPLAY" | "XAUTHORITY" | "PATH") {
+            if !ok
+                || key.starts_with("FLOTILLA_")
+                || matches!(key.as_str(), "HOME" | "DISPLAY" | "XAUTHORITY" | "PATH" | "TMPDIR")
+            {
                 return Err(ConfigError::new(&var("env"), format!("{key:?} cannot be set by a template")));
             }
         }

@@ -615,11 +615,14 @@ pub enum StopCode {
     Cancelled,
     /// The task crossed its `budget` (tokens, sandbox-seconds or dollars).
     Budget,
+    /// The planner named an application the task's sandbox template does
+    /// not have (or it would not open).
+    AppUnavailable,
 }
 
 impl StopCode {
     /// Every stop code.
-    pub const ALL: [StopCode; 7] = [
+    pub const ALL: [StopCode; 8] = [
         StopCode::Done,
         StopCode::Ambiguity,
         StopCode::HumanIntervention,
@@ -627,6 +630,7 @@ impl StopCode {
         StopCode::Problem,
         StopCode::Cancelled,
         StopCode::Budget,
+        StopCode::AppUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -638,6 +642,7 @@ impl StopCode {
             StopCode::Problem => "problem",
             StopCode::Cancelled => "cancelled",
             StopCode::Budget => "budget",
+            StopCode::AppUnavailable => "app-unavailable",
         }
     }
 

@@ -48,6 +48,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
+use super::open_app;
 use super::planner::{self, Planned};
 use super::scale::Scale;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
@@ -103,7 +104,10 @@ impl PipelineRunner for ComputerUse {
             let steps = Steps::new(run);
             let spec = run.task.spec();
             let planned = match spec.plan {
-                Some(true) => Some(planner::plan(&spec.prompt, &steps, &*self.models.planner(run)?).await?),
+                Some(true) => {
+                    let apps = open_app::app_names(run);
+                    Some(planner::plan(&spec.prompt, &apps, &steps, &*self.models.planner(run)?).await?)
+                }
                 _ => None,
             };
             if let Some(planned) = &planned {
@@ -135,6 +139,7 @@ impl ComputerUse {
         let scale = Scale::fit(session.resolution(), self.target);
         let mut usage = planned.usage;
         let mut answers = Vec::with_capacity(planned.plan.steps.len());
+        open_app::open_planned(run, session, &planned.plan.application).await?;
         for (index, step) in planned.plan.steps.iter().enumerate() {
             planner::start_step(run.task.as_ref(), index, step).await?;
             let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);

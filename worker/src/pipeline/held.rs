@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_config::TenantSettings;
+use flotilla_config::{TemplatesConfig, TenantSettings};
 use flotilla_types::task::{SandboxProviderKind, SandboxSpec, StopCode};
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
@@ -47,11 +47,13 @@ pub(crate) enum SandboxChoice {
 impl SandboxChoice {
     /// The choice the task's `sandbox` field makes, checked against this
     /// worker's provider and the tenant's settings (a template must be
-    /// among its `sandbox_templates`).
+    /// among its `sandbox_templates`). On E2B a template's name becomes
+    /// the E2B template id it maps to (`e2b_template`).
     pub(crate) fn of(
         spec: Option<&SandboxSpec>,
         provider: SandboxProviderKind,
         tenant: &TenantSettings,
+        templates: &TemplatesConfig,
     ) -> Result<Self, PipelineError> {
         let mut request = SandboxRequest::default();
         let Some(spec) = spec else {
@@ -69,6 +71,11 @@ impl SandboxChoice {
             return Err(problem(format!("sandbox.template: {template:?} is not one of this tenant's sandbox templates")));
         }
         request.template.clone_from(&spec.template);
+        if provider == SandboxProviderKind::E2b {
+            if let Some(template) = spec.template.as_deref().and_then(|name| templates.get(name)) {
+                request.template = Some(template.e2b_template_id().to_owned());
+            }
+        }
         if let Some([w, h]) = spec.resolution {
             request.resolution = (w, h);
         }
@@ -307,7 +314,8 @@ mod tests {
 
     #[test]
     fn no_sandbox_field_asks_for_a_default_sandbox() {
-        let choice = SandboxChoice::of(None, SandboxProviderKind::Local, &TenantSettings::default()).expect("choice");
+        let choice = SandboxChoice::of(None, SandboxProviderKind::Local, &TenantSettings::default(), &TemplatesConfig::default())
+            .expect("choice");
         assert_eq!(choice, SandboxChoice::New { request: SandboxRequest::default(), keep_alive: false });
     }
 
@@ -317,6 +325,7 @@ mod tests {
             Some(&spec(serde_json::json!({"id": "local-1", "timeout_s": 60}))),
             SandboxProviderKind::Local,
             &TenantSettings::default(),
+            &TemplatesConfig::default(),
         )
         .expect("choice");
         let id = SandboxId::parse("local-1").expect("id");
@@ -327,7 +336,8 @@ mod tests {
     fn keep_alive_and_the_shape_are_read() {
         let spec = spec(serde_json::json!({"resolution": [800, 600], "keep_alive": true}));
         let SandboxChoice::New { request, keep_alive } =
-            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default()).expect("choice")
+            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default(), &TemplatesConfig::default())
+                .expect("choice")
         else {
             panic!("a new sandbox");
         };
@@ -341,7 +351,7 @@ mod tests {
             (serde_json::json!({"id": "../x"}), SandboxProviderKind::Local),
             (serde_json::json!({"provider": "e2b"}), SandboxProviderKind::Local),
         ] {
-            let result = SandboxChoice::of(Some(&spec(json)), provider, &TenantSettings::default());
+            let result = SandboxChoice::of(Some(&spec(json)), provider, &TenantSettings::default(), &TemplatesConfig::default());
             assert!(matches!(result, Err(PipelineError::Fatal { code: StopCode::Problem, .. })), "{result:?}");
         }
     }
@@ -349,14 +359,15 @@ mod tests {
     #[test]
     fn a_template_must_be_among_the_tenants() {
         let spec = spec(serde_json::json!({"template": "desktop-chrome"}));
-        let refused = SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default());
+        let refused =
+            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &TenantSettings::default(), &TemplatesConfig::default());
         assert!(
             matches!(&refused, Err(PipelineError::Fatal { code: StopCode::Problem, message }) if message.contains("sandbox.template")),
             "{refused:?}"
         );
         let allowed = TenantSettings { sandbox_templates: vec!["desktop-chrome".into()], ..TenantSettings::default() };
         let SandboxChoice::New { request, .. } =
-            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &allowed).expect("choice")
+            SandboxChoice::of(Some(&spec), SandboxProviderKind::Local, &allowed, &TemplatesConfig::default()).expect("choice")
         else {
             panic!("a new sandbox");
         };

@@ -12,6 +12,7 @@ pub mod files;
 pub mod handle;
 mod held;
 mod kept_watch;
+mod open_app;
 pub mod planner;
 pub mod pricing;
 pub mod profile;

@@ -9,7 +9,9 @@
 //! A human who denies ends the task with code `ambiguity`.
 //!
 //! The plan is announced with a `plan` event and stored on the task. The
-//! executor (in `computer_use`) then runs one model conversation per step,
+//! model chooses the application from the task's template's apps; the
+//! executor (in `computer_use`) opens it ([`super::open_app`]) before the
+//! first step, then runs one model conversation per step,
 //! each announced with `step_started` and recorded as `current_step`.
 
 use flotilla_types::event::EventKind;
@@ -70,12 +72,14 @@ pub struct Planned {
 }
 
 /// Plans the task, asking a human when the model finds it ambiguous, and
-/// announces the plan. Waits and model calls run under `steps`' guard.
-pub async fn plan(prompt: &str, steps: &Steps, model: &dyn TextModel) -> Result<Planned, PipelineError> {
+/// announces the plan. `apps` are the applications the task's desktop has
+/// (its template's), told to the model to choose from. Waits and model
+/// calls run under `steps`' guard.
+pub async fn plan(prompt: &str, apps: &[String], steps: &Steps, model: &dyn TextModel) -> Result<Planned, PipelineError> {
     let mut clarifications = Vec::new();
     let mut usage = Usage::default();
     loop {
-        let request = planning_request(prompt, &clarifications);
+        let request = planning_request(prompt, apps, &clarifications);
         let completion = steps.guard(async { model.complete(INSTRUCTIONS, &request).await.map_err(PipelineError::from) }).await?;
         usage += completion.usage;
         match read_plan(&completion.text).map_err(PipelineError::from)? {
@@ -97,9 +101,13 @@ pub async fn plan(prompt: &str, steps: &Steps, model: &dyn TextModel) -> Result<
     }
 }
 
-/// The user message of a planning request: the task and what was clarified.
-fn planning_request(prompt: &str, clarifications: &[Clarification]) -> String {
+/// The user message of a planning request: the task, the desktop's
+/// applications and what was clarified.
+fn planning_request(prompt: &str, apps: &[String], clarifications: &[Clarification]) -> String {
     let mut request = format!("Task: {prompt}");
+    if !apps.is_empty() {
+        request.push_str(&format!("\n\nThe desktop's applications (name one of them): {}", apps.join(", ")));
+    }
     for clarification in clarifications {
         request.push_str(&format!("\n\nYou asked: {}\nThe user answered: {}", clarification.question, clarification.answer));
     }
@@ -265,8 +273,10 @@ mod tests {
     #[test]
     fn a_replanning_request_carries_every_clarification() {
         let clarifications = vec![Clarification { question: "Which file?".into(), answer: "notes.txt".into() }];
-        let request = planning_request("save it", &clarifications);
+        let apps = vec!["chromium".to_owned(), "firefox".to_owned()];
+        let request = planning_request("save it", &apps, &clarifications);
         assert!(request.starts_with("Task: save it"));
+        assert!(request.contains("applications (name one of them): chromium, firefox"), "{request}");
         assert!(request.contains("You asked: Which file?\nThe user answered: notes.txt"));
     }
 

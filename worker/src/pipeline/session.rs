@@ -321,7 +321,7 @@ impl Session {
             });
         };
         let mut steps = steps;
-        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings())?;
+        let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings(), &run.tools.templates)?;
         let claimant = Claimant { task: &run.task };
         let policy = KeepAlivePolicy { stretch: choice.stretch(), until: steps.limits.deadline };
         let runs_until =
