@@ -31,6 +31,34 @@ pub struct Reply {
     pub body: ReplyBody,
     /// How long to wait before answering (to provoke client timeouts).
     pub delay: Duration,
+    /// A gate the answer waits for: the test looks at the fleet while the
+    /// model call is under way, then opens it.
+    pub gate: Option<Gate>,
+}
+
+/// A gate a scripted answer waits behind until the test opens it.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets every answer waiting behind the gate go.
+    pub fn open(&self) {
+        self.0.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+
+    async fn passed(&self) {
+        let _ = self.0.acquire().await;
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -49,15 +77,15 @@ impl Reply {
     }
 
     pub fn status_json(status: u16, body: Value) -> Self {
-        Self { status, headers: Vec::new(), body: ReplyBody::Json(body), delay: Duration::ZERO }
+        Self { status, headers: Vec::new(), body: ReplyBody::Json(body), delay: Duration::ZERO, gate: None }
     }
 
     pub fn sse(events: Vec<(String, String)>) -> Self {
-        Self { status: 200, headers: Vec::new(), body: ReplyBody::Sse(events), delay: Duration::ZERO }
+        Self { status: 200, headers: Vec::new(), body: ReplyBody::Sse(events), delay: Duration::ZERO, gate: None }
     }
 
     pub fn raw(status: u16, text: &str) -> Self {
-        Self { status, headers: Vec::new(), body: ReplyBody::Raw(text.to_owned()), delay: Duration::ZERO }
+        Self { status, headers: Vec::new(), body: ReplyBody::Raw(text.to_owned()), delay: Duration::ZERO, gate: None }
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
@@ -67,6 +95,12 @@ impl Reply {
 
     pub fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The answer waits until `gate` is opened.
+    pub fn behind(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 }
@@ -218,6 +252,9 @@ async fn answer(State(script): State<Arc<Mutex<Script>>>, request: Request) -> R
     let reply = reply.unwrap_or_else(|| {
         Reply::status_json(500, serde_json::json!({"error": {"message": "the fake server's script has no reply left"}}))
     });
+    if let Some(gate) = &reply.gate {
+        gate.passed().await;
+    }
     if !reply.delay.is_zero() {
         // The scripted delay is the fake's behaviour (a slow model), not a wait.
         tokio::time::sleep(reply.delay).await;

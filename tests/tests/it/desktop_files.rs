@@ -7,6 +7,8 @@
 //! it to the outbox, and the stored file opens as a spreadsheet.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use flotilla_blobstore::{content_hash, BlobStore};
 use flotilla_tests::desktop::{DesktopFleet, DesktopOptions};
@@ -16,6 +18,7 @@ use flotilla_tests::{api_key, spawn_api_with_blobs, unique_prefix, ApiClient};
 use flotilla_types::event::{Event, EventKind, FileOp};
 use flotilla_types::ids::TaskId;
 use flotilla_types::task::TaskStatus;
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider};
 use serde_json::{json, Value};
 
 /// The `file` events' paths, with the hash and size each announced.
@@ -89,7 +92,15 @@ async fn sandbox_outputs_are_stored_with_file_events_and_links_are_not_followed(
 async fn sandbox_office_task_saves_a_spreadsheet_that_is_stored_and_opens() {
     let s3 = S3Server::start();
     let store = s3.store(&unique_prefix());
-    let fleet = DesktopFleet::start(DesktopOptions { blobs: Some(store.clone()), ..DesktopOptions::default() }).await;
+    let config = flotilla_tests::config_file("[tenants.acme]\nsandbox_templates = [\"office\"]\n");
+    let local = LocalConfig { start_timeout: Duration::from_secs(30), ..LocalConfig::default() };
+    let options = DesktopOptions {
+        blobs: Some(store.clone()),
+        env: vec![("FLOTILLA_CONFIG", config.to_string_lossy().into_owned())],
+        provider: Some(Arc::new(LocalProvider::new(local))),
+        ..DesktopOptions::default()
+    };
+    let fleet = DesktopFleet::start(options).await;
     let spec = json!({
         "prompt": "make a spreadsheet of fruit and save it to the outbox",
         "pipeline": "scripted",

@@ -61,6 +61,7 @@ mod sdk_typescript;
 mod setup_script;
 mod submit_path;
 mod telemetry;
+mod templates;
 mod tenant_sandboxes;
 mod tenant_templates;
 mod usage;
