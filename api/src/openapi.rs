@@ -374,7 +374,10 @@ mod tests {
             assert!(typed, "{path}: the cursor states its form: {cursor}");
         }
         lists.sort_unstable();
-        assert_eq!(lists, ["/v1/dead", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]);
+        assert_eq!(
+            lists,
+            ["/v1/dead", "/v1/profiles", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::QueryParams;
+use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
 /// A saved browser profile.
@@ -31,10 +33,12 @@ pub struct Profile {
     pub bytes: u64,
 }
 
-/// The tenant's saved browser profiles, by name.
+/// A page of the tenant's saved browser profiles, by name.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProfileList {
     pub profiles: Vec<Profile>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next_cursor: Option<String>,
 }
 
 /// A profile name taken from the path and checked.
@@ -53,23 +57,32 @@ impl<S: Send + Sync> FromRequestParts<S> for ProfileNamePath {
     }
 }
 
-/// List the tenant's saved browser profiles.
+/// List the tenant's saved browser profiles, by name.
 #[utoipa::path(
     get,
     path = "/v1/profiles",
     tag = "profiles",
+    params(PageParams, ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page; empty or absent for the first", pattern = r"^([A-Za-z0-9_-][A-Za-z0-9._-]{0,63})?(?![\s\S])")),
     responses(
-        (status = 200, description = "The tenant's saved profiles, by name", body = ProfileList),
+        (status = 200, description = "One page; follow `next_cursor` until it is absent", body = ProfileList),
+        (status = 400, description = "Bad `limit` or `cursor`", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
         (status = 503, description = "The blob store is unreachable", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
-pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> Result<Json<ProfileList>, ApiError> {
-    let Some(store) = state.blobs() else { return Ok(Json(ProfileList { profiles: Vec::new() })) };
-    let saved = store.list_profiles(&tenant).await.map_err(ApiError::Store)?;
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    QueryParams(params): QueryParams<PageParams>,
+) -> Result<Json<ProfileList>, ApiError> {
+    let limit = params.limit()?;
+    let after = params.cursor(|c| validate_profile_name(c).is_ok().then(|| c.to_owned()))?;
+    let Some(store) = state.blobs() else { return Ok(Json(ProfileList { profiles: Vec::new(), next_cursor: None })) };
+    let (saved, more) = store.list_profiles(&tenant, after.as_deref(), limit).await.map_err(ApiError::Store)?;
+    let next_cursor = more.then(|| saved.last().map(|p| p.name.clone())).flatten();
     let profiles = saved.into_iter().map(|p| Profile { name: p.name, bytes: p.bytes }).collect();
-    Ok(Json(ProfileList { profiles }))
+    Ok(Json(ProfileList { profiles, next_cursor }))
 }
 
 /// Delete one of the tenant's saved browser profiles.

@@ -70,17 +70,28 @@ impl BlobStore {
         }
     }
 
-    /// `tenant`'s saved profiles, by name.
-    pub async fn list_profiles(&self, tenant: &TenantId) -> Result<Vec<ProfileInfo>, BlobError> {
+    /// A page of `tenant`'s saved profiles in key order: at most `limit`
+    /// after the profile named `after`, and whether more follow.
+    pub async fn list_profiles(
+        &self,
+        tenant: &TenantId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<ProfileInfo>, bool), BlobError> {
         let prefix = self.inner.layout.tenant_profiles(tenant);
-        let objects = self.inner.bucket.list(&prefix).await?;
-        Ok(objects
+        let start_after = after.map_or_else(|| prefix.clone(), |name| format!("{prefix}{name}{SEALED}"));
+        let max = i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX);
+        let objects = self.inner.bucket.list_after(&prefix, &start_after, max).await?;
+        let more = objects.len() > limit;
+        let profiles = objects
             .into_iter()
+            .take(limit)
             .filter_map(|o| {
                 let name = o.key.strip_prefix(&prefix)?.strip_suffix(SEALED)?;
                 validate_profile_name(name).is_ok().then(|| ProfileInfo { name: name.to_owned(), bytes: o.size })
             })
-            .collect())
+            .collect();
+        Ok((profiles, more))
     }
 
     /// Deletes `tenant`'s profile `name`; `false` when it had none.

@@ -508,6 +508,7 @@ mod tests {
             ("FLOTILLA_API_KEY_SECRET", secret.to_owned()),
             ("FLOTILLA_ADMIN_KEY", admin.to_owned()),
             ("FLOTILLA_SANDBOXD_KEYS", "e2b_0123456789abcdef".to_owned()),
+            ("FLOTILLA_PROFILE_KEY", "ab".repeat(32)),
             ("FLOTILLA_REDIS_URL", "redis://127.0.0.1:1".to_owned()),
         ]
         .into_iter()

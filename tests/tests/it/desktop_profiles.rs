@@ -171,7 +171,7 @@ async fn sandbox_profile_is_loaded_saved_and_kept_to_its_tenant() {
     // Tenant B naming it gets what an unknown name gets: through the API…
     let globex_client = ApiClient::new(&api, globex_key());
     let (status, listed) = globex_client.get("/v1/profiles").await;
-    assert_eq!((status, listed), (200, json!({"profiles": []})));
+    assert_eq!((status, listed), (200, json!({"profiles": [], "next_cursor": null})));
     let (status, theirs) = globex_client.delete("/v1/profiles/shop").await;
     let (unknown_status, unknown) = globex_client.delete("/v1/profiles/never-saved").await;
     assert_eq!((status, &theirs), (404, &unknown), "as for a name nobody saved");

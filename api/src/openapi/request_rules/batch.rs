@@ -283,7 +283,7 @@ mod tests {
     fn one_branch_per_state_and_one_for_no_defaults() {
         let rules = pipeline_rules(Pipeline::OpenaiCua);
         let branches = rules["oneOf"].as_array().expect("branches");
-        assert_eq!(branches.len(), 3 * 16);
+        assert_eq!(branches.len(), 3 * 8);
         let open: Vec<&Value> = branches.iter().filter(|b| b.get("required").is_none()).collect();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0]["properties"]["defaults"]["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(4));
@@ -294,7 +294,7 @@ mod tests {
     /// add `replay_of` unless it removes `actions`.
     #[test]
     fn a_task_inherits_or_removes_what_defaults_give() {
-        let held = Held { group: &[Pipeline::Scripted], given: [true, false, false, false] };
+        let held = Held { group: &[Pipeline::Scripted], given: [true, false, false] };
         let actions = task_case(&CASES[0], &held, Pipeline::OpenaiCua);
         assert_eq!(actions["required"], json!([]));
         assert_eq!(actions["properties"]["replay_of"], json!({"type": "null"}));
