@@ -27,6 +27,9 @@ use serde_json::{json, Value};
 
 const PROFILE_KEY: &str = "6b1d0e9f3a2c4b5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5";
 
+/// A page served, and the `Cookie` header it came with.
+type Visit = (String, Option<String>);
+
 /// The site: `/login` sets a session cookie and a local-storage item,
 /// `/whoami` records the cookie it was sent, `/seen/{path}` answers 200
 /// once that page was served (what a task's set-up waits on).
@@ -34,7 +37,7 @@ const PROFILE_KEY: &str = "6b1d0e9f3a2c4b5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8
 struct Site {
     secret: String,
     /// Each page served, with the `Cookie` header it came with.
-    visits: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    visits: Arc<Mutex<Vec<Visit>>>,
 }
 
 impl Site {

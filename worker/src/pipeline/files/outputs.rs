@@ -150,8 +150,8 @@ mod tests {
 
     #[test]
     fn listings_keep_odd_names_and_only_the_output_folders() {
-        let listing = "12 outbox/a b.txt\07 Downloads/x\ny.pdf\03 elsewhere/z\05 outboxed/w\0";
-        assert_eq!(parse_listing(listing), vec![listed("outbox/a b.txt", 12), listed("Downloads/x\ny.pdf", 7)]);
+        let listing = ["12 outbox/a b.txt", "7 Downloads/x\ny.pdf", "3 elsewhere/z", "5 outboxed/w", ""].join("\0");
+        assert_eq!(parse_listing(&listing), vec![listed("outbox/a b.txt", 12), listed("Downloads/x\ny.pdf", 7)]);
     }
 
     #[test]
