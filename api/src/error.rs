@@ -58,6 +58,8 @@ pub enum ApiError {
     ViewTokenRefused,
     #[error("the worker holding the task cannot be reached: {0}")]
     WorkerUnreachable(String),
+    #[error(transparent)]
+    Store(flotilla_blobstore::BlobError),
     #[error("{0}")]
     Internal(String),
 }
@@ -154,6 +156,13 @@ impl ApiError {
             }
             ApiError::Hub(HubError::TooManyStreams(_)) => {
                 Reply::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{self}; close one or retry later"))
+            }
+            ApiError::Store(e) if e.is_retryable() => {
+                Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the blob store is unreachable; retry shortly")
+            }
+            ApiError::Store(e) => {
+                tracing::error!(error = %e, "the blob store refused a request");
+                Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE)
             }
             ApiError::Unavailable
             | ApiError::Queue(QueueError::Pool(_) | QueueError::Archive(_))

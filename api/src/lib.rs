@@ -43,7 +43,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::Request;
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use flotilla_blobstore::{BlobConfig, BlobStore};
 use flotilla_config::Config;
@@ -173,6 +173,8 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/v1/webhooks/{id}/rotate-secret", post(routes::webhooks::rotate))
         .route("/v1/webhooks/{id}/deliveries", get(routes::webhooks::deliveries))
         .route("/v1/webhooks/{id}/deliveries/{msg_id}/retry", post(routes::webhooks::retry))
+        .route("/v1/profiles", get(routes::profiles::list))
+        .route("/v1/profiles/{name}", delete(routes::profiles::delete))
         .route("/v1/queues", get(routes::queues::stats))
         .route("/v1/dead", get(routes::queues::dead))
         .route("/v1/dead/{id}/retry", post(routes::queues::retry))

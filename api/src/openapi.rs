@@ -21,8 +21,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::routes::{
-    batch_events, batch_report, batches, events, feed_events, mcp, ops, queues, schedules, takeover, tasks, usage, views,
-    webhook_listen, webhooks,
+    batch_events, batch_report, batches, events, feed_events, mcp, ops, profiles, queues, schedules, takeover, tasks, usage,
+    views, webhook_listen, webhooks,
 };
 use crate::state::AppState;
 use crate::{auth, dashboard};
@@ -62,6 +62,8 @@ use crate::{auth, dashboard};
         webhooks::deliveries,
         webhooks::retry,
         webhook_listen::listen,
+        profiles::list,
+        profiles::delete,
         queues::stats,
         queues::dead,
         queues::retry,
@@ -141,6 +143,8 @@ use crate::{auth, dashboard};
         webhooks::EndpointPage,
         webhooks::DeliveryPage,
         webhooks::SecretRotated,
+        profiles::Profile,
+        profiles::ProfileList,
     )),
     modifiers(&BearerAuth, &ScheduleRules, &ReadKeys),
     tags(
@@ -149,6 +153,7 @@ use crate::{auth, dashboard};
         (name = "schedules", description = "Cron rules that enqueue a task at each due time"),
         (name = "usage", description = "What the caller's tenant used per day, and its limits"),
         (name = "webhooks", description = "Signed callbacks (Standard Webhooks) for task and batch outcomes, with a delivery log"),
+        (name = "profiles", description = "Saved browser profiles: listed and deleted (tasks load and save them with `sandbox.profile`)"),
         (name = "queues", description = "Queue figures and the dead-letter list"),
         (name = "operations", description = "Health, readiness, metrics, this document, the dashboard page"),
         (name = "mcp", description = "The Model Context Protocol server over streamable HTTP, for MCP clients"),
@@ -369,7 +374,10 @@ mod tests {
             assert!(typed, "{path}: the cursor states its form: {cursor}");
         }
         lists.sort_unstable();
-        assert_eq!(lists, ["/v1/dead", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]);
+        assert_eq!(
+            lists,
+            ["/v1/dead", "/v1/profiles", "/v1/schedules", "/v1/tasks", "/v1/webhooks", "/v1/webhooks/{id}/deliveries"]
+        );
     }
 
     #[test]

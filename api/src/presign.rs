@@ -1,5 +1,6 @@
 //! Presigned links for what a task stored: its screenshots (listed from its
-//! `screenshot` events, latest attempt only) and its artifacts. Signing is
+//! `screenshot` events, latest attempt only), its files (from its `file`
+//! events, likewise) and its artifacts. Signing is
 //! local, so a task page costs no request to the store. Without a configured
 //! store the list is still given, without URLs.
 
@@ -10,7 +11,8 @@ use serde_json::{json, Value};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Fills in the task's `screenshots` and the `url` of each artifact.
+/// Fills in the task's `screenshots`, its `files` and the `url` of each
+/// artifact.
 pub async fn attach_urls(state: &AppState, task: &mut TaskRecord) -> Result<(), ApiError> {
     let shots = state.queue().reader().screenshots(&task.tenant, &task.id).await?;
     let store = state.blobs();
@@ -20,6 +22,17 @@ pub async fn attach_urls(state: &AppState, task: &mut TaskRecord) -> Result<(), 
         listed.push(json!({ "seq": shot.seq, "hash": shot.hash, "key": shot.key, "url": url }));
     }
     task.screenshots = listed;
+    let files = state.queue().reader().files(&task.tenant, &task.id).await?;
+    let mut listed = Vec::with_capacity(files.len());
+    for file in files {
+        let key = store.and_then(|s| s.layout().artifact(&task.id, &file.path).ok());
+        let url = match &key {
+            Some(key) => presign(store, key, state).await,
+            None => Value::Null,
+        };
+        listed.push(json!({ "path": file.path, "hash": file.hash, "bytes": file.bytes, "key": key, "url": url }));
+    }
+    task.files = listed;
     let artifacts = task.result.as_mut().and_then(|r| r.get_mut("artifacts")).and_then(Value::as_array_mut);
     for artifact in artifacts.into_iter().flatten() {
         let Some(key) = artifact.get("key").and_then(Value::as_str).map(str::to_owned) else { continue };

@@ -36,6 +36,9 @@ pub struct Task {
     pub sandbox: Option<Sandbox>,
     #[serde(deserialize_with = "or_none")]
     pub screenshots: Option<Vec<Screenshot>>,
+    /// The files the latest attempt stored, as the server lists them.
+    #[serde(deserialize_with = "or_none")]
+    pub files: Option<Vec<Value>>,
     #[serde(deserialize_with = "or_none")]
     pub result: Option<TaskResult>,
     pub error: Option<String>,
@@ -212,6 +215,7 @@ mod tests {
             plan: Some(json!({"application": "xterm", "steps": ["a", "b"]})),
             sandbox: Some(json!({"provider": "local", "id": "sbx-1", "stream_url": null})),
             screenshots: vec![json!({"seq": 4, "hash": "h", "key": "k", "url": "http://s3/k"})],
+            files: vec![json!({"path": "outbox/a.txt", "hash": "h2", "bytes": 3, "key": "k3", "url": "http://s3/k3"})],
             result: Some(json!({"text": "done", "artifacts": [{"path": "a.txt", "key": "k2"}]})),
             error: Some("none".into()),
             verdict: Some(flotilla_types::eval::Verdict::Passed),
@@ -257,6 +261,7 @@ mod tests {
             "plan",
             "sandbox",
             "screenshots",
+            "files",
             "result",
             "error",
             "verdict",

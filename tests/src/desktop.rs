@@ -63,7 +63,8 @@ impl DesktopFleet {
             gateway: None,
             live: None,
             pricing: Default::default(),
-            templates: Default::default(),
+            profile_key: config.s3.profile_key.clone(),
+            templates: Arc::new(config.templates.clone()),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
         Self { queue: queue(&config).await, pool, config, worker: Some(worker), _redis: redis }

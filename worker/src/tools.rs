@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_config::Config;
+use flotilla_config::{Config, ProfileKey};
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
@@ -36,6 +36,8 @@ pub struct Tools {
     pub pricing: Arc<Pricing>,
     /// The sandbox templates: which apps each has, and E2B's ids for them.
     pub templates: Arc<flotilla_config::TemplatesConfig>,
+    /// The key saved browser profiles are sealed with (`FLOTILLA_PROFILE_KEY`).
+    pub profile_key: Option<ProfileKey>,
 }
 
 impl Tools {
@@ -63,8 +65,8 @@ impl Tools {
         }
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
-        let templates = Arc::new(config.templates.clone());
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates })
+        let (templates, profile_key) = (Arc::new(config.templates.clone()), config.s3.profile_key.clone());
+        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates, profile_key })
     }
 
     /// Ends every pooled sandbox.

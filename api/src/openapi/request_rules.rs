@@ -5,8 +5,8 @@
 //! each pipeline takes.
 //!
 //! A task spec is valid for one pipeline at a time: `actions` or
-//! `replay_of` (one of them) only with `scripted`, `files` and
-//! `continue_task` only with `claude-code`. A spec without `pipeline` runs
+//! `replay_of` (one of them) only with `scripted`, `continue_task` only
+//! with `claude-code` (`files` go with every pipeline). A spec without `pipeline` runs
 //! on the configured default pipeline (`FLOTILLA_DEFAULT_PIPELINE`), so it
 //! follows that pipeline's rules; the document is rendered for the server's
 //! configuration and says which default it was rendered for. The request
@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 mod batch;
 
 /// The spec fields whose use depends on the pipeline.
-const PIPELINE_FIELDS: [&str; 4] = ["actions", "replay_of", "files", "continue_task"];
+const PIPELINE_FIELDS: [&str; 3] = ["actions", "replay_of", "continue_task"];
 
 /// One case of a spec: the pipelines it covers, the pipeline fields it
 /// takes and those of them it needs.
@@ -39,7 +39,7 @@ struct Case {
 const CASES: [Case; 4] = [
     Case { pipelines: &[Pipeline::Scripted], takes: &["actions"], needs: &["actions"] },
     Case { pipelines: &[Pipeline::Scripted], takes: &["replay_of"], needs: &["replay_of"] },
-    Case { pipelines: &[Pipeline::ClaudeCode], takes: &["files", "continue_task"], needs: &[] },
+    Case { pipelines: &[Pipeline::ClaudeCode], takes: &["continue_task"], needs: &[] },
     Case {
         pipelines: &[Pipeline::OpenaiCua, Pipeline::ClaudeComputerUse, Pipeline::GeminiComputerUse, Pipeline::Browser],
         takes: &[],
@@ -268,11 +268,11 @@ fn sandbox_rules(sandbox: &mut Value, templates: Option<&[String]>) {
     set(sandbox, "/properties/timeout_s", json!({"minimum": 10, "maximum": 86_400}));
 }
 
-/// A claude-code task's input files: a prefix in S3 (`s3_prefix` alone), or
+/// A task's input files: a prefix in S3 (`s3_prefix` alone), or
 /// inline contents by relative path (not empty, not absolute, no `..` part).
 fn task_files() -> Value {
     json!({
-        "description": "Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).",
+        "description": "Input files placed in the sandbox before the agent starts (in the home directory; a claude-code task's in its work directory): inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).",
         "anyOf": [
             {"type": "object", "required": ["s3_prefix"], "properties": {"s3_prefix": {"type": "string"}},
              "additionalProperties": false},
@@ -290,7 +290,7 @@ fn submission(spec: &Value, default: Pipeline, absent: &[&str], description: &st
     );
     let description = format!(
         "{description} Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with \
-         `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default \
+         `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default \
          pipeline, `{}`, and follows its rules.",
         default.as_str()
     );

@@ -9,6 +9,7 @@ pub mod feed_events;
 pub mod mcp;
 pub mod ops;
 pub mod paging;
+pub mod profiles;
 pub mod queues;
 pub mod schedules;
 pub mod sse;

@@ -500,6 +500,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         gateway: None,
         live: None,
         pricing: Default::default(),
+        profile_key: None,
         templates: Default::default(),
     });
     let caps = flotilla_worker::worker::capabilities(&config, &Registry::for_config(&config), &tools);

@@ -211,7 +211,6 @@ class Tasks(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -222,7 +221,6 @@ class Tasks1(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -242,7 +240,6 @@ class Tasks3(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -267,7 +264,6 @@ class Tasks4(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -278,7 +274,6 @@ class Tasks5(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -298,7 +293,6 @@ class Tasks7(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -317,7 +311,6 @@ class Defaults2(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -328,7 +321,6 @@ class Tasks8(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: None
 
@@ -339,7 +331,6 @@ class Tasks9(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str | None = None
 
@@ -359,7 +350,6 @@ class Tasks11(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -378,7 +368,6 @@ class Defaults3(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -389,7 +378,6 @@ class Tasks12(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: None
 
@@ -400,7 +388,6 @@ class Tasks13(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None = None
     replay_of: str | None = None
 
@@ -420,7 +407,6 @@ class Tasks15(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -438,8 +424,7 @@ class Defaults4(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
+    continue_task: str
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -449,8 +434,7 @@ class Tasks16(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -460,8 +444,7 @@ class Tasks17(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -480,8 +463,7 @@ class Tasks19(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -499,8 +481,7 @@ class Defaults5(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
+    continue_task: str
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -510,8 +491,7 @@ class Tasks20(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: None = Field(None)
 
@@ -521,8 +501,7 @@ class Tasks21(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -541,8 +520,7 @@ class Tasks23(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -560,8 +538,7 @@ class Defaults6(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
+    continue_task: str
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -571,8 +548,7 @@ class Tasks24(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: None
 
@@ -582,8 +558,7 @@ class Tasks25(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: str | None = None
 
@@ -602,8 +577,7 @@ class Tasks27(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -621,8 +595,7 @@ class Defaults7(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
+    continue_task: str
     pipeline: Literal['scripted'] | None = None
     replay_of: str
 
@@ -632,8 +605,7 @@ class Tasks28(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: None
 
@@ -643,8 +615,7 @@ class Tasks29(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None = None
     replay_of: str | None = None
 
@@ -663,8 +634,7 @@ class Tasks31(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -682,9 +652,8 @@ class Defaults8(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -693,9 +662,8 @@ class Tasks32(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
 
@@ -704,9 +672,8 @@ class Tasks33(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: str
 
 
@@ -715,7 +682,7 @@ class Tasks34(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None = Field(None)
 
 
@@ -724,8 +691,7 @@ class Tasks35(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
+    continue_task: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -743,9 +709,8 @@ class Defaults9(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -754,9 +719,8 @@ class Tasks36(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
 
@@ -765,9 +729,8 @@ class Tasks37(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: str
 
 
@@ -776,7 +739,7 @@ class Tasks38(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None = Field(None)
 
 
@@ -785,8 +748,7 @@ class Tasks39(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None
-    files: None = Field(None)
+    continue_task: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -804,9 +766,8 @@ class Defaults10(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['claude-code']
     replay_of: str
 
 
@@ -815,9 +776,8 @@ class Tasks40(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: None
 
 
@@ -826,9 +786,8 @@ class Tasks41(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
 
@@ -837,7 +796,7 @@ class Tasks42(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None
 
 
@@ -846,8 +805,7 @@ class Tasks43(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
+    continue_task: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -865,9 +823,8 @@ class Defaults11(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['claude-code']
     replay_of: str
 
 
@@ -876,9 +833,8 @@ class Tasks44(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: None
 
 
@@ -887,9 +843,8 @@ class Tasks45(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None = None
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
 
@@ -898,7 +853,7 @@ class Tasks46(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None
 
 
@@ -907,8 +862,7 @@ class Tasks47(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None
-    files: None = Field(None)
+    continue_task: None = Field(None)
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -927,8 +881,7 @@ class Defaults12(BaseModel):
     )
     actions: None = Field(None)
     continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -938,8 +891,7 @@ class Tasks48(BaseModel):
     )
     actions: list[Any]
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
 
@@ -949,8 +901,7 @@ class Tasks49(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: str
 
 
@@ -959,7 +910,7 @@ class Tasks50(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None = Field(None)
 
 
@@ -969,7 +920,6 @@ class Tasks51(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None
-    files: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -988,8 +938,7 @@ class Defaults13(BaseModel):
     )
     actions: list[Any]
     continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -999,8 +948,7 @@ class Tasks52(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
 
@@ -1010,8 +958,7 @@ class Tasks53(BaseModel):
     )
     actions: None
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: str
 
 
@@ -1020,7 +967,7 @@ class Tasks54(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None = Field(None)
 
 
@@ -1030,7 +977,6 @@ class Tasks55(BaseModel):
     )
     actions: None
     continue_task: None
-    files: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
@@ -1049,8 +995,7 @@ class Defaults14(BaseModel):
     )
     actions: None = Field(None)
     continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: str
 
 
@@ -1060,8 +1005,7 @@ class Tasks56(BaseModel):
     )
     actions: list[Any]
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: None
 
 
@@ -1071,8 +1015,7 @@ class Tasks57(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
 
@@ -1081,7 +1024,7 @@ class Tasks58(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None
 
 
@@ -1091,7 +1034,6 @@ class Tasks59(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None
-    files: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -1110,8 +1052,7 @@ class Defaults15(BaseModel):
     )
     actions: list[Any]
     continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: str
 
 
@@ -1121,8 +1062,7 @@ class Tasks60(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: None
 
 
@@ -1132,8 +1072,7 @@ class Tasks61(BaseModel):
     )
     actions: None
     continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None = None
+    pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
 
@@ -1142,7 +1081,7 @@ class Tasks62(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code']
+    pipeline: Literal['claude-code'] | None = None
     replay_of: None
 
 
@@ -1152,7 +1091,6 @@ class Tasks63(BaseModel):
     )
     actions: None
     continue_task: None
-    files: None
     pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None
 
@@ -1171,8 +1109,7 @@ class Defaults16(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1182,7 +1119,6 @@ class Tasks64(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
@@ -1193,7 +1129,6 @@ class Tasks65(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: str
 
@@ -1203,7 +1138,7 @@ class Tasks66(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -1213,8 +1148,9 @@ class Tasks67(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None = Field(None)
 
 
@@ -1232,8 +1168,7 @@ class Defaults17(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1243,7 +1178,6 @@ class Tasks68(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
@@ -1254,7 +1188,6 @@ class Tasks69(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: str
 
@@ -1264,7 +1197,7 @@ class Tasks70(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -1274,8 +1207,9 @@ class Tasks71(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None = Field(None)
 
 
@@ -1293,8 +1227,7 @@ class Defaults18(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -1304,7 +1237,6 @@ class Tasks72(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: None
 
@@ -1315,7 +1247,6 @@ class Tasks73(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
@@ -1325,7 +1256,7 @@ class Tasks74(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None
 
 
@@ -1335,8 +1266,9 @@ class Tasks75(BaseModel):
     )
     actions: None = Field(None)
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None
 
 
@@ -1354,8 +1286,7 @@ class Defaults19(BaseModel):
     )
     actions: list[Any]
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -1365,7 +1296,6 @@ class Tasks76(BaseModel):
     )
     actions: list[Any] | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: None
 
@@ -1376,7 +1306,6 @@ class Tasks77(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
     pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
@@ -1386,7 +1315,7 @@ class Tasks78(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None
 
 
@@ -1396,8 +1325,9 @@ class Tasks79(BaseModel):
     )
     actions: None
     continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None
 
 
@@ -1414,9 +1344,8 @@ class Defaults20(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
+    continue_task: str
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1425,8 +1354,7 @@ class Tasks80(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
@@ -1436,8 +1364,7 @@ class Tasks81(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: str
 
@@ -1447,7 +1374,7 @@ class Tasks82(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -1456,9 +1383,10 @@ class Tasks83(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    continue_task: None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None = Field(None)
 
 
@@ -1475,9 +1403,8 @@ class Defaults21(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
+    continue_task: str
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: None = Field(None)
 
 
@@ -1486,8 +1413,7 @@ class Tasks84(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: None = Field(None)
 
@@ -1497,8 +1423,7 @@ class Tasks85(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: str
 
@@ -1508,7 +1433,7 @@ class Tasks86(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None = Field(None)
 
 
@@ -1517,9 +1442,10 @@ class Tasks87(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    continue_task: None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None = Field(None)
 
 
@@ -1536,9 +1462,8 @@ class Defaults22(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
+    continue_task: str
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -1547,8 +1472,7 @@ class Tasks88(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: None
 
@@ -1558,8 +1482,7 @@ class Tasks89(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
@@ -1569,7 +1492,7 @@ class Tasks90(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None
 
 
@@ -1578,9 +1501,10 @@ class Tasks91(BaseModel):
         extra='allow',
     )
     actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    continue_task: None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None
 
 
@@ -1597,9 +1521,8 @@ class Defaults23(BaseModel):
         extra='allow',
     )
     actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
+    continue_task: str
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
     replay_of: str
 
 
@@ -1608,8 +1531,7 @@ class Tasks92(BaseModel):
         extra='allow',
     )
     actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: None
 
@@ -1619,8 +1541,7 @@ class Tasks93(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
+    continue_task: None
     pipeline: Literal['scripted'] | None
     replay_of: str | None = None
 
@@ -1630,7 +1551,7 @@ class Tasks94(BaseModel):
         extra='allow',
     )
     actions: None
-    pipeline: Literal['claude-code'] | None = None
+    pipeline: Literal['claude-code']
     replay_of: None
 
 
@@ -1639,9 +1560,10 @@ class Tasks95(BaseModel):
         extra='allow',
     )
     actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
+    continue_task: None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
+        None
+    )
     replay_of: None
 
 
@@ -1651,1502 +1573,6 @@ class BatchRequest24(BaseModel):
     )
     defaults: Defaults23
     tasks: list[Tasks92 | Tasks93 | Tasks94 | Tasks95] | None = None
-
-
-class Defaults24(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks96(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks97(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks98(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None = Field(None)
-
-
-class Tasks99(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class BatchRequest25(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults24
-    tasks: list[Tasks96 | Tasks97 | Tasks98 | Tasks99] | None = None
-
-
-class Defaults25(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks100(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks101(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks102(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None = Field(None)
-
-
-class Tasks103(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class BatchRequest26(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults25
-    tasks: list[Tasks100 | Tasks101 | Tasks102 | Tasks103] | None = None
-
-
-class Defaults26(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: str
-
-
-class Tasks104(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks105(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks106(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None
-
-
-class Tasks107(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None
-
-
-class BatchRequest27(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults26
-    tasks: list[Tasks104 | Tasks105 | Tasks106 | Tasks107] | None = None
-
-
-class Defaults27(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: str
-
-
-class Tasks108(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks109(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks110(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None
-
-
-class Tasks111(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None
-
-
-class BatchRequest28(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults27
-    tasks: list[Tasks108 | Tasks109 | Tasks110 | Tasks111] | None = None
-
-
-class Defaults28(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks112(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks113(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks114(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None = Field(None)
-
-
-class Tasks115(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class BatchRequest29(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults28
-    tasks: list[Tasks112 | Tasks113 | Tasks114 | Tasks115] | None = None
-
-
-class Defaults29(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks116(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks117(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks118(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None = Field(None)
-
-
-class Tasks119(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class BatchRequest30(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults29
-    tasks: list[Tasks116 | Tasks117 | Tasks118 | Tasks119] | None = None
-
-
-class Defaults30(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
-    replay_of: str
-
-
-class Tasks120(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks121(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks122(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None
-
-
-class Tasks123(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None
-
-
-class BatchRequest31(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults30
-    tasks: list[Tasks120 | Tasks121 | Tasks122 | Tasks123] | None = None
-
-
-class Defaults31(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['claude-code']
-    replay_of: str
-
-
-class Tasks124(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks125(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks126(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code'] | None = None
-    replay_of: None
-
-
-class Tasks127(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None
-
-
-class BatchRequest32(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults31
-    tasks: list[Tasks124 | Tasks125 | Tasks126 | Tasks127] | None = None
-
-
-class Defaults32(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks128(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks129(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks130(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks131(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest33(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults32
-    tasks: list[Tasks128 | Tasks129 | Tasks130 | Tasks131] | None = None
-
-
-class Defaults33(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks132(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks133(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks134(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks135(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest34(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults33
-    tasks: list[Tasks132 | Tasks133 | Tasks134 | Tasks135] | None = None
-
-
-class Defaults34(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks136(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks137(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks138(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks139(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest35(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults34
-    tasks: list[Tasks136 | Tasks137 | Tasks138 | Tasks139] | None = None
-
-
-class Defaults35(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks140(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks141(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks142(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks143(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest36(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults35
-    tasks: list[Tasks140 | Tasks141 | Tasks142 | Tasks143] | None = None
-
-
-class Defaults36(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks144(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks145(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks146(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks147(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest37(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults36
-    tasks: list[Tasks144 | Tasks145 | Tasks146 | Tasks147] | None = None
-
-
-class Defaults37(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks148(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks149(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks150(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks151(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest38(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults37
-    tasks: list[Tasks148 | Tasks149 | Tasks150 | Tasks151] | None = None
-
-
-class Defaults38(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks152(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks153(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks154(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks155(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest39(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults38
-    tasks: list[Tasks152 | Tasks153 | Tasks154 | Tasks155] | None = None
-
-
-class Defaults39(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None = Field(None)
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks156(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks157(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks158(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks159(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None = Field(None)
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest40(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults39
-    tasks: list[Tasks156 | Tasks157 | Tasks158 | Tasks159] | None = None
-
-
-class Defaults40(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks160(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks161(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks162(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks163(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest41(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults40
-    tasks: list[Tasks160 | Tasks161 | Tasks162 | Tasks163] | None = None
-
-
-class Defaults41(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks164(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks165(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks166(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks167(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest42(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults41
-    tasks: list[Tasks164 | Tasks165 | Tasks166 | Tasks167] | None = None
-
-
-class Defaults42(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks168(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks169(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks170(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks171(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest43(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults42
-    tasks: list[Tasks168 | Tasks169 | Tasks170 | Tasks171] | None = None
-
-
-class Defaults43(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks172(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks173(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks174(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks175(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None = Field(None)
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest44(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults43
-    tasks: list[Tasks172 | Tasks173 | Tasks174 | Tasks175] | None = None
-
-
-class Defaults44(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks176(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks177(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks178(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks179(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest45(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults44
-    tasks: list[Tasks176 | Tasks177 | Tasks178 | Tasks179] | None = None
-
-
-class Defaults45(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: None = Field(None)
-
-
-class Tasks180(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None = Field(None)
-
-
-class Tasks181(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str
-
-
-class Tasks182(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None = Field(None)
-
-
-class Tasks183(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None = Field(None)
-
-
-class BatchRequest46(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults45
-    tasks: list[Tasks180 | Tasks181 | Tasks182 | Tasks183] | None = None
-
-
-class Defaults46(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks184(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks185(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks186(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks187(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None = Field(None)
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest47(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults46
-    tasks: list[Tasks184 | Tasks185 | Tasks186 | Tasks187] | None = None
-
-
-class Defaults47(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any]
-    continue_task: str
-    files: dict[str, Any]
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']
-    replay_of: str
-
-
-class Tasks188(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: list[Any] | None = None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: None
-
-
-class Tasks189(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['scripted'] | None
-    replay_of: str | None = None
-
-
-class Tasks190(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    pipeline: Literal['claude-code']
-    replay_of: None
-
-
-class Tasks191(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    actions: None
-    continue_task: None
-    files: None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser'] | None = (
-        None
-    )
-    replay_of: None
-
-
-class BatchRequest48(BaseModel):
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    defaults: Defaults47
-    tasks: list[Tasks188 | Tasks189 | Tasks190 | Tasks191] | None = None
 
 
 class Task(BaseModel):
@@ -3912,6 +2338,39 @@ class NewEndpoint(BaseModel):
     """
 
 
+class Profile(BaseModel):
+    """
+    A saved browser profile.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    bytes: conint(ge=0, le=18446744073709551615)
+    """
+    The size of the sealed profile in the store.
+    """
+    name: str = Field(..., examples=['work'])
+    """
+    The name tasks give as `sandbox.profile`.
+    """
+
+
+class ProfileList(BaseModel):
+    """
+    A page of the tenant's saved browser profiles, by name.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    next_cursor: str | None = None
+    """
+    Pass as `cursor` for the next page; absent on the last.
+    """
+    profiles: list[Profile]
+
+
 class RateLimit(BaseModel):
     """
     The tenant's submit rate.
@@ -3968,6 +2427,19 @@ class SandboxSpec(BaseModel):
         | None
     ) = None
     keep_alive: bool | None = None
+    profile: (
+        constr(
+            pattern=r'^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}(?![\s\S])',
+            min_length=1,
+            max_length=64,
+        )
+        | None
+    ) = Field(None, examples=['work'])
+    """
+    A saved browser profile of the task's tenant: loaded into the
+    browser before the agent starts (a new one when the tenant has none
+    by this name) and saved back when the task succeeds.
+    """
     provider: Literal['local', 'e2b'] | None = None
     resolution: tuple[conint(ge=320, le=7680), conint(ge=200, le=4320)] | None = None
     """
@@ -4059,7 +2531,7 @@ class SseFrame(BaseModel):
 
 class TaskFiles1(BaseModel):
     """
-    Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).
+    Input files placed in the sandbox before the agent starts (in the home directory; a claude-code task's in its work directory): inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents).
     """
 
     model_config = ConfigDict(
@@ -4392,6 +2864,19 @@ class Sandbox(BaseModel):
         | None
     ) = None
     keep_alive: bool | None = None
+    profile: (
+        constr(
+            pattern=r'^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}(?![\s\S])',
+            min_length=1,
+            max_length=64,
+        )
+        | None
+    ) = Field(None, examples=['work'])
+    """
+    A saved browser profile of the task's tenant: loaded into the
+    browser before the agent starts (a new one when the tenant has none
+    by this name) and saved back when the task succeeds.
+    """
     provider: Literal['local', 'e2b'] | None = None
     resolution: tuple[conint(ge=320, le=7680), conint(ge=200, le=4320)] | None = None
     """
@@ -5459,7 +3944,7 @@ class TaskSpec(BaseModel):
 
 class TaskSubmission1(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5470,7 +3955,9 @@ class TaskSubmission1(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: (
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
     ) = None
@@ -5506,7 +3993,7 @@ class TaskSubmission1(BaseModel):
 
 class TaskSubmission2(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5517,7 +4004,9 @@ class TaskSubmission2(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: (
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
     ) = None
@@ -5556,7 +4045,7 @@ class TaskSubmission2(BaseModel):
 
 class TaskSubmission3(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5605,7 +4094,7 @@ class TaskSubmission3(BaseModel):
 
 class TaskSubmission4(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5616,7 +4105,9 @@ class TaskSubmission4(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: (
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
     ) = None
@@ -5652,7 +4143,7 @@ class TaskSubmission4(BaseModel):
 
 class TaskSubmission5(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5663,7 +4154,9 @@ class TaskSubmission5(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: (
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
     ) = None
@@ -5699,7 +4192,7 @@ class TaskSubmission5(BaseModel):
 
 class TaskSubmission6(BaseModel):
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -5710,7 +4203,9 @@ class TaskSubmission6(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: (
         constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=255) | None
     ) = None
@@ -5759,7 +4254,7 @@ class TaskSubmission(
 ):
     root: TaskSubmission1 | TaskSubmission2 | TaskSubmission3 | TaskSubmission4 | TaskSubmission5 | TaskSubmission6
     """
-    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
 
@@ -6021,7 +4516,7 @@ class ScheduleList(BaseModel):
 
 class ScheduledTask1(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6032,7 +4527,9 @@ class ScheduledTask1(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: None = Field(None)
     max_duration_s: conint(ge=1, le=86400) | None = None
     max_steps: conint(ge=1, le=10000) | None = None
@@ -6066,7 +4563,7 @@ class ScheduledTask1(BaseModel):
 
 class ScheduledTask2(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6077,7 +4574,9 @@ class ScheduledTask2(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: None = Field(None)
     max_duration_s: conint(ge=1, le=86400) | None = None
     max_steps: conint(ge=1, le=10000) | None = None
@@ -6114,7 +4613,7 @@ class ScheduledTask2(BaseModel):
 
 class ScheduledTask3(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6161,7 +4660,7 @@ class ScheduledTask3(BaseModel):
 
 class ScheduledTask4(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6172,7 +4671,9 @@ class ScheduledTask4(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: None = Field(None)
     max_duration_s: conint(ge=1, le=86400) | None = None
     max_steps: conint(ge=1, le=10000) | None = None
@@ -6206,7 +4707,7 @@ class ScheduledTask4(BaseModel):
 
 class ScheduledTask5(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6217,7 +4718,9 @@ class ScheduledTask5(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: None = Field(None)
     max_duration_s: conint(ge=1, le=86400) | None = None
     max_steps: conint(ge=1, le=10000) | None = None
@@ -6251,7 +4754,7 @@ class ScheduledTask5(BaseModel):
 
 class ScheduledTask6(BaseModel):
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
     model_config = ConfigDict(
@@ -6262,7 +4765,9 @@ class ScheduledTask6(BaseModel):
     budget: Budget | None = None
     check: TaskCheck | None = None
     continue_task: None = Field(None)
-    files: None = Field(None)
+    files: (
+        TaskFiles1 | dict[constr(pattern=r'^(?!/)(?!(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))[\s\S]'), str] | None
+    ) = None
     idempotency_key: None = Field(None)
     max_duration_s: conint(ge=1, le=86400) | None = None
     max_steps: conint(ge=1, le=10000) | None = None
@@ -6309,7 +4814,7 @@ class ScheduledTask(
 ):
     root: ScheduledTask1 | ScheduledTask2 | ScheduledTask3 | ScheduledTask4 | ScheduledTask5 | ScheduledTask6
     """
-    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
+    A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules.
     """
 
 
@@ -6356,6 +4861,7 @@ class TaskRecord(BaseModel):
     created_at: str
     current_step: conint(ge=0, le=4294967295) | None = None
     error: str | None = None
+    files: list[dict[str, Any]]
     finished_at: str | None = None
     id: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
     """
@@ -6400,40 +4906,9 @@ class TaskRecord(BaseModel):
     """
 
 
-class BatchRequest49(BaseModel):
+class BatchRequest25(BaseModel):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest50(BatchRequest1, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6462,9 +4937,40 @@ class BatchRequest50(BatchRequest1, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest51(BatchRequest2, BatchRequest49):
+class BatchRequest26(BatchRequest1, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest27(BatchRequest2, BatchRequest25):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6493,40 +4999,9 @@ class BatchRequest51(BatchRequest2, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest52(BatchRequest3, BatchRequest49):
+class BatchRequest28(BatchRequest3, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest53(BatchRequest4, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6555,40 +5030,9 @@ class BatchRequest53(BatchRequest4, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest54(BatchRequest5, BatchRequest49):
+class BatchRequest29(BatchRequest4, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest55(BatchRequest6, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6617,40 +5061,9 @@ class BatchRequest55(BatchRequest6, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest56(BatchRequest7, BatchRequest49):
+class BatchRequest30(BatchRequest5, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest57(BatchRequest8, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6679,40 +5092,9 @@ class BatchRequest57(BatchRequest8, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest58(BatchRequest9, BatchRequest49):
+class BatchRequest31(BatchRequest6, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest59(BatchRequest10, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6741,40 +5123,9 @@ class BatchRequest59(BatchRequest10, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest60(BatchRequest11, BatchRequest49):
+class BatchRequest32(BatchRequest7, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest61(BatchRequest12, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6803,40 +5154,9 @@ class BatchRequest61(BatchRequest12, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest62(BatchRequest13, BatchRequest49):
+class BatchRequest33(BatchRequest8, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest63(BatchRequest14, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6865,40 +5185,9 @@ class BatchRequest63(BatchRequest14, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest64(BatchRequest15, BatchRequest49):
+class BatchRequest34(BatchRequest9, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest65(BatchRequest16, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6927,40 +5216,9 @@ class BatchRequest65(BatchRequest16, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest66(BatchRequest17, BatchRequest49):
+class BatchRequest35(BatchRequest10, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest67(BatchRequest18, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -6989,40 +5247,9 @@ class BatchRequest67(BatchRequest18, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest68(BatchRequest19, BatchRequest49):
+class BatchRequest36(BatchRequest11, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest69(BatchRequest20, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7051,40 +5278,9 @@ class BatchRequest69(BatchRequest20, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest70(BatchRequest21, BatchRequest49):
+class BatchRequest37(BatchRequest12, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest71(BatchRequest22, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7113,40 +5309,9 @@ class BatchRequest71(BatchRequest22, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest72(BatchRequest23, BatchRequest49):
+class BatchRequest38(BatchRequest13, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest73(BatchRequest24, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7175,40 +5340,9 @@ class BatchRequest73(BatchRequest24, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest74(BatchRequest25, BatchRequest49):
+class BatchRequest39(BatchRequest14, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest75(BatchRequest26, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7237,40 +5371,9 @@ class BatchRequest75(BatchRequest26, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest76(BatchRequest27, BatchRequest49):
+class BatchRequest40(BatchRequest15, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest77(BatchRequest28, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7299,40 +5402,9 @@ class BatchRequest77(BatchRequest28, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest78(BatchRequest29, BatchRequest49):
+class BatchRequest41(BatchRequest16, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest79(BatchRequest30, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7361,40 +5433,9 @@ class BatchRequest79(BatchRequest30, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest80(BatchRequest31, BatchRequest49):
+class BatchRequest42(BatchRequest17, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest81(BatchRequest32, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7423,40 +5464,9 @@ class BatchRequest81(BatchRequest32, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest82(BatchRequest33, BatchRequest49):
+class BatchRequest43(BatchRequest18, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest83(BatchRequest34, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7485,40 +5495,9 @@ class BatchRequest83(BatchRequest34, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest84(BatchRequest35, BatchRequest49):
+class BatchRequest44(BatchRequest19, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest85(BatchRequest36, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7547,40 +5526,9 @@ class BatchRequest85(BatchRequest36, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest86(BatchRequest37, BatchRequest49):
+class BatchRequest45(BatchRequest20, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest87(BatchRequest38, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7609,40 +5557,9 @@ class BatchRequest87(BatchRequest38, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest88(BatchRequest39, BatchRequest49):
+class BatchRequest46(BatchRequest21, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest89(BatchRequest40, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7671,40 +5588,9 @@ class BatchRequest89(BatchRequest40, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest90(BatchRequest41, BatchRequest49):
+class BatchRequest47(BatchRequest22, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest91(BatchRequest42, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7733,40 +5619,9 @@ class BatchRequest91(BatchRequest42, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest92(BatchRequest43, BatchRequest49):
+class BatchRequest48(BatchRequest23, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest93(BatchRequest44, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7795,40 +5650,9 @@ class BatchRequest93(BatchRequest44, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest94(BatchRequest45, BatchRequest49):
+class BatchRequest49(BatchRequest24, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest95(BatchRequest46, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7857,71 +5681,9 @@ class BatchRequest95(BatchRequest46, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest96(BatchRequest47, BatchRequest49):
+class BatchRequest50(BatchRequest1, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest97(BatchRequest48, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest98(BatchRequest1, BatchRequest49):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7950,9 +5712,9 @@ class BatchRequest98(BatchRequest1, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest99(BatchRequest2, BatchRequest49):
+class BatchRequest51(BatchRequest2, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -7981,9 +5743,9 @@ class BatchRequest99(BatchRequest2, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest100(BatchRequest1, BatchRequest49):
+class BatchRequest52(BatchRequest1, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -8012,9 +5774,9 @@ class BatchRequest100(BatchRequest1, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest101(BatchRequest2, BatchRequest49):
+class BatchRequest53(BatchRequest2, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -8043,9 +5805,9 @@ class BatchRequest101(BatchRequest2, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest102(BatchRequest1, BatchRequest49):
+class BatchRequest54(BatchRequest1, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -8074,9 +5836,9 @@ class BatchRequest102(BatchRequest1, BatchRequest49):
     tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
 
 
-class BatchRequest103(BatchRequest2, BatchRequest49):
+class BatchRequest55(BatchRequest2, BatchRequest25):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
     model_config = ConfigDict(
@@ -8107,69 +5869,45 @@ class BatchRequest103(BatchRequest2, BatchRequest49):
 
 class BatchRequest(
     RootModel[
-        BatchRequest50
+        BatchRequest26
+        | BatchRequest27
+        | BatchRequest28
+        | BatchRequest29
+        | BatchRequest30
+        | BatchRequest31
+        | BatchRequest32
+        | BatchRequest33
+        | BatchRequest34
+        | BatchRequest35
+        | BatchRequest36
+        | BatchRequest37
+        | BatchRequest38
+        | BatchRequest39
+        | BatchRequest40
+        | BatchRequest41
+        | BatchRequest42
+        | BatchRequest43
+        | BatchRequest44
+        | BatchRequest45
+        | BatchRequest46
+        | BatchRequest47
+        | BatchRequest48
+        | BatchRequest49
+        | BatchRequest50
         | BatchRequest51
         | BatchRequest52
         | BatchRequest53
         | BatchRequest54
         | BatchRequest55
-        | BatchRequest56
-        | BatchRequest57
-        | BatchRequest58
-        | BatchRequest59
-        | BatchRequest60
-        | BatchRequest61
-        | BatchRequest62
-        | BatchRequest63
-        | BatchRequest64
-        | BatchRequest65
-        | BatchRequest66
-        | BatchRequest67
-        | BatchRequest68
-        | BatchRequest69
-        | BatchRequest70
-        | BatchRequest71
-        | BatchRequest72
-        | BatchRequest73
-        | BatchRequest74
-        | BatchRequest75
-        | BatchRequest76
-        | BatchRequest77
-        | BatchRequest78
-        | BatchRequest79
-        | BatchRequest80
-        | BatchRequest81
-        | BatchRequest82
-        | BatchRequest83
-        | BatchRequest84
-        | BatchRequest85
-        | BatchRequest86
-        | BatchRequest87
-        | BatchRequest88
-        | BatchRequest89
-        | BatchRequest90
-        | BatchRequest91
-        | BatchRequest92
-        | BatchRequest93
-        | BatchRequest94
-        | BatchRequest95
-        | BatchRequest96
-        | BatchRequest97
-        | BatchRequest98
-        | BatchRequest99
-        | BatchRequest100
-        | BatchRequest101
-        | BatchRequest102
-        | BatchRequest103
     ]
 ):
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
-    root: BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55 | BatchRequest56 | BatchRequest57 | BatchRequest58 | BatchRequest59 | BatchRequest60 | BatchRequest61 | BatchRequest62 | BatchRequest63 | BatchRequest64 | BatchRequest65 | BatchRequest66 | BatchRequest67 | BatchRequest68 | BatchRequest69 | BatchRequest70 | BatchRequest71 | BatchRequest72 | BatchRequest73 | BatchRequest74 | BatchRequest75 | BatchRequest76 | BatchRequest77 | BatchRequest78 | BatchRequest79 | BatchRequest80 | BatchRequest81 | BatchRequest82 | BatchRequest83 | BatchRequest84 | BatchRequest85 | BatchRequest86 | BatchRequest87 | BatchRequest88 | BatchRequest89 | BatchRequest90 | BatchRequest91 | BatchRequest92 | BatchRequest93 | BatchRequest94 | BatchRequest95 | BatchRequest96 | BatchRequest97 | BatchRequest98 | BatchRequest99 | BatchRequest100 | BatchRequest101 | BatchRequest102 | BatchRequest103
+    root: BatchRequest26 | BatchRequest27 | BatchRequest28 | BatchRequest29 | BatchRequest30 | BatchRequest31 | BatchRequest32 | BatchRequest33 | BatchRequest34 | BatchRequest35 | BatchRequest36 | BatchRequest37 | BatchRequest38 | BatchRequest39 | BatchRequest40 | BatchRequest41 | BatchRequest42 | BatchRequest43 | BatchRequest44 | BatchRequest45 | BatchRequest46 | BatchRequest47 | BatchRequest48 | BatchRequest49 | BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55
     """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
 

@@ -991,6 +991,156 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/profiles": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the tenant's saved browser profiles, by name. */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Items per page, 1 to 500 (default 50). */
+                    limit?: number;
+                    /** @description The `next_cursor` of the previous page; empty or absent for the first */
+                    cursor?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description One page; follow `next_cursor` until it is absent */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ProfileList"];
+                    };
+                };
+                /** @description Bad `limit` or `cursor` */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Missing or unknown API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description The blob store is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/profiles/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete one of the tenant's saved browser profiles. */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description The profile's name */
+                    name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Malformed name */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Missing or unknown API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description A read key (`scope = "read"`) may only `GET` (`forbidden`) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description No such profile for this tenant */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description The blob store is unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/queues": {
         parameters: {
             query?: never;
@@ -3300,7 +3450,7 @@ export interface components {
             /** @description Each suite task, per model and pipeline. */
             tasks: components["schemas"]["TaskReport"][];
         };
-        /** @description 1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`. */
+        /** @description 1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`. */
         BatchRequest: {
             /** @description Runs each task (each repeat) this many times; its best run by the check's score counts (default 1). */
             best_of?: null | number;
@@ -3317,7 +3467,6 @@ export interface components {
             defaults?: {
                 actions?: null;
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of?: null;
@@ -3327,7 +3476,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of?: null;
@@ -3337,7 +3485,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of: string;
@@ -3347,47 +3494,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of: string;
@@ -3397,7 +3503,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task: string;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of?: null;
@@ -3407,7 +3512,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of?: null;
@@ -3417,7 +3521,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task: string;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of: string;
@@ -3427,47 +3530,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline?: "scripted" | null;
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline?: "scripted" | null;
                 replay_of: string;
@@ -3477,7 +3539,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "claude-code";
                 replay_of?: null;
@@ -3487,7 +3548,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "claude-code";
                 replay_of?: null;
@@ -3497,7 +3557,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "claude-code";
                 replay_of: string;
@@ -3507,7 +3566,42 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
+                /** @enum {unknown} */
+                pipeline: "claude-code";
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions?: null;
+                continue_task: string;
+                /** @enum {unknown} */
+                pipeline: "claude-code";
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions: unknown[];
+                continue_task: string;
+                /** @enum {unknown} */
+                pipeline: "claude-code";
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions?: null;
+                continue_task: string;
+                /** @enum {unknown} */
+                pipeline: "claude-code";
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions: unknown[];
+                continue_task: string;
                 /** @enum {unknown} */
                 pipeline: "claude-code";
                 replay_of: string;
@@ -3517,127 +3611,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "claude-code";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
@@ -3647,7 +3620,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
@@ -3657,7 +3629,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task?: null;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
@@ -3667,47 +3638,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task?: null;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task?: null;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
@@ -3717,7 +3647,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task: string;
-                files?: null;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
@@ -3727,47 +3656,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files?: null;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of: string;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions?: null;
-                continue_task: string;
-                files: Record<string, never>;
-                /** @enum {unknown} */
-                pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
-                replay_of?: null;
-            };
-            tasks?: unknown;
-        } | {
-            defaults: {
-                actions: unknown[];
-                continue_task: string;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of?: null;
@@ -3777,7 +3665,6 @@ export interface components {
             defaults: {
                 actions?: null;
                 continue_task: string;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
@@ -3787,7 +3674,6 @@ export interface components {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
-                files: Record<string, never>;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
@@ -3882,6 +3768,13 @@ export interface components {
             sandbox?: null | ({
                 id?: string | null;
                 keep_alive?: boolean | null;
+                /**
+                 * @description A saved browser profile of the task's tenant: loaded into the
+                 *     browser before the agent starts (a new one when the tenant has none
+                 *     by this name) and saved back when the task succeeds.
+                 * @example work
+                 */
+                profile?: string | null;
                 provider?: null | components["schemas"]["SandboxProviderKind"];
                 /** @description `[width, height]`, from 320x200 to 7680x4320 */
                 resolution?: [
@@ -4448,6 +4341,25 @@ export interface components {
          * @enum {string}
          */
         Priority: "high" | "normal" | "low";
+        /** @description A saved browser profile. */
+        Profile: {
+            /**
+             * Format: int64
+             * @description The size of the sealed profile in the store.
+             */
+            bytes: number;
+            /**
+             * @description The name tasks give as `sandbox.profile`.
+             * @example work
+             */
+            name: string;
+        };
+        /** @description A page of the tenant's saved browser profiles, by name. */
+        ProfileList: {
+            /** @description Pass as `cursor` for the next page; absent on the last. */
+            next_cursor?: string | null;
+            profiles: components["schemas"]["Profile"][];
+        };
         /**
          * @description The caller's queue figures: `GET /v1/queues`. Nothing in it is another
          *     tenant's.
@@ -4520,6 +4432,13 @@ export interface components {
         SandboxSpec: {
             id?: string | null;
             keep_alive?: boolean | null;
+            /**
+             * @description A saved browser profile of the task's tenant: loaded into the
+             *     browser before the agent starts (a new one when the tenant has none
+             *     by this name) and saved back when the task succeeds.
+             * @example work
+             */
+            profile?: string | null;
             provider?: null | components["schemas"]["SandboxProviderKind"];
             /** @description `[width, height]`, from 320x200 to 7680x4320 */
             resolution?: [
@@ -4566,13 +4485,13 @@ export interface components {
             /** @enum {string|null} */
             timezone?: "Africa/Abidjan" | "Africa/Accra" | "Africa/Addis_Ababa" | "Africa/Algiers" | "Africa/Asmara" | "Africa/Asmera" | "Africa/Bamako" | "Africa/Bangui" | "Africa/Banjul" | "Africa/Bissau" | "Africa/Blantyre" | "Africa/Brazzaville" | "Africa/Bujumbura" | "Africa/Cairo" | "Africa/Casablanca" | "Africa/Ceuta" | "Africa/Conakry" | "Africa/Dakar" | "Africa/Dar_es_Salaam" | "Africa/Djibouti" | "Africa/Douala" | "Africa/El_Aaiun" | "Africa/Freetown" | "Africa/Gaborone" | "Africa/Harare" | "Africa/Johannesburg" | "Africa/Juba" | "Africa/Kampala" | "Africa/Khartoum" | "Africa/Kigali" | "Africa/Kinshasa" | "Africa/Lagos" | "Africa/Libreville" | "Africa/Lome" | "Africa/Luanda" | "Africa/Lubumbashi" | "Africa/Lusaka" | "Africa/Malabo" | "Africa/Maputo" | "Africa/Maseru" | "Africa/Mbabane" | "Africa/Mogadishu" | "Africa/Monrovia" | "Africa/Nairobi" | "Africa/Ndjamena" | "Africa/Niamey" | "Africa/Nouakchott" | "Africa/Ouagadougou" | "Africa/Porto-Novo" | "Africa/Sao_Tome" | "Africa/Timbuktu" | "Africa/Tripoli" | "Africa/Tunis" | "Africa/Windhoek" | "America/Adak" | "America/Anchorage" | "America/Anguilla" | "America/Antigua" | "America/Araguaina" | "America/Argentina/Buenos_Aires" | "America/Argentina/Catamarca" | "America/Argentina/ComodRivadavia" | "America/Argentina/Cordoba" | "America/Argentina/Jujuy" | "America/Argentina/La_Rioja" | "America/Argentina/Mendoza" | "America/Argentina/Rio_Gallegos" | "America/Argentina/Salta" | "America/Argentina/San_Juan" | "America/Argentina/San_Luis" | "America/Argentina/Tucuman" | "America/Argentina/Ushuaia" | "America/Aruba" | "America/Asuncion" | "America/Atikokan" | "America/Atka" | "America/Bahia" | "America/Bahia_Banderas" | "America/Barbados" | "America/Belem" | "America/Belize" | "America/Blanc-Sablon" | "America/Boa_Vista" | "America/Bogota" | "America/Boise" | "America/Buenos_Aires" | "America/Cambridge_Bay" | "America/Campo_Grande" | "America/Cancun" | "America/Caracas" | "America/Catamarca" | "America/Cayenne" | "America/Cayman" | "America/Chicago" | "America/Chihuahua" | "America/Ciudad_Juarez" | "America/Coral_Harbour" | "America/Cordoba" | "America/Costa_Rica" | "America/Coyhaique" | "America/Creston" | "America/Cuiaba" | "America/Curacao" | "America/Danmarkshavn" | "America/Dawson" | "America/Dawson_Creek" | "America/Denver" | "America/Detroit" | "America/Dominica" | "America/Edmonton" | "America/Eirunepe" | "America/El_Salvador" | "America/Ensenada" | "America/Fort_Nelson" | "America/Fort_Wayne" | "America/Fortaleza" | "America/Glace_Bay" | "America/Godthab" | "America/Goose_Bay" | "America/Grand_Turk" | "America/Grenada" | "America/Guadeloupe" | "America/Guatemala" | "America/Guayaquil" | "America/Guyana" | "America/Halifax" | "America/Havana" | "America/Hermosillo" | "America/Indiana/Indianapolis" | "America/Indiana/Knox" | "America/Indiana/Marengo" | "America/Indiana/Petersburg" | "America/Indiana/Tell_City" | "America/Indiana/Vevay" | "America/Indiana/Vincennes" | "America/Indiana/Winamac" | "America/Indianapolis" | "America/Inuvik" | "America/Iqaluit" | "America/Jamaica" | "America/Jujuy" | "America/Juneau" | "America/Kentucky/Louisville" | "America/Kentucky/Monticello" | "America/Knox_IN" | "America/Kralendijk" | "America/La_Paz" | "America/Lima" | "America/Los_Angeles" | "America/Louisville" | "America/Lower_Princes" | "America/Maceio" | "America/Managua" | "America/Manaus" | "America/Marigot" | "America/Martinique" | "America/Matamoros" | "America/Mazatlan" | "America/Mendoza" | "America/Menominee" | "America/Merida" | "America/Metlakatla" | "America/Mexico_City" | "America/Miquelon" | "America/Moncton" | "America/Monterrey" | "America/Montevideo" | "America/Montreal" | "America/Montserrat" | "America/Nassau" | "America/New_York" | "America/Nipigon" | "America/Nome" | "America/Noronha" | "America/North_Dakota/Beulah" | "America/North_Dakota/Center" | "America/North_Dakota/New_Salem" | "America/Nuuk" | "America/Ojinaga" | "America/Panama" | "America/Pangnirtung" | "America/Paramaribo" | "America/Phoenix" | "America/Port-au-Prince" | "America/Port_of_Spain" | "America/Porto_Acre" | "America/Porto_Velho" | "America/Puerto_Rico" | "America/Punta_Arenas" | "America/Rainy_River" | "America/Rankin_Inlet" | "America/Recife" | "America/Regina" | "America/Resolute" | "America/Rio_Branco" | "America/Rosario" | "America/Santa_Isabel" | "America/Santarem" | "America/Santiago" | "America/Santo_Domingo" | "America/Sao_Paulo" | "America/Scoresbysund" | "America/Shiprock" | "America/Sitka" | "America/St_Barthelemy" | "America/St_Johns" | "America/St_Kitts" | "America/St_Lucia" | "America/St_Thomas" | "America/St_Vincent" | "America/Swift_Current" | "America/Tegucigalpa" | "America/Thule" | "America/Thunder_Bay" | "America/Tijuana" | "America/Toronto" | "America/Tortola" | "America/Vancouver" | "America/Virgin" | "America/Whitehorse" | "America/Winnipeg" | "America/Yakutat" | "America/Yellowknife" | "Antarctica/Casey" | "Antarctica/Davis" | "Antarctica/DumontDUrville" | "Antarctica/Macquarie" | "Antarctica/Mawson" | "Antarctica/McMurdo" | "Antarctica/Palmer" | "Antarctica/Rothera" | "Antarctica/South_Pole" | "Antarctica/Syowa" | "Antarctica/Troll" | "Antarctica/Vostok" | "Arctic/Longyearbyen" | "Asia/Aden" | "Asia/Almaty" | "Asia/Amman" | "Asia/Anadyr" | "Asia/Aqtau" | "Asia/Aqtobe" | "Asia/Ashgabat" | "Asia/Ashkhabad" | "Asia/Atyrau" | "Asia/Baghdad" | "Asia/Bahrain" | "Asia/Baku" | "Asia/Bangkok" | "Asia/Barnaul" | "Asia/Beirut" | "Asia/Bishkek" | "Asia/Brunei" | "Asia/Calcutta" | "Asia/Chita" | "Asia/Choibalsan" | "Asia/Chongqing" | "Asia/Chungking" | "Asia/Colombo" | "Asia/Dacca" | "Asia/Damascus" | "Asia/Dhaka" | "Asia/Dili" | "Asia/Dubai" | "Asia/Dushanbe" | "Asia/Famagusta" | "Asia/Gaza" | "Asia/Harbin" | "Asia/Hebron" | "Asia/Ho_Chi_Minh" | "Asia/Hong_Kong" | "Asia/Hovd" | "Asia/Irkutsk" | "Asia/Istanbul" | "Asia/Jakarta" | "Asia/Jayapura" | "Asia/Jerusalem" | "Asia/Kabul" | "Asia/Kamchatka" | "Asia/Karachi" | "Asia/Kashgar" | "Asia/Kathmandu" | "Asia/Katmandu" | "Asia/Khandyga" | "Asia/Kolkata" | "Asia/Krasnoyarsk" | "Asia/Kuala_Lumpur" | "Asia/Kuching" | "Asia/Kuwait" | "Asia/Macao" | "Asia/Macau" | "Asia/Magadan" | "Asia/Makassar" | "Asia/Manila" | "Asia/Muscat" | "Asia/Nicosia" | "Asia/Novokuznetsk" | "Asia/Novosibirsk" | "Asia/Omsk" | "Asia/Oral" | "Asia/Phnom_Penh" | "Asia/Pontianak" | "Asia/Pyongyang" | "Asia/Qatar" | "Asia/Qostanay" | "Asia/Qyzylorda" | "Asia/Rangoon" | "Asia/Riyadh" | "Asia/Saigon" | "Asia/Sakhalin" | "Asia/Samarkand" | "Asia/Seoul" | "Asia/Shanghai" | "Asia/Singapore" | "Asia/Srednekolymsk" | "Asia/Taipei" | "Asia/Tashkent" | "Asia/Tbilisi" | "Asia/Tehran" | "Asia/Tel_Aviv" | "Asia/Thimbu" | "Asia/Thimphu" | "Asia/Tokyo" | "Asia/Tomsk" | "Asia/Ujung_Pandang" | "Asia/Ulaanbaatar" | "Asia/Ulan_Bator" | "Asia/Urumqi" | "Asia/Ust-Nera" | "Asia/Vientiane" | "Asia/Vladivostok" | "Asia/Yakutsk" | "Asia/Yangon" | "Asia/Yekaterinburg" | "Asia/Yerevan" | "Atlantic/Azores" | "Atlantic/Bermuda" | "Atlantic/Canary" | "Atlantic/Cape_Verde" | "Atlantic/Faeroe" | "Atlantic/Faroe" | "Atlantic/Jan_Mayen" | "Atlantic/Madeira" | "Atlantic/Reykjavik" | "Atlantic/South_Georgia" | "Atlantic/St_Helena" | "Atlantic/Stanley" | "Australia/ACT" | "Australia/Adelaide" | "Australia/Brisbane" | "Australia/Broken_Hill" | "Australia/Canberra" | "Australia/Currie" | "Australia/Darwin" | "Australia/Eucla" | "Australia/Hobart" | "Australia/LHI" | "Australia/Lindeman" | "Australia/Lord_Howe" | "Australia/Melbourne" | "Australia/NSW" | "Australia/North" | "Australia/Perth" | "Australia/Queensland" | "Australia/South" | "Australia/Sydney" | "Australia/Tasmania" | "Australia/Victoria" | "Australia/West" | "Australia/Yancowinna" | "Brazil/Acre" | "Brazil/DeNoronha" | "Brazil/East" | "Brazil/West" | "CET" | "CST6CDT" | "Canada/Atlantic" | "Canada/Central" | "Canada/Eastern" | "Canada/Mountain" | "Canada/Newfoundland" | "Canada/Pacific" | "Canada/Saskatchewan" | "Canada/Yukon" | "Chile/Continental" | "Chile/EasterIsland" | "Cuba" | "EET" | "EST" | "EST5EDT" | "Egypt" | "Eire" | "Etc/GMT" | "Etc/GMT+0" | "Etc/GMT+1" | "Etc/GMT+10" | "Etc/GMT+11" | "Etc/GMT+12" | "Etc/GMT+2" | "Etc/GMT+3" | "Etc/GMT+4" | "Etc/GMT+5" | "Etc/GMT+6" | "Etc/GMT+7" | "Etc/GMT+8" | "Etc/GMT+9" | "Etc/GMT-0" | "Etc/GMT-1" | "Etc/GMT-10" | "Etc/GMT-11" | "Etc/GMT-12" | "Etc/GMT-13" | "Etc/GMT-14" | "Etc/GMT-2" | "Etc/GMT-3" | "Etc/GMT-4" | "Etc/GMT-5" | "Etc/GMT-6" | "Etc/GMT-7" | "Etc/GMT-8" | "Etc/GMT-9" | "Etc/GMT0" | "Etc/Greenwich" | "Etc/UCT" | "Etc/UTC" | "Etc/Universal" | "Etc/Zulu" | "Europe/Amsterdam" | "Europe/Andorra" | "Europe/Astrakhan" | "Europe/Athens" | "Europe/Belfast" | "Europe/Belgrade" | "Europe/Berlin" | "Europe/Bratislava" | "Europe/Brussels" | "Europe/Bucharest" | "Europe/Budapest" | "Europe/Busingen" | "Europe/Chisinau" | "Europe/Copenhagen" | "Europe/Dublin" | "Europe/Gibraltar" | "Europe/Guernsey" | "Europe/Helsinki" | "Europe/Isle_of_Man" | "Europe/Istanbul" | "Europe/Jersey" | "Europe/Kaliningrad" | "Europe/Kiev" | "Europe/Kirov" | "Europe/Kyiv" | "Europe/Lisbon" | "Europe/Ljubljana" | "Europe/London" | "Europe/Luxembourg" | "Europe/Madrid" | "Europe/Malta" | "Europe/Mariehamn" | "Europe/Minsk" | "Europe/Monaco" | "Europe/Moscow" | "Europe/Nicosia" | "Europe/Oslo" | "Europe/Paris" | "Europe/Podgorica" | "Europe/Prague" | "Europe/Riga" | "Europe/Rome" | "Europe/Samara" | "Europe/San_Marino" | "Europe/Sarajevo" | "Europe/Saratov" | "Europe/Simferopol" | "Europe/Skopje" | "Europe/Sofia" | "Europe/Stockholm" | "Europe/Tallinn" | "Europe/Tirane" | "Europe/Tiraspol" | "Europe/Ulyanovsk" | "Europe/Uzhgorod" | "Europe/Vaduz" | "Europe/Vatican" | "Europe/Vienna" | "Europe/Vilnius" | "Europe/Volgograd" | "Europe/Warsaw" | "Europe/Zagreb" | "Europe/Zaporozhye" | "Europe/Zurich" | "Factory" | "GB" | "GB-Eire" | "GMT" | "GMT+0" | "GMT-0" | "GMT0" | "Greenwich" | "HST" | "Hongkong" | "Iceland" | "Indian/Antananarivo" | "Indian/Chagos" | "Indian/Christmas" | "Indian/Cocos" | "Indian/Comoro" | "Indian/Kerguelen" | "Indian/Mahe" | "Indian/Maldives" | "Indian/Mauritius" | "Indian/Mayotte" | "Indian/Reunion" | "Iran" | "Israel" | "Jamaica" | "Japan" | "Kwajalein" | "Libya" | "MET" | "MST" | "MST7MDT" | "Mexico/BajaNorte" | "Mexico/BajaSur" | "Mexico/General" | "NZ" | "NZ-CHAT" | "Navajo" | "PRC" | "PST8PDT" | "Pacific/Apia" | "Pacific/Auckland" | "Pacific/Bougainville" | "Pacific/Chatham" | "Pacific/Chuuk" | "Pacific/Easter" | "Pacific/Efate" | "Pacific/Enderbury" | "Pacific/Fakaofo" | "Pacific/Fiji" | "Pacific/Funafuti" | "Pacific/Galapagos" | "Pacific/Gambier" | "Pacific/Guadalcanal" | "Pacific/Guam" | "Pacific/Honolulu" | "Pacific/Johnston" | "Pacific/Kanton" | "Pacific/Kiritimati" | "Pacific/Kosrae" | "Pacific/Kwajalein" | "Pacific/Majuro" | "Pacific/Marquesas" | "Pacific/Midway" | "Pacific/Nauru" | "Pacific/Niue" | "Pacific/Norfolk" | "Pacific/Noumea" | "Pacific/Pago_Pago" | "Pacific/Palau" | "Pacific/Pitcairn" | "Pacific/Pohnpei" | "Pacific/Ponape" | "Pacific/Port_Moresby" | "Pacific/Rarotonga" | "Pacific/Saipan" | "Pacific/Samoa" | "Pacific/Tahiti" | "Pacific/Tarawa" | "Pacific/Tongatapu" | "Pacific/Truk" | "Pacific/Wake" | "Pacific/Wallis" | "Pacific/Yap" | "Poland" | "Portugal" | "ROC" | "ROK" | "Singapore" | "Turkey" | "UCT" | "US/Alaska" | "US/Aleutian" | "US/Arizona" | "US/Central" | "US/East-Indiana" | "US/Eastern" | "US/Hawaii" | "US/Indiana-Starke" | "US/Michigan" | "US/Mountain" | "US/Pacific" | "US/Samoa" | "UTC" | "Universal" | "W-SU" | "WET" | "Zulu" | "localtime" | "posixrules" | null;
         };
-        /** @description A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules. */
+        /** @description A task spec as a schedule takes it: each run gets its own idempotency key and starts when it is due. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules. */
         ScheduledTask: {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -4609,7 +4528,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -4683,7 +4602,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -4720,7 +4639,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -4756,7 +4675,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -4890,7 +4809,7 @@ export interface components {
         } | unknown | {
             actions: unknown;
         };
-        /** @description Input files of a claude-code task: inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents). */
+        /** @description Input files placed in the sandbox before the agent starts (in the home directory; a claude-code task's in its work directory): inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents). */
         TaskFiles: {
             s3_prefix: string;
         } | {
@@ -4919,6 +4838,7 @@ export interface components {
             /** Format: int32 */
             current_step?: number | null;
             error?: string | null;
+            files: Record<string, never>[];
             finished_at?: string | null;
             id: components["schemas"]["TaskId"];
             /**
@@ -5035,13 +4955,13 @@ export interface components {
          * @enum {string}
          */
         TaskStatus: "queued" | "running" | "waiting" | "succeeded" | "failed" | "cancelled";
-        /** @description A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules. */
+        /** @description A task spec as `POST /v1/tasks` takes it. Which fields a spec takes depends on its pipeline: `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`. Without `pipeline` it runs on this server's default pipeline, `scripted`, and follows its rules. */
         TaskSubmission: {
             actions: components["schemas"]["Action"][];
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -5079,7 +4999,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -5155,7 +5075,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -5193,7 +5113,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
             /** Format: int64 */
             max_duration_s?: number | null;
@@ -5230,7 +5150,7 @@ export interface components {
             budget?: null | components["schemas"]["Budget"];
             check?: null | components["schemas"]["TaskCheck"];
             continue_task?: null;
-            files?: null;
+            files?: null | components["schemas"]["TaskFiles"];
             idempotency_key?: string | null;
             /** Format: int64 */
             max_duration_s?: number | null;

@@ -11,7 +11,8 @@
 //! ignore that header.
 //!
 //! Artifacts live under their task's own prefix, at paths checked never to
-//! leave it. Objects are handed out through presigned `GET` URLs that
+//! leave it. Saved browser profiles are sealed before they are stored
+//! (`profiles.rs`). Objects are handed out through presigned `GET` URLs that
 //! expire. The [`Uploader`] runs beside a task's step loop and stores its
 //! screenshots in the background, in order, riding out store outages.
 
@@ -19,6 +20,7 @@ mod config;
 mod dedup;
 mod error;
 mod object_keys;
+mod profiles;
 mod s3;
 mod uploader;
 
@@ -34,6 +36,7 @@ pub use config::{BlobConfig, DedupStrategy, S3Credentials, DEFAULT_REGION};
 pub use dedup::{KnownHashes, KNOWN_HASH_TTL};
 pub use error::BlobError;
 pub use object_keys::{content_hash, looks_like_png, validate_artifact_path, KeyLayout};
+pub use profiles::{ProfileError, ProfileInfo};
 pub use s3::{Delivery, ObjectInfo, MAX_PRESIGN_TTL};
 pub use uploader::{Queued, StoredFeed, UploadError, Uploader, UploaderOptions};
 

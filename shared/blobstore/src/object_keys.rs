@@ -6,6 +6,7 @@
 //! <prefix>tasks/<task id>/session/<path>        an agent's own session files, kept so a
 //!                                               follow-up task can resume the session
 //! <prefix>inputs/<tenant>/<path>                input files a tenant's tasks may name
+//! <prefix>profiles/<tenant>/<name>.sealed       a tenant's saved browser profile, sealed
 //! <prefix>probe/conditional-put                 written by `BlobStore::check`
 //! ```
 //!
@@ -113,6 +114,11 @@ impl KeyLayout {
         }
         validate_artifact_path(trimmed)?;
         Ok(format!("{}{trimmed}/", self.tenant_inputs(tenant)))
+    }
+
+    /// Prefix of one tenant's saved browser profiles.
+    pub fn tenant_profiles(&self, tenant: &TenantId) -> String {
+        format!("{}profiles/{}/", self.prefix, tenant.as_str())
     }
 
     /// Prefix of one tenant's archive: its finished tasks and its feed,

@@ -54,7 +54,7 @@ pub use computer_use::{
 pub use isolation::{IsolationConfig, SandboxIsolation, SandboxNetwork};
 pub use limits::Limits;
 pub use live_view::LiveViewConfig;
-pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, S3Config, SandboxConfig};
+pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, ProfileKey, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use routing::RoutingConfig;
 pub use sandboxd::SandboxdConfig;
@@ -116,6 +116,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
     ("FLOTILLA_S3_URL_TTL_S", "s3_url_ttl_s"),
+    ("FLOTILLA_PROFILE_KEY", "profile_key"),
     ("OPENAI_API_KEY", "openai_api_key"),
     ("OPENAI_BASE_URL", "openai_base_url"),
     ("FLOTILLA_OPENAI_TOOL", "openai_tool"),
@@ -445,9 +446,11 @@ fn toml_text(key: &str, value: toml::Value) -> Result<String, String> {
     }
 }
 
-/// The settings that hold API key material: the keys, the secret they are
-/// digested with and the admin key. Only digests of them are kept.
-const KEY_MATERIAL: [&str; 4] = ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY", "FLOTILLA_SANDBOXD_KEYS"];
+/// The settings that hold key material: the API keys, the secret they are
+/// digested with, the admin key (only digests of them are kept), the
+/// sandbox host's keys and the key that seals saved browser profiles.
+const KEY_MATERIAL: [&str; 5] =
+    ["FLOTILLA_API_KEYS", "FLOTILLA_API_KEY_SECRET", "FLOTILLA_ADMIN_KEY", "FLOTILLA_SANDBOXD_KEYS", "FLOTILLA_PROFILE_KEY"];
 
 /// Overwrites the text of settings that hold API key material once it is
 /// digested or copied, so no stray copy outlives the load.
@@ -507,6 +510,7 @@ mod tests {
             ("FLOTILLA_API_KEY_SECRET", secret.to_owned()),
             ("FLOTILLA_ADMIN_KEY", admin.to_owned()),
             ("FLOTILLA_SANDBOXD_KEYS", "e2b_0123456789abcdef".to_owned()),
+            ("FLOTILLA_PROFILE_KEY", "ab".repeat(32)),
             ("FLOTILLA_REDIS_URL", "redis://127.0.0.1:1".to_owned()),
         ]
         .into_iter()

@@ -127,6 +127,37 @@ pub struct S3Config {
     pub prefix: String,
     /// `FLOTILLA_S3_URL_TTL_S`: how long the presigned URLs the API hands out stay valid.
     pub url_ttl: Duration,
+    /// `FLOTILLA_PROFILE_KEY`: the key saved browser profiles are sealed
+    /// with in the store (64 hex digits); without it a worker refuses
+    /// tasks that name a `sandbox.profile`.
+    pub profile_key: Option<ProfileKey>,
+}
+
+/// The 32-byte key that seals saved browser profiles; its `Debug` hides it
+/// and it is wiped when dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProfileKey(zeroize::Zeroizing<[u8; 32]>);
+
+impl ProfileKey {
+    /// Reads a key written as 64 hex digits.
+    pub fn from_hex(text: &str) -> Result<Self, ConfigError> {
+        let mut key = zeroize::Zeroizing::new([0u8; 32]);
+        hex::decode_to_slice(text.trim(), key.as_mut_slice()).map_err(|_| {
+            ConfigError::new("FLOTILLA_PROFILE_KEY", "must be 64 hex digits (32 bytes; `openssl rand -hex 32` makes one)")
+        })?;
+        Ok(Self(key))
+    }
+
+    /// The key's bytes, for the one place that seals and opens profiles.
+    pub fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ProfileKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProfileKey(***)")
+    }
 }
 
 impl S3Config {
@@ -139,6 +170,7 @@ impl S3Config {
                 n if n <= 7 * 24 * 3600 => n as u64,
                 _ => return Err(ConfigError::new("FLOTILLA_S3_URL_TTL_S", "must be at most 604800 (7 days)")),
             }),
+            profile_key: s.get("FLOTILLA_PROFILE_KEY").map(ProfileKey::from_hex).transpose()?,
         })
     }
 }

@@ -42,6 +42,11 @@ pub struct TaskRecord {
     // `{"seq", "hash", "key", "url"}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
     pub screenshots: Vec<serde_json::Value>,
+    // The files the latest attempt stored (what the agent left in
+    // `~/outbox/` or `~/Downloads/`, a claude-code task's written files),
+    // each `{"path", "hash", "bytes", "key", "url"}`, by path.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub files: Vec<serde_json::Value>,
     // What the pipeline answered: `text`, and the `artifacts` it stored
     // (each with its `path`, `key` and a presigned `url`).
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]

@@ -212,6 +212,35 @@ pub struct SandboxSpec {
     pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_alive: Option<bool>,
+    /// A saved browser profile of the task's tenant: loaded into the
+    /// browser before the agent starts (a new one when the tenant has none
+    /// by this name) and saved back when the task succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 64, pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}(?![\s\S])", example = "work")
+    )]
+    pub profile: Option<String>,
+}
+
+/// The longest saved browser profile name.
+pub const MAX_PROFILE_NAME: usize = 64;
+
+/// Checks a saved browser profile's name: 1 to 64 ASCII letters, digits,
+/// `.`, `_` or `-`, not starting with `.` (it is part of a store key).
+pub fn validate_profile_name(name: &str) -> Result<(), ValidationError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_PROFILE_NAME
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ValidationError::at(
+            "profile",
+            format!("profile must be 1 to {MAX_PROFILE_NAME} letters, digits, '.', '_' or '-', not starting with '.'"),
+        ))
+    }
 }
 
 /// How often a task may be attempted.
@@ -242,7 +271,9 @@ pub struct Budget {
     pub max_cost_usd: Option<crate::cost::Usd>,
 }
 
-/// Input files of a claude-code task: inline contents, or a prefix in S3.
+/// Input files of a task, placed in its sandbox before the agent starts (in
+/// the home directory; a claude-code task's in its work directory): inline
+/// contents, or a prefix in S3.
 /// An object whose one key is `s3_prefix` names a prefix; any other object
 /// is inline contents by path (so `{"s3_prefix": "a", "b.txt": "…"}` is two
 /// inline files, never a prefix with a field ignored).
@@ -414,9 +445,6 @@ impl TaskSpec {
         if self.continue_task.is_some() && pipeline != Some(Pipeline::ClaudeCode) {
             return Err(ValidationError::at("continue_task", "continue_task needs pipeline \"claude-code\""));
         }
-        if self.files.is_some() && pipeline != Some(Pipeline::ClaudeCode) {
-            return Err(ValidationError::at("files", "files are for pipeline \"claude-code\""));
-        }
         if self.actions.is_some() && pipeline != Some(Pipeline::Scripted) {
             return Err(ValidationError::at("actions", "actions are for pipeline \"scripted\""));
         }
@@ -531,6 +559,9 @@ fn validate_sandbox(sandbox: &SandboxSpec) -> Result<(), ValidationError> {
     }
     if let Some(id) = &sandbox.id {
         check_label("id", id, 128)?;
+    }
+    if let Some(profile) = &sandbox.profile {
+        validate_profile_name(profile)?;
     }
     if let Some(url) = &sandbox.url {
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.chars().count() > 2048 {
@@ -709,7 +740,7 @@ mod tests {
     fn pipeline_specific_fields_need_their_pipeline() {
         assert!(spec(r#"{"prompt": "x", "pipeline": "openai-cua", "actions": []}"#).is_err());
         assert!(spec(r#"{"prompt": "x", "pipeline": "scripted"}"#).is_err());
-        assert!(spec(r#"{"prompt": "x", "files": {"a.txt": "hi"}}"#).is_err());
+        assert!(spec(r#"{"prompt": "x", "files": {"a.txt": "hi"}}"#).is_ok());
         assert!(spec(r#"{"prompt": "x", "pipeline": "claude-code", "files": {"../a": "hi"}}"#).is_err());
         assert!(spec(r#"{"prompt": "x", "pipeline": "claude-code", "files": {"a.txt": "hi"}}"#).is_ok());
     }

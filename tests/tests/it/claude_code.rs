@@ -96,6 +96,7 @@ impl CodeFleet {
             gateway: Some(gateway.clone()),
             live: None,
             pricing: Default::default(),
+            profile_key: None,
             templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);

@@ -213,6 +213,7 @@ fn memory_worker(config: &flotilla_config::Config) -> (InProcessWorker, SandboxP
         gateway: None,
         live: None,
         pricing: Default::default(),
+        profile_key: None,
         templates: Default::default(),
     };
     (InProcessWorker::start_with_tools(config.clone(), Registry::for_config(config), tools), pool)

@@ -48,6 +48,7 @@ impl Fleet {
             gateway: None,
             live: None,
             pricing: Default::default(),
+            profile_key: None,
             templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);

@@ -21,6 +21,8 @@ mod computer_use_models;
 mod dashboard;
 mod demo;
 mod deploy;
+mod desktop_files;
+mod desktop_profiles;
 mod desktop_tasks;
 mod docs_pages;
 mod drain_path;

@@ -25,6 +25,7 @@
 //! image the store does not have.
 
 mod evaluate;
+mod files;
 mod steps;
 
 pub use steps::{Hand, Limits, Steps, DEFAULT_MAX_DURATION, DEFAULT_MAX_STEPS};
@@ -47,7 +48,7 @@ use super::error::PipelineError;
 use super::handle::TaskHandle;
 use super::held::{Claimant, Held, SandboxChoice};
 use super::journal::JournaledSandbox;
-use super::TaskRun;
+use super::{TaskRun, Tools};
 use crate::live::{LiveSource, ShowGuard};
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxPool, SandboxProvider, Screenshot};
 
@@ -80,6 +81,7 @@ pub struct Session {
     steps: Steps,
     /// The desktop on show for live views, while the session holds it.
     live: Option<ShowGuard>,
+    tools: Arc<Tools>,
 }
 
 /// The task's screenshots on their way to the store, and the feed that
@@ -111,6 +113,7 @@ impl Session {
         let (policy, runs_until) = keep_alive_policy(choice.stretch(), &steps);
         let held = steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?;
         let session = Self::hold(run, steps, pool, policy, held).await?;
+        session.bring_in().await?;
         session.set_up().await?;
         Ok(session)
     }
@@ -159,6 +162,7 @@ impl Session {
             screenshots: run.tools.blobs.as_ref().map(|store| ScreenshotLog::start(store, &run.tools.uploads, &run.task)),
             steps,
             live,
+            tools: Arc::clone(&run.tools),
         };
         let announced = session.announce(&held).await;
         session.held = Some(held);
@@ -292,9 +296,11 @@ impl Session {
     /// be stored turns the success into an error. Then the sandbox is
     /// settled: released, or kept for a later task when the task asked so.
     /// Before any of it, the task's `check` judges the sandbox (see
-    /// [`evaluate`]).
+    /// [`evaluate`]), then the agent's output files are stored and its
+    /// browser profile saved (see [`files`]).
     pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
         self.check(&result).await;
+        let result = self.take_out(result).await;
         let result = match (result, self.screenshots.take()) {
             (Ok(value), Some(log)) => log.finish().await.map(|()| value),
             (result, Some(log)) => {

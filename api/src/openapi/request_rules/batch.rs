@@ -3,7 +3,7 @@
 //! one `POST /v1/tasks` takes, so whether a task is valid depends on what
 //! `defaults` holds. The schema says so by branching on it: `defaults` is in
 //! one of a few states (which pipeline group a task inherits, which of
-//! `actions`/`replay_of`/`files`/`continue_task` it gives, whether it gives
+//! `actions`/`replay_of`/`continue_task` it gives, whether it gives
 //! `prompt` and `retry`), and each state lists the tasks that merge with it
 //! into a valid spec.
 //!
@@ -37,7 +37,6 @@ use super::{reference, Case, CASES, PIPELINE_FIELDS};
 fn given_type(field: &str) -> &'static str {
     match field {
         "actions" => "array",
-        "files" => "object",
         _ => "string",
     }
 }
@@ -58,7 +57,7 @@ fn groups() -> Vec<&'static [Pipeline]> {
 /// pipeline a task inherits and which pipeline fields it gives.
 struct Held {
     group: &'static [Pipeline],
-    given: [bool; 4],
+    given: [bool; 3],
 }
 
 impl Held {
@@ -66,7 +65,7 @@ impl Held {
     fn all() -> Vec<Held> {
         let mut all = Vec::new();
         for group in groups() {
-            for bits in 0..16u8 {
+            for bits in 0..8u8 {
                 all.push(Held { group, given: std::array::from_fn(|i| bits & (1 << i) != 0) });
             }
         }
@@ -89,7 +88,7 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
             `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or \
             `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its \
             own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or \
-            `replay_of` (one of them) with `scripted`, `files` and `continue_task` with `claude-code`, wherever \
+            `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever \
             they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names \
             `max_attempts` unless `defaults` gives `retry`.",
         "additionalProperties": false,
@@ -284,7 +283,7 @@ mod tests {
     fn one_branch_per_state_and_one_for_no_defaults() {
         let rules = pipeline_rules(Pipeline::OpenaiCua);
         let branches = rules["oneOf"].as_array().expect("branches");
-        assert_eq!(branches.len(), 3 * 16);
+        assert_eq!(branches.len(), 3 * 8);
         let open: Vec<&Value> = branches.iter().filter(|b| b.get("required").is_none()).collect();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0]["properties"]["defaults"]["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(4));
@@ -295,7 +294,7 @@ mod tests {
     /// add `replay_of` unless it removes `actions`.
     #[test]
     fn a_task_inherits_or_removes_what_defaults_give() {
-        let held = Held { group: &[Pipeline::Scripted], given: [true, false, false, false] };
+        let held = Held { group: &[Pipeline::Scripted], given: [true, false, false] };
         let actions = task_case(&CASES[0], &held, Pipeline::OpenaiCua);
         assert_eq!(actions["required"], json!([]));
         assert_eq!(actions["properties"]["replay_of"], json!({"type": "null"}));

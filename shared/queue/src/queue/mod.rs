@@ -42,6 +42,7 @@ pub mod scripts;
 mod settings_sync;
 mod singles;
 mod stats;
+mod stored_files;
 mod submit;
 mod takeover;
 mod usage;
@@ -67,6 +68,7 @@ pub use roles::{Housekeeper, Reader, Runner, Submitter};
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
 pub use singles::SUBMIT_SINGLES;
 pub use stats::{FleetStats, LaneStats, QueueStats, TenantLoad};
+pub use stored_files::FileRef;
 pub use submit::{CancelOutcome, ListFilter, NewTask, ScreenshotRef, Submitted, MAX_LIST_LIMIT};
 pub use takeover::Takeover;
 

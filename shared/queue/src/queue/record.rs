@@ -82,6 +82,7 @@ impl StoredRecord for TaskRecord {
             plan: json(&mut h, "plan"),
             sandbox: json(&mut h, "sandbox"),
             screenshots: json(&mut h, "screenshots").and_then(|v: serde_json::Value| v.as_array().cloned()).unwrap_or_default(),
+            files: Vec::new(),
             result: json(&mut h, "result"),
             error: h.get("error").cloned(),
             verdict: h.get("verdict").and_then(|v| Verdict::parse(v)),

@@ -1,5 +1,5 @@
 //! The task's work directory in the sandbox: the input files written into
-//! it before the CLI runs, and the files the CLI wrote there (new, or with
+//! it before the CLI runs (by [`crate::pipeline::files`]), and the files the CLI wrote there (new, or with
 //! changed contents) stored as the task's artifacts afterwards. What
 //! changed is found by listing every file with its SHA-256 before and after
 //! the run, inside the sandbox.
@@ -8,21 +8,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_blobstore::{validate_artifact_path, BlobError, BlobStore, StoredArtifact};
-use flotilla_types::ids::{TaskId, TenantId};
-use flotilla_types::task::{StopCode, TaskFiles};
+use flotilla_blobstore::{BlobError, BlobStore, StoredArtifact};
+use flotilla_types::ids::TaskId;
 use serde::Serialize;
 
+pub(super) use crate::pipeline::files::blob_failure;
+use crate::pipeline::files::{self, Place};
 use crate::pipeline::PipelineError;
 use crate::sandbox::{CommandOutput, SandboxError, SandboxId, SandboxProvider};
 
 /// The work directory, relative to the sandbox's home.
 pub(super) const WORK_DIR: &str = "work";
 
-/// The most input files an `s3_prefix` may hold.
-const MAX_INPUT_FILES: usize = 1000;
-/// The most bytes the input files under an `s3_prefix` may add up to.
-const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
 /// The most artifacts one task stores; the rest are listed as skipped.
 const MAX_ARTIFACTS: usize = 1000;
 /// How long listing or preparing the work directory may take.
@@ -65,64 +62,15 @@ pub(super) async fn prepare(sandbox: Sandbox<'_>) -> Result<String, PipelineErro
     Ok(output.stdout.trim().to_owned())
 }
 
-/// Writes the task's input files into the work directory; returns how many.
+/// Writes the task's input files into the work directory.
 pub(super) async fn write_inputs(
     sandbox: Sandbox<'_>,
-    files: &TaskFiles,
+    task_files: &flotilla_types::task::TaskFiles,
     blobs: &BlobStore,
-    tenant: &TenantId,
+    tenant: &flotilla_types::ids::TenantId,
 ) -> Result<usize, PipelineError> {
-    match files {
-        TaskFiles::Inline(files) => {
-            for (path, content) in files {
-                sandbox.write(&format!("{WORK_DIR}/{path}"), content.as_bytes()).await?;
-            }
-            Ok(files.len())
-        }
-        TaskFiles::S3 { s3_prefix } => copy_from_store(sandbox, s3_prefix, blobs, tenant).await,
-    }
-}
-
-/// Copies every object under the tenant's input prefix `relative` into the
-/// work directory, at its path below that prefix.
-async fn copy_from_store(
-    sandbox: Sandbox<'_>,
-    relative: &str,
-    blobs: &BlobStore,
-    tenant: &TenantId,
-) -> Result<usize, PipelineError> {
-    let prefix = blobs.layout().tenant_input_prefix(tenant, relative).map_err(|e| input_problem(&e.to_string()))?;
-    let objects = blobs.list(&prefix).await.map_err(blob_failure)?;
-    let total: u64 = objects.iter().map(|o| o.size).sum();
-    if objects.len() > MAX_INPUT_FILES || total > MAX_INPUT_BYTES {
-        return Err(input_problem(&format!(
-            "files.s3_prefix holds {} objects of {total} bytes; at most {MAX_INPUT_FILES} objects of {MAX_INPUT_BYTES} bytes are copied: name a narrower prefix",
-            objects.len()
-        )));
-    }
-    let mut copied = 0;
-    for object in &objects {
-        let Some(path) = input_path(&object.key, &prefix)? else {
-            continue;
-        };
-        let bytes = blobs.get(&object.key).await.map_err(blob_failure)?;
-        sandbox.write(&format!("{WORK_DIR}/{path}"), &bytes).await?;
-        copied += 1;
-    }
-    Ok(copied)
-}
-
-/// Where the object `key` under `prefix` lands in the work directory: its
-/// path below the prefix, which must be a plain relative path like an
-/// artifact's (no `..`, `.` or empty component, not absolute), so a crafted
-/// key cannot write outside the work directory. `None` for the prefix
-/// itself and folder markers.
-fn input_path<'a>(key: &'a str, prefix: &str) -> Result<Option<&'a str>, PipelineError> {
-    let Some(path) = key.strip_prefix(prefix).filter(|p| !p.is_empty() && !p.ends_with('/')) else {
-        return Ok(None);
-    };
-    validate_artifact_path(path).map_err(|e| input_problem(&format!("files.s3_prefix: the object {key:?}: {e}")))?;
-    Ok(Some(path))
+    let place = Place { provider: sandbox.provider.as_ref(), id: sandbox.id, dir: WORK_DIR };
+    files::place_inputs(place, task_files, Some(blobs), tenant).await
 }
 
 /// Every file under the work directory by its path there, with the SHA-256
@@ -210,19 +158,6 @@ pub(super) async fn store_artifacts(
     Ok((stored, skipped))
 }
 
-/// A store fault as the attempt's outcome.
-pub(super) fn blob_failure(error: BlobError) -> PipelineError {
-    if error.is_retryable() {
-        PipelineError::Retryable(error.to_string())
-    } else {
-        PipelineError::Fatal { code: StopCode::Problem, message: error.to_string() }
-    }
-}
-
-fn input_problem(message: &str) -> PipelineError {
-    PipelineError::Fatal { code: StopCode::Problem, message: message.to_owned() }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,27 +172,6 @@ mod tests {
         assert_eq!(snapshot.get("notes.txt").map(String::as_str), Some(A));
         assert_eq!(snapshot.get("dir/with  two spaces\nand a newline").map(String::as_str), Some(B));
         assert_eq!(snapshot.len(), 2);
-    }
-
-    #[test]
-    fn input_objects_land_inside_the_work_directory_or_end_the_task() {
-        let prefix = "p/inputs/acme/data/";
-        assert_eq!(input_path("p/inputs/acme/data/a/b.txt", prefix).expect("plain"), Some("a/b.txt"));
-        assert_eq!(input_path("p/inputs/acme/data/dir/", prefix).expect("folder marker"), None);
-        assert_eq!(input_path(prefix, prefix).expect("the prefix itself"), None);
-        for key in [
-            "p/inputs/acme/data/../../.bashrc",
-            "p/inputs/acme/data/a/../../b",
-            "p/inputs/acme/data//etc/passwd",
-            "p/inputs/acme/data/./x",
-            "p/inputs/acme/data/a\\..\\b",
-        ] {
-            let refused = input_path(key, prefix);
-            assert!(
-                matches!(&refused, Err(PipelineError::Fatal { code: StopCode::Problem, message }) if message.contains("files.s3_prefix")),
-                "{key}: {refused:?}"
-            );
-        }
     }
 
     #[test]
