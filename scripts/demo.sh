@@ -118,6 +118,9 @@ export FLOTILLA_API_ADDR="127.0.0.1:$api_port"
 # API keys are flt_ and at least 32 random letters and digits: a fresh one per run.
 demo_key="flt_$(head -c 96 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 43)"
 export FLOTILLA_API_KEYS="$demo_key=demo"
+# The demo tenant may name the built-in browser and office templates.
+printf '[tenants.demo]\nsandbox_templates = ["browser", "office"]\n' >"$work/flotilla.toml"
+export FLOTILLA_CONFIG="$work/flotilla.toml"
 export FLOTILLA_API_URL="http://127.0.0.1:$api_port"
 export FLOTILLA_API_KEY="$demo_key"
 export RUST_LOG="${RUST_LOG:-warn}"
@@ -180,6 +183,10 @@ else:
 print(json.dumps({**spec, "priority": priority}))
 PY
 done
+# A task on the browser template: a small web shop placed by its set-up,
+# whose order form the agent fills and sends; the receipt it downloads is
+# stored as a file of the task, and its check reads the receipt.
+python3 scripts/demo_shop.py >>"$batch_file"
 accepted=$("$bin/flotilla" --json batch "$batch_file" --defaults '{"pipeline": "scripted"}' --no-wait)
 batch_id=$(printf '%s' "$accepted" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 mapfile -t ids < <(printf '%s' "$accepted" | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["task_ids"]))')
@@ -198,6 +205,15 @@ task = json.load(open(sys.argv[1]))
 for shot in task.get("screenshots", []):
     link = shot.get("url") or shot["key"]
     print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], link))
+PY
+shop=${ids[-1]}
+"$bin/flotilla" --json task "$shop" >"$work/shop.json"
+python3 - "$work/shop.json" <<'PY'
+import json, sys
+task = json.load(open(sys.argv[1]))
+print("the shop task %s (browser template) ended %s, its check: %s" % (task["id"], task["status"], task.get("verdict")), file=sys.stderr)
+for stored in task.get("files", []):
+    print("  file %s  %s" % (stored["path"], stored.get("url") or stored["key"]))
 PY
 stored=$(find "$store/flotilla-demo" -name '*.png' | wc -l)
 echo "the store keeps $stored distinct images for the whole batch, as files under $store/flotilla-demo" >&2

@@ -127,6 +127,18 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .collect();
     assert!(recorded.iter().all(|&p| running(p)), "the fleet stays up after the script: {recorded:?}");
 
+    // The browser task filled the shop's form: its check passed and the
+    // receipt it downloaded is a stored file of the task.
+    let shop = out.lines().find(|l| l.starts_with("the shop task ")).unwrap_or_else(|| panic!("no shop task:\n{out}"));
+    assert!(shop.contains("ended succeeded, its check: passed"), "{shop}");
+    let receipt = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("file Downloads/receipt.txt"))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no receipt link printed:\n{out}"));
+    let body = reqwest::get(receipt).await.expect("GET the receipt").text().await.expect("receipt text");
+    assert_eq!(body, "order for Ada: 3\n");
+
     // The printed links answer while the fleet runs.
     let http = reqwest::Client::new();
     for link in &links {
@@ -212,8 +224,9 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .await
         .expect("tasks JSON");
     let count = tasks["tasks"].as_array().map_or(0, Vec::len);
-    // The batch, the desktop kept running to watch, and the one submitted above.
-    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 2), "{tasks}");
+    // The batch (its tasks and the shop's), the desktop kept running to
+    // watch, and the one submitted above.
+    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 3), "{tasks}");
 
     // --stop leaves nothing of the fleet running.
     let everything = with_descendants(&recorded);

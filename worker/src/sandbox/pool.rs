@@ -170,14 +170,7 @@ impl SandboxPool {
                 });
             }
         }
-        let permit = tokio::select! {
-            permit = Arc::clone(&self.inner.live).acquire_owned() => permit.map_err(|_| SandboxError::Unavailable("the sandbox pool is closed".into()))?,
-            () = cancel.cancelled() => return Err(SandboxError::Unavailable("cancelled while waiting for a sandbox".into())),
-        };
-        let fleet = match &self.inner.config.fleet {
-            Some(cap) => Some(cap.acquire(cancel).await?),
-            None => None,
-        };
+        let (permit, fleet) = self.slot(cancel).await?;
         let starting = now();
         let sandbox = self.inner.provider.create(request).await?;
         if pooled {
@@ -187,13 +180,8 @@ impl SandboxPool {
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }
 
-    /// Takes up sandbox `id`, which an interrupted attempt of the same task
-    /// left running: connects to it by id (a gone one answers at once, with
-    /// no wait for a slot), then holds it under `max_live` and the fleet cap
-    /// as if started here, so it ends as any lease does.
-    pub async fn adopt(&self, id: &SandboxId, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
-        let began = Instant::now();
-        let sandbox = self.inner.provider.connect(id).await?;
+    /// A slot under `max_live`, then under the fleet's cap when there is one.
+    async fn slot(&self, cancel: &CancellationToken) -> Result<(OwnedSemaphorePermit, Option<FleetSlot>), SandboxError> {
         let permit = tokio::select! {
             permit = Arc::clone(&self.inner.live).acquire_owned() => permit.map_err(|_| SandboxError::Unavailable("the sandbox pool is closed".into()))?,
             () = cancel.cancelled() => return Err(SandboxError::Unavailable("cancelled while waiting for a sandbox".into())),
@@ -202,6 +190,17 @@ impl SandboxPool {
             Some(cap) => Some(cap.acquire(cancel).await?),
             None => None,
         };
+        Ok((permit, fleet))
+    }
+
+    /// Takes up sandbox `id`, which an interrupted attempt of the same task
+    /// left running: connects to it by id (a gone one answers at once, with
+    /// no wait for a slot), then holds it under `max_live` and the fleet cap
+    /// as if started here, so it ends as any lease does.
+    pub async fn adopt(&self, id: &SandboxId, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
+        let began = Instant::now();
+        let sandbox = self.inner.provider.connect(id).await?;
+        let (permit, fleet) = self.slot(cancel).await?;
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }
 

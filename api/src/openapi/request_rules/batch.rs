@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(branches.len(), 3 * 8);
         let open: Vec<&Value> = branches.iter().filter(|b| b.get("required").is_none()).collect();
         assert_eq!(open.len(), 1);
-        assert_eq!(open[0]["properties"]["defaults"]["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(4));
+        assert_eq!(open[0]["properties"]["defaults"]["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(5));
     }
 
     /// With `scripted` inherited and `actions` given by `defaults`, a task
@@ -303,6 +303,6 @@ mod tests {
         assert_eq!(replay["properties"]["actions"], json!({"type": "null"}));
         let model = task_case(&CASES[3], &held, Pipeline::OpenaiCua);
         assert_eq!(model["required"], json!(["pipeline", "actions"]));
-        assert_eq!(model["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(4));
+        assert_eq!(model["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(5));
     }
 }

@@ -232,13 +232,9 @@ impl Steps {
         }
     }
 
-    /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
-    /// under the guard, and emits `action_completed` with the step count.
-    pub async fn take(
-        &mut self,
-        action: &Action,
-        perform: impl Future<Output = Result<(), PipelineError>>,
-    ) -> Result<(), PipelineError> {
+    /// Whether another step may start: not cancelled or handed back, under
+    /// `max_steps`, and (after waiting out a person's hold) the agent's.
+    async fn may_start_step(&mut self) -> Result<(), PipelineError> {
         self.between_steps()?;
         if self.taken >= self.limits.max_steps {
             return Err(PipelineError::Fatal {
@@ -247,6 +243,17 @@ impl Steps {
             });
         }
         self.pause_while_held().await?;
+        Ok(())
+    }
+
+    /// Takes one step: checks `max_steps`, emits `action`, runs `perform`
+    /// under the guard, and emits `action_completed` with the step count.
+    pub async fn take(
+        &mut self,
+        action: &Action,
+        perform: impl Future<Output = Result<(), PipelineError>>,
+    ) -> Result<(), PipelineError> {
+        self.may_start_step().await?;
         let span = tracing::info_span!("step", action = action.kind(), step = self.taken + 1);
         self.take_traced(action, perform).instrument(span).await
     }
@@ -259,14 +266,7 @@ impl Steps {
         call: &BrowserCall,
         perform: impl Future<Output = Result<T, PipelineError>>,
     ) -> Result<T, PipelineError> {
-        self.between_steps()?;
-        if self.taken >= self.limits.max_steps {
-            return Err(PipelineError::Fatal {
-                code: StopCode::Problem,
-                message: format!("the task reached its max_steps ({})", self.limits.max_steps),
-            });
-        }
-        self.pause_while_held().await?;
+        self.may_start_step().await?;
         let started = Instant::now();
         let value = self.guard(perform).await?;
         let took = started.elapsed();
