@@ -27,6 +27,9 @@ use super::xauth::{self, Cookie};
 use flotilla_sandbox::keyboard::Keysym;
 use flotilla_sandbox::{SandboxError, Screenshot};
 
+/// How long after its release a key typed twice in a row is pressed again.
+const REPEATED_KEY_DELAY_MS: u32 = 2;
+
 /// The keysym of the left Shift key.
 const SHIFT_L: u32 = 0xffe1;
 /// The most wheel clicks one scroll may ask for on each axis.
@@ -191,12 +194,19 @@ impl Display {
     /// Types each keysym as one key stroke, with Shift where the keymap
     /// needs it, waiting `delay` after each.
     pub fn type_keys(&self, keys: &[Keysym], delay: Duration) -> Result<(), SandboxError> {
+        let mut previous = None;
         for key in keys {
             let (code, shift) = self.keycode(key)?;
             if shift {
                 self.fake(KEY_PRESS_EVENT, self.shift_code()?, 0, 0)?;
             }
-            self.fake(KEY_PRESS_EVENT, code, 0, 0)?;
+            // A key pressed again at once gets a later server time than its
+            // release: toolkits (LibreOffice's among them) take a release and
+            // a press of one key at the same time for auto-repeat and drop
+            // the letter ("apples" typed as "aples").
+            let after_ms = if previous == Some(code) { REPEATED_KEY_DELAY_MS } else { 0 };
+            self.fake_after(KEY_PRESS_EVENT, code, after_ms)?;
+            previous = Some(code);
             self.fake(KEY_RELEASE_EVENT, code, 0, 0)?;
             if shift {
                 self.fake(KEY_RELEASE_EVENT, self.shift_code()?, 0, 0)?;
@@ -319,6 +329,13 @@ impl Display {
         // Inside the screen, so both fit an i16.
         let (x, y) = (i16::try_from(x).unwrap_or(i16::MAX), i16::try_from(y).unwrap_or(i16::MAX));
         self.fake(MOTION_NOTIFY_EVENT, 0, x, y)
+    }
+
+    /// A key event the server handles `after_ms` milliseconds from now
+    /// (XTEST's delay), so that it carries a later time.
+    fn fake_after(&self, kind: u8, detail: u8, after_ms: u32) -> Result<(), SandboxError> {
+        self.conn.xtest_fake_input(kind, detail, after_ms, self.root, 0, 0, 0).map_err(x_error)?;
+        Ok(())
     }
 
     fn fake(&self, kind: u8, detail: u8, x: i16, y: i16) -> Result<(), SandboxError> {
