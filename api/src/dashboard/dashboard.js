@@ -463,12 +463,16 @@
   }
 
   async function loadTask(selected) {
+    const issued = (selected.reads = (selected.reads || 0) + 1);
     try {
       const task = await api('GET', taskPath(selected.id));
       if (state.selected !== selected) return;
       // Reads overlap under a burst of events: one that answers after a
-      // newer one has been shown is older news, and is dropped.
+      // read issued later has been shown is older news, and is dropped
+      // (it may carry the same last_seq with less of the history).
+      if (issued < (selected.shownRead || 0)) return;
       if (selected.task && Number(task.last_seq) < Number(selected.task.last_seq)) return;
+      selected.shownRead = issued;
       selected.task = task;
       renderDetail(selected, task);
     } catch (error) {
