@@ -14,7 +14,7 @@ use flotilla_types::action::Action;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::{TaskId, TenantId};
 use flotilla_types::task::{TaskSpec, TaskStatus};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxOwners, SandboxPool, SandboxProvider};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, SandboxOwners, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::Value;
@@ -55,7 +55,11 @@ impl DesktopFleet {
         extra.extend(options.env.iter().map(|(k, v)| (*k, v.as_str())));
         let config = test_config(&redis, &unique_prefix(), &extra);
         let provider = options.provider.unwrap_or_else(|| Arc::new(LocalProvider::new(LocalConfig::default())));
-        let pool = SandboxPool::new(provider, PoolConfig { warm: options.warm, max_live: 4, ..PoolConfig::default() });
+        // Warm counts as the worker reads them (`FLOTILLA_SANDBOX_WARM`), or `warm` for the default shape.
+        let mut pool_config = flotilla_worker::tools::pool_config(&config, provider.kind(), provider.name());
+        pool_config.max_live = 4;
+        pool_config.warm = pool_config.warm.max(options.warm);
+        let pool = SandboxPool::new(provider, pool_config);
         let tools = Tools {
             sandboxes: Some(pool.clone()),
             blobs: options.blobs,

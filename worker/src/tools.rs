@@ -9,16 +9,18 @@
 use std::sync::Arc;
 
 use flotilla_blobstore::{BlobConfig, BlobStore, UploaderOptions};
-use flotilla_config::{Config, ProfileKey};
+use flotilla_config::{Config, ProfileKey, DEFAULT_TEMPLATE};
 use flotilla_queue::keys::Keys;
 use flotilla_types::task::SandboxProviderKind;
 use tracing::{info, warn};
 
 use crate::gateway::{GatewayConfig, ModelGateway};
 use crate::live::LiveDesktops;
+use crate::pipeline::held::provider_template;
 use crate::pipeline::pricing::Pricing;
 use crate::sandbox::{
-    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, SandboxPool, SandboxProvider,
+    E2bConfig, E2bProvider, FleetCap, FleetCapConfig, LocalConfig, LocalProvider, PoolConfig, PooledShape, SandboxPool,
+    SandboxProvider, SandboxRequest,
 };
 
 /// Sandboxes and storage for the tasks of one worker.
@@ -52,7 +54,7 @@ impl Tools {
             None => None,
             Some(kind) => {
                 let provider = provider(config, kind).await?;
-                let pool_config = pool_config(config, provider.name());
+                let pool_config = pool_config(config, kind, provider.name());
                 Some(SandboxPool::new(provider, pool_config))
             }
         };
@@ -105,12 +107,26 @@ async fn local_provider(config: &Config) -> anyhow::Result<LocalProvider> {
         .map_err(|e| anyhow::anyhow!("{e} (FLOTILLA_SANDBOX_ISOLATION=none runs sandboxes unisolated, for development only)"))
 }
 
-fn pool_config(config: &Config, provider: &str) -> PoolConfig {
+/// The pool: the default template's warm count on the default shape, and
+/// a shape of its own for each other template given a count.
+pub fn pool_config(config: &Config, kind: SandboxProviderKind, provider: &str) -> PoolConfig {
+    let defaults = PoolConfig::default();
+    let more_shapes = config
+        .sandbox
+        .warm
+        .iter()
+        .filter(|(name, warm)| name.as_str() != DEFAULT_TEMPLATE && **warm > 0)
+        .map(|(name, warm)| {
+            let template = Some(provider_template(name, kind, &config.templates));
+            PooledShape { request: SandboxRequest { template, ..defaults.default_request.clone() }, warm: *warm }
+        })
+        .collect();
     PoolConfig {
-        warm: config.sandbox.warm,
-        max_live: config.sandbox.max.max(config.sandbox.warm),
+        warm: config.sandbox.warm_of(DEFAULT_TEMPLATE),
+        max_live: config.sandbox.max.max(config.sandbox.warm_total()),
+        more_shapes,
         fleet: fleet_cap(config, provider),
-        ..PoolConfig::default()
+        ..defaults
     }
 }
 

@@ -272,12 +272,14 @@ impl Config {
         }
         let mut settings = Settings(settings);
         let loaded = TenantsConfig::load(tables.tenants, settings.get("FLOTILLA_TENANT_WEIGHTS")).and_then(|tenants| {
-            Ok(Self {
+            let config = Self {
                 tenants,
                 prices: prices::load(tables.prices)?,
                 templates: TemplatesConfig::load(tables.templates)?,
                 ..Self::from_settings(&settings)?
-            })
+            };
+            config.check_warm_templates()?;
+            Ok(config)
         });
         wipe_secrets(&mut settings.0);
         wipe_secrets(&mut env);
@@ -292,6 +294,17 @@ impl Config {
             eprintln!("warning: {e}");
         }
         config
+    }
+
+    /// Every template given a warm count is one this process knows.
+    fn check_warm_templates(&self) -> Result<(), ConfigError> {
+        match self.sandbox.warm.keys().find(|name| self.templates.get(name).is_none()) {
+            Some(name) => Err(ConfigError::new(
+                "FLOTILLA_SANDBOX_WARM",
+                format!("{name:?} is not a template (built-in or [templates.<name>])"),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
@@ -568,7 +581,18 @@ mod tests {
         assert_eq!(config.sandbox.provider, None);
         let config = load(&[("FLOTILLA_SANDBOX_PROVIDER", "local"), ("FLOTILLA_SANDBOX_WARM", "2")]).expect("loads");
         assert_eq!(config.sandbox.provider, Some(SandboxProviderKind::Local));
-        assert_eq!(config.sandbox.warm, 2);
+        assert_eq!(config.sandbox.warm_of("desktop"), 2);
+    }
+
+    #[test]
+    fn warm_counts_are_given_per_template_and_name_known_templates() {
+        let config = load(&[("FLOTILLA_SANDBOX_WARM", "desktop=1, browser=2")]).expect("loads");
+        assert_eq!((config.sandbox.warm_of("desktop"), config.sandbox.warm_of("browser")), (1, 2));
+        assert_eq!((config.sandbox.warm_of("office"), config.sandbox.warm_total()), (0, 3));
+        for bad in ["browser=two", "browser", "browser=1,kiosk=1", "browser=1,browser=2", "-1"] {
+            let err = load(&[("FLOTILLA_SANDBOX_WARM", bad)]).expect_err(bad);
+            assert_eq!(err.var, "FLOTILLA_SANDBOX_WARM", "{bad}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (OpenAI, Anthropic; Claude's tool override and Gemini are in
 //! `computer_use.rs`) and the S3 bucket screenshots go to.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{ConfigError, Secret, Settings};
@@ -22,8 +23,10 @@ pub enum OpenAiToolVersion {
 pub struct SandboxConfig {
     /// `FLOTILLA_SANDBOX_PROVIDER`: none: only tasks that need no screen run.
     pub provider: Option<SandboxProviderKind>,
-    /// `FLOTILLA_SANDBOX_WARM`: ready sandboxes each worker keeps in its warm pool.
-    pub warm: usize,
+    /// `FLOTILLA_SANDBOX_WARM`: ready sandboxes each worker keeps in its
+    /// warm pools, by template: a bare count is the default template's,
+    /// `desktop=1,browser=2` gives each template its own.
+    pub warm: BTreeMap<String, usize>,
     /// `FLOTILLA_SANDBOX_MAX`: sandboxes one worker may hold at once, pooled ones included.
     pub max: usize,
     /// `FLOTILLA_SANDBOX_FLEET_MAX`: sandboxes the whole fleet may hold at once
@@ -35,7 +38,7 @@ impl SandboxConfig {
     pub(super) fn load(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             provider: parse_sandbox_provider(s.get("FLOTILLA_SANDBOX_PROVIDER"))?,
-            warm: s.count("FLOTILLA_SANDBOX_WARM", 0)?,
+            warm: parse_warm(s.get("FLOTILLA_SANDBOX_WARM"))?,
             max: s.positive("FLOTILLA_SANDBOX_MAX", 16)?,
             fleet_max: match s.get("FLOTILLA_SANDBOX_FLEET_MAX") {
                 Some(_) => Some(s.positive("FLOTILLA_SANDBOX_FLEET_MAX", 1)?),
@@ -43,6 +46,38 @@ impl SandboxConfig {
             },
         })
     }
+
+    /// Ready sandboxes to keep of `template`.
+    pub fn warm_of(&self, template: &str) -> usize {
+        self.warm.get(template).copied().unwrap_or(0)
+    }
+
+    /// Ready sandboxes to keep of every template together.
+    pub fn warm_total(&self) -> usize {
+        self.warm.values().sum()
+    }
+}
+
+/// `N` (the default template's count) or `template=N` pairs, comma-separated.
+fn parse_warm(raw: Option<&str>) -> Result<BTreeMap<String, usize>, ConfigError> {
+    const VAR: &str = "FLOTILLA_SANDBOX_WARM";
+    let mut counts = BTreeMap::new();
+    let Some(raw) = raw else { return Ok(counts) };
+    let count =
+        |text: &str| text.trim().parse::<usize>().map_err(|_| ConfigError::new(VAR, format!("{text:?} is not a whole number")));
+    if !raw.contains('=') {
+        counts.insert(super::DEFAULT_TEMPLATE.to_owned(), count(raw)?);
+        return Ok(counts);
+    }
+    for pair in raw.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let Some((template, n)) = pair.split_once('=') else {
+            return Err(ConfigError::new(VAR, format!("{pair:?} is not template=count")));
+        };
+        if counts.insert(template.trim().to_owned(), count(n)?).is_some() {
+            return Err(ConfigError::new(VAR, format!("template {:?} is given twice", template.trim())));
+        }
+    }
+    Ok(counts)
 }
 
 /// The E2B account remote desktops are started under.

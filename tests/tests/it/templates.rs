@@ -17,14 +17,14 @@ use axum::extract::State;
 use axum::response::Html;
 use flotilla_blobstore::BlobStore;
 use flotilla_sandbox::suite::host_address;
-use flotilla_tests::desktop::{count, sandbox_ids, DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{count, eventually, sandbox_ids, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, Gate, ScriptedServer};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, record};
 use flotilla_tests::unique_prefix;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::task::{StopCode, TaskStatus};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, SandboxId, SandboxProvider};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, PoolConfig, SandboxId, SandboxProvider, SandboxRequest};
 use serde_json::{json, Value};
 
 /// The tenant's settings: `acme` may use the built-in templates.
@@ -134,6 +134,35 @@ async fn sandbox_a_browser_task_fills_and_submits_a_form_on_a_served_page() {
         best = best.max(share_of(&png, PAGE_COLOUR));
     }
     assert!(best > 0.5, "a stored screenshot shows the rendered page (its colour covers {best:.2} of the screen at best)");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_template_given_a_warm_count_is_handed_out_warm_and_others_start_cold() {
+    let fleet = fleet(Vec::new(), vec![("FLOTILLA_SANDBOX_WARM", "browser=1".into())], None).await;
+    let browser = SandboxRequest { template: Some("browser".into()), ..PoolConfig::default().default_request };
+    eventually("a browser desktop is ready in the pool", Duration::from_secs(60), async || fleet.pool.ready_for(&browser) == 1)
+        .await;
+    assert_eq!(fleet.pool.ready(), 1, "no desktop of the default template is kept without a count");
+    let task = |template: &str| {
+        json!({
+            "prompt": "move the pointer", "pipeline": "scripted", "sandbox": {"template": template},
+            "actions": [{"type": "move", "x": 10, "y": 10}]
+        })
+    };
+    let mut handed_out = Vec::new();
+    for template in ["browser", "office"] {
+        let (id, history) = fleet.run_to_end(task(template)).await;
+        assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Succeeded, "{history:?}");
+        let ready = history.iter().find_map(|e| match &e.kind {
+            EventKind::SandboxReady { warm, ms, .. } => Some((*warm, *ms)),
+            _ => None,
+        });
+        handed_out.push(ready.expect("sandbox_ready"));
+    }
+    assert_eq!((handed_out[0].0, handed_out[1].0), (true, false), "browser warm, office cold: {handed_out:?}");
+    assert!(handed_out[0].1 < 1_000, "a warm browser desktop is handed out without a start ({} ms)", handed_out[0].1);
+    eventually("the browser pool refills", Duration::from_secs(60), async || fleet.pool.ready_for(&browser) == 1).await;
     fleet.stop().await;
 }
 

@@ -70,12 +70,7 @@ impl SandboxChoice {
         if let Some(template) = spec.template.as_deref().filter(|t| !tenant.allows_template(t)) {
             return Err(problem(format!("sandbox.template: {template:?} is not one of this tenant's sandbox templates")));
         }
-        request.template.clone_from(&spec.template);
-        if provider == SandboxProviderKind::E2b {
-            if let Some(template) = spec.template.as_deref().and_then(|name| templates.get(name)) {
-                request.template = Some(template.e2b_template_id().to_owned());
-            }
-        }
+        request.template = spec.template.as_deref().map(|name| provider_template(name, provider, templates));
         if let Some([w, h]) = spec.resolution {
             request.resolution = (w, h);
         }
@@ -88,6 +83,15 @@ impl SandboxChoice {
             Self::New { request, .. } => request.timeout,
             Self::Existing { stretch, .. } => *stretch,
         }
+    }
+}
+
+/// The template name `provider` is asked for: on E2B the E2B template id
+/// a template maps to (`e2b_template`), elsewhere the template's own name.
+pub(crate) fn provider_template(name: &str, provider: SandboxProviderKind, templates: &TemplatesConfig) -> String {
+    match templates.get(name) {
+        Some(template) if provider == SandboxProviderKind::E2b => template.e2b_template_id().to_owned(),
+        _ => name.to_owned(),
     }
 }
 

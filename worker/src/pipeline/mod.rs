@@ -11,7 +11,7 @@ pub mod computer_use;
 pub mod error;
 pub mod files;
 pub mod handle;
-mod held;
+pub(crate) mod held;
 pub mod journal;
 mod kept_watch;
 mod open_app;

@@ -11,6 +11,7 @@ pub mod keep_alive;
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub mod memory;
 pub mod pool;
+mod pool_fill;
 
 #[cfg(test)]
 mod e2b_stream_tests;
@@ -33,4 +34,4 @@ pub use keep_alive::{KeepAlive, KeepAlivePolicy, SandboxLost};
 pub use local::{DisplayAccess, Ipv4Net, Isolation, Leftovers, LocalConfig, LocalProvider, Network, SandboxLimits};
 #[cfg(any(test, feature = "memory-sandbox"))]
 pub use memory::MemoryProvider;
-pub use pool::{Lease, PoolConfig, SandboxPool};
+pub use pool::{Lease, PoolConfig, PooledShape, SandboxPool};

@@ -2,18 +2,22 @@
 //!
 //! Starting a desktop takes from a fraction of a second (local) to several
 //! seconds (hosted), so the pool keeps `warm` ready sandboxes of the
-//! default shape and hands one out at once when a task asks for that shape;
-//! any other shape is started cold. A used sandbox is never handed to
+//! default shape, and a count of its own for each further shape it is given
+//! (a warm pool per template), and hands one out at once when a task asks
+//! for a pooled shape; any other shape is started cold. A task's template
+//! named as the default (`desktop`) is the default shape. A used sandbox is never handed to
 //! another task: releasing kills it, and the pool starts a fresh one in the
 //! background. `max_live` caps the sandboxes this worker holds at once,
 //! pooled ones included, so a burst cannot exceed a provider's concurrency
 //! limit. Pooled sandboxes are replaced before their deadline runs out.
 //!
-//! When tasks of the pooled shape arrive faster than replacements start,
-//! `warm` is not enough: the pool then keeps as many ready as recent demand
-//! and start times call for (see `demand`), up to half of `max_live`, and
-//! kills the extra ones again once demand falls. A pool with `warm` = 0
-//! never keeps any.
+//! When tasks of a pooled shape arrive faster than replacements start,
+//! its `warm` is not enough: the pool then keeps as many ready as recent
+//! demand and start times call for (see `demand`), up to half of
+//! `max_live`, and kills the extra ones again once demand falls. A shape
+//! with `warm` = 0 never keeps any. Each shape has its own ready sandboxes
+//! and demand; `max_live` and the fleet cap are shared. The filling is in
+//! `pool_fill.rs`.
 //! With a [`FleetCap`], every sandbox held (ready, starting or in use) also
 //! takes a fleet-wide slot in Redis, so all workers together stay under the
 //! provider's limit; a task waits for a slot (bounded, cancellable) when the
@@ -22,9 +26,10 @@
 //! sandbox's deadline.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flotilla_config::DEFAULT_TEMPLATE;
 use time::OffsetDateTime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -33,15 +38,6 @@ use tracing::{debug, info_span, warn, Instrument};
 use super::demand::Demand;
 use super::fleet::{FleetCap, FleetSlot};
 use super::{Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest};
-
-/// Pause before trying again after a warm sandbox failed to start.
-const FAILED_PAUSE: Duration = Duration::from_secs(2);
-/// Pause after the provider refused the worker's credentials or request.
-const REFUSED_PAUSE: Duration = Duration::from_secs(60);
-/// Pause before a warm sandbox tries again for a fleet slot.
-const FLEET_FULL_PAUSE: Duration = Duration::from_secs(2);
-/// How often the pool checks its size while no task comes or goes.
-const KEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// How the pool is sized.
 #[derive(Debug, Clone)]
@@ -52,11 +48,21 @@ pub struct PoolConfig {
     pub max_live: usize,
     /// The shape pooled sandboxes have; a task asking for it gets a warm one.
     pub default_request: SandboxRequest,
+    /// Further shapes kept warm beside the default one, each with its own
+    /// count (one per template the worker is told to keep warm).
+    pub more_shapes: Vec<PooledShape>,
     /// A pooled sandbox with less life left than this is replaced, not handed out.
     pub min_life_left: Duration,
     /// The fleet-wide cap every sandbox of this pool counts against; none
     /// when only `max_live` applies.
     pub fleet: Option<FleetCap>,
+}
+
+/// A shape of sandbox the pool keeps ready, and how many at least.
+#[derive(Debug, Clone)]
+pub struct PooledShape {
+    pub request: SandboxRequest,
+    pub warm: usize,
 }
 
 impl Default for PoolConfig {
@@ -65,9 +71,18 @@ impl Default for PoolConfig {
             warm: 0,
             max_live: 8,
             default_request: SandboxRequest { timeout: Duration::from_secs(1800), ..SandboxRequest::default() },
+            more_shapes: Vec::new(),
             min_life_left: Duration::from_secs(120),
             fleet: None,
         }
+    }
+}
+
+impl PoolConfig {
+    /// Every pooled shape, the default one first.
+    fn shapes(&self) -> impl Iterator<Item = PooledShape> + '_ {
+        let default = PooledShape { request: self.default_request.clone(), warm: self.warm };
+        std::iter::once(default).chain(self.more_shapes.iter().cloned())
     }
 }
 
@@ -84,47 +99,63 @@ pub struct Lease {
 
 /// A ready sandbox waiting in the pool, with its share of `max_live` and
 /// its fleet slot.
-struct Ready {
-    sandbox: Sandbox,
-    permit: OwnedSemaphorePermit,
-    fleet: Option<FleetSlot>,
+pub(super) struct Ready {
+    pub(super) sandbox: Sandbox,
+    pub(super) permit: OwnedSemaphorePermit,
+    pub(super) fleet: Option<FleetSlot>,
 }
 
 /// A provider with a warm pool. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct SandboxPool {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    provider: Arc<dyn SandboxProvider>,
-    config: PoolConfig,
-    live: Arc<Semaphore>,
-    ready: Mutex<VecDeque<Ready>>,
-    /// Sandboxes being started for the pool now.
-    filling: Mutex<usize>,
-    /// Recent arrivals of the pooled shape and start times, for sizing.
-    demand: Mutex<Demand>,
-    stop: CancellationToken,
+pub(super) struct Inner {
+    pub(super) provider: Arc<dyn SandboxProvider>,
+    pub(super) config: PoolConfig,
+    pub(super) live: Arc<Semaphore>,
+    /// The pooled shapes, the default one first.
+    pub(super) shapes: Vec<Shape>,
+    pub(super) stop: CancellationToken,
+}
+
+/// One pooled shape: its ready sandboxes, those starting and its demand.
+pub(super) struct Shape {
+    pub(super) request: SandboxRequest,
+    pub(super) warm: usize,
+    pub(super) ready: Mutex<VecDeque<Ready>>,
+    /// Sandboxes being started for this shape now.
+    pub(super) filling: Mutex<usize>,
+    /// Recent arrivals of this shape and start times, for sizing.
+    pub(super) demand: Mutex<Demand>,
 }
 
 impl SandboxPool {
-    /// A pool over `provider`; starts filling at once when `warm` > 0.
+    /// A pool over `provider`; starts filling at once when a shape's `warm` > 0.
     pub fn new(provider: Arc<dyn SandboxProvider>, config: PoolConfig) -> Self {
+        let shapes = config
+            .shapes()
+            .map(|shape| Shape {
+                request: shape.request,
+                warm: shape.warm,
+                ready: Mutex::new(VecDeque::new()),
+                filling: Mutex::new(0),
+                demand: Mutex::new(Demand::new(now())),
+            })
+            .collect();
         let inner = Inner {
             live: Arc::new(Semaphore::new(config.max_live.max(1))),
             provider,
             config,
-            ready: Mutex::new(VecDeque::new()),
-            filling: Mutex::new(0),
-            demand: Mutex::new(Demand::new(now())),
+            shapes,
             stop: CancellationToken::new(),
         };
         let pool = Self { inner: Arc::new(inner) };
         pool.refill();
-        if pool.inner.config.warm > 0 {
+        if pool.inner.shapes.iter().any(|shape| shape.warm > 0) {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(keep(Arc::downgrade(&pool.inner), pool.inner.stop.clone()));
+                runtime.spawn(super::pool_fill::keep(Arc::downgrade(&pool.inner), pool.inner.stop.clone()));
             }
         }
         pool
@@ -134,9 +165,15 @@ impl SandboxPool {
         &self.inner.provider
     }
 
-    /// Ready sandboxes now.
+    /// Ready sandboxes now, of every shape.
     pub fn ready(&self) -> usize {
-        lock(&self.inner.ready).len()
+        self.inner.shapes.iter().map(|shape| lock(&shape.ready).len()).sum()
+    }
+
+    /// Ready sandboxes now of the pooled shape `request` asks for (0 for a
+    /// shape the pool does not keep).
+    pub fn ready_for(&self, request: &SandboxRequest) -> usize {
+        self.shape_of(request).map_or(0, |i| lock(&self.inner.shapes[i].ready).len())
     }
 
     /// Sandboxes held now, in use, ready or starting.
@@ -145,7 +182,7 @@ impl SandboxPool {
     }
 
     /// A sandbox of the shape `request` asks for: a ready one when the shape
-    /// is the pool's, else a new one. Waits while `max_live` are held, unless
+    /// is pooled, else a new one. Waits while `max_live` are held, unless
     /// `cancel` fires. Traced in a `sandbox_acquire` span that says which.
     pub async fn acquire(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
         let span = info_span!("sandbox_acquire", provider = self.inner.provider.name(), warm = tracing::field::Empty);
@@ -156,10 +193,10 @@ impl SandboxPool {
 
     async fn acquire_untraced(&self, request: &SandboxRequest, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
         let began = Instant::now();
-        let pooled = self.fits_pool(request);
-        if pooled {
-            lock(&self.inner.demand).arrived(now());
-            if let Some(ready) = self.take_ready() {
+        let pooled = self.shape_of(request);
+        if let Some(shape) = pooled {
+            lock(&self.inner.shapes[shape].demand).arrived(now());
+            if let Some(ready) = self.take_ready(shape) {
                 self.refill();
                 return Ok(Lease {
                     sandbox: ready.sandbox,
@@ -173,8 +210,8 @@ impl SandboxPool {
         let (permit, fleet) = self.slot(cancel).await?;
         let starting = now();
         let sandbox = self.inner.provider.create(request).await?;
-        if pooled {
-            lock(&self.inner.demand).started(now() - starting);
+        if let Some(shape) = pooled {
+            lock(&self.inner.shapes[shape].demand).started(now() - starting);
         }
         self.refill();
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
@@ -232,7 +269,8 @@ impl SandboxPool {
     /// Kills every ready sandbox and stops refilling.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
-        let drained: Vec<Ready> = lock(&self.inner.ready).drain(..).collect();
+        let drained: Vec<Ready> =
+            self.inner.shapes.iter().flat_map(|shape| lock(&shape.ready).drain(..).collect::<Vec<_>>()).collect();
         for ready in drained {
             self.inner.provider.kill(&ready.sandbox.id).await.ok();
             if let Some(slot) = ready.fleet {
@@ -241,17 +279,23 @@ impl SandboxPool {
         }
     }
 
-    fn fits_pool(&self, request: &SandboxRequest) -> bool {
-        let pooled = &self.inner.config.default_request;
-        request.template == pooled.template && request.resolution == pooled.resolution && request.timeout <= pooled.timeout
+    /// The pooled shape `request` asks for: the same template (none and the
+    /// default template's name are one), screen and no longer a life.
+    fn shape_of(&self, request: &SandboxRequest) -> Option<usize> {
+        self.inner.shapes.iter().position(|shape| {
+            let pooled = &shape.request;
+            template_name(request) == template_name(pooled)
+                && request.resolution == pooled.resolution
+                && request.timeout <= pooled.timeout
+        })
     }
 
-    /// The first ready sandbox with enough life left; ones too close to
-    /// their deadline are killed on the way.
-    fn take_ready(&self) -> Option<Ready> {
+    /// The first ready sandbox of `shape` with enough life left; ones too
+    /// close to their deadline are killed on the way.
+    fn take_ready(&self, shape: usize) -> Option<Ready> {
         let min_left = self.inner.config.min_life_left;
         loop {
-            let ready = lock(&self.inner.ready).pop_front()?;
+            let ready = lock(&self.inner.shapes[shape].ready).pop_front()?;
             let left = ready.sandbox.expires_at - OffsetDateTime::now_utc();
             if left > min_left {
                 return Some(ready);
@@ -259,151 +303,18 @@ impl SandboxPool {
             self.kill_in_background(ready);
         }
     }
-
-    fn kill_in_background(&self, ready: Ready) {
-        let provider = Arc::clone(&self.inner.provider);
-        tokio::spawn(async move {
-            provider.kill(&ready.sandbox.id).await.ok();
-            drop(ready.permit);
-        });
-    }
-
-    /// How many ready sandboxes the pool aims for now: `warm`, or more
-    /// while demand calls for it, up to half of `max_live`.
-    fn target(&self) -> usize {
-        let config = &self.inner.config;
-        if config.warm == 0 {
-            return 0;
-        }
-        let wanted = lock(&self.inner.demand).wanted(now());
-        wanted.min(config.max_live / 2).max(config.warm)
-    }
-
-    /// Kills ready sandboxes beyond `target`, oldest first.
-    fn trim(&self, target: usize) {
-        loop {
-            let extra = {
-                let mut ready = lock(&self.inner.ready);
-                if ready.len() <= target {
-                    return;
-                }
-                ready.pop_front()
-            };
-            if let Some(extra) = extra {
-                self.kill_in_background(extra);
-            }
-        }
-    }
-
-    /// Starts as many sandboxes as the pool lacks, as far as `max_live`
-    /// allows, and kills those it no longer needs.
-    fn refill(&self) {
-        if self.inner.stop.is_cancelled() || tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        let target = self.target();
-        self.trim(target);
-        loop {
-            let missing = {
-                let filling = lock(&self.inner.filling);
-                target.saturating_sub(self.ready() + *filling)
-            };
-            if missing == 0 {
-                return;
-            }
-            let Ok(permit) = Arc::clone(&self.inner.live).try_acquire_owned() else {
-                return;
-            };
-            *lock(&self.inner.filling) += 1;
-            let pool = self.clone();
-            tokio::spawn(async move { pool.start_one(permit).await });
-        }
-    }
-
-    async fn start_one(&self, permit: OwnedSemaphorePermit) {
-        let inner = &self.inner;
-        let Some(fleet) = self.pooled_fleet_slot().await else {
-            *lock(&inner.filling) -= 1;
-            drop(permit);
-            self.refill_later(FLEET_FULL_PAUSE).await;
-            return;
-        };
-        let starting = now();
-        let created = tokio::select! {
-            created = inner.provider.create(&inner.config.default_request) => created,
-            () = inner.stop.cancelled() => Err(SandboxError::Unavailable("the pool is shutting down".into())),
-        };
-        *lock(&inner.filling) -= 1;
-        match created {
-            Ok(sandbox) if inner.stop.is_cancelled() => {
-                inner.provider.kill(&sandbox.id).await.ok();
-            }
-            Ok(sandbox) => {
-                lock(&inner.demand).started(now() - starting);
-                debug!(sandbox = %sandbox.id, "a warm sandbox is ready");
-                lock(&inner.ready).push_back(Ready { sandbox, permit, fleet });
-            }
-            Err(e) => {
-                let pause = refill_pause(&e);
-                warn!(error = %e, pause_s = pause.as_secs(), "could not start a warm sandbox; trying again later");
-                drop(permit);
-                drop(fleet);
-                self.refill_later(pause).await;
-            }
-        }
-    }
-
-    /// A fleet slot for a sandbox the pool starts on its own: `Some(None)`
-    /// without a fleet cap; `None` while the fleet is at its cap (a waiting
-    /// task comes before a warm sandbox).
-    async fn pooled_fleet_slot(&self) -> Option<Option<FleetSlot>> {
-        let Some(cap) = &self.inner.config.fleet else { return Some(None) };
-        match cap.try_acquire().await {
-            Ok(Some(slot)) => Some(Some(slot)),
-            Ok(None) => None,
-            Err(e) => {
-                warn!(error = %e, "could not take a fleet slot for a warm sandbox");
-                None
-            }
-        }
-    }
-
-    async fn refill_later(&self, pause: Duration) {
-        tokio::select! {
-            () = tokio::time::sleep(pause) => self.refill(),
-            () = self.inner.stop.cancelled() => {}
-        }
-    }
 }
 
-/// How long to wait after a warm sandbox could not be started: a refused
-/// credential will be refused again, so it is tried rarely, not in a storm.
-fn refill_pause(error: &SandboxError) -> Duration {
-    match error {
-        SandboxError::Unauthorized(_) | SandboxError::InvalidRequest(_) => REFUSED_PAUSE,
-        _ => FAILED_PAUSE,
-    }
-}
-
-/// Checks the pool's size every [`KEEP_EVERY`] while it exists, so extra
-/// sandboxes go once demand falls even when no task comes or goes.
-async fn keep(inner: Weak<Inner>, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(KEEP_EVERY) => {}
-        }
-        let Some(inner) = inner.upgrade() else { return };
-        SandboxPool { inner }.refill();
-    }
+fn template_name(request: &SandboxRequest) -> &str {
+    request.template.as_deref().unwrap_or(DEFAULT_TEMPLATE)
 }
 
 /// The time demand is measured in: Tokio's clock, which tests can pause.
-fn now() -> Instant {
+pub(super) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

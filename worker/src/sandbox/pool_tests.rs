@@ -13,7 +13,7 @@ use futures::FutureExt;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::{lock, now, PoolConfig, SandboxPool};
+use super::{lock, now, PoolConfig, PooledShape, SandboxPool};
 use crate::sandbox::demand::Demand;
 use crate::sandbox::{
     CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot,
@@ -122,7 +122,7 @@ async fn settle(pool: &SandboxPool, ready: usize) {
 /// that took `start` (the fake's own start time), as if tasks had been coming.
 fn recent_demand(pool: &SandboxPool, per_second: u32, start: Duration) {
     let now = now();
-    let mut demand = lock(&pool.inner.demand);
+    let mut demand = lock(&pool.inner.shapes[0].demand);
     for i in 0..5 * per_second {
         demand.arrived(now.checked_sub(Duration::from_secs(5) * i / (5 * per_second)).unwrap_or(now));
     }
@@ -189,7 +189,7 @@ async fn growth_stays_within_half_of_max_live() {
 #[tokio::test]
 async fn the_extra_ones_are_killed_once_demand_is_gone() {
     let (fake, pool) = grown(16, 5, 4).await;
-    *lock(&pool.inner.demand) = Demand::new(now());
+    *lock(&pool.inner.shapes[0].demand) = Demand::new(now());
     pool.refill();
     assert_eq!(pool.ready(), 1);
     settle_live(&fake, 1).await;
@@ -216,8 +216,36 @@ async fn cold_starts_of_the_pooled_shape_teach_the_start_time() {
     let pool = pool(&fake, 0, 4);
     let lease = take(&pool).await;
     pool.release(lease).await;
-    let wanted = lock(&pool.inner.demand).wanted(now());
+    let wanted = lock(&pool.inner.shapes[0].demand).wanted(now());
     assert!(wanted >= 1, "one arrival and a known start time want a place");
+}
+
+/// A request for `template` at the default shape's screen and life.
+fn of_template(template: &str) -> SandboxRequest {
+    SandboxRequest { template: Some(template.into()), ..PoolConfig::default().default_request }
+}
+
+#[tokio::test]
+async fn each_template_given_a_count_keeps_its_own_warm_sandboxes() {
+    let fake = Fake::new(Duration::from_millis(20));
+    let provider: Arc<dyn SandboxProvider> = fake.clone();
+    let browser = PooledShape { request: of_template("browser"), warm: 2 };
+    let pool =
+        SandboxPool::new(provider, PoolConfig { warm: 1, max_live: 8, more_shapes: vec![browser], ..PoolConfig::default() });
+    settle(&pool, 3).await;
+    assert_eq!((pool.ready_for(&PoolConfig::default().default_request), pool.ready_for(&of_template("browser"))), (1, 2));
+    // The default template named is the default shape.
+    let desktop = pool.acquire(&of_template("desktop"), &CancellationToken::new()).await.expect("a desktop");
+    let browser = pool.acquire(&of_template("browser"), &CancellationToken::new()).await.expect("a browser");
+    let office = pool.acquire(&of_template("office"), &CancellationToken::new()).await.expect("an office desktop");
+    assert_eq!((desktop.warm, browser.warm, office.warm), (true, true, false), "a template without a count starts cold");
+    settle(&pool, 3).await;
+    for lease in [desktop, browser, office] {
+        pool.release(lease).await;
+    }
+    settle_live(&fake, 3).await;
+    pool.shutdown().await;
+    assert_eq!(fake.live.load(Ordering::SeqCst), 0);
 }
 
 async fn settle_live(fake: &Fake, live: usize) {
