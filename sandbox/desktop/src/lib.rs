@@ -746,6 +746,10 @@ impl SandboxProvider for LocalProvider {
         self.bridge(id).boxed()
     }
 
+    fn opens_ports(&self) -> bool {
+        true
+    }
+
     fn open_port<'a>(&'a self, id: &'a SandboxId, port: u16) -> BoxFuture<'a, Result<PortStream, SandboxError>> {
         self.relay(id, port).boxed()
     }

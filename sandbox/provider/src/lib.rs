@@ -262,6 +262,12 @@ pub trait SandboxProvider: Send + Sync + 'static {
         async { Ok(None) }.boxed()
     }
 
+    /// Whether [`open_port`](Self::open_port) can reach a port inside this
+    /// provider's sandboxes; `false`, this default, for those that refuse.
+    fn opens_ports(&self) -> bool {
+        false
+    }
+
     /// A byte stream to TCP `port` on sandbox `id`'s own loopback, carried
     /// by a relay inside the sandbox (see [`port`]), so a service bound
     /// there is reached without ever being exposed on the host's network.

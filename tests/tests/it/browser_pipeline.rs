@@ -20,8 +20,8 @@ use flotilla_tests::desktop::{count, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, gemini, openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::tasks::record;
 use flotilla_types::event::{Event, EventKind};
-use flotilla_types::task::TaskStatus;
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider};
+use flotilla_types::task::{StopCode, TaskStatus};
+use flotilla_worker::sandbox::{LocalConfig, LocalProvider, MemoryProvider};
 use serde_json::{json, Value};
 
 /// The form: three bands of the viewport (name 5–30 %, email 36–61 %,
@@ -216,5 +216,32 @@ async fn sandbox_an_openai_computer_tool_browser_task_fills_and_submits_a_form()
     assert_eq!(input[0]["type"], "function_call_output");
     assert!(input[0]["output"].as_str().is_some_and(|o| o.contains(site.url.as_str())), "{input:?}");
     assert_eq!(input[1]["content"][0]["type"], "input_image", "the page after a navigation goes along as an image");
+    fleet.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_task_on_a_provider_that_cannot_reach_the_browsers_port_ends_at_once_with_problem() {
+    let server = ScriptedServer::start().await;
+    let config = flotilla_tests::config_file("[tenants.acme]\nsandbox_templates = [\"browser\"]\n");
+    let env = vec![
+        ("ANTHROPIC_BASE_URL", server.url()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-secret".to_owned()),
+        ("FLOTILLA_CONFIG", config.to_string_lossy().into_owned()),
+    ];
+    // Screenless sandboxes that carry no port, as a provider without a relay.
+    let provider = Arc::new(MemoryProvider::new());
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider), ..DesktopOptions::default() }).await;
+    let mut spec = task("claude-opus-5-5");
+    spec["retry"] = json!({"max_attempts": 3});
+    let (id, events) = fleet.run_to_end(spec).await;
+    let done = record(&fleet.queue, &id).await;
+    assert_eq!(
+        (done.status, done.attempts, done.code),
+        (TaskStatus::Failed, 1, Some(StopCode::Problem)),
+        "not retried: {events:#?}"
+    );
+    let message = done.error.unwrap_or_default();
+    assert!(message.contains("memory provider cannot reach"), "the message names the provider: {message}");
+    assert!(server.received().is_empty(), "no model call is made for a browser that cannot be driven");
     fleet.stop().await;
 }

@@ -9,11 +9,13 @@
 //! its `action` events; its browser calls are steps too, reported with a
 //! `block` event. A call the browser refuses (a page that does not load, a
 //! stale reference) is answered to the model as a failed call; a browser
-//! that cannot be reached ends the attempt as retryable.
+//! that cannot be reached ends the attempt as retryable; a provider that
+//! cannot reach a port inside its sandboxes at all ends the task.
 
 use std::time::Instant;
 
 use flotilla_types::action::Action;
+use flotilla_types::task::StopCode;
 
 use super::session::{SETTLE_FIRST, SETTLE_MAX, SETTLE_POLL};
 use super::{PipelineError, Session};
@@ -32,6 +34,14 @@ impl Surface {
     /// the sandbox's template has none).
     pub async fn browser(session: &Session) -> Result<Self, PipelineError> {
         let (provider, id) = session.sandbox()?;
+        if !provider.opens_ports() {
+            // Every attempt on this worker's provider would fail alike.
+            let message = format!(
+                "the browser pipeline drives Chromium through a port inside the sandbox, which the {} provider cannot reach; run it on workers with FLOTILLA_SANDBOX_PROVIDER=local",
+                provider.name()
+            );
+            return Err(PipelineError::Fatal { code: StopCode::Problem, message });
+        }
         let browser = session.guard(async { Browser::attach(provider.as_ref(), id).await.map_err(broken) }).await?;
         Ok(Self::Browser(browser))
     }
