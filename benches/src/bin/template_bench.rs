@@ -10,12 +10,14 @@
 //!   `/proc/<pid>/smaps_rollup`) summed over every process of an idle
 //!   desktop of the template, after `--idle-seconds`: alone, and averaged
 //!   over `--together` desktops up at once (shared pages split among them,
-//!   as on a full host); and how many fit in 16 GiB at the latter.
+//!   as on a full host), with the share of each program; and how many fit
+//!   in 16 GiB at the latter.
 //!
 //! Every wait is bounded and the whole run stops after `--max-seconds`.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,27 +120,44 @@ fn pss_bytes(pid: u32) -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
+/// A process's command name, from `/proc/<pid>/comm`.
+fn command_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or_else(|_| "?".to_owned(), |c| c.trim().to_owned())
+}
+
+/// What an idle desktop's memory is: the PSS averaged over the desktops,
+/// how many processes one has, and the PSS by command name (averaged too).
+struct IdleMemory {
+    pss: u64,
+    processes: usize,
+    by_command: BTreeMap<String, u64>,
+}
+
 /// The PSS of an idle desktop of `template` with `count` of them up at
 /// once, after `idle`: summed over each desktop's processes, averaged over
 /// the desktops (pages they share, such as the browser's code, are split
-/// among them as on a host full of desktops); and how many processes one has.
-async fn idle_pss(provider: &LocalProvider, template: &str, count: usize, idle: Duration) -> anyhow::Result<(u64, usize)> {
+/// among them as on a host full of desktops).
+async fn idle_pss(provider: &LocalProvider, template: &str, count: usize, idle: Duration) -> anyhow::Result<IdleMemory> {
     let mut ids = Vec::with_capacity(count);
     for _ in 0..count {
         ids.push(provider.create(&request(template)).await?.id);
     }
     // Idle is the state measured: the desktops sit untouched this long.
     tokio::time::sleep(idle).await;
-    let (mut total, mut processes) = (0, 0);
+    let (mut total, mut processes, mut by_command) = (0, 0, BTreeMap::new());
     for id in &ids {
         let pids = provider.process_ids(id).await?;
-        total += pids.iter().filter_map(|pid| pss_bytes(*pid)).sum::<u64>();
+        for pid in &pids {
+            let pss = pss_bytes(*pid).unwrap_or(0);
+            total += pss;
+            *by_command.entry(command_name(*pid)).or_insert(0) += pss / count.max(1) as u64;
+        }
         processes = pids.len();
     }
     for id in &ids {
         provider.kill(id).await?;
     }
-    Ok((total / count.max(1) as u64, processes))
+    Ok(IdleMemory { pss: total / count.max(1) as u64, processes, by_command })
 }
 
 async fn run(args: Args) -> anyhow::Result<Value> {
@@ -151,8 +170,8 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let cold = cold_starts(&provider, &args.template, args.samples).await?;
     let (warm, hits) = warm_acquires(Arc::clone(&provider) as Arc<dyn SandboxProvider>, &args.template, args.samples).await?;
     let idle = Duration::from_secs(args.idle_seconds);
-    let (alone, _) = idle_pss(&provider, &args.template, 1, idle).await?;
-    let (pss, processes) = idle_pss(&provider, &args.template, args.together, idle).await?;
+    let alone = idle_pss(&provider, &args.template, 1, idle).await?.pss;
+    let IdleMemory { pss, processes, by_command } = idle_pss(&provider, &args.template, args.together, idle).await?;
     drop(provider);
     let _ = std::fs::remove_dir_all(&root);
 
@@ -171,6 +190,9 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         args.together,
         support::build_kind()
     );
+    let by_command: BTreeMap<String, f64> =
+        by_command.into_iter().map(|(name, bytes)| (name, support::round(bytes as f64 / f64::from(1 << 20), 1))).collect();
+    println!("by command, MiB: {by_command:?}");
     let report = json!({
         "template": args.template,
         "cold_start_ms": Summary::of(&cold).json(),
@@ -180,6 +202,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "idle_pss_alone_mib": support::round(alone_mib, 1),
         "together": args.together,
         "idle_processes": processes,
+        "idle_pss_by_command_mib": by_command,
         "fit_in_16_gib": fit,
         "build": support::build_kind(),
         "load_average": support::load_average(),
