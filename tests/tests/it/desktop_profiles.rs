@@ -201,3 +201,38 @@ async fn sandbox_profile_is_loaded_saved_and_kept_to_its_tenant() {
     eventually("the profile is gone", Duration::from_secs(5), async || !store.exists(&key).await.unwrap_or(true)).await;
     fleet.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_kept_browser_desktop_has_its_browser_back_after_its_profile_is_saved() {
+    let s3 = S3Server::start();
+    let store = s3.store(&unique_prefix());
+    let config = flotilla_tests::config_file("[tenants.acme]\nsandbox_templates = [\"browser\"]\n");
+    let options = DesktopOptions {
+        blobs: Some(store.clone()),
+        env: vec![("FLOTILLA_PROFILE_KEY", PROFILE_KEY.to_owned()), ("FLOTILLA_CONFIG", config.to_string_lossy().into_owned())],
+        ..DesktopOptions::default()
+    };
+    let fleet = DesktopFleet::start(options).await;
+    let (id, history) = fleet
+        .run_to_end(json!({
+            "prompt": "keep the browser", "pipeline": "scripted",
+            "sandbox": {"template": "browser", "profile": "kept", "keep_alive": true, "timeout_s": 120},
+            "retry": {"max_attempts": 1},
+            "actions": [{"type": "move", "x": 10, "y": 10}]
+        }))
+        .await;
+    assert_eq!(record(&fleet.queue, &id).await.status, TaskStatus::Succeeded, "{history:?}");
+    let acme = tenant();
+    let saved = store.get_profile(&ProfileKey::from_hex(PROFILE_KEY).expect("key"), &acme, "kept").await.expect("read");
+    assert!(saved.is_some(), "the profile is saved: {history:#?}");
+    let sandbox = flotilla_tests::desktop::sandbox_ids(&history).pop().expect("sandbox_ready");
+    let sandbox = flotilla_worker::sandbox::SandboxId::parse(&sandbox).expect("an id");
+    let provider = fleet.pool.provider().clone();
+    let window = "export DISPLAY=${DISPLAY:-:0}; xdotool search --onlyvisible --class chromium";
+    eventually("the kept desktop's Chromium window is back", Duration::from_secs(30), async || {
+        provider.run(&sandbox, window, Duration::from_secs(5)).await.is_ok_and(|out| out.success())
+    })
+    .await;
+    provider.kill(&sandbox).await.ok();
+    fleet.stop().await;
+}

@@ -8,7 +8,8 @@
 //! template's own profile). Saving stops the browser first, so Chromium
 //! writes its cookies out, then packs the user-data-dir without its caches
 //! and locks and hands it to the store, which seals it (see
-//! `flotilla_blobstore::profiles`). The archive passes through the
+//! `flotilla_blobstore::profiles`); a sandbox kept alive after its task
+//! gets its start-up browser back. The archive passes through the
 //! sandbox's `~/.cache/flotilla/` and is removed from there at once.
 //!
 //! A profile's contents never go into an event, a log line or a
@@ -65,8 +66,9 @@ pub struct BrowserControl {
     /// The template's Chromium app (the built-in one when the template has
     /// none: a task may start Chromium itself).
     pub app: App,
-    /// Whether it is opened again once the profile is in place: when the
-    /// template starts it with the desktop.
+    /// Whether it is opened again once the profile is in place, or after
+    /// it was saved: when the template starts it with the desktop (and,
+    /// after a save, only in a sandbox that outlives its task).
     pub reopen: bool,
 }
 
@@ -144,6 +146,9 @@ impl ProfileSlot<'_> {
         };
         let sealed = self.blobs.put_profile(self.key, self.tenant, self.name, &archive).await.map_err(profile_failure)?;
         tracing::debug!(bytes = sealed, "saved a browser profile");
+        if self.browser.reopen {
+            open_app(self.provider, self.id, &self.browser.app).await.map_err(app_failure)?;
+        }
         Ok(())
     }
 

@@ -49,7 +49,10 @@ impl Session {
         };
         let taken = match (&result, stored) {
             (Ok(_), Ok(())) if self.profile_name().is_some() => {
-                let browser = self.browser_control();
+                let kept = self.task.spec().sandbox.as_ref().and_then(|s| s.keep_alive).unwrap_or(false);
+                let mut browser = self.browser_control();
+                // A sandbox that ends with its task needs no browser back.
+                browser.reopen &= kept;
                 self.guard(async { self.profile_slot(provider.as_ref(), &id, &browser)?.save().await }).await
             }
             (_, stored) => stored,
