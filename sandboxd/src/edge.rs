@@ -6,14 +6,16 @@
 //! sandbox's own network through a `socat` started in the sandbox. The
 //! edge's errors are E2B's: `502` "The sandbox was not found", `502` "The
 //! sandbox is running but port is not open". The whole connection goes
-//! where its first request went.
+//! where its first request went. With TLS configured, each connection's
+//! handshake comes first, in its own task.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::host::Host;
@@ -41,9 +43,17 @@ pub(super) fn destination(header: impl Fn(&str) -> Option<String>) -> Option<Des
     Some(Destination { id: id.to_owned(), port: port.parse().ok()? })
 }
 
-/// Serves the edge on `listener` until `shutdown`; its base URL.
-pub(super) fn serve(host: Arc<Host>, listener: TcpListener, envd: SocketAddr, shutdown: &CancellationToken) -> String {
+/// Serves the edge on `listener` until `shutdown`, over TLS when given an
+/// acceptor; its base URL.
+pub(super) fn serve(
+    host: Arc<Host>,
+    listener: TcpListener,
+    envd: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    shutdown: &CancellationToken,
+) -> String {
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let stop = shutdown.clone();
     tokio::spawn(async move {
         loop {
@@ -52,21 +62,30 @@ pub(super) fn serve(host: Arc<Host>, listener: TcpListener, envd: SocketAddr, sh
                 accepted = listener.accept() => accepted,
             };
             let Ok((client, _)) = accepted else { continue };
-            let host = Arc::clone(&host);
-            let stop = stop.clone();
+            let (host, stop, tls) = (Arc::clone(&host), stop.clone(), tls.clone());
             tokio::spawn(async move {
+                let carried = async move {
+                    match tls {
+                        Some(acceptor) => {
+                            if let Some(client) = super::tls::handshake(&acceptor, client).await {
+                                carry(host, envd, client).await;
+                            }
+                        }
+                        None => carry(host, envd, client).await,
+                    }
+                };
                 tokio::select! {
                     () = stop.cancelled() => {}
-                    () = carry(host, envd, client) => {}
+                    () = carried => {}
                 }
             });
         }
     });
-    format!("http://{address}")
+    format!("{scheme}://{address}")
 }
 
 /// Reads the first request head, then carries the connection to its destination.
-async fn carry(host: Arc<Host>, envd: SocketAddr, mut client: TcpStream) {
+async fn carry<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(host: Arc<Host>, envd: SocketAddr, mut client: S) {
     let Some(head) = read_head(&mut client).await else { return };
     let text = String::from_utf8_lossy(&head).into_owned();
     let header = |name: &str| {
@@ -101,7 +120,7 @@ async fn carry(host: Arc<Host>, envd: SocketAddr, mut client: TcpStream) {
     if to_port.write_all(&head).await.is_err() {
         return;
     }
-    let (mut client_read, mut client_write) = client.into_split();
+    let (mut client_read, mut client_write) = tokio::io::split(client);
     let inbound = tokio::spawn(async move {
         let _ = tokio::io::copy(&mut client_read, &mut to_port).await;
     });
@@ -123,7 +142,7 @@ async fn carry(host: Arc<Host>, envd: SocketAddr, mut client: TcpStream) {
 }
 
 /// The request head, up to and including the blank line.
-async fn read_head(client: &mut TcpStream) -> Option<Vec<u8>> {
+async fn read_head(client: &mut (impl AsyncRead + Unpin)) -> Option<Vec<u8>> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -135,7 +154,7 @@ async fn read_head(client: &mut TcpStream) -> Option<Vec<u8>> {
     Some(head)
 }
 
-async fn refuse(client: &mut TcpStream, id: &str, message: &str) {
+async fn refuse(client: &mut (impl AsyncWrite + Unpin), id: &str, message: &str) {
     let _ = client.write_all(error_body(id, message).as_bytes()).await;
 }
 

@@ -27,6 +27,9 @@ mod pool;
 mod process_calls;
 mod processes;
 mod sync;
+mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -58,8 +61,12 @@ pub enum StartError {
     Config(#[from] flotilla_config::ConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
-    #[error("{var}: {addr} is not a loopback address; this host serves plain HTTP, so it listens on loopback only")]
+    #[error(
+        "{var}: {addr} is not a loopback address; without FLOTILLA_SANDBOXD_TLS_CERT and _KEY this host serves plain HTTP, so it listens on loopback only"
+    )]
     NotLoopback { var: &'static str, addr: SocketAddr },
+    #[error("{0}")]
+    Tls(String),
     #[error("local desktops cannot start here: {0}")]
     Desktops(String),
 }
@@ -84,6 +91,8 @@ pub struct TestOptions {
     /// Addresses of this host that sandboxes reach as a hosted sandbox
     /// reaches public ones, through its own network's way out.
     pub internet: Vec<Ipv4Addr>,
+    /// A certificate chain and key to serve TLS with.
+    pub tls: Option<flotilla_config::TlsFiles>,
 }
 
 impl Sandboxd {
@@ -93,11 +102,7 @@ impl Sandboxd {
     pub async fn serve(config: &Config) -> Result<Self, StartError> {
         let settings = config.sandboxd.clone();
         settings.require_keys()?;
-        for (var, addr) in [("FLOTILLA_SANDBOXD_ADDR", settings.addr), ("FLOTILLA_SANDBOXD_EDGE_ADDR", settings.edge_addr)] {
-            if !addr.ip().is_loopback() {
-                return Err(StartError::NotLoopback { var, addr });
-            }
-        }
+        check_listen_addresses(&settings)?;
         let leftovers = LocalProvider::sweep(&settings.root).await;
         tracing::info!(?leftovers, root = %settings.root.display(), "swept what a previous host left");
         let local_config = LocalConfig {
@@ -133,6 +138,11 @@ impl Sandboxd {
             ("FLOTILLA_SANDBOXD_CAPACITY", capacity),
             ("FLOTILLA_SANDBOXD_ROOT", root.display().to_string()),
         ];
+        let mut vars = vars.to_vec();
+        if let Some(files) = &options.tls {
+            vars.push(("FLOTILLA_SANDBOXD_TLS_CERT", files.cert.display().to_string()));
+            vars.push(("FLOTILLA_SANDBOXD_TLS_KEY", files.key.display().to_string()));
+        }
         let config = Config::from_env(vars).expect("a test host's settings");
         let local = LocalProvider::new(LocalConfig {
             root: root.clone(),
@@ -148,6 +158,7 @@ impl Sandboxd {
         local: Desktops,
         test_key: Option<String>,
     ) -> Result<Self, StartError> {
+        let tls = settings.tls.as_ref().map(tls::acceptor).transpose().map_err(StartError::Tls)?;
         let bind =
             |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source }) };
         let control_listener = bind(settings.addr).await?;
@@ -156,10 +167,14 @@ impl Sandboxd {
         let host = Arc::new(Host::new(settings, local));
         host.refill_pool();
         let shutdown = CancellationToken::new();
-        let api_url = serve(control_listener, control::router(Arc::clone(&host)), &shutdown);
+        let control = control::router(Arc::clone(&host));
+        let api_url = match &tls {
+            Some(acceptor) => tls::serve(control_listener, acceptor.clone(), control, &shutdown),
+            None => serve(control_listener, control, &shutdown),
+        };
         let envd = envd_listener.local_addr().map_err(|source| StartError::Listen { addr: host.settings.addr, source })?;
         serve(envd_listener, envd::router(Arc::clone(&host)), &shutdown);
-        let sandbox_url = edge::serve(Arc::clone(&host), edge_listener, envd, &shutdown);
+        let sandbox_url = edge::serve(Arc::clone(&host), edge_listener, envd, tls, &shutdown);
         tokio::spawn(reap(Arc::downgrade(&host), shutdown.clone()));
         Ok(Self { host, api_url, sandbox_url, test_key, shutdown })
     }
@@ -266,6 +281,19 @@ impl Drop for Sandboxd {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// A host without TLS listens on loopback only.
+fn check_listen_addresses(settings: &flotilla_config::SandboxdConfig) -> Result<(), StartError> {
+    if settings.tls.is_some() {
+        return Ok(());
+    }
+    for (var, addr) in [("FLOTILLA_SANDBOXD_ADDR", settings.addr), ("FLOTILLA_SANDBOXD_EDGE_ADDR", settings.edge_addr)] {
+        if !addr.ip().is_loopback() {
+            return Err(StartError::NotLoopback { var, addr });
+        }
+    }
+    Ok(())
 }
 
 /// Serves `router` on `listener` until `shutdown`; its base URL.

@@ -57,7 +57,7 @@ pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, ProfileKey, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use routing::RoutingConfig;
-pub use sandboxd::SandboxdConfig;
+pub use sandboxd::{SandboxdConfig, TlsFiles};
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use templates::{
@@ -108,6 +108,8 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOXD_EDGE_ADDR", "sandboxd_edge_addr"),
     ("FLOTILLA_SANDBOXD_DOMAIN", "sandboxd_domain"),
     ("FLOTILLA_SANDBOXD_KEYS", "sandboxd_keys"),
+    ("FLOTILLA_SANDBOXD_TLS_CERT", "sandboxd_tls_cert"),
+    ("FLOTILLA_SANDBOXD_TLS_KEY", "sandboxd_tls_key"),
     ("FLOTILLA_SANDBOXD_CAPACITY", "sandboxd_capacity"),
     ("FLOTILLA_SANDBOXD_POOL", "sandboxd_pool"),
     ("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", "sandboxd_max_timeout_s"),

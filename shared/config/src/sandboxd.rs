@@ -7,6 +7,9 @@
 //! desktops wait started per template (`FLOTILLA_SANDBOXD_POOL`), the
 //! longest life a sandbox may be given (`FLOTILLA_SANDBOXD_MAX_TIMEOUT_S`)
 //! and where its desktops keep their files (`FLOTILLA_SANDBOXD_ROOT`).
+//! With a certificate and its key (`FLOTILLA_SANDBOXD_TLS_CERT`,
+//! `FLOTILLA_SANDBOXD_TLS_KEY`, PEM files) both listeners speak TLS and may
+//! listen beyond loopback; without, they serve plain HTTP on loopback only.
 //! The jail's settings are the isolation section's, as for a worker.
 
 use std::net::SocketAddr;
@@ -35,6 +38,15 @@ pub struct SandboxdConfig {
     pub pool: usize,
     pub max_timeout: Duration,
     pub root: PathBuf,
+    /// The certificate chain and key both listeners serve TLS with.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of a certificate chain and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl SandboxdConfig {
@@ -70,6 +82,7 @@ impl SandboxdConfig {
             pool: s.count("FLOTILLA_SANDBOXD_POOL", 1)?,
             max_timeout: Duration::from_secs(max_timeout as u64),
             root: PathBuf::from(s.text("FLOTILLA_SANDBOXD_ROOT", "/tmp/flotilla-sandboxd")),
+            tls: tls_files(s)?,
         })
     }
 
@@ -85,6 +98,16 @@ impl SandboxdConfig {
             return Err(ConfigError::new("FLOTILLA_SANDBOXD_KEYS", "is required: one or more keys such as e2b_0123abcd"));
         }
         Ok(())
+    }
+}
+
+/// Both TLS files or neither.
+fn tls_files(s: &Settings) -> Result<Option<TlsFiles>, ConfigError> {
+    match (s.get("FLOTILLA_SANDBOXD_TLS_CERT"), s.get("FLOTILLA_SANDBOXD_TLS_KEY")) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert: PathBuf::from(cert.trim()), key: PathBuf::from(key.trim()) })),
+        (Some(_), None) => Err(ConfigError::new("FLOTILLA_SANDBOXD_TLS_KEY", "is required with FLOTILLA_SANDBOXD_TLS_CERT")),
+        (None, Some(_)) => Err(ConfigError::new("FLOTILLA_SANDBOXD_TLS_CERT", "is required with FLOTILLA_SANDBOXD_TLS_KEY")),
     }
 }
 
