@@ -6,7 +6,8 @@
 //! local desktop (in its working directory, with the create's variables and
 //! then the call's) and streams `start`, `data` and `end` events as Connect
 //! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
-//! the stream then ends with `deadline_exceeded`. `SendSignal` kills a
+//! the stream then ends with `deadline_exceeded`. `Connect` is a further
+//! reader of a running process's stream ([`process_connect`](super::process_connect)). `SendSignal` kills a
 //! process it started and everything that process started. The unary
 //! process calls and the filesystem service are
 //! [`process_calls`](super::process_calls) and
@@ -32,12 +33,12 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use super::calls::{error, route};
 use super::host::{Entry, Host};
 use super::processes::Processes;
-use super::{filesystem, process_calls};
+use super::{filesystem, process_calls, process_connect};
 use flotilla_desktop::process::{self, Signal};
 use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
 use flotilla_e2b::envd::{
@@ -53,11 +54,14 @@ const MAX_BODY: usize = 64 * 1024 * 1024;
 const OUTPUT_GRACE: Duration = Duration::from_millis(100);
 /// How many envelopes may wait for a slow reader.
 const STREAM_BUFFER: usize = 64;
+/// How many envelopes a connected reader may fall behind before it skips some.
+const WATCH_BUFFER: usize = 256;
 
 pub(super) fn router(host: Arc<Host>) -> Router {
     Router::new()
         .route(START_PATH, post(start_process))
         .route(SIGNAL_PATH, post(send_signal))
+        .route("/process.Process/Connect", post(process_connect::connect))
         .route("/process.Process/List", post(process_calls::list))
         .route("/process.Process/SendInput", post(process_calls::send_input))
         .route("/process.Process/CloseStdin", post(process_calls::close_stdin))
@@ -73,13 +77,13 @@ pub(super) fn router(host: Arc<Host>) -> Router {
 }
 
 /// A Connect stream that is only an end-of-stream error.
-fn stream_error(code: &str, message: String) -> Response {
+pub(super) fn stream_error(code: &str, message: String) -> Response {
     let end = EndOfStream { error: Some(ConnectError { code: code.into(), message }) };
     let payload = serde_json::to_vec(&end).unwrap_or_default();
     streaming_response(Body::from(connect::envelope(FLAG_END_STREAM, &payload)))
 }
 
-fn streaming_response(body: Body) -> Response {
+pub(super) fn streaming_response(body: Body) -> Response {
     ([(header::CONTENT_TYPE, connect::STREAMING_JSON)], body).into_response()
 }
 
@@ -92,7 +96,7 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     if content_type != Some(connect::STREAMING_JSON) {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
     }
-    let request = match start_request(&body) {
+    let request: StartRequest = match streaming_request(&body) {
         Ok(request) => request,
         Err(message) => return stream_error("invalid_argument", message),
     };
@@ -109,9 +113,10 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
         Err(e) => return stream_error("internal", format!("cannot start the process: {e}")),
     };
     let pid = child.id().unwrap_or_default();
-    sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), child.stdin.take());
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-    tokio::spawn(drive(child, timeout, sandbox.running, sender));
+    let (watchers, _) = broadcast::channel(WATCH_BUFFER);
+    sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), child.stdin.take(), watchers.clone());
+    tokio::spawn(drive(child, timeout, sandbox.running, Outlet { starter: sender, watchers }));
     let frames = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|frame| (Ok::<_, Infallible>(Bytes::from(frame)), receiver))
     });
@@ -138,7 +143,7 @@ async fn sandbox_command(host: &Host, sandbox: &Entry, request: &StartRequest) -
 }
 
 /// The one request envelope of a streaming call, parsed.
-fn start_request(body: &[u8]) -> Result<StartRequest, String> {
+pub(super) fn streaming_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let mut decoder = Decoder::default();
     decoder.push(body);
     match decoder.next_frame() {
@@ -150,16 +155,11 @@ fn start_request(body: &[u8]) -> Result<StartRequest, String> {
 
 /// Streams one process's events until it ends, killing it at `timeout`.
 /// A reader that went away does not stop the process, as with envd.
-async fn drive(
-    mut child: tokio::process::Child,
-    timeout: Option<Duration>,
-    running: Arc<Processes>,
-    sender: mpsc::Sender<Vec<u8>>,
-) {
+async fn drive(mut child: tokio::process::Child, timeout: Option<Duration>, running: Arc<Processes>, outlet: Outlet) {
     let pid = child.id().unwrap_or_default();
-    send_event(&sender, ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() }).await;
-    let stdout = tokio::spawn(pump(child.stdout.take(), sender.clone(), true));
-    let stderr = tokio::spawn(pump(child.stderr.take(), sender.clone(), false));
+    outlet.send(event_frame(ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() })).await;
+    let stdout = tokio::spawn(pump(child.stdout.take(), outlet.clone(), true));
+    let stderr = tokio::spawn(pump(child.stderr.take(), outlet.clone(), false));
     let waited = match timeout {
         Some(limit) => tokio::time::timeout(limit, child.wait()).await,
         None => Ok(child.wait().await),
@@ -175,7 +175,7 @@ async fn drive(
         let _ = tokio::time::timeout(OUTPUT_GRACE, pump).await;
     }
     running.remove(pid);
-    send_event(&sender, ProcessEvent { end: Some(end_event(status)), ..ProcessEvent::default() }).await;
+    outlet.send(event_frame(ProcessEvent { end: Some(end_event(status)), ..ProcessEvent::default() })).await;
     let end = if late {
         EndOfStream {
             error: Some(ConnectError { code: "deadline_exceeded".into(), message: "the process ran past its deadline".into() }),
@@ -183,24 +183,41 @@ async fn drive(
     } else {
         EndOfStream::default()
     };
-    let _ = sender.send(connect::envelope(FLAG_END_STREAM, &serde_json::to_vec(&end).unwrap_or_default())).await;
+    outlet.send(connect::envelope(FLAG_END_STREAM, &serde_json::to_vec(&end).unwrap_or_default())).await;
 }
 
 /// Sends one pipe's output as `data` events until it closes.
-async fn pump(pipe: Option<impl AsyncRead + Unpin>, sender: mpsc::Sender<Vec<u8>>, is_stdout: bool) {
+async fn pump(pipe: Option<impl AsyncRead + Unpin>, outlet: Outlet, is_stdout: bool) {
     let Some(mut pipe) = pipe else { return };
     let mut chunk = vec![0u8; 32 * 1024];
     while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
         let encoded = Some(BASE64.encode(&chunk[..n]));
         let data =
             if is_stdout { DataEvent { stdout: encoded, stderr: None } } else { DataEvent { stdout: None, stderr: encoded } };
-        send_event(&sender, ProcessEvent { data: Some(data), ..ProcessEvent::default() }).await;
+        outlet.send(event_frame(ProcessEvent { data: Some(data), ..ProcessEvent::default() })).await;
     }
 }
 
-async fn send_event(sender: &mpsc::Sender<Vec<u8>>, event: ProcessEvent) {
+/// Where a process's frames go: the stream of the call that started it
+/// (while its reader stays) and every reader that connected since.
+#[derive(Clone)]
+struct Outlet {
+    starter: mpsc::Sender<Vec<u8>>,
+    watchers: broadcast::Sender<Vec<u8>>,
+}
+
+impl Outlet {
+    async fn send(&self, frame: Vec<u8>) {
+        // Nobody connected is no fault, nor a starter that went away.
+        let _ = self.watchers.send(frame.clone());
+        let _ = self.starter.send(frame).await;
+    }
+}
+
+/// One event as a message envelope (`Start` and `Connect` answer alike).
+pub(super) fn event_frame(event: ProcessEvent) -> Vec<u8> {
     let payload = serde_json::to_vec(&StartResponse { event }).unwrap_or_default();
-    let _ = sender.send(connect::envelope(FLAG_MESSAGE, &payload)).await;
+    connect::envelope(FLAG_MESSAGE, &payload)
 }
 
 /// The `end` event as Go's `os.ProcessState` describes an exit.

@@ -25,6 +25,7 @@ mod host;
 mod metrics;
 mod pool;
 mod process_calls;
+mod process_connect;
 mod processes;
 mod sync;
 mod tls;

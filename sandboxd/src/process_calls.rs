@@ -21,7 +21,7 @@ use super::processes::InputError;
 
 /// A process named by pid or by tag.
 #[derive(Debug, Deserialize)]
-struct Selector {
+pub(super) struct Selector {
     pid: Option<u32>,
     tag: Option<String>,
 }
@@ -44,7 +44,7 @@ struct CloseStdinRequest {
 }
 
 /// The pid `selector` names in `sandbox`, or envd's `not_found`.
-fn pid_of(sandbox: &Entry, selector: &Selector) -> Result<u32, Refusal> {
+pub(super) fn pid_of(sandbox: &Entry, selector: &Selector) -> Result<u32, Refusal> {
     let pid = match (&selector.pid, &selector.tag) {
         (Some(pid), _) => Some(*pid).filter(|pid| sandbox.running.contains(*pid)),
         (None, Some(tag)) => sandbox.running.by_tag(tag),

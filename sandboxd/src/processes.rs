@@ -1,7 +1,8 @@
 //! The processes envd started in one sandbox and still running, by pid:
 //! what they were started with (for `Process/List`), their tag, and their
 //! standard input when the start asked to keep it open (for `SendInput`
-//! and `CloseStdin`). A process leaves the table when it exits.
+//! and `CloseStdin`), and its stream's frames for readers that connect
+//! later (`Connect`). A process leaves the table when it exits.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use flotilla_e2b::envd::ProcessConfig;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
+use tokio::sync::broadcast;
 
 use super::sync::lock;
 
@@ -18,6 +20,8 @@ pub(crate) struct Started {
     pub config: ProcessConfig,
     pub tag: Option<String>,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// Every frame of its stream from now on, for readers that connect later.
+    frames: broadcast::Sender<Vec<u8>>,
 }
 
 /// Why input could not reach a process.
@@ -35,8 +39,15 @@ pub(crate) struct Processes {
 }
 
 impl Processes {
-    pub fn insert(&self, pid: u32, config: ProcessConfig, tag: Option<String>, stdin: Option<ChildStdin>) {
-        let started = Started { config, tag, stdin: tokio::sync::Mutex::new(stdin) };
+    pub fn insert(
+        &self,
+        pid: u32,
+        config: ProcessConfig,
+        tag: Option<String>,
+        stdin: Option<ChildStdin>,
+        frames: broadcast::Sender<Vec<u8>>,
+    ) {
+        let started = Started { config, tag, stdin: tokio::sync::Mutex::new(stdin), frames };
         lock(&self.by_pid).insert(pid, Arc::new(started));
     }
 
@@ -46,6 +57,11 @@ impl Processes {
 
     pub fn contains(&self, pid: u32) -> bool {
         lock(&self.by_pid).contains_key(&pid)
+    }
+
+    /// The frames process `pid` sends from now on; `None` once it is gone.
+    pub fn watch(&self, pid: u32) -> Option<broadcast::Receiver<Vec<u8>>> {
+        lock(&self.by_pid).get(&pid).map(|started| started.frames.subscribe())
     }
 
     /// The pid of the process with `tag`.

@@ -5,7 +5,7 @@
 // for a line on stdin, then one JSON line of what it saw.
 
 import { createInterface } from 'node:readline'
-import { Sandbox as BaseSandbox, CommandExitError } from 'e2b'
+import { Sandbox as BaseSandbox, CommandExitError, NotFoundError } from 'e2b'
 import { Sandbox } from '@e2b/desktop'
 
 const WIDTH = 800
@@ -42,6 +42,27 @@ try {
   if (!(error instanceof CommandExitError)) throw error
   out.exit_code = error.exitCode
   out.stderr = error.stderr
+}
+
+// Reattach: a background command connected to by pid; what it prints and
+// how it ends after the connect reach the new reader.
+const waiting = await desktop.commands.run(
+  'while [ ! -e /tmp/go ]; do sleep 0.05; done; echo after connect; exit 4', { background: true, timeoutMs: 0 })
+const reattached = await desktop.commands.connect(waiting.pid)
+await desktop.files.write('/tmp/go', '')
+try {
+  await reattached.wait()
+  out.reattached = null
+} catch (error) {
+  if (!(error instanceof CommandExitError)) throw error
+  out.reattached = [error.exitCode, error.stdout]
+}
+try {
+  await desktop.commands.connect(999999)
+  out.unknown_pid = 'connected'
+} catch (error) {
+  if (!(error instanceof NotFoundError)) throw error
+  out.unknown_pid = 'not_found'
 }
 
 await desktop.files.write('notes/sdk.txt', 'written by the sdk')

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from e2b import CommandExitException, Sandbox as BaseSandbox, SandboxQuery, SandboxState
+from e2b import CommandExitException, NotFoundException, Sandbox as BaseSandbox, SandboxQuery, SandboxState
 from e2b_desktop import Sandbox
 
 WIDTH, HEIGHT = 800, 600
@@ -43,6 +43,24 @@ try:
 except CommandExitException as error:
     out["exit_code"] = error.exit_code
     out["stderr"] = error.stderr
+
+# Reattach: a background command connected to by pid; what it prints and
+# how it ends after the connect reach the new reader.
+waiting = desktop.commands.run(
+    "while [ ! -e /tmp/go ]; do sleep 0.05; done; echo after connect; exit 4", background=True, timeout=0
+)
+reattached = desktop.commands.connect(waiting.pid)
+desktop.files.write("/tmp/go", "")
+try:
+    reattached.wait()
+    out["reattached"] = None
+except CommandExitException as error:
+    out["reattached"] = [error.exit_code, error.stdout]
+try:
+    desktop.commands.connect(999999)
+    out["unknown_pid"] = "connected"
+except NotFoundException:
+    out["unknown_pid"] = "not_found"
 
 # Files: up, down, listed, moved, removed.
 desktop.files.write("notes/sdk.txt", "written by the sdk")

@@ -2,7 +2,8 @@
 //! (`tests/sdk/sandboxd_check.py` with PyPI `e2b` and `e2b-desktop`,
 //! `tests/sdk/sandboxd_check.mjs` with npm `e2b` and `@e2b/desktop`), on real
 //! desktops: a create at a resolution, commands with exit codes and
-//! streamed output, files, screenshot, pointer and keyboard, the SDK's
+//! streamed output, a background command reattached by pid, files,
+//! screenshot, pointer and keyboard, the SDK's
 //! stream opened in headless Chromium, timeout, pause and connect with a
 //! process's memory intact, list and kill.
 
@@ -79,6 +80,8 @@ async fn assert_the_sdk_saw_a_working_desktop(host: &Sandboxd, seen: &Value) {
     assert_eq!(seen["screen_size"], serde_json::json!([800, 600]), "{seen}");
     assert_eq!(seen["streamed"], serde_json::json!(["line 1", "line 2", "line 3"]), "{seen}");
     assert_eq!((seen["exit_code"].as_i64(), seen["stderr"].as_str()), (Some(3), Some("failing\n")), "{seen}");
+    assert_eq!(seen["reattached"], serde_json::json!([4, "after connect\n"]), "Process/Connect: {seen}");
+    assert_eq!(seen["unknown_pid"], "not_found", "connecting to a pid the sandbox never ran: {seen}");
     assert_eq!(seen["read"], "written by the sdk", "{seen}");
     assert_eq!(seen["listed"], serde_json::json!(["sdk.txt"]), "{seen}");
     assert_eq!(seen["screenshot_png"], true, "{seen}");

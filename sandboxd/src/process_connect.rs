@@ -1,0 +1,67 @@
+//! envd's `process.Process/Connect`: another reader of a running process's
+//! stream, named by pid or tag, as an SDK reattaches to a command it
+//! started in the background (or another client's). The reader gets the
+//! process's `start` event, then every `data` and `end` event from the
+//! moment it connected and the end of the stream; a process that is gone
+//! (or was never started here) ends the stream with `not_found`. A reader
+//! that falls far behind skips output rather than slow the process.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State as Shared;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use flotilla_e2b::connect::{self, FLAG_END_STREAM};
+use flotilla_e2b::envd::{ProcessEvent, StartEvent};
+use futures::StreamExt as _;
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::Receiver;
+
+use super::calls::{error, route};
+use super::envd::{event_frame, stream_error, streaming_request, streaming_response};
+use super::host::Host;
+use super::process_calls::{pid_of, Selector};
+
+#[derive(Debug, Deserialize)]
+struct ConnectRequest {
+    process: Selector,
+}
+
+pub(super) async fn connect(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
+    let sandbox = match route(&host, &headers).await {
+        Ok(sandbox) => sandbox,
+        Err(refused) => return refused,
+    };
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if content_type != Some(connect::STREAMING_JSON) {
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
+    }
+    let request: ConnectRequest = match streaming_request(&body) {
+        Ok(request) => request,
+        Err(message) => return stream_error("invalid_argument", message),
+    };
+    let watched = pid_of(&sandbox, &request.process).ok().and_then(|pid| Some((pid, sandbox.running.watch(pid)?)));
+    let Some((pid, frames)) = watched else {
+        return stream_error("not_found", "process not found".into());
+    };
+    let start = event_frame(ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() });
+    let rest = futures::stream::unfold(Some(frames), next_frame);
+    let frames = futures::stream::once(async move { start }).chain(rest).map(|frame| Ok::<_, Infallible>(Bytes::from(frame)));
+    streaming_response(Body::from_stream(frames))
+}
+
+/// The next frame for a connected reader, until the end of the stream.
+async fn next_frame(frames: Option<Receiver<Vec<u8>>>) -> Option<(Vec<u8>, Option<Receiver<Vec<u8>>>)> {
+    let mut frames = frames?;
+    loop {
+        match frames.recv().await {
+            Ok(frame) if frame.first().is_some_and(|flags| flags & FLAG_END_STREAM != 0) => return Some((frame, None)),
+            Ok(frame) => return Some((frame, Some(frames))),
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return None,
+        }
+    }
+}
