@@ -59,7 +59,8 @@ impl AnthropicComputerUse {
                 Ok(Pending { id: call.id, toolset, shows: call.shows })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.pointer = serde_json::from_value(checkpoint["pointer"].clone()).map_err(|e| bad(&format!("has a bad pointer: {e}")))?;
+        self.pointer =
+            serde_json::from_value(checkpoint["pointer"].clone()).map_err(|e| bad(&format!("has a bad pointer: {e}")))?;
         self.tool = tool;
         self.messages = history.clone();
         self.pending = pending;
@@ -94,7 +95,10 @@ mod tests {
         second.load(&checkpoint).expect("loads");
         assert_eq!(second.messages, first.messages);
         assert_eq!(second.pointer, Some([4, 5]));
-        assert_eq!((second.pending[0].id.as_str(), second.pending[0].toolset, second.pending[0].shows), ("t1", Some(TOOLSET_NAME), true));
+        assert_eq!(
+            (second.pending[0].id.as_str(), second.pending[0].toolset, second.pending[0].shows),
+            ("t1", Some(TOOLSET_NAME), true)
+        );
         assert!(second.load(&json!({"tool": "computer_20250124", "history": []})).is_err(), "an empty history is refused");
         assert!(second.load(&json!({"tool": "nope", "history": checkpoint["history"]})).is_err(), "an unknown tool is refused");
     }

@@ -64,7 +64,10 @@ mod tests {
         assert_eq!(second.contents, first.contents);
         assert_eq!(second.turns, 1);
         let call = &second.pending[0];
-        assert_eq!((call.id.as_deref(), call.key.as_str(), call.name.as_str(), call.confirm), (None, "gemini-1-0", "click_at", true));
+        assert_eq!(
+            (call.id.as_deref(), call.key.as_str(), call.name.as_str(), call.confirm),
+            (None, "gemini-1-0", "click_at", true)
+        );
         assert!(second.load(&json!({"history": [], "pending": [], "turns": 1})).is_err(), "an empty history is refused");
     }
 }

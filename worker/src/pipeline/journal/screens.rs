@@ -154,7 +154,11 @@ mod tests {
         let fetched = wanted.into_iter().map(|hash| (hash, data.clone())).collect();
         swap_in(&mut journaled, &fetched);
         assert_eq!(journaled, conversation);
-        assert_eq!(to_hashes(conversation.clone(), None).await.expect("no store needed to decide"), None, "no store: not carried");
+        assert_eq!(
+            to_hashes(conversation.clone(), None).await.expect("no store needed to decide"),
+            None,
+            "no store: not carried"
+        );
         assert!(from_hashes(json!({"history": [{SCREEN_HASH: "ab"}]}), None).await.is_err());
     }
 
