@@ -26,6 +26,7 @@ mod desktop_profiles;
 mod desktop_tasks;
 mod docs_pages;
 mod drain_path;
+mod durable_chaos;
 mod durable_conversations;
 mod durable_runs;
 mod e2b_gateway;
