@@ -41,6 +41,7 @@ mod invariant_guards;
 mod kept_limits;
 mod layering;
 mod live_view;
+mod liveness;
 mod lua_scripts;
 mod mcp;
 mod model_anthropic;
