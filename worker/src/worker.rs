@@ -174,7 +174,8 @@ async fn advertise(queue: Queue, worker_id: String, caps: Capabilities, shutdown
 }
 
 /// Keeps this worker's liveness mark up (four times per mark's life)
-/// until `drained`: once it runs out, other workers take its tasks at once.
+/// until `drained`, then marks it gone: either way, once it runs out,
+/// other workers take what this worker handed back or left at once.
 async fn mark_alive(queue: Queue, worker_id: String, drained: CancellationToken) {
     let every = queue.settings().liveness / 4;
     loop {
@@ -182,9 +183,12 @@ async fn mark_alive(queue: Queue, worker_id: String, drained: CancellationToken)
             warn!(error = %e, "could not renew this worker's liveness mark");
         }
         tokio::select! {
-            () = drained.cancelled() => return,
+            () = drained.cancelled() => break,
             () = tokio::time::sleep(every) => {}
         }
+    }
+    if let Err(e) = queue.mark_gone(&worker_id).await {
+        warn!(error = %e, "could not mark this worker gone; its handed-back tasks wait for the lease");
     }
 }
 

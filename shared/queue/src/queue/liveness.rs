@@ -40,8 +40,17 @@ static RECLAIM_DEAD: LazyLock<Script> = LazyLock::new(|| fair_script(include_str
 impl Queue {
     /// Marks `worker` alive for [`QueueSettings::liveness`](super::QueueSettings::liveness) in every shard.
     pub async fn mark_alive(&self, worker: &str) -> Result<(), QueueError> {
+        self.mark_until(worker, self.settings.liveness.as_millis() as u64).await
+    }
+
+    /// Marks `worker` gone: what it handed back (or left) is taken by the
+    /// next claiming worker's check, without waiting for the lease.
+    pub async fn mark_gone(&self, worker: &str) -> Result<(), QueueError> {
+        self.mark_until(worker, 0).await
+    }
+
+    async fn mark_until(&self, worker: &str, lasts: u64) -> Result<(), QueueError> {
         let mut conn = self.redis.shared();
-        let lasts = self.settings.liveness.as_millis() as u64;
         for shard in self.keys.shards() {
             let mut inv = self.shard_call(&ALIVE, shard);
             inv.arg(worker).arg(lasts);
