@@ -23,6 +23,7 @@
 
 pub mod screens;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -151,18 +152,20 @@ pub struct Journaler {
     task: Arc<dyn TaskHandle>,
     /// Where the conversation's screenshots are kept.
     blobs: Option<BlobStore>,
+    /// The hashes of the screenshots this run stored for the conversation.
+    stored: BTreeSet<String>,
     journal: Journal,
 }
 
 impl Journaler {
     /// Keeps on with a journal already stored.
     pub fn new(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Self {
-        Self { task, blobs, journal }
+        Self { task, blobs, stored: BTreeSet::new(), journal }
     }
 
     /// Stores a new journal before the run's first step.
     pub async fn begin(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Result<Self, PipelineError> {
-        let mut journaler = Self { task, blobs, journal };
+        let mut journaler = Self { task, blobs, stored: BTreeSet::new(), journal };
         journaler.save().await?;
         Ok(journaler)
     }
@@ -195,7 +198,7 @@ impl Journaler {
         usage: Usage,
     ) -> Result<(), PipelineError> {
         self.journal.conversation = match conversation {
-            Some(conversation) => screens::to_hashes(conversation, self.blobs.as_ref()).await?,
+            Some(conversation) => screens::to_hashes(conversation, self.blobs.as_ref(), &mut self.stored).await?,
             None => None,
         };
         self.journal.calls = calls.iter().map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending }).collect();

@@ -21,9 +21,15 @@ use super::super::PipelineError;
 pub const SCREEN_HASH: &str = "screen_hash";
 
 /// `conversation` with every PNG's bytes swapped for its hash, the bytes
-/// stored in `blobs`. `None` when it shows screenshots and there is no
-/// blob store to keep them in (the conversation is then not carried over).
-pub async fn to_hashes(mut conversation: Value, blobs: Option<&BlobStore>) -> Result<Option<Value>, PipelineError> {
+/// stored in `blobs` unless `stored` already holds their hash (it is kept
+/// up to date, so each screenshot is stored once per run). `None` when it
+/// shows screenshots and there is no blob store to keep them in (the
+/// conversation is then not carried over).
+pub async fn to_hashes(
+    mut conversation: Value,
+    blobs: Option<&BlobStore>,
+    stored: &mut BTreeSet<String>,
+) -> Result<Option<Value>, PipelineError> {
     let mut found = BTreeMap::new();
     swap_out(&mut conversation, &mut found);
     if found.is_empty() {
@@ -33,10 +39,14 @@ pub async fn to_hashes(mut conversation: Value, blobs: Option<&BlobStore>) -> Re
         return Ok(None);
     };
     for (hash, png) in found {
+        if stored.contains(&hash) {
+            continue;
+        }
         blobs
             .put_screenshot_hashed(&hash, png)
             .await
             .map_err(|e| PipelineError::Retryable(format!("a screenshot of the conversation cannot be stored: {e}")))?;
+        stored.insert(hash);
     }
     Ok(Some(conversation))
 }
@@ -154,11 +164,8 @@ mod tests {
         let fetched = wanted.into_iter().map(|hash| (hash, data.clone())).collect();
         swap_in(&mut journaled, &fetched);
         assert_eq!(journaled, conversation);
-        assert_eq!(
-            to_hashes(conversation.clone(), None).await.expect("no store needed to decide"),
-            None,
-            "no store: not carried"
-        );
+        let carried = to_hashes(conversation.clone(), None, &mut BTreeSet::new()).await.expect("no store needed to decide");
+        assert_eq!(carried, None, "no store: not carried");
         assert!(from_hashes(json!({"history": [{SCREEN_HASH: "ab"}]}), None).await.is_err());
     }
 
