@@ -48,6 +48,10 @@ async fn killed_mid_action(pipeline: Pipeline) -> Outcome {
     let mut doomed = WorkerProcess::spawn(&stand.env, "doomed");
     let id = stand.submit(pipeline.spec).await;
     stand.wait_for("the second action starts", &id, 90, is_waiting_action).await;
+    let journal = stand.journal(&id);
+    assert!(journal.contains("screen_hash"), "the journal names the conversation's screenshots by hash: {journal}");
+    // A base64 PNG starts with the signature's encoding.
+    assert!(!journal.contains("iVBORw0KGgo"), "the journal holds no screenshot bytes: {journal}");
     doomed.signal("KILL");
     assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
     let sandbox = sandbox_ids(&stand.events(&id).await).remove(0);

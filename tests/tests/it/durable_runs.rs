@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_queue::keys::Keys;
 use flotilla_queue::queue::Queue;
 use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::desktop::{eventually, sandbox_ids};
@@ -27,7 +28,8 @@ use serde_json::{json, Value};
 /// points at it) and the workers' environment.
 pub(crate) struct Stand {
     host: Sandboxd,
-    _redis: RedisServer,
+    redis: RedisServer,
+    keys: Keys,
     _s3: S3Server,
     pub(crate) model: ScriptedServer,
     pub(crate) env: Vec<(String, String)>,
@@ -61,8 +63,10 @@ impl Stand {
         let s3 = S3Server::start();
         let mut env = test_env(&redis, &prefix, &extra);
         env.extend(s3.worker_env(&prefix));
-        let queue = queue(&test_config(&redis, &prefix, &extra)).await;
-        Self { host, _redis: redis, _s3: s3, model, env, queue }
+        let config = test_config(&redis, &prefix, &extra);
+        let keys = Keys::new(config.key_prefix.clone());
+        let queue = queue(&config).await;
+        Self { host, redis, keys, _s3: s3, model, env, queue }
     }
 
     pub(crate) async fn submit(&self, spec: Value) -> TaskId {
@@ -82,6 +86,11 @@ impl Stand {
     pub(crate) async fn wait_ended(&self, id: &TaskId) -> Vec<Event> {
         eventually("the task ends", Duration::from_secs(90), async || record(&self.queue, id).await.status.is_terminal()).await;
         self.events(id).await
+    }
+
+    /// Task `id`'s step journal as Redis holds it.
+    pub(crate) fn journal(&self, id: &TaskId) -> String {
+        self.redis.cli(&["HGET", &self.keys.task(id), "journal"])
     }
 
     /// The desktop's `log.txt`: one line per command its terminal ran.
