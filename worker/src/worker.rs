@@ -79,6 +79,10 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
     let caps = capabilities(&config, &registry, &tools);
     info!(sandbox = ?caps.sandbox, labels = ?caps.labels, "worker capabilities");
     let advertiser = tokio::spawn(advertise(queue.clone(), config.worker.id.clone(), caps.clone(), shutdown.clone()));
+    // Kept up until the running tasks are drained or handed back, so no
+    // other worker takes them while this one still hands them back.
+    let drained = CancellationToken::new();
+    let marker = tokio::spawn(mark_alive(queue.clone(), config.worker.id.clone(), drained.clone()));
     let tools = Arc::new(tools);
     let (acker, acker_task) = Acker::spawn(queue.clone(), metrics.clone());
     let executor = Executor {
@@ -115,6 +119,8 @@ pub async fn run_with_tools(config: Config, registry: Registry, tools: Tools, sh
         stopping.abandon.cancel();
         tracker.wait().await;
     }
+    drained.cancel();
+    marker.await.ok();
     drop(claim_loop);
     tools.shutdown().await;
     housekeeping.await.ok();
@@ -164,6 +170,25 @@ async fn advertise(queue: Queue, worker_id: String, caps: Capabilities, shutdown
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(ADVERTISE_EVERY) => {}
         }
+    }
+}
+
+/// Keeps this worker's liveness mark up (four times per mark's life)
+/// until `drained`, then marks it gone: either way, once it runs out,
+/// other workers take what this worker handed back or left at once.
+async fn mark_alive(queue: Queue, worker_id: String, drained: CancellationToken) {
+    let every = queue.settings().liveness / 4;
+    loop {
+        if let Err(e) = queue.mark_alive(&worker_id).await {
+            warn!(error = %e, "could not renew this worker's liveness mark");
+        }
+        tokio::select! {
+            () = drained.cancelled() => break,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+    if let Err(e) = queue.mark_gone(&worker_id).await {
+        warn!(error = %e, "could not mark this worker gone; its handed-back tasks wait for the lease");
     }
 }
 

@@ -125,6 +125,9 @@ impl Recorded {
 #[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
+    /// Replies for the requests whose body holds a tag, by tag: several
+    /// conversations scripted at once, each answered in its own order.
+    routed: Vec<(String, VecDeque<Reply>)>,
     received: Vec<Recorded>,
     /// Replies sent so far.
     answered: usize,
@@ -174,6 +177,19 @@ impl ScriptedServer {
     /// Queues replies, answered in order.
     pub fn push(&self, reply: Reply) -> &Self {
         lock(&self.script).replies.push_back(reply);
+        self
+    }
+
+    /// Queues a reply for the requests whose JSON body holds `tag`
+    /// anywhere (a prompt, a response id): each tag's replies are answered
+    /// in order, apart from the others' and from [`push`](Self::push)'s.
+    pub fn push_tagged(&self, tag: &str, reply: Reply) -> &Self {
+        let mut script = lock(&self.script);
+        match script.routed.iter_mut().find(|(known, _)| known == tag) {
+            Some((_, replies)) => replies.push_back(reply),
+            None => script.routed.push((tag.to_owned(), VecDeque::from([reply]))),
+        }
+        drop(script);
         self
     }
 
@@ -246,7 +262,11 @@ async fn answer(State(script): State<Arc<Mutex<Script>>>, request: Request) -> R
         let mut script = lock(&script);
         let body = recorded.body.clone();
         script.received.push(recorded);
-        let reply = script.replies.pop_front();
+        let text = body.to_string();
+        let reply = match script.routed.iter_mut().find(|(tag, _)| text.contains(tag.as_str())) {
+            Some((_, replies)) => replies.pop_front(),
+            None => script.replies.pop_front(),
+        };
         reply.map(|reply| script.billed(&body, reply))
     };
     let reply = reply.unwrap_or_else(|| {

@@ -1,7 +1,7 @@
 //! Durable runs: a model-driven task whose worker dies or stops mid-run is
 //! taken up by another worker in the same desktop, from its step journal.
 //! Real parts throughout: worker processes, a real Redis with a 5 s lease,
-//! desktops from a flotilla-sandboxd (they outlive their worker) reached
+//! a real-protocol S3 for screenshots, desktops from a flotilla-sandboxd (they outlive their worker) reached
 //! through the E2B provider, and a local server speaking the OpenAI
 //! Responses protocol that logs every call. What the desktop did is read
 //! from a file its terminal appended to, one line per typed command, so an
@@ -9,11 +9,13 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_queue::keys::Keys;
 use flotilla_queue::queue::Queue;
 use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::desktop::{eventually, sandbox_ids};
 use flotilla_tests::fakes::{openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::fleet::{test_env, WorkerProcess};
+use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant};
 use flotilla_tests::{test_config, unique_prefix, RedisServer};
 use flotilla_types::event::{Event, EventKind};
@@ -22,22 +24,26 @@ use flotilla_types::task::{Decision, HumanInput, TaskSpec, TaskStatus};
 use flotilla_worker::sandbox::{SandboxId, SandboxProvider};
 use serde_json::{json, Value};
 
-/// A sandbox host, Redis, the model server and the workers' environment.
-struct Stand {
+/// A sandbox host, Redis, the model server (every provider's base URL
+/// points at it) and the workers' environment.
+pub(crate) struct Stand {
     host: Sandboxd,
-    _redis: RedisServer,
-    model: ScriptedServer,
-    env: Vec<(String, String)>,
-    queue: Queue,
+    redis: RedisServer,
+    keys: Keys,
+    _s3: S3Server,
+    pub(crate) model: ScriptedServer,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) queue: Queue,
 }
 
 impl Stand {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let host = Sandboxd::start().await;
         let redis = RedisServer::start();
         let prefix = unique_prefix();
         let model = ScriptedServer::start().await;
         let base = format!("{}/v1", model.url());
+        let model_url = model.url();
         let extra = [
             ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
             ("E2B_API_KEY", host.test_key()),
@@ -46,36 +52,49 @@ impl Stand {
             ("E2B_DOMAIN", host.domain()),
             ("OPENAI_BASE_URL", base.as_str()),
             ("OPENAI_API_KEY", "sk-test-openai-secret"),
+            ("ANTHROPIC_BASE_URL", model_url.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-test-secret"),
+            ("GEMINI_BASE_URL", model_url.as_str()),
+            ("GEMINI_API_KEY", "gemini-test-secret"),
             ("FLOTILLA_LEASE_MS", "5000"),
             ("FLOTILLA_HEARTBEAT_MS", "500"),
             ("FLOTILLA_WORKER_CONCURRENCY", "4"),
         ];
-        let env = test_env(&redis, &prefix, &extra);
-        let queue = queue(&test_config(&redis, &prefix, &extra)).await;
-        Self { host, _redis: redis, model, env, queue }
+        let s3 = S3Server::start();
+        let mut env = test_env(&redis, &prefix, &extra);
+        env.extend(s3.worker_env(&prefix));
+        let config = test_config(&redis, &prefix, &extra);
+        let keys = Keys::new(config.key_prefix.clone());
+        let queue = queue(&config).await;
+        Self { host, redis, keys, _s3: s3, model, env, queue }
     }
 
-    async fn submit(&self, spec: Value) -> TaskId {
+    pub(crate) async fn submit(&self, spec: Value) -> TaskId {
         let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("valid spec");
         self.queue.submitter().submit(&tenant(), spec).await.expect("submit").id
     }
 
-    async fn events(&self, id: &TaskId) -> Vec<Event> {
+    pub(crate) async fn events(&self, id: &TaskId) -> Vec<Event> {
         events(&self.queue, id).await
     }
 
     /// Waits until task `id` has an event that `found` accepts.
-    async fn wait_for(&self, what: &str, id: &TaskId, secs: u64, found: impl Fn(&Event) -> bool) {
+    pub(crate) async fn wait_for(&self, what: &str, id: &TaskId, secs: u64, found: impl Fn(&Event) -> bool) {
         eventually(what, Duration::from_secs(secs), async || self.events(id).await.iter().any(&found)).await;
     }
 
-    async fn wait_ended(&self, id: &TaskId) -> Vec<Event> {
+    pub(crate) async fn wait_ended(&self, id: &TaskId) -> Vec<Event> {
         eventually("the task ends", Duration::from_secs(90), async || record(&self.queue, id).await.status.is_terminal()).await;
         self.events(id).await
     }
 
+    /// Task `id`'s step journal as Redis holds it.
+    pub(crate) fn journal(&self, id: &TaskId) -> String {
+        self.redis.cli(&["HGET", &self.keys.task(id), "journal"])
+    }
+
     /// The desktop's `log.txt`: one line per command its terminal ran.
-    async fn log(&self, sandbox: &str) -> String {
+    pub(crate) async fn log(&self, sandbox: &str) -> String {
         let provider = flotilla_worker::sandbox::E2bProvider::new(self.host.config()).expect("a client of the host");
         let id = SandboxId::parse(sandbox).expect("an id");
         let bytes = provider.read_file(&id, "log.txt").await.unwrap_or_default();
@@ -144,7 +163,7 @@ fn previous(request: &Recorded) -> Option<&str> {
     request.body["previous_response_id"].as_str()
 }
 
-fn resumed(events: &[Event]) -> Vec<(u32, u32, String, bool)> {
+pub(crate) fn resumed(events: &[Event]) -> Vec<(u32, u32, String, bool)> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -156,11 +175,11 @@ fn resumed(events: &[Event]) -> Vec<(u32, u32, String, bool)> {
         .collect()
 }
 
-fn terminal_count(events: &[Event]) -> usize {
+pub(crate) fn terminal_count(events: &[Event]) -> usize {
     events.iter().filter(|e| e.kind.is_terminal()).count()
 }
 
-fn is_waiting_action(event: &Event) -> bool {
+pub(crate) fn is_waiting_action(event: &Event) -> bool {
     matches!(&event.kind, EventKind::Action { action } if action.kind() == "wait")
 }
 

@@ -48,11 +48,13 @@
 //!   `cache_read_input_tokens`).
 //!
 //! A turn that failed leaves the conversation at an end: start a new one.
+//! The conversation carries over to another attempt whole ([`checkpoint`]).
 //! Plain text requests (no tools) are [`AnthropicText`]'s.
 
 mod actions;
 pub mod browser;
 pub mod cache;
+mod checkpoint;
 pub mod members;
 mod text;
 pub mod tools;
@@ -379,6 +381,15 @@ impl ComputerModel for AnthropicComputerUse {
 
     fn page_shown(&mut self, page: &PageState) {
         self.page = Some(page.clone());
+    }
+
+    /// The whole conversation (see [`checkpoint`]): the API keeps none.
+    fn checkpoint(&self) -> Option<Value> {
+        self.save()
+    }
+
+    fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
+        self.load(checkpoint)
     }
 
     /// Anthropic has no safety checks to acknowledge: `acknowledged` is unused.

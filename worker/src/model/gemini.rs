@@ -24,9 +24,11 @@
 //! - usage: prompt tokens in, candidate and thought tokens out.
 //!
 //! A turn that failed leaves the conversation at an end: start a new one.
+//! The conversation carries over to another attempt whole ([`checkpoint`]).
 //! Plain text requests (no tools) are [`GeminiText`]'s.
 
 pub mod actions;
+mod checkpoint;
 mod text;
 
 use base64::prelude::{Engine as _, BASE64_STANDARD};
@@ -71,7 +73,7 @@ impl GeminiConfig {
 }
 
 /// A call of the last answer that the next request must answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Pending {
     id: Option<String>,
     /// The key results are matched by: the call's id, or a made-up one.
@@ -201,6 +203,15 @@ impl ComputerModel for GeminiComputerUse {
 
     fn page_shown(&mut self, page: &PageState) {
         self.page = Some(page.clone());
+    }
+
+    /// The whole conversation (see [`checkpoint`]): the API keeps none.
+    fn checkpoint(&self) -> Option<Value> {
+        self.save()
+    }
+
+    fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
+        self.load(checkpoint)
     }
 
     fn resume<'a>(

@@ -227,9 +227,16 @@ pub trait ComputerModel: Send {
     ) -> BoxFuture<'a, Result<Turn, ModelError>>;
 
     /// What a later attempt needs to continue this conversation after its
-    /// last turn, with no screenshot bytes in it (a task's step journal
-    /// keeps it); `None` when this provider's conversation cannot be
-    /// carried over.
+    /// last turn (a task's step journal keeps it); `None` before the first
+    /// turn or when this provider's conversation cannot be carried over.
+    /// A provider that keeps the conversation (OpenAI) names it; one whose
+    /// API keeps nothing (Anthropic, Gemini) puts its whole history under
+    /// `history`: the opening user message first, then pairs of a model
+    /// answer and the user message answering its calls, the newest answer
+    /// last — so whole pairs after the first message can be left out to
+    /// bound its size. Screenshots in it are base64 PNG image blocks
+    /// (`media_type` or `mimeType` `image/png` beside `data`), which the
+    /// journal swaps for blob-store hashes.
     fn checkpoint(&self) -> Option<serde_json::Value> {
         None
     }

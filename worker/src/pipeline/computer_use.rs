@@ -187,8 +187,11 @@ impl ComputerUse {
     async fn drive(&self, run: &TaskRun, session: &mut Session, journal: Option<Journal>) -> Result<Outcome, PipelineError> {
         let mut surface = self.surface(session).await?;
         let mut journaler = match journal {
-            Some(journal) => Journaler::new(Arc::clone(&run.task), journal),
-            None => Journaler::begin(Arc::clone(&run.task), Journal::new(session.journaled_sandbox()?)).await?,
+            Some(journal) => Journaler::new(Arc::clone(&run.task), run.tools.blobs.clone(), journal),
+            None => {
+                let journal = Journal::new(session.journaled_sandbox()?);
+                Journaler::begin(Arc::clone(&run.task), run.tools.blobs.clone(), journal).await?
+            }
         };
         let mut usage: Usage = journaler.journal().usage.into();
         let prompt = &run.task.spec().prompt;
@@ -231,10 +234,12 @@ impl ComputerUse {
         let screen = look(session, surface, &mapping.view).await?;
         tell_page(model.as_mut(), session, surface).await?;
         let provider = self.models.provider();
-        let taken_up = journal.map(Journaler::journal).and_then(|j| j.conversation.as_ref().map(|c| (j, c)));
+        let taken_up = match journal {
+            Some(journaler) => resume::restored(model.as_mut(), journaler).await,
+            None => None,
+        };
         let turn = match taken_up {
-            Some((journal, checkpoint)) => {
-                model.restore(checkpoint)?;
+            Some(journal) => {
                 let results = resume::results_of(journal, &screen);
                 session.guard(timed(run, provider, model.resume(results, &[]))).await?
             }

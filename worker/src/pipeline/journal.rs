@@ -1,23 +1,36 @@
 //! A model-driven task's step journal: after each model turn and around
 //! each action, what a later attempt needs to take the task up where this
 //! one stopped — the sandbox (provider, id, host), the model conversation
-//! as its client's checkpoint (an OpenAI `previous_response_id`; never
-//! screenshot bytes), the steps taken, the tokens used, and for each call
-//! of the turn under way whether it is `pending`, in flight (`intent`,
-//! written before it runs) or `done` (written after). The queue stores it
-//! in the task's own hash, fenced by the attempt
-//! (`flotilla_queue::queue`'s `journal` module); this module decides what
-//! it says.
+//! as its client's checkpoint (an OpenAI `previous_response_id`; the
+//! message history of Anthropic and Gemini with screenshots as blob-store
+//! hashes, see [`screens`]), the steps taken, the tokens used, and for each
+//! call of the turn under way whether it is `pending`, in flight
+//! (`intent`, written before it runs) or `done` (written after). The queue
+//! stores it in the task's own hash, fenced by the attempt
+//! (`flotilla_queue::queue`'s `journal` module) and bounded by
+//! [`JOURNAL_MAX_BYTES`]; this module decides what it says, and keeps it
+//! within that bound by leaving out the conversation's oldest turns.
 //!
 //! Invariant: an action is marked `intent` in Redis before it reaches the
 //! sandbox and `done` only after, so a later attempt never runs again an
 //! action recorded `done`, and knows which one may have been cut short.
-//! Guarded by `durable_runs::a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice`.
+//! Guarded by `durable_runs::a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice`
+//! (and, for the conversations carried whole, by
+//! `durable_conversations::a_sigkilled_claude_task_goes_on_with_its_earlier_turns` and
+//! `durable_conversations::a_sigkilled_gemini_task_goes_on_with_its_earlier_turns`).
+//! Invariant: the journal holds no screenshot bytes, only their hashes.
+//! Guarded by `pipeline::journal::screens::tests::screenshots_become_hashes_and_come_back_as_the_same_bytes`.
 
+pub mod screens;
+
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tracing::warn;
+
+use flotilla_blobstore::BlobStore;
+use flotilla_queue::queue::JOURNAL_MAX_BYTES;
 
 use super::{PipelineError, TaskHandle};
 use crate::model::{ToolCall, Usage};
@@ -137,24 +150,42 @@ impl Journal {
 /// through the task handle before the run goes on.
 pub struct Journaler {
     task: Arc<dyn TaskHandle>,
+    /// Where the conversation's screenshots are kept.
+    blobs: Option<BlobStore>,
+    /// The hashes of the screenshots this run stored for the conversation.
+    stored: BTreeSet<String>,
     journal: Journal,
 }
 
 impl Journaler {
     /// Keeps on with a journal already stored.
-    pub fn new(task: Arc<dyn TaskHandle>, journal: Journal) -> Self {
-        Self { task, journal }
+    pub fn new(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Self {
+        Self { task, blobs, stored: BTreeSet::new(), journal }
     }
 
     /// Stores a new journal before the run's first step.
-    pub async fn begin(task: Arc<dyn TaskHandle>, journal: Journal) -> Result<Self, PipelineError> {
-        let journaler = Self { task, journal };
+    pub async fn begin(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Result<Self, PipelineError> {
+        let mut journaler = Self { task, blobs, stored: BTreeSet::new(), journal };
         journaler.save().await?;
         Ok(journaler)
     }
 
     pub fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    /// The journaled conversation as its client's checkpoint, screenshots
+    /// fetched back from the blob store; `None` when there is none, or it
+    /// cannot be rebuilt (logged: the run goes on without it).
+    pub async fn conversation(&self) -> Option<serde_json::Value> {
+        let journaled = self.journal.conversation.clone()?;
+        match screens::from_hashes(journaled, self.blobs.as_ref()).await {
+            Ok(conversation) => Some(conversation),
+            Err(problem) => {
+                warn!(%problem, "the journaled conversation cannot be rebuilt; going on without it");
+                None
+            }
+        }
     }
 
     /// Records a model turn: the conversation after it, its calls (none
@@ -166,7 +197,10 @@ impl Journaler {
         steps: u32,
         usage: Usage,
     ) -> Result<(), PipelineError> {
-        self.journal.conversation = conversation;
+        self.journal.conversation = match conversation {
+            Some(conversation) => screens::to_hashes(conversation, self.blobs.as_ref(), &mut self.stored).await?,
+            None => None,
+        };
         self.journal.calls = calls.iter().map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending }).collect();
         self.journal.steps = steps;
         self.journal.usage = usage.into();
@@ -182,11 +216,30 @@ impl Journaler {
         self.save().await
     }
 
-    async fn save(&self) -> Result<(), PipelineError> {
-        let text = serde_json::to_string(&self.journal)
-            .map_err(|e| PipelineError::Retryable(format!("the step journal cannot be written: {e}")))?;
+    async fn save(&mut self) -> Result<(), PipelineError> {
+        let text = bounded(&mut self.journal)?;
         self.task.write_journal(&text).await?;
         Ok(())
+    }
+}
+
+/// `journal` as stored, within [`JOURNAL_MAX_BYTES`]: while it is past
+/// that, the conversation's oldest turn is left out, and the conversation
+/// goes whole when no turn can (the run goes on without it).
+fn bounded(journal: &mut Journal) -> Result<String, PipelineError> {
+    loop {
+        let text = serde_json::to_string(journal)
+            .map_err(|e| PipelineError::Retryable(format!("the step journal cannot be written: {e}")))?;
+        if text.len() <= JOURNAL_MAX_BYTES {
+            return Ok(text);
+        }
+        let dropped = journal.conversation.as_mut().is_some_and(screens::drop_oldest_turn);
+        if !dropped {
+            if journal.conversation.take().is_none() {
+                return Err(PipelineError::Retryable(format!("a step journal of {} bytes is past its bound", text.len())));
+            }
+            warn!("the conversation does not fit the step journal; a later attempt goes on without it");
+        }
     }
 }
 
@@ -211,6 +264,23 @@ mod tests {
         assert!(back.interrupted());
         journal.calls[1].state = CallState::Done;
         assert!(!journal.interrupted());
+    }
+
+    #[test]
+    fn a_journal_past_its_bound_keeps_the_newest_turns_that_fit() {
+        let mut journal = Journal::new(JournaledSandbox { provider: "e2b".into(), id: "sb".into(), host: None });
+        let turn = "t".repeat(40 * 1024);
+        let history: Vec<String> = (0..11).map(|n| format!("{n}{turn}")).collect();
+        journal.conversation = Some(serde_json::json!({ "history": history }));
+        let text = bounded(&mut journal).expect("fits");
+        assert!(text.len() <= JOURNAL_MAX_BYTES, "{}", text.len());
+        let kept: Vec<String> = journal.conversation.as_ref().expect("kept")["history"]
+            .as_array()
+            .expect("a history")
+            .iter()
+            .map(|m| m.as_str().expect("text")[..2].trim_end_matches('t').to_owned())
+            .collect();
+        assert_eq!(kept, ["0", "7", "8", "9", "10"], "the opening message and the newest turns");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub(crate) mod feed;
 mod feed_relay;
 mod journal;
 mod kept;
+mod liveness;
 mod next;
 mod record;
 mod roles;
@@ -83,6 +84,10 @@ use flotilla_types::ids::{BatchId, TaskId, TenantId};
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
     pub lease: Duration,
+    /// How long a worker's liveness mark lasts: twice its heartbeat, at
+    /// most the lease. A worker whose mark ran out is presumed dead and its
+    /// tasks are taken at once (see `liveness`).
+    pub liveness: Duration,
     pub retention: Duration,
     /// The hot window: how long a finished task stays in Redis before the
     /// archive pass moves it to the object store (`None`: never).
@@ -102,6 +107,7 @@ impl QueueSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
             lease: config.queue.lease,
+            liveness: (config.queue.heartbeat * 2).min(config.queue.lease),
             retention: config.queue.retention,
             archive_after: config.queue.archive_after,
             retry_base: config.queue.retry_base,

@@ -1,7 +1,8 @@
 //! The one seam between the queue and a worker's claim loop:
 //! [`Claimer::next`] hands a worker up to as many started attempts as it has
-//! free slots. Behind it: taking over the entries of workers presumed dead
-//! (every quarter lease), tenants taking turns by weight within their
+//! free slots. Behind it: taking over the entries of workers whose liveness
+//! mark ran out (every quarter liveness, see `liveness`) and of workers
+//! presumed dead by the lease (every quarter lease), tenants taking turns by weight within their
 //! `max_running`, and starting each task's attempt — on a single server
 //! claimed and started in one script, on a cluster one shard at a time
 //! (lowest virtual time first), started on the tasks' own slots next. The
@@ -34,6 +35,8 @@ pub struct Claimer {
     worker: String,
     caps: Capabilities,
     last_reclaim: Option<Instant>,
+    /// When the entries of workers whose liveness ran out were last looked for.
+    last_dead_check: Option<Instant>,
     wake: WakeConnection,
 }
 
@@ -51,7 +54,14 @@ impl std::fmt::Debug for WakeConnection {
 impl Queue {
     /// The claim seam for worker `worker`, which can run what `caps` says.
     pub fn claimer(&self, worker: impl Into<String>, caps: Capabilities) -> Claimer {
-        Claimer { queue: self.clone(), worker: worker.into(), caps, last_reclaim: None, wake: WakeConnection::default() }
+        Claimer {
+            queue: self.clone(),
+            worker: worker.into(),
+            caps,
+            last_reclaim: None,
+            last_dead_check: None,
+            wake: WakeConnection::default(),
+        }
     }
 }
 
@@ -62,6 +72,13 @@ impl Claimer {
     pub async fn next(&mut self, free: usize) -> Result<Vec<Claim>, QueueError> {
         if free == 0 {
             return Ok(Vec::new());
+        }
+        if self.dead_check_due() {
+            self.last_dead_check = Some(Instant::now());
+            let taken = self.queue.reclaim_dead(&self.worker, &self.caps, free).await?;
+            if !taken.is_empty() {
+                return self.start(taken).await;
+            }
         }
         if self.reclaim_due() {
             self.last_reclaim = Some(Instant::now());
@@ -107,6 +124,13 @@ impl Claimer {
     /// The worker's id, as its entries' consumer.
     pub fn worker(&self) -> &str {
         &self.worker
+    }
+
+    /// Every quarter of the liveness: a dead worker's tasks are taken
+    /// within about 1¼ liveness of its last mark.
+    fn dead_check_due(&self) -> bool {
+        let every: Duration = self.queue.settings.liveness / 4;
+        self.last_dead_check.is_none_or(|at| at.elapsed() >= every)
     }
 
     fn reclaim_due(&self) -> bool {

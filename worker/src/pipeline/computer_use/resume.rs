@@ -16,16 +16,17 @@
 //!   a `retrying` event that says so.
 //!
 //! A journal without a conversation (the worker stopped before the first
-//! turn was answered) continues in the same sandbox with a new
-//! conversation: no action was taken yet.
+//! turn was answered), or one that cannot be restored (a screenshot it
+//! names is gone from the blob store), continues in the same sandbox with
+//! a new conversation told how many actions were already taken.
 
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, OnInterrupt, StopCode};
 use tracing::info;
 
-use super::super::journal::{CallState, Journal};
+use super::super::journal::{CallState, Journal, Journaler};
 use super::super::{PipelineError, Session, Steps, TaskRun};
-use crate::model::{CallResult, Screen};
+use crate::model::{CallResult, ComputerModel, Screen};
 use crate::sandbox::SandboxId;
 
 /// What a model hears for a call that was in flight when the previous
@@ -147,6 +148,21 @@ fn denied(message: Option<String>, fallback: &str) -> PipelineError {
     PipelineError::Fatal {
         code: StopCode::HumanIntervention,
         message: format!("a human declined to go on: {}", message.unwrap_or_else(|| fallback.to_owned())),
+    }
+}
+
+/// The journal whose conversation `model` has taken up, when the journal
+/// holds one it can (screenshots fetched back from the blob store); `None`
+/// when the model starts a new conversation instead (logged when one was
+/// journaled but could not be restored).
+pub(super) async fn restored<'j>(model: &mut dyn ComputerModel, journaler: &'j Journaler) -> Option<&'j Journal> {
+    let checkpoint = journaler.conversation().await?;
+    match model.restore(&checkpoint) {
+        Ok(()) => Some(journaler.journal()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the journaled conversation cannot be taken up; starting a new one in the same sandbox");
+            None
+        }
     }
 }
 
