@@ -38,12 +38,12 @@ use tokio::sync::{broadcast, mpsc};
 use super::calls::{error, route};
 use super::host::{Entry, Host};
 use super::processes::Processes;
+use super::stream::{event_frame, stream_error, streaming_request, streaming_response};
 use super::{filesystem, process_calls, process_connect};
 use flotilla_desktop::process::{self, Signal};
-use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
+use flotilla_e2b::connect::{self, ConnectError, EndOfStream, FLAG_END_STREAM};
 use flotilla_e2b::envd::{
-    DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, StartResponse, FILES_PATH, SIGNAL_PATH,
-    START_PATH,
+    DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, FILES_PATH, SIGNAL_PATH, START_PATH,
 };
 use flotilla_e2b::DEFAULT_USER;
 use flotilla_sandbox::{SandboxError, SandboxProvider};
@@ -74,17 +74,6 @@ pub(super) fn router(host: Arc<Host>) -> Router {
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(host)
-}
-
-/// A Connect stream that is only an end-of-stream error.
-pub(super) fn stream_error(code: &str, message: String) -> Response {
-    let end = EndOfStream { error: Some(ConnectError { code: code.into(), message }) };
-    let payload = serde_json::to_vec(&end).unwrap_or_default();
-    streaming_response(Body::from(connect::envelope(FLAG_END_STREAM, &payload)))
-}
-
-pub(super) fn streaming_response(body: Body) -> Response {
-    ([(header::CONTENT_TYPE, connect::STREAMING_JSON)], body).into_response()
 }
 
 async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -140,17 +129,6 @@ async fn sandbox_command(host: &Host, sandbox: &Entry, request: &StartRequest) -
     };
     command.envs(&sandbox.env_vars).envs(&process.envs);
     Ok(command)
-}
-
-/// The one request envelope of a streaming call, parsed.
-pub(super) fn streaming_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
-    let mut decoder = Decoder::default();
-    decoder.push(body);
-    match decoder.next_frame() {
-        Ok(Some(Frame::Message(payload))) => serde_json::from_slice(&payload).map_err(|e| format!("invalid request: {e}")),
-        Ok(_) => Err("the request holds no message".into()),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// Streams one process's events until it ends, killing it at `timeout`.
@@ -212,12 +190,6 @@ impl Outlet {
         let _ = self.watchers.send(frame.clone());
         let _ = self.starter.send(frame).await;
     }
-}
-
-/// One event as a message envelope (`Start` and `Connect` answer alike).
-pub(super) fn event_frame(event: ProcessEvent) -> Vec<u8> {
-    let payload = serde_json::to_vec(&StartResponse { event }).unwrap_or_default();
-    connect::envelope(FLAG_MESSAGE, &payload)
 }
 
 /// The `end` event as Go's `os.ProcessState` describes an exit.

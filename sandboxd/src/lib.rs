@@ -27,6 +27,7 @@ mod pool;
 mod process_calls;
 mod process_connect;
 mod processes;
+mod stream;
 mod sync;
 mod tls;
 #[cfg(test)]

@@ -21,9 +21,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::broadcast::Receiver;
 
 use super::calls::{error, route};
-use super::envd::{event_frame, stream_error, streaming_request, streaming_response};
 use super::host::Host;
 use super::process_calls::{pid_of, Selector};
+use super::stream::{event_frame, stream_error, streaming_request, streaming_response};
 
 #[derive(Debug, Deserialize)]
 struct ConnectRequest {

@@ -154,9 +154,7 @@ impl SandboxPool {
         let pool = Self { inner: Arc::new(inner) };
         pool.refill();
         if pool.inner.shapes.iter().any(|shape| shape.warm > 0) {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(super::pool_fill::keep(Arc::downgrade(&pool.inner), pool.inner.stop.clone()));
-            }
+            pool.spawn_keeper();
         }
         pool
     }

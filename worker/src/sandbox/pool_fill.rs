@@ -159,9 +159,18 @@ fn refill_pause(error: &SandboxError) -> Duration {
     }
 }
 
+impl SandboxPool {
+    /// Starts checking the pool's size every [`KEEP_EVERY`] while it exists.
+    pub(super) fn spawn_keeper(&self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(keep(Arc::downgrade(&self.inner), self.inner.stop.clone()));
+        }
+    }
+}
+
 /// Checks the pool's size every [`KEEP_EVERY`] while it exists, so extra
 /// sandboxes go once demand falls even when no task comes or goes.
-pub(super) async fn keep(inner: Weak<Inner>, stop: CancellationToken) {
+async fn keep(inner: Weak<Inner>, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
