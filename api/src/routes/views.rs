@@ -7,7 +7,8 @@
 //! The page's URL carries the token only in its fragment (`#path=…`, which
 //! noVNC reads), which a browser never sends: not to the server, not in a
 //! `Referer`. The WebSocket's URL carries it in its query, since noVNC can
-//! set no header there; request logs leave queries out.
+//! set no header there; request logs leave queries out. The API hands it on
+//! to the worker in a header ([`VIEW_TOKEN_HEADER`]), never in a URL.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
@@ -19,7 +20,7 @@ use axum::response::Response;
 use axum::Json;
 use bytes::Bytes;
 use flotilla_config::apikey::Scope;
-use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode};
+use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, VIEW_TOKEN_HEADER};
 use flotilla_queue::QueueError;
 use flotilla_types::task::TaskStatus;
 use flotilla_types::{clock, TaskId, ValidationError};
@@ -166,10 +167,12 @@ type WorkerSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeT
 /// Opens the worker's end of the view.
 async fn connect_worker(endpoint: &str, id: &TaskId, token: &str) -> Result<WorkerSocket, ApiError> {
     let base = endpoint.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
-    let mut request = format!("{base}/live/{id}?token={token}")
-        .into_client_request()
-        .map_err(|e| ApiError::WorkerUnreachable(e.to_string()))?;
+    let mut request =
+        format!("{base}/live/{id}").into_client_request().map_err(|e| ApiError::WorkerUnreachable(e.to_string()))?;
     request.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, header::HeaderValue::from_static(SUBPROTOCOL));
+    // Redeemed already, so 64 hex digits: always a valid header value.
+    let token = header::HeaderValue::from_str(token).map_err(|_| ApiError::ViewTokenRefused)?;
+    request.headers_mut().insert(VIEW_TOKEN_HEADER, token);
     let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| match e {
         tokio_tungstenite::tungstenite::Error::Http(response) if response.status() == 404 => ApiError::NotViewable,
         tokio_tungstenite::tungstenite::Error::Http(response) => {

@@ -40,6 +40,9 @@ const ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
 const GENERATION_TTL: Duration = Duration::from_secs(24 * 3600);
 /// How often an open control view's generation is checked.
 pub const REVOCATION_CHECK: Duration = Duration::from_millis(500);
+/// The header the API hands a view's token to the worker in: never a URL,
+/// which request logs and proxies keep.
+pub const VIEW_TOKEN_HEADER: &str = "x-flotilla-view-token";
 
 /// What a view lets a person do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]

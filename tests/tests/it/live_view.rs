@@ -409,10 +409,12 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     let task = flotilla_types::TaskId::parse(&id).expect("id");
     let views = flotilla_queue::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
     let worker = views.route(&task).await.expect("redis").expect("the worker's endpoint");
-    let at_worker = |url: &str| {
-        let token = url.split("token=").nth(1).expect("token");
-        format!("{}/live/{id}?token={token}", worker.replacen("http://", "ws://", 1))
-    };
+    let worker_socket = format!("{}/live/{id}", worker.replacen("http://", "ws://", 1));
+    let at_worker = |url: &str| url.split("token=").nth(1).expect("token").to_owned();
+    let refused_at_worker = async |token: String| worker_refused_status(&worker_socket, Some(&token)).await;
+    // The API hands the token on in a header: a valid one in the worker's URL opens nothing.
+    let in_query = format!("{worker_socket}?token={}", at_worker(&watching));
+    assert_eq!(worker_refused_status(&in_query, None).await, 403, "a token in the worker's URL is not read");
 
     // A control view opened before the takeover is closed by it.
     let before = socket_url(&view_url(&live.owner, &id, "control").await).expect("url");
@@ -421,7 +423,7 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     assert_eq!(status, 200, "{taken}");
     assert!(early.closed_by_server().await, "a takeover closes the control views opened before it");
     assert_eq!(refused_status(&before).await, 401, "the API refuses a token from before the takeover");
-    assert_eq!(refused_status(&at_worker(&before)).await, 403, "so does the worker");
+    assert_eq!(refused_at_worker(at_worker(&before)).await, 403, "so does the worker");
 
     // The takeover's own control view works until the release.
     let held = socket_url(taken["view"]["url"].as_str().expect("a control view")).expect("url");
@@ -431,7 +433,7 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     assert_eq!(status, 202, "{body}");
     assert!(holding.closed_by_server().await, "the release closes the open control view");
     assert_eq!(refused_status(&held).await, 401, "the API refuses the released token");
-    assert_eq!(refused_status(&at_worker(&held)).await, 403, "so does the worker");
+    assert_eq!(refused_at_worker(at_worker(&held)).await, 403, "so does the worker");
     RfbViewer::connect(&watching).await.expect("view tokens outlive the release").close().await;
     watcher.close().await;
     live.cancel(&id).await;
@@ -477,6 +479,21 @@ async fn view_links_name_the_configured_address_never_the_host_header_sandbox() 
     assert!(url.starts_with("https://flotilla.example.com/novnc/vnc.html?"), "{url}");
     live.cancel(&id).await;
     live.stop().await;
+}
+
+/// The HTTP status a worker refuses a view socket at `url` with, its token
+/// (if any) in the header the API uses.
+async fn worker_refused_status(url: &str, token: Option<&str>) -> u16 {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("a request");
+    if let Some(token) = token {
+        request.headers_mut().insert(flotilla_queue::live::VIEW_TOKEN_HEADER, token.parse().expect("a header value"));
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok(_) => panic!("{url} opened"),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("refused without a status: {e}"),
+    }
 }
 
 /// The HTTP status a WebSocket request to `url` is refused with.

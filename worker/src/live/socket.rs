@@ -1,5 +1,6 @@
-//! The worker's end of a live view: `GET /live/{task}?token=…`, a WebSocket
-//! the API opens on a viewer's behalf. The token is checked again here, the
+//! The worker's end of a live view: `GET /live/{task}` with the view's token
+//! in the [`VIEW_TOKEN_HEADER`] header (never in the URL), a WebSocket the
+//! API opens on a viewer's behalf. The token is checked again here, the
 //! viewer attached (its desktop's VNC server started if it is the first),
 //! and RFB bytes carried both ways until either side closes or the task
 //! lets its desktop go (or, for a `control` token, until the token is
@@ -12,15 +13,14 @@
 use std::path::PathBuf;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, REVOCATION_CHECK};
+use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, REVOCATION_CHECK, VIEW_TOKEN_HEADER};
 use flotilla_types::TaskId;
-use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -40,19 +40,10 @@ pub fn router(live: LiveDesktops) -> Router {
     Router::new().route("/live/{task}", get(open)).with_state(live)
 }
 
-#[derive(Deserialize)]
-struct TokenQuery {
-    token: String,
-}
-
-async fn open(
-    State(live): State<LiveDesktops>,
-    Path(task): Path<String>,
-    Query(query): Query<TokenQuery>,
-    upgrade: WebSocketUpgrade,
-) -> Response {
+async fn open(State(live): State<LiveDesktops>, Path(task): Path<String>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
     let Ok(task) = TaskId::parse(&task) else { return StatusCode::NOT_FOUND.into_response() };
-    let grant = match live.views().redeem(&query.token).await {
+    let token = headers.get(VIEW_TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let grant = match live.views().redeem(token).await {
         Ok(Some(grant)) if grant.task == task => grant,
         Ok(_) => return StatusCode::FORBIDDEN.into_response(),
         Err(e) => {
