@@ -40,7 +40,12 @@ pub fn router(live: LiveDesktops) -> Router {
     Router::new().route("/live/{task}", get(open)).with_state(live)
 }
 
-async fn open(State(live): State<LiveDesktops>, Path(task): Path<String>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
+async fn open(
+    State(live): State<LiveDesktops>,
+    Path(task): Path<String>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
     let Ok(task) = TaskId::parse(&task) else { return StatusCode::NOT_FOUND.into_response() };
     let token = headers.get(VIEW_TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let grant = match live.views().redeem(token).await {
