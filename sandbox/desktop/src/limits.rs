@@ -18,13 +18,14 @@
 //! - `RLIMIT_NPROC`, set inside the sandbox's user namespace, where the
 //!   kernel counts processes per namespace (ucounts, Linux 5.14 on): the
 //!   sandbox's tasks, not the worker user's;
-//! - `RLIMIT_DATA` of twice the sandbox's memory, a backstop on what one
-//!   process takes between two looks of the reaper;
 //! - `oom_score_adj` 1000 on every sandbox process, so a host short of
 //!   memory kills sandbox processes before the worker or Redis;
 //! - the reaper counts the tasks and the anonymous memory of the sandbox's
 //!   pid namespace and kills a sandbox at its process limit (within a
 //!   sixteenth) or past its memory, as a group's events would have it killed.
+//!
+//! (No `RLIMIT_DATA` or `RLIMIT_AS`: Chromium maps far more than it uses;
+//! under a data limit of twice the default memory its window never came up.)
 
 use std::path::{Path, PathBuf};
 
@@ -64,15 +65,6 @@ impl SandboxLimits {
     /// The largest file one process may write: no more than fits at home.
     fn file_bytes(&self) -> u64 {
         self.home_bytes.max(self.tmp_bytes)
-    }
-
-    /// The most private writable memory one process may map: twice the
-    /// sandbox's memory, a backstop. The sandbox's group, or without one
-    /// the reaper's count of its anonymous memory, ends the sandbox first;
-    /// this bounds what one process can take between two of the reaper's
-    /// looks.
-    fn data_bytes(&self) -> u64 {
-        self.memory_bytes.saturating_mul(2)
     }
 
     /// Why these limits cannot be used, if they cannot.
@@ -340,7 +332,6 @@ impl Confinement {
         let mut argv = vec!["-c".to_owned(), JOIN_SCRIPT.into(), "join".into(), files.len().to_string()];
         argv.extend(files.iter().map(|f| f.display().to_string()));
         argv.extend(["prlimit".into(), format!("--fsize={}", self.limits.file_bytes()), "--core=0".into()]);
-        argv.push(format!("--data={}", self.limits.data_bytes()));
         if let Some(nproc) = nproc {
             argv.push(format!("--nproc={nproc}"));
         }
@@ -416,7 +407,6 @@ mod tests {
         assert_eq!(argv[..4], ["-c", JOIN_SCRIPT, "join", "2"]);
         assert_eq!(argv[4..6], ["/sys/fs/cgroup/pids/s/cgroup.procs", "/sys/fs/cgroup/memory/s/cgroup.procs"]);
         assert!(argv.contains(&"--nproc=1024".to_owned()) && argv.contains(&"--core=0".to_owned()));
-        assert!(argv.contains(&format!("--data={}", 2 * SandboxLimits::default().memory_bytes)));
         assert!(argv[1].starts_with("echo 1000 > /proc/self/oom_score_adj || exit 125;"), "{}", argv[1]);
         assert_eq!(argv[argv.len() - 2..], ["nsenter", "-U"]);
         let holder = confinement.wrap_without_nproc("unshare", &[]);
