@@ -54,7 +54,7 @@ pub enum ApiError {
     TimedOut(u128),
     #[error("the task holds no desktop that can be shown now: it is not running, or its worker serves no live views (FLOTILLA_WORKER_HTTP_ADDR=off) and its sandbox streams none")]
     NotViewable,
-    #[error("the view token is unknown, expired or for another task")]
+    #[error("the view token or ticket is unknown, expired, revoked, used already or for another task")]
     ViewTokenRefused,
     #[error("the worker holding the task cannot be reached: {0}")]
     WorkerUnreachable(String),

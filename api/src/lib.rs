@@ -157,6 +157,8 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/v1/tasks/{id}/takeover", post(routes::takeover::takeover))
         .route("/v1/tasks/{id}/release", post(routes::takeover::release))
         .route("/v1/tasks/{id}/view", get(routes::views::view))
+        .route("/v1/tasks/{id}/view/ticket", post(routes::views::ticket))
+        .route(routes::views::VIEW_PAGE_PATH, get(routes::views::page))
         .route("/v1/batches", post(routes::batches::create).layer(DefaultBodyLimit::max(batch_body_limit)))
         .route("/v1/batches/{id}", get(routes::batches::get))
         .route("/v1/batches/{id}/cancel", post(routes::batches::cancel))

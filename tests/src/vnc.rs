@@ -27,34 +27,66 @@ pub struct RfbViewer {
     pub size: (u16, u16),
 }
 
-/// The WebSocket URL a view URL's page would open: `ws://` + host + the
-/// `path` parameter of its fragment, decoded (the token is never in the
-/// page's query).
-pub fn socket_url(view_url: &str) -> anyhow::Result<String> {
+/// A view URL's parts: the API's address, the task and the token, which
+/// only the fragment holds (the page's own URL names no token).
+pub struct ViewLinkParts {
+    /// `http://host[:port]`.
+    pub base: String,
+    pub task: String,
+    pub token: String,
+}
+
+/// Splits a view URL (`http://host/view?…#task=…&token=…`).
+pub fn view_link_parts(view_url: &str) -> anyhow::Result<ViewLinkParts> {
     let rest = view_url.strip_prefix("http://").context("an http view URL")?;
     let host = rest.split('/').next().context("a host")?;
     let (page, fragment) = rest.split_once('#').context("a fragment")?;
     anyhow::ensure!(!page.contains("token"), "the page's own URL names no token: {page}");
-    let path = fragment.split('&').find_map(|p| p.strip_prefix("path=")).context("a path parameter")?;
-    Ok(format!("ws://{host}/{}", percent_decode(path)))
+    let param = |name: &str| {
+        fragment
+            .split('&')
+            .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_owned)
+            .context("a fragment parameter")
+    };
+    Ok(ViewLinkParts { base: format!("http://{host}"), task: param("task")?, token: param("token")? })
 }
 
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
+/// What the view page does: trades `token` for a one-time ticket of
+/// `task`'s view (the token in a header) and names the socket URL that
+/// carries the ticket; `Err` with the API's status when it refuses.
+pub async fn ticketed_socket(base: &str, task: &str, token: &str) -> Result<String, u16> {
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/v1/tasks/{task}/view/ticket"))
+        .header("x-flotilla-view-token", token)
+        .send()
+        .await
+        .map_err(|_| 0u16)?;
+    if !answer.status().is_success() {
+        return Err(answer.status().as_u16());
     }
-    String::from_utf8_lossy(&out).into_owned()
+    let body: serde_json::Value = answer.json().await.map_err(|_| 0u16)?;
+    let ticket = body["ticket"].as_str().ok_or(0u16)?;
+    let host = base.strip_prefix("http://").unwrap_or(base);
+    Ok(format!("ws://{host}/v1/tasks/{task}/view/socket?ticket={ticket}"))
+}
+
+/// The WebSocket URL a view URL's page opens, with a fresh one-time ticket:
+/// one call per connection.
+pub async fn socket_url(view_url: &str) -> anyhow::Result<String> {
+    let link = view_link_parts(view_url)?;
+    ticketed_socket(&link.base, &link.task, &link.token)
+        .await
+        .map_err(|status| anyhow::anyhow!("the ticket was refused: {status}"))
+}
+
+/// The status the API refuses a ticket for `view_url`'s token with.
+pub async fn ticket_refused(view_url: &str) -> anyhow::Result<u16> {
+    let link = view_link_parts(view_url)?;
+    match ticketed_socket(&link.base, &link.task, &link.token).await {
+        Ok(_) => bail!("a ticket was handed out for {view_url}"),
+        Err(status) => Ok(status),
+    }
 }
 
 impl RfbViewer {

@@ -1,13 +1,12 @@
 //! Live views of a task's desktop: `GET /v1/tasks/{id}/view` hands out a
-//! URL of the noVNC page (served by the API under `/novnc`) with a token
-//! scoped to the task and a mode; the page's WebSocket,
-//! `GET /v1/tasks/{id}/view/socket?token=…`, is bridged here to the worker
-//! that holds the task, so browsers need no route to workers.
-//!
-//! The page's URL carries the token only in its fragment (`#path=…`, which
-//! noVNC reads), which a browser never sends: not to the server, not in a
-//! `Referer`. The WebSocket's URL carries it in its query, since noVNC can
-//! set no header there; request logs leave queries out.
+//! URL of the view page (served by the API at `/view`) with a token scoped
+//! to the task and a mode, in the URL's fragment (which a browser never
+//! sends: not to the server, not in a `Referer`). The page exchanges the
+//! token for a one-time ticket (`POST /v1/tasks/{id}/view/ticket`, the token
+//! in the `x-flotilla-view-token` header) and opens noVNC (`/novnc`) on
+//! `GET /v1/tasks/{id}/view/socket?ticket=…`, which is bridged here to the
+//! worker that holds the task (with a ticket of its own, in a header), so
+//! browsers need no route to workers and no URL holds a token.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message as AxumMessage, WebSocket, WebSocketUpgrade};
@@ -15,11 +14,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use flotilla_config::apikey::Scope;
-use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode};
+use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, VIEW_TICKET_HEADER, VIEW_TOKEN_HEADER};
 use flotilla_queue::QueueError;
 use flotilla_types::task::TaskStatus;
 use flotilla_types::{clock, TaskId, ValidationError};
@@ -36,6 +35,11 @@ use crate::state::AppState;
 
 /// Where the noVNC page is served.
 pub const NOVNC_PATH: &str = "/novnc";
+/// Where the view page is served: it trades the token in its fragment for
+/// a ticket and opens noVNC on it.
+pub const VIEW_PAGE_PATH: &str = "/view";
+/// The view page: no token ever reaches a URL that is sent anywhere.
+const VIEW_PAGE: &str = include_str!("view_page.html");
 /// The WebSocket subprotocol noVNC may ask for.
 const SUBPROTOCOL: &str = "binary";
 
@@ -62,8 +66,17 @@ pub struct ViewParams {
 /// The query of the view's WebSocket.
 #[derive(Debug, Deserialize)]
 pub struct SocketParams {
-    /// The token of a view URL.
-    pub token: String,
+    /// A one-time ticket from `POST /v1/tasks/{id}/view/ticket`.
+    pub ticket: String,
+}
+
+/// A one-time ticket that opens one view socket of a task.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ViewTicket {
+    /// For `GET /v1/tasks/{id}/view/socket?ticket=…`: opens one connection.
+    pub ticket: String,
+    /// RFC 3339: after this the ticket opens nothing.
+    pub expires_at: String,
 }
 
 /// A URL of the task's live desktop.
@@ -121,23 +134,59 @@ pub async fn view_link(
     let expires_at_ms = clock::now_ms() + state.config().live_view.token_ttl.as_millis() as i64;
     let grant = ViewGrant { tenant: tenant.clone(), task: id.clone(), mode, expires_at_ms, generation: 0 };
     let token = views.mint(&grant).await?;
-    let socket = format!("v1/tasks/{id}/view/socket?token={}", token.expose());
     let url = format!(
-        "{}{NOVNC_PATH}/vnc.html?autoconnect=true&resize=scale&shared=true&view_only={}#path={}",
+        "{}{VIEW_PAGE_PATH}?autoconnect=true&resize=scale&shared=true&view_only={}#task={id}&token={}",
         public_base(state),
         mode == ViewMode::View,
-        encode_component(&socket)
+        token.expose()
     );
     Ok(ViewLink { url, mode, expires_at: clock::rfc3339(expires_at_ms) })
 }
 
-/// The WebSocket of a view page (`GET /v1/tasks/{id}/view/socket?token=…`
+/// The view page (`GET /view`): HTML and a few lines of script.
+pub async fn page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], VIEW_PAGE).into_response()
+}
+
+/// A one-time ticket for a view token.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/view/ticket",
+    tag = "tasks",
+    params(
+        ("id" = TaskId, Path, description = "Task id"),
+        ("x-flotilla-view-token" = String, Header, description = "The token of a view URL (its fragment's `token`)"),
+    ),
+    responses(
+        (status = 200, description = "A ticket for one connection of the view's socket", body = ViewTicket),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No token, or one that is unknown, expired, revoked or for another task (`unauthorized`)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(())
+)]
+pub async fn ticket(
+    State(state): State<AppState>,
+    TaskIdPath(id): TaskIdPath,
+    headers: HeaderMap,
+) -> Result<Json<ViewTicket>, ApiError> {
+    let token = headers.get(VIEW_TOKEN_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let (ticket, grant) = match live_views(&state).exchange(token).await? {
+        Some((ticket, grant)) if grant.task == id => (ticket, grant),
+        _ => return Err(ApiError::ViewTokenRefused),
+    };
+    let expires_ms = (clock::now_ms() + flotilla_queue::live::TICKET_TTL.as_millis() as i64).min(grant.expires_at_ms);
+    Ok(Json(ViewTicket { ticket, expires_at: clock::rfc3339(expires_ms) }))
+}
+
+/// The WebSocket of a view page (`GET /v1/tasks/{id}/view/socket?ticket=…`
 /// with an upgrade), bridged to the worker holding the task: RFB (VNC) in
 /// binary messages. Not in the OpenAPI document, which cannot state an
-/// upgrade; view URLs carry its address. Answers 400 without an upgrade,
-/// 401 for a token that is unknown, expired or another task's, 409 when
-/// the task holds no desktop that can be shown now, 502 when its worker
-/// cannot be reached.
+/// upgrade; the view page finds its address. Answers 400 without an
+/// upgrade, 401 for a ticket that is unknown, used, expired or another
+/// task's (or whose token expired or was revoked since), 409 when the task
+/// holds no desktop that can be shown now, 502 when its worker cannot be
+/// reached.
 pub async fn socket(
     State(state): State<AppState>,
     TaskIdPath(id): TaskIdPath,
@@ -146,12 +195,13 @@ pub async fn socket(
 ) -> Result<Response, ApiError> {
     let upgrade = upgrade.map_err(|rejection| ApiError::from_rejection(rejection.status(), rejection.body_text()))?;
     let views = live_views(&state);
-    match views.redeem(&params.token).await? {
-        Some(grant) if grant.task == id => {}
+    let ticketed = match views.redeem_ticket(&params.ticket).await? {
+        Some(ticketed) if ticketed.grant.task == id => ticketed,
         _ => return Err(ApiError::ViewTokenRefused),
-    }
+    };
     let endpoint = views.route(&id).await?.ok_or(ApiError::NotViewable)?;
-    let worker = connect_worker(&endpoint, &id, &params.token).await?;
+    let worker_ticket = views.pass_on(&ticketed).await?;
+    let worker = connect_worker(&endpoint, &id, &worker_ticket).await?;
     let shutdown = state.shutdown().clone();
     Ok(upgrade.protocols([SUBPROTOCOL]).on_upgrade(move |browser| async move {
         tokio::select! {
@@ -164,12 +214,14 @@ pub async fn socket(
 type WorkerSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Opens the worker's end of the view.
-async fn connect_worker(endpoint: &str, id: &TaskId, token: &str) -> Result<WorkerSocket, ApiError> {
+async fn connect_worker(endpoint: &str, id: &TaskId, ticket: &str) -> Result<WorkerSocket, ApiError> {
     let base = endpoint.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
-    let mut request = format!("{base}/live/{id}?token={token}")
-        .into_client_request()
-        .map_err(|e| ApiError::WorkerUnreachable(e.to_string()))?;
+    let mut request =
+        format!("{base}/live/{id}").into_client_request().map_err(|e| ApiError::WorkerUnreachable(e.to_string()))?;
     request.headers_mut().insert(header::SEC_WEBSOCKET_PROTOCOL, header::HeaderValue::from_static(SUBPROTOCOL));
+    // 64 hex digits: always a valid header value.
+    let ticket = header::HeaderValue::from_str(ticket).map_err(|_| ApiError::ViewTokenRefused)?;
+    request.headers_mut().insert(VIEW_TICKET_HEADER, ticket);
     let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| match e {
         tokio_tungstenite::tungstenite::Error::Http(response) if response.status() == 404 => ApiError::NotViewable,
         tokio_tungstenite::tungstenite::Error::Http(response) => {
@@ -237,16 +289,6 @@ pub(crate) fn listen_base(addr: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, addr.port()))
 }
 
-/// Percent-encodes what a query value may not hold as is.
-fn encode_component(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | '_' | '.' | '~' => c.to_string(),
-            other => format!("%{:02X}", other as u32),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,10 +300,5 @@ mod tests {
         assert_eq!(base("0.0.0.0:8080"), "http://127.0.0.1:8080");
         assert_eq!(base("[::]:8080"), "http://[::1]:8080");
         assert_eq!(base("[fd00::7]:80"), "http://[fd00::7]:80");
-    }
-
-    #[test]
-    fn the_socket_path_survives_a_query_value() {
-        assert_eq!(encode_component("v1/tasks/x/view/socket?token=ab"), "v1%2Ftasks%2Fx%2Fview%2Fsocket%3Ftoken%3Dab");
     }
 }

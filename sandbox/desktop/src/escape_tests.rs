@@ -133,6 +133,33 @@ fn limited(limits: SandboxLimits) -> Fixture {
 
 #[tokio::test]
 async fn a_sandbox_past_its_limits_is_killed_alone_and_its_disk_is_bounded() {
+    past_its_limits_killed_alone_and_disk_bounded().await;
+}
+
+/// The same as a worker that is not root, with no control group to make:
+/// the resource limits counted in each sandbox's own namespaces and the
+/// reaper's watch hold the sandbox to its limits, and the others go on.
+#[tokio::test]
+async fn a_sandbox_past_its_limits_is_killed_alone_when_the_worker_is_not_root() {
+    if super::isolation_tests::effective_uid() != 0 {
+        past_its_limits_killed_alone_and_disk_bounded().await;
+        return;
+    }
+    super::isolation_tests::run_as_unprivileged(&format!("{}::limits_as_unprivileged_user", module_path!())).await;
+}
+
+#[tokio::test]
+#[ignore = "run as an unprivileged user by a_sandbox_past_its_limits_is_killed_alone_when_the_worker_is_not_root"]
+async fn limits_as_unprivileged_user() {
+    assert_ne!(super::isolation_tests::effective_uid(), 0, "runs as an unprivileged user");
+    past_its_limits_killed_alone_and_disk_bounded().await;
+}
+
+/// A memory hog that holds what it got: it grows a mebibyte at a time and,
+/// refused more, keeps it.
+const BALLOON: &str = "python3 -c 'exec(\"import time\\nb = []\\ntry:\\n while 1: b.append(bytearray(1 << 20))\\nexcept MemoryError:\\n time.sleep(600)\")'";
+
+async fn past_its_limits_killed_alone_and_disk_bounded() {
     let fixture = limited(small_limits());
     let provider = fixture.provider();
     let (bomb, balloon, steady) = tokio::join!(
@@ -148,7 +175,7 @@ async fn a_sandbox_past_its_limits_is_killed_alone_and_its_disk_is_bounded() {
     provider.run(&steady.id, "rm -f big", Duration::from_secs(30)).await.expect("removed");
 
     suite::type_line(provider, &bomb, "f() { f | f & }; f").await;
-    suite::type_line(provider, &balloon, "python3 -c 'b = bytearray(1 << 30); print(len(b))'").await;
+    suite::type_line(provider, &balloon, BALLOON).await;
 
     // The steady sandbox keeps doing its steps while the others go under.
     for step in 0..10 {

@@ -15,7 +15,11 @@
 //! file under [`SLOT_DIR`], taken by the process that owns the desktop and
 //! released by the kernel when that process dies. The slot picks the
 //! sandbox's uid (root workers) and its display number, so two sandboxes on
-//! one host, of one worker or of several, never share either.
+//! one host, of one worker or of several, never share either. A free lock
+//! does not make a free uid: a worker that crashed released its locks while
+//! its sandboxes' processes may still run until the next sweep. A root
+//! worker's claim therefore passes over a slot while any process of its uid
+//! runs, and kills those leftovers so the slot is free for a later claim.
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -23,6 +27,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use flotilla_sandbox::SandboxError;
+
+use super::process::{self, Signal};
 
 /// Where slot locks live: shared by every worker on the host.
 pub(crate) const SLOT_DIR: &str = "/tmp/.flotilla-slots";
@@ -128,20 +134,41 @@ impl Slot {
     /// Takes a free slot for `user` whose display `usable` says may be
     /// taken (its socket path is free), starting at a random one.
     pub fn claim(user: HostUser, usable: impl Fn(u32) -> bool) -> Result<Self, SandboxError> {
+        Self::claim_from(user, rand::random::<u32>(), usable)
+    }
+
+    /// As [`Slot::claim`], looking from slot `start` (modulo the count) on.
+    fn claim_from(user: HostUser, start: u32, usable: impl Fn(u32) -> bool) -> Result<Self, SandboxError> {
         let dir = Path::new(SLOT_DIR);
         make_shared_dir(dir)?;
         let count = user.slots();
-        let start = rand::random::<u32>() % count;
         for offset in 0..count {
-            let number = (start + offset) % count;
+            let number = (start % count + offset) % count;
             if let Some(lock) = try_lock(&slot_path(dir, number))? {
                 let slot = Self { number, _lock: lock };
-                if usable(slot.display()) {
+                if usable(slot.display()) && !slot.has_leftovers(user) {
                     return Ok(slot);
                 }
             }
         }
         Err(SandboxError::Unavailable(format!("all {count} sandbox slots of this host are taken")))
+    }
+
+    /// Whether processes of a previous holder still run as this slot's uid
+    /// (a root worker's slot only; others have no uid of their own). They
+    /// are sent SIGKILL, and the slot is passed over this time: no new
+    /// sandbox shares a uid with a process it does not own.
+    fn has_leftovers(&self, user: HostUser) -> bool {
+        let Some((uid, _)) = user.ids(self) else {
+            return false;
+        };
+        let pids = process::processes_of_uid(uid);
+        if pids.is_empty() {
+            return false;
+        }
+        tracing::warn!(slot = self.number, uid, processes = pids.len(), "killing the leftovers of a sandbox slot's last holder");
+        process::signal(Signal::Kill, None, &pids);
+        true
     }
 }
 
@@ -209,5 +236,43 @@ mod tests {
         assert_eq!(HostUser::Root(range).ids(&slot), Some((5000 + number, 7000 + number)));
         assert_eq!(HostUser::Unprivileged.ids(&slot), None);
         assert_eq!(slot.display(), FIRST_DISPLAY + number);
+    }
+
+    /// A process left running as a slot's uid, as a crashed root worker's
+    /// sandbox leaves one: no claim hands that slot out while it runs, and
+    /// the claim kills it so the slot is free again afterwards.
+    #[test]
+    fn a_slot_whose_uid_still_runs_a_leftover_is_not_handed_out() {
+        if effective_uid() != Ok(0) {
+            eprintln!("only a root worker gives slots uids of their own; as non-root each sandbox is the worker's uid");
+            return;
+        }
+        let range = SubordinateRange { uid: DEFAULT_BASE, gid: DEFAULT_BASE, count: DEFAULT_COUNT };
+        let user = HostUser::Root(range);
+        let free = Slot::claim(user, |_| true).expect("a slot");
+        let (number, (uid, gid)) = (free.number, user.ids(&free).expect("a root worker's slot has ids"));
+        drop(free);
+        let mut leftover = std::process::Command::new("setpriv")
+            .args([format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), "--".into()])
+            .args(["sleep", "120"])
+            .spawn()
+            .expect("setpriv starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while process::processes_of_uid(uid) != [leftover.id()] {
+            assert!(std::time::Instant::now() < deadline, "the leftover never ran as uid {uid}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+
+        let claimed = Slot::claim_from(user, number, |_| true).expect("another slot");
+        assert_ne!(claimed.number, number, "the slot of a live leftover was handed out");
+        let claimed_uid = user.ids(&claimed).expect("ids").0;
+        assert_eq!(process::processes_of_uid(claimed_uid), Vec::<u32>::new(), "the new sandbox's uid is its own");
+        let status = leftover.wait().expect("the leftover ends");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "the leftover was killed");
+        assert_eq!(process::processes_of_uid(uid), Vec::<u32>::new());
+
+        drop(claimed);
+        let again = Slot::claim_from(user, number, |_| true).expect("the freed slot");
+        assert_eq!(again.number, number, "with its leftover gone the slot is handed out again");
     }
 }

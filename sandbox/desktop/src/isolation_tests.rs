@@ -195,14 +195,14 @@ async fn cannot_mount_write_the_host_or_read_secrets() {
 const UNPRIVILEGED_UID: u32 = 65534;
 
 /// The effective uid of this process (the owner of `/proc/self`).
-fn effective_uid() -> u32 {
+pub(super) fn effective_uid() -> u32 {
     std::fs::metadata("/proc/self").expect("/proc is mounted").uid()
 }
 
 /// Runs the reachability, display and host-file checks in a copy of this
-/// test binary started as `nobody` (`setpriv`, util-linux), with no
-/// capability, as a worker that is not root runs: the jail is then built
-/// from an unprivileged user's namespaces and must hold just the same.
+/// test binary started as `nobody`, as a worker that is not root runs: the
+/// jail is then built from an unprivileged user's namespaces and must hold
+/// just the same.
 #[tokio::test]
 async fn sandbox_jail_holds_when_the_worker_is_not_root() {
     if effective_uid() != 0 {
@@ -210,13 +210,21 @@ async fn sandbox_jail_holds_when_the_worker_is_not_root() {
         unprivileged_checks().await;
         return;
     }
-    let name = format!("{}::as_unprivileged_user", module_path!().split_once("::").expect("a crate path").1);
+    run_as_unprivileged(&format!("{}::as_unprivileged_user", module_path!())).await;
+}
+
+/// Runs the ignored test `path` (a module path from the crate root) in a
+/// copy of this test binary started as `nobody` (`setpriv`, util-linux),
+/// with no capability and no control group of its own to manage, and
+/// asserts it ran and passed.
+pub(super) async fn run_as_unprivileged(path: &str) {
+    let name = path.split_once("::").expect("a crate path").1;
     let binary = std::env::current_exe().expect("this test binary");
     let uid = UNPRIVILEGED_UID.to_string();
     let output = tokio::process::Command::new("setpriv")
         .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
         .arg(&binary)
-        .args(["--exact", &name, "--ignored", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads", "1"])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", "/tmp")
@@ -226,8 +234,8 @@ async fn sandbox_jail_holds_when_the_worker_is_not_root() {
         .await
         .expect("setpriv (util-linux) runs");
     let out = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "the checks failed as uid {uid}:\n{out}");
-    assert!(out.contains("1 passed"), "the unprivileged checks did not run:\n{out}");
+    assert!(output.status.success(), "{name} failed as uid {uid}:\n{out}");
+    assert!(out.contains("1 passed"), "{name} did not run as uid {uid}:\n{out}");
 }
 
 /// The checks of this module, as whatever unprivileged user runs it; run by

@@ -417,28 +417,15 @@ async fn start_holder(settings: &JailSettings, confinement: &Confinement, site: 
     }
     argv.push(settings.tools.unshare.display().to_string());
     argv.extend(
-        [
-            "--user",
-            "--map-root-user",
-            "--net",
-            "--mount",
-            "--ipc",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            "--",
-            "sh",
-            "-c",
-            HOLDER_SCRIPT,
-            "holder",
-        ]
-        .map(String::from),
+        ["--user", "--map-root-user", "--net", "--mount", "--ipc", "--pid", "--fork", "--mount-proc", "--kill-child", "--"]
+            .map(String::from),
     );
+    argv.extend(confinement.nproc_inside());
+    argv.extend(["sh", "-c", HOLDER_SCRIPT, "holder"].map(String::from));
     argv.extend([home.display().to_string(), dir.join("tmp").display().to_string()]);
     argv.extend([settings.limits.home_bytes.to_string(), settings.limits.tmp_bytes.to_string()]);
     let mut command = process::tied_to_worker("sh");
-    command.args(confinement.wrap(&argv[0], &argv[1..]));
+    command.args(confinement.wrap_without_nproc(&argv[0], &argv[1..]));
     let mut holder = spawn_setup(command, marker, None, "unshare (util-linux)")?;
     let pid = holder.id().ok_or_else(|| SandboxError::Unavailable("the namespace holder exited at once".into()))?;
     let mut stdout = holder.stdout.take();
@@ -471,9 +458,10 @@ pub(crate) async fn hold(
 ) -> Result<Jail, SandboxError> {
     *cgroup = Cgroup::create(&settings.hierarchy, site.marker, &settings.limits)?;
     // With a group, its own limit comes first and is seen; the resource
-    // limit stays a backstop.
+    // limit stays a backstop. Without one it is the limit, counted in the
+    // sandbox's own user namespace whoever the worker is.
     let backstop = if cgroup.is_some() { 2 } else { 1 };
-    let nproc = settings.user.ids(site.slot).map(|_| settings.limits.pids.saturating_mul(backstop));
+    let nproc = Some(settings.limits.pids.saturating_mul(backstop));
     let confinement = Confinement { cgroup: cgroup.clone(), limits: settings.limits, nproc };
     let (holder, pid) = start_holder(settings, &confinement, site).await?;
     children.push(holder);

@@ -586,7 +586,8 @@ impl Inner {
     }
 
     /// The sandboxes the reaper ends now: past their deadline, or past a
-    /// limit of their control group.
+    /// limit of their control group (or, without one, of what the reaper
+    /// counts in their pid namespace).
     async fn endings(&self) -> Vec<(SandboxId, Ending)> {
         let now = Instant::now();
         let sandboxes: Vec<Arc<LocalSandbox>> = lock(&self.sandboxes).values().cloned().collect();
@@ -597,7 +598,9 @@ impl Inner {
                 continue;
             }
             let processes = sandbox.processes.lock().await;
-            if let Some(limit) = processes.cgroup().and_then(limits::Cgroup::exceeded) {
+            let grouped = processes.cgroup().and_then(limits::Cgroup::exceeded);
+            let jail = sandbox.launcher.jail.as_ref();
+            if let Some(limit) = grouped.or_else(|| jail.and_then(|j| j.confinement.exceeded_without_group(j.holder))) {
                 ended.push((sandbox.id.clone(), Ending::Limit(limit)));
             }
         }

@@ -10,9 +10,22 @@
 //! joins it before it runs anything (see [`Confinement::command`]), so
 //! nothing it starts escapes it. A sandbox whose group ran out of memory or
 //! processes is [`Cgroup::exceeded`] and is killed whole by its provider; the
-//! others, the worker and everything else on the host go on. A worker that
-//! cannot make groups (not root, nothing delegated) runs sandboxes with the
-//! resource limits alone and says so once.
+//! others, the worker and everything else on the host go on.
+//!
+//! A worker that cannot make groups (not root, nothing delegated) still
+//! bounds each sandbox's processes and memory, with resource limits and a
+//! watch of its own ([`Confinement::exceeded_without_group`]):
+//! - `RLIMIT_NPROC`, set inside the sandbox's user namespace, where the
+//!   kernel counts processes per namespace (ucounts, Linux 5.14 on): the
+//!   sandbox's tasks, not the worker user's;
+//! - `oom_score_adj` 1000 on every sandbox process, so a host short of
+//!   memory kills sandbox processes before the worker or Redis;
+//! - the reaper counts the tasks and the anonymous memory of the sandbox's
+//!   pid namespace and kills a sandbox at its process limit (within a
+//!   sixteenth) or past its memory, as a group's events would have it killed.
+//!
+//! (No `RLIMIT_DATA` or `RLIMIT_AS`: Chromium maps far more than it uses;
+//! under a data limit of twice the default memory its window never came up.)
 
 use std::path::{Path, PathBuf};
 
@@ -284,31 +297,76 @@ fn ignore_missing(e: std::io::Error) -> std::io::Result<()> {
 pub(crate) struct Confinement {
     pub cgroup: Option<Cgroup>,
     pub limits: SandboxLimits,
-    /// `RLIMIT_NPROC`, only where the sandbox has a uid of its own (the
-    /// limit counts every process of a uid).
+    /// `RLIMIT_NPROC`, counted in the sandbox's user namespace. Only the
+    /// programs that enter the namespace ([`Confinement::wrap`]) take it
+    /// from outside; the holder, which makes the namespace, sets it inside
+    /// ([`Confinement::nproc_inside`]), since a namespace made under a
+    /// process limit holds its maker's whole uid to it.
     pub nproc: Option<u32>,
 }
 
 /// The one-line `sh` that writes its pid into each group file it is given,
-/// then runs the rest of its arguments.
-const JOIN_SCRIPT: &str =
-    r#"n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@""#;
+/// marks itself first for the out-of-memory killer, then runs the rest of
+/// its arguments.
+const JOIN_SCRIPT: &str = r#"echo 1000 > /proc/self/oom_score_adj || exit 125; n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@""#;
+
+/// How close to its process limit a sandbox without a group may come before
+/// it counts as having reached it: a fork bomb at the limit loses and
+/// regains a few processes all the time.
+const NPROC_SLACK_DIVISOR: u32 = 16;
 
 impl Confinement {
     /// The arguments of `sh` that run `program args` inside the group and
     /// under the resource limits: `-c JOIN n files… prlimit … -- program args`.
     pub fn wrap(&self, program: &str, args: &[String]) -> Vec<String> {
+        self.wrap_with(self.nproc, program, args)
+    }
+
+    /// As [`Confinement::wrap`], with the process limit left for inside.
+    pub fn wrap_without_nproc(&self, program: &str, args: &[String]) -> Vec<String> {
+        self.wrap_with(None, program, args)
+    }
+
+    fn wrap_with(&self, nproc: Option<u32>, program: &str, args: &[String]) -> Vec<String> {
         let files = self.cgroup.as_ref().map(Cgroup::procs_files).unwrap_or_default();
         let mut argv = vec!["-c".to_owned(), JOIN_SCRIPT.into(), "join".into(), files.len().to_string()];
         argv.extend(files.iter().map(|f| f.display().to_string()));
         argv.extend(["prlimit".into(), format!("--fsize={}", self.limits.file_bytes()), "--core=0".into()]);
-        if let Some(nproc) = self.nproc {
+        if let Some(nproc) = nproc {
             argv.push(format!("--nproc={nproc}"));
         }
         argv.push("--".into());
         argv.push(program.to_owned());
         argv.extend(args.iter().cloned());
         argv
+    }
+
+    /// The command prefix that sets the process limit from inside the
+    /// sandbox's user namespace: `prlimit --nproc=N --`.
+    pub fn nproc_inside(&self) -> Vec<String> {
+        match self.nproc {
+            Some(nproc) => vec!["prlimit".into(), format!("--nproc={nproc}"), "--".into()],
+            None => Vec::new(),
+        }
+    }
+
+    /// Which limit a sandbox without a control group ran into, from what
+    /// the processes of its pid namespace (the children of `holder`'s) use
+    /// now: its tasks at the process limit, or their anonymous memory past
+    /// the memory limit. `None` with a group: its own events say.
+    pub fn exceeded_without_group(&self, holder: u32) -> Option<&'static str> {
+        if self.cgroup.is_some() {
+            return None;
+        }
+        let usage = super::process::namespace_usage(holder)?;
+        let pids = self.limits.pids;
+        if usage.anonymous_bytes > self.limits.memory_bytes {
+            Some("memory")
+        } else if usage.tasks >= pids - pids / NPROC_SLACK_DIVISOR {
+            Some("processes")
+        } else {
+            None
+        }
     }
 }
 
@@ -349,6 +407,10 @@ mod tests {
         assert_eq!(argv[..4], ["-c", JOIN_SCRIPT, "join", "2"]);
         assert_eq!(argv[4..6], ["/sys/fs/cgroup/pids/s/cgroup.procs", "/sys/fs/cgroup/memory/s/cgroup.procs"]);
         assert!(argv.contains(&"--nproc=1024".to_owned()) && argv.contains(&"--core=0".to_owned()));
+        assert!(argv[1].starts_with("echo 1000 > /proc/self/oom_score_adj || exit 125;"), "{}", argv[1]);
         assert_eq!(argv[argv.len() - 2..], ["nsenter", "-U"]);
+        let holder = confinement.wrap_without_nproc("unshare", &[]);
+        assert!(!holder.iter().any(|a| a.starts_with("--nproc")), "{holder:?}");
+        assert_eq!(confinement.nproc_inside(), ["prlimit", "--nproc=1024", "--"]);
     }
 }

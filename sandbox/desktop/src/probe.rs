@@ -32,8 +32,9 @@ pub(super) async fn probe_jail(config: &LocalConfig) -> Result<JailSettings, Str
     if let limits::Hierarchy::None(why) = &hierarchy {
         tracing::warn!(
             reason = %why,
-            "sandboxes have no memory, process or CPU limit (no control group can be made): give the worker a \
-             delegated cgroup or run it as root"
+            "no control group can be made: sandboxes are held to their process and memory limits by resource \
+             limits and the reaper's count, and have no CPU limit; give the worker a delegated cgroup or run it as \
+             root for all three"
         );
     }
     let user = identity::HostUser::detect()?;

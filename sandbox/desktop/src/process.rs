@@ -91,6 +91,55 @@ pub(crate) fn live_processes(pgid: Option<u32>, marker: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The live (not zombie) processes that have host uid `uid` as any of their
+/// real, effective, saved or filesystem uids (the `Uid:` line of
+/// `/proc/PID/status`).
+pub(crate) fn processes_of_uid(uid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return false;
+            };
+            let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim);
+            let zombie = field("State:").is_some_and(|state| state.starts_with('Z') || state.starts_with('X'));
+            let uids = field("Uid:").unwrap_or_default();
+            !zombie && uids.split_whitespace().any(|n| n.parse() == Ok(uid))
+        })
+        .collect()
+}
+
+/// What the processes of one pid namespace use together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NamespaceUsage {
+    /// Processes and threads.
+    pub tasks: u32,
+    /// Private anonymous memory resident (`RssAnon`), bytes.
+    pub anonymous_bytes: u64,
+}
+
+/// What the processes in the pid namespace that `parent` makes its children
+/// in (`/proc/PARENT/ns/pid_for_children`) use; `None` when `parent` is gone.
+pub(crate) fn namespace_usage(parent: u32) -> Option<NamespaceUsage> {
+    let namespace = std::fs::read_link(format!("/proc/{parent}/ns/pid_for_children")).ok()?;
+    let mut usage = NamespaceUsage::default();
+    for pid in std::fs::read_dir("/proc").ok()?.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        if std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() != Some(&namespace) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let field = |key: &str| -> u64 {
+            status.lines().find_map(|l| l.strip_prefix(key)?.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        };
+        usage.tasks = usage.tasks.saturating_add(u32::try_from(field("Threads:")).unwrap_or(u32::MAX));
+        usage.anonymous_bytes = usage.anonymous_bytes.saturating_add(field("RssAnon:") * 1024);
+    }
+    Some(usage)
+}
+
 /// The state letter and process group of `pid`, from `/proc/PID/stat`.
 pub(crate) fn stat(pid: u32) -> Option<(char, u32)> {
     let fields = stat_fields(pid)?;

@@ -361,6 +361,12 @@ impl Keys {
         format!("{}:view:token:{digest}", self.prefix)
     }
 
+    /// String: the view token a one-time ticket stands for, under the
+    /// SHA-256 of the ticket (hex); taken (and so deleted) by its one use.
+    pub fn view_ticket(&self, digest: &str) -> String {
+        format!("{}:view:ticket:{digest}", self.prefix)
+    }
+
     /// String: the URL of the worker serving a task's live view.
     pub fn view_route(&self, id: &TaskId) -> String {
         format!("{}:view:route:{id}", self.prefix)

@@ -17,6 +17,15 @@
 //! control view already open within [`REVOCATION_CHECK`]. `view` tokens
 //! are not revoked: watching changes nothing.
 //!
+//! No URL carries a token. The view page exchanges the token (from its
+//! URL's fragment, which no browser sends) for a one-time ticket in a
+//! request that carries the token in a header ([`LiveViews::exchange`]);
+//! the page's WebSocket URL carries the ticket, which opens one connection
+//! within [`TICKET_TTL`] ([`LiveViews::redeem_ticket`]), and the API hands
+//! the worker a ticket of its own for the same token ([`LiveViews::pass_on`])
+//! in a header. Each hop checks the token's grant again, so an expired or
+//! revoked token's tickets open nothing.
+//!
 //! The worker holding a task writes its view endpoint under the task's
 //! route key while the task holds a desktop, and deletes it when the
 //! desktop is let go; the key's expiry bounds what a killed worker leaves.
@@ -40,6 +49,14 @@ const ROUTE_TTL: Duration = Duration::from_secs(24 * 3600);
 const GENERATION_TTL: Duration = Duration::from_secs(24 * 3600);
 /// How often an open control view's generation is checked.
 pub const REVOCATION_CHECK: Duration = Duration::from_millis(500);
+/// How long a view ticket may wait for its one use (less when its token
+/// expires sooner).
+pub const TICKET_TTL: Duration = Duration::from_secs(30);
+/// The header a view's token travels in when the view page exchanges it
+/// for a ticket: never a URL, which request logs and proxies keep.
+pub const VIEW_TOKEN_HEADER: &str = "x-flotilla-view-token";
+/// The header the API hands the worker a one-time ticket in.
+pub const VIEW_TICKET_HEADER: &str = "x-flotilla-view-ticket";
 
 /// What a view lets a person do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -80,6 +97,14 @@ pub struct ViewGrant {
     /// [`LiveViews::mint`]); a control token opens nothing once it moved on.
     #[serde(default)]
     pub generation: u64,
+}
+
+/// A grant reached through a one-time ticket, with the digest of the token
+/// behind it (to issue the next hop's ticket).
+#[derive(Debug, Clone)]
+pub struct Ticketed {
+    pub grant: ViewGrant,
+    token_digest: String,
 }
 
 /// A view token as handed to a person: its `Debug` hides it.
@@ -134,17 +159,70 @@ impl LiveViews {
     /// What `token` opens, if it is known, not expired and not revoked.
     /// Malformed tokens are unknown ones.
     pub async fn redeem(&self, token: &str) -> Result<Option<ViewGrant>, QueueError> {
-        if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !well_formed(token) {
             return Ok(None);
         }
+        self.redeem_digest(&digest(token)).await
+    }
+
+    /// As [`LiveViews::redeem`], for the token whose digest is `token_digest`.
+    async fn redeem_digest(&self, token_digest: &str) -> Result<Option<ViewGrant>, QueueError> {
         let mut conn = self.redis.shared();
-        let stored: Option<String> = redis::cmd("GET").arg(self.keys.view_token(&digest(token))).query_async(&mut conn).await?;
+        let stored: Option<String> = redis::cmd("GET").arg(self.keys.view_token(token_digest)).query_async(&mut conn).await?;
         let Some(stored) = stored else { return Ok(None) };
         let grant: ViewGrant = serde_json::from_str(&stored).map_err(|e| QueueError::Corrupt(e.to_string()))?;
         if grant.expires_at_ms <= flotilla_types::clock::now_ms() || !self.in_force(&grant).await? {
             return Ok(None);
         }
         Ok(Some(grant))
+    }
+
+    /// A ticket for `token` if it opens anything now: good for one use
+    /// within [`TICKET_TTL`], never after the token expires, and what a URL
+    /// carries in place of the token. Redis keeps the ticket's digest and
+    /// the token's, never either itself.
+    pub async fn exchange(&self, token: &str) -> Result<Option<(String, ViewGrant)>, QueueError> {
+        let Some(grant) = self.redeem(token).await? else { return Ok(None) };
+        let ticket = self.issue_ticket(&digest(token), &grant).await?;
+        Ok(Some((ticket, grant)))
+    }
+
+    /// What `ticket` opens, once: the ticket is gone after this call,
+    /// whatever it answers. Unknown, used, expired and malformed tickets,
+    /// and tickets whose token expired or was revoked since, open nothing.
+    pub async fn redeem_ticket(&self, ticket: &str) -> Result<Option<Ticketed>, QueueError> {
+        if !well_formed(ticket) {
+            return Ok(None);
+        }
+        let mut conn = self.redis.shared();
+        let token_digest: Option<String> =
+            redis::cmd("GETDEL").arg(self.keys.view_ticket(&digest(ticket))).query_async(&mut conn).await?;
+        let Some(token_digest) = token_digest else { return Ok(None) };
+        let grant = self.redeem_digest(&token_digest).await?;
+        Ok(grant.map(|grant| Ticketed { grant, token_digest }))
+    }
+
+    /// A new one-time ticket for the token `ticketed` came through, for the
+    /// next hop (the API's to the worker).
+    pub async fn pass_on(&self, ticketed: &Ticketed) -> Result<String, QueueError> {
+        self.issue_ticket(&ticketed.token_digest, &ticketed.grant).await
+    }
+
+    async fn issue_ticket(&self, token_digest: &str, grant: &ViewGrant) -> Result<String, QueueError> {
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        let ticket = hex(&bytes);
+        let left_ms = (grant.expires_at_ms - flotilla_types::clock::now_ms()).max(1);
+        let ttl_ms = left_ms.min(TICKET_TTL.as_millis() as i64);
+        let mut conn = self.redis.shared();
+        let () = redis::cmd("SET")
+            .arg(self.keys.view_ticket(&digest(&ticket)))
+            .arg(token_digest)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut conn)
+            .await?;
+        Ok(ticket)
     }
 
     /// Whether `grant` still holds: a `view` grant always, a `control` one
@@ -206,6 +284,11 @@ impl LiveViews {
 }
 
 /// The SHA-256 of a token, hex.
+/// What a token or ticket looks like: 32 bytes, hex.
+fn well_formed(secret: &str) -> bool {
+    secret.len() == 64 && secret.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn digest(token: &str) -> String {
     hex(&Sha256::digest(token.as_bytes()))
 }

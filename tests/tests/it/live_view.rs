@@ -22,7 +22,8 @@ use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
 use flotilla_tests::vnc::{
-    keys_behind_a_desync, keysyms, listening, marked_processes, socket_url, vnc_processes, RawViewer, RfbViewer,
+    keys_behind_a_desync, keysyms, listening, marked_processes, socket_url, ticket_refused, ticketed_socket, view_link_parts,
+    vnc_processes, RawViewer, RfbViewer, ViewLinkParts,
 };
 use flotilla_tests::{api_key, spawn_api, test_config, unique_prefix, ApiClient, ApiServer, RedisServer, WorkerProcess};
 use flotilla_types::action::Action;
@@ -167,7 +168,7 @@ async fn canvas_image(browser: &mut Browser) -> (u32, u32, Vec<u8>) {
 async fn type_through_a_view(live: &LiveFleet, id: &str, sandbox: &str) -> (RfbViewer, (u32, u32, Vec<u8>)) {
     let before = live.settled_screen(sandbox).await;
     let mut watcher =
-        RfbViewer::connect(&socket_url(&view_url(&live.owner, id, "view").await).expect("url")).await.expect("view");
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, id, "view").await).await.expect("url")).await.expect("view");
     assert_eq!((u32::from(watcher.size.0), u32::from(watcher.size.1)), (before.0, before.1));
     watcher.type_keysyms(&keysyms("echo typed-through-a-view\n")).await.expect("send keys");
     // The sleep is what is tested: for 1.5 s the keys change nothing.
@@ -242,7 +243,7 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
     assert!(vnc_processes(&id).is_empty(), "no viewer, no VNC server");
 
     let url = view_url(&live.owner, &id, "view").await;
-    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")) && url.contains("view_only=true"), "{url}");
+    assert!(url.starts_with(&live.api.url("/view?")) && url.contains("view_only=true"), "{url}");
     let mut browser = open_view(&live, &url, &sandbox).await;
     assert_eq!(vnc_processes(&id).len(), 1, "the first viewer starts one VNC server");
 
@@ -284,7 +285,7 @@ async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     let (watcher, before) = type_through_a_view(&live, &id, &sandbox).await;
 
     let mut controller =
-        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "control").await).expect("url")).await.expect("control");
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "control").await).await.expect("url")).await.expect("control");
     controller.type_keysyms(&keysyms("echo typed-through-control\n")).await.expect("send keys");
     eventually("control input reaches the desktop", SHOWN, async || live.screen(&sandbox).await.2 != before.2).await;
     assert_eq!(vnc_processes(&id).len(), 1, "two viewers, one VNC server");
@@ -292,8 +293,9 @@ async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     controller.close().await;
     eventually("no viewer, no VNC server", SHOWN, async || vnc_processes(&id).is_empty()).await;
 
-    let url = socket_url(&view_url(&live.owner, &id, "view").await).expect("url");
-    let viewers = futures::future::join_all((0..10).map(|_| RfbViewer::connect(&url))).await;
+    let link = view_url(&live.owner, &id, "view").await;
+    let viewers =
+        futures::future::join_all((0..10).map(async |_| RfbViewer::connect(&socket_url(&link).await.expect("url")).await)).await;
     let viewers: Vec<RfbViewer> = viewers.into_iter().map(|v| v.expect("viewer")).collect();
     assert_eq!(vnc_processes(&id).len(), 1, "ten viewers share one VNC server");
     for viewer in viewers {
@@ -301,7 +303,7 @@ async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
     }
     eventually("the last of ten viewers stops it", SHOWN, async || vnc_processes(&id).is_empty()).await;
 
-    let _last = RfbViewer::connect(&url).await.expect("viewer");
+    let _last = RfbViewer::connect(&socket_url(&link).await.expect("url")).await.expect("viewer");
     assert_eq!(vnc_processes(&id).len(), 1);
     let (status, body) = live.owner.post_empty(&format!("/v1/tasks/{id}/cancel")).await;
     assert_eq!(status, 202, "{body}");
@@ -344,11 +346,11 @@ async fn views_cannot_type_through_a_desync(live: &LiveFleet, id: &str, sandbox:
     let provider = Arc::clone(live.fleet.pool.provider());
     let sandbox_id = SandboxId::parse(sandbox).expect("sandbox id");
     for version in ["RFB 003.005\n", "RFB 003.003\n"] {
-        let url = socket_url(&view_url(&live.owner, id, "view").await).expect("url");
+        let url = socket_url(&view_url(&live.owner, id, "view").await).await.expect("url");
         let viewer = RawViewer::send(&url, &bypass_attempt(version, remote)).await.expect("the view opens");
         assert!(viewer.closed_by_server().await, "the worker closes a view that answers {version:?}");
     }
-    let control = socket_url(&view_url(&live.owner, id, "control").await).expect("url");
+    let control = socket_url(&view_url(&live.owner, id, "control").await).await.expect("url");
     let mut controller = RfbViewer::connect(&control).await.expect("control");
     controller.type_keysyms(&keysyms("touch control-marker\n")).await.expect("send keys");
     eventually("the control view's keys land", SHOWN, async || provider.read_file(&sandbox_id, "control-marker").await.is_ok())
@@ -371,7 +373,8 @@ async fn view_tokens_cannot_type_through_a_version_desync_sandbox() {
 async fn the_vnc_server_listens_only_on_a_private_unix_socket_sandbox() {
     let live = LiveFleet::start(&[]).await;
     let (id, _) = hold_desktop(&live.owner).await;
-    let viewer = RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("view");
+    let viewer =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).await.expect("url")).await.expect("view");
     let pids = vnc_processes(&id);
     assert_eq!(pids.len(), 1, "one VNC server");
     let sockets = listening(pids[0]);
@@ -404,35 +407,43 @@ async fn control_needs_a_write_key_and_a_release_revokes_control_tokens_sandbox(
     let reader = ApiClient::new(&live.api, read_key);
     let (status, body) = reader.get(&format!("/v1/tasks/{id}/view?mode=control")).await;
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")), "{body}");
-    let watching = socket_url(&view_url(&reader, &id, "view").await).expect("a read key still watches");
+    let watching = view_url(&reader, &id, "view").await;
+    socket_url(&watching).await.expect("a read key still watches");
 
     let task = flotilla_types::TaskId::parse(&id).expect("id");
     let views = flotilla_queue::live::LiveViews::new(live.fleet.queue.redis().clone(), live.fleet.queue.keys().clone());
     let worker = views.route(&task).await.expect("redis").expect("the worker's endpoint");
-    let at_worker = |url: &str| {
-        let token = url.split("token=").nth(1).expect("token");
-        format!("{}/live/{id}?token={token}", worker.replacen("http://", "ws://", 1))
-    };
+    let worker_socket = format!("{}/live/{id}", worker.replacen("http://", "ws://", 1));
+    let token_of = |url: &str| view_link_parts(url).expect("a view link").token;
+    // A ticket as the API hands the worker one, taken before a revocation.
+    let worker_ticket = async |url: &str| views.exchange(&token_of(url)).await.expect("redis").expect("a ticket").0;
+    // The worker reads a ticket from its header only: a valid token, in its URL or header, opens nothing.
+    let in_query = format!("{worker_socket}?token={}", token_of(&watching));
+    assert_eq!(worker_refused_status(&in_query, None).await, 403, "a token in the worker's URL is not read");
+    assert_eq!(worker_refused_status(&worker_socket, Some(&token_of(&watching))).await, 403, "a token is no ticket");
 
     // A control view opened before the takeover is closed by it.
-    let before = socket_url(&view_url(&live.owner, &id, "control").await).expect("url");
-    let early = RfbViewer::connect(&before).await.expect("control before the takeover");
+    let before = view_url(&live.owner, &id, "control").await;
+    let early = RfbViewer::connect(&socket_url(&before).await.expect("url")).await.expect("control before the takeover");
+    let spare = worker_ticket(&before).await;
     let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
     assert_eq!(status, 200, "{taken}");
     assert!(early.closed_by_server().await, "a takeover closes the control views opened before it");
-    assert_eq!(refused_status(&before).await, 401, "the API refuses a token from before the takeover");
-    assert_eq!(refused_status(&at_worker(&before)).await, 403, "so does the worker");
+    assert_eq!(ticket_refused(&before).await.expect("link"), 401, "the API refuses a token from before the takeover");
+    assert_eq!(worker_refused_status(&worker_socket, Some(&spare)).await, 403, "so does the worker");
 
     // The takeover's own control view works until the release.
-    let held = socket_url(taken["view"]["url"].as_str().expect("a control view")).expect("url");
-    let holding = RfbViewer::connect(&held).await.expect("the takeover's control view");
-    let watcher = RfbViewer::connect(&watching).await.expect("a view");
+    let held = taken["view"]["url"].as_str().expect("a control view").to_owned();
+    let holding = RfbViewer::connect(&socket_url(&held).await.expect("url")).await.expect("the takeover's control view");
+    let spare = worker_ticket(&held).await;
+    let watcher = RfbViewer::connect(&socket_url(&watching).await.expect("url")).await.expect("a view");
     let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/release"), &json!({"message": "yours"})).await;
     assert_eq!(status, 202, "{body}");
     assert!(holding.closed_by_server().await, "the release closes the open control view");
-    assert_eq!(refused_status(&held).await, 401, "the API refuses the released token");
-    assert_eq!(refused_status(&at_worker(&held)).await, 403, "so does the worker");
-    RfbViewer::connect(&watching).await.expect("view tokens outlive the release").close().await;
+    assert_eq!(ticket_refused(&held).await.expect("link"), 401, "the API refuses the released token");
+    assert_eq!(worker_refused_status(&worker_socket, Some(&spare)).await, 403, "so does the worker");
+    let after = socket_url(&watching).await.expect("view tokens outlive the release");
+    RfbViewer::connect(&after).await.expect("view tokens outlive the release").close().await;
     watcher.close().await;
     live.cancel(&id).await;
     live.stop().await;
@@ -458,7 +469,7 @@ async fn view_links_name_the_configured_address_never_the_host_header_sandbox() 
         body["url"].as_str().expect("url").to_owned()
     };
     let url = link_with_host(&live.api.base_url, "attacker.example").await;
-    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+    assert!(url.starts_with(&live.api.url("/view?")), "{url}");
     let taken = reqwest::Client::new()
         .post(live.api.url(&format!("/v1/tasks/{id}/takeover")))
         .bearer_auth(api_key())
@@ -468,15 +479,30 @@ async fn view_links_name_the_configured_address_never_the_host_header_sandbox() 
         .expect("takeover");
     let taken: Value = taken.json().await.expect("json");
     let url = taken["view"]["url"].as_str().expect("url");
-    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?")), "{url}");
+    assert!(url.starts_with(&live.api.url("/view?")), "{url}");
 
     let mut config = live.fleet.config.clone();
     config.live_view.public_url = Some("https://flotilla.example.com".to_owned());
     let public = spawn_api(config).await;
     let url = link_with_host(&public.base_url, "attacker.example").await;
-    assert!(url.starts_with("https://flotilla.example.com/novnc/vnc.html?"), "{url}");
+    assert!(url.starts_with("https://flotilla.example.com/view?"), "{url}");
     live.cancel(&id).await;
     live.stop().await;
+}
+
+/// The HTTP status a worker refuses a view socket at `url` with, `ticket`
+/// (if any) in the header the API uses.
+async fn worker_refused_status(url: &str, ticket: Option<&str>) -> u16 {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("a request");
+    if let Some(token) = ticket {
+        request.headers_mut().insert(flotilla_queue::live::VIEW_TICKET_HEADER, token.parse().expect("a header value"));
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok(_) => panic!("{url} opened"),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("refused without a status: {e}"),
+    }
 }
 
 /// The HTTP status a WebSocket request to `url` is refused with.
@@ -511,14 +537,24 @@ async fn view_tokens_open_one_task_for_one_tenant_briefly_sandbox() {
     let (status, body) = live.owner.get(&format!("/v1/tasks/{a}/view?mode=watch")).await;
     assert_eq!((status, body["error"]["field"].as_str()), (400, Some("mode")), "{body}");
 
-    let url_a = socket_url(&view_url(&live.owner, &a, "control").await).expect("url");
-    let token = url_a.split("token=").nth(1).expect("token").to_owned();
-    assert_eq!(refused_status(&url_a.replace(&a, &b)).await, 401, "A's token does not open B");
-    assert_eq!(refused_status(&url_a.replace(&token, &"0".repeat(64))).await, 401, "a made-up token opens nothing");
-    RfbViewer::connect(&url_a).await.expect("A's token opens A").close().await;
+    let link_a = view_url(&live.owner, &a, "control").await;
+    let ViewLinkParts { base, token, .. } = view_link_parts(&link_a).expect("a view link");
+    assert_eq!(ticketed_socket(&base, &b, &token).await, Err(401), "A's token does not open B");
+    assert_eq!(ticketed_socket(&base, &a, &"0".repeat(64)).await, Err(401), "a made-up token opens nothing");
+    assert_eq!(ticketed_socket(&base, &a, "").await, Err(401), "no token opens nothing");
+    let once = socket_url(&link_a).await.expect("A's token gets a ticket");
+    assert!(!once.contains(&token), "the socket's URL carries a ticket, not the token: {once}");
+    let late = socket_url(&link_a).await.expect("another ticket");
+    assert_eq!(refused_status(&once.replace(&a, &b)).await, 401, "A's ticket does not open B");
+    let once = socket_url(&link_a).await.expect("a ticket");
+    RfbViewer::connect(&once).await.expect("A's ticket opens A").close().await;
+    assert_eq!(refused_status(&once).await, 401, "a ticket opens one connection: a replay is refused");
 
-    eventually("an expired token opens nothing", Duration::from_secs(10), async || opened_or_status(&url_a).await == Ok(401))
-        .await;
+    eventually("an expired token gets no ticket", Duration::from_secs(10), async || {
+        ticketed_socket(&base, &a, &token).await == Err(401)
+    })
+    .await;
+    assert_eq!(refused_status(&late).await, 401, "a ticket expires with its token");
 
     let (_, task) = live.owner.get(&format!("/v1/tasks/{a}")).await;
     let history: Vec<Value> = flotilla_tests::tasks::events(&live.fleet.queue, &flotilla_types::TaskId::parse(&a).expect("id"))
@@ -543,7 +579,7 @@ async fn a_killed_worker_leaves_no_vnc_server_sandbox() {
     let api = spawn_api(test_config(&redis, &prefix, &[])).await;
     let owner = ApiClient::new(&api, api_key());
     let (id, sandbox) = hold_desktop(&owner).await;
-    let viewer = RfbViewer::connect(&socket_url(&view_url(&owner, &id, "view").await).expect("url")).await.expect("viewer");
+    let viewer = RfbViewer::connect(&socket_url(&view_url(&owner, &id, "view").await).await.expect("url")).await.expect("viewer");
     assert_eq!(vnc_processes(&id).len(), 1);
 
     worker.signal("KILL");
@@ -622,8 +658,8 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     let (status, again) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
     assert_eq!(status, 200, "taking over a held task again keeps it held: {again}");
     // ... with a new control view that replaces the first one's.
-    let first = socket_url(taken["view"]["url"].as_str().expect("url")).expect("socket url");
-    assert_eq!(refused_status(&first).await, 401, "the first takeover's token is revoked by the second");
+    let first = taken["view"]["url"].as_str().expect("url");
+    assert_eq!(ticket_refused(first).await.expect("link"), 401, "the first takeover's token is revoked by the second");
     let (status, body) = live.owner.post(&format!("/v1/tasks/{id}/input"), &json!({"decision": "approve"})).await;
     assert_eq!(status, 409, "a held task takes no input but a release: {body}");
     let (_, task) = live.owner.get(&format!("/v1/tasks/{id}")).await;
@@ -904,9 +940,9 @@ async fn the_cli_prints_views_takes_over_and_releases_sandbox() {
     let viewed = flotilla(&live.api, &["view", &id]).await;
     assert!(viewed.status.success(), "{}", String::from_utf8_lossy(&viewed.stderr));
     let url = String::from_utf8_lossy(&viewed.stdout).trim().to_owned();
-    assert!(url.contains("/novnc/vnc.html?") && url.contains("view_only=true"), "{url}");
+    assert!(url.contains("/view?") && url.contains("view_only=true"), "{url}");
     assert!(String::from_utf8_lossy(&viewed.stderr).contains("opens until"), "the expiry is told on stderr");
-    RfbViewer::connect(&socket_url(&url).expect("socket url")).await.expect("the printed URL opens the view").close().await;
+    RfbViewer::connect(&socket_url(&url).await.expect("socket url")).await.expect("the printed URL opens the view").close().await;
     let control = flotilla(&live.api, &["view", &id, "--mode", "control"]).await;
     assert!(String::from_utf8_lossy(&control.stdout).contains("view_only=false"));
 
@@ -1001,7 +1037,7 @@ async fn sandbox_e2b_the_browser_shows_the_live_desktop() {
     assert!(sdk_url.contains("/vnc.html?autoconnect=true&view_only=true&resize=scale&password="), "{sdk_url}");
 
     let url = view_url(&live.owner, &id, "view").await;
-    assert!(url.starts_with(&live.api.url("/novnc/vnc.html?autoconnect=true&resize=scale&")), "{url}");
+    assert!(url.starts_with(&live.api.url("/view?autoconnect=true&resize=scale&")), "{url}");
     assert!(url.contains("view_only=true") && !url.contains("password"), "the sandbox's key stays with the worker: {url}");
     let mut browser = open_view(&live, &url, &sandbox).await;
     assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(true), "the first viewer starts the sandbox's stream");
@@ -1028,7 +1064,7 @@ async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_deskto
     let (status, taken) = live.owner.post_empty(&format!("/v1/tasks/{id}/takeover")).await;
     assert_eq!((status, taken["view"]["mode"].as_str()), (200, Some("control")), "{taken}");
     let takeover_url = taken["view"]["url"].as_str().expect("a control view");
-    let mut controller = RfbViewer::connect(&socket_url(takeover_url).expect("url")).await.expect("control");
+    let mut controller = RfbViewer::connect(&socket_url(takeover_url).await.expect("url")).await.expect("control");
     controller.type_keysyms(&keysyms("echo typed-through-control > taken-over.txt\n")).await.expect("send keys");
     let home_file = SandboxId::parse(&sandbox).expect("sandbox id");
     eventually("control input reaches the E2B desktop", SHOWN, async || {
@@ -1039,7 +1075,8 @@ async fn sandbox_e2b_view_sessions_ignore_input_and_a_takeover_drives_the_deskto
     controller.close().await;
     eventually("no viewer, no stream", SHOWN, async || e2b_stream_listens(&provider, &sandbox).await == Some(false)).await;
 
-    let _last = RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).expect("url")).await.expect("viewer");
+    let _last =
+        RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).await.expect("url")).await.expect("viewer");
     assert_eq!(e2b_stream_listens(&provider, &sandbox).await, Some(true));
     live.cancel(&id).await;
     eventually("the task's end stops the stream (or the sandbox)", SHOWN, async || {

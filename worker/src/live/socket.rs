@@ -1,5 +1,7 @@
-//! The worker's end of a live view: `GET /live/{task}?token=…`, a WebSocket
-//! the API opens on a viewer's behalf. The token is checked again here, the
+//! The worker's end of a live view: `GET /live/{task}` with a one-time
+//! ticket for the view's token in the [`VIEW_TICKET_HEADER`] header (never
+//! in the URL), a WebSocket the API opens on a viewer's behalf. The token's
+//! grant is checked again here, the
 //! viewer attached (its desktop's VNC server started if it is the first),
 //! and RFB bytes carried both ways until either side closes or the task
 //! lets its desktop go (or, for a `control` token, until the token is
@@ -12,15 +14,14 @@
 use std::path::PathBuf;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, REVOCATION_CHECK};
+use flotilla_queue::live::{LiveViews, ViewGrant, ViewMode, REVOCATION_CHECK, VIEW_TICKET_HEADER};
 use flotilla_types::TaskId;
-use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -40,23 +41,19 @@ pub fn router(live: LiveDesktops) -> Router {
     Router::new().route("/live/{task}", get(open)).with_state(live)
 }
 
-#[derive(Deserialize)]
-struct TokenQuery {
-    token: String,
-}
-
 async fn open(
     State(live): State<LiveDesktops>,
     Path(task): Path<String>,
-    Query(query): Query<TokenQuery>,
+    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let Ok(task) = TaskId::parse(&task) else { return StatusCode::NOT_FOUND.into_response() };
-    let grant = match live.views().redeem(&query.token).await {
-        Ok(Some(grant)) if grant.task == task => grant,
+    let ticket = headers.get(VIEW_TICKET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let grant = match live.views().redeem_ticket(ticket).await {
+        Ok(Some(ticketed)) if ticketed.grant.task == task => ticketed.grant,
         Ok(_) => return StatusCode::FORBIDDEN.into_response(),
         Err(e) => {
-            warn!(error = %e, "cannot check a view token");
+            warn!(error = %e, "cannot check a view ticket");
             return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
     };
