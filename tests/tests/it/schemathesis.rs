@@ -9,9 +9,11 @@
 //! run takes well under three minutes and two runs send the same requests.
 //!
 //! Settings beyond the command line are in `tests/schemathesis/schemathesis.toml`:
-//! no stateful phase (its link inference sends one resource's id to
-//! another's path). The batch schema states how each task merges with
-//! `defaults` (see `api/src/openapi/request_rules/batch.rs`).
+//! the stateful phase runs with its link inference (an id of one resource
+//! fed to another's path is answered 404, as an unknown id is), and a body
+//! over its size cap may be refused with the documented 413. The batch
+//! schema states how each task merges with `defaults` (see
+//! `api/src/openapi/request_rules/batch.rs`).
 //!
 //! Every operation of the document is run but two: `POST /mcp`, which
 //! speaks JSON-RPC (the Model Context Protocol) whose messages the document
