@@ -81,11 +81,18 @@ fn detail_in(id: &str, status: &str) -> String {
     )
 }
 
+/// Opens the task's pane with a click on its id in the list (the id cell:
+/// a wide row's middle can lie under the open pane beside the list).
+async fn open_task(browser: &mut Browser, id: &str) {
+    browser.click(&format!("#tasks tr[data-task-id=\"{id}\"] td:first-child")).await.expect("click the task's id");
+    let opened = format!("document.getElementById('detail').dataset.taskId === '{id}'");
+    browser.wait_for("the task's pane opens", &opened, SHOWN).await.expect("pane opened");
+}
+
 /// Opens the task from the list, waits for it to offer Approve, clicks it
 /// and waits for the task to succeed.
-async fn approve_in_the_dashboard(browser: &mut Browser, command: &str) {
-    let id = command.split_whitespace().last().expect("the approval task's id");
-    browser.click(&format!("#tasks tr[data-task-id=\"{id}\"]")).await.expect("open the approval task");
+async fn approve_in_the_dashboard(browser: &mut Browser, id: &str) {
+    open_task(browser, id).await;
     let offered = format!(
         "{} && !document.getElementById('approve').hidden && \
          (li => !!li && li.textContent.includes('send the weekly report'))(document.querySelector('#events li[data-type=\"waiting\"]'))",
@@ -112,7 +119,7 @@ fn canvas_digest() -> String {
 /// real key events through the pane's noVNC, sees the desktop change, and
 /// hands it back with a message.
 async fn take_over_type_and_hand_back(browser: &mut Browser, id: &str) {
-    browser.click(&format!("#tasks tr[data-task-id=\"{id}\"]")).await.expect("open the running task");
+    open_task(browser, id).await;
     let viewing = format!(
         "{} && !document.getElementById('live-frame').hidden && ({PANE_CANVAS} || {{}}).width > 0",
         detail_in(id, "running")
@@ -296,7 +303,8 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
 
     // The batch's task with a sensitive step waits for a person: Approve in
     // the dashboard, and it goes on to succeed.
-    let approval = line_after(&out, "a task that waits for your approval").to_owned();
+    let approve_command = line_after(&out, "a task that waits for your approval");
+    let approval = approve_command.split_whitespace().last().expect("the approval task's id").to_owned();
     approve_in_the_dashboard(&mut browser, &approval).await;
     // The desktop kept running: Take over in its pane, type on it with the
     // keyboard, and Hand back.

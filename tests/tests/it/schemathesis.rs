@@ -6,7 +6,8 @@
 //! reverse), an undocumented status or content type.
 //!
 //! Bounded: a fixed seed, 10 examples per operation, and a time limit, so a
-//! run takes well under three minutes and two runs send the same requests.
+//! run takes about a minute and a half on an idle machine (under four on a
+//! loaded one, its limit) and two runs send the same requests.
 //!
 //! Settings beyond the command line are in `tests/schemathesis/schemathesis.toml`:
 //! the stateful phase runs with its link inference (an id of one resource
@@ -35,7 +36,7 @@ use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiClient, RedisServ
 const LEFT_OUT: [&str; 2] = ["POST /mcp", "POST /v1/batches"];
 
 /// The most a run may take.
-const LIMIT: Duration = Duration::from_secs(170);
+const LIMIT: Duration = Duration::from_secs(230);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_no_mismatch_between_the_document_and_the_server() {
