@@ -60,6 +60,8 @@ window.FlotillaBatches = (function () {
     });
     table.tBodies[0].replaceChildren(...rows);
     table.hidden = rows.length === 0;
+    const none = document.getElementById('no-batches');
+    if (none) none.hidden = rows.length > 0;
   }
 
   return { render, countsText };

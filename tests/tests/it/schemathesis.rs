@@ -92,6 +92,7 @@ async fn schemathesis_finds_no_mismatch_between_the_document_and_the_server() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("schemathesis reported no tested operations:\n{stdout}"));
     assert!(tested >= 35, "only {tested} operations were tested:\n{stdout}");
+    assert!(stdout.lines().any(|line| line.trim() == "✅ Stateful"), "the stateful phase ran and passed:\n{stdout}");
     let cases = stdout.lines().find(|line| line.contains(" generated, ")).unwrap_or_default();
     assert!(cases.contains(" passed") && !cases.contains(" found "), "schemathesis: {cases}\n{stdout}");
 }
