@@ -177,7 +177,7 @@ class Action15(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    message: str
+    message: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=1000)
     type: Literal['confirm']
 
 
