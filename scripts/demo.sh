@@ -3,8 +3,10 @@
 # (s3s-fs), the API, two workers with local desktop sandboxes (Xvfb, a window
 # manager, a terminal; one kept warm per worker); then a small batch of
 # scripted tasks is submitted — most type commands into a terminal, a few
-# only wait — and their progress shown live. Every screenshot is stored once
-# in the local store; the demo ends by printing where to see them.
+# only wait, one waits for a person's approval — and their progress shown
+# live, while `flotilla webhooks listen` prints the batch's signed webhook
+# deliveries. Every screenshot is stored once in the local store; the demo
+# ends by printing where to see them.
 #
 #   bash scripts/demo.sh            # FLOTILLA_DEMO_TASKS=8 by default
 #   bash scripts/demo.sh --keep     # leave the fleet running, print how to use it
@@ -159,6 +161,13 @@ for _ in $(seq 100); do
 done
 echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops, sandbox host 127.0.0.1:$sandboxd_port" >&2
 
+# The tenant's webhook deliveries, received through the API (no inbound
+# port) and checked against their signatures, into a log the summary shows.
+hooks_log="$demo_dir/webhooks.log"
+"$bin/flotilla" webhooks listen >"$hooks_log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q '^listening as ' "$hooks_log" 2>/dev/null && break; sleep 0.1; done
+
 batch_file="$work/batch.jsonl"
 for i in $(seq "${FLOTILLA_DEMO_TASKS:-8}"); do
   priority=normal
@@ -186,13 +195,31 @@ done
 # A task on the browser template: a small web shop placed by its set-up,
 # whose order form the agent fills and sends; the receipt it downloads is
 # stored as a file of the task, and its check reads the receipt.
+# A task with a sensitive step: it waits, code sensitive-action, until a
+# person approves it (from the dashboard, or `flotilla approve`).
+cat >>"$batch_file" <<'JSON'
+{"prompt": "demo: send the weekly report once a person approves", "actions": [{"type": "wait", "ms": 200}, {"type": "confirm", "message": "send the weekly report to the team"}, {"type": "wait", "ms": 200}]}
+JSON
 python3 scripts/demo_shop.py >>"$batch_file"
 accepted=$("$bin/flotilla" --json batch "$batch_file" --defaults '{"pipeline": "scripted"}' --no-wait)
 batch_id=$(printf '%s' "$accepted" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 mapfile -t ids < <(printf '%s' "$accepted" | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["task_ids"]))')
-echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live" >&2
-"$bin/flotilla" watch "${ids[@]}"
+approval=${ids[-2]}
+followed=("${ids[@]:0:${#ids[@]}-2}" "${ids[-1]}")
+echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live ($approval waits for approval)" >&2
+"$bin/flotilla" watch "${followed[@]}"
 echo >&2
+if [ "$keep" -eq 0 ]; then
+  # Without --keep nobody is there to approve: the demo does it, as a
+  # person would from the CLI, once the task waits.
+  for _ in $(seq 100); do
+    [ "$("$bin/flotilla" --json task "$approval" | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"])')" = waiting ] && break
+    sleep 0.1
+  done
+  "$bin/flotilla" approve "$approval" >/dev/null
+  "$bin/flotilla" watch "$approval" >/dev/null || true
+  echo "approved $approval (with --keep it waits for you in the dashboard)" >&2
+fi
 "$bin/flotilla" tasks --batch "$batch_id" --limit 20
 
 first=${ids[0]}
@@ -217,6 +244,8 @@ for stored in task.get("files", []):
 PY
 stored=$(find "$store/flotilla-demo" -name '*.png' | wc -l)
 echo "the store keeps $stored distinct images for the whole batch, as files under $store/flotilla-demo" >&2
+echo "webhook deliveries so far, each checked against its signature by flotilla webhooks listen (all of them: $hooks_log):" >&2
+grep '^verified' "$hooks_log" | sed 's/^/  /' >&2 || echo "  none yet" >&2
 [ "$keep" -eq 1 ] || exit 0
 
 # --keep: the fleet stays up; record its PIDs for --stop and say how to use it.
@@ -241,6 +270,10 @@ The fleet keeps running (PIDs in $pid_file).
   take it over, then hand it back (its agent pauses meanwhile):
     $cli takeover $watched
     $cli release $watched --message "typed a line"
+  a task that waits for your approval (open it in the dashboard and press Approve, or):
+    $cli approve $approval
+  the signed webhook deliveries, as flotilla webhooks listen receives them:
+    tail -f $hooks_log
   what your tenant used per day (the dashboard's Usage panel charts it):
     $cli usage
   a local desktop from the E2B SDKs (pip install e2b-desktop; then python3 examples/e2b_desktop.py):

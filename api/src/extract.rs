@@ -9,6 +9,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
+use flotilla_types::ids::is_any_id;
 use flotilla_types::task::parse_json;
 use flotilla_types::{TaskId, ValidationError};
 use futures::StreamExt;
@@ -82,6 +83,33 @@ fn is_json(headers: &HeaderMap) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
+/// The first segment of a path with parameters (`{id}`), parsed by `parse`.
+/// A well-formed id of another kind (a task's `tsk_…` in a webhook's path)
+/// names nothing here: a 404 saying `missing`. Anything else that does not
+/// parse is a 400 naming the field.
+pub async fn path_id<T, S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    parse: fn(&str) -> Result<T, ValidationError>,
+    missing: &'static str,
+) -> Result<T, ApiError> {
+    let Path(raw) = Path::<Vec<String>>::from_request_parts(parts, state)
+        .await
+        .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
+    let first = raw.first().map(String::as_str).unwrap_or_default();
+    parse(first).map_err(|e| path_error(first, e.under("id"), missing))
+}
+
+/// The answer to a path segment `raw` that does not parse: 404 `missing`
+/// for a well-formed id of another kind, else 400 with `error`.
+pub fn path_error(raw: &str, error: ValidationError, missing: &'static str) -> ApiError {
+    if is_any_id(raw) {
+        ApiError::NotFound(missing)
+    } else {
+        ApiError::Invalid(error)
+    }
+}
+
 /// The `{id}` segment of a path, as a task id.
 #[derive(Debug, Clone)]
 pub struct TaskIdPath(pub TaskId);
@@ -90,10 +118,7 @@ impl<S: Send + Sync> FromRequestParts<S> for TaskIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
-        let id = TaskId::parse(&raw).map_err(|e| ApiError::Invalid(e.under("id")))?;
+        let id = path_id(parts, state, TaskId::parse, "no such task").await?;
         tracing::Span::current().record("task_id", id.as_str());
         Ok(TaskIdPath(id))
     }

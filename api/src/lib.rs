@@ -186,6 +186,8 @@ fn timed_routes(batch_body_limit: usize) -> Router<AppState> {
         .route("/openapi.json", get(openapi::document))
         .route("/", get(dashboard::page))
         .route(dashboard::SCRIPT_PATH, get(dashboard::script))
+        .route(dashboard::BATCHES_SCRIPT_PATH, get(dashboard::batches_script))
+        .route(dashboard::TIMELINE_SCRIPT_PATH, get(dashboard::timeline_script))
         .route(dashboard::STYLE_PATH, get(dashboard::style))
         .route(dashboard::CHART_SCRIPT_PATH, get(dashboard::chart_script))
         .route(dashboard::CHART_STYLE_PATH, get(dashboard::chart_style))

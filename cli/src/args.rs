@@ -326,6 +326,10 @@ pub struct WatchArgs {
     /// Task ids to follow
     #[arg(required = true, value_name = "ID")]
     pub ids: Vec<String>,
+    /// Every event as it comes (by default: the events that matter, each
+    /// task's lines together once it ends, and a count of its actions)
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

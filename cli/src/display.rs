@@ -31,6 +31,13 @@ pub fn out(line: &str) -> io::Result<()> {
     writeln!(io::stdout().lock(), "{}", printable(line))
 }
 
+/// Writes lines to stdout as one block, none of another writer's between
+/// them, each without control characters.
+pub fn out_block(lines: &[String]) -> io::Result<()> {
+    let mut stdout = io::stdout().lock();
+    lines.iter().try_for_each(|line| writeln!(stdout, "{}", printable(line)))
+}
+
 /// Writes one line to stderr, without control characters, ignoring
 /// failures: there is nowhere left to report them.
 pub fn warn(line: &str) {

@@ -190,6 +190,30 @@ impl Browser {
         Ok(())
     }
 
+    /// Types `text` into whatever has the focus as a keyboard would, one
+    /// key down and up per character (`\n` is Enter): real key events, which
+    /// reach a page that reads the keyboard itself (noVNC) as typing does.
+    /// Types lowercase letters, digits, space, `-` and Enter.
+    pub async fn press_keys(&mut self, text: &str) -> anyhow::Result<()> {
+        for c in text.chars() {
+            let (key, code, vk, typed) = match c {
+                '\n' => ("Enter".to_owned(), "Enter".to_owned(), 13, "\r".to_owned()),
+                ' ' => (" ".to_owned(), "Space".to_owned(), 32, " ".to_owned()),
+                '-' => ("-".to_owned(), "Minus".to_owned(), 189, "-".to_owned()),
+                c if c.is_ascii_digit() => (c.to_string(), format!("Digit{c}"), c as u32, c.to_string()),
+                c if c.is_ascii_lowercase() => {
+                    (c.to_string(), format!("Key{}", c.to_ascii_uppercase()), c.to_ascii_uppercase() as u32, c.to_string())
+                }
+                other => bail!("press_keys does not type {other:?}"),
+            };
+            let down = json!({"type": "keyDown", "key": key, "code": code, "windowsVirtualKeyCode": vk, "text": typed});
+            self.call("Input.dispatchKeyEvent", down).await?;
+            let up = json!({"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk});
+            self.call("Input.dispatchKeyEvent", up).await?;
+        }
+        Ok(())
+    }
+
     /// A PNG of the viewport.
     pub async fn screenshot_png(&mut self) -> anyhow::Result<Vec<u8>> {
         let answer = self.call("Page.captureScreenshot", json!({"format": "png"})).await?;

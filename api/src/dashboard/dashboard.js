@@ -195,12 +195,26 @@
       const [queues, page] = await Promise.all([api('GET', '/v1/queues'), api('GET', tasksQuery())]);
       renderQueues(queues);
       renderTasks((page && page.tasks) || []);
+      await refreshBatches(state.tasks);
     } catch (error) {
       if (state.key) $('notice').textContent = explain(error);
     }
   }
 
   const BATCH_ID = /^bat_[0-7][0-9a-hjkmnp-tv-z]{25}$/;
+  /** The most batches the batches panel shows. */
+  const BATCHES_SHOWN = 5;
+
+  /** Reads the counts of the newest batches among `tasks` and draws their bars (batches.js). */
+  async function refreshBatches(tasks) {
+    const ids = [...new Set(tasks.map((t) => t.batch_id).filter((id) => BATCH_ID.test(String(id || ''))))]
+      .sort().reverse().slice(0, BATCHES_SHOWN);
+    const batches = (await Promise.all(ids.map((id) => api('GET', `/v1/batches/${id}`).catch(() => null)))).filter(Boolean);
+    window.FlotillaBatches.render($('batches'), batches, (id) => {
+      $('task-batch').value = id;
+      refreshBoard();
+    });
+  }
 
   /** The task list's read: the newest 50, of the status and batch picked. */
   function tasksQuery() {
@@ -451,6 +465,7 @@
     }
     $('detail-facts').replaceChildren();
     $('events').replaceChildren();
+    window.FlotillaTimeline.render($('timeline'), []);
     $('shots').replaceChildren();
     $('shot-large').hidden = true;
     $('shot-image').removeAttribute('src');
@@ -906,6 +921,7 @@
     }
     $('events').append(eventItem(event));
     selected.events.push(event);
+    window.FlotillaTimeline.render($('timeline'), selected.events);
     if (event.type === 'takeover') selected.held = true;
     if (event.type === 'released' || TERMINAL.has(event.type)) selected.held = false;
     if (TERMINAL.has(event.type)) selected.terminal = true;

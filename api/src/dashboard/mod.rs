@@ -23,6 +23,10 @@ use crate::state::AppState;
 const PAGE: &str = include_str!("index.html");
 /// The page's behaviour: API calls, polling, the event stream reader.
 const SCRIPT: &str = include_str!("dashboard.js");
+/// The batches panel's script.
+const BATCHES_SCRIPT: &str = include_str!("batches.js");
+/// The task timeline's script.
+const TIMELINE_SCRIPT: &str = include_str!("timeline.js");
 /// The page's look.
 const STYLE: &str = include_str!("dashboard.css");
 
@@ -39,6 +43,10 @@ pub const CHART_STYLE_PATH: &str = "/uplot.css";
 
 /// Where the page's script is served.
 pub const SCRIPT_PATH: &str = "/dashboard.js";
+/// Where the batches panel's script is served.
+pub const BATCHES_SCRIPT_PATH: &str = "/batches.js";
+/// Where the task timeline's script is served.
+pub const TIMELINE_SCRIPT_PATH: &str = "/timeline.js";
 /// Where the page's style sheet is served.
 pub const STYLE_PATH: &str = "/dashboard.css";
 
@@ -82,6 +90,16 @@ pub async fn script(State(state): State<AppState>) -> impl IntoResponse {
     (security_headers(&state, "text/javascript; charset=utf-8"), SCRIPT)
 }
 
+/// The batches panel's script.
+pub async fn batches_script(State(state): State<AppState>) -> impl IntoResponse {
+    (security_headers(&state, "text/javascript; charset=utf-8"), BATCHES_SCRIPT)
+}
+
+/// The task timeline's script.
+pub async fn timeline_script(State(state): State<AppState>) -> impl IntoResponse {
+    (security_headers(&state, "text/javascript; charset=utf-8"), TIMELINE_SCRIPT)
+}
+
 /// The dashboard's style sheet.
 pub async fn style(State(state): State<AppState>) -> impl IntoResponse {
     (security_headers(&state, "text/css; charset=utf-8"), STYLE)
@@ -118,6 +136,8 @@ mod tests {
     #[test]
     fn the_page_links_its_assets_and_has_no_inline_code() {
         assert!(PAGE.contains(&format!(r#"<script src="{SCRIPT_PATH}" defer></script>"#)));
+        assert!(PAGE.contains(&format!(r#"<script src="{BATCHES_SCRIPT_PATH}" defer></script>"#)));
+        assert!(PAGE.contains(&format!(r#"<script src="{TIMELINE_SCRIPT_PATH}" defer></script>"#)));
         assert!(PAGE.contains(&format!(r#"<link rel="stylesheet" href="{STYLE_PATH}">"#)));
         for inline in ["<script>", "<style", "style=", "onclick", "onload", "onsubmit", "onerror", "javascript:"] {
             assert!(!PAGE.contains(inline), "the page has inline code: {inline}");
@@ -128,6 +148,8 @@ mod tests {
     fn the_script_never_parses_text_as_markup() {
         for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"] {
             assert!(!SCRIPT.contains(sink), "the script uses {sink}");
+            assert!(!BATCHES_SCRIPT.contains(sink), "the batches script uses {sink}");
+            assert!(!TIMELINE_SCRIPT.contains(sink), "the timeline script uses {sink}");
         }
     }
 }

@@ -225,6 +225,14 @@ fn action_rules(action: &mut Value) {
         }
         set(variant, "/properties/text", json!({"minLength": 1, "maxLength": 20_000}));
         set(variant, "/properties/ms", json!({"maximum": 600_000}));
+        // A confirmation's message: 1 to 1 000 characters, not only white
+        // space (Unicode's `White_Space`, as `str::trim` reads it).
+        set(
+            variant,
+            "/properties/message",
+            json!({"minLength": 1, "maxLength": 1_000,
+                "pattern": "[^\\t\\n\\x0B\\x0C\\r \\x85\\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]"}),
+        );
         if variant.pointer("/properties/keys").is_some() {
             set(variant, "/properties/keys", keys.clone());
         }

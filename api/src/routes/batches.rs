@@ -1,7 +1,7 @@
 //! `/v1/batches`: many tasks in one request, counted and cancelled together.
 //! The batch's event stream is in [`super::batch_events`].
 
-use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{rate_limit_headers, ApiError, ErrorBody};
-use crate::extract::JsonBody;
+use crate::extract::{path_id, JsonBody};
 use crate::state::AppState;
 
 /// What a batch submit carries.
@@ -134,11 +134,7 @@ impl<S: Send + Sync> FromRequestParts<S> for BatchIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
-        let id = BatchId::parse(&raw).map_err(|e| ApiError::Invalid(e.under("id")))?;
-        Ok(BatchIdPath(id))
+        Ok(BatchIdPath(path_id(parts, state, BatchId::parse, "no such batch").await?))
     }
 }
 

@@ -1,20 +1,20 @@
 //! `/v1/schedules`: cron rules that enqueue a task at each due time. The
 //! workers fire them; see `flotilla_queue::schedule`.
 
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_queue::schedule::{NewSchedule, Schedule, SchedulePatch};
 use flotilla_types::clock;
-use flotilla_types::{ScheduleId, ValidationError};
+use flotilla_types::ScheduleId;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonBody, QueryParams};
+use crate::extract::{path_id, JsonBody, QueryParams};
 use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
@@ -37,11 +37,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ScheduleIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
-        let id = ScheduleId::parse(&raw).map_err(|e| ApiError::Invalid(e.under("id")))?;
-        Ok(ScheduleIdPath(id))
+        Ok(ScheduleIdPath(path_id(parts, state, ScheduleId::parse, "no such schedule").await?))
     }
 }
 

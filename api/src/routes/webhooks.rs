@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonBody, QueryParams};
+use crate::extract::{path_error, path_id, JsonBody, QueryParams};
 use crate::routes::paging::PageParams;
 use crate::state::AppState;
 
@@ -75,11 +75,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WebhookIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let Path(raw) = Path::<Vec<String>>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::Invalid(ValidationError::at("id", rejection.body_text())))?;
-        let first = raw.first().map(String::as_str).unwrap_or("");
-        Ok(WebhookIdPath(WebhookId::parse(first).map_err(|e| ApiError::Invalid(e.under("id")))?))
+        Ok(WebhookIdPath(path_id(parts, state, WebhookId::parse, "no such webhook").await?))
     }
 }
 
@@ -293,8 +289,8 @@ pub async fn retry(
     Tenant(tenant): Tenant,
     Path((id, msg)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let id = WebhookId::parse(&id).map_err(|e| ApiError::Invalid(e.under("id")))?;
-    let msg = MessageId::parse(&msg).map_err(|e| ApiError::Invalid(e.under("msg_id")))?;
+    let id = WebhookId::parse(&id).map_err(|e| path_error(&id, e.under("id"), "no such webhook"))?;
+    let msg = MessageId::parse(&msg).map_err(|e| path_error(&msg, e.under("msg_id"), "no such message"))?;
     let delivery = store(&state).retry(&tenant, &id, &msg).await?;
     Ok((StatusCode::ACCEPTED, Json(delivery)).into_response())
 }

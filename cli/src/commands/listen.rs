@@ -43,12 +43,14 @@ impl Delivery {
         signing::verify(secret, &self.id, timestamp, self.body.as_bytes(), &self.signature)
     }
 
-    /// `task.succeeded tsk_…` (or the batch a `batch.completed` is about).
+    /// `task.succeeded tsk_…` (or the batch a `batch.completed` is about):
+    /// the `id` of the record the delivery carries (a task's, a batch's),
+    /// else its `task_id` or `batch_id`.
     fn summary(&self) -> String {
         let body: Value = serde_json::from_str(&self.body).unwrap_or_default();
         let kind = body.get("type").and_then(Value::as_str).unwrap_or("?");
         let data = body.get("data").cloned().unwrap_or_default();
-        let about = ["task_id", "batch_id"].iter().find_map(|k| data.get(*k).and_then(Value::as_str)).unwrap_or("");
+        let about = ["id", "task_id", "batch_id"].iter().find_map(|k| data.get(*k).and_then(Value::as_str)).unwrap_or("");
         format!("{kind:<16} {about}  ({})", self.id)
     }
 }
@@ -174,6 +176,8 @@ mod tests {
         forged.body = body.replace("succeeded", "failed");
         assert!(!forged.signed_by(secret));
         assert_eq!(delivery(secret, body).summary(), "task.succeeded   tsk_1  (msg_1)");
+        let record = r#"{"type": "task.waiting", "data": {"id": "tsk_2", "batch_id": "bat_1", "status": "waiting"}}"#;
+        assert_eq!(delivery(secret, record).summary(), "task.waiting     tsk_2  (msg_1)", "the task, not its batch");
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let format = if cli.global.json { Format::Json } else { Format::Human };
     match cli.command {
         Command::Submit(args) => submit::run(&client, &args, format).await,
-        Command::Watch(args) => watch::run(&client, &args.ids, format).await,
+        Command::Watch(args) => watch::run(&client, &args.ids, format, args.verbose).await,
         Command::Tasks(args) => tasks::list(&client, &args, format).await,
         Command::Task(args) => tasks::show(&client, &args.id, format).await,
         Command::Cancel(args) => tasks::cancel(&client, &args.id, format).await,

@@ -23,5 +23,5 @@ pub async fn run(client: &Client, args: &SubmitArgs, format: Format) -> anyhow::
         return Ok(Outcome::Success);
     }
     let id = id.context("the API's answer has no task id to watch")?;
-    watch::run(client, &[id], format).await
+    watch::run(client, &[id], format, false).await
 }

@@ -1,19 +1,45 @@
-//! `flotilla watch`: follows one or more tasks' event streams at once, one
-//! line per event plus a progress line when a task's progress changes, then
-//! a summary when several were watched. Each task's lines come in the order
-//! of its events (one reader per task, each line written whole), and lines
-//! of different tasks interleave as their events arrive; with `--json` each
-//! line is one event's JSON, which names its task.
+//! `flotilla watch`: follows one or more tasks' event streams at once, then
+//! a summary when several were watched.
+//!
+//! By default it says what matters: a task's milestones (started, waiting,
+//! taken over and handed back, retried, resumed, checked, ended) and, at its
+//! end, how many actions and screenshots it took. With several tasks each
+//! task's lines are printed together once it ends, in its events' order;
+//! only what needs a person (`waiting`, `takeover`) is printed at once, so
+//! nobody waits on a task asking for approval unseen. `--verbose` prints one
+//! line per event as it comes, and a progress line when a task's progress
+//! changes (lines of different tasks interleave as their events arrive);
+//! with `--json` each line is one event's JSON, which names its task.
 
 use anyhow::bail;
 use futures::future::join_all;
 
 use super::{Format, Outcome};
 use crate::client::Client;
-use crate::display::{event_line, is_broken_pipe, out, warn};
+use crate::display::{event_line, is_broken_pipe, out, out_block, warn};
 use crate::feed::{EventFeed, Reconnect, TaskEvent};
 use crate::progress::Progress;
 use crate::record::Task;
+
+/// The events a default (not `--verbose`) watch prints.
+const MILESTONES: [&str; 12] = [
+    "started",
+    "plan",
+    "waiting",
+    "input",
+    "takeover",
+    "released",
+    "resumed",
+    "retrying",
+    "checked",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
+
+/// Events printed at once even while a task's lines are kept for its end:
+/// the task waits for a person.
+const NEEDS_A_PERSON: [&str; 2] = ["waiting", "takeover"];
 
 /// How a watched task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,14 +62,17 @@ impl End {
 }
 
 /// Follows `ids` until each ends; success only if all succeeded.
-pub async fn run(client: &Client, ids: &[String], format: Format) -> anyhow::Result<Outcome> {
+pub async fn run(client: &Client, ids: &[String], format: Format, verbose: bool) -> anyhow::Result<Outcome> {
     if let [id] = ids {
-        let end = follow(client, id, format, None).await?;
+        let end = follow(client, id, Shown { format, verbose, prefix: None }).await?;
         return Ok(outcome(&[end]));
     }
     let width = ids.iter().map(|id| id.chars().count()).max().unwrap_or(0);
     let prefixes: Vec<String> = ids.iter().map(|id| format!("{id:<width$}")).collect();
-    let watches = ids.iter().zip(&prefixes).map(|(id, prefix)| follow_reporting(client, id, prefix, format));
+    let watches = ids
+        .iter()
+        .zip(&prefixes)
+        .map(|(id, prefix)| follow_reporting(client, id, Shown { format, verbose, prefix: Some(prefix) }));
     let ends = join_all(watches).await.into_iter().collect::<anyhow::Result<Vec<End>>>()?;
     if format == Format::Human {
         out(&summary(&ends))?;
@@ -51,41 +80,77 @@ pub async fn run(client: &Client, ids: &[String], format: Format) -> anyhow::Res
     Ok(outcome(&ends))
 }
 
+/// How a watch shows one task's events.
+#[derive(Debug, Clone, Copy)]
+struct Shown<'a> {
+    format: Format,
+    verbose: bool,
+    /// Tells tasks apart when several are watched.
+    prefix: Option<&'a str>,
+}
+
+impl Shown<'_> {
+    /// The line as printed: after the task's prefix, for a person (JSON
+    /// lines carry their `task_id` and stay bare JSON).
+    fn line(&self, line: &str) -> String {
+        match self.prefix.filter(|_| self.format == Format::Human) {
+            Some(prefix) => format!("{prefix}  {line}"),
+            None => line.to_owned(),
+        }
+    }
+
+    /// Whether the task's lines are kept and printed together at its end.
+    fn grouped(&self) -> bool {
+        self.format == Format::Human && !self.verbose && self.prefix.is_some()
+    }
+}
+
 /// Follows one of several tasks; its error is printed at once so the others go on.
-async fn follow_reporting(client: &Client, id: &str, prefix: &str, format: Format) -> anyhow::Result<End> {
-    match follow(client, id, format, Some(prefix)).await {
+async fn follow_reporting(client: &Client, id: &str, shown: Shown<'_>) -> anyhow::Result<End> {
+    match follow(client, id, shown).await {
         Ok(end) => Ok(end),
         Err(err) if is_broken_pipe(&err) => Err(err),
         Err(err) => {
-            warn(&format!("{prefix}  error: {err:#}"));
+            warn(&shown.line(&format!("error: {err:#}")));
             Ok(End::Lost)
         }
     }
 }
 
-/// Prints one task's events until its terminal one; `prefix` tells tasks
-/// apart for a person (JSON lines carry their `task_id` and stay bare JSON).
-async fn follow(client: &Client, id: &str, format: Format, prefix: Option<&str>) -> anyhow::Result<End> {
-    let show = |line: &str| match prefix.filter(|_| format == Format::Human) {
-        Some(prefix) => out(&format!("{prefix}  {line}")),
-        None => out(line),
-    };
-    let mut progress = match format {
-        Format::Human => {
+/// Prints one task's events until its terminal one, as `shown` says.
+async fn follow(client: &Client, id: &str, shown: Shown<'_>) -> anyhow::Result<End> {
+    let mut progress = match (shown.format, shown.verbose) {
+        (Format::Human, true) => {
             let task = client.get(&["v1", "tasks", id], &[]).await?;
             Some(Progress::from_task(&Task::read(&task.value).unwrap_or_default()))
         }
-        Format::Json => None,
+        _ => None,
     };
+    let mut kept = Vec::new();
+    let mut tally = Tally::default();
     let mut feed = EventFeed::new(client, id, Reconnect::default());
     while let Some(event) = feed.next().await? {
-        match progress.as_mut() {
-            None => show(&compact(&event))?,
-            Some(progress) => {
-                show(&event_line(&event.value))?;
-                if progress.observe(&event.value) && !event.is_terminal() {
-                    show(&format!("          {}", progress.line()))?;
+        if shown.format == Format::Json {
+            out(&compact(&event))?;
+        } else if let Some(progress) = progress.as_mut() {
+            out(&shown.line(&event_line(&event.value)))?;
+            if progress.observe(&event.value) && !event.is_terminal() {
+                out(&shown.line(&format!("          {}", progress.line())))?;
+            }
+        } else {
+            tally.count(event.kind());
+            if MILESTONES.contains(&event.kind()) {
+                let line = shown.line(&event_line(&event.value));
+                if !shown.grouped() || NEEDS_A_PERSON.contains(&event.kind()) {
+                    out(&line)?;
                 }
+                if shown.grouped() {
+                    kept.push(line);
+                }
+            }
+            if event.is_terminal() {
+                kept.push(shown.line(&format!("          {}", tally.line())));
+                out_block(&kept)?;
             }
         }
         if event.is_terminal() {
@@ -93,6 +158,37 @@ async fn follow(client: &Client, id: &str, format: Format, prefix: Option<&str>)
         }
     }
     bail!("the event stream of {id} ended without a final event")
+}
+
+/// What a task did, counted for the line a quiet watch ends it with.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    actions: usize,
+    screenshots: usize,
+}
+
+impl Tally {
+    fn count(&mut self, kind: &str) {
+        match kind {
+            "action_completed" => self.actions += 1,
+            "screenshot" => self.screenshots += 1,
+            _ => {}
+        }
+    }
+
+    /// `3 actions, 1 screenshot`.
+    fn line(&self) -> String {
+        format!("{}, {}", plural(self.actions, "action"), plural(self.screenshots, "screenshot"))
+    }
+}
+
+/// `1 action`, `2 actions`.
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 /// The event's JSON on one line, as sent unless the server spread it over several.
@@ -137,6 +233,18 @@ mod tests {
         assert_eq!(outcome(&[End::Succeeded, End::Succeeded]), Outcome::Success);
         assert_eq!(outcome(&[End::Succeeded, End::Cancelled]), Outcome::Unsuccessful);
         assert_eq!(outcome(&[End::Lost]), Outcome::Unsuccessful);
+    }
+
+    #[test]
+    fn a_tally_counts_actions_and_screenshots_and_pluralises() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.line(), "0 actions, 0 screenshots");
+        for kind in ["action", "action_completed", "screenshot", "started"] {
+            tally.count(kind);
+        }
+        assert_eq!(tally.line(), "1 action, 1 screenshot");
+        tally.count("action_completed");
+        assert_eq!(tally.line(), "2 actions, 1 screenshot");
     }
 
     #[test]

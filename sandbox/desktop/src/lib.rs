@@ -535,7 +535,8 @@ impl LocalProvider {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(())
             }
-            Action::Screenshot {} => Ok(()),
+            // A confirmation is cleared by the pipeline, never on the screen.
+            Action::Screenshot {} | Action::Confirm { .. } => Ok(()),
         }
     }
 }

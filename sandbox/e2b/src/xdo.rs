@@ -56,7 +56,8 @@ pub(crate) fn step(action: &Action, screen: (u32, u32), key_delay: Duration) -> 
         Action::MouseDown { button } => run(xdotool(&["mousedown".into(), button_number(*button).into()])),
         Action::MouseUp { button } => run(xdotool(&["mouseup".into(), button_number(*button).into()])),
         Action::Wait { ms } => Ok(Step::Sleep(Duration::from_millis(*ms))),
-        Action::Screenshot {} => Ok(Step::Nothing),
+        // A confirmation is cleared by the pipeline, never on the screen.
+        Action::Screenshot {} | Action::Confirm { .. } => Ok(Step::Nothing),
     }
 }
 

@@ -166,6 +166,21 @@ class Action14(BaseModel):
     type: Literal['key_up']
 
 
+class Action15(BaseModel):
+    """
+    A sensitive step of a scripted task: nothing is done on the screen,
+    but the task goes past it only as its `sensitive_actions` says (with
+    `pause`, the default, it waits, code `sensitive-action`, until a
+    person approves; a denial fails it).
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    message: constr(pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]', min_length=1, max_length=1000)
+    type: Literal['confirm']
+
+
 class BatchCounts(BaseModel):
     """
     A batch's tasks by status.
@@ -2789,9 +2804,10 @@ class Action(
         | Action12
         | Action13
         | Action14
+        | Action15
     ]
 ):
-    root: Action1 | Action2 | Action3 | Action4 | Action5 | Action6 | Action7 | Action8 | Action9 | Action10 | Action11 | Action12 | Action13 | Action14
+    root: Action1 | Action2 | Action3 | Action4 | Action5 | Action6 | Action7 | Action8 | Action9 | Action10 | Action11 | Action12 | Action13 | Action14 | Action15
     """
     One thing to do on a screen.
     """

@@ -3330,6 +3330,10 @@ export interface components {
             keys: string[];
             /** @enum {string} */
             type: "key_up";
+        } | {
+            message: string;
+            /** @enum {string} */
+            type: "confirm";
         };
         /** @description The answer to a batch submit. */
         BatchAccepted: {

@@ -13,6 +13,7 @@ const MAX_WAIT_MS: u64 = 600_000;
 const MAX_TYPED_CHARS: usize = 20_000;
 const MAX_KEYS: usize = 8;
 const MAX_DRAG_POINTS: usize = 1_000;
+const MAX_CONFIRM_CHARS: usize = 1_000;
 
 /// A mouse button.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -89,6 +90,13 @@ pub enum Action {
     KeyUp {
         keys: Vec<String>,
     },
+    /// A sensitive step of a scripted task: nothing is done on the screen,
+    /// but the task goes past it only as its `sensitive_actions` says (with
+    /// `pause`, the default, it waits, code `sensitive-action`, until a
+    /// person approves; a denial fails it).
+    Confirm {
+        message: String,
+    },
 }
 
 impl Action {
@@ -117,6 +125,9 @@ impl Action {
             Action::Wait { ms } if *ms > MAX_WAIT_MS => {
                 Err(ValidationError::at("ms", format!("a wait is at most {MAX_WAIT_MS} ms")))
             }
+            Action::Confirm { message } if message.trim().is_empty() || message.chars().count() > MAX_CONFIRM_CHARS => {
+                Err(ValidationError::at("message", format!("message must be 1 to {MAX_CONFIRM_CHARS} characters")))
+            }
             _ => Ok(()),
         }
     }
@@ -139,12 +150,13 @@ impl Action {
             Action::MouseUp { .. } => "mouse_up",
             Action::KeyDown { .. } => "key_down",
             Action::KeyUp { .. } => "key_up",
+            Action::Confirm { .. } => "confirm",
         }
     }
 
     /// Whether this action needs a screen to act on.
     pub fn needs_sandbox(&self) -> bool {
-        !matches!(self, Action::Wait { .. })
+        !matches!(self, Action::Wait { .. } | Action::Confirm { .. })
     }
 }
 
@@ -213,6 +225,7 @@ mod tests {
             r#"{"type": "mouse_up"}"#,
             r#"{"type": "key_down", "keys": ["a"]}"#,
             r#"{"type": "key_up", "keys": ["a"]}"#,
+            r#"{"type": "confirm", "message": "place the order"}"#,
         ];
         for json in examples {
             let action = parse(json).expect("parses");
@@ -235,5 +248,15 @@ mod tests {
         assert!(Action::Keypress { keys: vec![] }.validate().is_err());
         assert!(Action::Click { x: 99_999, y: 1, button: MouseButton::Left }.validate().is_err());
         assert!(Action::Type { text: "hello".into() }.validate().is_ok());
+        assert!(Action::Confirm { message: " ".into() }.validate().is_err());
+        assert!(Action::Confirm { message: "x".repeat(MAX_CONFIRM_CHARS + 1) }.validate().is_err());
+    }
+
+    #[test]
+    fn a_confirmation_needs_no_sandbox() {
+        let confirm = parse(r#"{"type": "confirm", "message": "send the payment"}"#).expect("confirm");
+        assert!(confirm.validate().is_ok());
+        assert!(!confirm.needs_sandbox());
+        assert!(parse(r#"{"type": "confirm"}"#).is_err(), "a confirmation says what it confirms");
     }
 }

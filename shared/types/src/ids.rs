@@ -114,6 +114,17 @@ prefixed_id!(
     "msg_"
 );
 
+/// Whether `text` is a well-formed id of any kind (a task's, a batch's, a
+/// schedule's, a webhook's or a message's): such an id in a path meant for
+/// another kind names nothing there, rather than being malformed.
+pub fn is_any_id(text: &str) -> bool {
+    TaskId::parse(text).is_ok()
+        || BatchId::parse(text).is_ok()
+        || ScheduleId::parse(text).is_ok()
+        || WebhookId::parse(text).is_ok()
+        || MessageId::parse(text).is_ok()
+}
+
 impl MessageId {
     /// The id of the message that reports one event to one endpoint: its
     /// time is the event's, the rest a digest of what it reports, so the

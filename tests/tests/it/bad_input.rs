@@ -424,11 +424,15 @@ fn table(acme_task: &str, cancelled_task: &str, idem_task: &str, idem_spec: &Val
             "invalid_request",
             "id",
         ),
-        Row::get("batch id as task id", "/v1/tasks/bat_01jc0000000000000000000000").expect_field(
-            400,
-            "invalid_request",
-            "id",
-        ),
+        // A well-formed id of another kind names nothing there, as an
+        // unknown id does.
+        Row::get("batch id as task id", "/v1/tasks/bat_01jc0000000000000000000000").expect(404, "not_found"),
+        Row::get("task id as webhook id", format!("/v1/webhooks/{acme_task}")).expect(404, "not_found"),
+        Row::post("batch id as task id to cancel", "/v1/tasks/bat_01jc0000000000000000000000/cancel").expect(404, "not_found"),
+        Row::get("schedule id as batch id", "/v1/batches/sch_01jc0000000000000000000000/events").expect(404, "not_found"),
+        Row::get("webhook id as schedule id", "/v1/schedules/whk_01jc0000000000000000000000").expect(404, "not_found"),
+        Row::post("task id as message id", "/v1/webhooks/whk_01jc0000000000000000000000/deliveries/tsk_01jc0000000000000000000000/retry")
+            .expect(404, "not_found"),
         Row::get("well-formed id that does not exist", format!("/v1/tasks/{absent}")).expect(404, "not_found"),
         Row::post("cancel with a malformed id", "/v1/tasks/tsk_x/cancel").expect_field(400, "invalid_request", "id"),
         Row::post("cancel a task that does not exist", format!("/v1/tasks/{absent}/cancel")).expect(404, "not_found"),

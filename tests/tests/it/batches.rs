@@ -199,7 +199,10 @@ async fn another_tenant_gets_not_found_for_every_batch_call() {
 
     let (status, body) = fleet.acme.get("/v1/batches/bat_01jc0000000000000000000000").await;
     assert_eq!((status, body["error"]["message"].as_str()), (404, Some("no such batch")));
+    // A task's id names no batch: 404, as an unknown batch; a malformed id is a 400.
     let (status, body) = fleet.acme.get("/v1/batches/tsk_01jc0000000000000000000000").await;
+    assert_eq!((status, body["error"]["message"].as_str()), (404, Some("no such batch")));
+    let (status, body) = fleet.acme.get("/v1/batches/bat_x").await;
     assert_eq!((status, body["error"]["field"].as_str()), (400, Some("id")));
 }
 

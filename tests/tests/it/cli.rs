@@ -87,10 +87,14 @@ async fn watching_several_tasks_keeps_each_tasks_lines_in_order() {
     }
     let args: Vec<&str> = ids.iter().map(String::as_str).collect();
     let json_args: Vec<&str> = ["--json", "watch"].into_iter().chain(args.iter().copied()).collect();
-    let human_args: Vec<&str> = ["watch"].into_iter().chain(args.iter().copied()).collect();
-    let (as_json, for_people) = tokio::join!(flotilla(&fleet.api, &json_args), flotilla(&fleet.api, &human_args));
+    let human_args: Vec<&str> = ["watch", "--verbose"].into_iter().chain(args.iter().copied()).collect();
+    let quiet_args: Vec<&str> = ["watch"].into_iter().chain(args.iter().copied()).collect();
+    let (as_json, for_people, quiet) =
+        tokio::join!(flotilla(&fleet.api, &json_args), flotilla(&fleet.api, &human_args), flotilla(&fleet.api, &quiet_args));
     assert_eq!(as_json.code, Some(0), "{}", as_json.stderr);
     assert_eq!(for_people.code, Some(0), "{}", for_people.stderr);
+    assert_eq!(quiet.code, Some(0), "{}", quiet.stderr);
+    quiet_watch_groups_each_tasks_milestones(&quiet.stdout, &ids);
 
     let mut json_types: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut seqs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -120,6 +124,26 @@ async fn watching_several_tasks_keeps_each_tasks_lines_in_order() {
     assert_eq!(lines.last().copied(), Some("3 tasks: 3 succeeded, 0 failed, 0 cancelled"));
     let firsts: Vec<&str> = lines.iter().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
     assert!(firsts.windows(2).any(|w| w[0] != w[1] && ids.iter().any(|id| id == w[0])), "the tasks' lines interleave");
+}
+
+/// A default watch of several tasks: each task's lines together, in its
+/// events' order (started … succeeded, no action lines), ending with how
+/// many actions it took; then the summary.
+fn quiet_watch_groups_each_tasks_milestones(stdout: &str, ids: &[String]) {
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.last().copied(), Some("3 tasks: 3 succeeded, 0 failed, 0 cancelled"), "{stdout}");
+    let owners: Vec<&str> = lines[..lines.len() - 1].iter().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    for id in ids {
+        let at: Vec<usize> = owners.iter().enumerate().filter(|(_, o)| *o == id).map(|(i, _)| i).collect();
+        assert!(at.windows(2).all(|w| w[1] == w[0] + 1), "{id}'s lines come together:\n{stdout}");
+        let block: Vec<&str> = at.iter().map(|&i| lines[i]).collect();
+        let events = block.iter().map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(|w| w.len() > 2 && is_time(w[1]));
+        let kinds: Vec<&str> = events.map(|w| w[2]).collect();
+        assert_eq!(kinds.first().copied(), Some("started"), "{stdout}");
+        assert!(kinds.contains(&"succeeded"), "{stdout}");
+        assert!(!kinds.iter().any(|k| k.starts_with("action")), "no action lines by default:\n{stdout}");
+        assert!(block.last().is_some_and(|l| l.trim_end().ends_with("6 actions, 0 screenshots")), "{stdout}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

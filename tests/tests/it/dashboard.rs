@@ -91,6 +91,7 @@ async fn the_page_is_served_under_its_policy_and_every_call_it_makes_needs_the_k
         ("GET", "/v1/usage".to_owned(), "`/v1/usage?from="),
         ("GET", "/v1/webhooks?limit=50".to_owned(), "'/v1/webhooks?limit=50'"),
         ("GET", "/v1/webhooks/whk_01jc0000000000000000000000/deliveries?limit=20".to_owned(), "/deliveries?limit="),
+        ("GET", "/v1/batches/bat_01jc0000000000000000000000".to_owned(), "`/v1/batches/${id}`"),
     ];
     for (method, path, fragment) in &calls {
         assert!(script.contains(fragment), "the page no longer calls {method} {path}: update this list");

@@ -2,7 +2,11 @@
 //! batch on real local desktops and leaves the fleet up; the dashboard address
 //! it prints opens in a headless Chromium and, signed in with the printed key,
 //! shows the demo's tasks with their screenshots (a PNG of the page is kept
-//! under `<target>/test-artifacts/`); the printed `flotilla` command, run as
+//! under `<target>/test-artifacts/`); the batch's task with a step to confirm
+//! waits until Approve is clicked there, then succeeds; the desktop kept
+//! running is taken over in its pane, typed on with real key events through
+//! noVNC, and handed back; `flotilla webhooks listen`, which the demo runs,
+//! printed the batch's signed deliveries; the printed `flotilla` command, run as
 //! printed in a fresh shell, submits one more task that succeeds; the printed
 //! screenshot links answer 200; and `--stop` leaves none of the fleet's
 //! processes (nor their children, such as the desktops) running.
@@ -56,6 +60,114 @@ impl Drop for KeptFleet {
 fn printed<'a>(output: &'a str, label: &str) -> &'a str {
     let line = output.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_else(|| panic!("no {label} in {output}"));
     line.trim_start()[label.len()..].split_whitespace().next().unwrap_or_else(|| panic!("nothing after {label}"))
+}
+
+/// The line printed after the one containing `label`, trimmed: for a
+/// command, its last word is its argument.
+fn line_after<'a>(output: &'a str, label: &str) -> &'a str {
+    output
+        .lines()
+        .skip_while(|l| !l.contains(label))
+        .nth(1)
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("nothing printed after {label}:\n{output}"))
+}
+
+/// The detail pane shows `id` in `status`.
+fn detail_in(id: &str, status: &str) -> String {
+    format!(
+        "document.getElementById('detail').dataset.taskId === '{id}' && \
+         document.getElementById('detail-status').textContent === '{status}'"
+    )
+}
+
+/// Opens the task's pane with a click on its id in the list (the id cell:
+/// a wide row's middle can lie under the open pane beside the list).
+async fn open_task(browser: &mut Browser, id: &str) {
+    browser.click(&format!("#tasks tr[data-task-id=\"{id}\"] td:first-child")).await.expect("click the task's id");
+    let opened = format!("document.getElementById('detail').dataset.taskId === '{id}'");
+    browser.wait_for("the task's pane opens", &opened, SHOWN).await.expect("pane opened");
+}
+
+/// Opens the task from the list, waits for it to offer Approve, clicks it
+/// and waits for the task to succeed.
+async fn approve_in_the_dashboard(browser: &mut Browser, id: &str) {
+    open_task(browser, id).await;
+    let offered = format!(
+        "{} && !document.getElementById('approve').hidden && \
+         (li => !!li && li.textContent.includes('send the weekly report'))(document.querySelector('#events li[data-type=\"waiting\"]'))",
+        detail_in(id, "waiting")
+    );
+    browser.wait_for("the approval task waits, saying for what", &offered, SHOWN).await.expect("approve offered");
+    browser.click("#approve").await.expect("click Approve");
+    browser.wait_for("the approved task succeeds", &detail_in(id, "succeeded"), SHOWN).await.expect("approved");
+}
+
+/// The live pane's noVNC canvas, as a JavaScript expression.
+const PANE_CANVAS: &str =
+    "(f => f && f.contentDocument && f.contentDocument.querySelector('#noVNC_container canvas'))(document.getElementById('live-frame'))";
+
+/// A digest of the pane's canvas pixels (0 while it shows nothing).
+fn canvas_digest() -> String {
+    format!(
+        "(c => {{ if (!c || c.width === 0) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
+         let h = 0; for (let i = 0; i < d.length; i += 4) h = (h * 31 + d[i] + d[i + 1] + d[i + 2]) % 1000000007; return h; }})({PANE_CANVAS})"
+    )
+}
+
+/// Takes over the task `id` kept running, types a line on its desktop with
+/// real key events through the pane's noVNC, sees the desktop change, and
+/// hands it back with a message.
+async fn take_over_type_and_hand_back(browser: &mut Browser, id: &str) {
+    open_task(browser, id).await;
+    let viewing = format!(
+        "{} && !document.getElementById('live-frame').hidden && ({PANE_CANVAS} || {{}}).width > 0",
+        detail_in(id, "running")
+    );
+    browser.wait_for("the pane shows the live desktop", &viewing, SHOWN).await.expect("live pane");
+    browser.click("#take-over").await.expect("take over");
+    let control = format!(
+        "document.getElementById('live-mode').textContent === 'control' && !document.getElementById('hand-back').hidden && \
+         document.getElementById('live-frame').src.includes('view_only=false') && ({PANE_CANVAS} || {{}}).width > 0"
+    );
+    browser.wait_for("the pane is in control", &control, SHOWN).await.expect("control");
+    // The desktop as it stands: its digest the same on two reads in a row.
+    let settled = format!(
+        "(d => {{ const same = d !== 0 && d === window.lastDigest; window.lastDigest = d; return same; }})({})",
+        canvas_digest()
+    );
+    browser.wait_for("the controlled desktop settles", &settled, SHOWN).await.expect("settled");
+    let focused = format!(
+        "(f => {{ f.contentWindow.focus(); const c = {PANE_CANVAS}; c.focus(); return f.contentDocument.activeElement === c; }})\
+         (document.getElementById('live-frame'))"
+    );
+    browser.wait_for("the desktop has the keyboard", &focused, SHOWN).await.expect("focus");
+    browser.press_keys("echo typed by a person 42\n").await.expect("type on the desktop");
+    let changed = format!("{} !== window.lastDigest", canvas_digest());
+    browser.wait_for("the typing shows on the desktop", &changed, SHOWN).await.expect("typed");
+    let png = browser.screenshot_png().await.expect("screenshot of the page");
+    std::fs::write(artifact_path().with_file_name("demo-takeover.png"), png).expect("write the screenshot");
+    browser.type_into("#release-message", "typed a line for you").await.expect("type a message");
+    browser.click("#hand-back").await.expect("hand back");
+    let released = "document.querySelector('#events li[data-type=\"takeover\"]') !== null && \
+        document.querySelector('#events li[data-type=\"released\"]') !== null && \
+        document.getElementById('live-mode').textContent === 'view only'";
+    browser.wait_for("the pane shows the hand-back", released, SHOWN).await.expect("handed back");
+}
+
+/// Waits until the listener's log has a checked delivery of `kind` about `about`.
+async fn wait_for_delivery(log: &Path, kind: &str, about: &str) {
+    let deadline = std::time::Instant::now() + SHOWN;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let delivered =
+            text.lines().any(|l| l.starts_with("verified") && l.split_whitespace().nth(1) == Some(kind) && l.contains(about));
+        if delivered {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no verified {kind} delivery about {about} in {}:\n{text}", log.display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The process's parent, from `/proc/<pid>/stat`.
@@ -188,7 +300,28 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
     std::fs::create_dir_all(path.parent().expect("artifact dir")).expect("create the artifact dir");
     std::fs::write(&path, &png).expect("write the screenshot");
     println!("demo dashboard screenshot: {}", path.display());
+
+    // The batch's task with a sensitive step waits for a person: Approve in
+    // the dashboard, and it goes on to succeed.
+    let approve_command = line_after(&out, "a task that waits for your approval");
+    let approval = approve_command.split_whitespace().last().expect("the approval task's id").to_owned();
+    approve_in_the_dashboard(&mut browser, &approval).await;
+    // The desktop kept running: Take over in its pane, type on it with the
+    // keyboard, and Hand back.
+    take_over_type_and_hand_back(&mut browser, &watched).await;
     browser.close().await;
+    // `flotilla webhooks listen`, started by the demo, printed the batch's
+    // deliveries, each checked against its signature.
+    let batch = out
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted batch "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no batch named:\n{out}"))
+        .to_owned();
+    let hooks_log = PathBuf::from(line_after(&out, "the signed webhook deliveries").trim_start_matches("tail -f "));
+    for (kind, about) in [("task.waiting", &approval), ("task.succeeded", &approval), ("batch.completed", &batch)] {
+        wait_for_delivery(&hooks_log, kind, about).await;
+    }
 
     // The printed live-view command, for the task kept running, answers a
     // view URL in a fresh shell (the workers' HTTP side is on by default).
@@ -224,9 +357,9 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .await
         .expect("tasks JSON");
     let count = tasks["tasks"].as_array().map_or(0, Vec::len);
-    // The batch (its tasks and the shop's), the desktop kept running to
-    // watch, and the one submitted above.
-    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 3), "{tasks}");
+    // The batch (its tasks, the approval's and the shop's), the desktop kept
+    // running to watch, and the one submitted above.
+    assert_eq!(json!(count), json!(DEMO_TASKS.parse::<usize>().expect("count") + 4), "{tasks}");
 
     // --stop leaves nothing of the fleet running.
     let everything = with_descendants(&recorded);

@@ -592,25 +592,6 @@ async fn a_killed_worker_leaves_no_vnc_server_sandbox() {
     }
 }
 
-/// Types `text` into the focused page as a keyboard would (`\n` is Enter).
-async fn press_keys(browser: &mut Browser, text: &str) {
-    for c in text.chars() {
-        let (key, code, vk, typed) = match c {
-            '\n' => ("Enter".to_owned(), "Enter".to_owned(), 13, "\r".to_owned()),
-            ' ' => (" ".to_owned(), "Space".to_owned(), 32, " ".to_owned()),
-            '-' => ("-".to_owned(), "Minus".to_owned(), 189, "-".to_owned()),
-            c if c.is_ascii_lowercase() => {
-                (c.to_string(), format!("Key{}", c.to_ascii_uppercase()), c.to_ascii_uppercase() as u32, c.to_string())
-            }
-            other => panic!("press_keys does not type {other:?}"),
-        };
-        let down = json!({"type": "keyDown", "key": key, "code": code, "windowsVirtualKeyCode": vk, "text": typed});
-        browser.call("Input.dispatchKeyEvent", down).await.expect("key down");
-        let up = json!({"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": vk});
-        browser.call("Input.dispatchKeyEvent", up).await.expect("key up");
-    }
-}
-
 /// The images a model request carries, decoded.
 fn request_images(body: &Value) -> Vec<(u32, u32, Vec<u8>)> {
     let mut found = Vec::new();
@@ -677,7 +658,7 @@ async fn a_person_takes_over_in_the_browser_types_and_hands_back_sandbox() {
     let before = live.settled_screen(&sandbox).await;
     browser.click("#noVNC_container canvas").await.expect("focus the desktop");
     browser.evaluate(&format!("{CANVAS}.focus(), true")).await.expect("focus");
-    press_keys(&mut browser, "echo typed-by-a-person\n").await;
+    browser.press_keys("echo typed-by-a-person\n").await.expect("type");
     eventually("the person's typing reaches the desktop", SHOWN, async || live.screen(&sandbox).await.2 != before.2).await;
     let left = live.settled_screen(&sandbox).await;
     browser.close().await;

@@ -19,6 +19,8 @@ mod cluster_feeds;
 mod computer_use;
 mod computer_use_models;
 mod dashboard;
+mod dashboard_batches;
+mod dashboard_timeline;
 mod demo;
 mod deploy;
 mod desktop_files;

@@ -65,7 +65,8 @@ pub fn events(action: &Action, pointer: (u32, u32)) -> Result<Vec<InputEvent>, S
         Action::KeyDown { keys } => dom_keys(keys)?.iter().map(|key| key_event("rawKeyDown", key, 0)).collect(),
         Action::KeyUp { keys } => dom_keys(keys)?.iter().rev().map(|key| key_event("keyUp", key, 0)).collect(),
         Action::Wait { ms } => vec![InputEvent::Pause(*ms)],
-        Action::Screenshot {} => Vec::new(),
+        // A confirmation is cleared by the pipeline, never on the page.
+        Action::Screenshot {} | Action::Confirm { .. } => Vec::new(),
     })
 }
 

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_types::cost::usd;
 use flotilla_types::event::EventKind;
-use flotilla_types::task::{Decision, SensitiveActions, StopCode};
+use flotilla_types::task::{Decision, StopCode};
 use flotilla_types::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -284,7 +284,7 @@ impl ComputerUse {
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
-            let acknowledged = self.clear_safety_checks(run, session, &turn.safety_checks).await?;
+            let acknowledged = self.clear_safety_checks(session, &turn.safety_checks).await?;
             let mut results = carry_out_turn(session, surface, &mapping, &turn.calls, journal.as_deref_mut()).await?;
             session.steps_mut().pause_while_held().await?;
             if let Some(message) = session.steps_mut().take_hand_back() {
@@ -301,34 +301,13 @@ impl ComputerUse {
 
     /// The checks the task may acknowledge: all of them when allowed or
     /// approved by a human; an error when denied.
-    async fn clear_safety_checks(
-        &self,
-        run: &TaskRun,
-        session: &Session,
-        checks: &[SafetyCheck],
-    ) -> Result<Vec<SafetyCheck>, PipelineError> {
+    async fn clear_safety_checks(&self, session: &Session, checks: &[SafetyCheck]) -> Result<Vec<SafetyCheck>, PipelineError> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
         let listed = checks.iter().map(|c| format!("{} ({})", c.message, c.code)).collect::<Vec<_>>().join("; ");
-        match run.task.spec().sensitive_actions.unwrap_or_default() {
-            SensitiveActions::Allow => Ok(checks.to_vec()),
-            SensitiveActions::Deny => Err(PipelineError::Fatal {
-                code: StopCode::SensitiveAction,
-                message: format!("the model asked to go past a safety check and the task denies that: {listed}"),
-            }),
-            SensitiveActions::Pause => {
-                let message = format!("approve or deny: {listed}");
-                let input = session.steps().wait_for_human(StopCode::SensitiveAction, &message).await?;
-                match input.decision {
-                    Decision::Approve => Ok(checks.to_vec()),
-                    Decision::Deny => Err(PipelineError::Fatal {
-                        code: StopCode::SensitiveAction,
-                        message: format!("a human denied the action: {}", input.message.unwrap_or_else(|| listed.clone())),
-                    }),
-                }
-            }
-        }
+        session.steps().clear_sensitive("the model asked to go past a safety check", &listed).await?;
+        Ok(checks.to_vec())
     }
 }
 

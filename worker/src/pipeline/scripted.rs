@@ -3,7 +3,9 @@
 //! the trajectory an earlier task recorded (`replay_of`, see [`replay`]).
 //! A list of waits alone runs without a sandbox; any other action, or a
 //! `setup` or `check` to run, takes a sandbox for the task, with a screenshot before the first action and
-//! after every one.
+//! after every one. A `confirm` step does nothing on the screen: the task
+//! goes past it only as its `sensitive_actions` says (by default once a
+//! person approves it, see [`Steps::clear_sensitive`]).
 //!
 //! [`replay`]: super::replay
 
@@ -20,6 +22,9 @@ use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
 
 /// Runs a fixed list of actions.
 pub struct Scripted;
+
+/// Who asks to go past a `confirm` step, in the error its refusal gives.
+const SCRIPT_ASKS: &str = "the script reached a step to confirm";
 
 impl PipelineRunner for Scripted {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
@@ -47,6 +52,10 @@ impl PipelineRunner for Scripted {
 async fn run_on_screen(session: &mut Session, actions: &[Action]) -> Result<Outcome, PipelineError> {
     session.observe().await?;
     for action in actions {
+        if let Action::Confirm { message } = action {
+            session.steps().clear_sensitive(SCRIPT_ASKS, message).await?;
+            continue;
+        }
         session.act(action).await?;
         session.observe().await?;
     }
@@ -59,6 +68,10 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
     for action in actions {
         let ms = match action {
             Action::Wait { ms } => *ms,
+            Action::Confirm { message } => {
+                steps.clear_sensitive(SCRIPT_ASKS, message).await?;
+                continue;
+            }
             _ => 0,
         };
         steps
@@ -84,7 +97,7 @@ mod tests {
     use flotilla_queue::queue::{StoredRecord, TaskRecord};
     use flotilla_types::event::{Event, EventKind};
     use flotilla_types::ids::{TaskId, TenantId};
-    use flotilla_types::task::{StopCode, TaskSpec};
+    use flotilla_types::task::{SensitiveActions, StopCode, TaskSpec};
     use flotilla_types::usage::Amount;
     use tokio_util::sync::CancellationToken;
 
@@ -136,6 +149,44 @@ mod tests {
         assert_eq!(kinds, vec![action, done, action, done]);
         assert_eq!(emitted[3].fields, vec![("steps_taken".to_owned(), "2".to_owned())]);
         assert_eq!(task.counted(), vec![Amount::Step, Amount::Step]);
+    }
+
+    fn confirming(policy: SensitiveActions) -> TaskSpec {
+        let confirm = Action::Confirm { message: "send the payment".into() };
+        TaskSpec { actions: Some(vec![confirm, Action::Wait { ms: 1 }]), sensitive_actions: Some(policy), ..TaskSpec::default() }
+    }
+
+    #[tokio::test]
+    async fn a_confirm_step_the_task_denies_fails_it_without_waiting_or_acting() {
+        let task = Arc::new(FakeTask::new(confirming(SensitiveActions::Deny)));
+        let error = Scripted.run(&run_of(&task)).await.expect_err("denied");
+        assert!(
+            matches!(&error, PipelineError::Fatal { code: StopCode::SensitiveAction, message } if message.contains("send the payment")),
+            "{error:?}"
+        );
+        assert!(task.emitted().is_empty(), "nothing waits and nothing runs");
+    }
+
+    #[tokio::test]
+    async fn a_confirm_step_the_task_allows_goes_on_to_the_next_action() {
+        let task = Arc::new(FakeTask::new(confirming(SensitiveActions::Allow)));
+        assert_eq!(Scripted.run(&run_of(&task)).await.expect("outcome"), ran(2));
+        let kinds: Vec<&str> = task.emitted().iter().map(|e| e.kind.name()).collect();
+        assert_eq!(kinds, ["action", "action_completed"], "the confirmation is no screen action");
+    }
+
+    #[tokio::test]
+    async fn a_confirm_step_to_pause_on_waits_for_a_person_with_code_sensitive_action() {
+        let task = Arc::new(FakeTask::new(confirming(SensitiveActions::Pause)));
+        let run = run_of(&task);
+        let waiting = tokio::time::timeout(Duration::from_millis(300), Scripted.run(&run)).await;
+        assert!(waiting.is_err(), "no person answered: the task still waits");
+        let emitted = task.emitted();
+        assert_eq!(emitted.len(), 1, "{emitted:?}");
+        assert_eq!(
+            emitted[0].kind,
+            EventKind::Waiting { code: "sensitive-action".into(), message: "approve or deny: send the payment".into() }
+        );
     }
 
     #[tokio::test]

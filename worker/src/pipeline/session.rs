@@ -26,6 +26,7 @@
 
 mod evaluate;
 mod files;
+mod sensitive;
 mod steps;
 
 pub use steps::{Hand, Limits, Steps, DEFAULT_MAX_DURATION, DEFAULT_MAX_STEPS};
