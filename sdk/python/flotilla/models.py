@@ -2734,6 +2734,24 @@ class UsageView(BaseModel):
     """
 
 
+class ViewTicket(BaseModel):
+    """
+    A one-time ticket that opens one view socket of a task.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    expires_at: str
+    """
+    RFC 3339: after this the ticket opens nothing.
+    """
+    ticket: str
+    """
+    For `GET /v1/tasks/{id}/view/socket?ticket=…`: opens one connection.
+    """
+
+
 class WebhookId(RootModel[constr(pattern=r'^whk_[0-7][0-9a-hjkmnp-tv-z]{25}$')]):
     root: constr(pattern=r'^whk_[0-7][0-9a-hjkmnp-tv-z]{25}$')
     """

@@ -2441,6 +2441,84 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/view/ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A one-time ticket for a view token. */
+        post: {
+            parameters: {
+                query?: never;
+                header: {
+                    /** @description The token of a view URL (its fragment's `token`) */
+                    "x-flotilla-view-token": string;
+                };
+                path: {
+                    /** @description Task id */
+                    id: components["schemas"]["TaskId"];
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A ticket for one connection of the view's socket */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ViewTicket"];
+                    };
+                };
+                /** @description Malformed id */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description No token, or one that is unknown, expired, revoked or for another task (`unauthorized`) */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description A read key (`scope = "read"`) may only `GET` (`forbidden`) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Redis unreachable */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -5356,6 +5434,13 @@ export interface components {
          * @enum {string}
          */
         ViewMode: "view" | "control";
+        /** @description A one-time ticket that opens one view socket of a task. */
+        ViewTicket: {
+            /** @description RFC 3339: after this the ticket opens nothing. */
+            expires_at: string;
+            /** @description For `GET /v1/tasks/{id}/view/socket?ticket=…`: opens one connection. */
+            ticket: string;
+        };
         /** @description `whk_` and a lowercase ULID */
         WebhookId: string;
     };
