@@ -141,17 +141,17 @@ async fn a_sandbox_past_its_limits_is_killed_alone_and_its_disk_is_bounded() {
 /// reaper's watch hold the sandbox to its limits, and the others go on.
 #[tokio::test]
 async fn a_sandbox_past_its_limits_is_killed_alone_when_the_worker_is_not_root() {
-    if super::isolation_tests::effective_uid() != 0 {
+    if super::jail_fixture::effective_uid() != 0 {
         past_its_limits_killed_alone_and_disk_bounded().await;
         return;
     }
-    super::isolation_tests::run_as_unprivileged(&format!("{}::limits_as_unprivileged_user", module_path!())).await;
+    super::jail_fixture::run_as_unprivileged(&format!("{}::limits_as_unprivileged_user", module_path!())).await;
 }
 
 #[tokio::test]
 #[ignore = "run as an unprivileged user by a_sandbox_past_its_limits_is_killed_alone_when_the_worker_is_not_root"]
 async fn limits_as_unprivileged_user() {
-    assert_ne!(super::isolation_tests::effective_uid(), 0, "runs as an unprivileged user");
+    assert_ne!(super::jail_fixture::effective_uid(), 0, "runs as an unprivileged user");
     past_its_limits_killed_alone_and_disk_bounded().await;
 }
 

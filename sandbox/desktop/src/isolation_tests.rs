@@ -6,14 +6,13 @@
 //! user runs the tests (root on CI).
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-use super::jail_fixture::{typed, Fixture, TRY_TCP};
+use super::jail_fixture::{effective_uid, run_as_unprivileged, typed, Fixture, TRY_TCP};
 use super::Network;
 use flotilla_sandbox::suite::host_address;
 use flotilla_sandbox::{suite, SandboxProvider};
@@ -191,14 +190,6 @@ async fn cannot_mount_write_the_host_or_read_secrets() {
     provider.kill(&b.id).await.expect("kill b");
 }
 
-/// The unprivileged user the non-root run uses: `nobody`, on every Debian.
-const UNPRIVILEGED_UID: u32 = 65534;
-
-/// The effective uid of this process (the owner of `/proc/self`).
-pub(super) fn effective_uid() -> u32 {
-    std::fs::metadata("/proc/self").expect("/proc is mounted").uid()
-}
-
 /// Runs the reachability, display and host-file checks in a copy of this
 /// test binary started as `nobody`, as a worker that is not root runs: the
 /// jail is then built from an unprivileged user's namespaces and must hold
@@ -211,31 +202,6 @@ async fn sandbox_jail_holds_when_the_worker_is_not_root() {
         return;
     }
     run_as_unprivileged(&format!("{}::as_unprivileged_user", module_path!())).await;
-}
-
-/// Runs the ignored test `path` (a module path from the crate root) in a
-/// copy of this test binary started as `nobody` (`setpriv`, util-linux),
-/// with no capability and no control group of its own to manage, and
-/// asserts it ran and passed.
-pub(super) async fn run_as_unprivileged(path: &str) {
-    let name = path.split_once("::").expect("a crate path").1;
-    let binary = std::env::current_exe().expect("this test binary");
-    let uid = UNPRIVILEGED_UID.to_string();
-    let output = tokio::process::Command::new("setpriv")
-        .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(&binary)
-        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads", "1"])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", "/tmp")
-        .env("RUST_BACKTRACE", "1")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("setpriv (util-linux) runs");
-    let out = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "{name} failed as uid {uid}:\n{out}");
-    assert!(out.contains("1 passed"), "{name} did not run as uid {uid}:\n{out}");
 }
 
 /// The checks of this module, as whatever unprivileged user runs it; run by

@@ -2,6 +2,7 @@
 //! script typed into a sandbox's own terminal as an agent types it.
 
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::{Isolation, LocalConfig, LocalProvider, Network};
@@ -59,3 +60,36 @@ pub(super) async fn typed(provider: &LocalProvider, sandbox: &Sandbox, name: &st
 pub(super) const TRY_TCP: &str = r#"try() { if timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; then echo "$1:$2 open"; else echo "$1:$2 closed"; fi; }
 fetch() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/$2; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3" 2>/dev/null | tail -n 1; echo; }
 "#;
+
+/// The unprivileged user the non-root run uses: `nobody`, on every Debian.
+const UNPRIVILEGED_UID: u32 = 65534;
+
+/// The effective uid of this process (the owner of `/proc/self`).
+pub(super) fn effective_uid() -> u32 {
+    std::fs::metadata("/proc/self").expect("/proc is mounted").uid()
+}
+
+/// Runs the ignored test `path` (a module path from the crate root) in a
+/// copy of this test binary started as `nobody` (`setpriv`, util-linux),
+/// with no capability and no control group of its own to manage, and
+/// asserts it ran and passed.
+pub(super) async fn run_as_unprivileged(path: &str) {
+    let name = path.split_once("::").expect("a crate path").1;
+    let binary = std::env::current_exe().expect("this test binary");
+    let uid = UNPRIVILEGED_UID.to_string();
+    let output = tokio::process::Command::new("setpriv")
+        .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(&binary)
+        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads", "1"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", "/tmp")
+        .env("RUST_BACKTRACE", "1")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("setpriv (util-linux) runs");
+    let out = format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{name} failed as uid {uid}:\n{out}");
+    assert!(out.contains("1 passed"), "{name} did not run as uid {uid}:\n{out}");
+}

@@ -337,7 +337,10 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .output()
         .expect("run the printed view command");
     let said = format!("{}{}", String::from_utf8_lossy(&viewed.stdout), String::from_utf8_lossy(&viewed.stderr));
-    assert!(viewed.status.success() && said.contains("/novnc/"), "{view_line}\n{said}");
+    // The link opens the view page; its token rides in the fragment alone.
+    let link = said.split_whitespace().find(|w| w.contains("/view?")).unwrap_or_else(|| panic!("{view_line}\n{said}"));
+    let (page, fragment) = link.split_once('#').unwrap_or((link, ""));
+    assert!(viewed.status.success() && !page.contains("token") && fragment.contains("token="), "{view_line}\n{said}");
 
     // The printed command works in a fresh shell that inherits nothing.
     let submitted = Command::new("env")
