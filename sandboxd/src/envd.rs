@@ -38,7 +38,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::calls::{error, route};
 use super::host::{Entry, Host};
 use super::processes::Processes;
-use super::stream::{event_frame, stream_error, streaming_request, streaming_response};
+use super::stream::{self, event_frame, stream_error, streaming_response};
 use super::{filesystem, process_calls, process_connect};
 use flotilla_desktop::process::{self, Signal};
 use flotilla_e2b::connect::{self, ConnectError, EndOfStream, FLAG_END_STREAM};
@@ -77,17 +77,9 @@ pub(super) fn router(host: Arc<Host>) -> Router {
 }
 
 async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request): (_, StartRequest) = match stream::open(&host, &headers, &body).await {
+        Ok(opened) => opened,
         Err(refused) => return refused,
-    };
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    if content_type != Some(connect::STREAMING_JSON) {
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
-    }
-    let request: StartRequest = match streaming_request(&body) {
-        Ok(request) => request,
-        Err(message) => return stream_error("invalid_argument", message),
     };
     let timeout =
         headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);

@@ -11,19 +11,18 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State as Shared;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
-use flotilla_e2b::connect::{self, FLAG_END_STREAM};
+use flotilla_e2b::connect::FLAG_END_STREAM;
 use flotilla_e2b::envd::{ProcessEvent, StartEvent};
 use futures::StreamExt as _;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::broadcast::Receiver;
 
-use super::calls::{error, route};
 use super::host::Host;
 use super::process_calls::{pid_of, Selector};
-use super::stream::{event_frame, stream_error, streaming_request, streaming_response};
+use super::stream::{self, event_frame, stream_error, streaming_response};
 
 #[derive(Debug, Deserialize)]
 struct ConnectRequest {
@@ -31,17 +30,9 @@ struct ConnectRequest {
 }
 
 pub(super) async fn connect(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request): (_, ConnectRequest) = match stream::open(&host, &headers, &body).await {
+        Ok(opened) => opened,
         Err(refused) => return refused,
-    };
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-    if content_type != Some(connect::STREAMING_JSON) {
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
-    }
-    let request: ConnectRequest = match streaming_request(&body) {
-        Ok(request) => request,
-        Err(message) => return stream_error("invalid_argument", message),
     };
     let watched = pid_of(&sandbox, &request.process).ok().and_then(|pid| Some((pid, sandbox.running.watch(pid)?)));
     let Some((pid, frames)) = watched else {

@@ -3,11 +3,33 @@
 //! read, each event sent as a message envelope, and a stream that is only
 //! an end-of-stream error.
 
+use std::sync::Arc;
+
 use axum::body::Body;
-use axum::http::header;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use flotilla_e2b::connect::{self, ConnectError, Decoder, EndOfStream, Frame, FLAG_END_STREAM, FLAG_MESSAGE};
 use flotilla_e2b::envd::{ProcessEvent, StartResponse};
+
+use super::calls::{error, route};
+use super::host::{Entry, Host};
+
+/// What every streaming call checks first: its sandbox (as every envd
+/// call), a Connect streaming body, and its one request; or the answer
+/// that refuses it.
+pub(super) async fn open<T: serde::de::DeserializeOwned>(
+    host: &Arc<Host>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Entry, T), Response> {
+    let sandbox = route(host, headers).await?;
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if content_type != Some(connect::STREAMING_JSON) {
+        return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json"));
+    }
+    let request = streaming_request(body).map_err(|message| stream_error("invalid_argument", message))?;
+    Ok((sandbox, request))
+}
 
 /// A Connect stream that is only an end-of-stream error.
 pub(super) fn stream_error(code: &str, message: String) -> Response {
@@ -21,7 +43,7 @@ pub(super) fn streaming_response(body: Body) -> Response {
 }
 
 /// The one request envelope of a streaming call, parsed.
-pub(super) fn streaming_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+fn streaming_request<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let mut decoder = Decoder::default();
     decoder.push(body);
     match decoder.next_frame() {
