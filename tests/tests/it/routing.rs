@@ -165,9 +165,12 @@ async fn the_queue_figures_count_waiting_running_and_live_workers_apart() {
     }
     let normal =
         |q: &Value| q["lanes"].as_array().and_then(|l| l.iter().find(|l| l["lane"] == "normal")).cloned().unwrap_or_default();
+    // The lanes and the tenants' counters are read apart: a response taken
+    // while a claim lands may show one before the other, so both are waited for.
     let settled = |q: &Value| {
         let lane = normal(q);
-        lane["pending"] == 3 && lane["depth"] == 2 && lane["consumers"] == 3
+        let tenant = &q["tenants"][0];
+        lane["pending"] == 3 && lane["depth"] == 2 && lane["consumers"] == 3 && tenant["running"] == 3 && tenant["queued"] == 2
     };
     let queues = poll_until(&client, "/v1/queues", settled).await;
     let lane = normal(&queues);
