@@ -233,9 +233,14 @@ echo "screenshots of $first (presigned links, valid for an hour while the store 
 python3 - "$work/first.json" <<'PY'
 import json, sys
 task = json.load(open(sys.argv[1]))
+first_seq = {}
 for shot in task.get("screenshots", []):
-    link = shot.get("url") or shot["key"]
-    print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], link))
+    # A screen seen before is the same stored image: named, not linked again.
+    if shot["hash"] in first_seq:
+        print("  seq %3d  %s  the same image as seq %d" % (shot["seq"], shot["hash"][:12], first_seq[shot["hash"]]))
+        continue
+    first_seq[shot["hash"]] = shot["seq"]
+    print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], shot.get("url") or shot["key"]))
 PY
 shop=${ids[-1]}
 "$bin/flotilla" --json task "$shop" >"$work/shop.json"

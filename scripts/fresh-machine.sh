@@ -45,7 +45,7 @@ git clone --quiet "$repo" "$root/root/flotilla"
 
 printf 'fresh-machine: running `%s` in it; the timed log is %s\n' "$*" "$dir/setup.log" >&2
 set +e
-bwrap --bind "$root" / --dev-bind /dev /dev --proc /proc --bind /sys /sys --tmpfs /tmp \
+bwrap --bind "$root" / --dev-bind /dev /dev --proc /proc --bind /sys /sys --perms 1777 --tmpfs /tmp \
   --unshare-pid --unshare-ipc --unshare-uts --hostname fresh --die-with-parent \
   --setenv HOME /root --setenv PATH /root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --chdir /root/flotilla "$@" 2>&1 |
