@@ -42,6 +42,13 @@ for proxy in cargo rustc rustdoc rustfmt cargo-fmt cargo-clippy clippy-driver; d
   ln -s rustup "$root/root/.cargo/bin/$proxy"
 done
 git clone --quiet "$repo" "$root/root/flotilla"
+# The machine's own certificate authorities (a network that inspects
+# HTTPS has one), as an image of this machine carries them: Debian's
+# ca-certificates, once set-up installs it, takes them into its bundle.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 
 printf 'fresh-machine: running `%s` in it; the timed log is %s\n' "$*" "$dir/setup.log" >&2
 set +e
