@@ -97,6 +97,8 @@ APT_TOOLS=(
 APT_PACKAGES=(
   # The certificate authorities cargo and the SDK installs fetch over HTTPS with.
   "ca-certificates"
+  # The C library's headers and start files, which linking any Rust binary needs.
+  "libc6-dev"
   "fonts-dejavu-core"
   # The noVNC page the API serves for live views (/usr/share/novnc).
   "novnc"
