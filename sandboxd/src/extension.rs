@@ -53,7 +53,13 @@ async fn capture(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Byte
     match local.screenshot(&sandbox.local_id).await {
         Ok(shot) => {
             let waited = HeaderValue::from(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX));
-            ([(header::CONTENT_TYPE, HeaderValue::from_static("image/png")), (WAITED_HEADER.parse().expect("a header name"), waited)], shot.png)
+            (
+                [
+                    (header::CONTENT_TYPE, HeaderValue::from_static("image/png")),
+                    (WAITED_HEADER.parse().expect("a header name"), waited),
+                ],
+                shot.png,
+            )
                 .into_response()
         }
         Err(error) => refuse(&error),

@@ -122,7 +122,12 @@ impl Envd {
     }
 
     /// One action through the extension.
-    pub(crate) async fn fast_act(&self, support: &Support, target: &EnvdTarget, action: &Action) -> Result<Answer<()>, EnvdError> {
+    pub(crate) async fn fast_act(
+        &self,
+        support: &Support,
+        target: &EnvdTarget,
+        action: &Action,
+    ) -> Result<Answer<()>, EnvdError> {
         let request = self.post(target, ACT_PATH)?.json(action);
         let response = request.send().await.map_err(|e| EnvdError::Unavailable(e.to_string()))?;
         Ok(match answer(support, response).await? {

@@ -308,7 +308,12 @@ impl E2bProvider {
 
     /// A capture through the host's extension (settled there by `settle`),
     /// or `None` where it is not served.
-    async fn fast_capture(&self, id: &SandboxId, known: &Known, settle: Option<Settle>) -> Result<Option<SettledShot>, SandboxError> {
+    async fn fast_capture(
+        &self,
+        id: &SandboxId,
+        known: &Known,
+        settle: Option<Settle>,
+    ) -> Result<Option<SettledShot>, SandboxError> {
         if !self.fast.worth_trying() {
             return Ok(None);
         }

@@ -88,8 +88,8 @@ mod tests {
     fn a_settle_travels_in_milliseconds_and_is_bounded() {
         let json = serde_json::to_value(SETTLE).expect("serializes");
         assert_eq!(json, serde_json::json!({"first_ms": 100, "poll_ms": 50, "max_ms": 1000}));
-        let asked: Settle = serde_json::from_value(serde_json::json!({"first_ms": 5, "poll_ms": 1, "max_ms": 86_400_000}))
-            .expect("deserializes");
+        let asked: Settle =
+            serde_json::from_value(serde_json::json!({"first_ms": 5, "poll_ms": 1, "max_ms": 86_400_000})).expect("deserializes");
         assert_eq!(asked.bounded().max, MAX_SETTLE_WAIT);
         assert_eq!(asked.bounded().first, Duration::from_millis(5));
     }

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_types::action::Action;
 
-use crate::sandbox::settle::{quiet_screen, SETTLE};
 use crate::sandbox::local::Desktops;
+use crate::sandbox::settle::{quiet_screen, SETTLE};
 use crate::sandbox::{suite, LocalConfig, SandboxProvider};
 
 /// The display reports its screen's changes without a capture: an idle

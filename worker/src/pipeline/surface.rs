@@ -17,10 +17,10 @@ use std::time::Instant;
 use flotilla_types::action::Action;
 use flotilla_types::task::StopCode;
 
-use crate::sandbox::settle::SETTLE;
 use super::{PipelineError, Session};
 use crate::browser::{Browser, BrowserError};
 use crate::model::browser::{BrowserCall, PageState};
+use crate::sandbox::settle::SETTLE;
 use crate::sandbox::Screenshot;
 
 /// What a conversation drives.

@@ -25,8 +25,8 @@ pub use flotilla_e2b as e2b;
 #[cfg(test)]
 pub(crate) use flotilla_sandbox::suite;
 pub use flotilla_sandbox::{
-    keyboard, settle, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest,
-    SandboxStatus, Screenshot, X11Display,
+    keyboard, settle, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider,
+    SandboxRequest, SandboxStatus, Screenshot, X11Display,
 };
 
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};
