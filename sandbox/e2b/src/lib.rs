@@ -12,6 +12,8 @@
 //!   serves both in one call each (`fast`, asked once per host).
 //! - A live stream runs in the sandbox as the Desktop SDK runs it: x11vnc
 //!   behind a key and noVNC on port 6080 (`stream`).
+//! - Any other port inside a sandbox (Chromium's DevTools) is reached
+//!   through the routing address's edge (`ports`).
 //!
 //! The provider remembers, per sandbox it has seen, how to reach its envd,
 //! its screen size and its deadline, so one action is one envd round trip;
@@ -28,6 +30,7 @@ pub mod connect;
 mod desktop;
 pub mod envd;
 pub mod fast;
+mod ports;
 pub mod stream;
 #[cfg(test)]
 mod unit_tests;
@@ -393,6 +396,15 @@ impl E2bProvider {
         Ok(EnvdTarget { base, route_to, access_token })
     }
 
+    /// The one address every sandbox is reached through, when requests are
+    /// routed by header.
+    fn routing_base(&self) -> Option<&str> {
+        match &self.config.envd {
+            EnvdAddress::Routed { base_url } => Some(base_url),
+            EnvdAddress::SandboxHost => None,
+        }
+    }
+
     fn remember(&self, id: &SandboxId, known: Known) {
         lock(&self.known).insert(id.clone(), known);
     }
@@ -534,6 +546,18 @@ impl SandboxProvider for E2bProvider {
         settle: Settle,
     ) -> BoxFuture<'a, Result<Option<SettledShot>, SandboxError>> {
         self.settled(id, settle).boxed()
+    }
+
+    fn opens_ports(&self) -> bool {
+        ports::carried(self.routing_base())
+    }
+
+    fn open_port<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        port: u16,
+    ) -> BoxFuture<'a, Result<flotilla_sandbox::PortStream, SandboxError>> {
+        ports::open(self.routing_base(), id, port).boxed()
     }
 
     fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn flotilla_sandbox::remote::RemoteStream>> {
