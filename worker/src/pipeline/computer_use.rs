@@ -160,8 +160,9 @@ impl ComputerUse {
     /// Runs the task's prompt as one conversation, journaled step by step
     /// (see [`journal`](super::journal)): taken up from the journal when an
     /// earlier attempt was interrupted (see [`resume`]), else from the
-    /// start. A run that ends in a way that is not an interruption drops
-    /// the journal, so a retry starts clean.
+    /// start. A run that failed and is not taken up in its sandbox by the
+    /// next attempt (see [`Session::carries_over`]) drops the journal, so a
+    /// retry starts clean.
     async fn run_journaled(&self, run: &TaskRun, steps: Steps) -> Result<Outcome, PipelineError> {
         let start = match resume::journal_of(run).await? {
             Some(journal) => resume::start(run, steps, journal).await?,
@@ -173,8 +174,8 @@ impl ComputerUse {
         };
         session.steps_mut().journaled(run.hand_back.clone());
         let result = self.drive(run, &mut session, journal).await;
-        let result = session.close(result).await;
-        if matches!(&result, Err(e) if !matches!(e, PipelineError::HandedBack | PipelineError::Fenced)) {
+        let (result, carried_over) = session.close_journaled(result).await;
+        if result.is_err() && !carried_over {
             if let Err(e) = run.task.write_journal("").await {
                 tracing::warn!(error = %e, "could not drop the step journal of a run that will not be taken up");
             }

@@ -1,5 +1,6 @@
 //! Taking a model-driven task up where an interrupted attempt stopped
-//! (its worker was killed, restarted or redeployed): the attempt reads the
+//! (its worker was killed, restarted or redeployed, or the attempt failed
+//! in a way worth retrying while its sandbox lived): the attempt reads the
 //! task's step journal, and the task's `on_interrupt` decides.
 //!
 //! - `resume` (the default): reconnect to the same sandbox by id, announce
