@@ -16,7 +16,7 @@
 
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, StopCode};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::error::PipelineError;
@@ -42,7 +42,7 @@ or, only when the task can be read in ways that lead to different results, \
 const NO_DETAIL: &str = "(no further detail: choose the most likely reading)";
 
 /// A task split into steps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub application: String,
     pub steps: Vec<String>,
@@ -57,7 +57,7 @@ pub enum PlanAnswer {
 }
 
 /// A question the planner asked and the human's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Clarification {
     pub question: String,
     pub answer: String,
