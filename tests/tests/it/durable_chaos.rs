@@ -266,7 +266,7 @@ async fn a_rolling_restart_of_both_workers_mid_batch_loses_no_step() {
     // Each worker runs 8 tasks at once; the host keeps room for three
     // workers' desktops (the new one starts before the old one stops) and
     // the handed-back ones waiting for a slot.
-    let stand = Stand::start_sized(Size { slots: 8, desktops: 40 }).await;
+    let stand = Stand::start_sized(Size { slots: 8, desktops: 40, gateway: false }).await;
     let api_server = stand.api().await;
     let api = ApiClient::when_ready(&api_server, api_key()).await;
     let began = Instant::now();

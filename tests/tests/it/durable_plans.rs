@@ -73,7 +73,10 @@ async fn a_planned_task_killed_mid_step_goes_on_at_that_step_without_planning_ag
     // Killed while the second plan step waits, after it typed `two`.
     stand.wait_for("the second step's wait starts", &id, 90, is_waiting_action).await;
     let journal = stand.journal(&id);
-    assert!(journal.contains(r#""step":1"#) && journal.contains("Wrote one."), "the journal holds the plan's progress: {journal}");
+    assert!(
+        journal.contains(r#""step":1"#) && journal.contains("Wrote one."),
+        "the journal holds the plan's progress: {journal}"
+    );
     doomed.signal("KILL");
     assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
     let before_kill = stand.model.received().len();

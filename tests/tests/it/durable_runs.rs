@@ -13,6 +13,7 @@ use flotilla_blobstore::BlobStore;
 use flotilla_config::Config;
 use flotilla_queue::keys::Keys;
 use flotilla_queue::queue::Queue;
+use flotilla_sandbox::suite::host_address;
 use flotilla_sandboxd::{Sandboxd, TestOptions};
 use flotilla_tests::desktop::{eventually, sandbox_ids};
 use flotilla_tests::fakes::{openai, Recorded, Reply, ScriptedServer};
@@ -44,15 +45,19 @@ pub(crate) struct Stand {
 /// How much a stand runs at once: each worker's task slots, and the
 /// desktops its host keeps running (a task's own and those whose task was
 /// handed back and waits for a worker).
+/// With `gateway`, each worker's model gateway listens on the host's own
+/// address, which the host's desktops reach as a hosted sandbox reaches
+/// the internet (what claude-code tasks need).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Size {
     pub(crate) slots: usize,
     pub(crate) desktops: usize,
+    pub(crate) gateway: bool,
 }
 
 impl Default for Size {
     fn default() -> Self {
-        Self { slots: 4, desktops: 8 }
+        Self { slots: 4, desktops: 8, gateway: false }
     }
 }
 
@@ -62,14 +67,16 @@ impl Stand {
     }
 
     pub(crate) async fn start_sized(size: Size) -> Self {
-        let host = Sandboxd::start_with(TestOptions { capacity: Some(size.desktops), ..TestOptions::default() }).await;
+        let internet = if size.gateway { vec![host_address()] } else { Vec::new() };
+        let host = Sandboxd::start_with(TestOptions { capacity: Some(size.desktops), internet, ..TestOptions::default() }).await;
         let redis = RedisServer::start();
         let prefix = unique_prefix();
         let model = ScriptedServer::start().await;
         let base = format!("{}/v1", model.url());
         let model_url = model.url();
         let slots = size.slots.to_string();
-        let extra = [
+        let gateway_addr = format!("{}:0", host_address());
+        let mut extra = vec![
             ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
             ("E2B_API_KEY", host.test_key()),
             ("E2B_API_URL", host.api_url()),
@@ -85,6 +92,9 @@ impl Stand {
             ("FLOTILLA_HEARTBEAT_MS", "500"),
             ("FLOTILLA_WORKER_CONCURRENCY", slots.as_str()),
         ];
+        if size.gateway {
+            extra.push(("FLOTILLA_GATEWAY_ADDR", gateway_addr.as_str()));
+        }
         let s3 = S3Server::start();
         let mut env = test_env(&redis, &prefix, &extra);
         env.extend(s3.worker_env(&prefix));

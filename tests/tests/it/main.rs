@@ -29,6 +29,7 @@ mod desktop_tasks;
 mod docs_pages;
 mod drain_path;
 mod durable_chaos;
+mod durable_claude_code;
 mod durable_conversations;
 mod durable_plans;
 mod durable_runs;

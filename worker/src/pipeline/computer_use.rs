@@ -38,7 +38,7 @@
 //! ends).
 
 mod planned;
-mod resume;
+pub(super) mod resume;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -272,7 +272,11 @@ impl ComputerUse {
 /// Closes a journaled run's session; a run that failed and is not taken up
 /// in its sandbox by the next attempt (see [`Session::carries_over`])
 /// drops the journal, so a retry starts clean.
-async fn close_journaled(run: &TaskRun, session: Session, result: Result<Outcome, PipelineError>) -> Result<Outcome, PipelineError> {
+pub(super) async fn close_journaled<T>(
+    run: &TaskRun,
+    session: Session,
+    result: Result<T, PipelineError>,
+) -> Result<T, PipelineError> {
     let (result, carried_over) = session.close_journaled(result).await;
     if result.is_err() && !carried_over {
         if let Err(e) = run.task.write_journal("").await {

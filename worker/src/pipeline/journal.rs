@@ -26,7 +26,7 @@
 
 pub mod screens;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -125,6 +125,17 @@ impl PlanProgress {
     }
 }
 
+/// A claude-code task's CLI run: the session it runs in (its id chosen
+/// before the CLI starts), and its work directory's files (path to
+/// SHA-256) before the CLI first ran, against which its artifacts are
+/// found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CliProgress {
+    pub session_id: String,
+    #[serde(default)]
+    pub before: BTreeMap<String, String>,
+}
+
 /// What the journal holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Journal {
@@ -145,6 +156,9 @@ pub struct Journal {
     /// above are those of its step under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanProgress>,
+    /// A claude-code task's CLI session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli: Option<CliProgress>,
 }
 
 impl Journal {
@@ -158,6 +172,7 @@ impl Journal {
             usage: JournaledUsage::default(),
             calls: Vec::new(),
             plan: None,
+            cli: None,
         }
     }
 

@@ -86,7 +86,8 @@ impl ComputerUse {
                 Ok((planned, Journaler::begin(Arc::clone(&run.task), blobs, journal).await?))
             }
             PlanStart::Resumed(journal) => {
-                let progress = journal.plan.as_ref().ok_or_else(|| PipelineError::Retryable("the journal holds no plan".into()))?;
+                let progress =
+                    journal.plan.as_ref().ok_or_else(|| PipelineError::Retryable("the journal holds no plan".into()))?;
                 Ok((progress.planned(), Journaler::new(Arc::clone(&run.task), blobs, journal)))
             }
         }
