@@ -35,7 +35,7 @@ use tracing::warn;
 use flotilla_blobstore::BlobStore;
 use flotilla_queue::queue::JOURNAL_MAX_BYTES;
 
-use super::planner::{Clarification, Plan, Planned};
+use super::plan::{Clarification, Plan, Planned};
 use super::{PipelineError, TaskHandle};
 use crate::model::{ToolCall, Usage};
 

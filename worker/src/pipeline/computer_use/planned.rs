@@ -28,7 +28,7 @@ enum PlanStart {
     /// With no plan yet, or the one made before the sandbox was taken.
     New(Option<Planned>),
     /// From an interrupted attempt's journal.
-    Resumed(Journal),
+    Resumed(Box<Journal>),
 }
 
 impl ComputerUse {
@@ -40,7 +40,7 @@ impl ComputerUse {
             None => Start::Fresh(steps),
         };
         let (mut session, start) = match start {
-            Start::Resumed(session, journal) => (*session, PlanStart::Resumed(journal)),
+            Start::Resumed(session, journal) => (*session, PlanStart::Resumed(Box::new(journal))),
             Start::Fresh(steps) => {
                 let spec = run.task.spec();
                 // A set-up runs before any model call, the planner's too:
@@ -88,7 +88,7 @@ impl ComputerUse {
             PlanStart::Resumed(journal) => {
                 let progress =
                     journal.plan.as_ref().ok_or_else(|| PipelineError::Retryable("the journal holds no plan".into()))?;
-                Ok((progress.planned(), Journaler::new(Arc::clone(&run.task), blobs, journal)))
+                Ok((progress.planned(), Journaler::new(Arc::clone(&run.task), blobs, *journal)))
             }
         }
     }
