@@ -75,7 +75,7 @@ impl Stand {
         let base = format!("{}/v1", model.url());
         let model_url = model.url();
         let slots = size.slots.to_string();
-        let gateway_addr = format!("{}:0", host_address());
+        let gateway_addr = size.gateway.then(|| format!("{}:0", host_address()));
         let mut extra = vec![
             ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
             ("E2B_API_KEY", host.test_key()),
@@ -92,8 +92,8 @@ impl Stand {
             ("FLOTILLA_HEARTBEAT_MS", "500"),
             ("FLOTILLA_WORKER_CONCURRENCY", slots.as_str()),
         ];
-        if size.gateway {
-            extra.push(("FLOTILLA_GATEWAY_ADDR", gateway_addr.as_str()));
+        if let Some(addr) = &gateway_addr {
+            extra.push(("FLOTILLA_GATEWAY_ADDR", addr.as_str()));
         }
         let s3 = S3Server::start();
         let mut env = test_env(&redis, &prefix, &extra);
