@@ -296,7 +296,15 @@ impl Session {
     /// Before any of it, the task's `check` judges the sandbox (see
     /// [`evaluate`]), then the agent's output files are stored and its
     /// browser profile saved (see [`files`]).
-    pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
+    pub async fn close<T>(self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
+        self.close_journaled(result).await.0
+    }
+
+    /// [`Session::close`], saying also whether the next attempt takes the
+    /// task up in this sandbox from its journal (see
+    /// [`Session::carries_over`]); when it does not, the journal is the
+    /// caller's to drop.
+    pub async fn close_journaled<T>(mut self, result: Result<T, PipelineError>) -> (Result<T, PipelineError>, bool) {
         self.check(&result).await;
         let result = self.take_out(result).await;
         let result = match (result, self.screenshots.take()) {
@@ -316,11 +324,27 @@ impl Session {
         let keeper = self.steps.keeper.take();
         let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
         let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
+        let carried_over = self.carries_over(&result, gone);
         if let Some(held) = self.held.take() {
-            let resumable = self.steps.is_journaled();
-            held.settle(&self.pool, &result, expires_at, gone, resumable, Claimant { task: &self.task }).await;
+            held.settle(&self.pool, &result, expires_at, gone, carried_over, Claimant { task: &self.task }).await;
         }
-        result
+        (result, carried_over)
+    }
+
+    /// Whether the next attempt takes the task up in this sandbox from its
+    /// journal once this one ends with `result`: a journaled run handed
+    /// back by a stopping worker or taken over by another attempt, or one
+    /// that failed in a way worth retrying while its sandbox lives (not
+    /// `gone`) and the task has attempts left. Any other end starts over.
+    pub(crate) fn carries_over<T>(&self, result: &Result<T, PipelineError>, gone: bool) -> bool {
+        if !self.steps.is_journaled() {
+            return false;
+        }
+        match result {
+            Err(PipelineError::HandedBack | PipelineError::Fenced) => true,
+            Err(PipelineError::Retryable(_)) => !gone && self.task.attempt_number() < self.task.spec().max_attempts(),
+            _ => false,
+        }
     }
 }
 
