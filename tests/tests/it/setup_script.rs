@@ -1,7 +1,7 @@
 //! `scripts/setup.sh` talks while it works: a long step (an apt install, a
 //! `cargo install` of minutes) says every few seconds that it goes on, with
 //! its command's newest line, so a newcomer never watches a silent terminal
-//! for more than 10 s; a failing step shows the end of its output and fails
+//! for more than 10 s; a failing step shows its whole output and fails
 //! set-up with its status.
 
 use std::io::{BufRead, BufReader};
@@ -50,5 +50,5 @@ fn a_failing_step_shows_its_output_and_fails_with_its_status() {
     let (lines, status) = talk("echo the mirror is unreachable; exit 3");
     assert_eq!(status, Some(3), "{lines:?}");
     let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-    assert_eq!(text, ["setup: a long step failed (exit 3); its last lines:", "the mirror is unreachable"]);
+    assert_eq!(text, ["setup: a long step failed (exit 3); its output:", "the mirror is unreachable"]);
 }
