@@ -106,6 +106,19 @@ async fn run_form_task(fleet: &DesktopFleet, site: &FormSite, model: &str) -> Ve
     events
 }
 
+/// A Gemini server scripted to go to the form, fill its two fields and
+/// submit it, then answer.
+async fn gemini_form_script(site: &FormSite) -> ScriptedServer {
+    let server = ScriptedServer::start().await;
+    let typed = |y: u32, text: &str| json!({"x": 500, "y": y, "text": text, "press_enter": false, "clear_before_typing": true});
+    server.push(gemini::calls_turn(vec![gemini::call("navigate", json!({"url": site.url}))]));
+    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(170, "Ada Lovelace"))]));
+    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(480, "ada@example.com"))]));
+    server.push(gemini::calls_turn(vec![gemini::call("click_at", json!({"x": 500, "y": 810}))]));
+    server.push(gemini::final_answer("Signed up."));
+    server
+}
+
 /// The browser calls a task's events report, by name.
 fn browser_calls(events: &[Event]) -> Vec<String> {
     events
@@ -164,13 +177,7 @@ async fn sandbox_a_claude_browser_toolset_task_fills_and_submits_a_form() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_gemini_browser_environment_task_fills_and_submits_a_form() {
     let site = form_site().await;
-    let server = ScriptedServer::start().await;
-    let typed = |y: u32, text: &str| json!({"x": 500, "y": y, "text": text, "press_enter": false, "clear_before_typing": true});
-    server.push(gemini::calls_turn(vec![gemini::call("navigate", json!({"url": site.url}))]));
-    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(170, "Ada Lovelace"))]));
-    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(480, "ada@example.com"))]));
-    server.push(gemini::calls_turn(vec![gemini::call("click_at", json!({"x": 500, "y": 810}))]));
-    server.push(gemini::final_answer("Signed up."));
+    let server = gemini_form_script(&site).await;
     let env = vec![("GEMINI_BASE_URL", server.url()), ("GEMINI_API_KEY", "gemini-test-secret".to_owned())];
     let fleet = fleet(env).await;
 
@@ -194,13 +201,7 @@ async fn sandbox_a_gemini_browser_environment_task_fills_and_submits_a_form() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_a_browser_task_on_a_sandbox_hosts_desktop_reaches_devtools_through_its_edge() {
     let site = form_site().await;
-    let server = ScriptedServer::start().await;
-    let typed = |y: u32, text: &str| json!({"x": 500, "y": y, "text": text, "press_enter": false, "clear_before_typing": true});
-    server.push(gemini::calls_turn(vec![gemini::call("navigate", json!({"url": site.url}))]));
-    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(170, "Ada Lovelace"))]));
-    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(480, "ada@example.com"))]));
-    server.push(gemini::calls_turn(vec![gemini::call("click_at", json!({"x": 500, "y": 810}))]));
-    server.push(gemini::final_answer("Signed up."));
+    let server = gemini_form_script(&site).await;
     let host = Sandboxd::start_with_internet(vec![host_address()]).await;
     let config = flotilla_tests::config_file("[tenants.acme]\nsandbox_templates = [\"browser\"]\n");
     let env = vec![

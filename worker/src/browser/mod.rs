@@ -36,6 +36,11 @@ use crate::sandbox::{SandboxError, SandboxId, SandboxProvider, Screenshot};
 pub const PROFILE_DIR: &str = ".config/chromium";
 /// The debugging port the `browser` template opens inside the sandbox.
 pub const DEBUGGING_PORT: u16 = 9222;
+/// What the browser answers a capture while its page has no document.
+const NO_PAGE_YET: &str = "Not attached to an active page";
+/// How often such a capture is asked again, and the pause between.
+const CAPTURE_TRIES: u32 = 20;
+const CAPTURE_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long the browser may take to start and open its port.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a page may take to load before the call goes on without it.
@@ -102,9 +107,20 @@ impl Browser {
         self.cdp.call(Some(&self.session), method, params).await
     }
 
-    /// The viewport as a PNG.
+    /// The viewport as a PNG. A page caught between two documents (a
+    /// navigation swapping its renderer) has none for a moment: the
+    /// capture is asked again, a bounded number of times.
     pub async fn screenshot(&self) -> Result<Screenshot, BrowserError> {
-        let shot = self.call("Page.captureScreenshot", json!({"format": "png"})).await?;
+        let mut tries = 0;
+        let shot = loop {
+            match self.call("Page.captureScreenshot", json!({"format": "png"})).await {
+                Err(CdpError::Refused { message, .. }) if message.contains(NO_PAGE_YET) && tries < CAPTURE_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(CAPTURE_RETRY_PAUSE).await;
+                }
+                answer => break answer?,
+            }
+        };
         let data = shot["data"].as_str().ok_or_else(|| BrowserError::Broken("a screenshot without data".into()))?;
         let png = base64::Engine::decode(&base64::prelude::BASE64_STANDARD, data)
             .map_err(|e| BrowserError::Broken(format!("a screenshot that is not base64: {e}")))?;
