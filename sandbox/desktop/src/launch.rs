@@ -6,7 +6,9 @@
 //! in the sandbox's home. Either way the environment is built from scratch,
 //! so no secret of the worker leaks in, and carries the sandbox's marker, so
 //! a sweep of `/proc` finds everything the sandbox started, even what left
-//! its process group.
+//! its process group. Once a jailed desktop is up, [`Launcher::spawn`]
+//! starts commands through the sandbox's [spawner](super::spawn) (a fork
+//! inside the jail) instead of building the jail again for each.
 
 use std::path::PathBuf;
 use std::process::Stdio;
