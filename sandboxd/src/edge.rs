@@ -62,6 +62,8 @@ pub(super) fn serve(
                 accepted = listener.accept() => accepted,
             };
             let Ok((client, _)) = accepted else { continue };
+            // Frames pass through as they come (no Nagle delay), as envd sends them.
+            let _ = client.set_nodelay(true);
             let (host, stop, tls) = (Arc::clone(&host), stop.clone(), tls.clone());
             tokio::spawn(async move {
                 let carried = async move {
@@ -100,6 +102,7 @@ async fn carry<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(host: Arc<Hos
     };
     if to.port == ENVD_PORT {
         let Ok(mut upstream) = TcpStream::connect(envd).await else { return };
+        let _ = upstream.set_nodelay(true);
         if upstream.write_all(&head).await.is_ok() {
             let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
         }

@@ -18,7 +18,7 @@
 
 use std::convert::Infallible;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ use super::host::{Entry, Host};
 use super::processes::Processes;
 use super::stream::{self, event_frame, stream_error, streaming_response};
 use super::{filesystem, process_calls, process_connect};
-use flotilla_desktop::process::{self, Signal};
+use flotilla_desktop::process::{self, SandboxChild, Signal};
 use flotilla_e2b::connect::{self, ConnectError, EndOfStream, FLAG_END_STREAM};
 use flotilla_e2b::envd::{
     DataEvent, EndEvent, ProcessEvent, SignalRequest, StartEvent, StartRequest, FILES_PATH, SIGNAL_PATH, START_PATH,
@@ -86,18 +86,13 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     };
     let timeout =
         headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
-    let mut command = match sandbox_command(&host, &sandbox, &request).await {
-        Ok(command) => command,
+    let mut child = match start_in_sandbox(&host, &sandbox, &request).await {
+        Ok(child) => child,
+        Err(SandboxError::Command(message)) => return stream_error("internal", message),
         Err(e) => return stream_error("unavailable", e.to_string()),
     };
-    let stdin = if request.stdin { Stdio::piped() } else { Stdio::null() };
-    command.process_group(0).stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => return stream_error("internal", format!("cannot start the process: {e}")),
-    };
     host.metrics.process_starts.inc();
-    let pid = child.id().unwrap_or_default();
+    let pid = child.id();
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let (watchers, _) = broadcast::channel(WATCH_BUFFER);
     sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), child.stdin.take(), watchers.clone());
@@ -108,10 +103,11 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     streaming_response(Body::from_stream(frames))
 }
 
-/// The command that runs what `request` asks inside the sandbox: in its
-/// working directory (changed to inside, where the path means what the
-/// sandbox sees), with the create's variables and then the call's.
-async fn sandbox_command(host: &Host, sandbox: &Entry, request: &StartRequest) -> Result<tokio::process::Command, SandboxError> {
+/// Starts what `request` asks inside the sandbox: in its working directory
+/// (changed to inside, where the path means what the sandbox sees), with
+/// the create's variables and then the call's, leading a process group of
+/// its own, its output piped and its input a pipe when the call keeps it.
+async fn start_in_sandbox(host: &Host, sandbox: &Entry, request: &StartRequest) -> Result<SandboxChild, SandboxError> {
     let process = &request.process;
     let mut argv: Vec<&str> = Vec::with_capacity(process.args.len() + 5);
     if let Some(cwd) = &process.cwd {
@@ -119,18 +115,19 @@ async fn sandbox_command(host: &Host, sandbox: &Entry, request: &StartRequest) -
     }
     argv.push(&process.cmd);
     argv.extend(process.args.iter().map(String::as_str));
-    let mut command = match process.cwd {
-        Some(_) => host.local.command(&sandbox.local_id, "/bin/sh", &argv).await?,
-        None => host.local.command(&sandbox.local_id, argv[0], &argv[1..]).await?,
+    let mut env: Vec<(String, String)> = sandbox.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    env.extend(process.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let (program, args) = match process.cwd {
+        Some(_) => ("/bin/sh", &argv[..]),
+        None => (argv[0], &argv[1..]),
     };
-    command.envs(&sandbox.env_vars).envs(&process.envs);
-    Ok(command)
+    host.local.spawn(&sandbox.local_id, program, args, &env, request.stdin).await
 }
 
 /// Streams one process's events until it ends, killing it at `timeout`.
 /// A reader that went away does not stop the process, as with envd.
-async fn drive(mut child: tokio::process::Child, timeout: Option<Duration>, running: Arc<Processes>, outlet: Outlet) {
-    let pid = child.id().unwrap_or_default();
+async fn drive(mut child: SandboxChild, timeout: Option<Duration>, running: Arc<Processes>, outlet: Outlet) {
+    let pid = child.id();
     outlet.send(event_frame(ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() })).await;
     let stdout = tokio::spawn(pump(child.stdout.take(), outlet.clone(), true));
     let stderr = tokio::spawn(pump(child.stderr.take(), outlet.clone(), false));

@@ -105,9 +105,10 @@ async fn run_in(host: &Host, sandbox: &super::host::Entry, op: &str, args: &[&st
     let mut argv = vec!["--noprofile", "--norc", "-c", SCRIPT, op];
     argv.extend_from_slice(args);
     let internal = |message: String| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
-    let command = host.local.command(&sandbox.local_id, "bash", &argv).await.map_err(|e| internal(e.to_string()))?;
-    let output =
-        flotilla_desktop::process::run(command, None, CALL_TIMEOUT, MAX_OUTPUT).await.map_err(|e| internal(e.to_string()))?;
+    let child = host.local.spawn(&sandbox.local_id, "bash", &argv, &[], false).await.map_err(|e| internal(e.to_string()))?;
+    let output = flotilla_desktop::process::run_child(child, None, CALL_TIMEOUT, MAX_OUTPUT, None)
+        .await
+        .map_err(|e| internal(e.to_string()))?;
     match output.exit_code {
         0 => Ok(String::from_utf8_lossy(&output.stdout).split('\0').filter(|e| !e.is_empty()).filter_map(entry_info).collect()),
         NOT_FOUND => Err(Refusal::new(StatusCode::NOT_FOUND, "not_found", format!("path '{}' does not exist", args[0]))),

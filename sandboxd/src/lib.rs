@@ -314,10 +314,17 @@ fn check_listen_addresses(settings: &flotilla_config::SandboxdConfig) -> Result<
     Ok(())
 }
 
-/// Serves `router` on `listener` until `shutdown`; its base URL.
+/// Serves `router` on `listener` until `shutdown`; its base URL. Small
+/// writes go out at once (no Nagle delay): a process's stream is a few
+/// small frames, and a client waiting on its end would otherwise wait for
+/// the peer's delayed acknowledgement.
 fn serve(listener: TcpListener, router: axum::Router, shutdown: &CancellationToken) -> String {
+    use axum::serve::ListenerExt as _;
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let stop = shutdown.clone();
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
         if let Err(error) = served {

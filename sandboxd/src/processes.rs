@@ -8,20 +8,27 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use flotilla_e2b::envd::ProcessConfig;
-use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::broadcast;
 
 use super::sync::lock;
 
+/// A process's standard input, kept open.
+pub(crate) type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// One running process.
-#[derive(Debug)]
 pub(crate) struct Started {
     pub config: ProcessConfig,
     pub tag: Option<String>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    stdin: tokio::sync::Mutex<Option<Stdin>>,
     /// Every frame of its stream from now on, for readers that connect later.
     frames: broadcast::Sender<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started").field("config", &self.config).field("tag", &self.tag).finish_non_exhaustive()
+    }
 }
 
 /// Why input could not reach a process.
@@ -44,7 +51,7 @@ impl Processes {
         pid: u32,
         config: ProcessConfig,
         tag: Option<String>,
-        stdin: Option<ChildStdin>,
+        stdin: Option<Stdin>,
         frames: broadcast::Sender<Vec<u8>>,
     ) {
         let started = Started { config, tag, stdin: tokio::sync::Mutex::new(stdin), frames };

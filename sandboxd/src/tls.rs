@@ -72,6 +72,7 @@ pub fn serve(listener: TcpListener, acceptor: TlsAcceptor, router: axum::Router,
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             };
+            let _ = tcp.set_nodelay(true);
             let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop.clone());
             tokio::spawn(async move {
                 let Some(tls) = handshake(&acceptor, tcp).await else { return };

@@ -5,7 +5,9 @@
 //!   refilled before each sample) and with the pool empty (a cold start);
 //! - **pause** and **connect** (resume) of a running desktop;
 //! - **screenshot through the Desktop SDK**: PyPI `e2b-desktop`'s
-//!   `screenshot()`, timed inside Python (`--python`, a venv with the SDK);
+//!   `screenshot()`, timed inside Python (`--python`, a venv with the SDK),
+//!   and apart each envd call it makes (an empty command, the capture
+//!   command, the file's read and removal);
 //! - **paused CPU**: the CPU time all of a paused desktop's processes use in
 //!   one second (none, if the pause holds).
 //!
@@ -97,10 +99,33 @@ fn cpu_ticks(pids: &[u32]) -> u64 {
         .sum()
 }
 
-/// `e2b-desktop`'s `screenshot()` timed `samples` times inside Python; ms.
-async fn sdk_screenshots(host: &Sandboxd, python: &str, samples: usize) -> anyhow::Result<Vec<f64>> {
+/// What `screenshot()` is made of, each envd call timed apart inside
+/// Python, ms: an empty command (`true`: the cost of starting a process in
+/// the jail), the capture command (`scrot`), the file's read (`/files`) and
+/// its removal (the filesystem service).
+const PARTS: [&str; 4] = ["command true", "command scrot", "file read", "file remove"];
+
+/// `e2b-desktop`'s `screenshot()` timed `samples` times inside Python, and
+/// its parts ([`PARTS`]) as many times each; ms.
+async fn sdk_screenshots(host: &Sandboxd, python: &str, samples: usize) -> anyhow::Result<(Vec<f64>, Vec<Vec<f64>>)> {
     let script = format!(
-        "import json, time\nfrom e2b_desktop import Sandbox\nd = Sandbox.create(timeout=300)\nd.screenshot()\nout = []\nfor _ in range({samples}):\n    t = time.perf_counter(); d.screenshot(); out.append((time.perf_counter() - t) * 1000)\nd.kill()\nprint(json.dumps(out))\n"
+        r#"import json, time
+from e2b_desktop import Sandbox
+d = Sandbox.create(timeout=300)
+d.screenshot()
+def timed(call):
+    t = time.perf_counter(); call(); return (time.perf_counter() - t) * 1000
+shots = [timed(d.screenshot) for _ in range({samples})]
+parts = [[], [], [], []]
+for i in range({samples}):
+    p = f"/tmp/part-{{i}}.png"
+    parts[0].append(timed(lambda: d.commands.run("true")))
+    parts[1].append(timed(lambda: d.commands.run(f"scrot --pointer {{p}}")))
+    parts[2].append(timed(lambda: d.files.read(p, format="bytes")))
+    parts[3].append(timed(lambda: d.files.remove(p)))
+d.kill()
+print(json.dumps({{"shots": shots, "parts": parts}}))
+"#
     );
     let output = tokio::process::Command::new(python)
         .args(["-c", &script])
@@ -115,7 +140,11 @@ async fn sdk_screenshots(host: &Sandboxd, python: &str, samples: usize) -> anyho
         bail!("the SDK run failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     let last = String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_owned();
-    Ok(serde_json::from_str(&last)?)
+    let timed: Value = serde_json::from_str(&last)?;
+    let series =
+        |v: &Value| -> Vec<f64> { v.as_array().map(|a| a.iter().filter_map(Value::as_f64).collect()).unwrap_or_default() };
+    let parts = timed["parts"].as_array().map(|all| all.iter().map(series).collect()).unwrap_or_default();
+    Ok((series(&timed["shots"]), parts))
 }
 
 async fn run(args: Args) -> anyhow::Result<Value> {
@@ -155,9 +184,12 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     let paused_ticks = cpu_ticks(&pids).saturating_sub(before);
     println!("the paused desktop has {} processes", pids.len());
     kill(&host, &id).await?;
-    let screenshots = match &args.python {
-        Some(python) => Some(sdk_screenshots(&host, python, args.samples * 3).await?),
-        None => None,
+    let (screenshots, parts) = match &args.python {
+        Some(python) => {
+            let (shots, parts) = sdk_screenshots(&host, python, args.samples * 3).await?;
+            (Some(shots), parts)
+        }
+        None => (None, Vec::new()),
     };
     host.shutdown().await;
 
@@ -168,6 +200,9 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     if let Some(shots) = &screenshots {
         table.push([vec!["e2b-desktop screenshot()".to_owned()], Summary::of(shots).cells()].concat());
     }
+    for (name, samples) in PARTS.iter().zip(&parts) {
+        table.push([vec![format!("  of which: {name}")], Summary::of(samples).cells()].concat());
+    }
     print_table(&["sandboxd, ms", "p50", "p95", "p99", "max"], &table);
     println!("CPU ticks of a paused desktop in one second: {paused_ticks}");
     let report = json!({
@@ -176,6 +211,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         "pause_ms": Summary::of(&pauses).json(),
         "resume_ms": Summary::of(&resumes).json(),
         "sdk_screenshot_ms": screenshots.as_ref().map(|s| Summary::of(s).json()),
+        "sdk_screenshot_parts_ms": PARTS.iter().zip(&parts).map(|(name, s)| (name.to_string(), Summary::of(s).json())).collect::<serde_json::Map<_, _>>(),
         "paused_cpu_ticks_per_s": paused_ticks,
     });
     let ms = |key: &str| {

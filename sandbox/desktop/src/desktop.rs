@@ -33,6 +33,7 @@ use super::limits::Cgroup;
 use super::network;
 use super::process::{self, Signal};
 use super::record::RecordFile;
+use super::spawn::{self, Spawner};
 use super::xauth::Cookie;
 use flotilla_config::Template;
 use flotilla_sandbox::SandboxError;
@@ -106,7 +107,8 @@ pub(crate) async fn start(
     };
     let jail_took = started.elapsed();
     let env = apps::environment(template);
-    let launcher = Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls, env };
+    let mut launcher =
+        Launcher { marker: marker.to_owned(), home, tmp, display: display_number, xauthority, jail: walls, env, spawner: None };
     // The display server starts while the network comes up: it needs the
     // namespaces, not the routes.
     let mut network = Vec::new();
@@ -132,7 +134,17 @@ pub(crate) async fn start(
         (Ok(xvfb), Ok(dns)) => {
             processes.dns = dns;
             processes.adopt_server(xvfb);
-            bring_up(&mut processes, &launcher, template, &cookie, &logs, deadline).await
+            let spawner = start_spawner(&launcher, processes.pgid, &logs, deadline);
+            let (up, spawner) = tokio::join!(bring_up(&mut processes, &launcher, template, &cookie, &logs, deadline), spawner);
+            match spawner {
+                Ok(Some((child, spawner))) => {
+                    processes.adopt(child);
+                    launcher.spawner = Some(spawner);
+                    up
+                }
+                Ok(None) => up,
+                Err(error) => up.and(Err(error)),
+            }
         }
         (Ok(xvfb), Err(error)) => {
             processes.adopt_server(xvfb);
@@ -302,6 +314,37 @@ async fn bring_up(
     }
     apps::release_and_wait(&display, waiting, deadline).await?;
     Ok(display)
+}
+
+/// Starts the jail's [spawner](super::spawn) in the desktop's group (its
+/// output in its log) and waits until it is ready; `None` without a jail,
+/// or without the spawner's program (each command then starts through the
+/// jail's chain, as walled in and slower).
+async fn start_spawner(
+    launcher: &Launcher,
+    pgid: Option<u32>,
+    logs: &Path,
+    deadline: Instant,
+) -> Result<Option<(Child, Spawner)>, SandboxError> {
+    if launcher.jail.is_none() {
+        return Ok(None);
+    }
+    let Some(binary) = spawn::binary() else {
+        tracing::warn!(
+            "{} is neither beside this program nor on PATH: every command starts through the whole jail",
+            spawn::BINARY
+        );
+        return Ok(None);
+    };
+    let Some(mut command) = launcher.spawner_command(&binary) else { return Ok(None) };
+    let (host, inside) = spawn::control_pair()?;
+    command.stdin(Stdio::from(inside));
+    let log = logs.join("spawner.log");
+    let child = spawn_in_group(&mut command, pgid, &log, false)?;
+    match Spawner::connect(host, deadline).await {
+        Ok(spawner) => Ok(Some((child, spawner))),
+        Err(e) => Err(SandboxError::Unavailable(format!("the sandbox's spawner did not start ({e}): {}", log_tail(&log)))),
+    }
 }
 
 pub(crate) fn spawn_in_group(

@@ -212,13 +212,21 @@ impl Jail {
     /// The program and arguments that run `program args` inside: join the
     /// sandbox's group and limits, then its namespaces, then bubblewrap with
     /// the seccomp filter on fd 9 (opened by a one-line `sh`, since std
-    /// passes no other descriptors).
-    pub fn wrap(&self, home: &Path, x: XAccess<'_>, program: &str, args: &[&str]) -> (String, Vec<String>) {
+    /// passes no other descriptors). `bind` shows one more host file,
+    /// read-only, at a path inside (the spawner's program).
+    pub fn wrap(
+        &self,
+        home: &Path,
+        x: XAccess<'_>,
+        bind: Option<(&Path, &str)>,
+        program: &str,
+        args: &[&str],
+    ) -> (String, Vec<String>) {
         let (entry, mut argv) = enter(self.user, self.ids, &self.tools.nsenter, self.holder, true);
         argv.extend(["--".into(), "/bin/sh".into(), "-c".into(), r#"f=$1; shift; exec "$0" --seccomp 9 "$@" 9<"$f""#.into()]);
         argv.push(self.tools.bwrap.display().to_string());
         argv.push(self.seccomp_file().display().to_string());
-        argv.extend(bwrap_args(&self.dir, home, x));
+        argv.extend(bwrap_args(&self.dir, home, x, bind));
         argv.push("--".into());
         argv.push(program.into());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
@@ -264,7 +272,7 @@ pub(crate) fn enter(user: HostUser, ids: Option<(u32, u32)>, nsenter: &Path, hol
 const NOVNC_DIR: &str = "/usr/share/novnc";
 
 /// bubblewrap's arguments for one program of the sandbox in `dir`.
-fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
+fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>, bind: Option<(&Path, &str)>) -> Vec<String> {
     let mut args: Vec<String> = Vec::with_capacity(128);
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
     let uid = SANDBOX_UID.to_string();
@@ -310,6 +318,9 @@ fn bwrap_args(dir: &Path, home: &Path, x: XAccess<'_>) -> Vec<String> {
     let xauthority = dir.join("Xauthority").display().to_string();
     push(&["--ro-bind-try", &xauthority, XAUTHORITY_PATH]);
     push(&["--bind", &dir.join("run").display().to_string(), RUN_DIR]);
+    if let Some((host, inside)) = bind {
+        push(&["--ro-bind", &host.display().to_string(), inside]);
+    }
     push(&["--remount-ro", "/"]);
     args
 }
@@ -490,7 +501,7 @@ mod tests {
 
     #[test]
     fn programs_see_no_private_keys_and_a_masked_proc() {
-        let args = bwrap_args(Path::new("/s"), Path::new("/s/home"), XAccess::Server).join(" ");
+        let args = bwrap_args(Path::new("/s"), Path::new("/s/home"), XAccess::Server, None).join(" ");
         assert!(args.contains("--ro-bind-try /etc/ssl/certs /etc/ssl/certs"), "{args}");
         assert!(!args.contains("/etc/ssl "), "never the whole /etc/ssl: {args}");
         assert!(args.contains("--bind /proc /proc --ro-bind-try /proc/sys /proc/sys"), "the holder's /proc, masked: {args}");

@@ -6,7 +6,9 @@
 //! in the sandbox's home. Either way the environment is built from scratch,
 //! so no secret of the worker leaks in, and carries the sandbox's marker, so
 //! a sweep of `/proc` finds everything the sandbox started, even what left
-//! its process group.
+//! its process group. Once a jailed desktop is up, [`Launcher::spawn`]
+//! starts commands through the sandbox's [spawner](super::spawn) (a fork
+//! inside the jail) instead of building the jail again for each.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -15,6 +17,8 @@ use tokio::process::Command;
 
 use super::jail::{Jail, XAccess, XAUTHORITY_PATH, X_SOCKET_DIR};
 use super::process::{self, MARKER_VAR};
+use super::spawn::{SandboxChild, Spawner};
+use flotilla_sandbox::SandboxError;
 
 /// The `PATH` inside a sandbox.
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -45,6 +49,8 @@ pub(crate) struct Launcher {
     /// What the sandbox's template adds to every program's environment
     /// (its locale, time zone and own variables), over the defaults.
     pub env: Vec<(String, String)>,
+    /// The jail's spawner, once it is up: commands start through it.
+    pub spawner: Option<Spawner>,
 }
 
 impl Launcher {
@@ -61,10 +67,71 @@ impl Launcher {
         self.command_with(XAccess::Server, program, args)
     }
 
+    /// The spawner's command: the jail's whole chain with the spawner's
+    /// program (`binary` on the host) bound read-only inside, as a client
+    /// of the display. `None` without a jail.
+    pub fn spawner_command(&self, binary: &std::path::Path) -> Option<Command> {
+        let socket = x_socket(self.display);
+        let bind = (binary, super::spawn::JAILED_PATH);
+        self.jail.as_ref().map(|_| self.command_in(XAccess::Client(&socket), Some(bind), super::spawn::JAILED_PATH, &[]))
+    }
+
+    /// Starts `program args` inside the sandbox, in its home, with `extra`
+    /// over its environment, leading a process group of its own, its
+    /// output piped and its input a pipe with `stdin` (else empty): through
+    /// the jail's spawner when it is up, else through the chain.
+    pub async fn spawn(
+        &self,
+        program: &str,
+        args: &[&str],
+        extra: &[(String, String)],
+        stdin: bool,
+    ) -> Result<SandboxChild, SandboxError> {
+        let cannot = |e: std::io::Error| SandboxError::Command(format!("cannot start {program}: {e}"));
+        if let Some(spawner) = &self.spawner {
+            let mut env = self.environment();
+            env.extend(extra.iter().cloned());
+            let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            let cwd = self.home.display().to_string();
+            return spawner.spawn(program, &args, env, cwd, stdin).await.map_err(cannot);
+        }
+        let mut command = self.command(program, args);
+        command
+            .envs(extra.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command.spawn().map(SandboxChild::of_chain).map_err(cannot)
+    }
+
+    /// Every program's environment inside the sandbox, built from scratch.
+    fn environment(&self) -> Vec<(String, String)> {
+        let (tmp, xauthority) = match &self.jail {
+            Some(_) => (PathBuf::from("/tmp"), PathBuf::from(XAUTHORITY_PATH)),
+            None => (self.tmp.clone(), self.xauthority.clone()),
+        };
+        let mut env = vec![
+            ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
+            ("HOME".to_owned(), self.home.display().to_string()),
+            ("TMPDIR".to_owned(), tmp.display().to_string()),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ("DISPLAY".to_owned(), format!(":{}", self.display)),
+            ("XAUTHORITY".to_owned(), xauthority.display().to_string()),
+            (MARKER_VAR.to_owned(), self.marker.clone()),
+        ];
+        env.extend(self.env.iter().cloned());
+        env
+    }
+
     fn command_with(&self, x: XAccess<'_>, program: &str, args: &[&str]) -> Command {
+        self.command_in(x, None, program, args)
+    }
+
+    fn command_in(&self, x: XAccess<'_>, bind: Option<(&std::path::Path, &str)>, program: &str, args: &[&str]) -> Command {
         let mut command = match &self.jail {
             Some(jail) => {
-                let (wrapper, argv) = jail.wrap(&self.home, x, program, args);
+                let (wrapper, argv) = jail.wrap(&self.home, x, bind, program, args);
                 let mut command = process::tied_to_worker(wrapper);
                 command.args(argv);
                 command
@@ -75,23 +142,7 @@ impl Launcher {
                 command
             }
         };
-        let (tmp, xauthority) = match &self.jail {
-            Some(_) => (PathBuf::from("/tmp"), PathBuf::from(XAUTHORITY_PATH)),
-            None => (self.tmp.clone(), self.xauthority.clone()),
-        };
-        command
-            .env_clear()
-            .env("PATH", SANDBOX_PATH)
-            .env("HOME", &self.home)
-            .env("TMPDIR", tmp)
-            .env("LANG", "C.UTF-8")
-            .env("DISPLAY", format!(":{}", self.display))
-            .env("XAUTHORITY", xauthority)
-            .env(MARKER_VAR, &self.marker)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.home)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+        command.env_clear().envs(self.environment()).current_dir(&self.home).stdin(Stdio::null()).kill_on_drop(true);
         command
     }
 }

@@ -44,6 +44,9 @@ mod probe;
 pub mod process;
 mod record;
 mod seccomp;
+mod spawn;
+#[cfg(test)]
+mod spawn_tests;
 #[cfg(test)]
 mod template_tests;
 #[cfg(test)]
@@ -378,6 +381,23 @@ impl LocalProvider {
         Ok(sandbox.launcher.command(program, args))
     }
 
+    /// Starts `program args` inside sandbox `id` with `extra` over its
+    /// environment, as the leader of a process group of its own, its output
+    /// piped and its input a pipe with `stdin`: through the sandbox's
+    /// spawner when it has one (no new jail per command), else as
+    /// [`LocalProvider::command`] would.
+    pub async fn spawn(
+        &self,
+        id: &SandboxId,
+        program: &str,
+        args: &[&str],
+        extra: &[(String, String)],
+        stdin: bool,
+    ) -> Result<process::SandboxChild, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        sandbox.launcher.spawn(program, args, extra, stdin).await
+    }
+
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
         let template = check_request(request, &self.inner.config.templates)?;
         let inner = &self.inner;
@@ -433,8 +453,8 @@ impl LocalProvider {
 
     async fn run_command(&self, id: &SandboxId, command: &str, timeout: Duration) -> Result<CommandOutput, SandboxError> {
         let sandbox = self.inner.get(id).await?;
-        let bash = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", command]);
-        Ok(process::run(bash, None, timeout, process::MAX_OUTPUT).await?.into_command_output())
+        let bash = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", command], &[], false).await?;
+        Ok(process::run_child(bash, None, timeout, process::MAX_OUTPUT, None).await?.into_command_output())
     }
 
     async fn run_streaming_command(
@@ -445,8 +465,8 @@ impl LocalProvider {
         lines: UnboundedSender<String>,
     ) -> Result<CommandOutput, SandboxError> {
         let sandbox = self.inner.get(id).await?;
-        let bash = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", command]);
-        Ok(process::run_with_lines(bash, None, timeout, process::MAX_OUTPUT, Some(lines)).await?.into_command_output())
+        let bash = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", command], &[], false).await?;
+        Ok(process::run_child(bash, None, timeout, process::MAX_OUTPUT, Some(lines)).await?.into_command_output())
     }
 
     async fn read(&self, id: &SandboxId, path: &str) -> Result<Vec<u8>, SandboxError> {
@@ -454,8 +474,8 @@ impl LocalProvider {
         let sandbox = self.inner.get(id).await?;
         // Read by a process inside the sandbox, so the path means what it
         // means there and no link can reach past what the sandbox sees.
-        let cat = sandbox.launcher.command("cat", &["--", path]);
-        let output = process::run(cat, None, FILE_TIMEOUT, MAX_FILE_SIZE).await?;
+        let cat = sandbox.launcher.spawn("cat", &["--", path], &[], false).await?;
+        let output = process::run_child(cat, None, FILE_TIMEOUT, MAX_FILE_SIZE, None).await?;
         if output.exit_code != 0 {
             return Err(file_error(path, &output.stderr));
         }
@@ -469,8 +489,8 @@ impl LocalProvider {
         check_path(path)?;
         let sandbox = self.inner.get(id).await?;
         let script = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
-        let cat = sandbox.launcher.command("bash", &["--noprofile", "--norc", "-c", script, "write", path]);
-        let output = process::run(cat, Some(bytes), FILE_TIMEOUT, process::MAX_OUTPUT).await?;
+        let cat = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", script, "write", path], &[], true).await?;
+        let output = process::run_child(cat, Some(bytes), FILE_TIMEOUT, process::MAX_OUTPUT, None).await?;
         if output.exit_code != 0 {
             return Err(file_error(path, &output.stderr));
         }

@@ -78,7 +78,7 @@ async fn run_probe(dir: &std::path::Path, settings: &JailSettings) -> Result<(),
     let mut cgroup = None;
     let result = async {
         let walls = network::build(settings, &site, &mut children, &mut cgroup).await?;
-        let (program, args) = walls.wrap(&home, jail::XAccess::None, "true", &[]);
+        let (program, args) = walls.wrap(&home, jail::XAccess::None, None, "true", &[]);
         let mut command = process::tied_to_worker(program);
         command.args(args).env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         let output = process::run(command, None, PROBE_TIMEOUT, 64 * 1024).await?;

@@ -16,6 +16,8 @@ use tokio::task::JoinHandle;
 
 use flotilla_sandbox::{CommandOutput, SandboxError};
 
+pub use super::spawn::SandboxChild;
+
 /// The environment variable every sandbox process carries, set to the id.
 pub(crate) const MARKER_VAR: &str = "FLOTILLA_SANDBOX";
 
@@ -255,7 +257,19 @@ pub async fn run_with_lines(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start: {e}")))?;
+    let child = command.spawn().map_err(|e| SandboxError::Command(format!("cannot start: {e}")))?;
+    run_child(SandboxChild::of_chain(child), stdin, timeout, limit, lines).await
+}
+
+/// As [`run_with_lines`], for a command already started (its own process
+/// group's leader, its input a pipe when `stdin` is some).
+pub async fn run_child(
+    mut child: SandboxChild,
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+    limit: usize,
+    lines: Option<UnboundedSender<String>>,
+) -> Result<RawOutput, SandboxError> {
     let pid = child.id();
     let stdout = Capture::start(child.stdout.take(), limit, lines);
     let stderr = Capture::start(child.stderr.take(), limit, None);
@@ -276,7 +290,7 @@ pub async fn run_with_lines(
         Ok(Ok(status)) => status,
         Ok(Err(e)) => return Err(SandboxError::Command(format!("cannot wait for the command: {e}"))),
         Err(_) => {
-            signal(Signal::Kill, pid, &[]);
+            signal(Signal::Kill, Some(pid), &[]);
             let _ = child.wait().await;
             return Err(SandboxError::Timeout(timeout));
         }
