@@ -30,6 +30,7 @@ mod docs_pages;
 mod drain_path;
 mod durable_chaos;
 mod durable_conversations;
+mod durable_parking;
 mod durable_runs;
 mod e2b_gateway;
 mod evaluation_checks;

@@ -268,6 +268,8 @@ impl Held {
             // task up next continues in this sandbox (its owner record
             // stays until the deadline).
             Self::Leased { lease, .. } if resumable && interrupted(outcome) => pool.keep(lease).await,
+            // Parked with its task, paused: any worker resumes it.
+            Self::Leased { lease, .. } if matches!(outcome, Err(PipelineError::Parked)) => pool.let_go_paused(lease).await,
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
                     lease.sandbox.expires_at = at;
@@ -308,6 +310,11 @@ impl Held {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { pool.release(lease).await });
         }
+    }
+
+    /// Whether the sandbox was taken from the pool for this task.
+    pub(crate) fn is_leased(&self) -> bool {
+        matches!(self, Self::Leased { .. })
     }
 
     pub(crate) fn provider_and_id<'a>(&'a self, pool: &'a SandboxPool) -> (&'a Arc<dyn SandboxProvider>, &'a SandboxId) {

@@ -26,9 +26,12 @@
 
 mod evaluate;
 mod files;
+mod parking;
 mod sensitive;
+pub use sensitive::sensitive_answer;
 mod steps;
 
+pub use parking::Parking;
 pub use steps::{Hand, Limits, Steps, DEFAULT_MAX_DURATION, DEFAULT_MAX_STEPS};
 
 use std::future::Future;

@@ -35,6 +35,7 @@ mod journal;
 mod kept;
 mod liveness;
 mod next;
+mod park;
 mod record;
 mod roles;
 mod routing;
@@ -54,6 +55,7 @@ use std::time::Duration;
 pub use admission::Verdict;
 pub(crate) use admission::ADMIT_FN;
 pub use archive::ArchivePass;
+pub use park::Parked;
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
 pub use batch_runs::{expand_tasks, place_error, plan_batch, PlanRequest, PlannedRuns};
@@ -287,6 +289,7 @@ pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
         ("queue/set_fields", &s::SET_FIELDS),
         ("queue/journal", &journal::JOURNAL),
         ("queue/give_input", &s::GIVE_INPUT),
+        ("queue/park", &park::PARK),
         ("queue/take_input", &s::TAKE_INPUT),
         ("queue/takeover", &s::TAKEOVER),
         ("queue/release", &s::RELEASE),
