@@ -174,7 +174,11 @@ impl ApiError {
             }
             // `From<QuotaError>` turns a quota's queue error into `ApiError::Queue`.
             ApiError::Queue(
-                QueueError::Redis(_) | QueueError::Fenced | QueueError::Cancelled | QueueError::Corrupt(_) | QueueError::NoPipeline,
+                QueueError::Redis(_)
+                | QueueError::Fenced
+                | QueueError::Cancelled
+                | QueueError::Corrupt(_)
+                | QueueError::NoPipeline,
             )
             | ApiError::Quota(QuotaError::Queue(_))
             | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),

@@ -32,7 +32,8 @@ async fn a_task_waiting_for_approval_is_parked_and_goes_on_in_the_same_desktop_o
     stand.env.push(("FLOTILLA_WORKER_CONCURRENCY".into(), "1".into()));
     stand.env.push(("FLOTILLA_PARK_WAITING_AFTER_MS".into(), "500".into()));
     stand.model.push(openai::reply("resp_1", vec![typing("c1", "echo before >> log.txt")]));
-    let sensitive = openai::with_safety_check(typing("c2", "echo approved >> log.txt"), "sc_1", "malicious_instructions", "Submit?");
+    let sensitive =
+        openai::with_safety_check(typing("c2", "echo approved >> log.txt"), "sc_1", "malicious_instructions", "Submit?");
     stand.model.push(openai::reply("resp_2", vec![sensitive]));
     stand.model.push(openai::reply("resp_other", vec![openai::message("other done")]));
     stand.model.push(openai::reply("resp_3", vec![openai::message("done")]));

@@ -103,7 +103,7 @@ impl Stand {
 
     /// Field `field` of task `id`'s hash, empty when it has none.
     pub(crate) fn task_field(&self, id: &TaskId, field: &str) -> String {
-        self.redis.cli(&["HGET", &self.keys.task(id), field])
+        self.redis.cli(&["HGET", &self.keys.task(id), field]).trim().to_owned()
     }
 
     /// Sandbox `id` as the host answers `GET /sandboxes/{id}`.

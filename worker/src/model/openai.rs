@@ -325,7 +325,12 @@ impl ComputerModel for OpenAiCua {
     /// `ask_human`'s: the API keeps the rest of the conversation.
     fn checkpoint(&self) -> Option<Value> {
         let id = self.previous_response_id.as_ref()?;
-        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls }))
+        let checks: Vec<Value> = self
+            .pending_checks
+            .iter()
+            .map(|(call, c)| json!({ "call": call, "id": c.id, "code": c.code, "message": c.message }))
+            .collect();
+        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls, "pending_checks": checks }))
     }
 
     fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
@@ -333,7 +338,20 @@ impl ComputerModel for OpenAiCua {
             return Err(ModelError::Malformed("the checkpoint names no previous_response_id".into()));
         };
         self.previous_response_id = Some(id.to_owned());
-        self.pending_checks.clear();
+        // The last answer's safety checks, for a task parked until a person
+        // approved them: the approval goes back with their call.
+        self.pending_checks = checkpoint["pending_checks"]
+            .as_array()
+            .map(|checks| {
+                let text = |check: &Value, key: &str| check[key].as_str().unwrap_or_default().to_owned();
+                checks
+                    .iter()
+                    .map(|c| {
+                        (text(c, "call"), SafetyCheck { id: text(c, "id"), code: text(c, "code"), message: text(c, "message") })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         self.function_calls = checkpoint["function_calls"]
             .as_array()
             .map(|calls| calls.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())

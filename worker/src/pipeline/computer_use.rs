@@ -176,7 +176,8 @@ impl ComputerUse {
         session.allow_parking(run);
         let result = self.drive(run, &mut session, journal, answer).await;
         let result = session.close(result).await;
-        let taken_up_later = |e: &PipelineError| matches!(e, PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked);
+        let taken_up_later =
+            |e: &PipelineError| matches!(e, PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked);
         if matches!(&result, Err(e) if !taken_up_later(e)) {
             if let Err(e) = run.task.write_journal("").await {
                 tracing::warn!(error = %e, "could not drop the step journal of a run that will not be taken up");

@@ -29,7 +29,11 @@ pub(super) enum Answer {
 /// Waits where the parked attempt waited and takes the answer; the
 /// journal's wait is dropped once it is taken. `None` when the task was
 /// not parked.
-pub(super) async fn take_answer(session: &Session, run: &TaskRun, journal: &mut Journal) -> Result<Option<Answer>, PipelineError> {
+pub(super) async fn take_answer(
+    session: &Session,
+    run: &TaskRun,
+    journal: &mut Journal,
+) -> Result<Option<Answer>, PipelineError> {
     let Some(wait) = journal.wait.clone() else { return Ok(None) };
     let input = session.steps().rejoin_wait(&wait).await?;
     journal.wait = None;

@@ -25,8 +25,8 @@ use flotilla_types::task::{Decision, OnInterrupt, StopCode};
 use tracing::info;
 
 use super::super::journal::{CallState, Journal, Journaler, WaitKind};
-use super::parked::{self, Answer};
 use super::super::{PipelineError, Session, Steps, TaskRun};
+use super::parked::{self, Answer};
 use crate::model::{CallResult, ComputerModel, Screen};
 use crate::sandbox::SandboxId;
 

@@ -36,7 +36,9 @@ impl Steps {
 pub fn sensitive_answer(input: HumanInput, what: &str) -> Result<(), PipelineError> {
     match input.decision {
         Decision::Approve => Ok(()),
-        Decision::Deny => Err(refused(format!("a human denied the action: {}", input.message.unwrap_or_else(|| what.to_owned())))),
+        Decision::Deny => {
+            Err(refused(format!("a human denied the action: {}", input.message.unwrap_or_else(|| what.to_owned()))))
+        }
     }
 }
 
