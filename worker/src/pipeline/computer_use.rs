@@ -229,7 +229,9 @@ impl ComputerUse {
     /// Opens the conversation and gets its first turn: from the start with
     /// `prompt` and the screen, or, when the journal holds a conversation,
     /// from its checkpoint with the results of its last turn's calls on the
-    /// screen as it is now.
+    /// screen as it is now. A parked task's answer decides those results;
+    /// approved safety checks give back the journaled turn itself (the
+    /// `true`), whose calls run without a model call.
     async fn first_turn(
         &self,
         run: &TaskRun,
@@ -237,8 +239,7 @@ impl ComputerUse {
         surface: &Surface,
         mapping: &Mapping,
         prompt: &str,
-        journal: Option<&Journaler>,
-        answer: Option<parked::Answer>,
+        (journal, answer): (Option<&Journaler>, Option<parked::Answer>),
     ) -> Result<(Box<dyn ComputerModel>, Turn, bool), PipelineError> {
         let grid = self.models.grid();
         let mut model = self.models.open(run, grid.unwrap_or(mapping.view.model))?;
@@ -300,7 +301,7 @@ impl ComputerUse {
             None => (None, None),
         };
         let (mut model, mut turn, mut approved) =
-            self.first_turn(run, session, surface, &mapping, prompt, journal.as_deref(), answer).await?;
+            self.first_turn(run, session, surface, &mapping, prompt, (journal.as_deref(), answer)).await?;
         let provider = self.models.provider();
         let model_name = self.models.model(run);
         loop {
