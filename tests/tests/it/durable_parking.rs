@@ -109,3 +109,34 @@ async fn a_task_waiting_for_approval_is_parked_and_goes_on_in_the_same_desktop_o
     let input = last.body["input"].to_string();
     assert!(input.contains("acknowledged_safety_checks") && input.contains("sc_1"), "the approval is acknowledged: {input}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_question_cancelled_ends_the_task_and_its_desktop() {
+    let mut stand = Stand::start().await;
+    stand.env.push(("FLOTILLA_PARK_WAITING_AFTER_MS".into(), "300".into()));
+    let ask = openai::function_call("ask_1", "ask_human", json!({"question": "Which account should I use?"}));
+    stand.model.push(openai::reply("resp_1", vec![ask]));
+    let _worker = WorkerProcess::spawn(&stand.env, "only");
+    let id = stand.submit(json!({"prompt": "ask which account", "pipeline": "openai-cua"})).await;
+    eventually("the question is parked", Duration::from_secs(90), async || stand.task_field(&id, "parked") == "1").await;
+    let sandbox = sandbox_ids(&stand.events(&id).await).remove(0);
+    assert_eq!(stand.sandbox_detail(&sandbox).await["state"], "paused");
+    let journal = stand.journal(&id);
+    assert!(journal.contains(r#""kind":"ask""#) && journal.contains(r#""call":"ask_1""#), "{journal}");
+
+    stand.queue.submitter().cancel(&tenant(), &id).await.expect("cancel");
+    let history = stand.wait_ended(&id).await;
+    assert_eq!(record(&stand.queue, &id).await.status, TaskStatus::Cancelled, "{history:?}");
+    assert_eq!(terminal_count(&history), 1, "{history:?}");
+    eventually("the desktop is ended", Duration::from_secs(20), async || {
+        reqwest::Client::new()
+            .get(format!("{}/sandboxes/{sandbox}", stand.host_api_url()))
+            .header("X-API-Key", stand.host_key())
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 404)
+    })
+    .await;
+    let calls = stand.model.received().into_iter().filter(|r| r.path == "/v1/responses").count();
+    assert_eq!(calls, 1, "the cancelled task asks the model nothing more");
+}

@@ -106,6 +106,15 @@ impl Stand {
         self.redis.cli(&["HGET", &self.keys.task(id), field]).trim().to_owned()
     }
 
+    /// The sandbox host's control API and its key.
+    pub(crate) fn host_api_url(&self) -> String {
+        self.host.api_url().to_owned()
+    }
+
+    pub(crate) fn host_key(&self) -> String {
+        self.host.test_key().to_owned()
+    }
+
     /// Sandbox `id` as the host answers `GET /sandboxes/{id}`.
     pub(crate) async fn sandbox_detail(&self, id: &str) -> Value {
         let answer = reqwest::Client::new()

@@ -330,7 +330,11 @@ impl ComputerModel for OpenAiCua {
             .iter()
             .map(|(call, c)| json!({ "call": call, "id": c.id, "code": c.code, "message": c.message }))
             .collect();
-        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls, "pending_checks": checks }))
+        let mut checkpoint = json!({ "previous_response_id": id, "function_calls": self.function_calls });
+        if !checks.is_empty() {
+            checkpoint["pending_checks"] = Value::Array(checks);
+        }
+        Some(checkpoint)
     }
 
     fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
@@ -483,5 +487,22 @@ mod tests {
         let input = second.call_outputs(&[result("ask_1", b"png", Some("yes"), false)], &[]);
         assert_eq!(input[0]["type"], "function_call_output", "the ask_human call is answered as a function");
         assert!(second.restore(&json!({})).is_err(), "a checkpoint without a response id is refused");
+    }
+
+    #[test]
+    fn a_checkpoint_carries_the_last_answers_safety_checks_so_an_approval_goes_back_with_its_call() {
+        let mut first = client(OpenAiTool::Ga);
+        first.previous_response_id = Some("resp_2".into());
+        let check = SafetyCheck { id: "sc_1".into(), code: "malicious_instructions".into(), message: "Submit?".into() };
+        first.pending_checks = vec![("c2".into(), check.clone())];
+        let checkpoint = first.checkpoint().expect("a checkpoint");
+
+        let mut second = client(OpenAiTool::Ga);
+        second.restore(&checkpoint).expect("restores");
+        let input = second.call_outputs(&[result("c2", b"png", None, false)], &[check]);
+        assert_eq!(
+            input[0]["acknowledged_safety_checks"],
+            json!([{"id": "sc_1", "code": "malicious_instructions", "message": "Submit?"}])
+        );
     }
 }

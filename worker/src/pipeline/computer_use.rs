@@ -260,7 +260,7 @@ impl ComputerUse {
                 }
             },
             (Some(journal), Some(parked::Answer::Asked { call, text })) => {
-                let results = parked::answered_results(journal, &screen, &call, &text);
+                let results = parked::answer_call(resume::results_of(journal, &screen), &call, &text);
                 session.guard(timed(run, provider, model.resume(results, &[]))).await?
             }
             (Some(journal), _) => {

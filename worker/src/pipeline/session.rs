@@ -313,7 +313,8 @@ impl Session {
             }
             (result, None) => result,
         };
-        if let Some(mut clock) = self.steps.sandbox_clock.take() {
+        let parked = matches!(result, Err(PipelineError::Parked));
+        if let Some(mut clock) = self.steps.sandbox_clock.take().filter(|_| !parked) {
             if let Err(e) = self.task.add_usage(&[clock.lap()]).await {
                 warn!(error = %e, "could not count the last of the sandbox's time");
             }

@@ -28,10 +28,6 @@ use crate::redis_lua;
 /// `fenced`.
 pub static PARK: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/park.lua")], &[]));
 
-/// The helper the unparking scripts share (`give_input`, `takeover`,
-/// `cancel`).
-pub(super) const UNPARK_FN: &str = include_str!("lua/unpark_fn.lua");
-
 /// What a park did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parked {

@@ -44,6 +44,10 @@ use crate::redis_lua::{self, arg_group};
 /// text costs more than it seems.
 pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
 
+/// The helper the scripts that wake a parked task share (`give_input`,
+/// `takeover`, `cancel`; see [`super::park`]).
+const UNPARK_FN: &str = include_str!("lua/unpark_fn.lua");
+
 /// Starting one task's next attempt, shared by [`START`] and the
 /// scheduler's claim (`fair_scripts::CLAIM_AND_START`). Reads `ARGV[2..7]` as [`START`] documents them.
 /// `reclaimed` says the entry was taken over from a worker presumed dead:
@@ -192,7 +196,7 @@ pub static REQUEUE: LazyLock<Script> = LazyLock::new(|| task_script(include_str!
 /// (`unparked:<lane>:<route>`, see [`super::park`]), as is one woken
 /// already (`cancelling`).
 pub static CANCEL: LazyLock<Script> =
-    LazyLock::new(|| redis_lua::script(&[PRELUDE, super::park::UNPARK_FN, include_str!("lua/cancel.lua")], &[]));
+    LazyLock::new(|| redis_lua::script(&[PRELUDE, UNPARK_FN, include_str!("lua/cancel.lua")], &[]));
 
 /// Sets fields of the owning attempt's task. `KEYS[1]` the task hash;
 /// `ARGV[1]` attempt, `ARGV[2]` worker id, `ARGV[3..]` field/value pairs.
@@ -205,7 +209,7 @@ pub static SET_FIELDS: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[i
 /// parked task, `unparked:<lane>:<route>` (it is claimable again, see
 /// [`super::park`]).
 pub static GIVE_INPUT: LazyLock<Script> =
-    LazyLock::new(|| redis_lua::script(&[super::park::UNPARK_FN, include_str!("lua/give_input.lua")], &[]));
+    LazyLock::new(|| redis_lua::script(&[UNPARK_FN, include_str!("lua/give_input.lua")], &[]));
 
 /// Takes the input a human gave the owning attempt's waiting task, and
 /// marks it running again; none while a person holds the desktop.
@@ -224,7 +228,7 @@ pub static TAKE_INPUT: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[i
 /// parked task, `unparked:<lane>:<route>` (a worker takes it up in its
 /// sandbox for the person to see, see [`super::park`]).
 pub static TAKEOVER: LazyLock<Script> =
-    LazyLock::new(|| redis_lua::script(&[PRELUDE, super::park::UNPARK_FN, include_str!("lua/takeover.lua")], &[]));
+    LazyLock::new(|| redis_lua::script(&[PRELUDE, UNPARK_FN, include_str!("lua/takeover.lua")], &[]));
 
 /// A person hands a taken-over task back: a `released` event is recorded
 /// and the message waits for the worker as the task's input. `ARGV[5]` the

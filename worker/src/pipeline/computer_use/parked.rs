@@ -13,8 +13,8 @@ use flotilla_types::task::{Decision, StopCode};
 use super::super::journal::{Journal, WaitKind};
 use super::super::session::sensitive_answer;
 use super::super::{PipelineError, Session, TaskRun};
-use super::{ask_answer, resume};
-use crate::model::{CallResult, ModelAction, SafetyCheck, Screen, ToolCall, Turn};
+use super::ask_answer;
+use crate::model::{CallResult, ModelAction, SafetyCheck, ToolCall, Turn};
 
 /// What a person answered a parked task.
 pub(super) enum Answer {
@@ -76,10 +76,9 @@ pub(super) fn approved_turn(journal: &Journal, checks: &[SafetyCheck]) -> Option
     Some(Turn { calls, safety_checks: checks.to_vec(), ..Turn::default() })
 }
 
-/// The journaled turn's results on the screen as it is now, with `text`
-/// as the answer of the `ask_human` call `call`.
-pub(super) fn answered_results(journal: &Journal, screen: &Screen, call: &str, text: &str) -> Vec<CallResult> {
-    let mut results = resume::results_of(journal, screen);
+/// The journaled turn's `results` with `text` as the answer of its
+/// `ask_human` call `call`.
+pub(super) fn answer_call(mut results: Vec<CallResult>, call: &str, text: &str) -> Vec<CallResult> {
     if let Some(asked) = results.iter_mut().find(|r| r.call_id == call) {
         asked.text = Some(text.to_owned());
         asked.is_error = false;

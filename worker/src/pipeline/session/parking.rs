@@ -102,6 +102,11 @@ impl Steps {
             }
         }
         info!(sandbox = %parking.sandbox, "the task waits for a person parked, its sandbox paused");
+        // The sandbox's time is counted while the attempt still owns the
+        // task; once parked, nothing more is counted by this run.
+        if let Some(clock) = &self.sandbox_clock {
+            self.count(&[clock.so_far()]).await?;
+        }
         match self.task.park().await {
             Ok(Parked::Parked | Parked::Requeued) => Ok(Some(PipelineError::Parked)),
             Ok(Parked::CancelRequested) => Ok(Some(PipelineError::Cancelled)),
