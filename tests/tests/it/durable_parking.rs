@@ -59,6 +59,14 @@ async fn a_task_waiting_for_approval_is_parked_and_goes_on_in_the_same_desktop_o
         "the wait is journaled: {journal}"
     );
 
+    // /v1/queues's figures: the parked task is neither queued nor running.
+    eventually("the parked task leaves the running count", Duration::from_secs(10), async || {
+        let stats = stand.queue.reader().stats(&tenant()).await.expect("stats");
+        let load = &stats.tenants[0];
+        load.running == 0 && load.queued == 0 && stats.lanes.iter().all(|l| l.pending == 0 && l.depth == 0)
+    })
+    .await;
+
     // The worker's one slot is free: another task runs on it meanwhile.
     let other = stand.submit(json!({"prompt": "say done", "pipeline": "openai-cua"})).await;
     eventually("the other task ends", Duration::from_secs(90), async || record(&stand.queue, &other).await.status.is_terminal())
