@@ -148,3 +148,32 @@ async fn a_parked_question_cancelled_ends_the_task_and_its_desktop() {
     let calls = stand.model.received().into_iter().filter(|r| r.path == "/v1/responses").count();
     assert_eq!(calls, 1, "the cancelled task asks the model nothing more");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_task_taken_over_is_resumed_for_the_person_and_their_hand_back_answers_it() {
+    let mut stand = Stand::start().await;
+    stand.env.push(("FLOTILLA_PARK_WAITING_AFTER_MS".into(), "300".into()));
+    let sensitive = openai::with_safety_check(typing("c1", "echo approved >> log.txt"), "sc_1", "irreversible", "Send?");
+    stand.model.push(openai::reply("resp_1", vec![sensitive]));
+    stand.model.push(openai::reply("resp_2", vec![openai::message("done")]));
+    let _worker = WorkerProcess::spawn(&stand.env, "only");
+    let spec = json!({"prompt": "send it once approved", "pipeline": "openai-cua", "sandbox": {"keep_alive": true}});
+    let id = stand.submit(spec).await;
+    eventually("the task is parked", Duration::from_secs(90), async || stand.task_field(&id, "parked") == "1").await;
+    let sandbox = sandbox_ids(&stand.events(&id).await).remove(0);
+
+    // A takeover wakes it: a worker resumes the desktop for the person and
+    // waits, holding it (a held desktop is not paused), for their hand-back.
+    stand.queue.submitter().take_over(&tenant(), &id).await.expect("takeover");
+    eventually("a worker holds the desktop for the person", Duration::from_secs(30), async || {
+        stand.task_field(&id, "owner") == "only" && stand.task_field(&id, "status") == "waiting"
+    })
+    .await;
+    assert_eq!(stand.sandbox_detail(&sandbox).await["state"], "running", "the person's desktop runs");
+    stand.queue.submitter().hand_back(&tenant(), &id, Some("all yours".into())).await.expect("hand back");
+    let history = stand.wait_ended(&id).await;
+
+    assert_eq!(record(&stand.queue, &id).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(resumed(&history), vec![(2, 0, sandbox.clone(), false)], "{history:?}");
+    assert_eq!(stand.log(&sandbox).await, "approved\n", "the hand-back approved the action, carried out once");
+}
