@@ -75,6 +75,9 @@ pub(super) async fn start(run: &TaskRun, steps: Steps, mut journal: Journal) -> 
         return sandbox_gone(run, steps, policy, attempt, &sandbox).await;
     };
     session.steps_mut().resume_from(journal.steps);
+    // A worker's stop during a wait below hands the task back with this
+    // sandbox kept, as at any later step.
+    session.steps_mut().journaled(run.hand_back.clone());
     session.allow_parking(run);
     let interrupted = !parked && journal.interrupted();
     info!(sandbox = %sandbox, from_step = journal.steps, interrupted, parked, "taking the task up where it stopped");
