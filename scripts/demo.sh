@@ -21,6 +21,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+log() { printf 'demo: %s\n' "$*" >&2; }
+# shellcheck source=lib/talking.sh
+. scripts/lib/talking.sh
+
 # descendants PID...: every process below these, from ps.
 descendants() {
   ps -eo pid=,ppid= | awk -v roots="$*" '
@@ -84,8 +88,8 @@ if [ -n "${FLOTILLA_DEMO_BIN_DIR:-}" ]; then
   # Binaries built already (the test suite's own): no cargo run here.
   bin=$FLOTILLA_DEMO_BIN_DIR
 else
-  echo "building the binaries (the first build takes several minutes; cargo shows its progress)" >&2
-  cargo build --workspace --exclude flotilla-benches --bins
+  log "building the binaries (the first build takes several minutes on 2 cores)"
+  talking "cargo build" cargo build --workspace --exclude flotilla-benches --bins
   bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug
 fi
 
@@ -229,9 +233,14 @@ echo "screenshots of $first (presigned links, valid for an hour while the store 
 python3 - "$work/first.json" <<'PY'
 import json, sys
 task = json.load(open(sys.argv[1]))
+first_seq = {}
 for shot in task.get("screenshots", []):
-    link = shot.get("url") or shot["key"]
-    print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], link))
+    # A screen seen before is the same stored image: named, not linked again.
+    if shot["hash"] in first_seq:
+        print("  seq %3d  %s  the same image as seq %d" % (shot["seq"], shot["hash"][:12], first_seq[shot["hash"]]))
+        continue
+    first_seq[shot["hash"]] = shot["seq"]
+    print("  seq %3d  %s  %s" % (shot["seq"], shot["hash"][:12], shot.get("url") or shot["key"]))
 PY
 shop=${ids[-1]}
 "$bin/flotilla" --json task "$shop" >"$work/shop.json"

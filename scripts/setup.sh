@@ -11,37 +11,8 @@ set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-# How often a long step says it goes on.
-TALK_EVERY_S=${TALK_EVERY_S:-5}
-
-# talking WHAT COMMAND...: runs COMMAND with its output kept aside and, every
-# TALK_EVERY_S seconds while it runs, says that WHAT goes on, for how long,
-# and COMMAND's newest line, so no step is silent for long. On failure it
-# prints the end of COMMAND's output and returns its status.
-talking() {
-  local what=$1 out pid start next last rc=0
-  shift
-  out=$(mktemp)
-  "$@" >"$out" 2>&1 &
-  pid=$!
-  start=$SECONDS
-  next=$((SECONDS + TALK_EVERY_S))
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 0.5
-    if [ "$SECONDS" -ge "$next" ]; then
-      last=$(tail -n 1 "$out" | tr -d '\r' | cut -c1-100)
-      log "  $what: $((SECONDS - start)) s${last:+ · $last}"
-      next=$((SECONDS + TALK_EVERY_S))
-    fi
-  done
-  wait "$pid" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    log "$what failed (exit $rc); its last lines:"
-    tail -n 20 "$out" >&2
-  fi
-  rm -f "$out"
-  return "$rc"
-}
+# shellcheck source=lib/talking.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/talking.sh"
 
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -65,6 +36,12 @@ apt_update_once() {
 # The desktop tools are what the local sandbox provider runs per sandbox;
 # scrot is how the E2B provider captures a screen (tested on local desktops).
 APT_TOOLS=(
+  # What a machine with only the Rust toolchain lacks to build and run the
+  # fleet: a C compiler and linker (for cargo and the crates that build C),
+  # and the process and HTTP tools the scripts use.
+  "cc:gcc"
+  "ps:procps"
+  "curl:curl"
   "python3:python3"
   "redis-server:redis-server"
   "redis-cli:redis-tools"
@@ -118,6 +95,10 @@ APT_TOOLS=(
 # Packages that install no command, checked with dpkg: the sandbox
 # terminal's font (`xterm -fa Monospace`).
 APT_PACKAGES=(
+  # The certificate authorities cargo and the SDK installs fetch over HTTPS with.
+  "ca-certificates"
+  # The C library's headers and start files, which linking any Rust binary needs.
+  "libc6-dev"
   "fonts-dejavu-core"
   # The noVNC page the API serves for live views (/usr/share/novnc).
   "novnc"

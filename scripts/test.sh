@@ -12,17 +12,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+log() { printf 'test: %s\n' "$*" >&2; }
+# shellcheck source=lib/talking.sh
+. scripts/lib/talking.sh
+
 bash scripts/setup.sh
 cargo fmt --all --check
 stylua --check .
 luacheck --quiet --no-color .
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+log "linting (cargo clippy)"
+talking "cargo clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings
 bash scripts/deny.sh
 # The shipped binaries alone, without the features tests turn on: they
 # reach Redis only through the queue's methods (`Queue::redis`/`keys` exist
 # for tests and benchmarks only, behind flotilla-queue's `testing` feature).
-cargo check --quiet -p flotilla-api -p flotilla-worker -p flotilla-cli -p flotilla-sandboxd --lib --bin flotilla-api --bin flotilla-worker --bin flotilla --bin flotilla-sandboxd
-cargo build --workspace --exclude flotilla-benches --bins --quiet
+talking "cargo check" cargo check --quiet -p flotilla-api -p flotilla-worker -p flotilla-cli -p flotilla-sandboxd --lib --bin flotilla-api --bin flotilla-worker --bin flotilla --bin flotilla-sandboxd
+log "building the binaries the tests start"
+talking "cargo build" cargo build --workspace --exclude flotilla-benches --bins --quiet
 profile=default
 if [ "${CI:-}" = "true" ]; then profile=ci; fi
 cargo nextest run --workspace --exclude flotilla-benches --profile "$profile" "$@"

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use flotilla_e2b::api::{NewSandbox, TimeoutBody, API_KEY_HEADER};
-use flotilla_e2b::{DEFAULT_TEMPLATE, RESOLUTION_METADATA};
+use flotilla_e2b::RESOLUTION_METADATA;
 use flotilla_sandbox::SandboxRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -124,7 +124,7 @@ async fn create(Shared(host): Shared<Arc<Host>>, bytes: Bytes) -> Response {
         Ok(request) => request,
         Err(refused) => return refused.into_response(),
     };
-    if request.template_id != DEFAULT_TEMPLATE {
+    if !host.local.knows_template(&request.template_id) {
         return HostError::UnknownTemplate(request.template_id).into_response();
     }
     let timeout = match lifetime(&host, request.timeout) {

@@ -57,7 +57,9 @@ const STREAM_BUFFER: usize = 64;
 /// How many envelopes a connected reader may fall behind before it skips some.
 const WATCH_BUFFER: usize = 256;
 
-pub(super) fn router(host: Arc<Host>) -> Router {
+/// envd's routes, and Flotilla's desktop extension with `extension`.
+pub(super) fn router(host: Arc<Host>, extension: bool) -> Router {
+    let extension = if extension { super::extension::routes() } else { Router::new() };
     Router::new()
         .route(START_PATH, post(start_process))
         .route(SIGNAL_PATH, post(send_signal))
@@ -72,6 +74,7 @@ pub(super) fn router(host: Arc<Host>) -> Router {
         .route("/filesystem.Filesystem/Remove", post(filesystem::remove))
         .route(FILES_PATH, get(read_file).post(write_file))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
+        .merge(extension)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(host)
 }
@@ -93,6 +96,7 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
         Ok(child) => child,
         Err(e) => return stream_error("internal", format!("cannot start the process: {e}")),
     };
+    host.metrics.process_starts.inc();
     let pid = child.id().unwrap_or_default();
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let (watchers, _) = broadcast::channel(WATCH_BUFFER);

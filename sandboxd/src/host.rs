@@ -170,7 +170,8 @@ impl Host {
                 warm
             }
             None => {
-                let request = SandboxRequest { template: None, resolution: new.resolution, timeout: LOCAL_LIFETIME };
+                let template = Some(new.template.clone());
+                let request = SandboxRequest { template, resolution: new.resolution, timeout: LOCAL_LIFETIME };
                 let desktop = self.local.create(&request).await?;
                 self.metrics.cold_start_seconds.observe(started.elapsed().as_secs_f64());
                 desktop.id

@@ -20,6 +20,7 @@ mod calls;
 mod control;
 mod edge;
 mod envd;
+mod extension;
 mod filesystem;
 mod host;
 mod metrics;
@@ -95,6 +96,9 @@ pub struct TestOptions {
     pub internet: Vec<Ipv4Addr>,
     /// A certificate chain and key to serve TLS with.
     pub tls: Option<flotilla_config::TlsFiles>,
+    /// Serve E2B's calls alone, without Flotilla's desktop extension, as
+    /// hosted E2B does.
+    pub standard_only: bool,
 }
 
 impl Sandboxd {
@@ -114,7 +118,7 @@ impl Sandboxd {
         };
         let local = LocalProvider::start(local_config).await.map_err(|e| StartError::Desktops(e.to_string()))?;
         let root = settings.root.clone();
-        Self::listen(settings, Desktops::new(local, root, false), None).await
+        Self::listen(settings, Desktops::new(local, root, false), None, true).await
     }
 
     /// A host on free loopback ports with a fresh key and no pool, for tests.
@@ -152,13 +156,15 @@ impl Sandboxd {
             templates: config.templates.clone(),
             ..LocalConfig::from_settings(&config.isolation)
         });
-        Self::listen(config.sandboxd, Desktops::new(local, root, true), Some(key)).await.expect("a test host starts")
+        let extension = !options.standard_only;
+        Self::listen(config.sandboxd, Desktops::new(local, root, true), Some(key), extension).await.expect("a test host starts")
     }
 
     async fn listen(
         settings: flotilla_config::SandboxdConfig,
         local: Desktops,
         test_key: Option<String>,
+        extension: bool,
     ) -> Result<Self, StartError> {
         let tls = settings.tls.as_ref().map(tls::acceptor).transpose().map_err(StartError::Tls)?;
         let bind =
@@ -175,7 +181,7 @@ impl Sandboxd {
             None => serve(control_listener, control, &shutdown),
         };
         let envd = envd_listener.local_addr().map_err(|source| StartError::Listen { addr: host.settings.addr, source })?;
-        serve(envd_listener, envd::router(Arc::clone(&host)), &shutdown);
+        serve(envd_listener, envd::router(Arc::clone(&host), extension), &shutdown);
         let sandbox_url = edge::serve(Arc::clone(&host), edge_listener, envd, tls, &shutdown);
         tokio::spawn(reap(Arc::downgrade(&host), shutdown.clone()));
         Ok(Self { host, api_url, sandbox_url, test_key, shutdown })
@@ -255,6 +261,16 @@ impl Sandboxd {
             Some(entry) => self.host.local.process_ids(&entry.local_id).await.unwrap_or_default(),
             None => Vec::new(),
         }
+    }
+
+    /// Processes envd started in sandboxes so far.
+    pub fn process_starts(&self) -> u64 {
+        self.host.metrics.process_starts.get()
+    }
+
+    /// Captures and actions the desktop extension served so far.
+    pub fn desktop_calls(&self) -> u64 {
+        self.host.metrics.desktop_calls.get()
     }
 
     /// Desktops waiting in the pool.

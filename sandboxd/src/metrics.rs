@@ -1,6 +1,7 @@
 //! The host's figures for its `/metrics` page: sandboxes by state, creates,
 //! creates answered from the pool, the cold-start histogram, seconds spent
-//! paused, and the resident memory of each sandbox, read at each scrape.
+//! paused, processes envd started, calls of Flotilla's desktop extension,
+//! and the resident memory of each sandbox, read at each scrape.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -30,6 +31,8 @@ pub(crate) struct Metrics {
     pub pauses: Counter,
     pub paused_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     pub cold_start_seconds: Histogram,
+    pub process_starts: Counter,
+    pub desktop_calls: Counter,
 }
 
 impl Default for Metrics {
@@ -40,6 +43,8 @@ impl Default for Metrics {
             pauses: Counter::default(),
             paused_seconds: Counter::default(),
             cold_start_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 10)),
+            process_starts: Counter::default(),
+            desktop_calls: Counter::default(),
         }
     }
 }
@@ -59,6 +64,8 @@ pub(crate) fn render(metrics: &Metrics, sandboxes: Vec<SandboxFigures>, pooled: 
     registry.register("pauses", "Sandboxes paused", metrics.pauses.clone());
     registry.register("paused_seconds", "Seconds sandboxes spent paused, counted at resume", metrics.paused_seconds.clone());
     registry.register("cold_start_seconds", "How long a desktop took to start", metrics.cold_start_seconds.clone());
+    registry.register("process_starts", "Processes envd started in sandboxes", metrics.process_starts.clone());
+    registry.register("desktop_calls", "Captures and actions served by the desktop extension", metrics.desktop_calls.clone());
     let by_state = Family::<StateLabel, Gauge>::default();
     let memory = Family::<SandboxLabel, Gauge>::default();
     for sandbox in sandboxes {

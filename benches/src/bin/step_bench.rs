@@ -26,6 +26,11 @@
 //!   (`observe` is the wall time less the wait asked for, so a late
 //!   wake-up counts as work).
 //!
+//! With `--through-sandboxd` the desktops come from a `flotilla-sandboxd`
+//! it starts on loopback, reached as a worker reaches one: the E2B provider
+//! over HTTP, using the host's desktop extension (one call per capture or
+//! action; the settle wait is the host's).
+//!
 //! Screenshots go to an `s3s-fs` it starts on loopback (`--no-store` keeps
 //! none). Every wait is bounded and the whole run stops after
 //! `--max-seconds`.
@@ -43,6 +48,7 @@ use base64::Engine as _;
 use flotilla_blobstore::{content_hash, BlobConfig, BlobStore, Uploader, UploaderOptions};
 use flotilla_config::Config;
 use flotilla_queue::queue::{Attempt, Claimer, NewTask, Queue, StartOutcome, Terminal};
+use flotilla_sandboxd::{Sandboxd, TestOptions};
 use flotilla_types::action::Action;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
@@ -54,7 +60,7 @@ use flotilla_worker::model::Screen;
 use flotilla_worker::pipeline::scale::{Scale, DEFAULT_TARGET};
 use flotilla_worker::pipeline::{Session, Steps, Tools};
 use flotilla_worker::sandbox::{
-    Isolation, LocalConfig, LocalProvider, PoolConfig, SandboxLimits, SandboxPool, SandboxProvider, Screenshot,
+    E2bProvider, Isolation, LocalConfig, LocalProvider, PoolConfig, SandboxLimits, SandboxPool, SandboxProvider, Screenshot,
 };
 use flotilla_worker::{PipelineError, Registry, TaskHandle, TaskRun};
 use serde_json::{json, Value};
@@ -88,10 +94,12 @@ struct Args {
     /// Whether desktops run in their jail (`--no-jail`: plain processes, to
     /// tell what the jail costs).
     jailed: bool,
+    /// Whether desktops come from a sandbox host over HTTP.
+    through_sandboxd: bool,
     max_seconds: u64,
 }
 
-const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--sandbox-cpus 1.0] [--no-jail] [--max-seconds 600]";
+const USAGE: &str = "flotilla-step-bench [--steps 200] [--sizes 1024x768,1920x1080] [--target 1024x768] [--redis-url URL] [--s3s-fs PATH] [--no-store] [--sandbox-cpus 1.0] [--no-jail] [--through-sandboxd] [--max-seconds 600]";
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Args>> {
     let mut args = Args {
@@ -103,6 +111,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
         store: true,
         sandbox_cpus: SandboxLimits::default().cpus,
         jailed: true,
+        through_sandboxd: false,
         max_seconds: 600,
     };
     while let Some(flag) = it.next() {
@@ -117,6 +126,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> anyhow::Result<Option<Arg
             "--s3s-fs" => args.s3s_fs = Some(PathBuf::from(value()?)),
             "--no-store" => args.store = false,
             "--no-jail" => args.jailed = false,
+            "--through-sandboxd" => args.through_sandboxd = true,
             "--sandbox-cpus" => {
                 args.sandbox_cpus = value()?
                     .parse()
@@ -490,8 +500,11 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     };
     let limits = SandboxLimits { cpus: args.sandbox_cpus, ..SandboxLimits::default() };
     let isolation = if args.jailed { Isolation::Full } else { Isolation::None };
-    let provider: Arc<dyn SandboxProvider> =
-        Arc::new(LocalProvider::new(LocalConfig { limits, isolation, ..LocalConfig::default() }));
+    let host = if args.through_sandboxd { Some(Sandboxd::start_with(TestOptions::default()).await) } else { None };
+    let provider: Arc<dyn SandboxProvider> = match &host {
+        Some(host) => Arc::new(E2bProvider::new(host.config())?),
+        None => Arc::new(LocalProvider::new(LocalConfig { limits, isolation, ..LocalConfig::default() })),
+    };
     let pool = SandboxPool::new(provider, PoolConfig { warm: 0, max_live: 2, ..PoolConfig::default() });
     let tools = Arc::new(Tools {
         sandboxes: Some(pool.clone()),
@@ -519,10 +532,18 @@ async fn run(args: Args) -> anyhow::Result<Value> {
     drop(bench);
     acked.await?;
     pool.shutdown().await;
+    let desktops = match host {
+        Some(host) => {
+            host.shutdown().await;
+            "flotilla-sandboxd on loopback, through the E2B provider"
+        }
+        None => "in process",
+    };
     let report = json!({
         "bench": "flotilla-step-bench",
         "steps": args.steps,
         "store": if args.store { "s3s-fs on loopback" } else { "none" },
+        "desktops": desktops,
         "redis": if own_redis.is_some() { "own redis-server on loopback" } else { "given --redis-url" },
         "build": support::build_kind(),
         "load_average": { "before": load_before, "after": load_after },

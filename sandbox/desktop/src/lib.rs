@@ -296,6 +296,11 @@ impl LocalProvider {
     }
 
     /// Whether sandboxes run in their jail.
+    /// Whether sandboxes of template `name` are made here.
+    pub fn knows_template(&self, name: &str) -> bool {
+        self.inner.config.templates.get(name).is_some()
+    }
+
     pub fn isolated(&self) -> bool {
         self.inner.config.isolation == Isolation::Full
     }

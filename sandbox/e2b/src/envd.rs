@@ -325,7 +325,7 @@ impl Envd {
         url
     }
 
-    fn post(&self, target: &EnvdTarget, path: &str) -> Result<RequestBuilder, EnvdError> {
+    pub(crate) fn post(&self, target: &EnvdTarget, path: &str) -> Result<RequestBuilder, EnvdError> {
         let mut url = target.base.clone();
         url.set_path(path);
         Ok(self
@@ -357,19 +357,24 @@ impl Envd {
 
 /// A `2xx` response, or the error its status and body mean.
 async fn check_status(response: reqwest::Response) -> Result<reqwest::Response, EnvdError> {
-    let status = response.status();
-    if status.is_success() {
+    if response.status().is_success() {
         return Ok(response);
     }
+    Err(status_error(response).await)
+}
+
+/// The error a response's non-`2xx` status and body mean.
+pub(crate) async fn status_error(response: reqwest::Response) -> EnvdError {
+    let status = response.status();
     let text = response.text().await.unwrap_or_default();
     let message = error_message(&text);
-    Err(match status {
+    match status {
         StatusCode::BAD_GATEWAY => EnvdError::Gone(message),
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => EnvdError::Unauthorized { status: status.as_u16(), message },
         StatusCode::NOT_FOUND => EnvdError::NotFound(message),
         s if s.is_client_error() => EnvdError::Rejected { status: s.as_u16(), message },
         s => EnvdError::Unavailable(format!("{s}: {message}")),
-    })
+    }
 }
 
 /// The `message` of envd's and the edge's JSON errors, else the body's start.

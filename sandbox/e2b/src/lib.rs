@@ -8,9 +8,12 @@
 //!   the sandbox's own access token.
 //! - Every action is an xdotool command (`xdo`); a screenshot is a `scrot`
 //!   capture read back as a file (`capture`); a new sandbox's desktop is
-//!   probed and, if need be, started (`desktop`).
+//!   probed and, if need be, started (`desktop`). A Flotilla sandbox host
+//!   serves both in one call each (`fast`, asked once per host).
 //! - A live stream runs in the sandbox as the Desktop SDK runs it: x11vnc
 //!   behind a key and noVNC on port 6080 (`stream`).
+//! - Any other port inside a sandbox (Chromium's DevTools) is reached
+//!   through the routing address's edge (`ports`).
 //!
 //! The provider remembers, per sandbox it has seen, how to reach its envd,
 //! its screen size and its deadline, so one action is one envd round trip;
@@ -26,6 +29,8 @@ mod config;
 pub mod connect;
 mod desktop;
 pub mod envd;
+pub mod fast;
+mod ports;
 pub mod stream;
 #[cfg(test)]
 mod unit_tests;
@@ -45,7 +50,8 @@ use time::OffsetDateTime;
 use self::api::{ApiError, ControlPlane, NewSandbox, RateLimitPolicy, SandboxDetail, SandboxState};
 use self::envd::{Envd, EnvdError, EnvdTarget, ENVD_PORT};
 use flotilla_sandbox::{
-    CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot,
+    CommandOutput, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest, SandboxStatus, Screenshot, Settle,
+    SettledShot,
 };
 
 pub use self::config::{E2bConfig, EnvdAddress, DEFAULT_DOMAIN, DEFAULT_TEMPLATE, DEFAULT_USER};
@@ -78,6 +84,8 @@ pub struct E2bProvider {
     known: Mutex<HashMap<SandboxId, Known>>,
     /// Ids of sandboxes this provider saw expire, with when.
     expired: Mutex<HashMap<SandboxId, Instant>>,
+    /// Whether the host serves Flotilla's desktop extension.
+    fast: fast::Support,
 }
 
 impl E2bProvider {
@@ -96,7 +104,8 @@ impl E2bProvider {
         let policy = RateLimitPolicy { retries: config.rate_limit_retries, max_wait: config.max_retry_after };
         let api = ControlPlane::new(client.clone(), &config.api_url, &config.api_key, policy).map_err(|e| from_api(None, e))?;
         let envd = Envd::new(client, &config.user);
-        Ok(Self { config, api, envd, known: Mutex::new(HashMap::new()), expired: Mutex::new(HashMap::new()) })
+        let (known, expired) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
+        Ok(Self { config, api, envd, known, expired, fast: fast::Support::default() })
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
@@ -293,6 +302,9 @@ impl E2bProvider {
 
     async fn capture(&self, id: &SandboxId) -> Result<Screenshot, SandboxError> {
         let known = self.session(id).await?;
+        if let Some(settled) = self.fast_capture(id, &known, None).await? {
+            return Ok(settled.shot);
+        }
         let path = capture::shot_path();
         let output = self
             .envd
@@ -305,6 +317,33 @@ impl E2bProvider {
         let png = self.envd.read_file(&known.target, &path).await.map_err(|e| self.file_failure(id, &known, &path, e));
         self.remove_capture(known.target.clone(), path);
         capture::from_png(png?)
+    }
+
+    /// A capture through the host's extension (settled there by `settle`),
+    /// or `None` where it is not served.
+    async fn fast_capture(
+        &self,
+        id: &SandboxId,
+        known: &Known,
+        settle: Option<Settle>,
+    ) -> Result<Option<SettledShot>, SandboxError> {
+        if !self.fast.worth_trying() {
+            return Ok(None);
+        }
+        let answer = self.envd.fast_capture(&self.fast, &known.target, settle).await;
+        match answer.map_err(|e| self.envd_failure(id, Some(known), e))? {
+            fast::Answer::Done((png, waited)) => Ok(Some(SettledShot { shot: capture::from_png(png)?, waited })),
+            fast::Answer::Refused(error) => Err(error),
+            fast::Answer::NotServed => Ok(None),
+        }
+    }
+
+    async fn settled(&self, id: &SandboxId, settle: Settle) -> Result<Option<SettledShot>, SandboxError> {
+        if !self.fast.worth_trying() {
+            return Ok(None);
+        }
+        let known = self.session(id).await?;
+        self.fast_capture(id, &known, Some(settle)).await
     }
 
     /// Removes a read capture in the background: nothing waits on it.
@@ -326,6 +365,14 @@ impl E2bProvider {
                 Ok(())
             }
             xdo::Step::Run { command, timeout } => {
+                if self.fast.worth_trying() {
+                    let answer = self.envd.fast_act(&self.fast, &known.target, action).await;
+                    match answer.map_err(|e| self.envd_failure(id, Some(&known), e))? {
+                        fast::Answer::Done(()) => return Ok(()),
+                        fast::Answer::Refused(error) => return Err(error),
+                        fast::Answer::NotServed => {}
+                    }
+                }
                 let output = self.envd.run(&known.target, &command, timeout).await.map_err(|e| match e {
                     EnvdError::Timeout => SandboxError::Display(format!("xdotool did not finish within {timeout:?}")),
                     other => self.envd_failure(id, Some(&known), other),
@@ -357,6 +404,15 @@ impl E2bProvider {
             })
             .transpose()?;
         Ok(EnvdTarget { base, route_to, access_token })
+    }
+
+    /// The one address every sandbox is reached through, when requests are
+    /// routed by header.
+    fn routing_base(&self) -> Option<&str> {
+        match &self.config.envd {
+            EnvdAddress::Routed { base_url } => Some(base_url),
+            EnvdAddress::SandboxHost => None,
+        }
     }
 
     fn remember(&self, id: &SandboxId, known: Known) {
@@ -500,6 +556,26 @@ impl SandboxProvider for E2bProvider {
 
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.perform(id, action).boxed()
+    }
+
+    fn settled_screenshot<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        settle: Settle,
+    ) -> BoxFuture<'a, Result<Option<SettledShot>, SandboxError>> {
+        self.settled(id, settle).boxed()
+    }
+
+    fn opens_ports(&self) -> bool {
+        ports::carried(self.routing_base())
+    }
+
+    fn open_port<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        port: u16,
+    ) -> BoxFuture<'a, Result<flotilla_sandbox::PortStream, SandboxError>> {
+        ports::open(self.routing_base(), id, port).boxed()
     }
 
     fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn flotilla_sandbox::remote::RemoteStream>> {

@@ -11,6 +11,7 @@ pub mod image;
 pub mod keyboard;
 pub mod port;
 pub mod remote;
+pub mod settle;
 #[cfg(any(test, feature = "testing"))]
 pub mod suite;
 
@@ -27,6 +28,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use error::SandboxError;
 pub use port::{PortStream, RelayProcess};
+pub use settle::{Settle, SettledShot, SETTLE};
 
 /// The longest sandbox id accepted.
 const MAX_ID_LEN: usize = 128;
@@ -235,6 +237,20 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// Performs one action on the screen. `screenshot` is a no-op here (take
     /// one with [`SandboxProvider::screenshot`]); `wait` sleeps.
     fn act<'a>(&'a self, id: &'a SandboxId, action: &'a Action) -> BoxFuture<'a, Result<(), SandboxError>>;
+
+    /// A capture of sandbox `id`'s screen once it has settled by `settle`,
+    /// waited for where the sandbox lives (a sandbox host that sees its
+    /// display's changes), in one call. `None`, this default, when the
+    /// provider cannot: the caller waits with [`settle::quiet_screen`] or by
+    /// comparing captures.
+    fn settled_screenshot<'a>(
+        &'a self,
+        id: &'a SandboxId,
+        settle: Settle,
+    ) -> BoxFuture<'a, Result<Option<SettledShot>, SandboxError>> {
+        let _ = (id, settle);
+        async { Ok(None) }.boxed()
+    }
 
     /// When sandbox `id`'s screen last changed, for a provider its display
     /// tells (a local X display's DAMAGE reports), read without a capture;

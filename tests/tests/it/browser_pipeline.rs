@@ -8,7 +8,9 @@
 //! carry its browser tool
 //! shapes (Claude's `browser_toolset_20260801` with `toolset_name` and
 //! `browser_state`, Gemini's `ENVIRONMENT_BROWSER` with the page's `url`,
-//! OpenAI's computer tool beside a `navigate` function).
+//! OpenAI's computer tool beside a `navigate` function). The same task runs
+//! on a sandbox host's desktop through the E2B provider, its DevTools port
+//! reached through the host's edge.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,12 +18,13 @@ use std::sync::{Arc, Mutex};
 use axum::routing::{get, post};
 use axum::Router;
 use flotilla_sandbox::suite::host_address;
+use flotilla_sandboxd::Sandboxd;
 use flotilla_tests::desktop::{count, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{anthropic, gemini, openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::tasks::record;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::task::{StopCode, TaskStatus};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, MemoryProvider};
+use flotilla_worker::sandbox::{E2bProvider, LocalConfig, LocalProvider, MemoryProvider};
 use serde_json::{json, Value};
 
 /// The form: three bands of the viewport (name 5–30 %, email 36–61 %,
@@ -181,6 +184,37 @@ async fn sandbox_a_gemini_browser_environment_task_fills_and_submits_a_form() {
     let reply = &contents.last().expect("a reply")["parts"][0]["functionResponse"];
     assert_eq!(reply["name"], "navigate");
     assert_eq!(reply["response"]["url"], site.url.as_str(), "the reply names the page, as the browser environment's do");
+    fleet.stop().await;
+}
+
+/// The Gemini task on a `flotilla-sandboxd` desktop, as a fleet whose
+/// workers use the E2B provider runs it: Chromium's DevTools port inside
+/// the sandbox is reached through the host's edge, never on the host's
+/// network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_a_browser_task_on_a_sandbox_hosts_desktop_reaches_devtools_through_its_edge() {
+    let site = form_site().await;
+    let server = ScriptedServer::start().await;
+    let typed = |y: u32, text: &str| json!({"x": 500, "y": y, "text": text, "press_enter": false, "clear_before_typing": true});
+    server.push(gemini::calls_turn(vec![gemini::call("navigate", json!({"url": site.url}))]));
+    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(170, "Ada Lovelace"))]));
+    server.push(gemini::calls_turn(vec![gemini::call("type_text_at", typed(480, "ada@example.com"))]));
+    server.push(gemini::calls_turn(vec![gemini::call("click_at", json!({"x": 500, "y": 810}))]));
+    server.push(gemini::final_answer("Signed up."));
+    let host = Sandboxd::start_with_internet(vec![host_address()]).await;
+    let config = flotilla_tests::config_file("[tenants.acme]\nsandbox_templates = [\"browser\"]\n");
+    let env = vec![
+        ("GEMINI_BASE_URL", server.url()),
+        ("GEMINI_API_KEY", "gemini-test-secret".to_owned()),
+        ("FLOTILLA_CONFIG", config.to_string_lossy().into_owned()),
+    ];
+    let provider = E2bProvider::new(host.config()).expect("the E2B provider");
+    let fleet =
+        DesktopFleet::start(DesktopOptions { env, provider: Some(Arc::new(provider)), ..DesktopOptions::default() }).await;
+
+    let events = run_form_task(&fleet, &site, "gemini-3.6-flash").await;
+    assert_eq!(browser_calls(&events), ["navigate"]);
+    assert_eq!(server.received().len(), 5);
     fleet.stop().await;
 }
 

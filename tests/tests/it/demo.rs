@@ -228,10 +228,13 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
         .to_owned();
     let links: Vec<String> = out
         .lines()
-        .filter(|l| l.trim_start().starts_with("seq "))
+        .filter(|l| l.trim_start().starts_with("seq ") && !l.contains("the same image as seq"))
         .filter_map(|l| l.split_whitespace().last().map(str::to_owned))
         .collect();
     assert!(!links.is_empty(), "no screenshot links printed:\n{out}");
+    // Each stored image is linked once; a screen seen again names its first.
+    let distinct: std::collections::HashSet<&String> = links.iter().collect();
+    assert_eq!(distinct.len(), links.len(), "an image linked twice:\n{out}");
     let recorded: Vec<u32> = std::fs::read_to_string(dir.join("pids"))
         .expect("the recorded PIDs")
         .lines()

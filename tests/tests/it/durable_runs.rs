@@ -9,15 +9,18 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_blobstore::BlobStore;
+use flotilla_config::Config;
 use flotilla_queue::keys::Keys;
 use flotilla_queue::queue::Queue;
-use flotilla_sandboxd::Sandboxd;
+use flotilla_sandbox::suite::host_address;
+use flotilla_sandboxd::{Sandboxd, TestOptions};
 use flotilla_tests::desktop::{eventually, sandbox_ids};
 use flotilla_tests::fakes::{openai, Recorded, Reply, ScriptedServer};
 use flotilla_tests::fleet::{test_env, WorkerProcess};
 use flotilla_tests::s3_server::S3Server;
 use flotilla_tests::tasks::{events, queue, record, tenant};
-use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_tests::{spawn_api, test_config, unique_prefix, ApiServer, RedisServer};
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::TaskId;
 use flotilla_types::task::{Decision, HumanInput, TaskSpec, TaskStatus};
@@ -31,20 +34,49 @@ pub(crate) struct Stand {
     redis: RedisServer,
     keys: Keys,
     _s3: S3Server,
+    /// The store the workers keep screenshots and output files in.
+    blobs: BlobStore,
+    config: Config,
     pub(crate) model: ScriptedServer,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) queue: Queue,
 }
 
+/// How much a stand runs at once: each worker's task slots, and the
+/// desktops its host keeps running (a task's own and those whose task was
+/// handed back and waits for a worker).
+/// With `gateway`, each worker's model gateway listens on the host's own
+/// address, which the host's desktops reach as a hosted sandbox reaches
+/// the internet (what claude-code tasks need).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Size {
+    pub(crate) slots: usize,
+    pub(crate) desktops: usize,
+    pub(crate) gateway: bool,
+}
+
+impl Default for Size {
+    fn default() -> Self {
+        Self { slots: 4, desktops: 8, gateway: false }
+    }
+}
+
 impl Stand {
     pub(crate) async fn start() -> Self {
-        let host = Sandboxd::start().await;
+        Self::start_sized(Size::default()).await
+    }
+
+    pub(crate) async fn start_sized(size: Size) -> Self {
+        let internet = if size.gateway { vec![host_address()] } else { Vec::new() };
+        let host = Sandboxd::start_with(TestOptions { capacity: Some(size.desktops), internet, ..TestOptions::default() }).await;
         let redis = RedisServer::start();
         let prefix = unique_prefix();
         let model = ScriptedServer::start().await;
         let base = format!("{}/v1", model.url());
         let model_url = model.url();
-        let extra = [
+        let slots = size.slots.to_string();
+        let gateway_addr = size.gateway.then(|| format!("{}:0", host_address()));
+        let mut extra = vec![
             ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
             ("E2B_API_KEY", host.test_key()),
             ("E2B_API_URL", host.api_url()),
@@ -58,15 +90,24 @@ impl Stand {
             ("GEMINI_API_KEY", "gemini-test-secret"),
             ("FLOTILLA_LEASE_MS", "5000"),
             ("FLOTILLA_HEARTBEAT_MS", "500"),
-            ("FLOTILLA_WORKER_CONCURRENCY", "4"),
+            ("FLOTILLA_WORKER_CONCURRENCY", slots.as_str()),
         ];
+        if let Some(addr) = &gateway_addr {
+            extra.push(("FLOTILLA_GATEWAY_ADDR", addr.as_str()));
+        }
         let s3 = S3Server::start();
         let mut env = test_env(&redis, &prefix, &extra);
         env.extend(s3.worker_env(&prefix));
         let config = test_config(&redis, &prefix, &extra);
         let keys = Keys::new(config.key_prefix.clone());
         let queue = queue(&config).await;
-        Self { host, redis, keys, _s3: s3, model, env, queue }
+        let blobs = s3.store(&prefix);
+        Self { host, redis, keys, _s3: s3, blobs, config, model, env, queue }
+    }
+
+    /// The API, in process, on this stand's Redis.
+    pub(crate) async fn api(&self) -> ApiServer {
+        spawn_api(self.config.clone()).await
     }
 
     pub(crate) async fn submit(&self, spec: Value) -> TaskId {
@@ -137,6 +178,14 @@ impl Stand {
             .await
             .expect("timeout");
         assert_eq!(set.status(), 204, "the host takes the new deadline");
+    }
+
+    /// The output file `path` (below the desktop's home) that task `id`
+    /// left, as stored when it ended; empty when it stored none.
+    pub(crate) async fn output(&self, id: &TaskId, path: &str) -> String {
+        let key = self.blobs.layout().artifact(id, path).expect("an artifact key");
+        let bytes = self.blobs.get(&key).await.map(|b| b.to_vec()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// Ends sandbox `id` at the host, as its deadline would.

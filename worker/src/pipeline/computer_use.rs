@@ -38,7 +38,8 @@
 //! ends).
 
 mod parked;
-mod resume;
+mod planned;
+pub(super) mod resume;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -53,8 +54,6 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::journal::{CallState, Journal, JournaledCheck, Journaler, WaitKind};
-use super::open_app;
-use super::planner::{self, Planned};
 use super::scale::Scale;
 use super::surface::Surface;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
@@ -116,25 +115,11 @@ impl ComputerUse {
 impl PipelineRunner for ComputerUse {
     fn run<'a>(&'a self, run: &'a TaskRun) -> BoxFuture<'a, Result<Outcome, PipelineError>> {
         async move {
-            let spec = run.task.spec();
             let steps = Steps::new(run);
-            if spec.plan != Some(true) {
-                return self.run_journaled(run, steps).await;
+            if run.task.spec().plan == Some(true) {
+                return self.run_planned(run, steps).await;
             }
-            if spec.setup.is_some() {
-                // A set-up runs before any model call, the planner's too:
-                // the sandbox is taken first.
-                let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
-                let result = match self.plan(run, session.steps()).await {
-                    Ok(planned) => self.execute(run, &mut session, &planned).await,
-                    Err(e) => Err(e),
-                };
-                return session.close(result).await;
-            }
-            let planned = self.plan(run, &steps).await?;
-            let mut session = Session::open_with(run, steps, spec.sandbox.as_ref()).await?;
-            let result = self.execute(run, &mut session, &planned).await;
-            session.close(result).await
+            self.run_journaled(run, steps).await
         }
         .boxed()
     }
@@ -150,19 +135,10 @@ impl ComputerUse {
         }
     }
 
-    /// The planner's plan of a `plan: true` task, its tokens counted.
-    async fn plan(&self, run: &TaskRun, steps: &Steps) -> Result<Planned, PipelineError> {
-        let apps = open_app::app_names(run);
-        let planned = planner::plan(&run.task.spec().prompt, &apps, steps, &*self.models.planner(run)?).await?;
-        steps.count(&[run.tools.pricing.tokens(&self.models.model(run), planned.usage.counts())]).await?;
-        Ok(planned)
-    }
-
     /// Runs the task's prompt as one conversation, journaled step by step
     /// (see [`journal`](super::journal)): taken up from the journal when an
     /// earlier attempt was interrupted (see [`resume`]), else from the
-    /// start. A run that ends in a way that is not an interruption drops
-    /// the journal, so a retry starts clean.
+    /// start.
     async fn run_journaled(&self, run: &TaskRun, steps: Steps) -> Result<Outcome, PipelineError> {
         let start = match resume::journal_of(run).await? {
             Some(journal) => resume::start(run, steps, journal).await?,
@@ -175,15 +151,7 @@ impl ComputerUse {
         session.steps_mut().journaled(run.hand_back.clone());
         session.allow_parking(run);
         let result = self.drive(run, &mut session, journal, answer).await;
-        let result = session.close(result).await;
-        let taken_up_later =
-            |e: &PipelineError| matches!(e, PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked);
-        if matches!(&result, Err(e) if !taken_up_later(e)) {
-            if let Err(e) = run.task.write_journal("").await {
-                tracing::warn!(error = %e, "could not drop the step journal of a run that will not be taken up");
-            }
-        }
-        result
+        close_journaled(run, session, result).await
     }
 
     /// Runs the task's prompt as one conversation, or continues the one
@@ -210,22 +178,6 @@ impl ComputerUse {
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
-    /// Runs a plan's steps in order, one conversation each; the result's
-    /// text is the last step's answer, `steps` holds every step's.
-    async fn execute(&self, run: &TaskRun, session: &mut Session, planned: &Planned) -> Result<Outcome, PipelineError> {
-        let mut surface = self.surface(session).await?;
-        let mut usage = planned.usage;
-        let mut answers = Vec::with_capacity(planned.plan.steps.len());
-        open_app::open_planned(run, session, &planned.plan.application).await?;
-        for (index, step) in planned.plan.steps.iter().enumerate() {
-            planner::start_step(run.task.as_ref(), index, step).await?;
-            let prompt = planner::step_prompt(&run.task.spec().prompt, planned, index);
-            answers.push(self.converse(run, session, &mut surface, &prompt, &mut usage, None).await?);
-        }
-        let text = answers.last().cloned().unwrap_or_default();
-        Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))
-    }
-
     /// Opens the conversation and gets its first turn: from the start with
     /// `prompt` and the screen, or, when the journal holds a conversation,
     /// from its checkpoint with the results of its last turn's calls on the
@@ -247,7 +199,8 @@ impl ComputerUse {
         let screen = look(session, surface, &mapping.view).await?;
         tell_page(model.as_mut(), session, surface).await?;
         let provider = self.models.provider();
-        let taken_up = match journal {
+        let taking_up = journal.filter(|journaler| journaler.taking_up());
+        let taken_up = match taking_up {
             Some(journaler) => resume::restored(model.as_mut(), journaler).await,
             None => None,
         };
@@ -268,7 +221,7 @@ impl ComputerUse {
                 session.guard(timed(run, provider, model.resume(results, &[]))).await?
             }
             (None, _) => {
-                let prompt = match journal.map(Journaler::journal).filter(|j| j.steps > 0) {
+                let prompt = match taking_up.map(Journaler::journal).filter(|j| j.steps > 0) {
                     Some(journal) => resume::without_history(prompt, journal.steps),
                     None => prompt.to_owned(),
                 };
@@ -302,6 +255,9 @@ impl ComputerUse {
         };
         let (mut model, mut turn, mut approved) =
             self.first_turn(run, session, surface, &mapping, prompt, (journal.as_deref(), answer)).await?;
+        if let Some(journal) = journal.as_deref_mut() {
+            journal.took_up();
+        }
         let provider = self.models.provider();
         let model_name = self.models.model(run);
         loop {
@@ -309,11 +265,11 @@ impl ComputerUse {
             if !approved {
                 record_turn(run, session, &turn, &model_name).await?;
             }
-            if let Some(journal) = journal.as_deref_mut() {
-                journal.turn(model.checkpoint(), &turn.calls, session.steps().taken(), *usage).await?;
-            }
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
+            }
+            if let Some(journal) = journal.as_deref_mut() {
+                journal.turn(model.checkpoint(), &turn.calls, session.steps().taken(), *usage).await?;
             }
             let acknowledged = if std::mem::take(&mut approved) {
                 turn.safety_checks.clone()
@@ -363,6 +319,24 @@ impl ComputerUse {
 struct Journaled<'j> {
     journaler: &'j mut Journaler,
     answer: Option<parked::Answer>,
+}
+
+/// Closes a journaled run's session; a run that failed and is not taken up
+/// in its sandbox by the next attempt (see [`Session::carries_over`]: a
+/// handed-back, taken-over, parked or retried one) drops the journal, so a
+/// retry starts clean.
+pub(super) async fn close_journaled<T>(
+    run: &TaskRun,
+    session: Session,
+    result: Result<T, PipelineError>,
+) -> Result<T, PipelineError> {
+    let (result, carried_over) = session.close_journaled(result).await;
+    if result.is_err() && !carried_over {
+        if let Err(e) = run.task.write_journal("").await {
+            tracing::warn!(error = %e, "could not drop the step journal of a run that will not be taken up");
+        }
+    }
+    result
 }
 
 /// Awaits one model call, recording its latency and outcome.

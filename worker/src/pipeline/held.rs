@@ -247,9 +247,11 @@ impl Held {
     /// Settles the sandbox once the attempt ended with `outcome`: kills a
     /// leased one, or leaves it running for a later task when it was asked
     /// to be kept and the task ended for good, or for the next attempt when
-    /// this one was interrupted and its run is `resumable` (journaled); an
-    /// interrupted run without a journal starts over, so its sandbox goes. `expires_at` is its deadline
-    /// as last extended.
+    /// that one takes the task up here from its journal (`carried_over`,
+    /// see [`Session::carries_over`](super::Session::carries_over)), paused
+    /// for any worker when the task parked waiting for a person; a run
+    /// without a journal starts over, so its sandbox goes. `expires_at` is
+    /// its deadline as last extended.
     /// The owner's record follows: kept or the user's own, it lasts until
     /// the deadline as extended; released, it is dropped. A named sandbox
     /// its keeper found `gone` is no longer counted as kept.
@@ -259,17 +261,17 @@ impl Held {
         outcome: &Result<T, PipelineError>,
         expires_at: Option<time::OffsetDateTime>,
         gone: bool,
-        resumable: bool,
+        carried_over: bool,
         claimant: Claimant<'_>,
     ) {
         let provider = pool.provider().name();
         match self {
-            // Handed back or taken over mid-step: the attempt that takes the
-            // task up next continues in this sandbox (its owner record
-            // stays until the deadline).
-            Self::Leased { lease, .. } if resumable && interrupted(outcome) => pool.keep(lease).await,
             // Parked with its task, paused: any worker resumes it.
             Self::Leased { lease, .. } if matches!(outcome, Err(PipelineError::Parked)) => pool.let_go_paused(lease).await,
+            // Handed back, taken over or retried mid-run: the attempt that
+            // takes the task up next continues in this sandbox (its owner
+            // record stays until the deadline).
+            Self::Leased { lease, .. } if carried_over => pool.keep(lease).await,
             Self::Leased { mut lease, keep_alive: true } if ends_for_good(outcome) => {
                 if let Some(at) = expires_at {
                     lease.sandbox.expires_at = at;
@@ -320,13 +322,6 @@ impl Held {
     pub(crate) fn provider_and_id<'a>(&'a self, pool: &'a SandboxPool) -> (&'a Arc<dyn SandboxProvider>, &'a SandboxId) {
         (pool.provider(), &self.sandbox().id)
     }
-}
-
-/// Whether the attempt stopped for a later one to take the task up where
-/// it is: handed back by a stopping worker, or taken over by another
-/// attempt.
-fn interrupted<T>(outcome: &Result<T, PipelineError>) -> bool {
-    matches!(outcome, Err(PipelineError::HandedBack | PipelineError::Fenced))
 }
 
 /// Whether the task ends with this attempt: a retry or a cancel does not

@@ -5,7 +5,10 @@
 //! message history of Anthropic and Gemini with screenshots as blob-store
 //! hashes, see [`screens`]), the steps taken, the tokens used, and for each
 //! call of the turn under way whether it is `pending`, in flight
-//! (`intent`, written before it runs) or `done` (written after). The queue
+//! (`intent`, written before it runs) or `done` (written after); for a
+//! `plan: true` task also its plan, the plan step under way and the
+//! answers of the steps done, so a later attempt neither plans again nor
+//! redoes a finished step. The queue
 //! stores it in the task's own hash, fenced by the attempt
 //! (`flotilla_queue::queue`'s `journal` module) and bounded by
 //! [`JOURNAL_MAX_BYTES`]; this module decides what it says, and keeps it
@@ -23,7 +26,7 @@
 
 pub mod screens;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +35,7 @@ use tracing::warn;
 use flotilla_blobstore::BlobStore;
 use flotilla_queue::queue::JOURNAL_MAX_BYTES;
 
+use super::plan::{Clarification, Plan, Planned};
 use super::{PipelineError, TaskHandle};
 use crate::model::{ModelAction, ToolCall, Usage};
 use flotilla_types::action::Action;
@@ -140,6 +144,38 @@ impl From<JournaledUsage> for Usage {
     }
 }
 
+/// Where a `plan: true` task stands in its plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanProgress {
+    pub plan: Plan,
+    #[serde(default)]
+    pub clarifications: Vec<Clarification>,
+    /// The index of the plan step under way (the number of steps done).
+    pub step: u32,
+    /// The answers of the steps done, in order.
+    #[serde(default)]
+    pub answers: Vec<String>,
+}
+
+impl PlanProgress {
+    /// The plan as its executor takes it (the planner's tokens are in the
+    /// journal's usage).
+    pub fn planned(&self) -> Planned {
+        Planned { plan: self.plan.clone(), clarifications: self.clarifications.clone(), usage: Usage::default() }
+    }
+}
+
+/// A claude-code task's CLI run: the session it runs in (its id chosen
+/// before the CLI starts), and its work directory's files (path to
+/// SHA-256) before the CLI first ran, against which its artifacts are
+/// found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CliProgress {
+    pub session_id: String,
+    #[serde(default)]
+    pub before: BTreeMap<String, String>,
+}
+
 /// What the journal holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Journal {
@@ -160,6 +196,13 @@ pub struct Journal {
     /// that takes it up has the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<JournaledWait>,
+    /// A `plan: true` task's plan and progress; the conversation and calls
+    /// above are those of its step under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanProgress>,
+    /// A claude-code task's CLI session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli: Option<CliProgress>,
 }
 
 impl Journal {
@@ -173,7 +216,21 @@ impl Journal {
             usage: JournaledUsage::default(),
             calls: Vec::new(),
             wait: None,
+            plan: None,
+            cli: None,
         }
+    }
+
+    /// A journal for a `plan: true` task that holds `sandbox` and is about
+    /// to run the first step of `planned` (whose tokens it counts).
+    pub fn planned(sandbox: JournaledSandbox, planned: &Planned) -> Self {
+        let plan = PlanProgress {
+            plan: planned.plan.clone(),
+            clarifications: planned.clarifications.clone(),
+            step: 0,
+            answers: Vec::new(),
+        };
+        Self { usage: planned.usage.into(), plan: Some(plan), ..Self::new(sandbox) }
     }
 
     /// The journal an earlier attempt left, when this worker can take it
@@ -207,23 +264,40 @@ pub struct Journaler {
     /// The hashes of the screenshots this run stored for the conversation.
     stored: BTreeSet<String>,
     journal: Journal,
+    /// Whether the next conversation takes up the journaled one (an
+    /// earlier attempt's), rather than starting.
+    taking_up: bool,
 }
 
 impl Journaler {
-    /// Keeps on with a journal already stored.
+    /// Keeps on with a journal an earlier attempt stored: the run's first
+    /// conversation takes up the journaled one.
     pub fn new(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Self {
-        Self { task, blobs, stored: BTreeSet::new(), journal }
+        Self { task, blobs, stored: BTreeSet::new(), journal, taking_up: true }
     }
 
     /// Stores a new journal before the run's first step.
     pub async fn begin(task: Arc<dyn TaskHandle>, blobs: Option<BlobStore>, journal: Journal) -> Result<Self, PipelineError> {
-        let mut journaler = Self { task, blobs, stored: BTreeSet::new(), journal };
+        let mut journaler = Self { task, blobs, stored: BTreeSet::new(), journal, taking_up: false };
         journaler.save().await?;
         Ok(journaler)
     }
 
     pub fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    /// Whether the conversation about to open takes up an earlier
+    /// attempt's (true once, for the first conversation of a run that
+    /// continues a stored journal).
+    pub fn taking_up(&self) -> bool {
+        self.taking_up
+    }
+
+    /// The journaled conversation was taken up (or could not be): later
+    /// conversations of the run start anew.
+    pub fn took_up(&mut self) {
+        self.taking_up = false;
     }
 
     /// The journaled conversation as its client's checkpoint, screenshots
@@ -257,6 +331,20 @@ impl Journaler {
             .iter()
             .map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending, actions: screen_actions(c) })
             .collect();
+        self.journal.steps = steps;
+        self.journal.usage = usage.into();
+        self.save().await
+    }
+
+    /// Records that the plan step under way ended with `answer`: the next
+    /// one is under way, with no conversation yet.
+    pub async fn plan_step_done(&mut self, answer: String, steps: u32, usage: Usage) -> Result<(), PipelineError> {
+        if let Some(progress) = self.journal.plan.as_mut() {
+            progress.step += 1;
+            progress.answers.push(answer);
+        }
+        self.journal.conversation = None;
+        self.journal.calls.clear();
         self.journal.steps = steps;
         self.journal.usage = usage.into();
         self.save().await

@@ -15,6 +15,7 @@ pub(crate) mod held;
 pub mod journal;
 mod kept_watch;
 mod open_app;
+pub mod plan;
 pub mod planner;
 pub mod pricing;
 pub mod profile;

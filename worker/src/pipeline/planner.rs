@@ -16,8 +16,9 @@
 
 use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, StopCode};
-use serde::Serialize;
 use serde_json::{Map, Value};
+
+pub use super::plan::{Clarification, Plan, Planned};
 
 use super::error::PipelineError;
 use super::handle::TaskHandle;
@@ -41,34 +42,12 @@ or, only when the task can be read in ways that lead to different results, \
 /// The clarification used when a human approves without a message.
 const NO_DETAIL: &str = "(no further detail: choose the most likely reading)";
 
-/// A task split into steps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Plan {
-    pub application: String,
-    pub steps: Vec<String>,
-}
-
 /// What the planner model answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanAnswer {
     Plan(Plan),
     /// The question to ask the user.
     Ambiguity(String),
-}
-
-/// A question the planner asked and the human's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Clarification {
-    pub question: String,
-    pub answer: String,
-}
-
-/// A plan, the clarifications it took, and the tokens planning used.
-#[derive(Debug, Clone)]
-pub struct Planned {
-    pub plan: Plan,
-    pub clarifications: Vec<Clarification>,
-    pub usage: Usage,
 }
 
 /// Plans the task, asking a human when the model finds it ambiguous, and

@@ -54,15 +54,8 @@ use super::held::{Claimant, Held, SandboxChoice};
 use super::journal::JournaledSandbox;
 use super::{TaskRun, Tools};
 use crate::live::{LiveSource, ShowGuard};
+use crate::sandbox::settle::{quiet_screen, SETTLE};
 use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxPool, SandboxProvider, Screenshot};
-
-/// How long programs get to react to an action before the screen is read.
-pub(crate) const SETTLE_FIRST: Duration = Duration::from_millis(100);
-/// How long the screen must stay unchanged to count as settled (for a
-/// provider that cannot tell, the gap between two captures that must match).
-pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(50);
-/// The longest wait for a screen to settle.
-pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(1_000);
 
 /// A capture of a settled screen, with what it took to settle.
 #[derive(Debug, Clone)]
@@ -70,7 +63,7 @@ pub struct Settled {
     pub shot: Screenshot,
     /// The time spent asleep on purpose, giving programs time to draw
     /// (not work: from the action's end to when the screen counted as
-    /// settled, or [`SETTLE_FIRST`] and each [`SETTLE_POLL`] between captures).
+    /// settled, or the settle's first wait and each of its polls between captures).
     pub waited: Duration,
     /// How many captures it took.
     pub captures: u32,
@@ -245,28 +238,32 @@ impl Session {
         Ok(settled)
     }
 
-    /// The screen once programs have caught up with the last action: at
-    /// least [`SETTLE_FIRST`] after it, once the screen has not changed for
-    /// [`SETTLE_POLL`], or after [`SETTLE_MAX`] for a screen that never
-    /// stops changing. A provider that reports its screen's changes is
+    /// The screen once programs have caught up with the last action, by
+    /// [`SETTLE`]: at least its first wait after it, once the screen has not
+    /// changed for its poll time, or after its longest wait for a screen
+    /// that never stops changing. A provider that settles where the sandbox
+    /// lives answers in one call; one that reports its screen's changes is
     /// captured once, when they have stopped; any other is captured every
-    /// [`SETTLE_POLL`] until two captures match.
+    /// poll time until two captures match.
     async fn settled_screen(&self) -> Result<Settled, PipelineError> {
         let id = &self.held()?.sandbox().id;
         let provider = self.pool.provider();
         let started = Instant::now();
-        if let Some(quiet) = quiet_screen(provider.as_ref(), id, started).await {
+        if let Some(settled) = provider.settled_screenshot(id, SETTLE).await.map_err(PipelineError::from)? {
+            return Ok(Settled { shot: settled.shot, waited: settled.waited, captures: 1 });
+        }
+        if let Some(quiet) = quiet_screen(provider.as_ref(), id, started, SETTLE).await {
             let shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
             return Ok(Settled { shot, waited: quiet - started, captures: 1 });
         }
-        let deadline = started + SETTLE_MAX;
-        let mut waited = SETTLE_FIRST;
-        tokio::time::sleep(SETTLE_FIRST).await;
+        let deadline = started + SETTLE.max;
+        let mut waited = SETTLE.first;
+        tokio::time::sleep(SETTLE.first).await;
         let mut shot = provider.screenshot(id).await.map_err(PipelineError::from)?;
         let mut captures = 1;
         while Instant::now() < deadline {
-            tokio::time::sleep(SETTLE_POLL).await;
-            waited += SETTLE_POLL;
+            tokio::time::sleep(SETTLE.poll).await;
+            waited += SETTLE.poll;
             let next = provider.screenshot(id).await.map_err(PipelineError::from)?;
             captures += 1;
             let settled = next.png == shot.png;
@@ -302,7 +299,15 @@ impl Session {
     /// Before any of it, the task's `check` judges the sandbox (see
     /// [`evaluate`]), then the agent's output files are stored and its
     /// browser profile saved (see [`files`]).
-    pub async fn close<T>(mut self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
+    pub async fn close<T>(self, result: Result<T, PipelineError>) -> Result<T, PipelineError> {
+        self.close_journaled(result).await.0
+    }
+
+    /// [`Session::close`], saying also whether the next attempt takes the
+    /// task up in this sandbox from its journal (see
+    /// [`Session::carries_over`]); when it does not, the journal is the
+    /// caller's to drop.
+    pub async fn close_journaled<T>(mut self, result: Result<T, PipelineError>) -> (Result<T, PipelineError>, bool) {
         self.check(&result).await;
         let result = self.take_out(result).await;
         let result = match (result, self.screenshots.take()) {
@@ -323,11 +328,28 @@ impl Session {
         let keeper = self.steps.keeper.take();
         let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
         let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
+        let carried_over = self.carries_over(&result, gone);
         if let Some(held) = self.held.take() {
-            let resumable = self.steps.is_journaled();
-            held.settle(&self.pool, &result, expires_at, gone, resumable, Claimant { task: &self.task }).await;
+            held.settle(&self.pool, &result, expires_at, gone, carried_over, Claimant { task: &self.task }).await;
         }
-        result
+        (result, carried_over)
+    }
+
+    /// Whether the next attempt takes the task up in this sandbox from its
+    /// journal once this one ends with `result`: a journaled run handed
+    /// back by a stopping worker, taken over by another attempt or parked
+    /// waiting for a person (its sandbox paused, see [`parking`]), or one
+    /// that failed in a way worth retrying while its sandbox lives (not
+    /// `gone`) and the task has attempts left. Any other end starts over.
+    pub(crate) fn carries_over<T>(&self, result: &Result<T, PipelineError>, gone: bool) -> bool {
+        if !self.steps.is_journaled() {
+            return false;
+        }
+        match result {
+            Err(PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked) => true,
+            Err(PipelineError::Retryable(_)) => !gone && self.task.attempt_number() < self.task.spec().max_attempts(),
+            _ => false,
+        }
     }
 }
 
@@ -345,22 +367,6 @@ fn keep_alive_policy(stretch: Duration, steps: &Steps) -> (KeepAlivePolicy, time
     let policy = KeepAlivePolicy { stretch, until: steps.limits.deadline };
     let runs_until = time::OffsetDateTime::now_utc() + (policy.until + policy.margin()).saturating_duration_since(Instant::now());
     (policy, runs_until)
-}
-
-/// Sleeps until `provider` says sandbox `id`'s screen is quiet: at least
-/// [`SETTLE_FIRST`] after `started` and [`SETTLE_POLL`] after its last
-/// change, or [`SETTLE_MAX`] after `started`. Returns the time it slept
-/// until, or `None` at once when the provider does not report changes.
-pub(crate) async fn quiet_screen(provider: &dyn SandboxProvider, id: &SandboxId, started: Instant) -> Option<Instant> {
-    let (earliest, latest) = (started + SETTLE_FIRST, started + SETTLE_MAX);
-    loop {
-        let changed = provider.screen_changed_at(id)?;
-        let due = earliest.max(changed + SETTLE_POLL).min(latest);
-        if Instant::now() >= due {
-            return Some(due);
-        }
-        tokio::time::sleep_until(due.into()).await;
-    }
 }
 
 /// A session dropped without `close` (its task was cancelled or taken over

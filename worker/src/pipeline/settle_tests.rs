@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_types::action::Action;
 
-use super::session::{quiet_screen, SETTLE_FIRST, SETTLE_MAX, SETTLE_POLL};
 use crate::sandbox::local::Desktops;
+use crate::sandbox::settle::{quiet_screen, SETTLE};
 use crate::sandbox::{suite, LocalConfig, SandboxProvider};
 
 /// The display reports its screen's changes without a capture: an idle
@@ -26,7 +26,7 @@ async fn sandbox_screen_changes_are_reported_and_end_the_settle_wait() {
     })
     .await;
     let started = Instant::now();
-    assert_eq!(quiet_screen(provider, id, started).await, Some(started + SETTLE_FIRST), "an idle screen waits the least");
+    assert_eq!(quiet_screen(provider, id, started, SETTLE).await, Some(started + SETTLE.first), "an idle screen waits the least");
     assert_eq!(provider.screen_changed_at(id), Some(idle), "an idle screen reports no change");
 
     let before = provider.screenshot(id).await.expect("screenshot");
@@ -42,10 +42,10 @@ async fn sandbox_screen_changes_are_reported_and_end_the_settle_wait() {
     // About half a second of output, a line every 20 ms or so.
     suite::type_line(provider, &sandbox, "for i in $(seq 25); do echo line $i; sleep 0.02; done").await;
     let started = Instant::now();
-    let quiet = quiet_screen(provider, id, started).await.expect("the display still reports");
+    let quiet = quiet_screen(provider, id, started, SETTLE).await.expect("the display still reports");
     let last = provider.screen_changed_at(id).expect("the display still reports");
-    assert!(last > typed && quiet >= last + SETTLE_POLL, "the wait ends once the drawing has stopped");
+    assert!(last > typed && quiet >= last + SETTLE.poll, "the wait ends once the drawing has stopped");
     assert!(quiet - started >= Duration::from_millis(300), "the wait outlasts the burst: {:?}", quiet - started);
-    assert!(quiet <= started + SETTLE_MAX);
+    assert!(quiet <= started + SETTLE.max);
     provider.kill(id).await.expect("kill");
 }

@@ -17,10 +17,10 @@ use std::time::Instant;
 use flotilla_types::action::Action;
 use flotilla_types::task::StopCode;
 
-use super::session::{SETTLE_FIRST, SETTLE_MAX, SETTLE_POLL};
 use super::{PipelineError, Session};
 use crate::browser::{Browser, BrowserError};
 use crate::model::browser::{BrowserCall, PageState};
+use crate::sandbox::settle::SETTLE;
 use crate::sandbox::Screenshot;
 
 /// What a conversation drives.
@@ -107,14 +107,15 @@ impl Surface {
     }
 }
 
-/// The viewport once two captures [`SETTLE_POLL`] apart match (at least
-/// [`SETTLE_FIRST`] after the last action), or as it is after [`SETTLE_MAX`].
+/// The viewport once two captures [`SETTLE`]'s poll time apart match (at
+/// least its first wait after the last action), or as it is after its
+/// longest wait.
 async fn settled_viewport(browser: &Browser) -> Result<Screenshot, PipelineError> {
-    let deadline = Instant::now() + SETTLE_MAX;
-    tokio::time::sleep(SETTLE_FIRST).await;
+    let deadline = Instant::now() + SETTLE.max;
+    tokio::time::sleep(SETTLE.first).await;
     let mut shot = browser.screenshot().await.map_err(broken)?;
     while Instant::now() < deadline {
-        tokio::time::sleep(SETTLE_POLL).await;
+        tokio::time::sleep(SETTLE.poll).await;
         let next = browser.screenshot().await.map_err(broken)?;
         let settled = next.png == shot.png;
         shot = next;

@@ -2,7 +2,10 @@
 //! real desktops: the shared behaviour suite (`behaviour_suite!`, as for
 //! the local provider), then what only a hosted
 //! provider meets: a refused key, rate limiting, sandboxes that vanish
-//! from outside; and the first two through a pool, as tasks meet them. Each test has its own fake (ports, key, desktops).
+//! from outside; and the first two through a pool, as tasks meet them.
+//! Each test has its own fake (ports, key, desktops). The fake serves
+//! Flotilla's desktop extension as a Flotilla host does; the same suite
+//! over E2B's standard calls alone is `e2b_standard_tests`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,15 +13,21 @@ use std::time::{Duration, Instant};
 use flotilla_types::action::{Action, MouseButton};
 use tokio_util::sync::CancellationToken;
 
-use flotilla_sandboxd::Sandboxd;
+use flotilla_sandboxd::{Sandboxd, TestOptions};
 
 use crate::sandbox::e2b::{E2bConfig, E2bProvider, EnvdAddress};
+use crate::sandbox::settle::SETTLE;
 use crate::sandbox::{suite, PoolConfig, SandboxError, SandboxPool, SandboxProvider, SandboxRequest};
 
 /// A fake and a provider pointed at it the way a worker is: with
 /// `E2B_API_URL` and `E2B_SANDBOX_URL` (plain http) in its settings.
 pub(super) async fn fixture() -> (Sandboxd, E2bProvider) {
-    let fake = Sandboxd::start().await;
+    fixture_with(TestOptions::default()).await
+}
+
+/// The same, over a host started with `options`.
+pub(super) async fn fixture_with(options: TestOptions) -> (Sandboxd, E2bProvider) {
+    let fake = Sandboxd::start_with(options).await;
     let direct = fake.config();
     let EnvdAddress::Routed { base_url: sandbox_url } = &direct.envd else { panic!("the fake routes envd") };
     let settings = [
@@ -177,4 +186,67 @@ async fn sandbox_e2b_pool_waits_out_a_rate_limited_create() {
     assert!(!lease.warm);
     pool.release(lease).await;
     assert_eq!(pool.live(), 0);
+}
+
+/// Against a Flotilla host, a step's capture (settled there) and its
+/// actions are one call each to the desktop extension: no process starts
+/// in the sandbox for either, and what was typed lands.
+#[tokio::test]
+async fn sandbox_e2b_a_flotilla_host_captures_and_acts_without_a_process_per_call() {
+    let (fake, provider) = fixture().await;
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    let (starts, calls) = (fake.process_starts(), fake.desktop_calls());
+    let settled = provider.settled_screenshot(&sandbox.id, SETTLE).await.expect("a capture").expect("settled by the host");
+    assert_eq!((settled.shot.width, settled.shot.height), (800, 600));
+    assert!(settled.waited >= SETTLE.first, "the host waited at least the settle's first time: {:?}", settled.waited);
+    let before = provider.screenshot(&sandbox.id).await.expect("a capture");
+    suite::type_line(&provider, &sandbox, "echo typed-fast > fast.txt").await;
+    let after = suite::eventually("the typed line on the screen", || async {
+        let shot = provider.screenshot(&sandbox.id).await.expect("a capture");
+        (shot.png != before.png).then_some(shot)
+    })
+    .await;
+    assert_eq!((after.width, after.height), (800, 600));
+    assert_eq!(fake.process_starts(), starts, "no process started for a capture or an action");
+    assert!(fake.desktop_calls() >= calls + 6, "the extension served them: {} calls", fake.desktop_calls() - calls);
+    suite::file_becomes(&provider, &sandbox.id, "fast.txt", "typed-fast").await;
+    let outside = provider.act(&sandbox.id, &Action::Click { x: 5_000, y: 10, button: MouseButton::Left }).await;
+    assert!(matches!(outside, Err(SandboxError::InvalidAction(_))), "{outside:?}");
+    provider.kill(&sandbox.id).await.expect("kill");
+}
+
+/// A port a program inside the sandbox listens on, on the sandbox's own
+/// loopback, is reached through the host's edge as a stream, the way the
+/// browser pipeline reaches Chromium's DevTools.
+#[tokio::test]
+async fn sandbox_e2b_a_port_inside_the_sandbox_is_reached_through_the_edge() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_fake, provider) = fixture().await;
+    assert!(provider.opens_ports());
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    provider
+        .run(&sandbox.id, "mkdir -p served && echo inside-the-sandbox > served/page.txt", Duration::from_secs(10))
+        .await
+        .expect("a page");
+    let server = "cd served && nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &";
+    provider.run(&sandbox.id, server, Duration::from_secs(10)).await.expect("a server inside");
+    let body = suite::eventually("the page through the edge", || async {
+        let exchange = async {
+            let mut stream = provider.open_port(&sandbox.id, 8123).await.map_err(|e| e.to_string())?;
+            let request = b"GET /page.txt HTTP/1.1\r\nHost: 127.0.0.1:8123\r\nConnection: close\r\n\r\n";
+            stream.write_all(request).await.map_err(|e| e.to_string())?;
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(String::from_utf8_lossy(&answer).into_owned())
+        };
+        let text = match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => e,
+            Err(_) => "no answer within 5 s".to_owned(),
+        };
+        text.starts_with("HTTP/1.0 200").then_some(text)
+    })
+    .await;
+    assert!(body.ends_with("inside-the-sandbox\n"), "{body}");
+    provider.kill(&sandbox.id).await.expect("kill");
 }

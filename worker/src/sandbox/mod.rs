@@ -14,6 +14,8 @@ pub mod pool;
 mod pool_fill;
 
 #[cfg(test)]
+mod e2b_standard_tests;
+#[cfg(test)]
 mod e2b_stream_tests;
 #[cfg(test)]
 mod e2b_tests;
@@ -23,8 +25,8 @@ pub use flotilla_e2b as e2b;
 #[cfg(test)]
 pub(crate) use flotilla_sandbox::suite;
 pub use flotilla_sandbox::{
-    keyboard, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider, SandboxRequest,
-    SandboxStatus, Screenshot, X11Display,
+    keyboard, settle, CommandOutput, GatewayBridge, PortStream, Sandbox, SandboxError, SandboxId, SandboxProvider,
+    SandboxRequest, SandboxStatus, Screenshot, X11Display,
 };
 
 pub use e2b::{E2bConfig, E2bProvider, EnvdAddress, StreamKey};

@@ -39,6 +39,9 @@ pub(super) struct Invocation<'a> {
     pub max_turns: Option<u32>,
     /// The session to continue.
     pub resume: Option<&'a str>,
+    /// The id a new session takes (a UUID), so it is known before the CLI
+    /// names it.
+    pub session_id: Option<&'a str>,
     pub token: &'a TaskToken,
 }
 
@@ -78,9 +81,13 @@ pub(super) fn command(invocation: &Invocation<'_>) -> String {
     }
     if let Some(session) = invocation.resume {
         args.extend(["--resume".to_owned(), quoted(session)]);
+    } else if let Some(session) = invocation.session_id {
+        args.extend(["--session-id".to_owned(), quoted(session)]);
     }
+    // `exec` keeps the shell's process id: the id file names the CLI.
     format!(
-        "cd \"$HOME\"/{} && exec env {} claude {} < \"$HOME\"/{PROMPT_FILE}",
+        "echo $$ > \"$HOME\"/{} && cd \"$HOME\"/{} && exec env {} claude {} < \"$HOME\"/{PROMPT_FILE}",
+        super::durable::PID_FILE,
         quoted(invocation.work_dir),
         assignments.join(" "),
         args.join(" ")

@@ -22,6 +22,11 @@
 //! Cancellation and `max_duration_s` stop the CLI through the session's
 //! guard, which kills it with its sandbox.
 //!
+//! A run is journaled: a task whose worker is killed or stopped mid-run is
+//! taken up in the same sandbox by the next attempt, which resumes the
+//! CLI's session there ([`durable`]); a stopping worker hands its running
+//! CLI tasks back at once.
+//!
 //! Each model call the CLI makes is counted on the task as the gateway
 //! reports it (tokens in and out, per model), and held against the task's
 //! `budget`: the call that crosses it ends the task `failed` with code
@@ -29,11 +34,13 @@
 //! token any call past the budget meanwhile.
 
 mod cli;
+mod durable;
 mod gateway_tls;
 mod live;
 mod resume;
 mod workdir;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flotilla_blobstore::BlobStore;
@@ -48,8 +55,11 @@ use self::cli::{Finished, Invocation};
 use self::live::LiveFiles;
 use self::resume::Earlier;
 use self::workdir::{Sandbox, WORK_DIR};
+use super::computer_use::close_journaled;
+use super::computer_use::resume as take_up;
+use super::journal::Journal;
 use super::pricing::Pricing;
-use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
+use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
 use crate::gateway::{CallReports, GrantLimits, ModelGateway, TaskToken};
 use crate::sandbox::GatewayBridge;
 
@@ -68,9 +78,19 @@ impl PipelineRunner for ClaudeCode {
                 Some(id) => Some(resume::earlier(run.task.as_ref(), id).await?),
                 None => None,
             };
-            let session = Session::open(run).await?;
-            let result = run_in_sandbox(run, &session, gateway, blobs, earlier.as_ref()).await;
-            session.close(result).await.map(Outcome::Succeeded)
+            let steps = Steps::new(run);
+            let start = match take_up::journal_of(run).await?.filter(|journal| journal.cli.is_some()) {
+                Some(journal) => take_up::start(run, steps, journal).await?,
+                None => take_up::Start::Fresh(steps),
+            };
+            let (mut session, journal) = match start {
+                // The only wait of its take-up that parks is the one after an
+                // interruption, whose approval just goes on.
+                take_up::Start::Resumed(session, journal, _) => (*session, Some(journal)),
+                take_up::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None),
+            };
+            let result = run_in_sandbox(run, &mut session, gateway, blobs, earlier.as_ref(), journal).await;
+            close_journaled(run, session, result).await.map(Outcome::Succeeded)
         }
         .boxed()
     }
@@ -95,24 +115,24 @@ fn requirements(run: &TaskRun) -> Result<(&ModelGateway, &BlobStore), PipelineEr
 /// Everything from the work directory to the stored artifacts.
 async fn run_in_sandbox(
     run: &TaskRun,
-    session: &Session,
+    session: &mut Session,
     gateway: &ModelGateway,
     blobs: &BlobStore,
     earlier: Option<&Earlier>,
+    journal: Option<Journal>,
 ) -> Result<Value, PipelineError> {
     let (provider, id) = session.sandbox()?;
-    let sandbox = Sandbox { provider, id };
+    let (provider, id) = (Arc::clone(provider), id.clone());
+    let sandbox = Sandbox { provider: &provider, id: &id };
     let task = run.task.as_ref();
     let spec = task.spec();
     let cwd = session.guard(workdir::prepare(sandbox)).await?;
-    if let Some(earlier) = earlier {
-        session.guard(resume::restore(sandbox, blobs, task, earlier, &cwd)).await?;
+    let durable::CliStart { before, journaled, prompt, session_id, resume } =
+        durable::prepare(run, session, sandbox, blobs, earlier, journal, &cwd).await?;
+    if journaled {
+        session.steps_mut().journaled(run.hand_back.clone());
     }
-    if let Some(files) = &spec.files {
-        session.guard(workdir::write_inputs(sandbox, files, blobs, task.tenant())).await?;
-    }
-    session.guard(sandbox.write(cli::PROMPT_FILE, spec.prompt.as_bytes())).await?;
-    let before = session.guard(workdir::snapshot(sandbox)).await?;
+    session.guard(sandbox.write(cli::PROMPT_FILE, prompt.as_bytes())).await?;
 
     let deadline = session.steps().limits().deadline;
     let bridge = sandbox.provider.gateway_bridge(sandbox.id).await?;
@@ -123,7 +143,8 @@ async fn run_in_sandbox(
         work_dir: WORK_DIR,
         model: spec.model.as_deref(),
         max_turns: spec.max_steps,
-        resume: earlier.map(|e| e.session_id.as_str()),
+        resume: resume.then_some(session_id.as_str()),
+        session_id: (!resume).then_some(session_id.as_str()),
         token: &token,
     };
     let mut live = LiveFiles::new(run, sandbox, blobs, before.clone());
@@ -133,6 +154,9 @@ async fn run_in_sandbox(
         let finished = tokio::select! {
             finished = session.guard(run_cli(run, sandbox, &command, deadline)) => finished,
             crossed = count_calls(session, &run.tools.pricing, calls.as_mut()) => Err(crossed),
+            // A stopping worker hands the task back at once, the CLI's
+            // session journaled, its sandbox left running.
+            () = run.hand_back.cancelled(), if journaled => Err(PipelineError::HandedBack),
         };
         stop.cancel();
         finished

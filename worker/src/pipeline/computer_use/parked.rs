@@ -17,7 +17,7 @@ use super::ask_answer;
 use crate::model::{CallResult, ModelAction, SafetyCheck, ToolCall, Turn};
 
 /// What a person answered a parked task.
-pub(super) enum Answer {
+pub(in crate::pipeline) enum Answer {
     /// The journaled turn's safety checks are approved: its calls run.
     Approved(Vec<SafetyCheck>),
     /// The answer to the `ask_human` call `call`.

@@ -1,5 +1,6 @@
 //! Taking a model-driven task up where an interrupted attempt stopped
-//! (its worker was killed, restarted or redeployed): the attempt reads the
+//! (its worker was killed, restarted or redeployed, or the attempt failed
+//! in a way worth retrying while its sandbox lived): the attempt reads the
 //! task's step journal, and the task's `on_interrupt` decides.
 //!
 //! - `resume` (the default): reconnect to the same sandbox by id, announce
@@ -40,7 +41,7 @@ pub(super) const NOT_STARTED: &str =
     "Not carried out: the run was interrupted before this action. The screenshot shows the screen as it is now.";
 
 /// How a run begins.
-pub(super) enum Start {
+pub(in crate::pipeline) enum Start {
     /// As a new attempt: a new sandbox and conversation.
     Fresh(Steps),
     /// In the interrupted (or parked) attempt's sandbox, from its journal,
@@ -50,7 +51,7 @@ pub(super) enum Start {
 
 /// The journal an interrupted earlier attempt left, when there is one to
 /// take up.
-pub(super) async fn journal_of(run: &TaskRun) -> Result<Option<Journal>, PipelineError> {
+pub(in crate::pipeline) async fn journal_of(run: &TaskRun) -> Result<Option<Journal>, PipelineError> {
     if run.task.attempt_number() <= 1 {
         return Ok(None);
     }
@@ -60,7 +61,7 @@ pub(super) async fn journal_of(run: &TaskRun) -> Result<Option<Journal>, Pipelin
 /// Decides how a run with `journal` begins, by the task's `on_interrupt`;
 /// a task parked waiting for a person is no interruption: it goes on in
 /// its sandbox with the answer that woke it (see [`parked`](super::parked)).
-pub(super) async fn start(run: &TaskRun, steps: Steps, mut journal: Journal) -> Result<Start, PipelineError> {
+pub(in crate::pipeline) async fn start(run: &TaskRun, steps: Steps, mut journal: Journal) -> Result<Start, PipelineError> {
     let policy = run.task.spec().on_interrupt.unwrap_or_default();
     let attempt = run.task.attempt_number();
     let sandbox = journal.sandbox.id.clone();
