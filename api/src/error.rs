@@ -173,7 +173,13 @@ impl ApiError {
                 Reply::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", UNAVAILABLE_MESSAGE)
             }
             // `From<QuotaError>` turns a quota's queue error into `ApiError::Queue`.
-            ApiError::Queue(QueueError::Redis(_) | QueueError::Fenced | QueueError::Corrupt(_) | QueueError::NoPipeline)
+            ApiError::Queue(
+                QueueError::Redis(_)
+                | QueueError::Fenced
+                | QueueError::Cancelled
+                | QueueError::Corrupt(_)
+                | QueueError::NoPipeline,
+            )
             | ApiError::Quota(QuotaError::Queue(_))
             | ApiError::Internal(_) => Reply::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", INTERNAL_MESSAGE),
         }

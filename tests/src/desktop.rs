@@ -68,6 +68,7 @@ impl DesktopFleet {
             live: None,
             pricing: Default::default(),
             profile_key: config.s3.profile_key.clone(),
+            park_waiting_after: config.worker.park_waiting_after,
             templates: Arc::new(config.templates.clone()),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);

@@ -101,6 +101,11 @@ impl Executor {
                 self.release(&attempt).await;
                 return "handed_back";
             }
+            Ok(Err(PipelineError::Parked)) => {
+                info!("the task waits for a person parked; its entry is acknowledged and its slot free");
+                self.acker.ack(attempt.delivery.clone(), None);
+                return "parked";
+            }
             Err(StopReason::CancelRequested) | Ok(Err(PipelineError::Cancelled)) => Terminal::Cancelled,
             Ok(Ok(Outcome::Succeeded(result))) => Terminal::Succeeded(result),
             Ok(Err(PipelineError::Fatal { code, message })) => {

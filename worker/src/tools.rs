@@ -40,6 +40,9 @@ pub struct Tools {
     pub templates: Arc<flotilla_config::TemplatesConfig>,
     /// The key saved browser profiles are sealed with (`FLOTILLA_PROFILE_KEY`).
     pub profile_key: Option<ProfileKey>,
+    /// How long a task waits for a person before it is parked
+    /// (`FLOTILLA_PARK_WAITING_AFTER_MS`).
+    pub park_waiting_after: std::time::Duration,
 }
 
 impl Tools {
@@ -68,7 +71,17 @@ impl Tools {
         let gateway = GatewayConfig::anthropic(config).map(ModelGateway::new);
         let pricing = Arc::new(Pricing::new(config.prices.clone()));
         let (templates, profile_key) = (Arc::new(config.templates.clone()), config.s3.profile_key.clone());
-        Ok(Self { sandboxes, blobs, uploads: UploaderOptions::default(), gateway, live: None, pricing, templates, profile_key })
+        Ok(Self {
+            sandboxes,
+            blobs,
+            uploads: UploaderOptions::default(),
+            gateway,
+            live: None,
+            pricing,
+            templates,
+            profile_key,
+            park_waiting_after: config.worker.park_waiting_after,
+        })
     }
 
     /// Ends every pooled sandbox.

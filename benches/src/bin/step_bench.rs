@@ -514,6 +514,7 @@ async fn run(args: Args) -> anyhow::Result<Value> {
         live: None,
         pricing: Default::default(),
         profile_key: None,
+        park_waiting_after: std::time::Duration::from_secs(60),
         templates: Default::default(),
     });
     let caps = flotilla_worker::worker::capabilities(&config, &Registry::for_config(&config), &tools);

@@ -174,6 +174,14 @@ impl ControlPlane {
         parse(&answer)
     }
 
+    /// Pauses a running sandbox (`409`, already paused, counts as done).
+    pub async fn pause(&self, id: &str) -> Result<(), ApiError> {
+        match self.call::<()>(Method::POST, &["sandboxes", id, "pause"], None).await {
+            Err(ApiError::Rejected { status: 409, .. }) | Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     pub async fn delete(&self, id: &str) -> Result<(), ApiError> {
         self.call::<()>(Method::DELETE, &["sandboxes", id], None).await?;
         Ok(())

@@ -226,6 +226,16 @@ impl E2bProvider {
         Ok(SandboxStatus { alive: answers, expires_at: detail.end_at })
     }
 
+    /// Pauses `id` through the API and forgets what was known of it: its
+    /// deadline and envd token change when it is resumed, by whichever
+    /// worker resumes it.
+    async fn pause_sandbox(&self, id: &SandboxId) -> Result<bool, SandboxError> {
+        let cached = self.check_deadline(id).await?;
+        self.api.pause(id.as_str()).await.map_err(|e| self.api_failure(id, cached.as_ref(), e))?;
+        lock(&self.known).remove(id);
+        Ok(true)
+    }
+
     async fn connect_to(&self, id: &SandboxId) -> Result<Sandbox, SandboxError> {
         let cached = self.check_deadline(id).await?;
         let known = self.load(id, cached.as_ref()).await?;
@@ -513,6 +523,14 @@ impl SandboxProvider for E2bProvider {
 
     fn kill<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<(), SandboxError>> {
         self.kill_sandbox(id).boxed()
+    }
+
+    fn pause<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<bool, SandboxError>> {
+        self.pause_sandbox(id).boxed()
+    }
+
+    fn can_pause(&self) -> bool {
+        true
     }
 
     fn run<'a>(

@@ -176,6 +176,21 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// life. Returns the new deadline.
     fn extend<'a>(&'a self, id: &'a SandboxId, by: Duration) -> BoxFuture<'a, Result<OffsetDateTime, SandboxError>>;
 
+    /// Pauses the sandbox: nothing in it runs and it holds no place on its
+    /// host, its memory is kept, and a later [`connect`](SandboxProvider::connect)
+    /// by any worker resumes it. `Ok(false)`, this default, from a provider
+    /// that cannot pause (the sandbox runs on).
+    fn pause<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<bool, SandboxError>> {
+        let _ = id;
+        async { Ok(false) }.boxed()
+    }
+
+    /// Whether [`pause`](SandboxProvider::pause) can pause this provider's
+    /// sandboxes; `false` by default.
+    fn can_pause(&self) -> bool {
+        false
+    }
+
     /// Ends the sandbox and everything that runs in it.
     fn kill<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<(), SandboxError>>;
 

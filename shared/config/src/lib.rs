@@ -87,6 +87,7 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_LEASE_MS", "lease_ms"),
     ("FLOTILLA_HEARTBEAT_MS", "heartbeat_ms"),
     ("FLOTILLA_DRAIN_DEADLINE_S", "drain_deadline_s"),
+    ("FLOTILLA_PARK_WAITING_AFTER_MS", "park_waiting_after_ms"),
     ("FLOTILLA_RETENTION_S", "retention_s"),
     ("FLOTILLA_ARCHIVE_AFTER_S", "archive_after_s"),
     ("FLOTILLA_DEFAULT_PIPELINE", "default_pipeline"),
@@ -665,6 +666,17 @@ mod tests {
         let err = load(&[("FLOTILLA_CONFIG", &bad)]).expect_err("refused");
         assert_eq!(err.var, "tenants.acme.max_running");
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn a_waiting_task_is_parked_after_a_minute_unless_set_and_never_after_zero() {
+        assert_eq!(load(&[]).expect("defaults").worker.park_waiting_after, Duration::from_secs(60));
+        let set = load(&[("FLOTILLA_PARK_WAITING_AFTER_MS", "1500")]).expect("loads");
+        assert_eq!(set.worker.park_waiting_after, Duration::from_millis(1500));
+        let err = load(&[("FLOTILLA_PARK_WAITING_AFTER_MS", "0")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_PARK_WAITING_AFTER_MS");
+        let err = load(&[("FLOTILLA_PARK_WAITING_AFTER_MS", "soon")]).expect_err("refused");
+        assert_eq!(err.var, "FLOTILLA_PARK_WAITING_AFTER_MS");
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub struct WorkerConfig {
     /// they can reach. Always `https://`: the gateway's TCP listener speaks
     /// TLS only.
     pub gateway_url: Option<String>,
+    /// `FLOTILLA_PARK_WAITING_AFTER_MS`: how long a task that waits for a
+    /// person keeps its worker slot and running sandbox before it is parked
+    /// (journaled, its sandbox paused, handed back to the queue until the
+    /// answer comes); only where the provider can pause a sandbox.
+    pub park_waiting_after: Duration,
 }
 
 impl WorkerConfig {
@@ -47,6 +52,7 @@ impl WorkerConfig {
             drain_deadline: Duration::from_secs(s.positive("FLOTILLA_DRAIN_DEADLINE_S", 25)? as u64),
             gateway_addr: s.parsed("FLOTILLA_GATEWAY_ADDR", "127.0.0.1:0", "a socket address like 127.0.0.1:0")?,
             gateway_url: https_only(s.url("FLOTILLA_GATEWAY_URL")?)?,
+            park_waiting_after: s.millis("FLOTILLA_PARK_WAITING_AFTER_MS", 60_000)?,
         })
     }
 }

@@ -16,6 +16,10 @@ pub enum QueueError {
     WrongStatus(String),
     #[error("this attempt no longer owns the task")]
     Fenced,
+    /// The task was cancelled while it waited parked; the attempt that
+    /// took it up ends it.
+    #[error("the task was cancelled")]
+    Cancelled,
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     /// A task came to the queue with no pipeline: whatever accepts a task

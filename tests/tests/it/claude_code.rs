@@ -97,6 +97,7 @@ impl CodeFleet {
             live: None,
             pricing: Default::default(),
             profile_key: None,
+            park_waiting_after: std::time::Duration::from_secs(60),
             templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::standard(), tools);

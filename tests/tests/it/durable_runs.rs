@@ -142,6 +142,44 @@ impl Stand {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// Field `field` of task `id`'s hash, empty when it has none.
+    pub(crate) fn task_field(&self, id: &TaskId, field: &str) -> String {
+        self.redis.cli(&["HGET", &self.keys.task(id), field]).trim().to_owned()
+    }
+
+    /// The sandbox host's control API and its key.
+    pub(crate) fn host_api_url(&self) -> String {
+        self.host.api_url().to_owned()
+    }
+
+    pub(crate) fn host_key(&self) -> String {
+        self.host.test_key().to_owned()
+    }
+
+    /// Sandbox `id` as the host answers `GET /sandboxes/{id}`.
+    pub(crate) async fn sandbox_detail(&self, id: &str) -> Value {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/sandboxes/{id}", self.host.api_url()))
+            .header("X-API-Key", self.host.test_key())
+            .send()
+            .await
+            .expect("get sandbox");
+        assert_eq!(answer.status(), 200, "sandbox {id} is at the host");
+        answer.json().await.expect("a sandbox's JSON")
+    }
+
+    /// Sets sandbox `id`'s deadline `seconds` from now at the host.
+    pub(crate) async fn set_sandbox_timeout(&self, id: &str, seconds: u64) {
+        let set = reqwest::Client::new()
+            .post(format!("{}/sandboxes/{id}/timeout", self.host.api_url()))
+            .header("X-API-Key", self.host.test_key())
+            .json(&json!({"timeout": seconds}))
+            .send()
+            .await
+            .expect("timeout");
+        assert_eq!(set.status(), 204, "the host takes the new deadline");
+    }
+
     /// The output file `path` (below the desktop's home) that task `id`
     /// left, as stored when it ended; empty when it stored none.
     pub(crate) async fn output(&self, id: &TaskId, path: &str) -> String {

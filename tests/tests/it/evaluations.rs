@@ -214,6 +214,7 @@ fn memory_worker(config: &flotilla_config::Config) -> (InProcessWorker, SandboxP
         live: None,
         pricing: Default::default(),
         profile_key: None,
+        park_waiting_after: std::time::Duration::from_secs(60),
         templates: Default::default(),
     };
     (InProcessWorker::start_with_tools(config.clone(), Registry::for_config(config), tools), pool)

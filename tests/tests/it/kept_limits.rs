@@ -49,6 +49,7 @@ impl Fleet {
             live: None,
             pricing: Default::default(),
             profile_key: None,
+            park_waiting_after: std::time::Duration::from_secs(60),
             templates: Default::default(),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);

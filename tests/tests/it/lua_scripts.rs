@@ -382,6 +382,53 @@ fn give_input() {
             },
             Case { given: RUNNING, keys: "~t:{a}", args: "acme {}", reply: "running", then: &[("HEXISTS ~t:{a} input", "0")] },
             Case { given: RUNNING, keys: "~t:{a}", args: "globex {}", reply: "missing", then: &[] },
+            // A parked task wakes, once: the second answer finds it queued.
+            Case {
+                given: &["HSET ~t:{a} status waiting tenant acme parked 1 park_lane 2 park_route any"],
+                keys: "~t:{a}",
+                args: "acme {}",
+                reply: "unparked:2:any",
+                then: &[("HMGET ~t:{a} status parked input", "[queued, woken, {}]")],
+            },
+            Case {
+                given: &["HSET ~t:{a} status queued tenant acme parked woken"],
+                keys: "~t:{a}",
+                args: "acme {}",
+                reply: "queued",
+                then: &[],
+            },
+        ],
+    );
+}
+
+#[test]
+fn park() {
+    let waiting = &["HSET ~t:{a} status waiting attempt 1 owner w1 max_attempts 3"];
+    run(
+        "queue/park",
+        &[
+            Case {
+                given: waiting,
+                keys: "~t:{a}",
+                args: "1 w1 2 any",
+                reply: "parked",
+                then: &[("HMGET ~t:{a} status owner parked max_attempts park_lane park_route", "[waiting, '', 1, 4, 2, any]")],
+            },
+            Case {
+                given: &["HSET ~t:{a} status waiting attempt 1 owner w1 max_attempts 3 input {}"],
+                keys: "~t:{a}",
+                args: "1 w1 2 any",
+                reply: "queued",
+                then: &[("HMGET ~t:{a} status owner parked", "[queued, '', nil]")],
+            },
+            Case {
+                given: &["HSET ~t:{a} status waiting attempt 1 owner w1 cancel 1"],
+                keys: "~t:{a}",
+                args: "1 w1 2 any",
+                reply: "cancel",
+                then: &[("HMGET ~t:{a} status owner", "[waiting, w1]")],
+            },
+            Case { given: waiting, keys: "~t:{a}", args: "1 w2 2 any", reply: "fenced", then: &[("HGET ~t:{a} owner", "w1")] },
         ],
     );
 }
@@ -413,6 +460,14 @@ fn take_input() {
                 then: &[("HGET ~t:{a} status", "waiting")],
             },
             Case { given: RUNNING, keys: "~t:{a}", args: "1 w1", reply: "[fenced, '']", then: &[] },
+            // Cancelled while parked: the attempt that took it up ends it.
+            Case {
+                given: &[r#"HSET ~t:{a} status waiting attempt 2 owner w1 halt 1 parked woken input {}"#],
+                keys: "~t:{a}",
+                args: "2 w1",
+                reply: "[cancel, '']",
+                then: &[("HMGET ~t:{a} cancel halt parked", "[1, nil, nil]")],
+            },
         ],
     );
 }

@@ -31,6 +31,7 @@ mod drain_path;
 mod durable_chaos;
 mod durable_claude_code;
 mod durable_conversations;
+mod durable_parking;
 mod durable_plans;
 mod durable_runs;
 mod e2b_gateway;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use flotilla_config::TenantSettings;
-use flotilla_queue::queue::{Attempt, TaskRecord};
+use flotilla_queue::queue::{Attempt, Parked, TaskRecord};
 use flotilla_queue::QueueError;
 use flotilla_types::eval::Verdict;
 use flotilla_types::eval_plan::RunPlace;
@@ -96,6 +96,15 @@ impl TaskHandle for AttemptHandle {
 
     fn take_input(&self) -> BoxFuture<'_, Result<Option<HumanInput>, QueueError>> {
         self.attempt.take_input().boxed()
+    }
+
+    fn park(&self) -> BoxFuture<'_, Result<Parked, QueueError>> {
+        self.attempt.park().boxed()
+    }
+
+    fn rejoin_wait(&self, code: StopCode) -> BoxFuture<'_, Result<(), QueueError>> {
+        async move { self.attempt.set_fields(&[("status", "waiting".to_owned()), ("code", code.as_str().to_owned())]).await }
+            .boxed()
     }
 
     fn journal(&self) -> BoxFuture<'_, Result<Option<String>, QueueError>> {

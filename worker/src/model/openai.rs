@@ -325,7 +325,16 @@ impl ComputerModel for OpenAiCua {
     /// `ask_human`'s: the API keeps the rest of the conversation.
     fn checkpoint(&self) -> Option<Value> {
         let id = self.previous_response_id.as_ref()?;
-        Some(json!({ "previous_response_id": id, "function_calls": self.function_calls }))
+        let checks: Vec<Value> = self
+            .pending_checks
+            .iter()
+            .map(|(call, c)| json!({ "call": call, "id": c.id, "code": c.code, "message": c.message }))
+            .collect();
+        let mut checkpoint = json!({ "previous_response_id": id, "function_calls": self.function_calls });
+        if !checks.is_empty() {
+            checkpoint["pending_checks"] = Value::Array(checks);
+        }
+        Some(checkpoint)
     }
 
     fn restore(&mut self, checkpoint: &Value) -> Result<(), ModelError> {
@@ -333,7 +342,20 @@ impl ComputerModel for OpenAiCua {
             return Err(ModelError::Malformed("the checkpoint names no previous_response_id".into()));
         };
         self.previous_response_id = Some(id.to_owned());
-        self.pending_checks.clear();
+        // The last answer's safety checks, for a task parked until a person
+        // approved them: the approval goes back with their call.
+        self.pending_checks = checkpoint["pending_checks"]
+            .as_array()
+            .map(|checks| {
+                let text = |check: &Value, key: &str| check[key].as_str().unwrap_or_default().to_owned();
+                checks
+                    .iter()
+                    .map(|c| {
+                        (text(c, "call"), SafetyCheck { id: text(c, "id"), code: text(c, "code"), message: text(c, "message") })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         self.function_calls = checkpoint["function_calls"]
             .as_array()
             .map(|calls| calls.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
@@ -465,5 +487,22 @@ mod tests {
         let input = second.call_outputs(&[result("ask_1", b"png", Some("yes"), false)], &[]);
         assert_eq!(input[0]["type"], "function_call_output", "the ask_human call is answered as a function");
         assert!(second.restore(&json!({})).is_err(), "a checkpoint without a response id is refused");
+    }
+
+    #[test]
+    fn a_checkpoint_carries_the_last_answers_safety_checks_so_an_approval_goes_back_with_its_call() {
+        let mut first = client(OpenAiTool::Ga);
+        first.previous_response_id = Some("resp_2".into());
+        let check = SafetyCheck { id: "sc_1".into(), code: "malicious_instructions".into(), message: "Submit?".into() };
+        first.pending_checks = vec![("c2".into(), check.clone())];
+        let checkpoint = first.checkpoint().expect("a checkpoint");
+
+        let mut second = client(OpenAiTool::Ga);
+        second.restore(&checkpoint).expect("restores");
+        let input = second.call_outputs(&[result("c2", b"png", None, false)], &[check]);
+        assert_eq!(
+            input[0]["acknowledged_safety_checks"],
+            json!([{"id": "sc_1", "code": "malicious_instructions", "message": "Submit?"}])
+        );
     }
 }

@@ -48,6 +48,12 @@ impl SandboxClock {
         Self { provider: provider.to_owned(), since: Instant::now() }
     }
 
+    /// The time held since the last lap, without starting a new one (for
+    /// the last count of a run that hands its sandbox on).
+    pub fn so_far(&self) -> Amount {
+        Amount::SandboxMs { provider: self.provider.clone(), ms: self.since.elapsed().as_millis() as u64 }
+    }
+
     /// The time held since the last lap, as an amount to count.
     pub fn lap(&mut self) -> Amount {
         let now = Instant::now();

@@ -37,6 +37,7 @@
 //! human approves (the checks are then acknowledged) or denies (the task
 //! ends).
 
+mod parked;
 mod planned;
 pub(super) mod resume;
 
@@ -46,13 +47,13 @@ use std::time::{Duration, Instant};
 
 use flotilla_types::cost::usd;
 use flotilla_types::event::EventKind;
-use flotilla_types::task::{Decision, StopCode};
+use flotilla_types::task::{Decision, HumanInput, StopCode};
 use flotilla_types::usage::Amount;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
-use super::journal::{CallState, Journal, Journaler};
+use super::journal::{CallState, Journal, JournaledCheck, Journaler, WaitKind};
 use super::scale::Scale;
 use super::surface::Surface;
 use super::{Outcome, PipelineError, PipelineRunner, Session, Steps, TaskRun};
@@ -143,18 +144,25 @@ impl ComputerUse {
             Some(journal) => resume::start(run, steps, journal).await?,
             None => resume::Start::Fresh(steps),
         };
-        let (mut session, journal) = match start {
-            resume::Start::Resumed(session, journal) => (*session, Some(journal)),
-            resume::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None),
+        let (mut session, journal, answer) = match start {
+            resume::Start::Resumed(session, journal, answer) => (*session, Some(journal), answer),
+            resume::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None, None),
         };
         session.steps_mut().journaled(run.hand_back.clone());
-        let result = self.drive(run, &mut session, journal).await;
+        session.allow_parking(run);
+        let result = self.drive(run, &mut session, journal, answer).await;
         close_journaled(run, session, result).await
     }
 
     /// Runs the task's prompt as one conversation, or continues the one
     /// `journal` describes.
-    async fn drive(&self, run: &TaskRun, session: &mut Session, journal: Option<Journal>) -> Result<Outcome, PipelineError> {
+    async fn drive(
+        &self,
+        run: &TaskRun,
+        session: &mut Session,
+        journal: Option<Journal>,
+        answer: Option<parked::Answer>,
+    ) -> Result<Outcome, PipelineError> {
         let mut surface = self.surface(session).await?;
         let mut journaler = match journal {
             Some(journal) => Journaler::new(Arc::clone(&run.task), run.tools.blobs.clone(), journal),
@@ -165,14 +173,17 @@ impl ComputerUse {
         };
         let mut usage: Usage = journaler.journal().usage.into();
         let prompt = &run.task.spec().prompt;
-        let text = self.converse(run, session, &mut surface, prompt, &mut usage, Some(&mut journaler)).await?;
+        let journaled = Journaled { journaler: &mut journaler, answer };
+        let text = self.converse(run, session, &mut surface, prompt, &mut usage, Some(journaled)).await?;
         Ok(Outcome::Succeeded(json!({ "text": text, "usage": usage_json(usage) })))
     }
 
     /// Opens the conversation and gets its first turn: from the start with
     /// `prompt` and the screen, or, when the journal holds a conversation,
     /// from its checkpoint with the results of its last turn's calls on the
-    /// screen as it is now.
+    /// screen as it is now. A parked task's answer decides those results;
+    /// approved safety checks give back the journaled turn itself (the
+    /// `true`), whose calls run without a model call.
     async fn first_turn(
         &self,
         run: &TaskRun,
@@ -180,8 +191,8 @@ impl ComputerUse {
         surface: &Surface,
         mapping: &Mapping,
         prompt: &str,
-        journal: Option<&Journaler>,
-    ) -> Result<(Box<dyn ComputerModel>, Turn), PipelineError> {
+        (journal, answer): (Option<&Journaler>, Option<parked::Answer>),
+    ) -> Result<(Box<dyn ComputerModel>, Turn, bool), PipelineError> {
         let grid = self.models.grid();
         let mut model = self.models.open(run, grid.unwrap_or(mapping.view.model))?;
         session.steps().between_steps()?;
@@ -193,12 +204,23 @@ impl ComputerUse {
             Some(journaler) => resume::restored(model.as_mut(), journaler).await,
             None => None,
         };
-        let turn = match taken_up {
-            Some(journal) => {
+        let turn = match (taken_up, answer) {
+            (Some(journal), Some(parked::Answer::Approved(checks))) => match parked::approved_turn(journal, &checks) {
+                Some(turn) => return Ok((model, turn, true)),
+                None => {
+                    let results = resume::results_of(journal, &screen);
+                    session.guard(timed(run, provider, model.resume(results, &checks))).await?
+                }
+            },
+            (Some(journal), Some(parked::Answer::Asked { call, text })) => {
+                let results = parked::answer_call(resume::results_of(journal, &screen), &call, &text);
+                session.guard(timed(run, provider, model.resume(results, &[]))).await?
+            }
+            (Some(journal), _) => {
                 let results = resume::results_of(journal, &screen);
                 session.guard(timed(run, provider, model.resume(results, &[]))).await?
             }
-            None => {
+            (None, _) => {
                 let prompt = match taking_up.map(Journaler::journal).filter(|j| j.steps > 0) {
                     Some(journal) => resume::without_history(prompt, journal.steps),
                     None => prompt.to_owned(),
@@ -206,7 +228,7 @@ impl ComputerUse {
                 session.guard(timed(run, provider, model.start(&prompt, &screen))).await?
             }
         };
-        Ok((model, turn))
+        Ok((model, turn, false))
     }
 
     /// One conversation: shows the model the screen with `prompt` and
@@ -222,12 +244,17 @@ impl ComputerUse {
         surface: &mut Surface,
         prompt: &str,
         usage: &mut Usage,
-        mut journal: Option<&mut Journaler>,
+        journaled: Option<Journaled<'_>>,
     ) -> Result<String, PipelineError> {
         let scale = Scale::fit(surface.size(session).await?, self.target);
         let grid = self.models.grid();
         let mapping = Mapping { view: scale, act: grid.map_or(scale, |model| Scale { screen: scale.screen, model }) };
-        let (mut model, mut turn) = self.first_turn(run, session, surface, &mapping, prompt, journal.as_deref()).await?;
+        let (mut journal, answer) = match journaled {
+            Some(Journaled { journaler, answer }) => (Some(journaler), answer),
+            None => (None, None),
+        };
+        let (mut model, mut turn, mut approved) =
+            self.first_turn(run, session, surface, &mapping, prompt, (journal.as_deref(), answer)).await?;
         if let Some(journal) = journal.as_deref_mut() {
             journal.took_up();
         }
@@ -235,14 +262,20 @@ impl ComputerUse {
         let model_name = self.models.model(run);
         loop {
             *usage += turn.usage;
-            record_turn(run, session, &turn, &model_name).await?;
+            if !approved {
+                record_turn(run, session, &turn, &model_name).await?;
+            }
             if turn.calls.is_empty() {
                 return Ok(turn.text.unwrap_or_default());
             }
             if let Some(journal) = journal.as_deref_mut() {
                 journal.turn(model.checkpoint(), &turn.calls, session.steps().taken(), *usage).await?;
             }
-            let acknowledged = self.clear_safety_checks(session, &turn.safety_checks).await?;
+            let acknowledged = if std::mem::take(&mut approved) {
+                turn.safety_checks.clone()
+            } else {
+                self.clear_safety_checks(session, &turn.safety_checks, journal.is_some()).await?
+            };
             let mut results = carry_out_turn(session, surface, &mapping, &turn.calls, journal.as_deref_mut()).await?;
             session.steps_mut().pause_while_held().await?;
             if let Some(message) = session.steps_mut().take_hand_back() {
@@ -259,19 +292,39 @@ impl ComputerUse {
 
     /// The checks the task may acknowledge: all of them when allowed or
     /// approved by a human; an error when denied.
-    async fn clear_safety_checks(&self, session: &Session, checks: &[SafetyCheck]) -> Result<Vec<SafetyCheck>, PipelineError> {
+    /// A `journaled` run may park the wait for a person.
+    async fn clear_safety_checks(
+        &self,
+        session: &Session,
+        checks: &[SafetyCheck],
+        journaled: bool,
+    ) -> Result<Vec<SafetyCheck>, PipelineError> {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
         let listed = checks.iter().map(|c| format!("{} ({})", c.message, c.code)).collect::<Vec<_>>().join("; ");
-        session.steps().clear_sensitive("the model asked to go past a safety check", &listed).await?;
+        let park = journaled.then(|| WaitKind::Sensitive {
+            checks: checks
+                .iter()
+                .map(|c| JournaledCheck { id: c.id.clone(), code: c.code.clone(), message: c.message.clone() })
+                .collect(),
+        });
+        session.steps().clear_sensitive("the model asked to go past a safety check", &listed, park).await?;
         Ok(checks.to_vec())
     }
 }
 
+/// A journaled conversation: its journal, and the answer a parked task
+/// was woken by.
+struct Journaled<'j> {
+    journaler: &'j mut Journaler,
+    answer: Option<parked::Answer>,
+}
+
 /// Closes a journaled run's session; a run that failed and is not taken up
-/// in its sandbox by the next attempt (see [`Session::carries_over`])
-/// drops the journal, so a retry starts clean.
+/// in its sandbox by the next attempt (see [`Session::carries_over`]: a
+/// handed-back, taken-over, parked or retried one) drops the journal, so a
+/// retry starts clean.
 pub(super) async fn close_journaled<T>(
     run: &TaskRun,
     session: Session,
@@ -433,7 +486,7 @@ async fn carry_out(
             },
             ModelAction::Refuse { reason } => return Ok(failed(look(session, surface, &mapping.view).await?, reason.clone())),
             ModelAction::CursorPosition => text = Some(cursor_position(session, &mapping.act).await?),
-            ModelAction::AskHuman { question } => text = Some(ask_human(session, question).await?),
+            ModelAction::AskHuman { question } => text = Some(ask_human(session, &call.id, question).await?),
             ModelAction::Zoom { region } => zoomed = Some(*region),
         }
     }
@@ -484,8 +537,15 @@ const HANDED_BACK: &str =
 /// Puts the task in `waiting` with code `human-intervention` and the
 /// model's question; the human's message (or a plain go-ahead) is the
 /// answer, a denial ends the task.
-async fn ask_human(session: &Session, question: &str) -> Result<String, PipelineError> {
-    let input = session.steps().wait_for_human(StopCode::HumanIntervention, question).await?;
+async fn ask_human(session: &Session, call: &str, question: &str) -> Result<String, PipelineError> {
+    let kind = WaitKind::Ask { call: call.to_owned() };
+    let input = session.steps().wait_parkable(StopCode::HumanIntervention, question, kind).await?;
+    ask_answer(input, question)
+}
+
+/// A person's answer to the model's `question`: their message (or a plain
+/// go-ahead); a denial ends the task.
+fn ask_answer(input: HumanInput, question: &str) -> Result<String, PipelineError> {
     match input.decision {
         Decision::Approve => Ok(input.message.unwrap_or_else(|| "Go ahead as you see fit.".to_owned())),
         Decision::Deny => Err(PipelineError::Fatal {

@@ -42,12 +42,18 @@ pub enum PipelineError {
     /// take it up at once.
     #[error("the worker is stopping; the task is handed back at a step boundary")]
     HandedBack,
+    /// The task waited for a person past the grace period: its wait is
+    /// journaled, its sandbox paused and the task handed back to the queue
+    /// parked, for any worker to take up once the answer comes.
+    #[error("the task waits for a person, parked: its sandbox is paused and it holds no worker slot")]
+    Parked,
 }
 
 impl From<QueueError> for PipelineError {
     fn from(e: QueueError) -> Self {
         match e {
             QueueError::Fenced => PipelineError::Fenced,
+            QueueError::Cancelled => PipelineError::Cancelled,
             other => PipelineError::Retryable(other.to_string()),
         }
     }

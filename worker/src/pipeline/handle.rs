@@ -15,7 +15,7 @@
 pub(crate) mod fake;
 
 use flotilla_config::TenantSettings;
-use flotilla_queue::queue::TaskRecord;
+use flotilla_queue::queue::{Parked, TaskRecord};
 use flotilla_queue::QueueError;
 use flotilla_types::eval_plan::RunPlace;
 use flotilla_types::event::EventKind;
@@ -104,6 +104,15 @@ pub trait TaskHandle: Send + Sync {
 
     /// The input a human gave the waiting task, if any yet.
     fn take_input(&self) -> BoxFuture<'_, Result<Option<HumanInput>, QueueError>>;
+
+    /// Hands the waiting task back parked: no owner, no lane entry, still
+    /// `waiting` (see `flotilla_queue::queue::Parked`).
+    fn park(&self) -> BoxFuture<'_, Result<Parked, QueueError>>;
+
+    /// Puts the task back in `waiting` with `code` without announcing it
+    /// again: the attempt that takes a parked task up waits on where the
+    /// parked one waited.
+    fn rejoin_wait(&self, code: StopCode) -> BoxFuture<'_, Result<(), QueueError>>;
 
     /// The step journal an earlier attempt left (see
     /// [`journal`](super::journal)), as stored.

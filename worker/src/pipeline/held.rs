@@ -248,7 +248,8 @@ impl Held {
     /// leased one, or leaves it running for a later task when it was asked
     /// to be kept and the task ended for good, or for the next attempt when
     /// that one takes the task up here from its journal (`carried_over`,
-    /// see [`Session::carries_over`](super::Session::carries_over)); a run
+    /// see [`Session::carries_over`](super::Session::carries_over)), paused
+    /// for any worker when the task parked waiting for a person; a run
     /// without a journal starts over, so its sandbox goes. `expires_at` is
     /// its deadline as last extended.
     /// The owner's record follows: kept or the user's own, it lasts until
@@ -265,6 +266,8 @@ impl Held {
     ) {
         let provider = pool.provider().name();
         match self {
+            // Parked with its task, paused: any worker resumes it.
+            Self::Leased { lease, .. } if matches!(outcome, Err(PipelineError::Parked)) => pool.let_go_paused(lease).await,
             // Handed back, taken over or retried mid-run: the attempt that
             // takes the task up next continues in this sandbox (its owner
             // record stays until the deadline).
@@ -309,6 +312,11 @@ impl Held {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { pool.release(lease).await });
         }
+    }
+
+    /// Whether the sandbox was taken from the pool for this task.
+    pub(crate) fn is_leased(&self) -> bool {
+        matches!(self, Self::Leased { .. })
     }
 
     pub(crate) fn provider_and_id<'a>(&'a self, pool: &'a SandboxPool) -> (&'a Arc<dyn SandboxProvider>, &'a SandboxId) {

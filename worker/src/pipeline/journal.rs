@@ -37,7 +37,8 @@ use flotilla_queue::queue::JOURNAL_MAX_BYTES;
 
 use super::plan::{Clarification, Plan, Planned};
 use super::{PipelineError, TaskHandle};
-use crate::model::{ToolCall, Usage};
+use crate::model::{ModelAction, ToolCall, Usage};
+use flotilla_types::action::Action;
 
 /// The format of the journal this worker writes; a journal of another
 /// version is not taken up (the task starts over).
@@ -66,10 +67,49 @@ pub enum CallState {
 }
 
 /// One call of the turn under way.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JournaledCall {
     pub id: String,
     pub state: CallState,
+    /// What the call asks, when it is screen actions only: a parked task
+    /// carries them out once a person approves its safety checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<Vec<Action>>,
+}
+
+/// A safety check the model raised, for a person to approve.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournaledCheck {
+    pub id: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// What a parked task waits for a person to decide.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WaitKind {
+    /// Whether the last turn's calls may go past these safety checks
+    /// (code `sensitive-action`); none of them has started.
+    Sensitive { checks: Vec<JournaledCheck> },
+    /// The answer to the model's `ask_human` call `call`.
+    Ask { call: String },
+    /// Whether to go on after an interruption left an action in flight
+    /// (`on_interrupt: ask`).
+    Interrupted,
+}
+
+/// A wait for a person, journaled as the task is parked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournaledWait {
+    /// The stop code the task waits with.
+    pub code: String,
+    /// What the person was asked.
+    pub message: String,
+    /// The steps taken when the wait began.
+    pub step: u32,
+    #[serde(flatten)]
+    pub kind: WaitKind,
 }
 
 /// Tokens used so far, for the task's result.
@@ -152,6 +192,10 @@ pub struct Journal {
     /// The calls of the last turn, in order.
     #[serde(default)]
     pub calls: Vec<JournaledCall>,
+    /// The wait for a person the task was parked in, until the attempt
+    /// that takes it up has the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<JournaledWait>,
     /// A `plan: true` task's plan and progress; the conversation and calls
     /// above are those of its step under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,6 +215,7 @@ impl Journal {
             steps: 0,
             usage: JournaledUsage::default(),
             calls: Vec::new(),
+            wait: None,
             plan: None,
             cli: None,
         }
@@ -282,7 +327,10 @@ impl Journaler {
             Some(conversation) => screens::to_hashes(conversation, self.blobs.as_ref(), &mut self.stored).await?,
             None => None,
         };
-        self.journal.calls = calls.iter().map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending }).collect();
+        self.journal.calls = calls
+            .iter()
+            .map(|c| JournaledCall { id: c.id.clone(), state: CallState::Pending, actions: screen_actions(c) })
+            .collect();
         self.journal.steps = steps;
         self.journal.usage = usage.into();
         self.save().await
@@ -311,11 +359,48 @@ impl Journaler {
         self.save().await
     }
 
+    /// Records the wait the task is parked in, or that it has its answer
+    /// (`None`).
+    pub async fn set_wait(&mut self, wait: Option<JournaledWait>) -> Result<(), PipelineError> {
+        self.journal.wait = wait;
+        self.save().await
+    }
+
     async fn save(&mut self) -> Result<(), PipelineError> {
         let text = bounded(&mut self.journal)?;
         self.task.write_journal(&text).await?;
         Ok(())
     }
+}
+
+/// Writes `wait` into the task's stored journal, as the task is parked
+/// (the run's own [`Journaler`] is not at hand where a wait begins; nothing
+/// else writes the journal while the task waits).
+pub async fn journal_wait(task: &dyn TaskHandle, wait: JournaledWait) -> Result<(), PipelineError> {
+    let stored = task.journal().await?;
+    let Some(mut journal) = stored.as_deref().and_then(Journal::parse) else {
+        return Err(PipelineError::Retryable("the task has no step journal to park with".into()));
+    };
+    journal.wait = Some(wait);
+    store(task, &mut journal).await
+}
+
+/// Stores `journal` as it is (within its bound), outside a [`Journaler`].
+pub async fn store(task: &dyn TaskHandle, journal: &mut Journal) -> Result<(), PipelineError> {
+    task.write_journal(&bounded(journal)?).await?;
+    Ok(())
+}
+
+/// A call's actions when they are all screen actions (what a parked task
+/// can carry out later without its model).
+fn screen_actions(call: &ToolCall) -> Option<Vec<Action>> {
+    call.actions
+        .iter()
+        .map(|a| match a {
+            ModelAction::Act(action) => Some(action.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `journal` as stored, within [`JOURNAL_MAX_BYTES`]: while it is past
@@ -348,8 +433,8 @@ mod tests {
             Journal::new(JournaledSandbox { provider: "e2b".into(), id: "sb-1".into(), host: Some("http://h".into()) });
         journal.conversation = Some(serde_json::json!({"previous_response_id": "resp_2"}));
         journal.calls = vec![
-            JournaledCall { id: "c1".into(), state: CallState::Done },
-            JournaledCall { id: "c2".into(), state: CallState::Intent },
+            JournaledCall { id: "c1".into(), state: CallState::Done, actions: None },
+            JournaledCall { id: "c2".into(), state: CallState::Intent, actions: None },
         ];
         journal.steps = 7;
         let text = serde_json::to_string(&journal).expect("json");

@@ -53,7 +53,7 @@ async fn run_on_screen(session: &mut Session, actions: &[Action]) -> Result<Outc
     session.observe().await?;
     for action in actions {
         if let Action::Confirm { message } = action {
-            session.steps().clear_sensitive(SCRIPT_ASKS, message).await?;
+            session.steps().clear_sensitive(SCRIPT_ASKS, message, None).await?;
             continue;
         }
         session.act(action).await?;
@@ -69,7 +69,7 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
         let ms = match action {
             Action::Wait { ms } => *ms,
             Action::Confirm { message } => {
-                steps.clear_sensitive(SCRIPT_ASKS, message).await?;
+                steps.clear_sensitive(SCRIPT_ASKS, message, None).await?;
                 continue;
             }
             _ => 0,

@@ -26,9 +26,12 @@
 
 mod evaluate;
 mod files;
+mod parking;
 mod sensitive;
+pub use sensitive::sensitive_answer;
 mod steps;
 
+pub use parking::Parking;
 pub use steps::{Hand, Limits, Steps, DEFAULT_MAX_DURATION, DEFAULT_MAX_STEPS};
 
 use std::future::Future;
@@ -315,7 +318,8 @@ impl Session {
             }
             (result, None) => result,
         };
-        if let Some(mut clock) = self.steps.sandbox_clock.take() {
+        let parked = matches!(result, Err(PipelineError::Parked));
+        if let Some(mut clock) = self.steps.sandbox_clock.take().filter(|_| !parked) {
             if let Err(e) = self.task.add_usage(&[clock.lap()]).await {
                 warn!(error = %e, "could not count the last of the sandbox's time");
             }
@@ -333,7 +337,8 @@ impl Session {
 
     /// Whether the next attempt takes the task up in this sandbox from its
     /// journal once this one ends with `result`: a journaled run handed
-    /// back by a stopping worker or taken over by another attempt, or one
+    /// back by a stopping worker, taken over by another attempt or parked
+    /// waiting for a person (its sandbox paused, see [`parking`]), or one
     /// that failed in a way worth retrying while its sandbox lives (not
     /// `gone`) and the task has attempts left. Any other end starts over.
     pub(crate) fn carries_over<T>(&self, result: &Result<T, PipelineError>, gone: bool) -> bool {
@@ -341,7 +346,7 @@ impl Session {
             return false;
         }
         match result {
-            Err(PipelineError::HandedBack | PipelineError::Fenced) => true,
+            Err(PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked) => true,
             Err(PipelineError::Retryable(_)) => !gone && self.task.attempt_number() < self.task.spec().max_attempts(),
             _ => false,
         }

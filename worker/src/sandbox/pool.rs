@@ -252,6 +252,18 @@ impl SandboxPool {
         self.refill();
     }
 
+    /// Lets go of a task's paused sandbox, parked with its task: it is not
+    /// killed, and it holds neither a fleet slot nor a place under
+    /// `max_live` (it runs nothing) until a worker resumes it.
+    pub async fn let_go_paused(&self, mut lease: Lease) {
+        if let Some(slot) = lease.fleet.take() {
+            slot.release().await;
+        }
+        debug!(sandbox = %lease.sandbox.id, "a paused sandbox waits with its parked task");
+        drop(lease);
+        self.refill();
+    }
+
     /// Lets a task's sandbox outlive the task (`keep_alive`): it is not
     /// killed and no longer counts against `max_live`; its fleet slot stays
     /// taken until `lease.sandbox.expires_at`, when the provider ends it.

@@ -609,6 +609,7 @@ impl Attempt {
         match kind.as_str() {
             "none" => Ok(None),
             "fenced" => Err(QueueError::Fenced),
+            "cancel" => Err(QueueError::Cancelled),
             "release" => Ok(Some(parse(&json)?)),
             _ => {
                 let input = parse(&json)?;

@@ -35,6 +35,7 @@ mod journal;
 mod kept;
 mod liveness;
 mod next;
+mod park;
 mod record;
 mod roles;
 mod routing;
@@ -64,6 +65,7 @@ pub use feed_relay::Heard;
 pub use flotilla_types::record::TaskRecord;
 pub use journal::JOURNAL_MAX_BYTES;
 pub use next::{Claim, Claimer};
+pub use park::Parked;
 pub use record::StoredRecord;
 pub use roles::{Housekeeper, Reader, Runner, Submitter};
 pub use routing::{CapabilityWait, ADVERTISE_EVERY};
@@ -287,6 +289,7 @@ pub(crate) fn lua_scripts() -> Vec<(&'static str, &'static redis::Script)> {
         ("queue/set_fields", &s::SET_FIELDS),
         ("queue/journal", &journal::JOURNAL),
         ("queue/give_input", &s::GIVE_INPUT),
+        ("queue/park", &park::PARK),
         ("queue/take_input", &s::TAKE_INPUT),
         ("queue/takeover", &s::TAKEOVER),
         ("queue/release", &s::RELEASE),

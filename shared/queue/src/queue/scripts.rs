@@ -44,6 +44,10 @@ use crate::redis_lua::{self, arg_group};
 /// text costs more than it seems.
 pub(super) const PRELUDE: &str = include_str!("lua/prelude.lua");
 
+/// The helper the scripts that wake a parked task share (`give_input`,
+/// `takeover`, `cancel`; see [`super::park`]).
+const UNPARK_FN: &str = include_str!("lua/unpark_fn.lua");
+
 /// Starting one task's next attempt, shared by [`START`] and the
 /// scheduler's claim (`fair_scripts::CLAIM_AND_START`). Reads `ARGV[2..7]` as [`START`] documents them.
 /// `reclaimed` says the entry was taken over from a worker presumed dead:
@@ -188,7 +192,11 @@ pub static REQUEUE: LazyLock<Script> = LazyLock::new(|| task_script(include_str!
 /// Returns `missing`, `now-cancelled` (it was queued and now is cancelled),
 /// `cancelling` (a worker holds it and will stop it), or the terminal status
 /// it already had.
-pub static CANCEL: LazyLock<Script> = LazyLock::new(|| task_script(include_str!("lua/cancel.lua")));
+/// A parked task is woken for the attempt that takes it up to end it
+/// (`unparked:<lane>:<route>`, see [`super::park`]), as is one woken
+/// already (`cancelling`).
+pub static CANCEL: LazyLock<Script> =
+    LazyLock::new(|| redis_lua::script(&[PRELUDE, UNPARK_FN, include_str!("lua/cancel.lua")], &[]));
 
 /// Sets fields of the owning attempt's task. `KEYS[1]` the task hash;
 /// `ARGV[1]` attempt, `ARGV[2]` worker id, `ARGV[3..]` field/value pairs.
@@ -197,23 +205,30 @@ pub static SET_FIELDS: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[i
 
 /// A human's input to a waiting task. `KEYS[1]` the task hash; `ARGV[1]`
 /// the caller's tenant, `ARGV[2]` the input as JSON. Returns `accepted`,
-/// `missing`, or the status the task has when it is not waiting.
-pub static GIVE_INPUT: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/give_input.lua")], &[]));
+/// `missing`, or the status the task has when it is not waiting; for a
+/// parked task, `unparked:<lane>:<route>` (it is claimable again, see
+/// [`super::park`]).
+pub static GIVE_INPUT: LazyLock<Script> =
+    LazyLock::new(|| redis_lua::script(&[UNPARK_FN, include_str!("lua/give_input.lua")], &[]));
 
 /// Takes the input a human gave the owning attempt's waiting task, and
 /// marks it running again; none while a person holds the desktop.
 /// `KEYS[1]` the task hash; `ARGV[1]` attempt, `ARGV[2]` worker id. Returns
 /// `{kind, input JSON}`: kind `none` (no input yet), `fenced`, `input` (an
-/// answer through `/input`) or `release` (a person handed the desktop
-/// back; its `released` event is recorded already).
+/// answer through `/input`), `release` (a person handed the desktop
+/// back; its `released` event is recorded already) or `cancel` (the task
+/// was cancelled while parked; `cancel` is set for the heartbeat too).
 pub static TAKE_INPUT: LazyLock<Script> = LazyLock::new(|| redis_lua::script(&[include_str!("lua/take_input.lua")], &[]));
 
 /// A person takes a tenant's running or waiting task's desktop: the task
 /// waits with code `human-intervention` (its worker pauses after its
 /// current action) and a `takeover` event is recorded. `ARGV[5]` the
 /// caller's tenant. Returns `missing`, `taken`, `held` (a person holds it
-/// already; nothing changes) or the status that does not allow it.
-pub static TAKEOVER: LazyLock<Script> = LazyLock::new(|| task_script(include_str!("lua/takeover.lua")));
+/// already; nothing changes) or the status that does not allow it; for a
+/// parked task, `unparked:<lane>:<route>` (a worker takes it up in its
+/// sandbox for the person to see, see [`super::park`]).
+pub static TAKEOVER: LazyLock<Script> =
+    LazyLock::new(|| redis_lua::script(&[PRELUDE, UNPARK_FN, include_str!("lua/takeover.lua")], &[]));
 
 /// A person hands a taken-over task back: a `released` event is recorded
 /// and the message waits for the worker as the task's input. `ARGV[5]` the

@@ -336,6 +336,9 @@ impl Submitter<'_> {
         let json = serde_json::to_string(input).map_err(|e| QueueError::Corrupt(e.to_string()))?;
         let answer: String =
             scripts::GIVE_INPUT.key(self.keys.task(id)).arg(tenant.as_str()).arg(json).invoke_async(&mut conn).await?;
+        if self.wake_if_unparked(tenant, id, &answer).await? {
+            return Ok(());
+        }
         match answer.as_str() {
             "accepted" => Ok(()),
             "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
@@ -353,6 +356,9 @@ impl Submitter<'_> {
         let mut inv = self.task_invocation(&scripts::CANCEL, id, &draft, clock::now_ms());
         inv.arg(tenant.as_str()).arg(self.retention_ms());
         let outcome: String = inv.invoke_async(&mut conn).await?;
+        if self.wake_if_unparked(tenant, id, &outcome).await? {
+            return Ok(CancelOutcome::Cancelling);
+        }
         match outcome.as_str() {
             "missing" => match self.archived_states(tenant, &[id]).await?.pop().flatten() {
                 Some((status, _)) => Ok(CancelOutcome::AlreadyEnded(status)),

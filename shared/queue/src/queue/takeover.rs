@@ -32,6 +32,9 @@ impl Submitter<'_> {
         let mut inv = self.task_invocation(&scripts::TAKEOVER, id, &draft(EventKind::Takeover {}), clock::now_ms());
         inv.arg(tenant.as_str());
         let answer: String = inv.invoke_async(&mut conn).await?;
+        if self.wake_if_unparked(tenant, id, &answer).await? {
+            return Ok(Takeover::Taken);
+        }
         match answer.as_str() {
             "taken" => Ok(Takeover::Taken),
             "held" => Ok(Takeover::AlreadyHeld),

@@ -84,7 +84,9 @@ impl PipelineRunner for ClaudeCode {
                 None => take_up::Start::Fresh(steps),
             };
             let (mut session, journal) = match start {
-                take_up::Start::Resumed(session, journal) => (*session, Some(journal)),
+                // The only wait of its take-up that parks is the one after an
+                // interruption, whose approval just goes on.
+                take_up::Start::Resumed(session, journal, _) => (*session, Some(journal)),
                 take_up::Start::Fresh(steps) => (Session::open_with(run, steps, run.task.spec().sandbox.as_ref()).await?, None),
             };
             let result = run_in_sandbox(run, &mut session, gateway, blobs, earlier.as_ref(), journal).await;

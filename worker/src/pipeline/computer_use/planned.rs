@@ -9,7 +9,8 @@
 //! not plan again nor open the application again: it goes on with the
 //! step under way, in its conversation, and runs the steps after it. A
 //! stopping worker hands the task back between two steps as between two
-//! turns.
+//! turns. A step's wait for a person may park the task (see
+//! [`parked`](super::parked)); the answer that wakes it goes to that step.
 
 use std::sync::Arc;
 
@@ -19,16 +20,18 @@ use super::super::journal::{Journal, Journaler};
 use super::super::open_app;
 use super::super::planner::{self, Planned};
 use super::super::{Outcome, PipelineError, Session, Steps, TaskRun};
+use super::parked::Answer;
 use super::resume::{self, Start};
-use super::{close_journaled, usage_json, ComputerUse};
+use super::{close_journaled, usage_json, ComputerUse, Journaled};
 use crate::model::Usage;
 
 /// How a planned run begins its steps.
 enum PlanStart {
     /// With no plan yet, or the one made before the sandbox was taken.
     New(Option<Planned>),
-    /// From an interrupted attempt's journal.
-    Resumed(Box<Journal>),
+    /// From an interrupted (or parked) attempt's journal, with the answer
+    /// a parked task was woken by.
+    Resumed(Box<Journal>, Option<Answer>),
 }
 
 impl ComputerUse {
@@ -40,7 +43,7 @@ impl ComputerUse {
             None => Start::Fresh(steps),
         };
         let (mut session, start) = match start {
-            Start::Resumed(session, journal) => (*session, PlanStart::Resumed(Box::new(journal))),
+            Start::Resumed(session, journal, answer) => (*session, PlanStart::Resumed(Box::new(journal), answer)),
             Start::Fresh(steps) => {
                 let spec = run.task.spec();
                 // A set-up runs before any model call, the planner's too:
@@ -53,6 +56,7 @@ impl ComputerUse {
             }
         };
         session.steps_mut().journaled(run.hand_back.clone());
+        session.allow_parking(run);
         let result = self.execute(run, &mut session, start).await;
         close_journaled(run, session, result).await
     }
@@ -67,13 +71,13 @@ impl ComputerUse {
 
     /// The plan and its journal: a new plan (made now when it was not
     /// yet), its application opened and its journal begun; or the
-    /// journaled one.
+    /// journaled one, with the answer a parked task was woken by.
     async fn journaled_plan(
         &self,
         run: &TaskRun,
         session: &Session,
         start: PlanStart,
-    ) -> Result<(Planned, Journaler), PipelineError> {
+    ) -> Result<(Planned, Journaler, Option<Answer>), PipelineError> {
         let blobs = run.tools.blobs.clone();
         match start {
             PlanStart::New(planned) => {
@@ -83,12 +87,12 @@ impl ComputerUse {
                 };
                 open_app::open_planned(run, session, &planned.plan.application).await?;
                 let journal = Journal::planned(session.journaled_sandbox()?, &planned);
-                Ok((planned, Journaler::begin(Arc::clone(&run.task), blobs, journal).await?))
+                Ok((planned, Journaler::begin(Arc::clone(&run.task), blobs, journal).await?, None))
             }
-            PlanStart::Resumed(journal) => {
+            PlanStart::Resumed(journal, answer) => {
                 let progress =
                     journal.plan.as_ref().ok_or_else(|| PipelineError::Retryable("the journal holds no plan".into()))?;
-                Ok((progress.planned(), Journaler::new(Arc::clone(&run.task), blobs, *journal)))
+                Ok((progress.planned(), Journaler::new(Arc::clone(&run.task), blobs, *journal), answer))
             }
         }
     }
@@ -97,7 +101,7 @@ impl ComputerUse {
     /// conversation each; the result's text is the last step's answer,
     /// `steps` holds every step's.
     async fn execute(&self, run: &TaskRun, session: &mut Session, start: PlanStart) -> Result<Outcome, PipelineError> {
-        let (planned, mut journaler) = self.journaled_plan(run, session, start).await?;
+        let (planned, mut journaler, mut answer) = self.journaled_plan(run, session, start).await?;
         let mut surface = self.surface(session).await?;
         let mut usage: Usage = journaler.journal().usage.into();
         let journal = journaler.journal();
@@ -116,9 +120,11 @@ impl ComputerUse {
                 planner::start_step(run.task.as_ref(), index, step).await?;
             }
             let prompt = planner::step_prompt(&run.task.spec().prompt, &planned, index);
-            let answer = self.converse(run, session, &mut surface, &prompt, &mut usage, Some(&mut journaler)).await?;
-            journaler.plan_step_done(answer.clone(), session.steps().taken(), usage).await?;
-            answers.push(answer);
+            // The answer that woke a parked task goes to the step it waited in.
+            let journaled = Journaled { journaler: &mut journaler, answer: answer.take() };
+            let text = self.converse(run, session, &mut surface, &prompt, &mut usage, Some(journaled)).await?;
+            journaler.plan_step_done(text.clone(), session.steps().taken(), usage).await?;
+            answers.push(text);
         }
         let text = answers.last().cloned().unwrap_or_default();
         Ok(Outcome::Succeeded(json!({ "text": text, "steps": answers, "usage": usage_json(usage) })))

@@ -25,8 +25,9 @@ use flotilla_types::event::EventKind;
 use flotilla_types::task::{Decision, OnInterrupt, StopCode};
 use tracing::info;
 
-use super::super::journal::{CallState, Journal, Journaler};
+use super::super::journal::{CallState, Journal, Journaler, WaitKind};
 use super::super::{PipelineError, Session, Steps, TaskRun};
+use super::parked::{self, Answer};
 use crate::model::{CallResult, ComputerModel, Screen};
 use crate::sandbox::SandboxId;
 
@@ -43,8 +44,9 @@ pub(super) const NOT_STARTED: &str =
 pub(in crate::pipeline) enum Start {
     /// As a new attempt: a new sandbox and conversation.
     Fresh(Steps),
-    /// In the interrupted attempt's sandbox, from its journal.
-    Resumed(Box<Session>, Journal),
+    /// In the interrupted (or parked) attempt's sandbox, from its journal,
+    /// with the answer a parked task was woken by.
+    Resumed(Box<Session>, Journal, Option<Answer>),
 }
 
 /// The journal an interrupted earlier attempt left, when there is one to
@@ -56,12 +58,15 @@ pub(in crate::pipeline) async fn journal_of(run: &TaskRun) -> Result<Option<Jour
     Ok(run.task.journal().await?.as_deref().and_then(Journal::parse))
 }
 
-/// Decides how a run with `journal` begins, by the task's `on_interrupt`.
-pub(in crate::pipeline) async fn start(run: &TaskRun, steps: Steps, journal: Journal) -> Result<Start, PipelineError> {
+/// Decides how a run with `journal` begins, by the task's `on_interrupt`;
+/// a task parked waiting for a person is no interruption: it goes on in
+/// its sandbox with the answer that woke it (see [`parked`](super::parked)).
+pub(in crate::pipeline) async fn start(run: &TaskRun, steps: Steps, mut journal: Journal) -> Result<Start, PipelineError> {
     let policy = run.task.spec().on_interrupt.unwrap_or_default();
     let attempt = run.task.attempt_number();
     let sandbox = journal.sandbox.id.clone();
-    if policy == OnInterrupt::Restart {
+    let parked = journal.wait.is_some();
+    if policy == OnInterrupt::Restart && !parked {
         end_old_sandbox(run, &sandbox).await;
         let error = format!("the previous attempt was interrupted; starting over in a new sandbox (on_interrupt: restart, the old one was {sandbox})");
         return restart(run, steps, attempt, error).await;
@@ -71,20 +76,33 @@ pub(in crate::pipeline) async fn start(run: &TaskRun, steps: Steps, journal: Jou
         return sandbox_gone(run, steps, policy, attempt, &sandbox).await;
     };
     session.steps_mut().resume_from(journal.steps);
-    let interrupted = journal.interrupted();
-    info!(sandbox = %sandbox, from_step = journal.steps, interrupted, "taking the task up where it was interrupted");
+    // A worker's stop during a wait below hands the task back with this
+    // sandbox kept, as at any later step.
+    session.steps_mut().journaled(run.hand_back.clone());
+    session.allow_parking(run);
+    let interrupted = !parked && journal.interrupted();
+    info!(sandbox = %sandbox, from_step = journal.steps, interrupted, parked, "taking the task up where it stopped");
     let resumed = EventKind::Resumed { attempt, from_step: journal.steps, sandbox_id: sandbox, interrupted };
     run.task.emit(resumed, &[]).await?;
+    if parked {
+        return match parked::take_answer(&session, run, &mut journal).await {
+            Ok(answer) => Ok(Start::Resumed(Box::new(session), journal, answer)),
+            Err(e) => session.close(Err(e)).await,
+        };
+    }
     if interrupted && policy == OnInterrupt::Ask {
         let question = "The run was interrupted while an action was being carried out: it may or may not have \
                         happened. Approve to go on from the screen as it is now, or deny to end the task.";
-        let input = session.steps().wait_for_human(StopCode::HumanIntervention, question).await?;
+        let input = match session.steps().wait_parkable(StopCode::HumanIntervention, question, WaitKind::Interrupted).await {
+            Ok(input) => input,
+            Err(e) => return session.close(Err(e)).await,
+        };
         if input.decision == Decision::Deny {
             let result = Err(denied(input.message, "a person chose not to go on after the interruption"));
             return session.close(result).await;
         }
     }
-    Ok(Start::Resumed(Box::new(session), journal))
+    Ok(Start::Resumed(Box::new(session), journal, None))
 }
 
 /// A second `Steps` for the reopened session: the first one stays with the
@@ -206,9 +224,9 @@ mod tests {
     fn a_call_in_flight_is_reported_as_uncertain_and_one_not_started_as_not_done() {
         let mut journal = Journal::new(JournaledSandbox { provider: "e2b".into(), id: "sb".into(), host: None });
         journal.calls = vec![
-            JournaledCall { id: "a".into(), state: CallState::Done },
-            JournaledCall { id: "b".into(), state: CallState::Intent },
-            JournaledCall { id: "c".into(), state: CallState::Pending },
+            JournaledCall { id: "a".into(), state: CallState::Done, actions: None },
+            JournaledCall { id: "b".into(), state: CallState::Intent, actions: None },
+            JournaledCall { id: "c".into(), state: CallState::Pending, actions: None },
         ];
         let screen = Screen { png: bytes::Bytes::from_static(b"png"), width: 2, height: 2 };
         let results = results_of(&journal, &screen);

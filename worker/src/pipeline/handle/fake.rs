@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use flotilla_config::TenantSettings;
-use flotilla_queue::queue::TaskRecord;
+use flotilla_queue::queue::{Parked, TaskRecord};
 use flotilla_queue::QueueError;
 use flotilla_types::event::EventKind;
 use flotilla_types::ids::{TaskId, TenantId};
@@ -118,6 +118,14 @@ impl TaskHandle for FakeTask {
 
     fn take_input(&self) -> BoxFuture<'_, Result<Option<HumanInput>, QueueError>> {
         ready(None)
+    }
+
+    fn park(&self) -> BoxFuture<'_, Result<Parked, QueueError>> {
+        ready(Parked::Parked)
+    }
+
+    fn rejoin_wait(&self, _code: StopCode) -> BoxFuture<'_, Result<(), QueueError>> {
+        ready(())
     }
 
     fn journal(&self) -> BoxFuture<'_, Result<Option<String>, QueueError>> {

@@ -19,6 +19,7 @@ use tracing::{warn, Instrument};
 use super::super::budget::{self, SandboxClock};
 use super::super::error::PipelineError;
 use super::super::handle::TaskHandle;
+use super::super::journal::JournaledWait;
 use super::super::TaskRun;
 use crate::metrics::WorkerMetrics;
 use crate::model::browser::BrowserCall;
@@ -69,6 +70,8 @@ pub struct Steps {
     /// so a wait for a person hands the task back rather than holding the
     /// worker until its drain deadline.
     hand_back: Option<CancellationToken>,
+    /// How this run's waits for a person park, when they may.
+    pub(super) parking: Option<super::parking::Parking>,
 }
 
 /// Who drives a task's desktop: its agent, or a person who took it over
@@ -97,6 +100,7 @@ impl Steps {
             hand: Hand::Agent,
             day: std::sync::Mutex::new(DayTokens::Left),
             hand_back: None,
+            parking: None,
         }
     }
 
@@ -168,12 +172,13 @@ impl Steps {
     /// until a human answers through the API.
     pub async fn wait_for_human(&self, code: StopCode, message: &str) -> Result<HumanInput, PipelineError> {
         self.task.wait_for_human(code, message).await?;
-        self.next_input().await
+        self.next_input_or_park(None).await
     }
 
     /// The next input a human gives the waiting task (an answer or a
-    /// hand-back), polled under the guard.
-    async fn next_input(&self) -> Result<HumanInput, PipelineError> {
+    /// hand-back), polled under the guard; with `park`, the task is parked
+    /// in that wait once the grace period passes (see [`super::parking`]).
+    pub(super) async fn next_input_or_park(&self, park: Option<JournaledWait>) -> Result<HumanInput, PipelineError> {
         let stopping = async {
             match &self.hand_back {
                 Some(token) => token.cancelled().await,
@@ -181,20 +186,37 @@ impl Steps {
             }
         };
         tokio::select! {
-            input = self.poll_input() => input,
+            input = self.poll_input(park) => input,
             () = stopping => Err(PipelineError::HandedBack),
         }
     }
 
-    /// Polls, under the guard, for the input a human gives the task.
-    async fn poll_input(&self) -> Result<HumanInput, PipelineError> {
+    /// Polls, under the guard, for the input a human gives the task; parks
+    /// it in `park` once the grace period passed without one. The park is
+    /// a step of the same loop, so an answer is never taken while the
+    /// sandbox is being paused.
+    async fn poll_input(&self, park: Option<JournaledWait>) -> Result<HumanInput, PipelineError> {
+        let grace = park.as_ref().and(self.park_after());
+        let mut park_at = grace.map(|after| Instant::now() + after);
         self.guard(async {
             loop {
                 match self.task.take_input().await {
                     Ok(Some(input)) => return Ok(input),
                     Ok(None) => {}
                     Err(QueueError::Fenced) => return Err(PipelineError::Fenced),
+                    Err(QueueError::Cancelled) => return Err(PipelineError::Cancelled),
                     Err(e) => warn!(error = %e, "could not look for a human's input; trying again"),
+                }
+                if let (Some(at), Some(wait), Some(after)) = (park_at, &park, grace) {
+                    if Instant::now() >= at {
+                        park_at = Some(Instant::now() + after);
+                        if self.may_park().await {
+                            if let Some(parked) = self.park(wait.clone()).await? {
+                                return Err(parked);
+                            }
+                            park_at = None;
+                        }
+                    }
                 }
                 tokio::time::sleep(INPUT_POLL).await;
             }
@@ -214,7 +236,7 @@ impl Steps {
                 return Ok(());
             }
         }
-        let input = self.next_input().await?;
+        let input = self.next_input_or_park(None).await?;
         self.hand = Hand::HandedBack(input.message);
         Ok(())
     }

@@ -1,4 +1,4 @@
--- after: prelude.lua
+-- after: prelude.lua unpark_fn.lua
 local cur = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'hdr', 'batch', 'seq', 'takeover')
 if not cur[1] or cur[2] ~= ARGV[5] then return 'missing' end
 if cur[1] ~= 'running' and cur[1] ~= 'waiting' then return cur[1] end
@@ -17,4 +17,4 @@ record(
   'takeover',
   '1'
 )
-return 'taken'
+return unpark(KEYS[1]) or 'taken'
