@@ -626,3 +626,70 @@ async fn a_tenant_past_its_daily_cost_is_refused_and_keeps_its_tasks_queued_unti
     assert_eq!(usage["limits"]["cost_today_usd"], 0.003, "the new day counts afresh: {usage}");
     fleet.stop().await;
 }
+
+/// A model-driven task on a sandbox host's desktop that crosses its
+/// tenant's daily tokens waits for the next day in a paused desktop: the
+/// host shows it paused while the task is queued, and on the next day (the
+/// fleet's clock moved past midnight) the task goes on in that same desktop
+/// from its journal — what it typed before the wait is still there, typed
+/// once — and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_its_tenants_next_day_waits_in_a_paused_desktop_and_goes_on_in_it() {
+    use flotilla_worker::sandbox::SandboxProvider as _;
+    let host = flotilla_sandboxd::Sandboxd::start().await;
+    let server = ScriptedServer::start().await;
+    let typing = |call: &str, line: &str| openai::computer_call_batch(call, vec![openai::type_text(&format!("{line}\n"))]);
+    server.push(Reply::json(openai::response("resp_1", vec![typing("c1", "echo before >> log.txt")], 100, 10)));
+    // 2 000 tokens in the second turn: past the tenant's 1 500.
+    server.push(Reply::json(openai::response("resp_2", vec![typing("c2", "echo after >> log.txt")], 1_900, 100)));
+    server.push(Reply::json(openai::response("resp_3", vec![openai::message("done")], 100, 10)));
+    server.push(Reply::json(openai::response("resp_4", vec![openai::message("done")], 100, 10)));
+    let file = config_file("[tenants.acme]\nmax_tokens_per_day = 1500\n");
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-test-openai-secret".to_owned()),
+        ("FLOTILLA_CONFIG", file.to_string_lossy().into_owned()),
+    ];
+    let provider = Arc::new(flotilla_worker::sandbox::E2bProvider::new(host.config()).expect("the E2B provider"));
+    let fleet = DesktopFleet::start(DesktopOptions { env, provider: Some(provider.clone()), ..DesktopOptions::default() }).await;
+    let acme = TenantId::parse("acme").expect("tenant");
+    let record = async |id: &TaskId| fleet.queue.reader().get(&acme, id).await.expect("get").expect("task");
+    let spec = json!({"prompt": "type two lines", "pipeline": "openai-cua", "retry": {"max_attempts": 1},
+        "sandbox": {"keep_alive": true}});
+    let id = fleet.submit_as(&acme, spec).await;
+
+    eventually("the task waits for the next day", Duration::from_secs(60), async || {
+        let task = record(&id).await;
+        task.status == TaskStatus::Queued && task.attempts == 1
+    })
+    .await;
+    let events = flotilla_tests::tasks::events(&fleet.queue, &id).await;
+    let sandbox = flotilla_tests::desktop::sandbox_ids(&events).remove(0);
+    let state = async || {
+        let detail = reqwest::Client::new()
+            .get(format!("{}/sandboxes/{sandbox}", host.api_url()))
+            .header("X-API-Key", host.test_key())
+            .send()
+            .await
+            .expect("the host answers");
+        detail.json::<Value>().await.expect("a sandbox")["state"].as_str().unwrap_or_default().to_owned()
+    };
+    eventually("the desktop is paused at the host", Duration::from_secs(10), async || state().await == "paused").await;
+
+    let now = fleet.queue.now_ms();
+    fleet.config.clock.advance(clock::ms_to_next_utc_day(now) + 1_000);
+    eventually("the task ends on the next day", Duration::from_secs(60), async || record(&id).await.status.is_terminal()).await;
+    let done = record(&id).await;
+    assert_eq!((done.status, done.attempts), (TaskStatus::Succeeded, 2), "{:?}", done.error);
+    let events = flotilla_tests::tasks::events(&fleet.queue, &id).await;
+    let used = flotilla_tests::desktop::sandbox_ids(&events);
+    assert!(used.len() == 2 && used.iter().all(|s| s == &sandbox), "one desktop for both days' attempts: {used:?}");
+    assert!(events.iter().any(|e| e.kind.name() == "resumed"), "the next day's attempt resumed the journal");
+    let id_of_sandbox = flotilla_worker::sandbox::SandboxId::parse(&sandbox).expect("a sandbox id");
+    let log = flotilla_sandbox::suite::eventually("the log in the desktop", || async {
+        provider.read_file(&id_of_sandbox, "log.txt").await.ok()
+    })
+    .await;
+    assert_eq!(String::from_utf8_lossy(&log).matches("before").count(), 1, "typed once, before the wait: {log:?}");
+    fleet.stop().await;
+}

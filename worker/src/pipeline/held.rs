@@ -268,6 +268,17 @@ impl Held {
         match self {
             // Parked with its task, paused: any worker resumes it.
             Self::Leased { lease, .. } if matches!(outcome, Err(PipelineError::Parked)) => pool.let_go_paused(lease).await,
+            // Waiting for its tenant's next day: paused meanwhile, and the
+            // attempt of that day resumes it; one that cannot be paused ends.
+            Self::Leased { lease, .. } if carried_over && matches!(outcome, Err(PipelineError::DayTokensSpent { .. })) => {
+                match pool.provider().pause(&lease.sandbox.id).await {
+                    Ok(true) => pool.let_go_paused(lease).await,
+                    paused => {
+                        warn!(sandbox = %lease.sandbox.id, ?paused, "could not pause the sandbox of a task waiting for its next day");
+                        pool.release(lease).await;
+                    }
+                }
+            }
             // Handed back, taken over or retried mid-run: the attempt that
             // takes the task up next continues in this sandbox (its owner
             // record stays until the deadline).

@@ -348,6 +348,8 @@ impl Session {
         match result {
             Err(PipelineError::HandedBack | PipelineError::Fenced | PipelineError::Parked) => true,
             Err(PipelineError::Retryable(_)) => !gone && self.task.attempt_number() < self.task.spec().max_attempts(),
+            // Waiting for its tenant's next day, paused where it can be.
+            Err(PipelineError::DayTokensSpent { .. }) => !gone && self.pool.provider().can_pause(),
             _ => false,
         }
     }
