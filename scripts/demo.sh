@@ -145,11 +145,14 @@ FLOTILLA_SANDBOXD_KEYS="$sandboxd_key" FLOTILLA_SANDBOXD_ADDR="127.0.0.1:$sandbo
   FLOTILLA_SANDBOXD_EDGE_ADDR="127.0.0.1:$edge_port" FLOTILLA_SANDBOXD_ROOT="$demo_dir/sandboxd" FLOTILLA_SANDBOXD_POOL=1 \
   "$bin/flotilla-sandboxd" >"$work/sandboxd.log" 2>&1 &
 pids+=($!)
+# The processes the tasks need, by the name of their log.
+declare -A needed=([sandboxd]=$!)
 for w in 1 2; do
   FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
     FLOTILLA_DRAIN_DEADLINE_S=5 \
     "$bin/flotilla-worker" >"$work/worker-$w.log" 2>&1 &
   pids+=($!)
+  needed[worker-$w]=$!
 done
 for _ in $(seq 100); do
   curl -fs "http://127.0.0.1:$api_port/readyz" >/dev/null 2>&1 && break
@@ -211,7 +214,22 @@ mapfile -t ids < <(printf '%s' "$accepted" | python3 -c 'import json,sys; print(
 approval=${ids[-2]}
 followed=("${ids[@]:0:${#ids[@]}-2}" "${ids[-1]}")
 echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live ($approval waits for approval)" >&2
-"$bin/flotilla" watch "${followed[@]}"
+# Followed while the fleet lives: a worker or the sandbox host that stops
+# ends the demo with its log's last lines, not a wait that never ends.
+"$bin/flotilla" watch "${followed[@]}" &
+watcher=$!
+while kill -0 "$watcher" 2>/dev/null; do
+  for log in "${!needed[@]}"; do
+    if ! kill -0 "${needed[$log]}" 2>/dev/null; then
+      kill "$watcher" 2>/dev/null || true
+      log "the fleet's $log stopped; the end of its log:"
+      tail -n 5 "$work/$log.log" >&2
+      exit 1
+    fi
+  done
+  sleep 0.5
+done
+wait "$watcher"
 echo >&2
 if [ "$keep" -eq 0 ]; then
   # Without --keep nobody is there to approve: the demo does it, as a

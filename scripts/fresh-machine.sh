@@ -4,8 +4,8 @@
 # set-up a newcomer sees. The system is a minimal Debian root (mmdebstrap
 # --variant=minbase) with this machine's stable Rust toolchain copied in and a
 # clone of this repository's HEAD; the command runs in it as root, in its own
-# mount, pid, IPC and UTS namespaces (bubblewrap), on the host's network and
-# devices. Nothing of the host's packages, caches or build is visible to it.
+# mount, IPC and UTS namespaces (bubblewrap), on the host's network, devices
+# and processes. Nothing of the host's packages, caches or build is visible to it.
 #
 #   bash scripts/fresh-machine.sh DIR [COMMAND...]   # default: bash scripts/demo.sh
 #
@@ -52,8 +52,11 @@ fi
 
 printf 'fresh-machine: running `%s` in it; the timed log is %s\n' "$*" "$dir/setup.log" >&2
 set +e
-bwrap --bind "$root" / --dev-bind /dev /dev --proc /proc --bind /sys /sys --perms 1777 --tmpfs /tmp \
-  --unshare-pid --unshare-ipc --unshare-uts --hostname fresh --die-with-parent \
+# The host's /proc whole (and so its pid namespace): the sandboxes' jail
+# mounts a /proc of its own, which a user namespace may do only where no
+# part of /proc is hidden under another mount.
+bwrap --bind "$root" / --dev-bind /dev /dev --bind /proc /proc --bind /sys /sys --perms 1777 --tmpfs /tmp \
+  --unshare-ipc --unshare-uts --hostname fresh --die-with-parent \
   --setenv HOME /root --setenv PATH /root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --chdir /root/flotilla "$@" 2>&1 |
   python3 -u -c '
