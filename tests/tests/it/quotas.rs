@@ -665,15 +665,8 @@ async fn a_task_waiting_for_its_tenants_next_day_waits_in_a_paused_desktop_and_g
     .await;
     let events = flotilla_tests::tasks::events(&fleet.queue, &id).await;
     let sandbox = flotilla_tests::desktop::sandbox_ids(&events).remove(0);
-    let state = async || {
-        let detail = reqwest::Client::new()
-            .get(format!("{}/sandboxes/{sandbox}", host.api_url()))
-            .header("X-API-Key", host.test_key())
-            .send()
-            .await
-            .expect("the host answers");
-        detail.json::<Value>().await.expect("a sandbox")["state"].as_str().unwrap_or_default().to_owned()
-    };
+    let state =
+        async || crate::sandboxd_workers::detail(&host, &sandbox).await.1["state"].as_str().unwrap_or_default().to_owned();
     eventually("the desktop is paused at the host", Duration::from_secs(10), async || state().await == "paused").await;
 
     let now = fleet.queue.now_ms();

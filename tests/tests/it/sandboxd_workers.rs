@@ -38,7 +38,7 @@ fn running(&(pid, started): &(u32, u64)) -> bool {
 }
 
 /// The host's answer to `GET /sandboxes/{id}`: its status and body.
-async fn detail(host: &Sandboxd, id: &str) -> (u16, Value) {
+pub(crate) async fn detail(host: &Sandboxd, id: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
         .get(format!("{}/sandboxes/{id}", host.api_url()))
         .header("X-API-Key", host.test_key())
