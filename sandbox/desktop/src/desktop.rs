@@ -336,6 +336,17 @@ async fn start_spawner(
         );
         return Ok(None);
     };
+    // The sandbox's own uid reads the program where the jail binds it from:
+    // a copy in the sandbox's directory, since the build's own may lie
+    // where only its owner may look (a checkout under `/root`).
+    let dir = logs.parent().unwrap_or(logs);
+    let binary = {
+        let copy = dir.join(spawn::BINARY);
+        tokio::fs::copy(&binary, &copy).await.map_err(|e| {
+            SandboxError::Unavailable(format!("cannot copy {} into the sandbox's directory: {e}", binary.display()))
+        })?;
+        copy
+    };
     let Some(mut command) = launcher.spawner_command(&binary) else { return Ok(None) };
     let (host, inside) = spawn::control_pair()?;
     command.stdin(Stdio::from(inside));
