@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Desktops, Isolation, LocalConfig};
-use flotilla_sandbox::{SandboxError, SandboxProvider, SandboxRequest};
+use flotilla_sandbox::{CommandOutput, SandboxError, SandboxProvider, SandboxRequest};
 
 fn desktops() -> Desktops {
     Desktops::in_fresh_root(LocalConfig {
@@ -20,10 +20,21 @@ fn request(template: &str) -> SandboxRequest {
     SandboxRequest { template: Some(template.to_owned()), resolution: (1024, 768), timeout: Duration::from_secs(120) }
 }
 
-/// The `WM_CLASS` of the active window, as `xdotool` in the sandbox says.
-async fn visible(provider: &dyn SandboxProvider, id: &flotilla_sandbox::SandboxId, class: &str) -> String {
+/// The visible windows of `class`, as `xdotool` in the sandbox lists them.
+/// `xdotool search` walks the whole window tree and dies on an X error when
+/// any window in it (Chromium makes and drops helper windows while it
+/// starts) goes away mid-walk; only such a walk is asked again.
+async fn visible(provider: &dyn SandboxProvider, id: &flotilla_sandbox::SandboxId, class: &str) -> CommandOutput {
     let command = format!("xdotool search --onlyvisible --class {class}");
-    provider.run(id, &command, Duration::from_secs(10)).await.expect("run").stdout
+    let mut tries = 0;
+    loop {
+        let out = provider.run(id, &command, Duration::from_secs(10)).await.expect("run");
+        tries += 1;
+        let walk_broke = out.stdout.trim().is_empty() && out.stderr.contains("X Error");
+        if !walk_broke || tries == 5 {
+            return out;
+        }
+    }
 }
 
 #[tokio::test]
@@ -34,7 +45,8 @@ async fn a_browser_desktop_has_chromium_up_with_devtools_inside_and_its_profile_
     let sandbox = provider.create(&request("browser")).await.expect("a browser desktop");
     let took = started.elapsed();
     let id = &sandbox.id;
-    assert!(!visible(provider, id, "chromium").await.trim().is_empty(), "Chromium's window is mapped once create returns");
+    let chromium = visible(provider, id, "chromium").await;
+    assert!(!chromium.stdout.trim().is_empty(), "Chromium's window is mapped once create returns: {chromium:?}");
     // DevTools listens on the sandbox's own loopback (its own network namespace).
     let devtools = "curl -sS --max-time 5 http://127.0.0.1:9222/json/version";
     let answer = provider.run(id, devtools, Duration::from_secs(10)).await.expect("run");
@@ -53,7 +65,8 @@ async fn an_office_desktop_has_libreoffice_up() {
     let fixture = desktops();
     let provider = fixture.provider();
     let sandbox = provider.create(&request("office")).await.expect("an office desktop");
-    assert!(!visible(provider, &sandbox.id, "libreoffice").await.trim().is_empty(), "LibreOffice's window is mapped");
+    let office = visible(provider, &sandbox.id, "libreoffice").await;
+    assert!(!office.stdout.trim().is_empty(), "LibreOffice's window is mapped: {office:?}");
     provider.kill(&sandbox.id).await.expect("kill");
 }
 
