@@ -208,6 +208,18 @@ cat >>"$batch_file" <<'JSON'
 {"prompt": "demo: send the weekly report once a person approves", "actions": [{"type": "wait", "ms": 200}, {"type": "confirm", "message": "send the weekly report to the team"}, {"type": "wait", "ms": 200}]}
 JSON
 python3 scripts/demo_shop.py >>"$batch_file"
+# batch_standing BATCH: one line, the batch's tasks counted by status.
+batch_standing() {
+  "$bin/flotilla" --json tasks --batch "$1" --limit 100 2>/dev/null | python3 -c '
+import collections, json, sys
+try:
+    tasks = json.load(sys.stdin)["tasks"]
+except (ValueError, KeyError):
+    sys.exit(0)
+counts = collections.Counter(task["status"] for task in tasks)
+print("demo:   the batch: " + ", ".join("%d %s" % (n, status) for status, n in sorted(counts.items())))
+' >&2 || true
+}
 accepted=$("$bin/flotilla" --json batch "$batch_file" --defaults '{"pipeline": "scripted"}' --no-wait)
 batch_id=$(printf '%s' "$accepted" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 mapfile -t ids < <(printf '%s' "$accepted" | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)["task_ids"]))')
@@ -216,9 +228,16 @@ followed=("${ids[@]:0:${#ids[@]}-2}" "${ids[-1]}")
 echo "submitted batch $batch_id with ${#ids[@]} tasks; following them live ($approval waits for approval)" >&2
 # Followed while the fleet lives: a worker or the sandbox host that stops
 # ends the demo with its log's last lines, not a wait that never ends.
+# `watch` prints a task when it ends; between ends the demo says every
+# TALK_EVERY_S seconds where the batch stands, so nothing is silent long.
 "$bin/flotilla" watch "${followed[@]}" &
 watcher=$!
+next_talk=$((SECONDS + TALK_EVERY_S))
 while kill -0 "$watcher" 2>/dev/null; do
+  if [ "$SECONDS" -ge "$next_talk" ]; then
+    batch_standing "$batch_id"
+    next_talk=$((SECONDS + TALK_EVERY_S))
+  fi
   for log in "${!needed[@]}"; do
     if ! kill -0 "${needed[$log]}" 2>/dev/null; then
       kill "$watcher" 2>/dev/null || true
