@@ -1,7 +1,8 @@
 //! The reference pages say what the code does: the configuration page's
 //! tables name exactly the settings the typed configuration reads, the
-//! README's set-up table names every Debian package set-up installs, and
-//! the README stays short enough to read in minutes.
+//! README's set-up table names every Debian package set-up installs, the
+//! README stays short enough to read in minutes, and the kept set-up log of
+//! a fresh machine shows set-up talking all the way to a running demo.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -52,4 +53,30 @@ fn the_readme_lists_every_package_setup_installs_and_stays_short() {
     }
     let lines = readme.lines().count();
     assert!(lines < 300, "the README is {lines} lines; the reference belongs in docs/");
+}
+
+/// The seconds since the start of a line of a timed log
+/// (`HH:MM:SS +  N.Ns  text`), and its text.
+fn timed_line(line: &str) -> Option<(f64, &str)> {
+    let (_, rest) = line.split_once(" +")?;
+    let (seconds, text) = rest.trim_start().split_once("s  ")?;
+    Some((seconds.parse().ok()?, text))
+}
+
+#[test]
+fn the_fresh_machines_setup_log_is_never_silent_for_more_than_ten_seconds() {
+    let log = repo_file("docs/setup-log.txt");
+    let lines: Vec<(f64, &str)> = log
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| timed_line(l).unwrap_or_else(|| panic!("not a timed line: {l}")))
+        .collect();
+    assert!(lines.first().is_some_and(|(at, text)| *at == 0.0 && text.starts_with("setup: ")), "it starts with set-up");
+    for step in ["installing", "cargo install", "cargo build", "fleet up: ", "9 tasks: 9 succeeded", "the store keeps"] {
+        assert!(lines.iter().any(|(_, text)| text.contains(step)), "the log shows {step:?}");
+    }
+    for pair in lines.windows(2) {
+        let gap = pair[1].0 - pair[0].0;
+        assert!(gap <= 10.0, "{gap:.1} s of silence before {:?}", pair[1].1);
+    }
 }
