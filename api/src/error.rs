@@ -14,6 +14,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use flotilla_queue::quota::{QuotaError, RateState};
+use flotilla_queue::queue::PlanError;
 use flotilla_queue::QueueError;
 use flotilla_types::task::TaskStatus;
 use flotilla_types::ValidationError;
@@ -42,6 +43,8 @@ pub enum ApiError {
     AlreadyFinished(TaskStatus),
     #[error("request body is over the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    #[error(transparent)]
+    BatchTooLarge(PlanError),
     #[error("content-type must be application/json")]
     UnsupportedMediaType,
     #[error("method not allowed on this path")]
@@ -133,7 +136,9 @@ impl ApiError {
             ApiError::Queue(QueueError::WrongStatus(status)) => {
                 Reply::new(StatusCode::CONFLICT, "conflict", format!("task is {status}; this needs another status"))
             }
-            ApiError::PayloadTooLarge(_) => Reply::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", self.to_string()),
+            ApiError::PayloadTooLarge(_) | ApiError::BatchTooLarge(_) => {
+                Reply::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", self.to_string())
+            }
             ApiError::UnsupportedMediaType => {
                 Reply::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", self.to_string())
             }
@@ -193,6 +198,17 @@ pub fn rate_limit_headers(headers: &mut axum::http::HeaderMap, state: &RateState
         [("ratelimit-limit", state.limit), ("ratelimit-remaining", state.remaining), ("ratelimit-reset", state.reset_s)]
     {
         headers.insert(name, HeaderValue::from(value));
+    }
+}
+
+/// A plan too large is a batch too large (413); any other refusal is a bad
+/// field (400).
+impl From<PlanError> for ApiError {
+    fn from(err: PlanError) -> Self {
+        match err {
+            PlanError::Invalid(err) => ApiError::Invalid(err),
+            too_many @ PlanError::TooManyRuns(_) => ApiError::BatchTooLarge(too_many),
+        }
     }
 }
 

@@ -39,16 +39,22 @@ const DRAIN_AT_MOST: usize = 64 * 1024 * 1024;
 impl<T: DeserializeOwned> JsonBody<T> {
     /// Reads and parses a JSON body of at most `limit` bytes.
     pub async fn read(request: Request, limit: usize) -> Result<Self, ApiError> {
-        if !is_json(request.headers()) {
-            return Err(ApiError::UnsupportedMediaType);
-        }
-        let bytes = read_limited(request.into_body(), limit).await?;
+        let bytes = json_bytes(request, limit).await?;
         // Every body is an object; serde would also read a struct from an array.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| *b != b'{') {
             return Err(ApiError::Invalid(ValidationError::new("the body must be a JSON object")));
         }
         parse_json(&bytes).map(JsonBody).map_err(ApiError::Invalid)
     }
+}
+
+/// The bytes of a body that says it is JSON and fits in `limit` (415 and
+/// 413 otherwise), not yet parsed.
+pub async fn json_bytes(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+    if !is_json(request.headers()) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    read_limited(request.into_body(), limit).await
 }
 
 /// The whole body if it fits in `limit`; otherwise 413, after draining what

@@ -17,10 +17,11 @@
 //! inputs, `answer` how an API answer becomes a tool result, `spec_schema`
 //! the input schema of `submit_task` (the task spec's own), `wait` the
 //! wait with progress notifications, `screenshot` the image a tool or a
-//! resource answers.
+//! resource answers, `message` the envelope a request to `/mcp` must hold.
 
 mod answer;
 mod arguments;
+mod message;
 mod screenshot;
 mod server;
 mod spec_schema;
@@ -36,6 +37,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
+pub use message::{check_message, message_schema};
 pub use server::{CallerKey, FlotillaMcp};
 
 /// How often an open response stream of `/mcp` sends a keep-alive.

@@ -1,8 +1,8 @@
 //! The rules of requests that the derived schemas do not carry, laid over
 //! the rendered document so that it states exactly what the server accepts:
 //! bounds and patterns the validators check (actions, sandbox, budget,
-//! labels, input file paths, integer widths, usage days), and which fields
-//! each pipeline takes.
+//! labels, input file paths, integer widths, usage days), which fields
+//! each pipeline takes, and the envelope of an MCP message.
 //!
 //! A task spec is valid for one pipeline at a time: `actions` or
 //! `replay_of` (one of them) only with `scripted`, `continue_task` only
@@ -79,9 +79,14 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
         set(matrix, "/properties/model", json!({"items": model}));
     }
     if let Some(check) = schemas.get_mut("TaskCheck") {
-        set(check, "/properties/command", command());
+        let mut given_or_null = command();
+        given_or_null["type"] = json!(["string", "null"]);
+        set(check, "/properties/command", given_or_null);
         if let Some(check) = check.as_object_mut() {
-            let needs = json!([{"required": ["command"]}, {"required": ["actions"], "properties": {"actions": {"minItems": 1}}}]);
+            let needs = json!([
+                {"required": ["command"], "properties": {"command": {"type": "string"}}},
+                {"required": ["actions"], "properties": {"actions": {"type": "array", "minItems": 1}}},
+            ]);
             check.insert("anyOf".to_owned(), needs);
         }
     }
@@ -108,6 +113,7 @@ pub fn apply(doc: &mut Value, default: Pipeline, templates: Option<&[String]>) {
     }
     set(doc, "/paths/~1v1~1batches/post/requestBody/content/application~1json", json!({"examples": batch_examples()}));
     usage_parameters(doc);
+    set(doc, "/paths/~1mcp/post/requestBody/content/application~1json/schema", flotilla_mcp::message_schema());
     set(doc, "/components/schemas/NewSchedule/properties/task", reference("ScheduledTask"));
 }
 

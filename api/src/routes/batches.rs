@@ -148,7 +148,7 @@ impl<S: Send + Sync> FromRequestParts<S> for BatchIdPath {
         (status = 202, description = "Every task accepted and queued", body = BatchAccepted),
         (status = 400, description = "A task is invalid (the field names it, like `tasks[3].prompt`), or names a `sandbox.template` that is not among the tenant's `sandbox_templates`; nothing was created", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
-        (status = 413, description = "Body over the batch size limit (default 8 MiB)", body = ErrorBody),
+        (status = 413, description = "Body over the batch size limit (default 8 MiB), or a plan that would run more than 10 000 tasks (tasks × matrix cells × `repeat` × `best_of`); nothing was created", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 429, description = "Over the tenant's submit rate (`rate_limited`), or its tasks would go past `max_queued`, or it spent `max_tokens_per_day` (`quota_exceeded`); no task was queued. `Retry-After` says when to try again", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds"))),

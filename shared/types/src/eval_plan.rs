@@ -44,9 +44,7 @@ impl Matrix {
                 return Err(ValidationError::at("model", format!("1 to {MAX_MATRIX_VALUES} models")));
             }
             for (i, model) in models.iter().enumerate() {
-                if model.is_empty() || model.chars().count() > 128 || model.chars().any(char::is_control) {
-                    return Err(ValidationError::at(format!("model[{i}]"), "a model is 1 to 128 printable characters"));
-                }
+                crate::task::check_model(&format!("model[{i}]"), model)?;
             }
         }
         if let Some(pipelines) = &self.pipeline {

@@ -381,7 +381,7 @@ impl TaskSpec {
             return Err(ValidationError::at("prompt", format!("prompt must be 1 to {MAX_PROMPT_CHARS} characters")));
         }
         if let Some(model) = &self.model {
-            check_label("model", model, 128)?;
+            check_model("model", model)?;
         }
         if let Some(actions) = &self.actions {
             if actions.len() > MAX_ACTIONS {
@@ -506,6 +506,11 @@ pub fn check_worker_label(label: &str) -> Result<(), String> {
 }
 
 /// Checks a task's `requires`.
+/// A model's name: 1 to 128 printable characters; the error names `field`.
+pub fn check_model(field: &str, model: &str) -> Result<(), ValidationError> {
+    check_label(field, model, 128)
+}
+
 pub fn check_requires(labels: &[String]) -> Result<(), ValidationError> {
     if labels.len() > MAX_LABELS {
         return Err(ValidationError::at("requires", format!("at most {MAX_LABELS} labels")));

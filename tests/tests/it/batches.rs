@@ -219,6 +219,7 @@ async fn a_bad_task_is_refused_with_its_index_and_nothing_is_written() {
         (json!({"tasks": [{"prompt": "x"}], "defaults": {"sandbox": {"resolution": [1, 1]}}}), "defaults.sandbox.resolution"),
         (json!({"tasks": []}), "tasks"),
         (json!({"tasks": [good], "colour": "red"}), ""),
+        (json!({"tasks": [good, {"prompt": "x", "pipeline": "bogus"}], "matrix": {"pipeline": ["openai-cua"]}}), "tasks[1].pipeline"),
     ];
     for (body, field) in cases {
         let (status, answer) = fleet.acme.post("/v1/batches", &body).await;
@@ -226,6 +227,11 @@ async fn a_bad_task_is_refused_with_its_index_and_nothing_is_written() {
         let got = answer["error"]["field"].as_str().unwrap_or("");
         assert!(got.starts_with(field), "want field {field:?}, got {answer}");
     }
+    // A plan over the run cap is a batch too large, not a malformed one.
+    let over_cap = json!({"tasks": vec![good; 200], "repeat": 51});
+    let (status, answer) = fleet.acme.post("/v1/batches", &over_cap).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (413, Some("payload_too_large")), "{answer}");
+    assert!(answer["error"]["message"].as_str().is_some_and(|m| m.contains("10200") && m.contains("10000")), "{answer}");
     assert_eq!(keys_under(&fleet.redis, &fleet.prefix), before, "a refused batch writes nothing");
 }
 
@@ -410,7 +416,7 @@ type Pool = &'static [Option<&'static str>];
 
 /// The fields of sampled `defaults`, each with the values it may hold
 /// (JSON text); those marked `!` are refused on their own.
-const DEFAULTS_POOL: [(&str, Pool); 12] = [
+const DEFAULTS_POOL: [(&str, Pool); 13] = [
     (
         "pipeline",
         &[
@@ -445,11 +451,24 @@ const DEFAULTS_POOL: [(&str, Pool); 12] = [
     ("metadata", &[None, None, Some(r#"{"k": "v", "n": null}"#)]),
     ("idempotency_key", &[None, None, None, Some("null"), Some(r#"!"k""#)]),
     ("max_steps", &[None, None, None, Some("3"), Some("!0")]),
+    (
+        "check",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some(r#"{"command": "true"}"#),
+            Some(r#"{"actions": [{"type": "wait", "ms": 1}]}"#),
+            Some(r#"{"command": "true", "actions": [{"type": "wait", "ms": 1}]}"#),
+            Some(r#"!{"timeout_s": 5}"#),
+            Some(r#"!{"actions": null}"#),
+        ],
+    ),
 ];
 
 /// The fields of a sampled task (a merge patch): given, removed with
 /// `null`, or left to inherit, nested keys alike.
-const TASK_POOL: [(&str, Pool); 14] = [
+const TASK_POOL: [(&str, Pool); 16] = [
     (
         "pipeline",
         &[
@@ -461,8 +480,10 @@ const TASK_POOL: [(&str, Pool); 14] = [
             Some(r#""claude-code""#),
             Some(r#""openai-cua""#),
             Some(r#""claude-computer-use""#),
+            Some(r#"!"bogus""#),
         ],
     ),
+    ("model", &[None, None, Some("null"), Some(r#""m2""#), Some(r#"!"""#), Some("!7")]),
     ("actions", &[None, None, Some("null"), Some(r#"[{"type": "wait", "ms": 2}]"#)]),
     ("replay_of", &[None, None, None, Some("null"), Some(r#""tsk_00000000000000000000000001""#)]),
     (
@@ -518,6 +539,22 @@ const TASK_POOL: [(&str, Pool); 14] = [
     ("colour", &[None, None, None, Some("null"), Some(r#"!"red""#), Some("!{}")]),
     ("max_steps", &[None, None, None, Some("null"), Some("4"), Some("!0")]),
     ("not_before", &[None, None, Some(r#""2999-01-01T00:00:00Z""#)]),
+    (
+        "check",
+        &[
+            None,
+            None,
+            Some("null"),
+            Some("{}"),
+            Some(r#"{"command": null}"#),
+            Some(r#"{"actions": null}"#),
+            Some(r#"{"command": "x"}"#),
+            Some(r#"{"actions": [{"type": "wait", "ms": 2}]}"#),
+            Some(r#"{"actions": []}"#),
+            Some(r#"{"command": null, "actions": null}"#),
+            Some(r#"{"timeout_s": 3}"#),
+        ],
+    ),
 ];
 
 /// An object of fields drawn from `pool`; values marked `!` (refused on
@@ -559,7 +596,31 @@ fn sampled_body(rng: &mut impl rand::Rng) -> Value {
         })
         .collect();
     body.insert("tasks".into(), Value::Array(tasks));
+    let matrices = [
+        r#"{"pipeline": ["scripted"]}"#,
+        r#"{"pipeline": ["claude-code"]}"#,
+        r#"{"pipeline": ["openai-cua", "gemini-computer-use"]}"#,
+        r#"{"pipeline": ["claude-code", "openai-cua"]}"#,
+        r#"{"pipeline": ["scripted", "openai-cua"]}"#,
+        r#"{"pipeline": null, "model": ["m"]}"#,
+        "null",
+    ];
+    if rng.random_bool(0.3) {
+        let matrix = matrices[rng.random_range(0..matrices.len())];
+        body.insert("matrix".into(), serde_json::from_str(matrix).expect("matrices are JSON"));
+    }
     Value::Object(body)
+}
+
+/// Whether the server takes `body` as `POST /v1/batches` reads it: its
+/// plan (the matrix's cells laid over each task), then each merged spec.
+fn taken_by_server(body: &Value, default: Pipeline) -> Result<(), String> {
+    let tasks = body["tasks"].as_array().expect("tasks");
+    let matrix: Option<flotilla_types::eval_plan::Matrix> =
+        body.get("matrix").and_then(|m| serde_json::from_value(m.clone()).expect("sampled matrices are well formed"));
+    let asked = flotilla_queue::queue::PlanRequest { repeat: None, best_of: None, stop_on_pass: None, matrix: matrix.as_ref() };
+    let (tasks, _) = flotilla_queue::queue::plan_batch(tasks, asked).map_err(|e| e.to_string())?;
+    flotilla_queue::queue::batch_specs(&tasks, body["defaults"].as_object(), default).map(drop).map_err(|e| e.to_string())
 }
 
 /// Which of `bodies` the document's `BatchRequest` schema admits, by
@@ -592,8 +653,10 @@ fn valid_by_document(doc: &Value, bodies: &[Value]) -> Vec<bool> {
 /// task's validity depends on what `defaults` holds: for each default
 /// pipeline, thousands of sampled bodies (`defaults` in every state of the
 /// merge rules, tasks giving, removing or inheriting each field, nested
-/// keys too, some values bad on their own) are valid by the document's
-/// schema exactly when the server's `batch_specs` takes them.
+/// keys too, some values bad on their own, a check's command and actions
+/// given, kept or removed, matrices of pipelines that suit a spec together
+/// and of some that do not) are valid by the document's schema exactly when
+/// the server takes them.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_batch_schema_agrees_with_the_server() {
     use rand::SeedableRng;
@@ -606,8 +669,7 @@ async fn the_batch_schema_agrees_with_the_server() {
         let documented = valid_by_document(&doc, &bodies);
         let mut taken = 0;
         for (body, documented) in bodies.iter().zip(documented) {
-            let tasks = body["tasks"].as_array().expect("tasks");
-            let server = flotilla_queue::queue::batch_specs(tasks, body["defaults"].as_object(), default);
+            let server = taken_by_server(body, default);
             assert_eq!(documented, server.is_ok(), "default {default:?}, {body}: the server says {server:?}");
             taken += usize::from(documented);
         }

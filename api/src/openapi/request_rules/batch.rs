@@ -90,7 +90,7 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
             own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or \
             `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever \
             they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names \
-            `max_attempts` unless `defaults` gives `retry`.",
+            `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.",
         "additionalProperties": false,
         "required": ["tasks"],
         "properties": {
@@ -110,9 +110,49 @@ pub(super) fn body(spec: &Value, schemas: &Map<String, Value>, default: Pipeline
                 combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit \
                 each pipeline).", "oneOf": [{"type": "null"}, reference("Matrix")]},
         },
-        "allOf": [pipeline_rules(default), prompt_rule(), retry_rule(), stop_on_pass_rule()],
+        "allOf": [pipeline_rules(default), prompt_rule(), retry_rule(), check_rule(), stop_on_pass_rule()],
     });
     [("BatchRequest", request), ("BatchDefaults", defaults_fields(spec)), ("BatchTaskPatch", patch_fields(spec, schemas))]
+}
+
+/// A check object whose `command` is given (a string).
+fn gives_command() -> Value {
+    json!({"required": ["command"], "properties": {"command": {"type": "string"}}})
+}
+
+/// A check object whose `actions` are given and not empty.
+fn gives_actions() -> Value {
+    json!({"required": ["actions"], "properties": {"actions": {"type": "array", "minItems": 1}}})
+}
+
+/// `check`: each task's merged check has a command or actions. One branch
+/// per state of the defaults' check (none, or which of the two it gives:
+/// its own rules need one); a task's check object keeps each of the two it
+/// does not name, and `null` drops the whole check.
+fn check_rule() -> Value {
+    let mut branches = vec![json!({
+        "properties": {"defaults": {"properties": {"check": {"type": "null"}}},
+            "tasks": {"items": {"properties": {"check": {"anyOf": [{"type": "null"}, gives_command(), gives_actions()]}}}}},
+    })];
+    for (command, actions) in [(true, false), (false, true), (true, true)] {
+        let state = |given: bool, rule: Value| if given { rule } else { json!({"not": rule}) };
+        let mut keeps = vec![json!({"type": "null"}), gives_command(), gives_actions()];
+        if command {
+            keeps.push(json!({"not": {"required": ["command"]}}));
+        }
+        if actions {
+            keeps.push(json!({"not": {"required": ["actions"]}}));
+        }
+        branches.push(json!({
+            "required": ["defaults"],
+            "properties": {
+                "defaults": {"type": "object", "required": ["check"], "properties": {"check": {"type": "object",
+                    "allOf": [state(command, gives_command()), state(actions, gives_actions())]}}},
+                "tasks": {"items": {"properties": {"check": {"anyOf": keeps}}}},
+            },
+        }));
+    }
+    json!({"oneOf": branches})
 }
 
 /// `stop_on_pass: true` needs `best_of` of 2 or more.
@@ -162,10 +202,14 @@ fn patch_fields(spec: &Value, schemas: &Map<String, Value>) -> Value {
     let Some(properties) = object.get_mut("properties").and_then(Value::as_object_mut) else { return fields };
     properties.insert("idempotency_key".to_owned(), json!({"type": "null"}));
     properties.insert("files".to_owned(), json!({"oneOf": [{"type": "null"}, files_patch()]}));
-    for (name, component) in [("sandbox", "SandboxSpec"), ("retry", "RetryPolicy"), ("budget", "Budget")] {
+    let nested_objects = [("sandbox", "SandboxSpec"), ("retry", "RetryPolicy"), ("budget", "Budget"), ("check", "TaskCheck")];
+    for (name, component) in nested_objects {
         let Some(mut nested) = schemas.get(component).cloned() else { continue };
         if let Some(nested) = nested.as_object_mut() {
             nested.remove("required");
+            // What a merged object needs (a check's command or actions) is
+            // a rule between the task and `defaults`: `check_rule`.
+            nested.remove("anyOf");
             nested.remove("description");
             nested.insert("additionalProperties".to_owned(), json!({"type": "null"}));
         }
@@ -186,11 +230,95 @@ fn files_patch() -> Value {
     })
 }
 
-/// The pipeline rules of the merged specs: one branch per state of
-/// `defaults`, each with the tasks that merge with it into a valid spec.
+/// The pipeline rules of the merged specs: without matrix pipelines, one
+/// branch per state of `defaults`, each with the tasks that merge with it
+/// into a valid spec; with them, one per set of matrix pipelines and the
+/// pipeline fields `defaults` gives, each with the tasks whose merged
+/// fields suit every pipeline of the matrix (a task's own pipeline is laid
+/// over by the matrix's).
 fn pipeline_rules(default: Pipeline) -> Value {
-    let branches: Vec<Value> = Held::all().iter().map(|held| pipeline_branch(held, default)).collect();
+    let no_matrix = json!({"properties": {"matrix": {"properties": {"pipeline": {"type": "null"}}}}});
+    let mut branches: Vec<Value> = Held::all()
+        .iter()
+        .map(|held| json!({"allOf": [no_matrix.clone(), pipeline_branch(held, default)]}))
+        .collect();
+    branches.extend(matrix_sets().iter().map(|(pipelines, cases)| matrix_branch(pipelines, cases)));
     json!({"oneOf": branches})
+}
+
+/// The sets of matrix pipelines a merged spec can suit, as a schema of the
+/// matrix's `pipeline`, with the cases its fields must be in: those of one
+/// group, or `claude-code` mixed with computer-use pipelines (none of the
+/// pipeline fields). A set with `scripted` and another pipeline suits no
+/// spec.
+fn matrix_sets() -> Vec<(Value, Vec<&'static Case>)> {
+    let names = |pipelines: &[Pipeline]| -> Vec<Value> { pipelines.iter().map(|p| json!(p.as_str())).collect() };
+    let mut sets: Vec<(Value, Vec<&'static Case>)> = groups()
+        .into_iter()
+        .map(|group| {
+            let cases = CASES.iter().filter(|case| case.pipelines == group).collect();
+            (json!({"items": {"enum": names(group)}}), cases)
+        })
+        .collect();
+    let computer_use = &CASES[3];
+    let mut mixed = names(CASES[2].pipelines);
+    mixed.extend(names(computer_use.pipelines));
+    let mixed = json!({"items": {"enum": mixed},
+        "allOf": [{"not": {"items": {"enum": names(CASES[2].pipelines)}}}, {"not": {"items": {"enum": names(computer_use.pipelines)}}}]});
+    sets.push((mixed, vec![computer_use]));
+    sets
+}
+
+/// Matrix pipelines of one set and the tasks whose merged fields are in
+/// one of `cases`: each pipeline field no case takes is gone from every
+/// merged spec (on its own, field by field); the fields the cases tell
+/// apart (`scripted`'s `actions` or `replay_of`) by what `defaults` gives.
+fn matrix_branch(pipelines: &Value, cases: &[&Case]) -> Value {
+    let mut matrix = pipelines.clone();
+    matrix["type"] = json!("array");
+    let taken = |field: &str| cases.iter().any(|case| case.takes.contains(&field));
+    let mut rules: Vec<Value> = PIPELINE_FIELDS.iter().filter(|field| !taken(field)).map(|field| gone_after_merge(field)).collect();
+    if cases.len() > 1 {
+        let mut states = Vec::new();
+        for bits in 0..4u8 {
+            let given = [bits & 1 != 0, bits & 2 != 0, false];
+            let mut defaults = Map::new();
+            let mut required = Vec::new();
+            for (field, given) in PIPELINE_FIELDS.iter().zip(given).take(2) {
+                defaults.insert((*field).to_owned(), json!({"type": if given { given_type(field) } else { "null" }}));
+                if given {
+                    required.push(json!(field));
+                }
+            }
+            let tasks: Vec<Value> = cases.iter().map(|case| case_fields(case, given, Map::new(), Vec::new())).collect();
+            let mut state = json!({"properties": {"defaults": {"properties": defaults, "required": required},
+                "tasks": {"items": {"oneOf": tasks}}}});
+            if bits != 0 {
+                state["required"] = json!(["defaults"]);
+                state["properties"]["defaults"]["type"] = json!("object");
+            }
+            states.push(state);
+        }
+        rules.push(json!({"oneOf": states}));
+    }
+    json!({
+        "required": ["matrix"],
+        "properties": {"matrix": {"type": "object", "required": ["pipeline"], "properties": {"pipeline": matrix}}},
+        "allOf": rules,
+    })
+}
+
+/// `field` is in no merged spec: where `defaults` gives it, every task
+/// removes it (`null`); where not, no task gives it.
+fn gone_after_merge(field: &str) -> Value {
+    json!({"oneOf": [
+        {"required": ["defaults"], "properties": {
+            "defaults": {"type": "object", "required": [field], "properties": {field: {"type": given_type(field)}}},
+            "tasks": {"items": {"required": [field], "properties": {field: {"type": "null"}}}}}},
+        {"properties": {
+            "defaults": {"properties": {field: {"type": "null"}}},
+            "tasks": {"items": {"properties": {field: {"type": "null"}}}}}},
+    ]})
 }
 
 /// One state of `defaults` and the tasks that go with it.
@@ -238,7 +366,14 @@ fn task_case(case: &Case, held: &Held, default: Pipeline) -> Value {
     }
     let mut properties = Map::new();
     properties.insert("pipeline".to_owned(), json!({"enum": names}));
-    for (field, given) in PIPELINE_FIELDS.iter().zip(held.given) {
+    case_fields(case, held.given, properties, required)
+}
+
+/// Adds to a task's `properties` and `required` what its pipeline fields
+/// must be for its merged spec to be of `case`, `defaults` giving the
+/// fields `given`: each field given, removed or left to inherit.
+fn case_fields(case: &Case, given: [bool; 3], mut properties: Map<String, Value>, mut required: Vec<Value>) -> Value {
+    for (field, given) in PIPELINE_FIELDS.iter().zip(given) {
         let (schema, needed) = if case.needs.contains(field) {
             (json!({"type": given_type(field)}), !given)
         } else if case.takes.contains(field) {
@@ -282,11 +417,15 @@ mod tests {
     #[test]
     fn one_branch_per_state_and_one_for_no_defaults() {
         let rules = pipeline_rules(Pipeline::OpenaiCua);
-        let branches = rules["oneOf"].as_array().expect("branches");
+        let all = rules["oneOf"].as_array().expect("branches");
+        let needs_matrix = |b: &Value| b["required"].as_array().is_some_and(|r| r.contains(&json!("matrix")));
+        let branches: Vec<&Value> = all.iter().filter(|b| !needs_matrix(b)).filter_map(|b| b["allOf"].get(1)).collect();
         assert_eq!(branches.len(), 3 * 8);
-        let open: Vec<&Value> = branches.iter().filter(|b| b.get("required").is_none()).collect();
+        let open: Vec<&&Value> = branches.iter().filter(|b| b.get("required").is_none()).collect();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0]["properties"]["defaults"]["properties"]["pipeline"]["enum"].as_array().map(Vec::len), Some(5));
+        let with_matrix = all.iter().filter(|b| needs_matrix(b)).count();
+        assert_eq!(with_matrix, 4, "one for each set of matrix pipelines");
     }
 
     /// With `scripted` inherited and `actions` given by `defaults`, a task

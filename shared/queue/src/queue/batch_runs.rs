@@ -22,7 +22,7 @@ use flotilla_types::eval::{CheckStage, Verdict};
 use flotilla_types::eval_plan::{Matrix, RunPlace, RunPlan, MAX_RUNS};
 use flotilla_types::eval_report::RunRow;
 use flotilla_types::ids::{BatchId, TaskId, TenantId};
-use flotilla_types::task::{StopCode, TaskSpec, TaskStatus};
+use flotilla_types::task::{check_model, Pipeline, StopCode, TaskSpec, TaskStatus};
 use flotilla_types::usage::Meter;
 use flotilla_types::ValidationError;
 use serde_json::Value;
@@ -202,7 +202,7 @@ pub struct PlanRequest<'a> {
 }
 
 /// The run plan a batch asks for, checked; `None` for a plain batch.
-fn run_plan(tasks: usize, asked: PlanRequest) -> Result<Option<RunPlan>, ValidationError> {
+fn run_plan(tasks: usize, asked: PlanRequest) -> Result<Option<RunPlan>, PlanError> {
     let count = |field: &str, value: Option<u32>| match value {
         Some(n) if !(1..=MAX_RUNS).contains(&n) => {
             Err(ValidationError::at(field, format!("{field} must be from 1 to {MAX_RUNS}")))
@@ -217,19 +217,28 @@ fn run_plan(tasks: usize, asked: PlanRequest) -> Result<Option<RunPlan>, Validat
     };
     plan.matrix.validate().map_err(|e| e.under("matrix"))?;
     if plan.stop_on_pass && plan.best_of < 2 {
-        return Err(ValidationError::at("stop_on_pass", "stop_on_pass needs best_of of 2 or more"));
+        return Err(ValidationError::at("stop_on_pass", "stop_on_pass needs best_of of 2 or more").into());
     }
     if plan.is_plain() {
         return Ok(None);
     }
     let runs = tasks.saturating_mul(plan.runs_per_task());
     if runs > MAX_BATCH_TASKS {
-        return Err(ValidationError::at(
-            "tasks",
-            format!("the batch would run {runs} tasks (tasks × matrix cells × repeat × best_of); at most {MAX_BATCH_TASKS}"),
-        ));
+        return Err(PlanError::TooManyRuns(runs));
     }
     Ok(Some(plan))
+}
+
+/// Why a batch's plan is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A field of the plan, or a task's value the plan lays over, is bad.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The plan would run more tasks than a batch may hold: a batch too
+    /// large, not a malformed one.
+    #[error("the batch would run {0} tasks (tasks × matrix cells × repeat × best_of); at most {MAX_BATCH_TASKS}")]
+    TooManyRuns(usize),
 }
 
 /// The tasks a batch runs, expanded by the plan it asks for, and where
@@ -237,14 +246,34 @@ fn run_plan(tasks: usize, asked: PlanRequest) -> Result<Option<RunPlan>, Validat
 pub fn plan_batch<'a>(
     tasks: &'a [Value],
     asked: PlanRequest<'_>,
-) -> Result<(Cow<'a, [Value]>, Option<PlannedRuns>), ValidationError> {
+) -> Result<(Cow<'a, [Value]>, Option<PlannedRuns>), PlanError> {
     match run_plan(tasks.len(), asked)? {
         None => Ok((Cow::Borrowed(tasks), None)),
         Some(plan) => {
+            check_laid_over(tasks)?;
             let (tasks, places) = expand_tasks(tasks, &plan);
             Ok((Cow::Owned(tasks), Some(PlannedRuns { plan, places })))
         }
     }
+}
+
+/// Each task's own `pipeline` and `model`, checked on their own though a
+/// matrix may lay its own over them: a value a task gives is one its field
+/// takes, as for a batch without a plan.
+fn check_laid_over(tasks: &[Value]) -> Result<(), ValidationError> {
+    for (i, task) in tasks.iter().enumerate() {
+        let given = |name: &str| task.get(name).filter(|value| !value.is_null());
+        if let Some(pipeline) = given("pipeline") {
+            serde_json::from_value::<Pipeline>(pipeline.clone())
+                .map_err(|e| ValidationError::at(format!("tasks[{i}].pipeline"), e.to_string()))?;
+        }
+        if let Some(model) = given("model") {
+            let field = format!("tasks[{i}].model");
+            let Some(model) = model.as_str() else { return Err(ValidationError::at(field, "a model is a string")) };
+            check_model(&field, model)?;
+        }
+    }
+    Ok(())
 }
 
 /// Names a bad expanded task by the task given: `tasks[7]` of the
@@ -371,12 +400,13 @@ mod tests {
             (json!({"tasks": [{"prompt": "x"}], "stop_on_pass": true}), "stop_on_pass"),
             (json!({"tasks": [{"prompt": "x"}], "matrix": {"model": []}}), "matrix.model"),
             (json!({"tasks": [{"prompt": "x"}], "repeat": 100, "best_of": 101}), "best_of"),
-            (json!({"tasks": vec![json!({"prompt": "x"}); 200], "repeat": 100}), "tasks"),
         ];
         for (value, field) in cases {
-            let err = asked(&value).expect_err("refused");
+            let Err(PlanError::Invalid(err)) = asked(&value) else { panic!("{value} is refused as invalid") };
             assert_eq!(err.field.as_deref(), Some(field), "{value}");
         }
+        let too_many = json!({"tasks": vec![json!({"prompt": "x"}); 200], "repeat": 100});
+        assert!(matches!(asked(&too_many), Err(PlanError::TooManyRuns(20_000))));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub(crate) use admission::ADMIT_FN;
 pub use archive::ArchivePass;
 pub use attempt::{Attempt, Ending, HeartbeatOutcome, Outcome, Skipped, StartOutcome, Terminal};
 pub use batch::{BatchCancel, BatchCounts, BatchRecord};
-pub use batch_runs::{expand_tasks, place_error, plan_batch, PlanRequest, PlannedRuns};
+pub use batch_runs::{expand_tasks, place_error, plan_batch, PlanError, PlanRequest, PlannedRuns};
 pub use batch_spec::{batch_specs, check_batch_templates, MAX_BATCH_TASKS};
 pub use claim::Delivery;
 pub use feed::{BadFeedId, FeedEntry, FeedId, FEED_READ};
