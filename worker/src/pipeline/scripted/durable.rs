@@ -135,7 +135,11 @@ mod tests {
         assert_eq!(typed, GoOn { next: 1, passed_over: Some(0) }, "typed text is not typed twice");
         let key = go_on_from(at(3, CallState::Intent), &actions, false);
         assert_eq!(key, GoOn { next: 4, passed_over: Some(3) });
-        assert_eq!(go_on_from(at(1, CallState::Intent), &actions, false), GoOn { next: 1, passed_over: None }, "a wait runs again");
+        assert_eq!(
+            go_on_from(at(1, CallState::Intent), &actions, false),
+            GoOn { next: 1, passed_over: None },
+            "a wait runs again"
+        );
         let note = passed_over_note(&actions, 0);
         assert!(note.starts_with("action 1 (type) was under way"), "{note}");
     }
