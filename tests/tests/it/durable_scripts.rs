@@ -166,7 +166,7 @@ async fn a_sigtermed_worker_hands_its_scripted_task_back_between_two_actions() {
 async fn a_scripted_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its_policy() {
     let stand = Stand::start().await;
     let mut doomed = WorkerProcess::spawn(&stand.env, "doomed");
-    let actions = || vec![typing("start"), wait(12_000), typing("end")];
+    let actions = || vec![typing("start"), wait(8_000), typing("end")];
     let resume = stand.submit(script_on_interrupt("resume", actions())).await;
     let ask = stand.submit(script_on_interrupt("ask", actions())).await;
     let restart = stand.submit(script_on_interrupt("restart", actions())).await;
