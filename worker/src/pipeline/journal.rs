@@ -21,7 +21,9 @@
 //! Guarded by `durable_runs::a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice`
 //! (and, for the conversations carried whole, by
 //! `durable_conversations::a_sigkilled_claude_task_goes_on_with_its_earlier_turns` and
-//! `durable_conversations::a_sigkilled_gemini_task_goes_on_with_its_earlier_turns`).
+//! `durable_conversations::a_sigkilled_gemini_task_goes_on_with_its_earlier_turns`; for
+//! scripts, by
+//! `durable_scripts::a_sigkilled_workers_scripted_task_goes_on_in_the_same_desktop_and_runs_each_action_once`).
 //! Invariant: the journal holds no screenshot bytes, only their hashes.
 //! Guarded by `pipeline::journal::screens::tests::screenshots_become_hashes_and_come_back_as_the_same_bytes`.
 

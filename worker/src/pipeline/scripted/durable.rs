@@ -145,6 +145,19 @@ mod tests {
     }
 
     #[test]
+    fn a_scripts_action_in_flight_reads_back_as_an_interruption() {
+        use crate::pipeline::journal::JournaledSandbox;
+        let sandbox = JournaledSandbox { provider: "e2b".into(), id: "sb".into(), host: None };
+        let mut journal = Journal { script: at(1, CallState::Intent), ..Journal::new(sandbox) };
+        let text = serde_json::to_string(&journal).expect("json");
+        assert!(text.contains(r#""script":{"action":1,"state":"intent"}"#), "{text}");
+        assert_eq!(Journal::parse(&text).as_ref(), Some(&journal));
+        assert!(journal.interrupted(), "the resumed event says an action was in flight");
+        journal.script = at(1, CallState::Done);
+        assert!(!journal.interrupted());
+    }
+
+    #[test]
     fn a_confirm_step_is_passed_only_once_a_person_approved_it() {
         let actions = script();
         assert_eq!(go_on_from(at(2, CallState::Pending), &actions, false), GoOn { next: 2, passed_over: None }, "asks again");
