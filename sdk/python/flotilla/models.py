@@ -1929,7 +1929,9 @@ class Event18(BaseModel):
     A new attempt took the task up where the previous one was
     interrupted, in the same sandbox, after `from_step` actions;
     `interrupted`: an action was in flight when the previous attempt
-    stopped (it may or may not have happened; it is not run again).
+    stopped (it may or may not have happened; it is not run again,
+    unless it is a script's `wait` or `screenshot`, which repeated
+    change nothing).
     """
 
     model_config = ConfigDict(
@@ -2202,7 +2204,9 @@ class EventKind18(BaseModel):
     A new attempt took the task up where the previous one was
     interrupted, in the same sandbox, after `from_step` actions;
     `interrupted`: an action was in flight when the previous attempt
-    stopped (it may or may not have happened; it is not run again).
+    stopped (it may or may not have happened; it is not run again,
+    unless it is a script's `wait` or `screenshot`, which repeated
+    change nothing).
     """
 
     model_config = ConfigDict(

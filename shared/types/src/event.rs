@@ -122,7 +122,9 @@ pub enum EventKind {
     /// A new attempt took the task up where the previous one was
     /// interrupted, in the same sandbox, after `from_step` actions;
     /// `interrupted`: an action was in flight when the previous attempt
-    /// stopped (it may or may not have happened; it is not run again).
+    /// stopped (it may or may not have happened; it is not run again,
+    /// unless it is a script's `wait` or `screenshot`, which repeated
+    /// change nothing).
     Resumed {
         attempt: u32,
         from_step: u32,

@@ -129,7 +129,8 @@ pub enum SensitiveActions {
 pub enum OnInterrupt {
     /// Reconnect to the same sandbox and continue from the last recorded
     /// step; an action that was in flight is not run again, the model is
-    /// told it may or may not have happened.
+    /// told it may or may not have happened (a script goes on with the
+    /// action after it, and runs again only a `wait` or `screenshot`).
     #[default]
     Resume,
     /// As `resume`, but a person decides first whether to go on when an

@@ -189,7 +189,7 @@ impl Stand {
     }
 
     /// Ends sandbox `id` at the host, as its deadline would.
-    async fn end_sandbox(&self, id: &str) {
+    pub(crate) async fn end_sandbox(&self, id: &str) {
         let shortened = reqwest::Client::new()
             .post(format!("{}/sandboxes/{id}/timeout", self.host.api_url()))
             .header("X-API-Key", self.host.test_key())

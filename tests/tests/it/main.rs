@@ -34,6 +34,7 @@ mod durable_conversations;
 mod durable_parking;
 mod durable_plans;
 mod durable_runs;
+mod durable_scripts;
 mod e2b_gateway;
 mod evaluation_checks;
 mod evaluations;

@@ -37,7 +37,7 @@
 //! human approves (the checks are then acknowledged) or denies (the task
 //! ends).
 
-mod parked;
+pub(super) mod parked;
 mod planned;
 pub(super) mod resume;
 

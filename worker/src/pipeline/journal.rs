@@ -1,6 +1,5 @@
-//! A model-driven task's step journal: after each model turn and around
-//! each action, what a later attempt needs to take the task up where this
-//! one stopped — the sandbox (provider, id, host), the model conversation
+//! A task's step journal: after each model turn and around each action,
+//! what a later attempt needs to take the task up where this one stopped — the sandbox (provider, id, host), the model conversation
 //! as its client's checkpoint (an OpenAI `previous_response_id`; the
 //! message history of Anthropic and Gemini with screenshots as blob-store
 //! hashes, see [`screens`]), the steps taken, the tokens used, and for each
@@ -8,7 +7,9 @@
 //! (`intent`, written before it runs) or `done` (written after); for a
 //! `plan: true` task also its plan, the plan step under way and the
 //! answers of the steps done, so a later attempt neither plans again nor
-//! redoes a finished step. The queue
+//! redoes a finished step; for a scripted task, which of its actions is
+//! under way or was done last, in the same `pending` / `intent` / `done`
+//! states ([`ScriptProgress`]). The queue
 //! stores it in the task's own hash, fenced by the attempt
 //! (`flotilla_queue::queue`'s `journal` module) and bounded by
 //! [`JOURNAL_MAX_BYTES`]; this module decides what it says, and keeps it
@@ -20,7 +21,9 @@
 //! Guarded by `durable_runs::a_sigkilled_worker_costs_one_step_and_no_done_action_runs_twice`
 //! (and, for the conversations carried whole, by
 //! `durable_conversations::a_sigkilled_claude_task_goes_on_with_its_earlier_turns` and
-//! `durable_conversations::a_sigkilled_gemini_task_goes_on_with_its_earlier_turns`).
+//! `durable_conversations::a_sigkilled_gemini_task_goes_on_with_its_earlier_turns`; for
+//! scripts, by
+//! `durable_scripts::a_sigkilled_workers_scripted_task_goes_on_in_the_same_desktop_and_runs_each_action_once`).
 //! Invariant: the journal holds no screenshot bytes, only their hashes.
 //! Guarded by `pipeline::journal::screens::tests::screenshots_become_hashes_and_come_back_as_the_same_bytes`.
 
@@ -176,6 +179,16 @@ pub struct CliProgress {
     pub before: BTreeMap<String, String>,
 }
 
+/// Where a scripted task stands in its list of actions: the one under way
+/// or done last, and its state. A `confirm` step is `pending` while it
+/// waits for a person and `done` once cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptProgress {
+    /// The action's index in the task's list.
+    pub action: u32,
+    pub state: CallState,
+}
+
 /// What the journal holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Journal {
@@ -203,6 +216,9 @@ pub struct Journal {
     /// A claude-code task's CLI session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli: Option<CliProgress>,
+    /// A scripted task's place in its actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<ScriptProgress>,
 }
 
 impl Journal {
@@ -218,6 +234,7 @@ impl Journal {
             wait: None,
             plan: None,
             cli: None,
+            script: None,
         }
     }
 
@@ -249,9 +266,11 @@ impl Journal {
         }
     }
 
-    /// Whether a call was in flight when the journal was last written.
+    /// Whether a call (or a script's action) was in flight when the
+    /// journal was last written.
     pub fn interrupted(&self) -> bool {
-        self.calls.iter().any(|c| c.state == CallState::Intent)
+        let script_in_flight = self.script.is_some_and(|s| s.state == CallState::Intent);
+        script_in_flight || self.calls.iter().any(|c| c.state == CallState::Intent)
     }
 }
 
@@ -355,6 +374,14 @@ impl Journaler {
         if let Some(call) = self.journal.calls.iter_mut().find(|c| c.id == id) {
             call.state = state;
         }
+        self.journal.steps = steps;
+        self.save().await
+    }
+
+    /// Records that a scripted task's action `action` is in `state`, with
+    /// the steps taken by then.
+    pub async fn script_action(&mut self, action: u32, state: CallState, steps: u32) -> Result<(), PipelineError> {
+        self.journal.script = Some(ScriptProgress { action, state });
         self.journal.steps = steps;
         self.save().await
     }

@@ -7,15 +7,29 @@
 //! goes past it only as its `sensitive_actions` says (by default once a
 //! person approves it, see [`Steps::clear_sensitive`]).
 //!
+//! A run on a sandbox another worker can reach (a sandbox host, E2B) is
+//! journaled action by action, so a worker killed or stopped mid-run costs
+//! no action done and runs none twice: the next attempt goes on in the
+//! same sandbox ([`durable`]). A run on the in-process local desktop, which
+//! ends with its worker, and a list of waits alone are not journaled: a
+//! later attempt runs them from the start.
+//!
 //! [`replay`]: super::replay
+
+mod durable;
 
 use std::time::Duration;
 
 use flotilla_types::action::Action;
+use flotilla_types::task::SandboxSpec;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
+use self::durable::GoOn;
+use super::computer_use::close_journaled;
+use super::computer_use::resume::{self, Start};
+use super::journal::{CallState, Journaler, WaitKind};
 use super::replay::{self, Trajectory};
 use super::session::Steps;
 use super::{Outcome, PipelineError, PipelineRunner, Session, TaskRun};
@@ -36,9 +50,7 @@ impl PipelineRunner for Scripted {
             };
             let evaluated = spec.setup.is_some() || spec.check.is_some();
             if evaluated || actions.iter().any(Action::needs_sandbox) {
-                let mut session = Session::open_with(run, Steps::new(run), sandbox.as_ref()).await?;
-                let result = run_on_screen(&mut session, &actions).await;
-                session.close(result).await
+                run_journaled(run, &actions, sandbox.as_ref()).await
             } else {
                 run_waits(run, &actions).await
             }
@@ -47,19 +59,85 @@ impl PipelineRunner for Scripted {
     }
 }
 
-/// Runs actions on the task's sandbox, observing the screen before the
-/// first and after each.
-async fn run_on_screen(session: &mut Session, actions: &[Action]) -> Result<Outcome, PipelineError> {
+/// Runs actions on a sandbox, journaled where the sandbox can outlive its
+/// worker: taken up from the journal when an earlier attempt was
+/// interrupted (or parked), else from the first action on a sandbox shaped
+/// by `spec`. A sandbox that lives only with its worker's process (the
+/// in-process local desktop) ends with it, leaving a later attempt nothing
+/// to take up: such a run is not journaled and a later attempt starts over.
+async fn run_journaled(run: &TaskRun, actions: &[Action], spec: Option<&SandboxSpec>) -> Result<Outcome, PipelineError> {
+    let steps = Steps::new(run);
+    let reachable = run.tools.sandboxes.as_ref().is_some_and(|pool| pool.provider().host().is_some());
+    if !reachable {
+        let mut session = Session::open_with(run, steps, spec).await?;
+        let result = run_on_screen(run, &mut session, actions, None, GoOn::START).await;
+        return session.close(result).await;
+    }
+    let start = match resume::journal_of(run).await?.filter(|journal| journal.script.is_some()) {
+        Some(journal) => resume::start(run, steps, journal).await?,
+        None => Start::Fresh(steps),
+    };
+    let (mut session, taken_up) = match start {
+        Start::Resumed(session, journal, answer) => (*session, Some((journal, answer))),
+        Start::Fresh(steps) => (Session::open_with(run, steps, spec).await?, None),
+    };
+    session.steps_mut().journaled(run.hand_back.clone());
+    session.allow_parking(run);
+    let result = match durable::journaler(run, &session, actions, taken_up).await {
+        Ok((mut journal, go_on)) => run_on_screen(run, &mut session, actions, Some(&mut journal), go_on).await,
+        Err(e) => Err(e),
+    };
+    close_journaled(run, session, result).await
+}
+
+/// Runs actions on the task's sandbox from `go_on`, observing the screen
+/// before the first and after each. With a `journal`, each is marked
+/// `intent` before it runs and `done` after (a `confirm` step `pending`
+/// while it waits, which may park), and a worker's stop hands the task
+/// back between actions.
+async fn run_on_screen(
+    run: &TaskRun,
+    session: &mut Session,
+    actions: &[Action],
+    mut journal: Option<&mut Journaler>,
+    go_on: GoOn,
+) -> Result<Outcome, PipelineError> {
     session.observe().await?;
-    for action in actions {
+    for (index, action) in actions.iter().enumerate().skip(go_on.next) {
+        if journal.is_some() && run.hand_back.is_cancelled() {
+            return Err(PipelineError::HandedBack);
+        }
+        let index = u32::try_from(index).map_err(|_| PipelineError::Retryable("the script is too long to journal".into()))?;
         if let Action::Confirm { message } = action {
-            session.steps().clear_sensitive(SCRIPT_ASKS, message, None).await?;
+            mark(journal.as_deref_mut(), session, index, CallState::Pending).await?;
+            let park = journal.is_some().then(|| WaitKind::Sensitive { checks: Vec::new() });
+            session.steps().clear_sensitive(SCRIPT_ASKS, message, park).await?;
+            mark(journal.as_deref_mut(), session, index, CallState::Done).await?;
             continue;
         }
+        mark(journal.as_deref_mut(), session, index, CallState::Intent).await?;
         session.act(action).await?;
+        mark(journal.as_deref_mut(), session, index, CallState::Done).await?;
         session.observe().await?;
     }
-    Ok(ran(actions.len()))
+    Ok(ran_past(actions, go_on))
+}
+
+/// Journals action `index` as `state`, when the run is journaled.
+async fn mark(journal: Option<&mut Journaler>, session: &Session, index: u32, state: CallState) -> Result<(), PipelineError> {
+    match journal {
+        Some(journal) => journal.script_action(index, state, session.steps().taken()).await,
+        None => Ok(()),
+    }
+}
+
+/// The result of a run that went on as `go_on` says.
+fn ran_past(actions: &[Action], go_on: GoOn) -> Outcome {
+    let text = match go_on.passed_over {
+        Some(passed_over) => format!("{}; {}", ran_text(actions.len()), durable::passed_over_note(actions, passed_over)),
+        None => ran_text(actions.len()),
+    };
+    Outcome::Succeeded(json!({ "text": text }))
 }
 
 /// Runs a list of waits without a sandbox.
@@ -85,8 +163,12 @@ async fn run_waits(run: &TaskRun, actions: &[Action]) -> Result<Outcome, Pipelin
 }
 
 fn ran(count: usize) -> Outcome {
+    Outcome::Succeeded(json!({ "text": ran_text(count) }))
+}
+
+fn ran_text(count: usize) -> String {
     let noun = if count == 1 { "action" } else { "actions" };
-    Outcome::Succeeded(json!({ "text": format!("ran {count} {noun}") }))
+    format!("ran {count} {noun}")
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ use super::journal::JournaledSandbox;
 use super::{TaskRun, Tools};
 use crate::live::{LiveSource, ShowGuard};
 use crate::sandbox::settle::{quiet_screen, SETTLE};
-use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxId, SandboxPool, SandboxProvider, Screenshot};
+use crate::sandbox::{KeepAlive, KeepAlivePolicy, SandboxError, SandboxId, SandboxPool, SandboxProvider, Screenshot};
 
 /// A capture of a settled screen, with what it took to settle.
 #[derive(Debug, Clone)]
@@ -328,11 +328,24 @@ impl Session {
         let keeper = self.steps.keeper.take();
         let expires_at = keeper.as_ref().map(|keeper| keeper.expires_at());
         let gone = keeper.as_ref().is_some_and(|keeper| keeper.is_gone());
-        let carried_over = self.carries_over(&result, gone);
+        let carried_over = self.carries_over(&result, gone || self.found_gone(&result).await);
         if let Some(held) = self.held.take() {
             held.settle(&self.pool, &result, expires_at, gone, carried_over, Claimant { task: &self.task }).await;
         }
         (result, carried_over)
+    }
+
+    /// Whether a journaled run that failed in a way worth retrying finds
+    /// its sandbox ended from outside, though its keeper has not seen it
+    /// yet (an action found it gone first): its retry then starts clean in
+    /// a new sandbox rather than looking for this one.
+    async fn found_gone<T>(&self, result: &Result<T, PipelineError>) -> bool {
+        if !self.steps.is_journaled() || !matches!(result, Err(PipelineError::Retryable(_))) {
+            return false;
+        }
+        let Some(held) = self.held.as_ref() else { return false };
+        let (provider, id) = held.provider_and_id(&self.pool);
+        matches!(provider.status(id).await, Err(SandboxError::NotFound(_) | SandboxError::Expired(_)))
     }
 
     /// Whether the next attempt takes the task up in this sandbox from its
