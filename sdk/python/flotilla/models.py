@@ -213,11 +213,21 @@ class BatchLinks(BaseModel):
     """
 
 
+class Matrix1(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: None = Field(None)
+
+
 class Defaults(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    retry: dict[str, Any]
+    actions: None = Field(None)
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None = None
+    replay_of: None = Field(None)
 
 
 class Tasks(BaseModel):
@@ -263,14 +273,19 @@ class BatchRequest1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    stop_on_pass: Literal[False] | None = None
+    matrix: Matrix1 | None = None
+    defaults: Defaults | None = None
+    tasks: list[Tasks | Tasks1 | Tasks2 | Tasks3] | None = None
 
 
 class Defaults1(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    retry: None = Field(None)
+    actions: list[Any]
+    continue_task: None = Field(None)
+    pipeline: Literal['scripted'] | None = None
+    replay_of: None = Field(None)
 
 
 class Tasks4(BaseModel):
@@ -316,8 +331,9 @@ class BatchRequest2(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    best_of: conint(ge=2)
-    stop_on_pass: Literal[True]
+    matrix: Matrix1 | None = None
+    defaults: Defaults1
+    tasks: list[Tasks4 | Tasks5 | Tasks6 | Tasks7] | None = None
 
 
 class Defaults2(BaseModel):
@@ -373,6 +389,7 @@ class BatchRequest3(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults2
     tasks: list[Tasks8 | Tasks9 | Tasks10 | Tasks11] | None = None
 
@@ -430,6 +447,7 @@ class BatchRequest4(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults3
     tasks: list[Tasks12 | Tasks13 | Tasks14 | Tasks15] | None = None
 
@@ -487,6 +505,7 @@ class BatchRequest5(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults4
     tasks: list[Tasks16 | Tasks17 | Tasks18 | Tasks19] | None = None
 
@@ -544,6 +563,7 @@ class BatchRequest6(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults5
     tasks: list[Tasks20 | Tasks21 | Tasks22 | Tasks23] | None = None
 
@@ -601,6 +621,7 @@ class BatchRequest7(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults6
     tasks: list[Tasks24 | Tasks25 | Tasks26 | Tasks27] | None = None
 
@@ -658,6 +679,7 @@ class BatchRequest8(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults7
     tasks: list[Tasks28 | Tasks29 | Tasks30 | Tasks31] | None = None
 
@@ -715,6 +737,7 @@ class BatchRequest9(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults8
     tasks: list[Tasks32 | Tasks33 | Tasks34 | Tasks35] | None = None
 
@@ -772,6 +795,7 @@ class BatchRequest10(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults9
     tasks: list[Tasks36 | Tasks37 | Tasks38 | Tasks39] | None = None
 
@@ -829,6 +853,7 @@ class BatchRequest11(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults10
     tasks: list[Tasks40 | Tasks41 | Tasks42 | Tasks43] | None = None
 
@@ -886,6 +911,7 @@ class BatchRequest12(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults11
     tasks: list[Tasks44 | Tasks45 | Tasks46 | Tasks47] | None = None
 
@@ -943,6 +969,7 @@ class BatchRequest13(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults12
     tasks: list[Tasks48 | Tasks49 | Tasks50 | Tasks51] | None = None
 
@@ -1000,6 +1027,7 @@ class BatchRequest14(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults13
     tasks: list[Tasks52 | Tasks53 | Tasks54 | Tasks55] | None = None
 
@@ -1057,6 +1085,7 @@ class BatchRequest15(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults14
     tasks: list[Tasks56 | Tasks57 | Tasks58 | Tasks59] | None = None
 
@@ -1114,6 +1143,7 @@ class BatchRequest16(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults15
     tasks: list[Tasks60 | Tasks61 | Tasks62 | Tasks63] | None = None
 
@@ -1173,6 +1203,7 @@ class BatchRequest17(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults16
     tasks: list[Tasks64 | Tasks65 | Tasks66 | Tasks67] | None = None
 
@@ -1232,6 +1263,7 @@ class BatchRequest18(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults17
     tasks: list[Tasks68 | Tasks69 | Tasks70 | Tasks71] | None = None
 
@@ -1291,6 +1323,7 @@ class BatchRequest19(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults18
     tasks: list[Tasks72 | Tasks73 | Tasks74 | Tasks75] | None = None
 
@@ -1350,6 +1383,7 @@ class BatchRequest20(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults19
     tasks: list[Tasks76 | Tasks77 | Tasks78 | Tasks79] | None = None
 
@@ -1409,6 +1443,7 @@ class BatchRequest21(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults20
     tasks: list[Tasks80 | Tasks81 | Tasks82 | Tasks83] | None = None
 
@@ -1468,6 +1503,7 @@ class BatchRequest22(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults21
     tasks: list[Tasks84 | Tasks85 | Tasks86 | Tasks87] | None = None
 
@@ -1527,6 +1563,7 @@ class BatchRequest23(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults22
     tasks: list[Tasks88 | Tasks89 | Tasks90 | Tasks91] | None = None
 
@@ -1586,15 +1623,745 @@ class BatchRequest24(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
+    matrix: Matrix1 | None = None
     defaults: Defaults23
     tasks: list[Tasks92 | Tasks93 | Tasks94 | Tasks95] | None = None
+
+
+class Defaults24(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None = Field(None)
+    replay_of: None = Field(None)
 
 
 class Task(BaseModel):
     model_config = ConfigDict(
         extra='allow',
     )
-    retry: dict[str, Any] | None = None
+    continue_task: None
+
+
+class BatchRequest251(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults24 | None = None
+    tasks: list[Tasks96 | Tasks97] | None = None
+
+
+class Defaults25(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any]
+    replay_of: None = Field(None)
+
+
+class Task1(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None = Field(None)
+
+
+class BatchRequest252(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults25
+    tasks: list[Tasks98 | Tasks99] | None = None
+
+
+class Tasks96(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any]
+    continue_task: None = Field(None)
+    replay_of: None = Field(None)
+
+
+class Tasks97(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None = Field(None)
+    continue_task: None = Field(None)
+    replay_of: str
+
+
+class Tasks98(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] | None = None
+    continue_task: None = Field(None)
+    replay_of: None = Field(None)
+
+
+class Tasks99(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None
+    continue_task: None = Field(None)
+    replay_of: str
+
+
+class Defaults26(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None = Field(None)
+    replay_of: str
+
+
+class Tasks100(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any]
+    continue_task: None = Field(None)
+    replay_of: None
+
+
+class Tasks101(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None = Field(None)
+    continue_task: None = Field(None)
+    replay_of: str | None = None
+
+
+class BatchRequest253(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults26
+    tasks: list[Tasks100 | Tasks101] | None = None
+
+
+class Defaults27(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any]
+    replay_of: str
+
+
+class Tasks102(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] | None = None
+    continue_task: None = Field(None)
+    replay_of: None
+
+
+class Tasks103(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: None
+    continue_task: None = Field(None)
+    replay_of: str | None = None
+
+
+class BatchRequest254(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults27
+    tasks: list[Tasks102 | Tasks103] | None = None
+
+
+class Matrix25(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['scripted']]
+
+
+class BatchRequest255(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest256(BatchRequest251, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest257(BatchRequest252, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest258(BatchRequest251, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest259(BatchRequest252, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest2510(BatchRequest253, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest2511(BatchRequest254, BatchRequest255):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix25
+
+
+class BatchRequest25(
+    RootModel[
+        BatchRequest256
+        | BatchRequest257
+        | BatchRequest258
+        | BatchRequest259
+        | BatchRequest2510
+        | BatchRequest2511
+    ]
+):
+    root: BatchRequest256 | BatchRequest257 | BatchRequest258 | BatchRequest259 | BatchRequest2510 | BatchRequest2511
+
+
+class Defaults28(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    replay_of: str
+
+
+class Task2(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    replay_of: None
+
+
+class BatchRequest261(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults28
+    tasks: list[Task2] | None = None
+
+
+class Defaults29(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    replay_of: None = Field(None)
+
+
+class Task3(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    replay_of: None = Field(None)
+
+
+class BatchRequest262(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults29 | None = None
+    tasks: list[Task3] | None = None
+
+
+class Matrix32(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code']]
+
+
+class BatchRequest263(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix32
+
+
+class BatchRequest264(BatchRequest261, BatchRequest263):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix32
+
+
+class BatchRequest265(BatchRequest262, BatchRequest263):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix32
+
+
+class BatchRequest266(BatchRequest261, BatchRequest263):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix32
+
+
+class BatchRequest267(BatchRequest262, BatchRequest263):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix32
+
+
+class BatchRequest26(
+    RootModel[BatchRequest264 | BatchRequest265 | BatchRequest266 | BatchRequest267]
+):
+    root: BatchRequest264 | BatchRequest265 | BatchRequest266 | BatchRequest267
+
+
+class Defaults30(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: str
+
+
+class Task4(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None
+
+
+class BatchRequest271(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults30
+    tasks: list[Task4] | None = None
+
+
+class Defaults31(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None = Field(None)
+
+
+class Task5(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None = Field(None)
+
+
+class BatchRequest272(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults31 | None = None
+    tasks: list[Task5] | None = None
+
+
+class Matrix37(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']]
+
+
+class BatchRequest273(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest274(BatchRequest271, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest275(BatchRequest272, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest276(BatchRequest271, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest277(BatchRequest272, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest278(BatchRequest271, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest279(BatchRequest272, BatchRequest273):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix37
+
+
+class BatchRequest27(
+    RootModel[
+        BatchRequest274
+        | BatchRequest275
+        | BatchRequest276
+        | BatchRequest277
+        | BatchRequest278
+        | BatchRequest279
+    ]
+):
+    root: BatchRequest274 | BatchRequest275 | BatchRequest276 | BatchRequest277 | BatchRequest278 | BatchRequest279
+
+
+class Defaults32(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: str
+
+
+class Task6(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None
+
+
+class BatchRequest281(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults32
+    tasks: list[Task6] | None = None
+
+
+class Defaults33(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None = Field(None)
+
+
+class Task7(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    continue_task: None = Field(None)
+
+
+class BatchRequest282(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults33 | None = None
+    tasks: list[Task7] | None = None
+
+
+class Pipeline1(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+
+
+class Matrix44(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest283(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix44
+
+
+class Matrix45(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest284(BatchRequest281, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix45
+
+
+class Matrix46(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest285(BatchRequest282, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix46
+
+
+class Matrix47(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest286(BatchRequest281, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix47
+
+
+class Matrix48(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest287(BatchRequest282, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix48
+
+
+class Matrix49(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest288(BatchRequest281, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix49
+
+
+class Matrix50(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    pipeline: list[Literal['claude-code', 'openai-cua', 'claude-computer-use', 'gemini-computer-use', 'browser']] | Pipeline1
+
+
+class BatchRequest289(BatchRequest282, BatchRequest283):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    matrix: Matrix50
+
+
+class BatchRequest28(
+    RootModel[
+        BatchRequest284
+        | BatchRequest285
+        | BatchRequest286
+        | BatchRequest287
+        | BatchRequest288
+        | BatchRequest289
+    ]
+):
+    root: BatchRequest284 | BatchRequest285 | BatchRequest286 | BatchRequest287 | BatchRequest288 | BatchRequest289
+
+
+class BatchRequest29(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    stop_on_pass: Literal[False] | None = None
+
+
+class Defaults34(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check2
+
+
+class BatchRequest30(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=2)
+    stop_on_pass: Literal[True]
+
+
+class Defaults35(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: None = Field(None)
+
+
+class Task8(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check2 | Check4 | Any | None = None
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    command: str
+
+
+class Check1(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] = Field(..., min_length=1)
+
+
+class Task9(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check | Check1 | None = None
+
+
+class Check2(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    command: str
+
+
+class Check4(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] = Field(..., min_length=1)
+
+
+class Defaults36(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check4
+
+
+class Check6(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    command: str
+
+
+class Check7(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] = Field(..., min_length=1)
+
+
+class Task10(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check6 | Check7 | Any | None = None
+
+
+class BatchRequest31(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults36
+    tasks: list[Task10] | None = None
+
+
+class Check8(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    command: str
+    actions: list[Any] = Field(..., min_length=1)
+
+
+class Defaults37(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check8
+
+
+class Check9(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    command: str
+
+
+class Check10(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    actions: list[Any] = Field(..., min_length=1)
+
+
+class Task11(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    check: Check9 | Check10 | Any | None = None
+
+
+class BatchRequest32(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    defaults: Defaults37
+    tasks: list[Task11] | None = None
 
 
 class Budget1(BaseModel):
@@ -2885,6 +3652,36 @@ class BatchCancelled(BaseModel):
     """
 
 
+class Check11(BaseModel):
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    __annotations__ = {
+        '__pydantic_extra__': Dict[str, None],
+    }
+    actions: list[Action] | None = Field(None, max_length=100)
+    """
+    Actions run on the desktop, in order, before the command.
+    """
+    command: (
+        constr(
+            pattern=r'^[^\x00]*[^\x00\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00]*(?![\s\S])',
+            min_length=1,
+            max_length=10000,
+        )
+        | None
+    ) = None
+    """
+    A shell command (bash, in the home directory, on the desktop's
+    display) whose exit code or score line judges the task.
+    """
+    timeout_s: conint(ge=1, le=1800) | None = None
+    """
+    How long the check may run, in seconds (default 60).
+    """
+
+
 class Sandbox(BaseModel):
     model_config = ConfigDict(
         extra='allow',
@@ -2926,6 +3723,65 @@ class Sandbox(BaseModel):
     """
     timeout_s: conint(ge=10, le=86400) | None = None
     url: constr(pattern=r'^https?://', max_length=2048) | None = None
+
+
+class BatchTaskPatch(BaseModel):
+    """
+    One task of a batch as a merge patch over `defaults`: each value by its field's rules, `null` removes a key (any key, in nested objects too), `prompt` is never `null`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+        regex_engine="python-re",
+    )
+    __annotations__ = {
+        '__pydantic_extra__': Dict[str, None],
+    }
+    actions: list[Action] | None = Field(None, max_length=10000)
+    budget: Budget1 | None = None
+    check: Check11 | None = None
+    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    files: (
+        dict[constr(pattern=r'^(?:(?![\s\S])|/|(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))'), None] | None
+    ) = None
+    idempotency_key: None = Field(None)
+    max_duration_s: conint(ge=1, le=86400) | None = None
+    max_steps: conint(ge=1, le=10000) | None = None
+    metadata: dict[str, Any] | None = None
+    model: (
+        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
+    ) = None
+    not_before: AwareDatetime | None = None
+    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
+    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
+        None
+    )
+    plan: bool | None = None
+    priority: Literal['high', 'normal', 'low'] | None = None
+    prompt: (
+        constr(
+            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
+            min_length=1,
+            max_length=20000,
+        )
+        | None
+    ) = None
+    """
+    What to do: 1 to 20 000 characters, not only white space (the
+    pattern lists Unicode's `White_Space` characters).
+    """
+    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
+    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
+        None, examples=[['eu']], max_length=16
+    )
+    """
+    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
+    task; while no live worker does, the task stays `queued`.
+    """
+    retry: Retry | None = None
+    sandbox: Sandbox | None = None
+    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
+    setup: TaskSetup | None = None
 
 
 class Cancelled(BaseModel):
@@ -3878,7 +4734,7 @@ class TaskCheck2(BaseModel):
         extra='allow',
         regex_engine="python-re",
     )
-    actions: list[Action] | None = Field(..., max_length=100, min_length=1)
+    actions: list[Action] = Field(..., max_length=100, min_length=1)
     """
     Actions run on the desktop, in order, before the command.
     """
@@ -4448,63 +5304,1169 @@ class BatchReport(BaseModel):
     """
 
 
-class BatchTaskPatch(BaseModel):
+class BatchRequest33(BaseModel):
     """
-    One task of a batch as a merge patch over `defaults`: each value by its field's rules, `null` removes a key (any key, in nested objects too), `prompt` is never `null`.
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
     """
 
     model_config = ConfigDict(
         extra='allow',
-        regex_engine="python-re",
     )
-    __annotations__ = {
-        '__pydantic_extra__': Dict[str, None],
-    }
-    actions: list[Action] | None = Field(None, max_length=10000)
-    budget: Budget1 | None = None
-    check: TaskCheck | None = None
-    continue_task: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    files: (
-        dict[constr(pattern=r'^(?:(?![\s\S])|/|(?:[\s\S]*/)?\.\.(?:/|(?![\s\S])))'), None] | None
-    ) = None
-    idempotency_key: None = Field(None)
-    max_duration_s: conint(ge=1, le=86400) | None = None
-    max_steps: conint(ge=1, le=10000) | None = None
-    metadata: dict[str, Any] | None = None
-    model: (
-        constr(pattern=r'^[^\x00-\x1f\x7f-\x9f]+(?![\s\S])', max_length=128) | None
-    ) = None
-    not_before: AwareDatetime | None = None
-    on_interrupt: Literal['resume', 'ask', 'restart'] | None = None
-    pipeline: Literal['openai-cua', 'claude-computer-use', 'gemini-computer-use', 'claude-code', 'scripted', 'browser'] | None = (
-        None
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest34(BatchRequest1, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
     )
-    plan: bool | None = None
-    priority: Literal['high', 'normal', 'low'] | None = None
-    prompt: (
-        constr(
-            pattern=r'[^\t\n\x0B\x0C\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]',
-            min_length=1,
-            max_length=20000,
-        )
-        | None
-    ) = None
+    best_of: conint(ge=1, le=100) | None = None
     """
-    What to do: 1 to 20 000 characters, not only white space (the
-    pattern lists Unicode's `White_Space` characters).
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
     """
-    replay_of: constr(pattern=r'^tsk_[0-7][0-9a-hjkmnp-tv-z]{25}$') | None = None
-    requires: list[constr(pattern=r'^[A-Za-z0-9._-]{1,64}(?![\s\S])')] | None = Field(
-        None, examples=[['eu']], max_length=16
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest35(BatchRequest2, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
     )
+    best_of: conint(ge=1, le=100) | None = None
     """
-    Labels a worker must carry (`FLOTILLA_WORKER_LABELS`) to run the
-    task; while no live worker does, the task stays `queued`.
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
     """
-    retry: Retry | None = None
-    sandbox: Sandbox | None = None
-    sensitive_actions: Literal['pause', 'deny', 'allow'] | None = None
-    setup: TaskSetup | None = None
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest36(BatchRequest3, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest37(BatchRequest4, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest38(BatchRequest5, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest39(BatchRequest6, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest40(BatchRequest7, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest41(BatchRequest8, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest42(BatchRequest9, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest43(BatchRequest10, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest44(BatchRequest11, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest45(BatchRequest12, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest46(BatchRequest13, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest47(BatchRequest14, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest48(BatchRequest15, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest49(BatchRequest16, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest50(BatchRequest17, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest51(BatchRequest18, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest52(BatchRequest19, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest53(BatchRequest20, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest54(BatchRequest21, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest55(BatchRequest22, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest56(BatchRequest23, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest57(BatchRequest24, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest58(BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest62(BatchRequest29, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest63(BatchRequest30, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest64(BatchRequest29, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest65(BatchRequest30, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest66(BatchRequest29, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest67(BatchRequest30, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest68(BatchRequest31, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest69(BatchRequest32, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest70(BatchRequest29, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None = None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None = None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest71(BatchRequest30, BatchRequest33):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    model_config = ConfigDict(
+        extra='allow',
+    )
+    best_of: conint(ge=1, le=100) | None
+    """
+    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
+    """
+    defaults: BatchDefaults | None = None
+    """
+    Spec fields every task starts from.
+    """
+    matrix: Matrix | None = None
+    """
+    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
+    """
+    repeat: conint(ge=1, le=100) | None = None
+    """
+    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
+    """
+    stop_on_pass: bool | None
+    """
+    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
+    """
+    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
+
+
+class BatchRequest(
+    RootModel[
+        BatchRequest34
+        | BatchRequest35
+        | BatchRequest36
+        | BatchRequest37
+        | BatchRequest38
+        | BatchRequest39
+        | BatchRequest40
+        | BatchRequest41
+        | BatchRequest42
+        | BatchRequest43
+        | BatchRequest44
+        | BatchRequest45
+        | BatchRequest46
+        | BatchRequest47
+        | BatchRequest48
+        | BatchRequest49
+        | BatchRequest50
+        | BatchRequest51
+        | BatchRequest52
+        | BatchRequest53
+        | BatchRequest54
+        | BatchRequest55
+        | BatchRequest56
+        | BatchRequest57
+        | BatchRequest58
+        | BatchRequest62
+        | BatchRequest63
+        | BatchRequest64
+        | BatchRequest65
+        | BatchRequest66
+        | BatchRequest67
+        | BatchRequest68
+        | BatchRequest69
+        | BatchRequest70
+        | BatchRequest71
+    ]
+):
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
+
+    root: BatchRequest34 | BatchRequest35 | BatchRequest36 | BatchRequest37 | BatchRequest38 | BatchRequest39 | BatchRequest40 | BatchRequest41 | BatchRequest42 | BatchRequest43 | BatchRequest44 | BatchRequest45 | BatchRequest46 | BatchRequest47 | BatchRequest48 | BatchRequest49 | BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55 | BatchRequest56 | BatchRequest57 | BatchRequest58 | BatchRequest62 | BatchRequest63 | BatchRequest64 | BatchRequest65 | BatchRequest66 | BatchRequest67 | BatchRequest68 | BatchRequest69 | BatchRequest70 | BatchRequest71
+    """
+    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`.
+    """
 
 
 class Schedule(BaseModel):
@@ -4941,1011 +6903,6 @@ class TaskRecord(BaseModel):
     `sandbox:e2b`, `pipeline:<name>`, `label:<label>`), and
     `max_tokens_per_day` while its tenant is past its tokens of today;
     empty when it only waits for its turn.
-    """
-
-
-class BatchRequest25(BaseModel):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest26(BatchRequest1, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest27(BatchRequest2, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest28(BatchRequest3, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest29(BatchRequest4, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest30(BatchRequest5, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest31(BatchRequest6, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest32(BatchRequest7, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest33(BatchRequest8, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest34(BatchRequest9, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest35(BatchRequest10, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest36(BatchRequest11, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest37(BatchRequest12, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest38(BatchRequest13, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest39(BatchRequest14, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest40(BatchRequest15, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest41(BatchRequest16, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest42(BatchRequest17, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest43(BatchRequest18, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest44(BatchRequest19, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest45(BatchRequest20, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest46(BatchRequest21, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest47(BatchRequest22, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest48(BatchRequest23, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest49(BatchRequest24, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest50(BatchRequest1, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest51(BatchRequest2, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest52(BatchRequest1, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest53(BatchRequest2, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest54(BatchRequest1, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None = None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None = None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest55(BatchRequest2, BatchRequest25):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    model_config = ConfigDict(
-        extra='allow',
-    )
-    best_of: conint(ge=1, le=100) | None
-    """
-    Runs each task (each repeat) this many times; its best run by the check's score counts (default 1).
-    """
-    defaults: BatchDefaults | None = None
-    """
-    Spec fields every task starts from.
-    """
-    matrix: Matrix | None = None
-    """
-    Expands the batch over models and pipelines: each task runs once in each combination, the matrix's `model` and `pipeline` laid over the task's own (the merged spec must suit each pipeline).
-    """
-    repeat: conint(ge=1, le=100) | None = None
-    """
-    Runs each task this many times, independently, each in its own sandbox (default 1). Tasks × matrix cells × `repeat` × `best_of` is at most 10 000.
-    """
-    stop_on_pass: bool | None
-    """
-    With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled.
-    """
-    tasks: list[BatchTaskPatch] = Field(..., max_length=10000, min_length=1)
-
-
-class BatchRequest(
-    RootModel[
-        BatchRequest26
-        | BatchRequest27
-        | BatchRequest28
-        | BatchRequest29
-        | BatchRequest30
-        | BatchRequest31
-        | BatchRequest32
-        | BatchRequest33
-        | BatchRequest34
-        | BatchRequest35
-        | BatchRequest36
-        | BatchRequest37
-        | BatchRequest38
-        | BatchRequest39
-        | BatchRequest40
-        | BatchRequest41
-        | BatchRequest42
-        | BatchRequest43
-        | BatchRequest44
-        | BatchRequest45
-        | BatchRequest46
-        | BatchRequest47
-        | BatchRequest48
-        | BatchRequest49
-        | BatchRequest50
-        | BatchRequest51
-        | BatchRequest52
-        | BatchRequest53
-        | BatchRequest54
-        | BatchRequest55
-    ]
-):
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
-    """
-
-    root: BatchRequest26 | BatchRequest27 | BatchRequest28 | BatchRequest29 | BatchRequest30 | BatchRequest31 | BatchRequest32 | BatchRequest33 | BatchRequest34 | BatchRequest35 | BatchRequest36 | BatchRequest37 | BatchRequest38 | BatchRequest39 | BatchRequest40 | BatchRequest41 | BatchRequest42 | BatchRequest43 | BatchRequest44 | BatchRequest45 | BatchRequest46 | BatchRequest47 | BatchRequest48 | BatchRequest49 | BatchRequest50 | BatchRequest51 | BatchRequest52 | BatchRequest53 | BatchRequest54 | BatchRequest55
-    """
-    1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`.
     """
 
 

@@ -123,9 +123,10 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Lets a request with a tenant's key through, with the key on it. The
-         *     messages and answers are MCP's (JSON-RPC 2.0 over streamable HTTP, no
-         *     sessions); only the key check is the API's.
+         * Lets a request with a tenant's key and one well-formed message through,
+         *     with the key on it. The messages and answers are MCP's (JSON-RPC 2.0
+         *     over streamable HTTP, no sessions); the key check and the envelope's
+         *     (`flotilla_mcp::message_schema`, laid over the document) are the API's.
          */
         post: {
             parameters: {
@@ -137,7 +138,13 @@ export interface paths {
             /** @description One JSON-RPC message of the Model Context Protocol (tools: submit_task, submit_batch, get_task, list_tasks, wait_for_task, cancel_task, approve_task, deny_task, take_over, get_screenshot, get_usage; resources flotilla://tasks/{id} and flotilla://tasks/{id}/screenshots/{seq}) */
             requestBody: {
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": {
+                        id?: string | number;
+                        /** @enum {string} */
+                        jsonrpc: "2.0";
+                        method: string;
+                        params?: Record<string, never>;
+                    };
                 };
             };
             responses: {
@@ -155,8 +162,42 @@ export interface paths {
                     };
                     content?: never;
                 };
+                /** @description The body is not one JSON-RPC message of the envelope stated */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
                 /** @description Missing or unknown API key */
                 401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description `Accept` names neither `application/json` nor `text/event-stream` (send both, or none) */
+                406: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description The body is over the batch body limit */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description The body is not JSON */
+                415: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -369,7 +410,7 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorBody"];
                     };
                 };
-                /** @description Body over the batch size limit (default 8 MiB) */
+                /** @description Body over the batch size limit (default 8 MiB), or a plan that would run more than 10 000 tasks (tasks × matrix cells × `repeat` × `best_of`); nothing was created */
                 413: {
                     headers: {
                         [name: string]: unknown;
@@ -3532,7 +3573,7 @@ export interface components {
             /** @description Each suite task, per model and pipeline. */
             tasks: components["schemas"]["TaskReport"][];
         };
-        /** @description 1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`. */
+        /** @description 1 to 10 000 tasks, each laid over `defaults` as a JSON merge patch (RFC 7386): its fields win, objects merge key by key, `null` removes a key. Each merged spec must be one `POST /v1/tasks` takes (see `TaskSubmission`), without `idempotency_key`; an error names the field as `tasks[i].field`, or `defaults.field` for a bad value a task inherited. The `allOf` states the merge: a task's pipeline is its own, this server's default pipeline when it gives `null`, else that of `defaults`; `actions` or `replay_of` (one of them) with `scripted`, `continue_task` with `claude-code`, wherever they come from; `prompt` in every task unless `defaults` gives it; a task's `retry` object names `max_attempts` unless `defaults` gives `retry`; a merged `check` has a `command` or `actions`. */
         BatchRequest: {
             /** @description Runs each task (each repeat) this many times; its best run by the check's score counts (default 1). */
             best_of?: null | number;
@@ -3545,7 +3586,11 @@ export interface components {
             /** @description With `best_of` of 2 or more: once one run of a group passes its check, the group's other runs are cancelled. */
             stop_on_pass?: boolean | null;
             tasks: components["schemas"]["BatchTaskPatch"][];
-        } & (({
+        } & ((({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults?: {
                 actions?: null;
                 continue_task?: null;
@@ -3554,7 +3599,11 @@ export interface components {
                 replay_of?: null;
             } | null;
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3563,7 +3612,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task?: null;
@@ -3572,7 +3625,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3581,7 +3638,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3590,7 +3651,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
@@ -3599,7 +3664,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3608,7 +3677,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
@@ -3617,7 +3690,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task?: null;
@@ -3626,7 +3703,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3635,7 +3716,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task?: null;
@@ -3644,7 +3729,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3653,7 +3742,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3662,7 +3755,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
@@ -3671,7 +3768,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3680,7 +3781,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
@@ -3689,7 +3794,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task?: null;
@@ -3698,7 +3807,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3707,7 +3820,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task?: null;
@@ -3716,7 +3833,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task?: null;
@@ -3725,7 +3846,11 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3734,7 +3859,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
@@ -3743,7 +3872,11 @@ export interface components {
                 replay_of?: null;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions?: null;
                 continue_task: string;
@@ -3752,16 +3885,150 @@ export interface components {
                 replay_of: string;
             };
             tasks?: unknown;
-        } | {
+        }) | ({
+            matrix?: {
+                pipeline?: null;
+            };
+        } & {
             defaults: {
                 actions: unknown[];
                 continue_task: string;
                 /** @enum {unknown} */
                 pipeline: "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser";
                 replay_of: string;
+            };
+            tasks?: unknown;
+        }) | ({
+            matrix: {
+                pipeline: "scripted"[];
+            };
+        } & (({
+            defaults: {
+                continue_task: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                continue_task?: null;
             };
             tasks?: unknown;
         }) & ({
+            defaults?: {
+                actions?: null;
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions: unknown[];
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions?: null;
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                actions: unknown[];
+                replay_of: string;
+            };
+            tasks?: unknown;
+        }))) | ({
+            matrix: {
+                pipeline: "claude-code"[];
+            };
+        } & (({
+            defaults: {
+                actions: unknown[];
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                actions?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults: {
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        }))) | ({
+            matrix: {
+                pipeline: ("openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser")[];
+            };
+        } & (({
+            defaults: {
+                actions: unknown[];
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                actions?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults: {
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults: {
+                continue_task: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                continue_task?: null;
+            };
+            tasks?: unknown;
+        }))) | ({
+            matrix: {
+                pipeline: ("claude-code" | "openai-cua" | "claude-computer-use" | "gemini-computer-use" | "browser")[] & (unknown & unknown);
+            };
+        } & (({
+            defaults: {
+                actions: unknown[];
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                actions?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults: {
+                replay_of: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                replay_of?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults: {
+                continue_task: string;
+            };
+            tasks?: unknown;
+        } | {
+            defaults?: {
+                continue_task?: null;
+            };
+            tasks?: unknown;
+        })))) & ({
             defaults: Record<string, never>;
         } | {
             defaults?: {
@@ -3775,6 +4042,34 @@ export interface components {
         } | {
             defaults?: {
                 retry?: null;
+            };
+            tasks?: unknown;
+        }) & ({
+            defaults?: {
+                check?: null;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                check: {
+                    command: string;
+                } & unknown;
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                check: unknown & {
+                    actions: unknown[];
+                };
+            };
+            tasks?: unknown;
+        } | {
+            defaults: {
+                check: {
+                    command: string;
+                } & {
+                    actions: unknown[];
+                };
             };
             tasks?: unknown;
         }) & ({
@@ -3809,7 +4104,22 @@ export interface components {
             } & {
                 [key: string]: null;
             });
-            check?: null | components["schemas"]["TaskCheck"];
+            check?: null | ({
+                /** @description Actions run on the desktop, in order, before the command. */
+                actions?: components["schemas"]["Action"][] | null;
+                /**
+                 * @description A shell command (bash, in the home directory, on the desktop's
+                 *     display) whose exit code or score line judges the task.
+                 */
+                command?: string | null;
+                /**
+                 * Format: int64
+                 * @description How long the check may run, in seconds (default 60).
+                 */
+                timeout_s?: number | null;
+            } & {
+                [key: string]: null;
+            });
             continue_task?: null | components["schemas"]["TaskId"];
             files?: null | {
                 [key: string]: (string | null) | null;
@@ -4882,14 +5192,16 @@ export interface components {
              * @description A shell command (bash, in the home directory, on the desktop's
              *     display) whose exit code or score line judges the task.
              */
-            command?: string;
+            command?: string | null;
             /**
              * Format: int64
              * @description How long the check may run, in seconds (default 60).
              */
             timeout_s?: number | null;
-        } | unknown | {
-            actions: unknown;
+        } | {
+            command: string;
+        } | {
+            actions: unknown[];
         };
         /** @description Input files placed in the sandbox before the agent starts (in the home directory; a claude-code task's in its work directory): inline contents by relative path, or a prefix in S3 (an object whose one key is `s3_prefix`; with other keys it is inline contents). */
         TaskFiles: {
