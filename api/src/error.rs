@@ -13,8 +13,8 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use flotilla_queue::quota::{QuotaError, RateState};
 use flotilla_queue::queue::PlanError;
+use flotilla_queue::quota::{QuotaError, RateState};
 use flotilla_queue::QueueError;
 use flotilla_types::task::TaskStatus;
 use flotilla_types::ValidationError;

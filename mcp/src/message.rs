@@ -104,7 +104,8 @@ mod tests {
             _ => true,
         };
         let listed = schema.get("enum").and_then(Value::as_array).is_none_or(|options| options.contains(value));
-        let long = schema.get("minLength").and_then(Value::as_u64).is_none_or(|n| value.as_str().is_some_and(|s| s.len() as u64 >= n));
+        let long =
+            schema.get("minLength").and_then(Value::as_u64).is_none_or(|n| value.as_str().is_some_and(|s| s.len() as u64 >= n));
         let required = schema
             .get("required")
             .and_then(Value::as_array)

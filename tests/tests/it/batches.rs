@@ -219,7 +219,10 @@ async fn a_bad_task_is_refused_with_its_index_and_nothing_is_written() {
         (json!({"tasks": [{"prompt": "x"}], "defaults": {"sandbox": {"resolution": [1, 1]}}}), "defaults.sandbox.resolution"),
         (json!({"tasks": []}), "tasks"),
         (json!({"tasks": [good], "colour": "red"}), ""),
-        (json!({"tasks": [good, {"prompt": "x", "pipeline": "bogus"}], "matrix": {"pipeline": ["openai-cua"]}}), "tasks[1].pipeline"),
+        (
+            json!({"tasks": [good, {"prompt": "x", "pipeline": "bogus"}], "matrix": {"pipeline": ["openai-cua"]}}),
+            "tasks[1].pipeline",
+        ),
     ];
     for (body, field) in cases {
         let (status, answer) = fleet.acme.post("/v1/batches", &body).await;

@@ -238,10 +238,8 @@ fn files_patch() -> Value {
 /// over by the matrix's).
 fn pipeline_rules(default: Pipeline) -> Value {
     let no_matrix = json!({"properties": {"matrix": {"properties": {"pipeline": {"type": "null"}}}}});
-    let mut branches: Vec<Value> = Held::all()
-        .iter()
-        .map(|held| json!({"allOf": [no_matrix.clone(), pipeline_branch(held, default)]}))
-        .collect();
+    let mut branches: Vec<Value> =
+        Held::all().iter().map(|held| json!({"allOf": [no_matrix.clone(), pipeline_branch(held, default)]})).collect();
     branches.extend(matrix_sets().iter().map(|(pipelines, cases)| matrix_branch(pipelines, cases)));
     json!({"oneOf": branches})
 }
@@ -277,7 +275,8 @@ fn matrix_branch(pipelines: &Value, cases: &[&Case]) -> Value {
     let mut matrix = pipelines.clone();
     matrix["type"] = json!("array");
     let taken = |field: &str| cases.iter().any(|case| case.takes.contains(&field));
-    let mut rules: Vec<Value> = PIPELINE_FIELDS.iter().filter(|field| !taken(field)).map(|field| gone_after_merge(field)).collect();
+    let mut rules: Vec<Value> =
+        PIPELINE_FIELDS.iter().filter(|field| !taken(field)).map(|field| gone_after_merge(field)).collect();
     if cases.len() > 1 {
         let mut states = Vec::new();
         for bits in 0..4u8 {

@@ -243,10 +243,7 @@ pub enum PlanError {
 
 /// The tasks a batch runs, expanded by the plan it asks for, and where
 /// each sits in it; the tasks as given for a plain batch.
-pub fn plan_batch<'a>(
-    tasks: &'a [Value],
-    asked: PlanRequest<'_>,
-) -> Result<(Cow<'a, [Value]>, Option<PlannedRuns>), PlanError> {
+pub fn plan_batch<'a>(tasks: &'a [Value], asked: PlanRequest<'_>) -> Result<(Cow<'a, [Value]>, Option<PlannedRuns>), PlanError> {
     match run_plan(tasks.len(), asked)? {
         None => Ok((Cow::Borrowed(tasks), None)),
         Some(plan) => {
