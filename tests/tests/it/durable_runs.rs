@@ -358,21 +358,14 @@ async fn a_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its
     for n in 0..3 {
         stand.model.push(waiting(&format!("resp_w{n}"), "w", 60_000));
     }
-    let mut doomed = WorkerProcess::spawn(&stand.env, "doomed");
+    let doomed = WorkerProcess::spawn(&stand.env, "doomed");
     let resume = stand.submit(task("resume")).await;
     let ask = stand.submit(task("ask")).await;
     let restart = stand.submit(task("restart")).await;
     for id in [&resume, &ask, &restart] {
         stand.wait_for("the task waits on its desktop", id, 90, is_waiting_action).await;
     }
-    doomed.signal("KILL");
-    assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
-    let mut first_sandboxes = Vec::new();
-    for id in [&resume, &ask, &restart] {
-        let sandbox = sandbox_ids(&stand.events(id).await).remove(0);
-        stand.end_sandbox(&sandbox).await;
-        first_sandboxes.push(sandbox);
-    }
+    let first_sandboxes = kill_and_end_their_sandboxes(&stand, doomed, [&resume, &ask, &restart]).await;
     stand.model.push(done("resp_d1"));
     stand.model.push(done("resp_d2"));
     let _second = WorkerProcess::spawn(&stand.env, "second");
@@ -384,31 +377,7 @@ async fn a_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its
     assert!(failed.error.as_deref().is_some_and(|e| e.contains(&first_sandboxes[0]) && e.contains("is gone")), "{failed:?}");
     assert!(resumed(&history).is_empty());
 
-    // restart: starts over in a new desktop, with a `retrying` event saying why.
-    let history = stand.wait_ended(&restart).await;
-    assert_eq!(record(&stand.queue, &restart).await.status, TaskStatus::Succeeded, "{history:?}");
-    assert!(
-        history.iter().any(|e| matches!(&e.kind, EventKind::Retrying { error, .. } if error.contains("starting over"))),
-        "{history:?}"
-    );
-    let sandboxes = sandbox_ids(&history);
-    assert_eq!(sandboxes.len(), 2, "a new desktop for the new start: {sandboxes:?}");
-    assert_ne!(sandboxes[1], first_sandboxes[2]);
-
-    // ask: waits for a person, who approves starting over.
-    stand
-        .wait_for(
-            "the task asks a person",
-            &ask,
-            30,
-            |e| matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("is gone")),
-        )
-        .await;
-    let approve = HumanInput { decision: Decision::Approve, message: None };
-    stand.queue.submitter().give_input(&tenant(), &ask, &approve).await.expect("input");
-    let history = stand.wait_ended(&ask).await;
-    assert_eq!(record(&stand.queue, &ask).await.status, TaskStatus::Succeeded, "{history:?}");
-    assert_eq!(sandbox_ids(&history).len(), 2, "it started over in a new desktop: {history:?}");
+    started_over_or_asked(&stand, &restart, &ask, &first_sandboxes).await;
     assert_eq!(responses(&stand.model).len(), 5, "three first turns, and one for each task that started over");
 }
 
@@ -449,4 +418,40 @@ async fn a_task_waiting_for_a_person_is_handed_back_when_its_worker_stops_and_as
     assert_eq!(record(&stand.queue, &id).await.status, TaskStatus::Succeeded, "{history:?}");
     assert_eq!(terminal_count(&history), 1);
     assert_eq!(responses(&stand.model).len(), 3, "no model call is made twice");
+}
+
+/// SIGKILLs `doomed` while it runs `tasks`, then ends the sandbox of each
+/// (as its host's timeout would): the sandboxes, in `tasks`' order.
+pub(crate) async fn kill_and_end_their_sandboxes(stand: &Stand, mut doomed: WorkerProcess, tasks: [&TaskId; 3]) -> Vec<String> {
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
+    let mut ended = Vec::new();
+    for id in tasks {
+        let sandbox = sandbox_ids(&stand.events(id).await).remove(0);
+        stand.end_sandbox(&sandbox).await;
+        ended.push(sandbox);
+    }
+    ended
+}
+
+/// Whose sandbox was gone at resume: the `restart` task started over in a
+/// new desktop, a `retrying` event saying why, and the `ask` task waited
+/// for a person, who approved starting over.
+pub(crate) async fn started_over_or_asked(stand: &Stand, restart: &TaskId, ask: &TaskId, first_sandboxes: &[String]) {
+    let history = stand.wait_ended(restart).await;
+    assert_eq!(record(&stand.queue, restart).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert!(
+        history.iter().any(|e| matches!(&e.kind, EventKind::Retrying { error, .. } if error.contains("starting over"))),
+        "{history:?}"
+    );
+    let sandboxes = sandbox_ids(&history);
+    assert_eq!(sandboxes.len(), 2, "a new desktop for the new start: {sandboxes:?}");
+    assert_ne!(sandboxes[1], first_sandboxes[2]);
+    let asks = |e: &Event| matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("is gone"));
+    stand.wait_for("the task asks a person", ask, 30, asks).await;
+    let approve = HumanInput { decision: Decision::Approve, message: None };
+    stand.queue.submitter().give_input(&tenant(), ask, &approve).await.expect("input");
+    let history = stand.wait_ended(ask).await;
+    assert_eq!(record(&stand.queue, ask).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(sandbox_ids(&history).len(), 2, "it started over in a new desktop: {history:?}");
 }

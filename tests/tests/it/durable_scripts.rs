@@ -19,7 +19,9 @@ use flotilla_types::event::{Event, EventKind};
 use flotilla_types::task::{Decision, HumanInput, TaskStatus};
 use serde_json::{json, Value};
 
-use crate::durable_runs::{is_waiting_action, resumed, terminal_count, Stand};
+use crate::durable_runs::{
+    is_waiting_action, kill_and_end_their_sandboxes, resumed, started_over_or_asked, terminal_count, Stand,
+};
 
 /// An action that types `command` and a newline in the terminal.
 fn typing(command: &str) -> Value {
@@ -165,7 +167,7 @@ async fn a_sigtermed_worker_hands_its_scripted_task_back_between_two_actions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_over_by_its_policy() {
     let stand = Stand::start().await;
-    let mut doomed = WorkerProcess::spawn(&stand.env, "doomed");
+    let doomed = WorkerProcess::spawn(&stand.env, "doomed");
     let actions = || vec![typing("start"), wait(8_000), typing("end")];
     let resume = stand.submit(script_on_interrupt("resume", actions())).await;
     let ask = stand.submit(script_on_interrupt("ask", actions())).await;
@@ -173,14 +175,7 @@ async fn a_scripted_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_ov
     for id in [&resume, &ask, &restart] {
         stand.wait_for("the task waits on its desktop", id, 90, is_waiting_action).await;
     }
-    doomed.signal("KILL");
-    assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
-    let mut first_sandboxes = Vec::new();
-    for id in [&resume, &ask, &restart] {
-        let sandbox = sandbox_ids(&stand.events(id).await).remove(0);
-        stand.end_sandbox(&sandbox).await;
-        first_sandboxes.push(sandbox);
-    }
+    let first_sandboxes = kill_and_end_their_sandboxes(&stand, doomed, [&resume, &ask, &restart]).await;
     let _second = WorkerProcess::spawn(&stand.env, "second");
 
     // resume: ends with `problem`, naming the sandbox; nothing runs again.
@@ -190,30 +185,7 @@ async fn a_scripted_task_whose_sandbox_is_gone_at_resume_ends_waits_or_starts_ov
     assert!(failed.error.as_deref().is_some_and(|e| e.contains(&first_sandboxes[0]) && e.contains("is gone")), "{failed:?}");
     assert_eq!(typed(&history, "start"), 1, "{history:?}");
 
-    // restart: the whole script again in a new desktop, a `retrying` event
-    // saying why.
-    let history = stand.wait_ended(&restart).await;
-    assert_eq!(record(&stand.queue, &restart).await.status, TaskStatus::Succeeded, "{history:?}");
-    assert!(
-        history.iter().any(|e| matches!(&e.kind, EventKind::Retrying { error, .. } if error.contains("starting over"))),
-        "{history:?}"
-    );
-    let sandboxes = sandbox_ids(&history);
-    assert_eq!(sandboxes.len(), 2, "a new desktop for the new start: {sandboxes:?}");
-    assert_ne!(sandboxes[1], first_sandboxes[2]);
-
-    // ask: waits for a person, who approves starting over.
-    stand
-        .wait_for(
-            "the task asks a person",
-            &ask,
-            30,
-            |e| matches!(&e.kind, EventKind::Waiting { message, .. } if message.contains("is gone")),
-        )
-        .await;
-    let approve = HumanInput { decision: Decision::Approve, message: None };
-    stand.queue.submitter().give_input(&tenant(), &ask, &approve).await.expect("input");
-    let history = stand.wait_ended(&ask).await;
-    assert_eq!(record(&stand.queue, &ask).await.status, TaskStatus::Succeeded, "{history:?}");
-    assert_eq!(sandbox_ids(&history).len(), 2, "it started over in a new desktop: {history:?}");
+    // restart: the whole script again in a new desktop; ask: a person
+    // approves starting over.
+    started_over_or_asked(&stand, &restart, &ask, &first_sandboxes).await;
 }
