@@ -179,3 +179,43 @@ async fn mcp_calls_without_a_key_or_for_another_tenants_task_fail_as_the_api_wou
     let (_, still) = acme.get(&format!("/v1/tasks/{id}")).await;
     assert_eq!(still["status"], "queued", "nothing happened to the task");
 }
+
+/// `/mcp` over plain HTTP, as a client that is not an MCP SDK sends it: a
+/// request naming no `Accept` type is answered (any type will do for it),
+/// a body that is not one JSON-RPC message gets the API's 400 naming what
+/// is wrong, and an `Accept` that names neither of MCP's types gets 406.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_requests_to_mcp_get_answers_or_clear_refusals() {
+    let redis = RedisServer::start();
+    let api = spawn_api(test_config(&redis, &unique_prefix(), &[])).await;
+    ApiClient::when_ready(&api, api_key()).await;
+    let http = reqwest::Client::new();
+    let post = |body: Value, accept: Option<&'static str>| {
+        let mut request = http.post(api.url("/mcp")).bearer_auth(api_key()).json(&body);
+        if let Some(accept) = accept {
+            request = request.header("Accept", accept);
+        }
+        request.send()
+    };
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    for accept in [None, Some("*/*")] {
+        let answer = post(ping.clone(), accept).await.expect("post");
+        assert_eq!(answer.status().as_u16(), 200, "Accept {accept:?}");
+        let text = answer.text().await.expect("body");
+        assert!(text.contains("\"id\":7") && text.contains("\"result\""), "Accept {accept:?}: {text}");
+    }
+    for (body, names) in [
+        (json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}), "jsonrpc"),
+        (json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), "id"),
+        (json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}), "params"),
+        (json!([ping.clone()]), "one JSON-RPC message"),
+    ] {
+        let answer = post(body.clone(), None).await.expect("post");
+        assert_eq!(answer.status().as_u16(), 400, "{body}");
+        let error: Value = answer.json().await.expect("the API's error body");
+        assert_eq!(error["error"]["code"], "invalid_request", "{error}");
+        assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains(names)), "{body}: {error}");
+    }
+    let refused = post(ping, Some("text/html")).await.expect("post");
+    assert_eq!(refused.status().as_u16(), 406);
+}
