@@ -2,8 +2,9 @@
 //! the `cargo build` line, which the test command has done), runs in a
 //! network namespace of its own, so its fixed loopback ports (Redis 6379,
 //! the API 8080, the store 9000, the sandbox host 49982/49983) are free and
-//! nothing else is reached; its last command submits a task and follows it
-//! to its end, and must succeed.
+//! nothing else is reached; its last command submits a task that types on
+//! a desktop, which the workers take from the sandbox host as E2B clients,
+//! and follows it to its end, and must succeed.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
