@@ -281,14 +281,7 @@ fn matrix_branch(pipelines: &Value, cases: &[&Case]) -> Value {
         let mut states = Vec::new();
         for bits in 0..4u8 {
             let given = [bits & 1 != 0, bits & 2 != 0, false];
-            let mut defaults = Map::new();
-            let mut required = Vec::new();
-            for (field, given) in PIPELINE_FIELDS.iter().zip(given).take(2) {
-                defaults.insert((*field).to_owned(), json!({"type": if given { given_type(field) } else { "null" }}));
-                if given {
-                    required.push(json!(field));
-                }
-            }
+            let (defaults, required) = defaults_give(given, 2, Map::new());
             let tasks: Vec<Value> = cases.iter().map(|case| case_fields(case, given, Map::new(), Vec::new())).collect();
             let mut state = json!({"properties": {"defaults": {"properties": defaults, "required": required},
                 "tasks": {"items": {"oneOf": tasks}}}});
@@ -332,14 +325,8 @@ fn pipeline_branch(held: &Held, default: Pipeline) -> Value {
         required.push(json!("pipeline"));
     }
     properties.insert("pipeline".to_owned(), json!({"enum": names}));
-    for (field, given) in PIPELINE_FIELDS.iter().zip(held.given) {
-        if given {
-            properties.insert((*field).to_owned(), json!({"type": given_type(field)}));
-            required.push(json!(field));
-        } else {
-            properties.insert((*field).to_owned(), json!({"type": "null"}));
-        }
-    }
+    let (properties, given) = defaults_give(held.given, PIPELINE_FIELDS.len(), properties);
+    required.extend(given);
     let empty = held.is_empty(default);
     let defaults = json!({"type": if empty { json!(["object", "null"]) } else { json!("object") },
         "properties": properties, "required": required});
@@ -366,6 +353,20 @@ fn task_case(case: &Case, held: &Held, default: Pipeline) -> Value {
     let mut properties = Map::new();
     properties.insert("pipeline".to_owned(), json!({"enum": names}));
     case_fields(case, held.given, properties, required)
+}
+
+/// What `defaults` holds of the first `count` pipeline fields, `given`
+/// saying which it gives: each given one's type (and required), the others
+/// `null` or absent; added to `properties`.
+fn defaults_give(given: [bool; 3], count: usize, mut properties: Map<String, Value>) -> (Map<String, Value>, Vec<Value>) {
+    let mut required = Vec::new();
+    for (field, given) in PIPELINE_FIELDS.iter().zip(given).take(count) {
+        properties.insert((*field).to_owned(), json!({"type": if given { given_type(field) } else { "null" }}));
+        if given {
+            required.push(json!(field));
+        }
+    }
+    (properties, required)
 }
 
 /// Adds to a task's `properties` and `required` what its pipeline fields
