@@ -9,8 +9,11 @@ use axum::Json;
 use flotilla_e2b::envd::{ACCESS_TOKEN_HEADER, ENVD_PORT};
 use serde_json::json;
 
+use subtle::ConstantTimeEq;
+
 use super::edge;
 use super::host::{Entry, Host};
+use super::signed::FileAccess;
 
 /// A JSON error with `status` and a numeric code, as E2B's control plane,
 /// envd and the edge send.
@@ -21,7 +24,35 @@ pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response 
 /// The live sandbox the routing headers name, with a valid access token;
 /// the edge's or envd's refusal otherwise.
 pub(super) async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let sandbox = find(host, headers).await?;
+    if !token_matches(headers, &sandbox) {
+        return Err(unauthorized());
+    }
+    Ok(sandbox)
+}
+
+/// The live sandbox a `/files` request names, with a valid access token
+/// or a URL signed with it for this very access ([`signed`](super::signed)).
+pub(super) async fn route_file(host: &Host, headers: &HeaderMap, access: &FileAccess<'_>) -> Result<Entry, Response> {
+    let sandbox = find(host, headers).await?;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    if !token_matches(headers, &sandbox) && !access.signed_with(&sandbox.access_token, now) {
+        return Err(unauthorized());
+    }
+    Ok(sandbox)
+}
+
+fn token_matches(headers: &HeaderMap, sandbox: &Entry) -> bool {
+    let given = headers.get(ACCESS_TOKEN_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    given.ct_eq(sandbox.access_token.as_bytes()).into()
+}
+
+fn unauthorized() -> Response {
+    error(StatusCode::UNAUTHORIZED, "unauthorized access, please provide a valid access token")
+}
+
+/// The live sandbox the routing headers name, on envd's port.
+async fn find(host: &Host, headers: &HeaderMap) -> Result<Entry, Response> {
     let to = edge::destination(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned));
     let id = to.as_ref().map(|d| d.id.clone()).unwrap_or_default();
     let Some(sandbox) = host.live(&id).await else {
@@ -31,9 +62,6 @@ pub(super) async fn route(host: &Host, headers: &HeaderMap) -> Result<Entry, Res
     if to.is_none_or(|d| d.port != ENVD_PORT) {
         let body = json!({"sandboxId": id, "message": "The sandbox is running but port is not open", "code": 502});
         return Err((StatusCode::BAD_GATEWAY, Json(body)).into_response());
-    }
-    if text(ACCESS_TOKEN_HEADER) != sandbox.access_token {
-        return Err(error(StatusCode::UNAUTHORIZED, "unauthorized access, please provide a valid access token"));
     }
     Ok(sandbox)
 }

@@ -11,7 +11,8 @@
 //! process it started and everything that process started. The unary
 //! process calls and the filesystem service are
 //! [`process_calls`](super::process_calls) and
-//! [`filesystem`](super::filesystem). `/files` reads and writes through the sandbox;
+//! [`filesystem`](super::filesystem). `/files` reads and writes through the sandbox,
+//! for the access token's header or a URL signed with it ([`signed`](super::signed));
 //! uploads come raw (`application/octet-stream` with `path`) or as
 //! `multipart/form-data` (each part's filename its destination), as envd
 //! takes them.
@@ -35,9 +36,10 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{broadcast, mpsc};
 
-use super::calls::{error, route};
+use super::calls::{error, route, route_file};
 use super::host::{Entry, Host};
 use super::processes::Processes;
+use super::signed::FileAccess;
 use super::stream::{self, event_frame, stream_error, streaming_response};
 use super::{filesystem, process_calls, process_connect};
 use flotilla_desktop::process::{self, SandboxChild, Signal};
@@ -229,26 +231,42 @@ async fn send_signal(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: 
     Json(json!({})).into_response()
 }
 
+/// The query of a download; a URL signed for it carries `signature` (and
+/// `signature_expiration`) instead of the access token's header.
 #[derive(Debug, Deserialize)]
 struct FileQuery {
     path: String,
     username: Option<String>,
+    signature: Option<String>,
+    signature_expiration: Option<i64>,
+}
+
+/// What a `/files` request asks, for its access check.
+fn access<'a>(
+    operation: &'static str,
+    path: &'a str,
+    username: Option<&'a str>,
+    signature: Option<&'a str>,
+    expiration: Option<i64>,
+) -> FileAccess<'a> {
+    FileAccess { path, operation, user: username.unwrap_or_default(), signature, expiration }
 }
 
 /// The refusal of a file request for a user other than the desktop's one.
-fn unknown_user(query: &FileQuery) -> Option<Response> {
-    match query.username.as_deref() {
+fn unknown_user(username: Option<&str>) -> Option<Response> {
+    match username {
         None | Some(DEFAULT_USER) => None,
         Some(other) => Some(error(StatusCode::UNAUTHORIZED, format!("user '{other}' does not exist"))),
     }
 }
 
 async fn read_file(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, Query(query): Query<FileQuery>) -> Response {
-    let sandbox = match route(&host, &headers).await {
+    let asked = access("read", &query.path, query.username.as_deref(), query.signature.as_deref(), query.signature_expiration);
+    let sandbox = match route_file(&host, &headers, &asked).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
-    if let Some(refused) = unknown_user(&query) {
+    if let Some(refused) = unknown_user(query.username.as_deref()) {
         return refused;
     }
     match host.local.read_file(&sandbox.local_id, &query.path).await {
@@ -264,6 +282,8 @@ async fn read_file(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, Query(qu
 struct UploadQuery {
     path: Option<String>,
     username: Option<String>,
+    signature: Option<String>,
+    signature_expiration: Option<i64>,
 }
 
 async fn write_file(
@@ -272,11 +292,13 @@ async fn write_file(
     Query(query): Query<UploadQuery>,
     body: Bytes,
 ) -> Response {
-    let sandbox = match route(&host, &headers).await {
+    let path = query.path.as_deref().unwrap_or_default();
+    let asked = access("write", path, query.username.as_deref(), query.signature.as_deref(), query.signature_expiration);
+    let sandbox = match route_file(&host, &headers, &asked).await {
         Ok(sandbox) => sandbox,
         Err(refused) => return refused,
     };
-    if let Some(refused) = unknown_user(&FileQuery { path: String::new(), username: query.username.clone() }) {
+    if let Some(refused) = unknown_user(query.username.as_deref()) {
         return refused;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/octet-stream");

@@ -28,6 +28,7 @@ mod pool;
 mod process_calls;
 mod process_connect;
 mod processes;
+mod signed;
 mod stream;
 mod sync;
 mod tls;

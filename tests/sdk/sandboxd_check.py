@@ -2,14 +2,19 @@
 `e2b` and `e2b-desktop`, pointed at it with E2B_API_URL, E2B_SANDBOX_URL,
 E2B_DOMAIN and E2B_API_KEY): a desktop at a resolution, commands with exit
 codes and streamed output, files up and down, screenshot, pointer and
-keyboard, the stream, timeout, pause and connect, list and kill. Prints
+keyboard, the stream, timeout, pause and connect, list and kill, and the
+URLs it signs for one file. Prints
 `STREAM <url>` once the SDK's stream runs and waits for a line on stdin
 (the Rust test opens the URL in a browser meanwhile), then one JSON line of
 what it saw; the Rust test asserts on it."""
 
 import json
+import os
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from e2b import CommandExitException, NotFoundException, Sandbox as BaseSandbox, SandboxQuery, SandboxState
 from e2b_desktop import Sandbox
@@ -70,6 +75,40 @@ desktop.files.rename("notes/sdk.txt", "notes/moved.txt")
 out["moved_exists"] = desktop.files.exists("notes/moved.txt") and not desktop.files.exists("notes/sdk.txt")
 desktop.files.remove("notes")
 out["removed"] = not desktop.files.exists("notes")
+
+# Signed URLs: the SDK signs one path with the sandbox's access token, so a
+# plain HTTP client (urllib here, with the edge's routing headers and no
+# token) reads or writes that path and no other.
+def plain(url, body=None, swap=None):
+    """Status and text of the signed URL's query sent to the edge; `swap`
+    replaces one query value (a tampered URL)."""
+    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    if swap:
+        query.update(swap)
+    target = os.environ["E2B_SANDBOX_URL"] + "/files?" + urllib.parse.urlencode(query)
+    headers = {"E2b-Sandbox-Id": desktop.sandbox_id, "E2b-Sandbox-Port": "49983"}
+    if body is not None:
+        headers["Content-Type"] = "application/octet-stream"
+    request = urllib.request.Request(target, data=body, headers=headers, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return [answer.status, answer.read().decode()]
+    except urllib.error.HTTPError as refused:
+        return [refused.code, ""]
+
+
+desktop.files.write("signed.txt", "read through a signed URL")
+desktop.files.write("other.txt", "not for that URL")
+download = desktop.download_url("signed.txt")
+signature = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(download).query))["signature"]
+out["signed"] = {
+    "read": plain(download),
+    "read_expiring": plain(desktop.download_url("signed.txt", use_signature_expiration=600)),
+    "another_path": plain(download, swap={"path": "other.txt"}),
+    "tampered": plain(download, swap={"signature": signature[:-1] + ("A" if signature[-1] != "A" else "B")}),
+    "upload": plain(desktop.upload_url("uploaded.txt"), body=b"written through a signed URL")[0],
+}
+out["signed"]["uploaded"] = desktop.files.read("uploaded.txt")
 
 # Screen: a screenshot of the asked size, the pointer, typing and keys land.
 shot = bytes(desktop.screenshot())

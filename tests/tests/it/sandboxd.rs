@@ -83,6 +83,14 @@ async fn assert_the_sdk_saw_a_working_desktop(host: &Sandboxd, seen: &Value) {
     assert_eq!(seen["reattached"], serde_json::json!([4, "after connect\n"]), "Process/Connect: {seen}");
     assert_eq!(seen["unknown_pid"], "not_found", "connecting to a pid the sandbox never ran: {seen}");
     assert_eq!(seen["read"], "written by the sdk", "{seen}");
+    if let Some(signed) = seen.get("signed") {
+        assert_eq!(signed["read"], serde_json::json!([200, "read through a signed URL"]), "{signed}");
+        assert_eq!(signed["read_expiring"], serde_json::json!([200, "read through a signed URL"]), "{signed}");
+        assert_eq!(signed["another_path"][0], 401, "a signature opens its own path only: {signed}");
+        assert_eq!(signed["tampered"][0], 401, "{signed}");
+        assert_eq!(signed["upload"], 200, "{signed}");
+        assert_eq!(signed["uploaded"], "written through a signed URL", "{signed}");
+    }
     assert_eq!(seen["listed"], serde_json::json!(["sdk.txt"]), "{seen}");
     assert_eq!(seen["screenshot_png"], true, "{seen}");
     assert_eq!(seen["screenshot_size"], serde_json::json!([800, 600]), "{seen}");
@@ -115,6 +123,7 @@ async fn the_official_python_e2b_sdks_drive_a_sandboxd_desktop() {
     let seen = drive(&host, &venv_python(), &script).await;
     assert_the_sdk_saw_a_working_desktop(&host, &seen).await;
     assert_eq!((seen["moved_exists"].as_bool(), seen["removed"].as_bool()), (Some(true), Some(true)), "{seen}");
+    assert!(seen["signed"].is_object(), "the Python SDK's signed URLs were tried: {seen}");
     host.shutdown().await;
 }
 
