@@ -139,17 +139,18 @@ export AWS_REGION="us-east-1"
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$bin/flotilla-api" >"$work/api.log" 2>&1 &
 pids+=($!)
-# The sandbox host: local desktops over E2B's protocol, for the E2B SDKs.
+# The sandbox host: the local desktops, over E2B's protocol, for the workers
+# and the E2B SDKs. A desktop outlives the worker that made it.
 sandboxd_key="e2b_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 FLOTILLA_SANDBOXD_KEYS="$sandboxd_key" FLOTILLA_SANDBOXD_ADDR="127.0.0.1:$sandboxd_port" \
   FLOTILLA_SANDBOXD_EDGE_ADDR="127.0.0.1:$edge_port" FLOTILLA_SANDBOXD_ROOT="$demo_dir/sandboxd" FLOTILLA_SANDBOXD_POOL=1 \
-  "$bin/flotilla-sandboxd" >"$work/sandboxd.log" 2>&1 &
+  FLOTILLA_SANDBOXD_CAPACITY=10 "$bin/flotilla-sandboxd" >"$work/sandboxd.log" 2>&1 &
 pids+=($!)
 # The processes the tasks need, by the name of their log.
 declare -A needed=([sandboxd]=$!)
 for w in 1 2; do
   FLOTILLA_WORKER_ID="demo-worker-$w" FLOTILLA_WORKER_CONCURRENCY=3 FLOTILLA_SANDBOX_PROVIDER=local FLOTILLA_SANDBOX_WARM=1 \
-    FLOTILLA_DRAIN_DEADLINE_S=5 \
+    FLOTILLA_SANDBOXD_URL="http://127.0.0.1:$sandboxd_port" FLOTILLA_SANDBOXD_KEY="$sandboxd_key" FLOTILLA_DRAIN_DEADLINE_S=5 \
     "$bin/flotilla-worker" >"$work/worker-$w.log" 2>&1 &
   pids+=($!)
   needed[worker-$w]=$!
@@ -166,7 +167,7 @@ for _ in $(seq 100); do
   curl -fs -o /dev/null "http://127.0.0.1:$sandboxd_port/health" && break
   sleep 0.1
 done
-echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops, sandbox host 127.0.0.1:$sandboxd_port" >&2
+echo "fleet up: redis 127.0.0.1:$redis_port, s3 127.0.0.1:$s3_port, api $FLOTILLA_API_URL, 2 workers × 3 slots with local desktops from the sandbox host 127.0.0.1:$sandboxd_port" >&2
 
 # The tenant's webhook deliveries, received through the API (no inbound
 # port) and checked against their signatures, into a log the summary shows.

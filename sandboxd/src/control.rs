@@ -3,7 +3,8 @@
 //! `GET`/`DELETE /sandboxes/{id}`, `POST /sandboxes/{id}/timeout` (sets the
 //! deadline), `/refreshes` (only lengthens), `/pause`, `/connect` (resumes
 //! a paused sandbox, `201`; a running one `200`), `/resume`, behind an
-//! `X-API-Key` check; `GET /health` and `GET /metrics` without one. Every
+//! `X-API-Key` check, beside Flotilla's `GET /flotilla/v1/host` (where the
+//! edge listens); `GET /health` and `GET /metrics` without one. Every
 //! refusal carries the API's `{code, message}` body; [`HostError`] is
 //! mapped to status codes here alone.
 
@@ -20,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use flotilla_e2b::api::{NewSandbox, TimeoutBody, API_KEY_HEADER};
+use flotilla_e2b::host::HOST_PATH;
 use flotilla_e2b::RESOLUTION_METADATA;
 use flotilla_sandbox::SandboxRequest;
 use serde::Deserialize;
@@ -49,6 +51,7 @@ pub(super) fn router(host: Arc<Host>) -> Router {
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/resume", post(resume))
+        .route(HOST_PATH, get(where_sandboxes_are))
         .layer(middleware::from_fn_with_state(Arc::clone(&host), check_api_key));
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
@@ -84,6 +87,16 @@ async fn check_api_key(Shared(host): Shared<Arc<Host>>, request: Request, next: 
         return error(StatusCode::UNAUTHORIZED, "Invalid API key");
     }
     next.run(request).await
+}
+
+/// Flotilla's own call on the control plane, so a client given only its
+/// URL (a worker's `FLOTILLA_SANDBOXD_URL`) reaches every sandbox's envd
+/// and ports: `{edge_port, tls, domain}`, the edge listens on the control
+/// plane's host name at `edge_port`, over TLS when `tls`.
+async fn where_sandboxes_are(Shared(host): Shared<Arc<Host>>) -> Response {
+    let settings = &host.settings;
+    Json(json!({"edge_port": settings.edge_addr.port(), "tls": settings.tls.is_some(), "domain": settings.domain}))
+        .into_response()
 }
 
 async fn metrics_page(Shared(host): Shared<Arc<Host>>) -> Response {

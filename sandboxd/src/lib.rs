@@ -172,6 +172,11 @@ impl Sandboxd {
             |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source }) };
         let control_listener = bind(settings.addr).await?;
         let edge_listener = bind(settings.edge_addr).await?;
+        // The edge's bound port (a test host's is chosen by the system) is
+        // what `/flotilla/v1/host` tells clients.
+        let mut settings = settings;
+        settings.edge_addr =
+            edge_listener.local_addr().map_err(|source| StartError::Listen { addr: settings.edge_addr, source })?;
         let envd_listener = bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await?;
         let host = Arc::new(Host::new(settings, local));
         host.refill_pool();
@@ -233,6 +238,8 @@ impl Sandboxd {
             rate_limit_retries: 3,
             max_retry_after: Duration::from_secs(10),
             key_delay: Duration::from_millis(12),
+            kind: flotilla_types::task::SandboxProviderKind::E2b,
+            extra_roots_pem: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! A fleet whose worker runs tasks on real local desktops: one in-process
-//! worker with a `LocalProvider` sandbox pool (or another provider a test
-//! gives, and optionally a blob store),
+//! worker whose `local` sandboxes come from a sandbox host of the test's own
+//! (`flotilla-sandboxd`, reached over E2B's protocol as a worker given
+//! `FLOTILLA_SANDBOXD_URL` reaches one), or another provider a test gives,
+//! and optionally a blob store,
 //! on its own `redis-server`, with helpers to submit a task and wait for its
 //! end.
 
@@ -10,11 +12,13 @@ use std::time::Duration;
 use flotilla_blobstore::{BlobStore, UploaderOptions};
 use flotilla_config::Config;
 use flotilla_queue::queue::Queue;
+use flotilla_sandboxd::Sandboxd;
 use flotilla_types::action::Action;
 use flotilla_types::event::{Event, EventKind};
 use flotilla_types::ids::{TaskId, TenantId};
+use flotilla_types::task::SandboxProviderKind;
 use flotilla_types::task::{TaskSpec, TaskStatus};
-use flotilla_worker::sandbox::{LocalConfig, LocalProvider, SandboxOwners, SandboxPool, SandboxProvider};
+use flotilla_worker::sandbox::{E2bConfig, E2bProvider, LocalConfig, LocalProvider, SandboxOwners, SandboxPool, SandboxProvider};
 use flotilla_worker::tools::Tools;
 use flotilla_worker::Registry;
 use serde_json::Value;
@@ -34,7 +38,8 @@ pub struct DesktopOptions {
     pub uploads: UploaderOptions,
     /// Settings beside the test defaults (model endpoints and keys, …).
     pub env: Vec<(&'static str, String)>,
-    /// The sandboxes' provider; local desktops when none.
+    /// The sandboxes' provider; local desktops of a sandbox host of the
+    /// fleet's own when none.
     pub provider: Option<Arc<dyn SandboxProvider>>,
 }
 
@@ -44,7 +49,20 @@ pub struct DesktopFleet {
     pub pool: SandboxPool,
     pub config: Config,
     worker: Option<InProcessWorker>,
+    /// The sandbox host the desktops live on, when the test gave no provider.
+    pub host: Option<Sandboxd>,
     _redis: RedisServer,
+}
+
+/// Local desktops a worker with no sandbox host named starts itself.
+pub fn in_process_desktops() -> Arc<dyn SandboxProvider> {
+    Arc::new(LocalProvider::new(LocalConfig::default()))
+}
+
+/// The worker's `local` provider on `host`, as `FLOTILLA_SANDBOXD_URL` makes it.
+pub fn local_provider_on(host: &Sandboxd) -> Arc<dyn SandboxProvider> {
+    let config = E2bConfig { kind: SandboxProviderKind::Local, ..host.config() };
+    Arc::new(E2bProvider::new(config).expect("a provider for the test's sandbox host"))
 }
 
 impl DesktopFleet {
@@ -54,7 +72,13 @@ impl DesktopFleet {
         let mut extra: Vec<(&str, &str)> = vec![("FLOTILLA_HEARTBEAT_MS", "200")];
         extra.extend(options.env.iter().map(|(k, v)| (*k, v.as_str())));
         let config = test_config(&redis, &unique_prefix(), &extra);
-        let provider = options.provider.unwrap_or_else(|| Arc::new(LocalProvider::new(LocalConfig::default())));
+        let (provider, host) = match options.provider {
+            Some(provider) => (provider, None),
+            None => {
+                let host = Sandboxd::start().await;
+                (local_provider_on(&host), Some(host))
+            }
+        };
         // Warm counts as the worker reads them (`FLOTILLA_SANDBOX_WARM`), or `warm` for the default shape.
         let mut pool_config = flotilla_worker::tools::pool_config(&config, provider.kind(), provider.name());
         pool_config.max_live = 4;
@@ -72,7 +96,7 @@ impl DesktopFleet {
             templates: Arc::new(config.templates.clone()),
         };
         let worker = InProcessWorker::start_with_tools(config.clone(), Registry::for_config(&config), tools);
-        Self { queue: queue(&config).await, pool, config, worker: Some(worker), _redis: redis }
+        Self { queue: queue(&config).await, pool, config, worker: Some(worker), host, _redis: redis }
     }
 
     pub async fn submit(&self, spec: Value) -> TaskId {
@@ -118,12 +142,16 @@ impl DesktopFleet {
         .await;
     }
 
-    /// Stops the worker and ends every pooled desktop.
+    /// Stops the worker and ends every pooled desktop, and the fleet's
+    /// sandbox host with whatever still runs on it.
     pub async fn stop(mut self) {
         if let Some(worker) = self.worker.take() {
             worker.stop().await;
         }
         self.pool.shutdown().await;
+        if let Some(host) = self.host.take() {
+            host.shutdown().await;
+        }
     }
 }
 

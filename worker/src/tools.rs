@@ -97,7 +97,13 @@ impl Tools {
 
 async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
-        SandboxProviderKind::Local => Ok(Arc::new(local_provider(config).await?)),
+        SandboxProviderKind::Local => match &config.sandboxd_client {
+            Some(host) => {
+                let e2b = flotilla_e2b::host::sandboxd_config(host).await?;
+                Ok(Arc::new(E2bProvider::new(e2b).map_err(|e| anyhow::anyhow!("the sandbox host: {e}"))?))
+            }
+            None => Ok(Arc::new(local_provider(config).await?)),
+        },
         SandboxProviderKind::E2b => {
             let key = config
                 .e2b

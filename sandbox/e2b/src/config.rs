@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use flotilla_config::{E2bAccount, Secret};
+use flotilla_types::task::SandboxProviderKind;
 
 /// The hosted service's domain.
 pub const DEFAULT_DOMAIN: &str = "e2b.app";
@@ -49,6 +50,12 @@ pub struct E2bConfig {
     pub max_retry_after: Duration,
     /// The pause between typed keystrokes.
     pub key_delay: Duration,
+    /// What the sandboxes are to the fleet: E2B's (hosted or self-hosted)
+    /// or local desktops of a Flotilla sandbox host (`local`).
+    pub kind: SandboxProviderKind,
+    /// A PEM bundle of CAs trusted beside the system's roots (a sandbox
+    /// host's private CA).
+    pub extra_roots_pem: Option<Vec<u8>>,
 }
 
 impl E2bConfig {
@@ -80,6 +87,8 @@ impl E2bConfig {
             rate_limit_retries: 3,
             max_retry_after: Duration::from_secs(60),
             key_delay: Duration::from_millis(12),
+            kind: SandboxProviderKind::E2b,
+            extra_roots_pem: None,
         }
     }
 }

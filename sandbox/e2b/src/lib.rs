@@ -14,6 +14,9 @@
 //!   behind a key and noVNC on port 6080 (`stream`).
 //! - Any other port inside a sandbox (Chromium's DevTools) is reached
 //!   through the routing address's edge (`ports`).
+//! - A Flotilla sandbox host (`flotilla-sandboxd`) is reached from its
+//!   control plane's URL alone: it says where its edge is (`host`), and
+//!   the provider then serves the fleet's `local` sandboxes.
 //!
 //! The provider remembers, per sandbox it has seen, how to reach its envd,
 //! its screen size and its deadline, so one action is one envd round trip;
@@ -30,6 +33,7 @@ pub mod connect;
 mod desktop;
 pub mod envd;
 pub mod fast;
+pub mod host;
 mod ports;
 pub mod stream;
 #[cfg(test)]
@@ -96,11 +100,7 @@ impl E2bProvider {
         if let EnvdAddress::Routed { base_url } = &config.envd {
             Url::parse(base_url).map_err(|e| SandboxError::InvalidRequest(format!("the envd base URL is not a URL: {e}")))?;
         }
-        let client = reqwest::Client::builder()
-            .timeout(config.request_timeout)
-            .connect_timeout(config.request_timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| SandboxError::Unavailable(format!("cannot build an HTTP client: {e}")))?;
+        let client = host::http_client(config.request_timeout, config.extra_roots_pem.as_deref())?;
         let policy = RateLimitPolicy { retries: config.rate_limit_retries, max_wait: config.max_retry_after };
         let api = ControlPlane::new(client.clone(), &config.api_url, &config.api_key, policy).map_err(|e| from_api(None, e))?;
         let envd = Envd::new(client, &config.user);
@@ -494,11 +494,11 @@ fn from_api(id: Option<&SandboxId>, error: ApiError) -> SandboxError {
 
 impl SandboxProvider for E2bProvider {
     fn name(&self) -> &'static str {
-        "e2b"
+        self.config.kind.as_str()
     }
 
     fn kind(&self) -> flotilla_types::task::SandboxProviderKind {
-        flotilla_types::task::SandboxProviderKind::E2b
+        self.config.kind
     }
 
     fn host(&self) -> Option<String> {

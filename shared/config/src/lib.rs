@@ -57,7 +57,7 @@ pub use live_view::LiveViewConfig;
 pub use providers::{E2bAccount, ModelConfig, OpenAiToolVersion, ProfileKey, S3Config, SandboxConfig};
 pub use queue::QueueConfig;
 pub use routing::RoutingConfig;
-pub use sandboxd::{SandboxdConfig, TlsFiles};
+pub use sandboxd::{SandboxdClient, SandboxdConfig, TlsFiles};
 pub use streams::StreamsConfig;
 pub use telemetry::TelemetryConfig;
 pub use templates::{
@@ -115,6 +115,9 @@ pub const KNOWN_VARS: &[(&str, &str)] = &[
     ("FLOTILLA_SANDBOXD_POOL", "sandboxd_pool"),
     ("FLOTILLA_SANDBOXD_MAX_TIMEOUT_S", "sandboxd_max_timeout_s"),
     ("FLOTILLA_SANDBOXD_ROOT", "sandboxd_root"),
+    ("FLOTILLA_SANDBOXD_URL", "sandboxd_url"),
+    ("FLOTILLA_SANDBOXD_KEY", "sandboxd_key"),
+    ("FLOTILLA_SANDBOXD_CA_CERT", "sandboxd_ca_cert"),
     ("FLOTILLA_S3_BUCKET", "s3_bucket"),
     ("FLOTILLA_S3_ENDPOINT", "s3_endpoint"),
     ("FLOTILLA_S3_PREFIX", "s3_prefix"),
@@ -249,6 +252,9 @@ pub struct Config {
     pub routing: RoutingConfig,
     /// The sandbox host's settings (`flotilla-sandboxd`).
     pub sandboxd: SandboxdConfig,
+    /// The sandbox host a worker's `local` provider takes desktops from;
+    /// none: the worker starts its desktops itself.
+    pub sandboxd_client: Option<SandboxdClient>,
     /// The clock of what turns with the UTC day; not a setting (the
     /// system's, which tests move).
     pub clock: flotilla_types::clock::Clock,
@@ -334,6 +340,7 @@ impl Config {
             limits: Limits::from_settings(s)?,
             routing: RoutingConfig::from_settings(s)?,
             sandboxd: SandboxdConfig::load(s)?,
+            sandboxd_client: SandboxdClient::load(s)?,
             clock: flotilla_types::clock::Clock::default(),
         })
     }

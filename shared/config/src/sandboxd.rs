@@ -11,13 +11,18 @@
 //! `FLOTILLA_SANDBOXD_TLS_KEY`, PEM files) both listeners speak TLS and may
 //! listen beyond loopback; without, they serve plain HTTP on loopback only.
 //! The jail's settings are the isolation section's, as for a worker.
+//!
+//! A worker's side is [`SandboxdClient`]: the host its `local` provider
+//! takes desktops from (`FLOTILLA_SANDBOXD_URL`, `FLOTILLA_SANDBOXD_KEY`,
+//! and `FLOTILLA_SANDBOXD_CA_CERT`, a PEM file of the CA that signed a
+//! host's certificate, trusted beside the system's roots).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::apikey::{KeyDigest, KeyHasher};
-use super::{ConfigError, Settings};
+use super::{ConfigError, Secret, Settings};
 
 /// The sandbox host's settings.
 #[derive(Debug, Clone)]
@@ -101,6 +106,51 @@ impl SandboxdConfig {
     }
 }
 
+/// The sandbox host a worker's `local` provider takes desktops from.
+#[derive(Debug, Clone)]
+pub struct SandboxdClient {
+    /// The host's control plane (`FLOTILLA_SANDBOXD_URL`); its edge is
+    /// found by asking it.
+    pub url: String,
+    /// `FLOTILLA_SANDBOXD_KEY`, one of the host's `FLOTILLA_SANDBOXD_KEYS`.
+    pub key: Secret,
+    /// `FLOTILLA_SANDBOXD_CA_CERT`: a PEM file of the CA that signed the
+    /// host's certificate, trusted beside the system's roots.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl SandboxdClient {
+    /// `None` when no host is named; a key or CA without a URL, or a URL
+    /// without a key, is refused.
+    pub(super) fn load(s: &Settings) -> Result<Option<Self>, ConfigError> {
+        let url = s.url("FLOTILLA_SANDBOXD_URL")?;
+        let key = s.get("FLOTILLA_SANDBOXD_KEY").map(str::trim);
+        let ca_cert = s.get("FLOTILLA_SANDBOXD_CA_CERT").map(|path| PathBuf::from(path.trim()));
+        let Some(url) = url else {
+            return match (key, &ca_cert) {
+                (None, None) => Ok(None),
+                (Some(_), _) => Err(ConfigError::new("FLOTILLA_SANDBOXD_KEY", "is set but FLOTILLA_SANDBOXD_URL is not")),
+                (None, Some(_)) => Err(ConfigError::new("FLOTILLA_SANDBOXD_CA_CERT", "is set but FLOTILLA_SANDBOXD_URL is not")),
+            };
+        };
+        let Some(key) = key else {
+            return Err(ConfigError::new(
+                "FLOTILLA_SANDBOXD_KEY",
+                "is required with FLOTILLA_SANDBOXD_URL: one of the host's FLOTILLA_SANDBOXD_KEYS",
+            ));
+        };
+        check_key(key).map_err(|_| {
+            ConfigError::new("FLOTILLA_SANDBOXD_KEY", "is e2b_ and at least 16 lowercase hex digits, as the host's keys are")
+        })?;
+        if let Some(path) = &ca_cert {
+            if !path.is_file() {
+                return Err(ConfigError::new("FLOTILLA_SANDBOXD_CA_CERT", format!("{} is not a readable file", path.display())));
+            }
+        }
+        Ok(Some(Self { url, key: Secret::new(key), ca_cert }))
+    }
+}
+
 /// Both TLS files or neither.
 fn tls_files(s: &Settings) -> Result<Option<TlsFiles>, ConfigError> {
     match (s.get("FLOTILLA_SANDBOXD_TLS_CERT"), s.get("FLOTILLA_SANDBOXD_TLS_KEY")) {
@@ -129,6 +179,32 @@ mod tests {
 
     fn load(pairs: &[(&str, &str)]) -> Result<Config, crate::ConfigError> {
         Config::from_env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn a_workers_host_needs_a_url_and_a_well_formed_key() {
+        let key = "e2b_0123456789abcdef";
+        let config =
+            load(&[("FLOTILLA_SANDBOXD_URL", "http://127.0.0.1:49982/"), ("FLOTILLA_SANDBOXD_KEY", key)]).expect("config");
+        let client = config.sandboxd_client.expect("a host");
+        assert_eq!(client.url, "http://127.0.0.1:49982");
+        assert!(!format!("{client:?}").contains(key), "no key in the debug form");
+        assert!(load(&[]).expect("config").sandboxd_client.is_none());
+        let refused = |pairs: &[(&str, &str)], var: &str| {
+            let error = load(pairs).expect_err("refused").to_string();
+            assert!(error.contains(var), "{error}");
+        };
+        refused(&[("FLOTILLA_SANDBOXD_URL", "http://127.0.0.1:49982")], "FLOTILLA_SANDBOXD_KEY");
+        refused(&[("FLOTILLA_SANDBOXD_KEY", key)], "FLOTILLA_SANDBOXD_KEY");
+        refused(&[("FLOTILLA_SANDBOXD_CA_CERT", "/etc/hostname")], "FLOTILLA_SANDBOXD_CA_CERT");
+        refused(&[("FLOTILLA_SANDBOXD_URL", "127.0.0.1:49982"), ("FLOTILLA_SANDBOXD_KEY", key)], "FLOTILLA_SANDBOXD_URL");
+        refused(&[("FLOTILLA_SANDBOXD_URL", "http://127.0.0.1:1"), ("FLOTILLA_SANDBOXD_KEY", "nokey")], "FLOTILLA_SANDBOXD_KEY");
+        let missing = [
+            ("FLOTILLA_SANDBOXD_URL", "https://h:1"),
+            ("FLOTILLA_SANDBOXD_KEY", key),
+            ("FLOTILLA_SANDBOXD_CA_CERT", "/nonexistent/ca.pem"),
+        ];
+        refused(&missing, "FLOTILLA_SANDBOXD_CA_CERT");
     }
 
     #[test]

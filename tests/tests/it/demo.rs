@@ -1,5 +1,5 @@
 //! `scripts/demo.sh --keep` as a newcomer uses it: the script runs the demo
-//! batch on real local desktops and leaves the fleet up; the dashboard address
+//! batch on real local desktops, which the sandbox host serves to its workers (none runs under a worker), and leaves the fleet up; the dashboard address
 //! it prints opens in a headless Chromium and, signed in with the printed key,
 //! shows the demo's tasks with their screenshots (a PNG of the page is kept
 //! under `<target>/test-artifacts/`); the batch's task with a step to confirm
@@ -16,6 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use flotilla_tests::browser::Browser;
+use flotilla_worker::sandbox::local::process::descendants;
 use serde_json::json;
 
 /// How long the page may take to show what the API already knows.
@@ -286,6 +287,15 @@ async fn sandbox_demo_keep_leaves_a_usable_fleet_and_stop_ends_every_process() {
          (document.querySelector('#wall figure[data-task-id=\"{watched}\"] iframe'))"
     );
     browser.wait_for("the wall shows the running desktop live", &tile_live, SHOWN).await.expect("live wall");
+    // The desktops are the sandbox host's: none runs under a worker, and
+    // the one the demo keeps is one of the host's.
+    let program = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_owned();
+    let displays_under = |pid: u32| descendants(pid).into_iter().filter(|&p| program(p) == "Xvfb").count();
+    let workers: Vec<u32> = recorded.iter().copied().filter(|&p| program(p).starts_with("flotilla-worke")).collect();
+    let hosts: Vec<u32> = recorded.iter().copied().filter(|&p| program(p).starts_with("flotilla-sandb")).collect();
+    assert_eq!((workers.len(), hosts.len()), (2, 1), "two workers and a sandbox host among {recorded:?}");
+    assert!(workers.iter().all(|&w| displays_under(w) == 0), "a desktop runs under a worker");
+    assert!(displays_under(hosts[0]) >= 1, "the kept desktop runs under the sandbox host");
     // The task whose screenshot links the demo printed (a few of its
     // tasks only wait and have none).
     let id = out

@@ -3,8 +3,9 @@
 //! network namespace of its own, so its fixed loopback ports (Redis 6379,
 //! the API 8080, the store 9000, the sandbox host 49982/49983) are free and
 //! nothing else is reached; its last command submits a task that types on
-//! a desktop, which the workers take from the sandbox host as E2B clients,
-//! and follows it to its end, and must succeed.
+//! a desktop, which the workers' `local` provider takes from the sandbox
+//! host (`FLOTILLA_SANDBOXD_URL`), and follows it to its end, and must
+//! succeed; the host's `/metrics` then counts the desktops it made.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,8 +37,10 @@ async fn the_readmes_fleet_by_hand_starts_and_runs_a_task() {
     let dir = std::env::temp_dir().join(format!("flotilla-fleet-by-hand-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&dir).expect("a scratch dir");
     let script = format!(
-        "set -m\nip link set lo up\ncd {root}\n{commands}\nstatus=$?\nkill $(jobs -p) 2>/dev/null\nwait\nexit $status\n",
+        "set -m\nip link set lo up\ncd {root}\n{commands}\nstatus=$?\ncurl -fs \"$FLOTILLA_SANDBOXD_URL/metrics\" > {metrics}\n\
+         kill $(jobs -p) 2>/dev/null\nwait\nexit $status\n",
         root = repo_root().display(),
+        metrics = dir.join("metrics.txt").display(),
         commands = commands.join("\n"),
     );
     let run = tokio::process::Command::new("unshare")
@@ -47,9 +50,16 @@ async fn the_readmes_fleet_by_hand_starts_and_runs_a_task() {
         .output();
     let output = tokio::time::timeout(LIMIT, run).await.expect("the fleet by hand ends its task").expect("unshare runs");
     let _ = std::fs::remove_dir_all("/tmp/flotilla-fleet");
+    let metrics = std::fs::read_to_string(dir.join("metrics.txt")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the fleet by hand failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("succeeded") || stderr.contains("succeeded"), "the task succeeded:\n{stdout}\n{stderr}");
+    let created = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("flotilla_sandboxd_creates_total "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("the sandbox host's metrics count creates:\n{metrics}"));
+    assert!(created >= 1.0, "the workers' desktops came from the sandbox host:\n{metrics}");
 }

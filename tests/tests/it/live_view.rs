@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use flotilla_sandboxd::{Sandboxd, SANDBOX_DOMAIN};
 use flotilla_tests::browser::Browser;
-use flotilla_tests::desktop::{eventually, DesktopFleet, DesktopOptions};
+use flotilla_tests::desktop::{eventually, in_process_desktops, DesktopFleet, DesktopOptions};
 use flotilla_tests::fakes::{openai, ScriptedServer};
 use flotilla_tests::fleet::test_env;
 use flotilla_tests::vnc::{
@@ -48,7 +48,14 @@ impl LiveFleet {
         Self::start_with(extra, None).await
     }
 
-    /// A fleet whose sandboxes come from `provider` (local desktops when none).
+    /// A fleet whose worker starts its local desktops itself (no sandbox
+    /// host named): their live view is an x11vnc of the worker's own.
+    async fn in_process() -> Self {
+        Self::start_with(&[], Some(in_process_desktops())).await
+    }
+
+    /// A fleet whose sandboxes come from `provider` (local desktops of a
+    /// sandbox host when none).
     async fn start_with(extra: &[(&'static str, &str)], provider: Option<Arc<dyn SandboxProvider>>) -> Self {
         let mut env = vec![("FLOTILLA_WORKER_HTTP_ADDR", "127.0.0.1:0".to_owned())];
         env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -238,7 +245,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
-    let live = LiveFleet::start(&[]).await;
+    let live = LiveFleet::in_process().await;
     let (id, sandbox) = hold_desktop(&live.owner).await;
     assert!(vnc_processes(&id).is_empty(), "no viewer, no VNC server");
 
@@ -280,7 +287,7 @@ async fn the_browser_shows_the_live_desktop_and_follows_it_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn view_sessions_ignore_input_and_viewers_share_one_server_sandbox() {
-    let live = LiveFleet::start(&[]).await;
+    let live = LiveFleet::in_process().await;
     let (id, sandbox) = hold_desktop(&live.owner).await;
     let (watcher, before) = type_through_a_view(&live, &id, &sandbox).await;
 
@@ -371,7 +378,7 @@ async fn view_tokens_cannot_type_through_a_version_desync_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_vnc_server_listens_only_on_a_private_unix_socket_sandbox() {
-    let live = LiveFleet::start(&[]).await;
+    let live = LiveFleet::in_process().await;
     let (id, _) = hold_desktop(&live.owner).await;
     let viewer =
         RfbViewer::connect(&socket_url(&view_url(&live.owner, &id, "view").await).await.expect("url")).await.expect("view");

@@ -5,11 +5,13 @@
 //! (an x11vnc on a local display, [`vnc`], or the desktop's own stream
 //! elsewhere, [`remote`]), each viewer's connection is bridged to it
 //! ([`socket`], with [`rfb`] keeping a view-only viewer's input off the
-//! desktop), and the last viewer to leave stops it.
+//! desktop), and it stops [`LINGER`] after the last viewer left, unless one
+//! came back by then (a page reloaded, a view switched to control), which
+//! finds it running.
 //!
 //! Invariant: a VNC server runs for a task only while that task holds its
-//! desktop here and at least one viewer is attached; ending the task (or the
-//! worker) stops it.
+//! desktop here and a viewer is attached or left less than [`LINGER`] ago;
+//! ending the task (or the worker) stops it.
 
 /// Live views of desktops a sandbox serves itself, over RFB on a WebSocket.
 pub mod remote {
@@ -22,6 +24,7 @@ pub mod vnc;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use flotilla_queue::live::LiveViews;
 use flotilla_types::TaskId;
@@ -31,6 +34,11 @@ use tracing::{info, warn};
 use self::remote::{RemoteDesktop, RemoteStream};
 use self::vnc::VncServer;
 pub use self::vnc::{VncError, X11Display, TASK_VAR};
+
+/// How long a VNC server outlives its last viewer: a viewer that comes back
+/// by then (a reloaded page, a view switched to control) finds it running,
+/// instead of waiting for a stop and a fresh start.
+pub const LINGER: Duration = Duration::from_secs(8);
 
 /// What a shown desktop's viewers are bridged to.
 #[derive(Clone)]
@@ -81,6 +89,9 @@ struct Shown {
 struct Serving {
     server: Option<Running>,
     viewers: usize,
+    /// Counts the times the last viewer left: a stop scheduled then goes
+    /// ahead only if no viewer came and left again since.
+    emptied: u64,
 }
 
 /// Why a viewer could not be attached.
@@ -246,12 +257,29 @@ impl Drop for Viewer {
 }
 
 async fn detach(shown: Arc<Shown>, task: &TaskId) {
-    let mut serving = shown.server.lock().await;
-    serving.viewers = serving.viewers.saturating_sub(1);
-    if serving.viewers == 0 {
-        if let Some(running) = serving.server.take() {
-            shown.stop(Some(running)).await;
-            info!(task_id = %task, "live view stopped: no viewer left");
+    let emptied = {
+        let mut serving = shown.server.lock().await;
+        serving.viewers = serving.viewers.saturating_sub(1);
+        if serving.viewers > 0 || serving.server.is_none() {
+            return;
         }
-    }
+        serving.emptied += 1;
+        serving.emptied
+    };
+    let task = task.clone();
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    runtime.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(LINGER) => {}
+            // Taking the desktop off show stops its server itself.
+            () = shown.gone.cancelled() => return,
+        }
+        let mut serving = shown.server.lock().await;
+        if serving.viewers == 0 && serving.emptied == emptied {
+            if let Some(running) = serving.server.take() {
+                shown.stop(Some(running)).await;
+                info!(task_id = %task, "live view stopped: no viewer left");
+            }
+        }
+    });
 }
