@@ -139,6 +139,9 @@ async fn carry<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(host: Arc<Hos
         let body = error_body(&to.id, "The sandbox is running but port is not open");
         let _ = client_write.write_all(body.as_bytes()).await;
     }
+    // The port closed its side: so does the client's (over TLS with a
+    // close_notify, which a TLS client needs to take the end as the end).
+    let _ = client_write.shutdown().await;
     inbound.abort();
     let _ = socat.start_kill();
     let _ = socat.wait().await;

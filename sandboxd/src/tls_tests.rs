@@ -1,6 +1,7 @@
 //! The host over TLS: both listeners answer HTTPS with the operator's
-//! certificate and nothing in plain HTTP, and TLS is what lets a host
-//! listen beyond loopback.
+//! certificate and nothing in plain HTTP, TLS is what lets a host listen
+//! beyond loopback, and a worker trusting the host's private CA drives its
+//! desktops over it.
 
 use std::path::Path;
 
@@ -70,6 +71,52 @@ async fn with_a_certificate_both_listeners_speak_tls_and_nothing_plain() {
     }
     let stranger = reqwest::Client::builder().build().expect("a client").get(format!("{}/health", host.api_url())).send().await;
     assert!(stranger.is_err(), "a client that does not trust the certificate's authority is refused");
+    host.shutdown().await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A worker given the host's URL, a key and the private CA
+/// (`FLOTILLA_SANDBOXD_URL`, `_KEY`, `_CA_CERT`) drives a desktop over TLS:
+/// commands through envd, a port inside the sandbox through the edge, the
+/// live stream; without the CA it is refused at once, naming the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_trusting_the_private_ca_drives_a_desktop_over_tls() {
+    use flotilla_e2b::host::{sandboxd_config, HostError};
+    use flotilla_sandbox::{remote::RemoteRfb, suite, SandboxProvider};
+
+    let dir = temp_dir();
+    let (ca_pem, files) = certificates(&dir);
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).expect("write the authority");
+    let host = Sandboxd::start_with(TestOptions { tls: Some(files), ..TestOptions::default() }).await;
+    let worker = |ca_cert| flotilla_config::SandboxdClient {
+        url: host.api_url().to_owned(),
+        key: flotilla_config::Secret::new(host.test_key()),
+        ca_cert,
+    };
+    let started = std::time::Instant::now();
+    let refused = sandboxd_config(&worker(None)).await.expect_err("a host whose CA is not trusted");
+    assert!(matches!(refused, HostError::Unreachable { .. }), "{refused}");
+    assert!(refused.to_string().contains(host.api_url()), "{refused}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once, not asked again");
+
+    let config = sandboxd_config(&worker(Some(ca_file))).await.expect("a trusted host");
+    assert_eq!(config.envd, flotilla_e2b::EnvdAddress::Routed { base_url: host.sandbox_url().to_owned() });
+    let provider = flotilla_e2b::E2bProvider::new(config).expect("a provider");
+    assert_eq!((provider.kind().as_str(), provider.name()), ("local", "local"));
+    let sandbox = suite::create(&provider, (800, 600)).await;
+    let out = provider.run(&sandbox.id, "echo over-tls", std::time::Duration::from_secs(10)).await.expect("a command");
+    assert_eq!(out.stdout.trim(), "over-tls");
+    let page = suite::page_through_a_port(&provider, &sandbox).await;
+    assert!(page.ends_with("inside-the-sandbox\n"), "{page}");
+    let stream = provider.live_stream(&sandbox.id).expect("a live stream");
+    let desktop = stream.start().await.expect("the stream starts");
+    let mut rfb = RemoteRfb::open(&desktop).await.expect("the stream over TLS");
+    rfb.send(&[1]).await.expect("ClientInit");
+    let init = rfb.read_exact(24).await.expect("ServerInit");
+    assert_eq!((u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]])), (800, 600));
+    stream.stop().await;
+    provider.kill(&sandbox.id).await.expect("kill");
     host.shutdown().await;
     std::fs::remove_dir_all(dir).ok();
 }

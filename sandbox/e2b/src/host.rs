@@ -2,9 +2,10 @@
 //! the host says where its edge listens (`GET /flotilla/v1/host`, behind
 //! the same key as its other calls), and the client's settings follow,
 //! with the fleet's `local` kind and a private CA trusted beside the
-//! system's roots when one is named. A host that is not up yet is asked
-//! again for a while (a worker may start before its host); a wrong key or
-//! an answer of another kind fails at once.
+//! system's roots when one is named. A host that refuses connections or
+//! answers 5xx is asked again for 30 s (a worker may start before its
+//! host); a certificate not trusted, a wrong key or an answer of another
+//! kind fails at once.
 
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ const WAIT_FOR_HOST: Duration = Duration::from_secs(30);
 pub enum HostError {
     #[error("FLOTILLA_SANDBOXD_CA_CERT: {0}")]
     CaCert(String),
+    #[error("the sandbox host at {url} is not up: {reason}")]
+    NotUp { url: String, reason: String },
     #[error("the sandbox host at {url} does not answer: {reason}")]
     Unreachable { url: String, reason: String },
     #[error("the sandbox host at {url} refused FLOTILLA_SANDBOXD_KEY")]
@@ -47,7 +50,21 @@ struct Where {
 /// An HTTP client with the provider's timeouts that trusts `extra_roots`
 /// (PEM) beside the system's roots.
 pub fn http_client(timeout: Duration, extra_roots: Option<&[u8]>) -> Result<reqwest::Client, SandboxError> {
-    let mut builder = reqwest::Client::builder().timeout(timeout).connect_timeout(timeout.min(Duration::from_secs(10)));
+    let builder = trusting(extra_roots)?.timeout(timeout).connect_timeout(timeout.min(Duration::from_secs(10)));
+    builder.build().map_err(|e| SandboxError::Unavailable(format!("cannot build an HTTP client: {e}")))
+}
+
+/// A client for a sandbox's live stream: no limit on a connection's life
+/// (it carries the stream), and a fresh connection per stream, since an
+/// edge routes a whole connection by its first request (a connection kept
+/// from an envd call would take the stream's upgrade to envd).
+pub fn stream_client(extra_roots: Option<&[u8]>) -> Result<reqwest::Client, SandboxError> {
+    let builder = trusting(extra_roots)?.connect_timeout(Duration::from_secs(10)).pool_max_idle_per_host(0);
+    builder.build().map_err(|e| SandboxError::Unavailable(format!("cannot build an HTTP client: {e}")))
+}
+
+fn trusting(extra_roots: Option<&[u8]>) -> Result<reqwest::ClientBuilder, SandboxError> {
+    let mut builder = reqwest::Client::builder();
     if let Some(pem) = extra_roots {
         let roots = reqwest::Certificate::from_pem_bundle(pem)
             .map_err(|e| SandboxError::InvalidRequest(format!("the trusted CA is not a PEM certificate: {e}")))?;
@@ -55,7 +72,7 @@ pub fn http_client(timeout: Duration, extra_roots: Option<&[u8]>) -> Result<reqw
             builder = builder.add_root_certificate(root);
         }
     }
-    builder.build().map_err(|e| SandboxError::Unavailable(format!("cannot build an HTTP client: {e}")))
+    Ok(builder)
 }
 
 /// The provider's settings for the host `client` names.
@@ -66,8 +83,13 @@ pub async fn sandboxd_config(client: &SandboxdClient) -> Result<E2bConfig, HostE
     };
     let http = http_client(Duration::from_secs(10), extra_roots.as_deref()).map_err(|e| HostError::CaCert(e.to_string()))?;
     let answer = (|| ask(&http, &client.url, &client.key))
-        .retry(ExponentialBuilder::default().with_max_delay(Duration::from_secs(2)).with_total_delay(Some(WAIT_FOR_HOST)))
-        .when(|e| matches!(e, HostError::Unreachable { .. }))
+        .retry(
+            ExponentialBuilder::default()
+                .with_max_delay(Duration::from_secs(2))
+                .without_max_times()
+                .with_total_delay(Some(WAIT_FOR_HOST)),
+        )
+        .when(|e| matches!(e, HostError::NotUp { .. }))
         .await?;
     let mut config = E2bConfig::hosted(client.key.clone(), &answer.domain);
     config.api_url = client.url.clone();
@@ -78,17 +100,16 @@ pub async fn sandboxd_config(client: &SandboxdClient) -> Result<E2bConfig, HostE
 }
 
 async fn ask(http: &reqwest::Client, url: &str, key: &Secret) -> Result<Where, HostError> {
-    let unreachable = |reason: String| HostError::Unreachable { url: url.to_owned(), reason };
-    let response = http
-        .get(format!("{url}{HOST_PATH}"))
-        .header(API_KEY_HEADER, key.expose())
-        .send()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
+    let not_up = |reason: String| HostError::NotUp { url: url.to_owned(), reason };
+    let response = match http.get(format!("{url}{HOST_PATH}")).header(API_KEY_HEADER, key.expose()).send().await {
+        Ok(response) => response,
+        Err(e) if refused(&e) => return Err(not_up(error_chain(&e))),
+        Err(e) => return Err(HostError::Unreachable { url: url.to_owned(), reason: error_chain(&e) }),
+    };
     match response.status() {
         StatusCode::OK => {}
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return Err(HostError::KeyRefused { url: url.to_owned() }),
-        status if status.is_server_error() => return Err(unreachable(format!("status {status}"))),
+        status if status.is_server_error() => return Err(not_up(format!("status {status}"))),
         status => return Err(HostError::NotAHost { url: url.to_owned(), status: status.as_u16() }),
     }
     let status = response.status().as_u16();
@@ -102,6 +123,19 @@ fn edge_url(url: &str, answer: &Where) -> Result<String, HostError> {
     edge.set_scheme(if answer.tls { "https" } else { "http" }).map_err(|()| not_a_host())?;
     edge.set_port(Some(answer.edge_port)).map_err(|()| not_a_host())?;
     Ok(edge.as_str().trim_end_matches('/').to_owned())
+}
+
+/// Whether nothing listens at the address yet (asked again), as opposed to
+/// an address that answers wrongly (a certificate not trusted, no such name).
+fn refused(error: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// An error with its causes, which name what failed (refused, TLS, DNS).

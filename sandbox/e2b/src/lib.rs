@@ -90,6 +90,10 @@ pub struct E2bProvider {
     expired: Mutex<HashMap<SandboxId, Instant>>,
     /// Whether the host serves Flotilla's desktop extension.
     fast: fast::Support,
+    /// TLS towards an `https` edge, for ports.
+    edge_tls: tokio_rustls::TlsConnector,
+    /// The client of live streams (see [`host::stream_client`]).
+    stream_client: reqwest::Client,
 }
 
 impl E2bProvider {
@@ -105,7 +109,9 @@ impl E2bProvider {
         let api = ControlPlane::new(client.clone(), &config.api_url, &config.api_key, policy).map_err(|e| from_api(None, e))?;
         let envd = Envd::new(client, &config.user);
         let (known, expired) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
-        Ok(Self { config, api, envd, known, expired, fast: fast::Support::default() })
+        let edge_tls = ports::connector(config.extra_roots_pem.as_deref())?;
+        let stream_client = host::stream_client(config.extra_roots_pem.as_deref())?;
+        Ok(Self { config, api, envd, known, expired, fast: fast::Support::default(), edge_tls, stream_client })
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
@@ -575,7 +581,7 @@ impl SandboxProvider for E2bProvider {
         id: &'a SandboxId,
         port: u16,
     ) -> BoxFuture<'a, Result<flotilla_sandbox::PortStream, SandboxError>> {
-        ports::open(self.routing_base(), id, port).boxed()
+        ports::open(self.routing_base(), &self.edge_tls, id, port).boxed()
     }
 
     fn live_stream(&self, id: &SandboxId) -> Option<std::sync::Arc<dyn flotilla_sandbox::remote::RemoteStream>> {

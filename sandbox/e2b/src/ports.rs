@@ -4,46 +4,89 @@
 //! `E2b-Sandbox-Port`. The program on the stream (a DevTools client) writes
 //! its own request for the sandbox's loopback; the two routing headers are
 //! put in after its request line, and every later byte passes as it is, so
-//! the edge sends the whole connection to that port.
+//! the edge sends the whole connection to that port. An `https` edge (a
+//! sandbox host beyond loopback) is reached over TLS, its certificate
+//! verified against the system's roots and the provider's extra ones.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use flotilla_sandbox::{PortStream, SandboxError, SandboxId};
 use reqwest::Url;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 use super::envd::{SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 
 /// The longest request line taken before the routing headers go in.
 const MAX_REQUEST_LINE: usize = 8 * 1024;
 
-/// Whether ports are reached through the routing address `base`: a plain
-/// `http` one (a sandbox host on its own network); a TLS edge or a host
-/// per sandbox is not carried.
+/// Whether ports are reached through the routing address `base`: an
+/// `http` or `https` one (a sandbox host); a host per sandbox is not carried.
 pub(crate) fn carried(base: Option<&str>) -> bool {
-    base.and_then(|base| Url::parse(base).ok()).is_some_and(|url| url.scheme() == "http" && url.host_str().is_some())
+    edge(base).is_some()
 }
 
-/// A stream to `port` inside sandbox `id`, through the edge at `base`.
-pub(crate) async fn open(base: Option<&str>, id: &SandboxId, port: u16) -> Result<PortStream, SandboxError> {
-    let url = base.and_then(|base| Url::parse(base).ok()).filter(|url| url.scheme() == "http");
-    let Some((host, edge_port)) = url.as_ref().and_then(|url| Some((url.host_str()?.to_owned(), url.port_or_known_default()?)))
-    else {
+/// The edge's scheme, host and port.
+fn edge(base: Option<&str>) -> Option<(bool, String, u16)> {
+    let url = Url::parse(base?).ok()?;
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        _ => return None,
+    };
+    Some((tls, url.host_str()?.to_owned(), url.port_or_known_default()?))
+}
+
+/// TLS towards an edge: the system's roots and `extra_roots` (PEM).
+pub(crate) fn connector(extra_roots: Option<&[u8]>) -> Result<TlsConnector, SandboxError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let mut extra = 0;
+    if let Some(pem) = extra_roots {
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| SandboxError::InvalidRequest(format!("the trusted CA is not PEM: {e}")))?;
+            roots.add(cert).map_err(|e| SandboxError::InvalidRequest(format!("the trusted CA is not usable: {e}")))?;
+            extra += 1;
+        }
+    }
+    tracing::debug!(system_roots = added, extra_roots = extra, "TLS roots for the sandbox edge");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| SandboxError::Unavailable(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// A stream to `port` inside sandbox `id`, through the edge at `base`
+/// (over TLS with `tls` when the edge is `https`).
+pub(crate) async fn open(base: Option<&str>, tls: &TlsConnector, id: &SandboxId, port: u16) -> Result<PortStream, SandboxError> {
+    let Some((secure, host, edge_port)) = edge(base) else {
         return Err(SandboxError::Unavailable(format!(
-            "port {port} of sandbox {id} is reached only through a plain-HTTP routing address (E2B_SANDBOX_URL)"
+            "port {port} of sandbox {id} is reached only through a routing address (E2B_SANDBOX_URL)"
         )));
     };
-    let connection = TcpStream::connect((host.as_str(), edge_port))
-        .await
-        .map_err(|e| SandboxError::Unavailable(format!("cannot reach the sandbox edge at {host}:{edge_port}: {e}")))?;
+    let unreachable = |e: &dyn std::fmt::Display| {
+        SandboxError::Unavailable(format!("cannot reach the sandbox edge at {host}:{edge_port}: {e}"))
+    };
+    let connection = TcpStream::connect((host.as_str(), edge_port)).await.map_err(|e| unreachable(&e))?;
+    if !secure {
+        return Ok(Box::new(RoutedStream::new(connection, id.as_str(), port)));
+    }
+    let name = ServerName::try_from(host.clone()).map_err(|e| unreachable(&e))?;
+    let connection = tls.connect(name, connection).await.map_err(|e| unreachable(&e))?;
     Ok(Box::new(RoutedStream::new(connection, id.as_str(), port)))
 }
 
 /// A connection to the edge that routes itself with its first request.
-pub(crate) struct RoutedStream {
-    inner: TcpStream,
+pub(crate) struct RoutedStream<S> {
+    inner: S,
     /// What was written of the first request line so far; `None` once the
     /// routing headers are in.
     line: Option<Vec<u8>>,
@@ -53,8 +96,8 @@ pub(crate) struct RoutedStream {
     pending: Vec<u8>,
 }
 
-impl RoutedStream {
-    pub fn new(inner: TcpStream, sandbox_id: &str, port: u16) -> Self {
+impl<S: AsyncRead + AsyncWrite + Unpin> RoutedStream<S> {
+    pub fn new(inner: S, sandbox_id: &str, port: u16) -> Self {
         let headers = format!("{SANDBOX_ID_HEADER}: {sandbox_id}\r\n{SANDBOX_PORT_HEADER}: {port}\r\n").into_bytes();
         Self { inner, line: Some(Vec::new()), headers, pending: Vec::new() }
     }
@@ -72,7 +115,7 @@ impl RoutedStream {
     }
 }
 
-impl AsyncRead for RoutedStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RoutedStream<S> {
     /// A writer that reads without flushing (as one waits for an answer)
     /// still gets its request out: what is pending goes first.
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
@@ -83,7 +126,7 @@ impl AsyncRead for RoutedStream {
     }
 }
 
-impl AsyncWrite for RoutedStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RoutedStream<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         ready!(this.poll_pending(cx))?;

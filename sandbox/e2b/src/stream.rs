@@ -118,6 +118,7 @@ pub struct E2bLiveStream {
     envd: Envd,
     target: EnvdTarget,
     socket: StreamSocket,
+    client: reqwest::Client,
     running: tokio::sync::Mutex<Option<SandboxStream>>,
 }
 
@@ -133,6 +134,7 @@ impl RemoteStream for E2bLiveStream {
                 url: self.socket.url.clone(),
                 headers: self.socket.headers.clone(),
                 password: stream.key.expose().to_owned(),
+                client: self.client.clone(),
             };
             *running = Some(stream);
             Ok(desktop)
@@ -177,7 +179,8 @@ impl E2bProvider {
     pub fn live_source(&self, id: &SandboxId) -> Option<Arc<dyn RemoteStream>> {
         let target = lock(&self.known).get(id)?.target.clone();
         let socket = self.stream_socket(id);
-        Some(Arc::new(E2bLiveStream { envd: self.envd.clone(), target, socket, running: Default::default() }))
+        let client = self.stream_client.clone();
+        Some(Arc::new(E2bLiveStream { envd: self.envd.clone(), target, socket, client, running: Default::default() }))
     }
 
     /// The origin of the sandboxes' per-port hosts.

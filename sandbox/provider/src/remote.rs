@@ -42,6 +42,9 @@ pub struct RemoteDesktop {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The VNC password; never printed.
     pub password: String,
+    /// The client that reaches the stream (the provider's own, which
+    /// trusts what the provider trusts).
+    pub client: reqwest::Client,
 }
 
 impl std::fmt::Debug for RemoteDesktop {
@@ -74,8 +77,8 @@ pub struct RemoteRfb {
 
 impl RemoteRfb {
     /// Opens the desktop's WebSocket and authenticates.
-    pub async fn open(client: &reqwest::Client, desktop: &RemoteDesktop) -> Result<Self, RemoteError> {
-        let socket = upgrade(client, desktop).await?;
+    pub async fn open(desktop: &RemoteDesktop) -> Result<Self, RemoteError> {
+        let socket = upgrade(desktop).await?;
         let mut rfb = Self { socket, pending: Vec::new() };
         rfb.authenticate(&desktop.password).await?;
         Ok(rfb)
@@ -155,8 +158,9 @@ impl RemoteRfb {
 }
 
 /// Opens the WebSocket with an HTTP/1.1 upgrade.
-async fn upgrade(client: &reqwest::Client, desktop: &RemoteDesktop) -> Result<RemoteSocket, RemoteError> {
-    let mut request = client
+async fn upgrade(desktop: &RemoteDesktop) -> Result<RemoteSocket, RemoteError> {
+    let mut request = desktop
+        .client
         .get(&desktop.url)
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, "websocket")

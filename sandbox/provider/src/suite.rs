@@ -51,6 +51,37 @@ pub async fn create(provider: &dyn SandboxProvider, resolution: (u32, u32)) -> S
     provider.create(&request).await.expect("sandbox starts")
 }
 
+/// Serves a page from a program inside `sandbox` on its own loopback and
+/// reads it through [`SandboxProvider::open_port`], as the browser
+/// pipeline reaches Chromium's DevTools; returns the page's text.
+pub async fn page_through_a_port(provider: &dyn SandboxProvider, sandbox: &Sandbox) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    provider
+        .run(&sandbox.id, "mkdir -p served && echo inside-the-sandbox > served/page.txt", COMMAND_TIMEOUT)
+        .await
+        .expect("a page");
+    let server = "cd served && nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &";
+    provider.run(&sandbox.id, server, COMMAND_TIMEOUT).await.expect("a server inside");
+    let answer = eventually("the page through the port", || async {
+        let exchange = async {
+            let mut stream = provider.open_port(&sandbox.id, 8123).await.map_err(|e| e.to_string())?;
+            let request = b"GET /page.txt HTTP/1.1\r\nHost: 127.0.0.1:8123\r\nConnection: close\r\n\r\n";
+            stream.write_all(request).await.map_err(|e| e.to_string())?;
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(String::from_utf8_lossy(&answer).into_owned())
+        };
+        let text = match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => e,
+            Err(_) => "no answer within 5 s".to_owned(),
+        };
+        text.starts_with("HTTP/1.0 200").then_some(text)
+    })
+    .await;
+    answer
+}
+
 async fn act(provider: &dyn SandboxProvider, id: &SandboxId, action: Action) {
     provider.act(id, &action).await.unwrap_or_else(|e| panic!("{action:?} fails: {e}"));
 }

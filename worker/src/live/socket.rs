@@ -189,8 +189,7 @@ fn from_viewer(message: Option<Result<Message, axum::Error>>) -> FromViewer {
 /// server's part of the handshake towards the viewer with no
 /// authentication and carries the rest, `ClientInit` onwards.
 async fn bridge_remote(mut socket: WebSocket, viewer: Viewer, mode: ViewMode, desktop: RemoteDesktop, ended: CancellationToken) {
-    let client = reqwest::Client::new();
-    let mut remote = match RemoteRfb::open(&client, &desktop).await {
+    let mut remote = match RemoteRfb::open(&desktop).await {
         Ok(remote) => remote,
         Err(e) => {
             warn!(error = %e, "cannot reach the desktop's stream");

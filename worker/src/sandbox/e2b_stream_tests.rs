@@ -17,7 +17,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn remote(provider: &E2bProvider, id: &SandboxId, password: &str) -> RemoteDesktop {
     let socket = provider.stream_socket(id);
-    RemoteDesktop { url: socket.url, headers: socket.headers, password: password.to_owned() }
+    RemoteDesktop { url: socket.url, headers: socket.headers, password: password.to_owned(), client: reqwest::Client::new() }
 }
 
 /// Where the sandbox's pointer is, read with xdotool.
@@ -58,8 +58,7 @@ async fn sandbox_e2b_stream_serves_the_desktop_on_6080() {
     assert_eq!(served.status(), 200);
     assert!(served.text().await.expect("the page").contains("noVNC"));
 
-    let client = reqwest::Client::new();
-    let mut rfb = RemoteRfb::open(&client, &remote(&provider, id, key.expose())).await.expect("the key opens the stream");
+    let mut rfb = RemoteRfb::open(&remote(&provider, id, key.expose())).await.expect("the key opens the stream");
     rfb.send(&[1]).await.expect("ClientInit");
     let init = rfb.read_exact(24).await.expect("ServerInit");
     let size = (u16::from_be_bytes([init[0], init[1]]), u16::from_be_bytes([init[2], init[3]]));
@@ -72,7 +71,7 @@ async fn sandbox_e2b_stream_serves_the_desktop_on_6080() {
         .await;
     rfb.close().await;
 
-    match RemoteRfb::open(&client, &remote(&provider, id, "not-the-key-0000")).await {
+    match RemoteRfb::open(&remote(&provider, id, "not-the-key-0000")).await {
         Err(RemoteError::Handshake(message)) => assert!(message.contains("refused"), "{message}"),
         Err(other) => panic!("a wrong key fails otherwise: {other}"),
         Ok(_) => panic!("a wrong key opens the stream"),

@@ -220,33 +220,10 @@ async fn sandbox_e2b_a_flotilla_host_captures_and_acts_without_a_process_per_cal
 /// browser pipeline reaches Chromium's DevTools.
 #[tokio::test]
 async fn sandbox_e2b_a_port_inside_the_sandbox_is_reached_through_the_edge() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (_fake, provider) = fixture().await;
     assert!(provider.opens_ports());
     let sandbox = suite::create(&provider, (800, 600)).await;
-    provider
-        .run(&sandbox.id, "mkdir -p served && echo inside-the-sandbox > served/page.txt", Duration::from_secs(10))
-        .await
-        .expect("a page");
-    let server = "cd served && nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &";
-    provider.run(&sandbox.id, server, Duration::from_secs(10)).await.expect("a server inside");
-    let body = suite::eventually("the page through the edge", || async {
-        let exchange = async {
-            let mut stream = provider.open_port(&sandbox.id, 8123).await.map_err(|e| e.to_string())?;
-            let request = b"GET /page.txt HTTP/1.1\r\nHost: 127.0.0.1:8123\r\nConnection: close\r\n\r\n";
-            stream.write_all(request).await.map_err(|e| e.to_string())?;
-            let mut answer = Vec::new();
-            stream.read_to_end(&mut answer).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>(String::from_utf8_lossy(&answer).into_owned())
-        };
-        let text = match tokio::time::timeout(Duration::from_secs(5), exchange).await {
-            Ok(Ok(text)) => text,
-            Ok(Err(e)) => e,
-            Err(_) => "no answer within 5 s".to_owned(),
-        };
-        text.starts_with("HTTP/1.0 200").then_some(text)
-    })
-    .await;
+    let body = suite::page_through_a_port(&provider, &sandbox).await;
     assert!(body.ends_with("inside-the-sandbox\n"), "{body}");
     provider.kill(&sandbox.id).await.expect("kill");
 }
