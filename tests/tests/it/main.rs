@@ -23,6 +23,8 @@ mod dashboard_batches;
 mod dashboard_timeline;
 mod demo;
 mod deploy;
+mod deploy_sandboxd;
+mod deploy_sandboxd_tls;
 mod desktop_files;
 mod desktop_profiles;
 mod desktop_tasks;
