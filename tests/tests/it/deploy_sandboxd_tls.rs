@@ -1,13 +1,22 @@
 //! The sandbox host's TLS as the deployment makes it: `deploy/sandboxd-certs.sh`
 //! (what compose's one-shot runs, and the Kubernetes Secrets are made with)
 //! makes a private authority and a pair a real host serves, which a client
-//! trusting that authority verifies and any other client refuses.
+//! trusting that authority verifies and any other client refuses; a
+//! `flotilla-worker` given the authority (`FLOTILLA_SANDBOXD_CA_CERT`) runs a
+//! task on the host's desktop over it, and one without it refuses to start.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use flotilla_config::TlsFiles;
 use flotilla_sandboxd::{Sandboxd, TestOptions};
+use flotilla_tests::desktop::sandbox_ids;
+use flotilla_tests::fleet::{binary, test_env, WorkerProcess};
+use flotilla_tests::tasks::{events, queue, record, tenant, wait_all_ended};
+use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_types::task::{TaskSpec, TaskStatus};
+use serde_json::json;
 
 use crate::deploy::deploy_dir;
 
@@ -85,5 +94,84 @@ async fn the_certificate_script_makes_a_pair_the_host_serves_and_only_its_author
     let bad = certs_script(&["tls", "ca", "sandboxd"]);
     assert_eq!(bad.status.code(), Some(2), "a name without DNS: or IP: is refused");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("neither DNS:<name> nor IP:<address>"));
+    host.shutdown().await;
+}
+
+/// How long a worker that cannot verify its host may take to give up (it
+/// asks again for a while, as it does a host not up yet).
+const REFUSAL_WITHIN: Duration = Duration::from_secs(90);
+
+/// Starts a worker; what it prints and how it exits, once it ends within
+/// `REFUSAL_WITHIN`.
+fn start_worker(env: &[(String, String)]) -> tokio::task::JoinHandle<Output> {
+    let child = tokio::process::Command::new(binary("flotilla-worker"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("FLOTILLA_WORKER_ID", "untrusting")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("flotilla-worker starts");
+    tokio::spawn(async move {
+        tokio::time::timeout(REFUSAL_WITHIN, child.wait_with_output())
+            .await
+            .expect("a worker that cannot verify its host gives up")
+            .expect("its output")
+    })
+}
+
+/// A worker whose desktops come from a host served over TLS with a pair of
+/// the shipped script's private authority, as compose and Kubernetes set
+/// it: `FLOTILLA_SANDBOX_PROVIDER=local` and the host's URL and key; with
+/// `FLOTILLA_SANDBOXD_CA_CERT` naming the authority it runs a task on the
+/// host's desktop and records the host's URL with the sandbox; without it,
+/// it never sends the key over a connection it cannot verify and stops at
+/// start with one line saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_desktop_task_on_a_host_it_verifies_and_refuses_one_it_cannot() {
+    let dir = TempDir::new("sandboxd-worker-tls");
+    let (files, ca) = private_authority(&dir.0, &["DNS:localhost", "IP:127.0.0.1"]);
+    let host = Sandboxd::start_with(TestOptions { tls: Some(files), ..TestOptions::default() }).await;
+    assert!(host.api_url().starts_with("https://"), "{}", host.api_url());
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let ca = ca.display().to_string();
+    let reach = [
+        ("FLOTILLA_SANDBOX_PROVIDER", "local"),
+        ("FLOTILLA_SANDBOXD_URL", host.api_url()),
+        ("FLOTILLA_SANDBOXD_KEY", host.test_key()),
+    ];
+    let trusting: Vec<(&str, &str)> = reach.iter().copied().chain([("FLOTILLA_SANDBOXD_CA_CERT", ca.as_str())]).collect();
+    // The worker without the authority runs beside the one with it, on
+    // another prefix, so it could take no task of this test.
+    let untrusting = start_worker(&test_env(&redis, &unique_prefix(), &reach));
+
+    let q = queue(&test_config(&redis, &prefix, &[])).await;
+    let _worker = WorkerProcess::spawn(&test_env(&redis, &prefix, &trusting), "trusting");
+    let spec = json!({
+        "prompt": "type on the host's desktop", "pipeline": "scripted", "retry": {"max_attempts": 1},
+        "actions": [{"type": "type", "text": "echo over verified tls\n"}, {"type": "wait", "ms": 200}]
+    });
+    let spec = TaskSpec::from_json(spec.to_string().as_bytes()).expect("a valid spec");
+    let id = q.submitter().submit(&tenant(), spec).await.expect("submit").id;
+    let ended = wait_all_ended(&q, std::slice::from_ref(&id), Duration::from_secs(90)).await;
+    let history = events(&q, &id).await;
+    assert_eq!(ended[0].status, TaskStatus::Succeeded, "{history:?}");
+    assert_eq!(sandbox_ids(&history).len(), 1, "one desktop: {history:?}");
+    let held = record(&q, &id).await.sandbox.expect("the task records its sandbox");
+    assert_eq!(held["host"].as_str(), Some(host.api_url()), "the record names the host's URL: {held}");
+    assert!(host.desktop_calls() > 0, "the host's desktop took the task's actions");
+
+    let refused = untrusting.await.expect("the untrusting worker was watched");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a worker that cannot verify its host does not start: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains(host.api_url()) && last.contains("certificate"),
+        "one line naming the host and its certificate: {stderr}"
+    );
+    assert!(!stderr.contains(host.test_key()), "the key is never shown");
     host.shutdown().await;
 }
