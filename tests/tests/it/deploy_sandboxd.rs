@@ -29,7 +29,7 @@ fn manifest(kind_name: &str, name: &str) -> Yaml {
 }
 
 /// The compose file's services.
-fn compose() -> Yaml {
+pub(crate) fn compose() -> Yaml {
     let text = std::fs::read_to_string(deploy_dir().join("compose.yaml")).expect("compose.yaml");
     YamlLoader::load_from_str(&text).expect("compose.yaml parses").remove(0)["services"].clone()
 }
@@ -95,6 +95,8 @@ fn the_sandbox_host_runs_on_every_node_at_its_address_with_tls_and_key_from_secr
             (p["name"].as_str().unwrap_or(""), p["containerPort"].as_i64().unwrap_or(0), p["hostPort"].as_i64().unwrap_or(0))
         })
         .collect();
+    // The host tells workers its edge's own port, at the address they
+    // reached its control plane: the node's ports are the container's.
     assert_eq!(ports, [("control", CONTROL_PORT, CONTROL_PORT), ("edge", EDGE_PORT, EDGE_PORT)], "both at the node's address");
     assert_eq!(env_value(&container, "FLOTILLA_SANDBOXD_ADDR"), format!("$(POD_IP):{CONTROL_PORT}"));
     assert_eq!(env_value(&container, "FLOTILLA_SANDBOXD_EDGE_ADDR"), format!("$(POD_IP):{EDGE_PORT}"));

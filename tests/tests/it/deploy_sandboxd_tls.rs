@@ -1,7 +1,8 @@
 //! The sandbox host's TLS as the deployment makes it: `deploy/sandboxd-certs.sh`
 //! (what compose's one-shot runs, and the Kubernetes Secrets are made with)
 //! makes a private authority and a pair a real host serves, which a client
-//! trusting that authority verifies and any other client refuses; a
+//! trusting that authority verifies (compose's health check among them) and
+//! any other client refuses; a
 //! `flotilla-worker` given the authority (`FLOTILLA_SANDBOXD_CA_CERT`) runs a
 //! task on the host's desktop over it, and one without it refuses to start.
 
@@ -84,6 +85,25 @@ async fn the_certificate_script_makes_a_pair_the_host_serves_and_only_its_author
     let (_, other_ca) = private_authority(&other.0, &["DNS:localhost", "IP:127.0.0.1"]);
     let refused = client_of(&other_ca).get(format!("{}/health", host.api_url())).send().await;
     assert!(refused.is_err(), "a client of another authority refuses the host: {refused:?}");
+
+    // Compose's health check, as it runs in the host's container: healthy
+    // with the one-shot's authority, not with another's.
+    let port = host.api_url().rsplit(':').next().expect("a port").to_owned();
+    let health_check = |authority: &Path| {
+        let check = crate::deploy_sandboxd::compose()["sandboxd"]["healthcheck"]["test"].clone();
+        let args: Vec<String> =
+            check.as_vec().expect("a health check").iter().filter_map(|a| a.as_str()).map(str::to_owned).collect();
+        let at = args.iter().position(|a| a == "--cacert").expect("verified against a file") + 1;
+        let args: Vec<String> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| if i == at { authority.display().to_string() } else { a.replace(":49982/", &format!(":{port}/")) })
+            .collect();
+        assert_eq!(args.first().map(String::as_str), Some("CMD"), "{args:?}");
+        Command::new(&args[1]).args(&args[2..]).stderr(Stdio::null()).status().expect("the check runs")
+    };
+    assert!(health_check(&ca).success(), "the host is healthy to compose");
+    assert!(!health_check(&other_ca).success(), "not to a check that trusts another authority");
 
     // A second run over the same directories keeps what is there.
     let before = std::fs::read(&files.cert).expect("the certificate");
