@@ -44,10 +44,15 @@ fn certs_script(args: &[&str]) -> Output {
 }
 
 /// A private authority and a host pair for `names`, made by the shipped
-/// script in `dir` (`dir/tls`, `dir/ca`): the pair and the authority's PEM.
-pub(crate) fn private_authority(dir: &Path, names: &[&str]) -> (TlsFiles, PathBuf) {
+/// script in `dir` (`dir/tls`, `dir/ca`), the key given to `key_owner`
+/// when one is named: the pair and the authority's PEM.
+pub(crate) fn private_authority(dir: &Path, key_owner: Option<&str>, names: &[&str]) -> (TlsFiles, PathBuf) {
     let (tls, ca) = (dir.join("tls"), dir.join("ca"));
-    let mut args = vec![tls.to_str().expect("a UTF-8 path"), ca.to_str().expect("a UTF-8 path")];
+    let mut args = match key_owner {
+        Some(owner) => vec!["--key-owner", owner],
+        None => Vec::new(),
+    };
+    args.extend([tls.to_str().expect("a UTF-8 path"), ca.to_str().expect("a UTF-8 path")]);
     args.extend(names);
     let out = certs_script(&args);
     assert!(out.status.success(), "sandboxd-certs.sh: {}", String::from_utf8_lossy(&out.stderr));
@@ -55,7 +60,7 @@ pub(crate) fn private_authority(dir: &Path, names: &[&str]) -> (TlsFiles, PathBu
 }
 
 /// A client that trusts only the authority in `ca`.
-fn client_of(ca: &Path) -> reqwest::Client {
+pub(crate) fn client_of(ca: &Path) -> reqwest::Client {
     let pem = std::fs::read(ca).expect("the authority's certificate");
     let authority = reqwest::Certificate::from_pem(&pem).expect("a PEM certificate");
     reqwest::Client::builder().tls_certs_only([authority]).build().expect("a client")
@@ -64,7 +69,7 @@ fn client_of(ca: &Path) -> reqwest::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_certificate_script_makes_a_pair_the_host_serves_and_only_its_authoritys_clients_trust() {
     let dir = TempDir::new("sandboxd-certs");
-    let (files, ca) = private_authority(&dir.0, &["DNS:localhost", "IP:127.0.0.1"]);
+    let (files, ca) = private_authority(&dir.0, None, &["DNS:localhost", "IP:127.0.0.1"]);
     let key_mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&files.key).expect("the key").permissions());
     assert_eq!(key_mode & 0o077, 0, "the key is its owner's alone: {key_mode:o}");
     let host = Sandboxd::start_with(TestOptions { tls: Some(files.clone()), ..TestOptions::default() }).await;
@@ -82,7 +87,7 @@ async fn the_certificate_script_makes_a_pair_the_host_serves_and_only_its_author
 
     // Another run makes another authority, which does not vouch for this host.
     let other = TempDir::new("sandboxd-other-ca");
-    let (_, other_ca) = private_authority(&other.0, &["DNS:localhost", "IP:127.0.0.1"]);
+    let (_, other_ca) = private_authority(&other.0, None, &["DNS:localhost", "IP:127.0.0.1"]);
     let refused = client_of(&other_ca).get(format!("{}/health", host.api_url())).send().await;
     assert!(refused.is_err(), "a client of another authority refuses the host: {refused:?}");
 
@@ -152,7 +157,7 @@ fn start_worker(env: &[(String, String)]) -> tokio::task::JoinHandle<Output> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_a_desktop_task_on_a_host_it_verifies_and_refuses_one_it_cannot() {
     let dir = TempDir::new("sandboxd-worker-tls");
-    let (files, ca) = private_authority(&dir.0, &["DNS:localhost", "IP:127.0.0.1"]);
+    let (files, ca) = private_authority(&dir.0, None, &["DNS:localhost", "IP:127.0.0.1"]);
     let host = Sandboxd::start_with(TestOptions { tls: Some(files), ..TestOptions::default() }).await;
     assert!(host.api_url().starts_with("https://"), "{}", host.api_url());
     let redis = RedisServer::start();

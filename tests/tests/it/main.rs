@@ -25,6 +25,7 @@ mod demo;
 mod deploy;
 mod deploy_sandboxd;
 mod deploy_sandboxd_tls;
+mod deploy_sandboxd_user;
 mod desktop_files;
 mod desktop_profiles;
 mod desktop_tasks;
