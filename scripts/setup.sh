@@ -33,18 +33,27 @@ apt_update_once() {
 }
 
 # Command -> Debian package providing it. Add new tools here.
-# The desktop tools are what the local sandbox provider runs per sandbox;
-# scrot is how the E2B provider captures a screen (tested on local desktops).
+# What a machine with only the Rust toolchain lacks to build and run the
+# fleet: a C compiler and linker (for cargo and the crates that build C),
+# and the process and HTTP tools the scripts and tests use.
 APT_TOOLS=(
-  # What a machine with only the Rust toolchain lacks to build and run the
-  # fleet: a C compiler and linker (for cargo and the crates that build C),
-  # and the process and HTTP tools the scripts use.
   "cc:gcc"
   "ps:procps"
   "curl:curl"
   "python3:python3"
   "redis-server:redis-server"
   "redis-cli:redis-tools"
+  # The linter of the Redis scripts (`lua/*.lua`, .luacheckrc).
+  "luacheck:lua-check"
+)
+
+# What a host of local desktops runs: a worker with
+# FLOTILLA_SANDBOX_PROVIDER=local or `flotilla-sandboxd`. The sandbox host's
+# image (deploy/Dockerfile, target `sandboxd`) installs every package of
+# this list and of DESKTOP_APT_PACKAGES; tests/tests/it/deploy.rs checks it.
+# The desktop tools are what the local sandbox provider runs per sandbox;
+# scrot is how the E2B provider captures a screen (tested on local desktops).
+DESKTOP_APT_TOOLS=(
   "Xvfb:xvfb"
   "xdotool:xdotool"
   "scrot:scrot"
@@ -64,12 +73,8 @@ APT_TOOLS=(
   "socat:socat"
   "xauth:xauth"
   "xwd:x11-apps"
-  # The dashboard test drives a headless browser over its DevTools pipe.
-  "chromium:chromium"
   # Live views: a VNC server attached to a task's display on the worker.
   "x11vnc:x11vnc"
-  # The linter of the Redis scripts (`lua/*.lua`, .luacheckrc).
-  "luacheck:lua-check"
   # What E2B's desktop template has and the Desktop SDK runs in a sandbox
   # of flotilla-sandboxd: its session (XFCE, with a D-Bus session bus), the
   # screen size (xrandr), the display check (xdpyinfo) and the stream's
@@ -83,22 +88,28 @@ APT_TOOLS=(
   "netstat:net-tools"
   "websockify:python3-websockify"
   # The built-in sandbox templates' apps (shared/config/src/templates_builtin.rs):
-  # `browser` (Chromium above, Firefox ESR beside it) and `office`
+  # `browser` (Chromium, Firefox ESR beside it) and `office`
   # (LibreOffice Calc and Writer, a file manager, a text editor); the
-  # worker opens apps in a sandbox with xdotool.
+  # worker opens apps in a sandbox with xdotool. (The dashboard test drives
+  # Chromium too, headless, over its DevTools pipe.)
+  "chromium:chromium"
   "firefox-esr:firefox-esr"
   "soffice:libreoffice-calc"
   "pcmanfm:pcmanfm"
   "mousepad:mousepad"
 )
 
-# Packages that install no command, checked with dpkg: the sandbox
-# terminal's font (`xterm -fa Monospace`).
+# Packages that install no command, checked with dpkg.
 APT_PACKAGES=(
   # The certificate authorities cargo and the SDK installs fetch over HTTPS with.
   "ca-certificates"
   # The C library's headers and start files, which linking any Rust binary needs.
   "libc6-dev"
+)
+
+# The same for desktop hosts (see DESKTOP_APT_TOOLS).
+DESKTOP_APT_PACKAGES=(
+  # The sandbox terminal's font (`xterm -fa Monospace`).
   "fonts-dejavu-core"
   # The noVNC page the API serves for live views (/usr/share/novnc).
   "novnc"
@@ -128,7 +139,7 @@ ensure_apt_packages() {
   while IFS= read -r pkg; do
     [ -n "$pkg" ] && APT_PACKAGES+=("$pkg")
   done < <(configured_template_packages)
-  for entry in "${APT_TOOLS[@]}"; do
+  for entry in "${APT_TOOLS[@]}" "${DESKTOP_APT_TOOLS[@]}"; do
     cmd=${entry%%:*}
     pkg=${entry#*:}
     if ! command -v "$cmd" >/dev/null 2>&1; then
@@ -136,7 +147,7 @@ ensure_apt_packages() {
       case " ${missing[*]-} " in *" $pkg "*) ;; *) missing+=("$pkg") ;; esac
     fi
   done
-  for pkg in "${APT_PACKAGES[@]}"; do
+  for pkg in "${APT_PACKAGES[@]}" "${DESKTOP_APT_PACKAGES[@]}"; do
     if ! dpkg -s "$pkg" >/dev/null 2>&1; then
       case " ${missing[*]-} " in *" $pkg "*) ;; *) missing+=("$pkg") ;; esac
     fi

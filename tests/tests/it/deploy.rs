@@ -2,6 +2,7 @@
 //! manifests and the compose file set is one the configuration reads, every
 //! file parses, the KEDA triggers name the streams and group the workers
 //! really read, and the workers' grace period covers their drain deadline.
+//! The sandbox host's part is in `deploy_sandboxd.rs`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,12 +10,12 @@ use std::path::{Path, PathBuf};
 use flotilla_config::KNOWN_VARS;
 use yaml_rust2::{Yaml, YamlLoader};
 
-fn deploy_dir() -> PathBuf {
+pub(crate) fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
 /// Every YAML document of every manifest, with the file it came from.
-fn documents() -> Vec<(String, Yaml)> {
+pub(crate) fn documents() -> Vec<(String, Yaml)> {
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(deploy_dir().join("k8s")).expect("deploy/k8s").map(|e| e.expect("entry").path()).collect();
     files.push(deploy_dir().join("compose.yaml"));
@@ -29,11 +30,11 @@ fn documents() -> Vec<(String, Yaml)> {
     docs
 }
 
-fn kind(doc: &Yaml) -> &str {
+pub(crate) fn kind(doc: &Yaml) -> &str {
     doc["kind"].as_str().unwrap_or("")
 }
 
-fn containers(doc: &Yaml) -> Vec<&Yaml> {
+pub(crate) fn containers(doc: &Yaml) -> Vec<&Yaml> {
     doc["spec"]["template"]["spec"]["containers"].as_vec().map(|v| v.iter().collect()).unwrap_or_default()
 }
 
@@ -49,7 +50,7 @@ fn env_names(doc: &Yaml) -> Vec<String> {
         names.extend(doc["data"].as_hash().into_iter().flatten().filter_map(|(k, _)| k.as_str().map(str::to_owned)));
     }
     for (name, service) in doc["services"].as_hash().into_iter().flatten() {
-        if matches!(name.as_str(), Some("api" | "worker")) {
+        if matches!(name.as_str(), Some("api" | "worker" | "sandboxd")) {
             names.extend(
                 service["environment"].as_hash().into_iter().flatten().filter_map(|(k, _)| k.as_str().map(str::to_owned)),
             );
@@ -66,9 +67,10 @@ fn every_variable_the_deployment_sets_is_one_the_configuration_reads() {
         for name in env_names(&doc) {
             seen += 1;
             let standard_aws = name.starts_with("AWS_");
-            // The pod's address, from the Downward API, for `$(POD_IP)` in
-            // the worker's HTTP address.
-            let downward = name == "POD_IP";
+            // The pod's and the node's addresses, from the Downward API, for
+            // `$(POD_IP)` in the listen addresses and `$(HOST_IP)` in the
+            // sandbox host's URL.
+            let downward = name == "POD_IP" || name == "HOST_IP";
             assert!(
                 known.contains(name.as_str()) || standard_aws || downward,
                 "{file} sets {name}, which the configuration does not read"
@@ -238,10 +240,13 @@ async fn the_fleet_runs_on_the_shipped_redis_acl_users() {
     assert!(other.is_err(), "keys outside the fleet's prefix are refused");
 }
 
-/// Whether an environment variable carries a secret.
-fn is_secret(name: &str) -> bool {
+/// Whether an environment variable carries a secret. Those that name a
+/// TLS file carry a path: the file is mounted from a Secret
+/// (`deploy_sandboxd.rs` checks that).
+pub(crate) fn is_secret(name: &str) -> bool {
     name != "FLOTILLA_KEY_PREFIX"
         && !name.ends_with("_KEY_ID")
+        && !name.ends_with("_TLS_KEY")
         && (name.contains("KEY") || name.contains("SECRET") || name.contains("PASSWORD") || name == "FLOTILLA_REDIS_URL")
 }
 
@@ -524,8 +529,14 @@ fn a_version_compares_by_its_patch_too() {
     assert!(version_triple("1.93", u32::MAX) < version_triple("1.94", 0));
 }
 
-/// The packages the image ships; their binaries are all it builds.
-const SHIPPED: [&str; 3] = ["flotilla-api", "flotilla-worker", "flotilla-cli"];
+/// What each image ships: its packages, whose binaries are all it builds,
+/// and the crate whose test features must stay off in them: the API and
+/// worker image (the worker's in-memory sandbox) and the sandbox host's
+/// (the sandbox contract's fakes).
+pub(crate) const IMAGES: [(&[&str], &str); 2] = [
+    (&["flotilla-api", "flotilla-worker", "flotilla-cli"], "flotilla-worker"),
+    (&["flotilla-sandboxd", "flotilla-spawner"], "flotilla-sandbox"),
+];
 
 /// The `RUN` instructions of the Dockerfile that call `cargo <verb>`, with
 /// continuation lines joined.
@@ -535,33 +546,44 @@ fn cargo_runs(verb: &str) -> Vec<String> {
     joined.lines().filter(|l| l.trim_start().starts_with("RUN cargo ") && l.contains(verb)).map(str::to_owned).collect()
 }
 
-/// Finding "Test fakes in the production worker": the image builds only the
-/// shipped packages, so the test crate's features (the in-memory sandbox, the
-/// E2B stand-in) are never resolved into the worker it ships; the same
-/// selection, asked of cargo, turns on no worker feature but its default.
-#[test]
-fn the_image_builds_only_the_shipped_packages_without_test_features() {
-    for verb in ["cargo build", "cargo chef cook"] {
-        let runs = cargo_runs(verb);
-        assert_eq!(runs.len(), 1, "one `{verb}` in the Dockerfile: {runs:?}");
-        let words: Vec<&str> = runs[0].split_whitespace().collect();
-        let packages: Vec<&str> = words.windows(2).filter(|w| w[0] == "-p" || w[0] == "--package").map(|w| w[1]).collect();
-        assert_eq!(packages, SHIPPED, "`{verb}` selects the shipped packages: {}", runs[0]);
-        for flag in ["--workspace", "--all", "--features", "--all-features", "-F"] {
-            assert!(!words.contains(&flag), "`{verb}` with {flag}: {}", runs[0]);
-        }
-    }
+/// The features of `inverted` that building `packages` together turns on.
+fn features_built(packages: &[&str], inverted: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut tree = std::process::Command::new(cargo);
-    tree.args(["tree", "--offline", "-e", "features", "-i", "flotilla-worker"]).current_dir(deploy_dir().join(".."));
-    for package in SHIPPED {
+    tree.args(["tree", "--offline", "-e", "features", "-i", inverted]).current_dir(deploy_dir().join(".."));
+    for package in packages {
         tree.args(["-p", package]);
     }
     let out = tree.output().expect("cargo tree runs");
     assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    let features: Vec<&str> = text.lines().filter_map(|l| l.split("feature \"").nth(1)?.split('"').next()).collect();
-    assert_eq!(features, ["default"], "the shipped worker's features: {text}");
+    assert!(text.lines().next().is_some_and(|l| l.starts_with(inverted)), "{packages:?} build {inverted}: {text}");
+    text.lines().filter_map(|l| Some(l.split("feature \"").nth(1)?.split('"').next()?.to_owned())).collect()
+}
+
+/// Finding "Test fakes in the production worker": each image builds only its
+/// shipped packages, so the test crate's features (the in-memory sandbox, the
+/// E2B stand-in, the sandbox contract's fakes) are never resolved into what
+/// it ships; the same selection, asked of cargo, turns on no feature of the
+/// crate that has them but its default.
+#[test]
+fn the_image_builds_only_the_shipped_packages_without_test_features() {
+    for verb in ["cargo build", "cargo chef cook"] {
+        let runs = cargo_runs(verb);
+        assert_eq!(runs.len(), IMAGES.len(), "one `{verb}` per image in the Dockerfile: {runs:?}");
+        for (run, (shipped, _)) in runs.iter().zip(IMAGES) {
+            let words: Vec<&str> = run.split_whitespace().collect();
+            let packages: Vec<&str> = words.windows(2).filter(|w| w[0] == "-p" || w[0] == "--package").map(|w| w[1]).collect();
+            assert_eq!(packages, shipped, "`{verb}` selects the shipped packages: {run}");
+            for flag in ["--workspace", "--all", "--features", "--all-features", "-F"] {
+                assert!(!words.contains(&flag), "`{verb}` with {flag}: {run}");
+            }
+        }
+    }
+    for (shipped, inverted) in IMAGES {
+        let features = features_built(shipped, inverted);
+        assert!(features.iter().all(|f| f == "default"), "{shipped:?} turn on {inverted}'s features {features:?}");
+    }
 }
 
 /// Finding "Deployment defaults": the worker's HTTP side (health, metrics,

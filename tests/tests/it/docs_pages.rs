@@ -34,15 +34,12 @@ fn the_configuration_page_lists_exactly_the_settings_the_typed_config_reads() {
 
 #[test]
 fn the_readme_lists_every_package_setup_installs_and_stays_short() {
-    let setup = repo_file("scripts/setup.sh");
     let readme = repo_file("README.md");
     let table: String = readme.lines().filter(|l| l.starts_with('|')).collect::<Vec<_>>().join("\n");
     let mut packages = BTreeSet::new();
-    for list in ["APT_TOOLS=(", "APT_PACKAGES=("] {
-        let body = setup.split(list).nth(1).and_then(|rest| rest.split("\n)").next()).expect(list);
-        for line in body.lines().map(str::trim).filter(|l| l.starts_with('"')) {
-            let entry = line.trim_matches('"');
-            packages.insert(entry.rsplit(':').next().unwrap_or(entry).to_owned());
+    for list in ["APT_TOOLS", "APT_PACKAGES", "DESKTOP_APT_TOOLS", "DESKTOP_APT_PACKAGES"] {
+        for entry in crate::deploy_sandboxd::setup_list(list) {
+            packages.insert(entry.rsplit(':').next().unwrap_or(&entry).to_owned());
         }
     }
     assert!(packages.len() > 20, "set-up's package lists were read: {packages:?}");
