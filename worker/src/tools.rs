@@ -102,7 +102,13 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
                 let e2b = flotilla_e2b::host::sandboxd_config(host).await?;
                 Ok(Arc::new(E2bProvider::new(e2b).map_err(|e| anyhow::anyhow!("the sandbox host: {e}"))?))
             }
-            None => Ok(Arc::new(local_provider(config).await?)),
+            None => {
+                tracing::warn!(
+                    "local desktops run under this worker and end with it; a sandbox host (flotilla-sandboxd, \
+                     FLOTILLA_SANDBOXD_URL) keeps them through a restart and lets any worker reach them"
+                );
+                Ok(Arc::new(local_provider(config).await?))
+            }
         },
         SandboxProviderKind::E2b => {
             let key = config
