@@ -1,5 +1,5 @@
-//! Sandboxes outlive workers: a `flotilla-worker` whose desktops come from
-//! a flotilla-sandboxd (its E2B provider pointed at the host) is SIGKILLed
+//! Sandboxes outlive workers: a `flotilla-worker` whose local desktops come
+//! from a flotilla-sandboxd (`FLOTILLA_SANDBOXD_URL`) is SIGKILLed
 //! while its task acts; the task's record names the desktop and the host
 //! it lives on; the desktop stays up, a second worker runs a task in it by
 //! id, and at its deadline the host kills it and leaves no
@@ -55,11 +55,9 @@ async fn a_sandbox_outlives_its_sigkilled_worker_and_a_second_worker_continues_i
     let redis = RedisServer::start();
     let prefix = unique_prefix();
     let extra = [
-        ("FLOTILLA_SANDBOX_PROVIDER", "e2b"),
-        ("E2B_API_KEY", host.test_key()),
-        ("E2B_API_URL", host.api_url()),
-        ("E2B_SANDBOX_URL", host.sandbox_url()),
-        ("E2B_DOMAIN", host.domain()),
+        ("FLOTILLA_SANDBOX_PROVIDER", "local"),
+        ("FLOTILLA_SANDBOXD_URL", host.api_url()),
+        ("FLOTILLA_SANDBOXD_KEY", host.test_key()),
         ("FLOTILLA_HEARTBEAT_MS", "200"),
     ];
     let env = test_env(&redis, &prefix, &extra);
