@@ -78,7 +78,8 @@ async fn with_a_certificate_both_listeners_speak_tls_and_nothing_plain() {
 /// A worker given the host's URL, a key and the private CA
 /// (`FLOTILLA_SANDBOXD_URL`, `_KEY`, `_CA_CERT`) drives a desktop over TLS:
 /// commands through envd, a port inside the sandbox through the edge, the
-/// live stream; without the CA it is refused at once, naming the host.
+/// live stream; without the CA, or with a key the host does not take, it
+/// is refused at once, naming the host and never the key.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_trusting_the_private_ca_drives_a_desktop_over_tls() {
     use flotilla_e2b::host::{sandboxd_config, HostError};
@@ -100,6 +101,13 @@ async fn a_worker_trusting_the_private_ca_drives_a_desktop_over_tls() {
     assert!(refused.to_string().contains(host.api_url()), "{refused}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once, not asked again");
 
+    let stranger = flotilla_config::SandboxdClient {
+        key: flotilla_config::Secret::new("e2b_00000000000000000000000000000000"),
+        ..worker(Some(ca_file.clone()))
+    };
+    let refused = sandboxd_config(&stranger).await.expect_err("a key the host does not take");
+    assert!(matches!(refused, HostError::KeyRefused { .. }), "{refused}");
+    assert!(!refused.to_string().contains("e2b_0000"), "no key in the error: {refused}");
     let config = sandboxd_config(&worker(Some(ca_file))).await.expect("a trusted host");
     assert_eq!(config.envd, flotilla_e2b::EnvdAddress::Routed { base_url: host.sandbox_url().to_owned() });
     let provider = flotilla_e2b::E2bProvider::new(config).expect("a provider");
