@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::jail_fixture::{typed, Fixture, TRY_TCP};
 use super::{LocalConfig, Network, SandboxLimits};
-use flotilla_sandbox::{suite, SandboxError, SandboxProvider};
+use flotilla_sandbox::{jail_suite, suite, SandboxError, SandboxProvider};
 
 /// The ids of every process of a sandbox, as the host sees them:
 /// `(pid, [real, effective, saved, filesystem uid])`.
@@ -36,25 +36,7 @@ pub(super) async fn cannot_write_proc_sys_read_private_keys_or_be_host_root() {
     let fixture = Fixture::new(Network::Egress, Vec::new());
     let provider = fixture.provider();
     let sandbox = suite::create(provider, (800, 600)).await;
-    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("the host's core_pattern");
-    let home = fixture.root.display().to_string();
-    let script = format!(
-        "if (printf '|{home}/pwn.sh' > /proc/sys/kernel/core_pattern) 2>/dev/null; then echo 'core_pattern written'; fi\n\
-         writable=$(find /proc/sys -type f -writable 2>/dev/null | head -n 5); echo \"writable: $writable\"\n\
-         for f in /proc/sysrq-trigger /proc/sys/net/ipv4/ip_forward; do test -w \"$f\" && echo \"$f writable\"; done\n\
-         test -e /etc/ssl/private && echo 'private keys in view'\n\
-         test -r /etc/ssl/certs/ca-certificates.crt && echo 'ca bundle in view'\n\
-         echo \"kcore $(wc -c < /proc/kcore 2>/dev/null)\"\n\
-         echo \"keys $(wc -c < /proc/keys 2>/dev/null)\"\n"
-    );
-    let out = typed(provider, &sandbox, "procsys.sh", &script).await;
-    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("read"), core_pattern, "core_pattern changed");
-    assert!(!out.contains("core_pattern written"), "{out}");
-    assert!(out.lines().any(|l| l.trim_end() == "writable:"), "a file under /proc/sys is writable:\n{out}");
-    assert!(!out.contains(" writable\n") && !out.contains("private keys in view"), "{out}");
-    assert!(out.contains("ca bundle in view"), "certificates stay readable:\n{out}");
-    assert!(out.lines().any(|l| l.trim_end() == "kcore 0" || l.trim_end() == "kcore"), "kcore is masked:\n{out}");
-    assert!(out.lines().any(|l| l.trim_end() == "keys 0" || l.trim_end() == "keys"), "keys are masked:\n{out}");
+    jail_suite::cannot_write_proc_sys_or_read_private_keys(provider, &sandbox, &fixture.root).await;
 
     let pgid = provider.process_group(&sandbox.id).await.expect("group");
     let uids = sandbox_uids(pgid, sandbox.id.as_str());

@@ -1,12 +1,12 @@
-//! What the jail's tests share: a provider under a root of its own, and a
-//! script typed into a sandbox's own terminal as an agent types it.
+//! What the jail's tests share: a provider under a root of its own, and
+//! (from `flotilla_sandbox::jail_suite`) a script typed into a sandbox's own
+//! terminal as an agent types it.
 
 use std::net::Ipv4Addr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::{Isolation, LocalConfig, LocalProvider, Network};
-use flotilla_sandbox::{suite, Sandbox, SandboxProvider};
 
 /// A provider with its own root, removed after the test.
 pub(super) struct Fixture {
@@ -44,22 +44,7 @@ impl Drop for Fixture {
     }
 }
 
-/// Runs `script` by typing `bash <file>` into the sandbox's terminal and
-/// returns what it printed once it printed `done`.
-pub(super) async fn typed(provider: &LocalProvider, sandbox: &Sandbox, name: &str, script: &str) -> String {
-    provider.write_file(&sandbox.id, name, script.as_bytes()).await.expect("script written");
-    suite::type_line(provider, sandbox, &format!("bash {name} > {name}.out 2>&1; echo done >> {name}.out")).await;
-    suite::eventually("the typed script to finish", || async {
-        let out = provider.read_file(&sandbox.id, &format!("{name}.out")).await.ok()?;
-        let text = String::from_utf8_lossy(&out).into_owned();
-        text.contains("done").then_some(text)
-    })
-    .await
-}
-
-pub(super) const TRY_TCP: &str = r#"try() { if timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; then echo "$1:$2 open"; else echo "$1:$2 closed"; fi; }
-fetch() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/$2; printf 'GET / HTTP/1.0\r\n\r\n' >&3; cat <&3" 2>/dev/null | tail -n 1; echo; }
-"#;
+pub(super) use flotilla_sandbox::jail_suite::{typed, TRY_TCP};
 
 /// The unprivileged user the non-root run uses: `nobody`, on every Debian.
 const UNPRIVILEGED_UID: u32 = 65534;

@@ -3,11 +3,14 @@
 //! protocol), the provider-neutral request, handle and result types, and
 //! the key names all backends share. Every provider passes the same
 //! behaviour suite (`suite`, behind the `testing` feature), run against the
-//! real backend.
+//! real backend, and local desktops the jail's checks from inside
+//! (`jail_suite`), whether a worker or a sandbox host serves them.
 
 mod error;
 pub mod http;
 pub mod image;
+#[cfg(any(test, feature = "testing"))]
+pub mod jail_suite;
 pub mod keyboard;
 pub mod port;
 pub mod remote;

@@ -66,6 +66,7 @@ mod routing;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod sandboxd;
+mod sandboxd_isolation;
 mod sandboxd_workers;
 mod schedules;
 mod schemathesis;
