@@ -100,6 +100,8 @@ pub struct TestOptions {
     /// Serve E2B's calls alone, without Flotilla's desktop extension, as
     /// hosted E2B does.
     pub standard_only: bool,
+    /// The key it takes (a fresh one when none): hosts of one fleet share it.
+    pub key: Option<String>,
 }
 
 impl Sandboxd {
@@ -134,7 +136,7 @@ impl Sandboxd {
 
     /// A host for tests with `options`.
     pub async fn start_with(options: TestOptions) -> Self {
-        let key = format!("e2b_{:032x}", rand::random::<u128>());
+        let key = options.key.clone().unwrap_or_else(|| format!("e2b_{:032x}", rand::random::<u128>()));
         let root = std::env::temp_dir().join(format!("flotilla-sandboxd-{:016x}", rand::random::<u64>()));
         let capacity = options.capacity.unwrap_or(8).to_string();
         let vars = [

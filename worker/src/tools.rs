@@ -98,10 +98,7 @@ impl Tools {
 async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     match kind {
         SandboxProviderKind::Local => match &config.sandboxd_client {
-            Some(host) => {
-                let e2b = flotilla_e2b::host::sandboxd_config(host).await?;
-                Ok(Arc::new(E2bProvider::new(e2b).map_err(|e| anyhow::anyhow!("the sandbox host: {e}"))?))
-            }
+            Some(host) => Ok(Arc::new(flotilla_e2b::SandboxHosts::start(host.clone()).await?)),
             None => {
                 tracing::warn!(
                     "local desktops run under this worker and end with it; a sandbox host (flotilla-sandboxd, \

@@ -37,6 +37,8 @@ pub enum HostError {
     KeyRefused { url: String },
     #[error("{url} is not a Flotilla sandbox host (status {status} to {HOST_PATH})")]
     NotAHost { url: String, status: u16 },
+    #[error("the sandbox host's client: {0}")]
+    Client(String),
 }
 
 /// What the host answers.
@@ -75,8 +77,18 @@ fn trusting(extra_roots: Option<&[u8]>) -> Result<reqwest::ClientBuilder, Sandbo
     Ok(builder)
 }
 
-/// The provider's settings for the host `client` names.
+/// The provider's settings for the host `client` names, waiting a while
+/// for a host that is not up yet (a worker starting beside its host).
 pub async fn sandboxd_config(client: &SandboxdClient) -> Result<E2bConfig, HostError> {
+    configure(client, WAIT_FOR_HOST).await
+}
+
+/// The same, without waiting: a host that is not up now fails at once.
+pub async fn sandboxd_config_now(client: &SandboxdClient) -> Result<E2bConfig, HostError> {
+    configure(client, Duration::ZERO).await
+}
+
+async fn configure(client: &SandboxdClient, wait: Duration) -> Result<E2bConfig, HostError> {
     let extra_roots = match &client.ca_cert {
         Some(path) => Some(std::fs::read(path).map_err(|e| HostError::CaCert(format!("{}: {e}", path.display())))?),
         None => None,
@@ -84,10 +96,7 @@ pub async fn sandboxd_config(client: &SandboxdClient) -> Result<E2bConfig, HostE
     let http = http_client(Duration::from_secs(10), extra_roots.as_deref()).map_err(|e| HostError::CaCert(e.to_string()))?;
     let answer = (|| ask(&http, &client.url, &client.key))
         .retry(
-            ExponentialBuilder::default()
-                .with_max_delay(Duration::from_secs(2))
-                .without_max_times()
-                .with_total_delay(Some(WAIT_FOR_HOST)),
+            ExponentialBuilder::default().with_max_delay(Duration::from_secs(2)).without_max_times().with_total_delay(Some(wait)),
         )
         .when(|e| matches!(e, HostError::NotUp { .. }))
         .await?;

@@ -16,7 +16,9 @@
 //!   through the routing address's edge (`ports`).
 //! - A Flotilla sandbox host (`flotilla-sandboxd`) is reached from its
 //!   control plane's URL alone: it says where its edge is (`host`), and
-//!   the provider then serves the fleet's `local` sandboxes.
+//!   the provider then serves the fleet's `local` sandboxes; a worker's
+//!   own host and any other its tasks were recorded on are one provider
+//!   (`hosts`).
 //!
 //! The provider remembers, per sandbox it has seen, how to reach its envd,
 //! its screen size and its deadline, so one action is one envd round trip;
@@ -34,6 +36,7 @@ mod desktop;
 pub mod envd;
 pub mod fast;
 pub mod host;
+pub mod hosts;
 mod ports;
 pub mod stream;
 #[cfg(test)]
@@ -59,6 +62,7 @@ use flotilla_sandbox::{
 };
 
 pub use self::config::{E2bConfig, EnvdAddress, DEFAULT_DOMAIN, DEFAULT_TEMPLATE, DEFAULT_USER};
+pub use self::hosts::SandboxHosts;
 pub use self::stream::{SandboxStream, StreamKey, StreamSocket};
 
 /// The smallest and largest screens a sandbox may ask for.

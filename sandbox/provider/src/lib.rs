@@ -173,6 +173,14 @@ pub trait SandboxProvider: Send + Sync + 'static {
     /// Finds a running sandbox by id, for a task that continues in it.
     fn connect<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<Sandbox, SandboxError>>;
 
+    /// Finds a running sandbox by id on `host`, the address it was recorded
+    /// with (see [`SandboxProvider::host_of`]); a provider of one host (this
+    /// default) looks for it on its own.
+    fn connect_at<'a>(&'a self, host: Option<&'a str>, id: &'a SandboxId) -> BoxFuture<'a, Result<Sandbox, SandboxError>> {
+        let _ = host;
+        self.connect(id)
+    }
+
     fn status<'a>(&'a self, id: &'a SandboxId) -> BoxFuture<'a, Result<SandboxStatus, SandboxError>>;
 
     /// Keeps the sandbox alive for at least `by` from now; never shortens its
@@ -270,6 +278,13 @@ pub trait SandboxProvider: Send + Sync + 'static {
     fn live_display(&self, id: &SandboxId) -> Option<X11Display> {
         let _ = id;
         None
+    }
+
+    /// Where sandbox `id` lives, to record with it: the host it was
+    /// reached on, [`SandboxProvider::host`] for a provider of one host.
+    fn host_of(&self, id: &SandboxId) -> Option<String> {
+        let _ = id;
+        self.host()
     }
 
     /// Where this provider's sandboxes live, for a worker on another machine

@@ -8,11 +8,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flotilla_sandboxd::Sandboxd;
+use flotilla_sandboxd::{Sandboxd, TestOptions};
 use flotilla_tests::desktop::{eventually, sandbox_ids};
 use flotilla_tests::fleet::{test_env, WorkerProcess};
 use flotilla_tests::tasks::{events, queue, record, tenant};
 use flotilla_tests::{test_config, unique_prefix, RedisServer};
+use flotilla_types::action::Action;
+use flotilla_types::event::EventKind;
 use flotilla_types::task::{TaskSpec, TaskStatus};
 use serde_json::{json, Value};
 
@@ -123,4 +125,70 @@ async fn a_sandbox_outlives_its_sigkilled_worker_and_a_second_worker_continues_i
     eventually("no process of the desktop is left", Duration::from_secs(10), async || !processes.iter().any(running)).await;
     drop(second_worker);
     host.shutdown().await;
+}
+
+/// Each node of a cluster has its own host and its workers take desktops
+/// from it; a task whose worker dies goes on in its desktop on a worker of
+/// another node, which reaches the host the task recorded (with the fleet's
+/// one key), not its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_goes_on_in_its_desktop_on_a_worker_whose_own_host_is_another() {
+    let key = format!("e2b_{:032x}", rand::random::<u128>());
+    let options = TestOptions { key: Some(key.clone()), ..TestOptions::default() };
+    let (first_host, second_host) = (Sandboxd::start_with(options.clone()).await, Sandboxd::start_with(options).await);
+    let redis = RedisServer::start();
+    let prefix = unique_prefix();
+    let node = |host: &Sandboxd| {
+        let extra = [
+            ("FLOTILLA_SANDBOX_PROVIDER", "local"),
+            ("FLOTILLA_SANDBOXD_URL", host.api_url()),
+            ("FLOTILLA_SANDBOXD_KEY", key.as_str()),
+            ("FLOTILLA_HEARTBEAT_MS", "200"),
+            ("FLOTILLA_LEASE_MS", "2000"),
+        ];
+        (test_env(&redis, &prefix, &extra), test_config(&redis, &prefix, &extra))
+    };
+    let (first_env, config) = node(&first_host);
+    let (second_env, _) = node(&second_host);
+    let q = queue(&config).await;
+    let mut doomed = WorkerProcess::spawn(&first_env, "first-node");
+    let task = json!({
+        "prompt": "two lines", "pipeline": "scripted",
+        "actions": [
+            {"type": "type", "text": "echo one >> lines.txt\n"},
+            {"type": "wait", "ms": 6000},
+            {"type": "type", "text": "echo two >> lines.txt\n"},
+            {"type": "wait", "ms": 500}
+        ]
+    });
+    let spec = TaskSpec::from_json(task.to_string().as_bytes()).expect("valid spec");
+    let id = q.submitter().submit(&tenant(), spec).await.expect("submit").id;
+    eventually("the first line is typed", Duration::from_secs(60), async || {
+        events(&q, &id).await.iter().any(|e| e.kind.name() == "action_completed")
+    })
+    .await;
+    doomed.signal("KILL");
+    assert!(doomed.wait_exit(5), "SIGKILL ends the worker");
+    let sandbox = sandbox_ids(&events(&q, &id).await).remove(0);
+
+    let _other_node = WorkerProcess::spawn(&second_env, "second-node");
+    eventually("the task ends", Duration::from_secs(90), async || record(&q, &id).await.status.is_terminal()).await;
+    let history = events(&q, &id).await;
+    assert_eq!(record(&q, &id).await.status, TaskStatus::Succeeded, "{history:?}");
+    assert!(history.iter().any(|e| e.kind.name() == "resumed"), "the second node's worker took the task up: {history:?}");
+    assert!(sandbox_ids(&history).iter().all(|s| *s == sandbox), "every attempt ran in the first node's desktop: {history:?}");
+    let held = record(&q, &id).await.sandbox.expect("the task records its sandbox");
+    assert_eq!(held["host"].as_str(), Some(first_host.api_url()), "recorded with the host it lives on: {held}");
+    assert_eq!(detail(&second_host, &sandbox).await.0, 404, "the second node's host never had it");
+    for line in ["one", "two"] {
+        let typed = history
+            .iter()
+            .filter(
+                |e| matches!(&e.kind, EventKind::ActionCompleted { action: Action::Type { text }, .. } if text.contains(line)),
+            )
+            .count();
+        assert_eq!(typed, 1, "echo {line} was typed once: {history:?}");
+    }
+    first_host.shutdown().await;
+    second_host.shutdown().await;
 }

@@ -205,7 +205,7 @@ impl Held {
     /// `None` when it is gone or not the tenant's.
     pub(crate) async fn adopt(
         pool: &SandboxPool,
-        id: &SandboxId,
+        (host, id): (Option<&str>, &SandboxId),
         keep_alive: bool,
         claimant: Claimant<'_>,
         cancel: &CancellationToken,
@@ -214,7 +214,7 @@ impl Held {
         if !claimant.task.owns_sandbox(provider, id).await? {
             return Ok(None);
         }
-        match pool.adopt(id, cancel).await {
+        match pool.adopt(host, id, cancel).await {
             Ok(lease) => Ok(Some(Self::Leased { lease, keep_alive })),
             Err(SandboxError::NotFound(_) | SandboxError::Expired(_)) => {
                 claimant.forget_owner(provider, id).await;

@@ -118,7 +118,7 @@ impl Session {
     /// Takes up sandbox `id`, left running by an interrupted attempt of
     /// the task, with `steps` already taken; `None` when it is gone. The
     /// task's `setup` is not run again.
-    pub async fn reopen(run: &TaskRun, steps: Steps, id: &SandboxId) -> Result<Option<Self>, PipelineError> {
+    pub async fn reopen(run: &TaskRun, steps: Steps, id: &SandboxId, host: Option<&str>) -> Result<Option<Self>, PipelineError> {
         let pool = sandbox_pool(run)?;
         let spec = run.task.spec().sandbox.as_ref();
         let choice = SandboxChoice::of(spec, pool.provider().kind(), &run.task.tenant_settings(), &run.tools.templates)?;
@@ -129,7 +129,7 @@ impl Session {
             // stays the user's.
             SandboxChoice::Existing { .. } => steps.guard(Held::take(&pool, &choice, claimant, &run.cancel, runs_until)).await?,
             SandboxChoice::New { keep_alive, .. } => {
-                match steps.guard(Held::adopt(&pool, id, *keep_alive, claimant, &run.cancel)).await? {
+                match steps.guard(Held::adopt(&pool, (host, id), *keep_alive, claimant, &run.cancel)).await? {
                     Some(held) => held,
                     None => return Ok(None),
                 }
@@ -170,11 +170,8 @@ impl Session {
     /// Where the sandbox is, for the task's step journal.
     pub fn journaled_sandbox(&self) -> Result<JournaledSandbox, PipelineError> {
         let provider = self.pool.provider();
-        Ok(JournaledSandbox {
-            provider: provider.name().to_owned(),
-            id: self.held()?.sandbox().id.to_string(),
-            host: provider.host(),
-        })
+        let id = &self.held()?.sandbox().id;
+        Ok(JournaledSandbox { provider: provider.name().to_owned(), id: id.to_string(), host: provider.host_of(id) })
     }
 
     async fn announce(&self, held: &Held) -> Result<(), PipelineError> {
@@ -182,7 +179,7 @@ impl Session {
         let stream_url = self.live.as_ref().map(|_| stream_url(self.task.task_id()));
         let provider = self.pool.provider();
         let record = serde_json::json!({
-            "provider": provider.name(), "id": sandbox.id.as_str(), "host": provider.host(), "stream_url": stream_url
+            "provider": provider.name(), "id": sandbox.id.as_str(), "host": provider.host_of(&sandbox.id), "stream_url": stream_url
         });
         let ready = EventKind::SandboxReady {
             sandbox_id: sandbox.id.to_string(),

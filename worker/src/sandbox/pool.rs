@@ -232,9 +232,9 @@ impl SandboxPool {
     /// left running: connects to it by id (a gone one answers at once, with
     /// no wait for a slot), then holds it under `max_live` and the fleet cap
     /// as if started here, so it ends as any lease does.
-    pub async fn adopt(&self, id: &SandboxId, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
+    pub async fn adopt(&self, host: Option<&str>, id: &SandboxId, cancel: &CancellationToken) -> Result<Lease, SandboxError> {
         let began = Instant::now();
-        let sandbox = self.inner.provider.connect(id).await?;
+        let sandbox = self.inner.provider.connect_at(host, id).await?;
         let (permit, fleet) = self.slot(cancel).await?;
         Ok(Lease { sandbox, warm: false, waited: began.elapsed(), _permit: permit, fleet })
     }

@@ -72,7 +72,8 @@ pub(in crate::pipeline) async fn start(run: &TaskRun, steps: Steps, mut journal:
         return restart(run, steps, attempt, error).await;
     }
     let id = SandboxId::parse(&sandbox).map_err(|e| PipelineError::Retryable(format!("the journaled sandbox id: {e}")))?;
-    let Some(mut session) = Session::reopen(run, steps_again(run), &id).await? else {
+    let host = journal.sandbox.host.clone();
+    let Some(mut session) = Session::reopen(run, steps_again(run), &id, host.as_deref()).await? else {
         return sandbox_gone(run, steps, policy, attempt, &sandbox).await;
     };
     session.steps_mut().resume_from(journal.steps);
