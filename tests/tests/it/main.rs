@@ -63,6 +63,7 @@ mod routing;
 mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod sandboxd;
+mod sandboxd_terminals;
 mod sandboxd_workers;
 mod schedules;
 mod schemathesis;
