@@ -35,6 +35,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -121,10 +122,9 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), streams, watchers.clone());
     let outlet = Outlet { starter: sender, watchers };
     tokio::spawn(drive(child, terminal, timeout, sandbox.running, outlet));
-    let frames = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|frame| (Ok::<_, Infallible>(Bytes::from(frame)), receiver))
-    });
-    streaming_response(Body::from_stream(frames))
+    let frames = futures::stream::unfold(receiver, |mut receiver| async move { receiver.recv().await.map(|f| (f, receiver)) });
+    let frames = stream::with_keepalives(frames, stream::keepalive_interval(&headers));
+    streaming_response(Body::from_stream(frames.map(|frame| Ok::<_, Infallible>(Bytes::from(frame)))))
 }
 
 /// Starts what `request` asks inside the sandbox: in its working directory

@@ -34,11 +34,6 @@ use super::watch::{DirWatch, FsEvent, WatchError};
 pub(crate) const MAX_WATCHERS: usize = 64;
 /// The most unread events one polled watcher keeps.
 pub(crate) const MAX_PENDING: usize = 10_000;
-/// How often an idle `WatchDir` stream says it is alive without a
-/// `Keepalive-Ping-Interval` (envd's default).
-const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
-/// The header naming the keepalive interval, in seconds.
-const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
 
 /// `WatchDirRequest` and `CreateWatcherRequest`.
 #[derive(Debug, Deserialize)]
@@ -111,9 +106,9 @@ pub(super) async fn watch_dir(Shared(host): Shared<Arc<Host>>, headers: HeaderMa
         Ok(watch) => watch,
         Err(e) => return stream_error(e.code(), e.to_string()),
     };
-    let number = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    let keepalive = number(KEEPALIVE_HEADER).filter(|s| *s > 0).map_or(DEFAULT_KEEPALIVE, Duration::from_secs);
-    let deadline = number(connect::TIMEOUT_HEADER).map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let keepalive = stream::keepalive_interval(&headers);
+    let timeout = headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let deadline = timeout.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let stream = WatchStream { watch, keepalive, deadline, started: false, done: false };
     let frames = futures::stream::unfold(stream, |mut stream| async move {
         let frame = stream.next_frame().await?;

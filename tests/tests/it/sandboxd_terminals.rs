@@ -5,7 +5,8 @@
 //! resized (the foreground program gets SIGWINCH), typed input echoed,
 //! input streamed, killed; a directory watched (polled and streamed, flat
 //! and recursive) while files come and go. `Process/StreamInput` is also
-//! sent by hand in Connect's envelopes, with the refusals a client can meet.
+//! sent by hand in Connect's envelopes, with the refusals a client can meet,
+//! to a process whose idle stream sends keepalives.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -187,12 +188,16 @@ async fn sandboxd_takes_stream_input_in_connect_envelopes_in_order_and_refuses_w
     let host = Sandboxd::start_with(TestOptions { pool: 1, ..TestOptions::default() }).await;
     let envd = Envd::create(&host).await;
     let start = json!({"process": {"cmd": "cat", "args": []}, "stdin": true});
-    let mut cat =
-        envd.post("/process.Process/Start", "application/connect+json").body(envelope(&start)).send().await.expect("Start");
+    let starting = envd.post("/process.Process/Start", "application/connect+json").header("Keepalive-Ping-Interval", "1");
+    let mut cat = starting.body(envelope(&start)).send().await.expect("Start");
     let mut read = Vec::new();
-    while envelopes(&read).is_empty() {
-        read.extend_from_slice(&cat.chunk().await.expect("the stream").expect("a start event"));
-    }
+    // An idle process's stream says it is alive as often as the caller asked.
+    let kept_alive = async {
+        while !envelopes(&read).iter().any(|(_, event)| event["event"]["keepalive"].is_object()) {
+            read.extend_from_slice(&cat.chunk().await.expect("the stream").expect("a start event, then a keepalive"));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), kept_alive).await.expect("a keepalive within 10 s");
     let pid = envelopes(&read)[0].1["event"]["start"]["pid"].as_u64().expect("a pid");
 
     let chunk = |text: &str| json!({"data": {"input": {"stdin": BASE64.encode(text)}}});
