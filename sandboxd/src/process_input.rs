@@ -5,7 +5,8 @@
 //! for standard input or typed on the terminal, as `SendInput` takes them)
 //! and `keepalive`s. The answer is Connect's streaming answer: an empty
 //! message and the end of the stream once the body ended, or only an end
-//! of the stream with the error that stopped it (`not_found` for an
+//! of the stream with the error that stopped it, once what is left of the
+//! body is read (up to a bound, as Go's server does) (`not_found` for an
 //! unknown process, `invalid_argument` for a message that is not one of
 //! the three or data before the start).
 
@@ -24,6 +25,11 @@ use super::host::Entry;
 use super::host::Host;
 use super::process_calls::{input_refusal, invalid, pid_of, InputMessage, Selector};
 use super::stream::{stream_error, streaming_response};
+
+/// The most of a refused request's body read before answering.
+const DRAIN_LIMIT: usize = 256 * 1024;
+/// The longest a refused request's body is read for before answering.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One message of the stream (`process.StreamInputRequest`): exactly one
 /// of its fields is set.
@@ -98,22 +104,26 @@ pub(super) async fn stream_input(Shared(host): Shared<Arc<Host>>, headers: Heade
     if content_type != Some(connect::STREAMING_JSON) {
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected application/connect+json");
     }
-    match feed(&sandbox, body).await {
+    let mut chunks = body.into_data_stream();
+    match feed(&sandbox, &mut chunks).await {
         Ok(()) => {
             let mut answer = connect::envelope(FLAG_MESSAGE, b"{}");
             answer.extend(connect::envelope(FLAG_END_STREAM, b"{}"));
             streaming_response(Body::from(answer))
         }
         Err(refused) => {
+            drain(&mut chunks).await;
             let (code, message) = refused.parts();
             stream_error(code, message)
         }
     }
 }
 
-/// Applies every message of `body` in order, until it ends or one fails.
-async fn feed(sandbox: &Entry, body: Body) -> Result<(), Refusal> {
-    let mut chunks = body.into_data_stream();
+/// The body's chunks.
+type Chunks = axum::body::BodyDataStream;
+
+/// Applies every message of `chunks` in order, until they end or one fails.
+async fn feed(sandbox: &Entry, chunks: &mut Chunks) -> Result<(), Refusal> {
     let mut decoder = Decoder::default();
     let mut feed = Feed { sandbox, pid: None };
     while let Some(chunk) = chunks.next().await {
@@ -128,6 +138,23 @@ async fn feed(sandbox: &Entry, body: Body) -> Result<(), Refusal> {
         }
     }
     decoder.finish().map_err(|e| invalid(e.to_string()))
+}
+
+/// Reads what is left of a refused request's body, as Go's server does
+/// before it answers early (at most [`DRAIN_LIMIT`] bytes for at most
+/// [`DRAIN_TIME`]), so an HTTP/1.1 client that is still sending meets an
+/// answer rather than a connection closed under it.
+async fn drain(chunks: &mut Chunks) {
+    let read = async {
+        let mut left = DRAIN_LIMIT;
+        while let Some(Ok(chunk)) = chunks.next().await {
+            left = left.saturating_sub(chunk.len());
+            if left == 0 {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, read).await;
 }
 
 #[cfg(test)]
@@ -193,9 +220,9 @@ mod tests {
         let sandbox = sandbox();
         let mut body = connect::envelope(FLAG_MESSAGE, br#"{"keepalive": {}}"#);
         body.extend_from_slice(&[0, 0, 0, 0, 9, b'{']);
-        let fed = feed(&sandbox, Body::from(body)).await;
+        let fed = feed(&sandbox, &mut Body::from(body).into_data_stream()).await;
         assert!(format!("{fed:?}").contains("invalid_argument"), "{fed:?}");
         let keepalives = connect::envelope(FLAG_MESSAGE, br#"{"keepalive": {}}"#);
-        assert!(feed(&sandbox, Body::from(keepalives)).await.is_ok());
+        assert!(feed(&sandbox, &mut Body::from(keepalives).into_data_stream()).await.is_ok());
     }
 }

@@ -29,6 +29,8 @@ async fn run_sdk(host: &Sandboxd, program: &std::path::Path, script: &std::path:
         .env("E2B_API_URL", host.api_url())
         .env("E2B_SANDBOX_URL", host.sandbox_url())
         .env("E2B_DOMAIN", host.domain())
+        // A Python run that dies on a signal says where.
+        .env("PYTHONFAULTHANDLER", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
