@@ -68,6 +68,8 @@ DESKTOP_APT_TOOLS=(
   "prlimit:util-linux"
   # Every process of a local desktop runs under `setpriv --pdeathsig KILL`.
   "setpriv:util-linux"
+  # A process envd starts on a terminal runs under `setsid --ctty`.
+  "setsid:util-linux"
   "slirp4netns:slirp4netns"
   "ip:iproute2"
   "socat:socat"

@@ -81,9 +81,15 @@ impl Refusal {
             "already_exists" => "already_exists",
             "invalid_argument" => "invalid_argument",
             "failed_precondition" => "failed_precondition",
+            "resource_exhausted" => "resource_exhausted",
             _ => "internal",
         };
         Self { status, code, message: message.into() }
+    }
+
+    /// Its Connect code and message, for a streaming call's end.
+    pub fn parts(self) -> (&'static str, String) {
+        (self.code, self.message)
     }
 }
 

@@ -6,12 +6,16 @@
 //! local desktop (in its working directory, with the create's variables and
 //! then the call's) and streams `start`, `data` and `end` events as Connect
 //! envelopes; `Connect-Timeout-Ms` kills the process at its deadline, and
-//! the stream then ends with `deadline_exceeded`. `Connect` is a further
+//! the stream then ends with `deadline_exceeded`. With `pty` the program
+//! runs on a [terminal](super::terminal) and its output streams as `pty`
+//! data. `Connect` is a further
 //! reader of a running process's stream ([`process_connect`](super::process_connect)). `SendSignal` kills a
 //! process it started and everything that process started. The unary
 //! process calls and the filesystem service are
 //! [`process_calls`](super::process_calls) and
-//! [`filesystem`](super::filesystem). `/files` reads and writes through the sandbox,
+//! [`filesystem`](super::filesystem), streamed input
+//! [`process_input`](super::process_input), directory watching
+//! [`watch_calls`](super::watch_calls). `/files` reads and writes through the sandbox,
 //! for the access token's header or a URL signed with it ([`signed`](super::signed));
 //! uploads come raw (`application/octet-stream` with `path`) or as
 //! `multipart/form-data` (each part's filename its destination), as envd
@@ -31,6 +35,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -38,10 +43,11 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::calls::{error, route, route_file};
 use super::host::{Entry, Host};
-use super::processes::Processes;
+use super::processes::{Processes, Streams};
 use super::signed::FileAccess;
 use super::stream::{self, event_frame, stream_error, streaming_response};
-use super::{filesystem, process_calls, process_connect};
+use super::terminal::{self, window_size, Terminal};
+use super::{filesystem, process_calls, process_connect, process_input, watch_calls};
 use flotilla_desktop::process::{self, SandboxChild, Signal};
 use flotilla_e2b::connect::{self, ConnectError, EndOfStream, FLAG_END_STREAM};
 use flotilla_e2b::envd::{
@@ -49,6 +55,7 @@ use flotilla_e2b::envd::{
 };
 use flotilla_e2b::DEFAULT_USER;
 use flotilla_sandbox::{SandboxError, SandboxProvider};
+use rustix::termios::Winsize;
 
 /// The largest request body (a file upload).
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -69,11 +76,17 @@ pub(super) fn router(host: Arc<Host>, extension: bool) -> Router {
         .route("/process.Process/List", post(process_calls::list))
         .route("/process.Process/SendInput", post(process_calls::send_input))
         .route("/process.Process/CloseStdin", post(process_calls::close_stdin))
+        .route("/process.Process/Update", post(process_calls::update))
+        .route("/process.Process/StreamInput", post(process_input::stream_input))
         .route("/filesystem.Filesystem/Stat", post(filesystem::stat))
         .route("/filesystem.Filesystem/ListDir", post(filesystem::list_dir))
         .route("/filesystem.Filesystem/MakeDir", post(filesystem::make_dir))
         .route("/filesystem.Filesystem/Move", post(filesystem::move_entry))
         .route("/filesystem.Filesystem/Remove", post(filesystem::remove))
+        .route("/filesystem.Filesystem/WatchDir", post(watch_calls::watch_dir))
+        .route("/filesystem.Filesystem/CreateWatcher", post(watch_calls::create_watcher))
+        .route("/filesystem.Filesystem/GetWatcherEvents", post(watch_calls::get_watcher_events))
+        .route("/filesystem.Filesystem/RemoveWatcher", post(watch_calls::remove_watcher))
         .route(FILES_PATH, get(read_file).post(write_file))
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .merge(extension)
@@ -88,51 +101,77 @@ async fn start_process(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body
     };
     let timeout =
         headers.get(connect::TIMEOUT_HEADER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).map(Duration::from_millis);
-    let mut child = match start_in_sandbox(&host, &sandbox, &request).await {
-        Ok(child) => child,
+    let size = match request.pty.map(|pty| window_size(pty.size)).transpose() {
+        Ok(size) => size,
+        Err(refused) => return stream_error("invalid_argument", refused.to_string()),
+    };
+    let (mut child, terminal) = match start_in_sandbox(&host, &sandbox, &request, size).await {
+        Ok(started) => started,
         Err(SandboxError::Command(message)) => return stream_error("internal", message),
+        Err(SandboxError::Io(e)) => return stream_error("internal", format!("cannot open a terminal: {e}")),
         Err(e) => return stream_error("unavailable", e.to_string()),
     };
     host.metrics.process_starts.inc();
     let pid = child.id();
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let (watchers, _) = broadcast::channel(WATCH_BUFFER);
-    sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), child.stdin.take(), watchers.clone());
-    tokio::spawn(drive(child, timeout, sandbox.running, Outlet { starter: sender, watchers }));
-    let frames = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|frame| (Ok::<_, Infallible>(Bytes::from(frame)), receiver))
-    });
-    streaming_response(Body::from_stream(frames))
+    let streams = match &terminal {
+        Some(terminal) => Streams::Terminal(Arc::clone(terminal)),
+        None => Streams::Pipes(child.stdin.take()),
+    };
+    sandbox.running.insert(pid, request.process.clone(), request.tag.clone(), streams, watchers.clone());
+    let outlet = Outlet { starter: sender, watchers };
+    tokio::spawn(drive(child, terminal, timeout, sandbox.running, outlet));
+    let frames = futures::stream::unfold(receiver, |mut receiver| async move { receiver.recv().await.map(|f| (f, receiver)) });
+    let frames = stream::with_keepalives(frames, stream::keepalive_interval(&headers));
+    streaming_response(Body::from_stream(frames.map(|frame| Ok::<_, Infallible>(Bytes::from(frame)))))
 }
 
 /// Starts what `request` asks inside the sandbox: in its working directory
 /// (changed to inside, where the path means what the sandbox sees), with
 /// the create's variables and then the call's, leading a process group of
-/// its own, its output piped and its input a pipe when the call keeps it.
-async fn start_in_sandbox(host: &Host, sandbox: &Entry, request: &StartRequest) -> Result<SandboxChild, SandboxError> {
+/// its own; its output piped and its input a pipe when the call keeps it,
+/// or, with a terminal `size`, all three on a new
+/// [terminal](super::terminal), which is returned too.
+async fn start_in_sandbox(
+    host: &Host,
+    sandbox: &Entry,
+    request: &StartRequest,
+    size: Option<Winsize>,
+) -> Result<(SandboxChild, Option<Arc<Terminal>>), SandboxError> {
     let process = &request.process;
     let mut argv: Vec<&str> = Vec::with_capacity(process.args.len() + 5);
     if let Some(cwd) = &process.cwd {
-        argv.extend(["-c", r#"cd -- "$0" && exec "$@""#, cwd.as_str()]);
+        argv.extend(["/bin/sh", "-c", r#"cd -- "$0" && exec "$@""#, cwd.as_str()]);
     }
     argv.push(&process.cmd);
     argv.extend(process.args.iter().map(String::as_str));
     let mut env: Vec<(String, String)> = sandbox.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     env.extend(process.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let (program, args) = match process.cwd {
-        Some(_) => ("/bin/sh", &argv[..]),
-        None => (argv[0], &argv[1..]),
+    let Some(size) = size else {
+        let child = host.local.spawn(&sandbox.local_id, argv[0], &argv[1..], &env, request.stdin).await?;
+        return Ok((child, None));
     };
-    host.local.spawn(&sandbox.local_id, program, args, &env, request.stdin).await
+    let (terminal, program_side) = Terminal::open(size)?;
+    let (program, args) = terminal::on_terminal(argv[0], &argv[1..]);
+    let child = host.local.spawn_on_terminal(&sandbox.local_id, program, &args, &env, program_side).await?;
+    Ok((child, Some(Arc::new(terminal))))
 }
 
 /// Streams one process's events until it ends, killing it at `timeout`.
 /// A reader that went away does not stop the process, as with envd.
-async fn drive(mut child: SandboxChild, timeout: Option<Duration>, running: Arc<Processes>, outlet: Outlet) {
+async fn drive(
+    mut child: SandboxChild,
+    terminal: Option<Arc<Terminal>>,
+    timeout: Option<Duration>,
+    running: Arc<Processes>,
+    outlet: Outlet,
+) {
     let pid = child.id();
     outlet.send(event_frame(ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() })).await;
-    let stdout = tokio::spawn(pump(child.stdout.take(), outlet.clone(), true));
-    let stderr = tokio::spawn(pump(child.stderr.take(), outlet.clone(), false));
+    let stdout = tokio::spawn(pump(child.stdout.take(), outlet.clone(), Output::Stdout));
+    let stderr = tokio::spawn(pump(child.stderr.take(), outlet.clone(), Output::Stderr));
+    let typed = tokio::spawn(pump_terminal(terminal, outlet.clone()));
     let waited = match timeout {
         Some(limit) => tokio::time::timeout(limit, child.wait()).await,
         None => Ok(child.wait().await),
@@ -144,7 +183,7 @@ async fn drive(mut child: SandboxChild, timeout: Option<Duration>, running: Arc<
             (child.wait().await.ok(), true)
         }
     };
-    for pump in [stdout, stderr] {
+    for pump in [stdout, stderr, typed] {
         let _ = tokio::time::timeout(OUTPUT_GRACE, pump).await;
     }
     running.remove(pid);
@@ -159,15 +198,41 @@ async fn drive(mut child: SandboxChild, timeout: Option<Duration>, running: Arc<
     outlet.send(connect::envelope(FLAG_END_STREAM, &serde_json::to_vec(&end).unwrap_or_default())).await;
 }
 
+/// Which of a process's outputs a `data` event carries.
+#[derive(Debug, Clone, Copy)]
+enum Output {
+    Stdout,
+    Stderr,
+    Pty,
+}
+
+/// A `data` event of `bytes` from `output`.
+fn data_frame(output: Output, bytes: &[u8]) -> Vec<u8> {
+    let encoded = Some(BASE64.encode(bytes));
+    let data = match output {
+        Output::Stdout => DataEvent { stdout: encoded, ..DataEvent::default() },
+        Output::Stderr => DataEvent { stderr: encoded, ..DataEvent::default() },
+        Output::Pty => DataEvent { pty: encoded, ..DataEvent::default() },
+    };
+    event_frame(ProcessEvent { data: Some(data), ..ProcessEvent::default() })
+}
+
+/// Sends what a process prints on its terminal as `pty` events until
+/// every program holding it has closed it.
+async fn pump_terminal(terminal: Option<Arc<Terminal>>, outlet: Outlet) {
+    let Some(terminal) = terminal else { return };
+    let mut chunk = vec![0u8; 32 * 1024];
+    while let Ok(n @ 1..) = terminal.read(&mut chunk).await {
+        outlet.send(data_frame(Output::Pty, &chunk[..n])).await;
+    }
+}
+
 /// Sends one pipe's output as `data` events until it closes.
-async fn pump(pipe: Option<impl AsyncRead + Unpin>, outlet: Outlet, is_stdout: bool) {
+async fn pump(pipe: Option<impl AsyncRead + Unpin>, outlet: Outlet, output: Output) {
     let Some(mut pipe) = pipe else { return };
     let mut chunk = vec![0u8; 32 * 1024];
     while let Ok(n @ 1..) = pipe.read(&mut chunk).await {
-        let encoded = Some(BASE64.encode(&chunk[..n]));
-        let data =
-            if is_stdout { DataEvent { stdout: encoded, stderr: None } } else { DataEvent { stdout: None, stderr: encoded } };
-        outlet.send(event_frame(ProcessEvent { data: Some(data), ..ProcessEvent::default() })).await;
+        outlet.send(data_frame(output, &chunk[..n])).await;
     }
 }
 

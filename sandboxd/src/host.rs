@@ -20,6 +20,7 @@ use super::metrics::Metrics;
 use super::pool::Pool;
 use super::processes::Processes;
 use super::sync::lock;
+use super::watch_calls::Watchers;
 
 /// How long the desktop behind a sandbox may live by the local provider's
 /// own clock: a backstop, since the host's deadline ends it first (and
@@ -48,6 +49,8 @@ pub(crate) struct Entry {
     pub env_vars: HashMap<String, String>,
     /// The processes started through envd and still running.
     pub running: Arc<Processes>,
+    /// The directories envd's polled watchers watch.
+    pub watchers: Arc<Watchers>,
     /// Since when it is paused, if it is.
     pub paused_since: Option<Instant>,
     pub on_timeout: OnTimeout,
@@ -189,6 +192,7 @@ impl Host {
             metadata: new.metadata,
             env_vars: new.env_vars,
             running: Arc::new(Processes::default()),
+            watchers: Arc::new(Watchers::default()),
             paused_since: None,
             on_timeout: new.on_timeout,
         };

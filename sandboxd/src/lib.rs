@@ -27,13 +27,17 @@ mod metrics;
 mod pool;
 mod process_calls;
 mod process_connect;
+mod process_input;
 mod processes;
 mod signed;
 mod stream;
 mod sync;
+mod terminal;
 mod tls;
 #[cfg(test)]
 mod tls_tests;
+mod watch;
+mod watch_calls;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;

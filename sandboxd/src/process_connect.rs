@@ -40,8 +40,9 @@ pub(super) async fn connect(Shared(host): Shared<Arc<Host>>, headers: HeaderMap,
     };
     let start = event_frame(ProcessEvent { start: Some(StartEvent { pid }), ..ProcessEvent::default() });
     let rest = futures::stream::unfold(Some(frames), next_frame);
-    let frames = futures::stream::once(async move { start }).chain(rest).map(|frame| Ok::<_, Infallible>(Bytes::from(frame)));
-    streaming_response(Body::from_stream(frames))
+    let frames =
+        stream::with_keepalives(futures::stream::once(async move { start }).chain(rest), stream::keepalive_interval(&headers));
+    streaming_response(Body::from_stream(frames.map(|frame| Ok::<_, Infallible>(Bytes::from(frame)))))
 }
 
 /// The next frame for a connected reader, until the end of the stream.

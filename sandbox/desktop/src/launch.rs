@@ -17,7 +17,7 @@ use tokio::process::Command;
 
 use super::jail::{Jail, XAccess, XAUTHORITY_PATH, X_SOCKET_DIR};
 use super::process::{self, MARKER_VAR};
-use super::spawn::{SandboxChild, Spawner};
+use super::spawn::{SandboxChild, Spawner, Streams};
 use flotilla_sandbox::SandboxError;
 
 /// The `PATH` inside a sandbox.
@@ -78,14 +78,14 @@ impl Launcher {
 
     /// Starts `program args` inside the sandbox, in its home, with `extra`
     /// over its environment, leading a process group of its own, its
-    /// output piped and its input a pipe with `stdin` (else empty): through
-    /// the jail's spawner when it is up, else through the chain.
+    /// standard streams as `streams` says: through the jail's spawner when
+    /// it is up, else through the chain.
     pub async fn spawn(
         &self,
         program: &str,
         args: &[&str],
         extra: &[(String, String)],
-        stdin: bool,
+        streams: Streams,
     ) -> Result<SandboxChild, SandboxError> {
         let cannot = |e: std::io::Error| SandboxError::Command(format!("cannot start {program}: {e}"));
         if let Some(spawner) = &self.spawner {
@@ -93,16 +93,24 @@ impl Launcher {
             env.extend(extra.iter().cloned());
             let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
             let cwd = self.home.display().to_string();
-            return spawner.spawn(program, &args, env, cwd, stdin).await.map_err(cannot);
+            return spawner.spawn(program, &args, env, cwd, streams).await.map_err(cannot);
         }
         let mut command = self.command(program, args);
-        command
-            .envs(extra.iter().map(|(k, v)| (k, v)))
-            .process_group(0)
-            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command.spawn().map(SandboxChild::of_chain).map_err(cannot)
+        command.envs(extra.iter().map(|(k, v)| (k, v))).process_group(0);
+        match streams {
+            Streams::Pipes { stdin } => {
+                command.stdin(if stdin { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+            Streams::Terminal(terminal) => {
+                let (output, error) = (terminal.try_clone().map_err(cannot)?, terminal.try_clone().map_err(cannot)?);
+                command.stdin(Stdio::from(terminal)).stdout(Stdio::from(output)).stderr(Stdio::from(error));
+            }
+        }
+        // The command holds the child's ends until it is dropped: the host
+        // then keeps none open.
+        let child = command.spawn().map(SandboxChild::of_chain).map_err(cannot);
+        drop(command);
+        child
     }
 
     /// Every program's environment inside the sandbox, built from scratch.

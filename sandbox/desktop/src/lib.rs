@@ -71,6 +71,7 @@ use self::desktop::Processes;
 use self::display::Display;
 use self::jail::JailSettings;
 use self::launch::Launcher;
+use self::spawn::Streams;
 use flotilla_sandbox::{
     keyboard, CommandOutput, GatewayBridge, PortStream, RelayProcess, Sandbox, SandboxError, SandboxId, SandboxProvider,
     SandboxRequest, SandboxStatus, Screenshot,
@@ -373,6 +374,32 @@ impl LocalProvider {
         blocking(move || sandbox.display.attaches_segment(shmid)).await
     }
 
+    /// Sandbox `id`'s file tree as its programs see it (their root, with
+    /// the sandbox's own home and `/tmp` mounted in it), as a directory
+    /// handle, and its home's path there: for a caller that resolves paths
+    /// beneath the handle itself, never past it (`openat2` with
+    /// `RESOLVE_IN_ROOT`), as envd's directory watching does. Taken from a
+    /// short-lived program started through the jail's spawner; a jailed
+    /// sandbox without one has no such handle.
+    pub async fn file_tree(&self, id: &SandboxId) -> Result<(std::os::fd::OwnedFd, PathBuf), SandboxError> {
+        use rustix::fs::{open, Mode, OFlags};
+        let sandbox = self.inner.get(id).await?;
+        let launcher = &sandbox.launcher;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if launcher.jail.is_none() {
+            return Ok((open("/", flags, Mode::empty()).map_err(std::io::Error::from)?, launcher.home.clone()));
+        }
+        if launcher.spawner.is_none() {
+            return Err(SandboxError::Unavailable("the sandbox has no spawner to reach its files through".into()));
+        }
+        // `cat` waits on the input held here, so its pid stays its own
+        // until the handle is open; dropping it kills it.
+        let holder = launcher.spawn("cat", &[], &[], Streams::Pipes { stdin: true }).await?;
+        let root = open(format!("/proc/{}/root", holder.id()).as_str(), flags, Mode::empty()).map_err(std::io::Error::from)?;
+        drop(holder);
+        Ok((root, launcher.home.clone()))
+    }
+
     /// A command that runs `program args` inside sandbox `id` (its home,
     /// display, marker and isolation), for a caller that drives the process
     /// itself, as the E2B test server does with envd's processes.
@@ -395,7 +422,22 @@ impl LocalProvider {
         stdin: bool,
     ) -> Result<process::SandboxChild, SandboxError> {
         let sandbox = self.inner.get(id).await?;
-        sandbox.launcher.spawn(program, args, extra, stdin).await
+        sandbox.launcher.spawn(program, args, extra, Streams::Pipes { stdin }).await
+    }
+
+    /// Starts `program args` inside sandbox `id` as [`LocalProvider::spawn`]
+    /// does, with `terminal` (the program's side of a pseudo-terminal whose
+    /// other side the caller keeps) as its standard input, output and error.
+    pub async fn spawn_on_terminal(
+        &self,
+        id: &SandboxId,
+        program: &str,
+        args: &[&str],
+        extra: &[(String, String)],
+        terminal: std::os::fd::OwnedFd,
+    ) -> Result<process::SandboxChild, SandboxError> {
+        let sandbox = self.inner.get(id).await?;
+        sandbox.launcher.spawn(program, args, extra, Streams::Terminal(terminal)).await
     }
 
     async fn create_sandbox(&self, request: &SandboxRequest) -> Result<Sandbox, SandboxError> {
@@ -453,7 +495,10 @@ impl LocalProvider {
 
     async fn run_command(&self, id: &SandboxId, command: &str, timeout: Duration) -> Result<CommandOutput, SandboxError> {
         let sandbox = self.inner.get(id).await?;
-        let bash = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", command], &[], false).await?;
+        let bash = sandbox
+            .launcher
+            .spawn("bash", &["--noprofile", "--norc", "-c", command], &[], Streams::Pipes { stdin: false })
+            .await?;
         Ok(process::run_child(bash, None, timeout, process::MAX_OUTPUT, None).await?.into_command_output())
     }
 
@@ -465,7 +510,10 @@ impl LocalProvider {
         lines: UnboundedSender<String>,
     ) -> Result<CommandOutput, SandboxError> {
         let sandbox = self.inner.get(id).await?;
-        let bash = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", command], &[], false).await?;
+        let bash = sandbox
+            .launcher
+            .spawn("bash", &["--noprofile", "--norc", "-c", command], &[], Streams::Pipes { stdin: false })
+            .await?;
         Ok(process::run_child(bash, None, timeout, process::MAX_OUTPUT, Some(lines)).await?.into_command_output())
     }
 
@@ -474,7 +522,7 @@ impl LocalProvider {
         let sandbox = self.inner.get(id).await?;
         // Read by a process inside the sandbox, so the path means what it
         // means there and no link can reach past what the sandbox sees.
-        let cat = sandbox.launcher.spawn("cat", &["--", path], &[], false).await?;
+        let cat = sandbox.launcher.spawn("cat", &["--", path], &[], Streams::Pipes { stdin: false }).await?;
         let output = process::run_child(cat, None, FILE_TIMEOUT, MAX_FILE_SIZE, None).await?;
         if output.exit_code != 0 {
             return Err(file_error(path, &output.stderr));
@@ -489,7 +537,10 @@ impl LocalProvider {
         check_path(path)?;
         let sandbox = self.inner.get(id).await?;
         let script = r#"mkdir -p -- "$(dirname -- "$1")" && cat > "$1""#;
-        let cat = sandbox.launcher.spawn("bash", &["--noprofile", "--norc", "-c", script, "write", path], &[], true).await?;
+        let cat = sandbox
+            .launcher
+            .spawn("bash", &["--noprofile", "--norc", "-c", script, "write", path], &[], Streams::Pipes { stdin: true })
+            .await?;
         let output = process::run_child(cat, Some(bytes), FILE_TIMEOUT, process::MAX_OUTPUT, None).await?;
         if output.exit_code != 0 {
             return Err(file_error(path, &output.stderr));

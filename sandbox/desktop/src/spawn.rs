@@ -116,15 +116,15 @@ impl Spawner {
         Ok(Self { inner })
     }
 
-    /// Starts `program args` with the whole environment `env` in `cwd`;
-    /// its standard input is a pipe with `stdin`, else empty.
+    /// Starts `program args` with the whole environment `env` in `cwd`,
+    /// its standard streams as `streams` says.
     pub async fn spawn(
         &self,
         program: &str,
         args: &[String],
         env: Vec<(String, String)>,
         cwd: String,
-        stdin: bool,
+        streams: Streams,
     ) -> io::Result<SandboxChild> {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let start = Request::Start(Start { id, program: program.to_owned(), args: args.to_vec(), env, cwd });
@@ -132,15 +132,7 @@ impl Spawner {
         if bytes.len() > MAX_MESSAGE {
             return Err(io::Error::other("the command and its environment are too large"));
         }
-        let (child_in, host_in) = match stdin {
-            true => {
-                let (read, write) = pipe_with(PipeFlags::CLOEXEC)?;
-                (read, Some(write))
-            }
-            false => (OwnedFd::from(std::fs::File::open("/dev/null")?), None),
-        };
-        let (host_out, child_out) = pipe_with(PipeFlags::CLOEXEC)?;
-        let (host_err, child_err) = pipe_with(PipeFlags::CLOEXEC)?;
+        let ends = Ends::open(streams)?;
         let (answer, answered) = oneshot::channel();
         {
             let mut waiting = lock(&self.inner.waiting);
@@ -149,8 +141,10 @@ impl Spawner {
             }
             waiting.starts.insert(id, answer);
         }
-        let sent = self.inner.send_bytes(&bytes, &[child_in.as_fd(), child_out.as_fd(), child_err.as_fd()]).await;
-        drop((child_in, child_out, child_err));
+        let sent = self.inner.send_bytes(&bytes, &ends.childs()).await;
+        // The child's ends are the spawner's now: the host keeps none open.
+        let Ends { child, host_in, host_out, host_err } = ends;
+        drop(child);
         if let Err(e) = sent {
             lock(&self.inner.waiting).starts.remove(&id);
             return Err(e);
@@ -164,13 +158,66 @@ impl Spawner {
             Some(fd) => Some(Box::new(pipe::Sender::from_owned_fd(fd)?) as Box<dyn AsyncWrite + Send + Unpin>),
             None => None,
         };
+        let reader = |fd: Option<OwnedFd>| -> io::Result<Option<Box<dyn AsyncRead + Send + Unpin>>> {
+            Ok(match fd {
+                Some(fd) => Some(Box::new(pipe::Receiver::from_owned_fd(fd)?)),
+                None => None,
+            })
+        };
         Ok(SandboxChild {
             pid,
             stdin,
-            stdout: Some(Box::new(pipe::Receiver::from_owned_fd(host_out)?)),
-            stderr: Some(Box::new(pipe::Receiver::from_owned_fd(host_err)?)),
+            stdout: reader(host_out)?,
+            stderr: reader(host_err)?,
             exit: Exit::Spawned { pidfd, status: Some(exit), ended: None },
         })
+    }
+}
+
+/// What a started command's standard input, output and error are.
+#[derive(Debug)]
+pub enum Streams {
+    /// Pipes to the host for its output and error, and for its input when
+    /// `stdin` (else its input is empty).
+    Pipes { stdin: bool },
+    /// All three on one terminal: the side of a pseudo-terminal a program
+    /// uses, whose other side the caller keeps.
+    Terminal(OwnedFd),
+}
+
+/// The two ends of a command's standard streams: the child's three
+/// descriptors, sent to the spawner, and the host's pipe ends.
+struct Ends {
+    child: [OwnedFd; 3],
+    host_in: Option<OwnedFd>,
+    host_out: Option<OwnedFd>,
+    host_err: Option<OwnedFd>,
+}
+
+impl Ends {
+    fn open(streams: Streams) -> io::Result<Self> {
+        match streams {
+            Streams::Terminal(terminal) => {
+                let (output, error) = (terminal.try_clone()?, terminal.try_clone()?);
+                Ok(Self { child: [terminal, output, error], host_in: None, host_out: None, host_err: None })
+            }
+            Streams::Pipes { stdin } => {
+                let (child_in, host_in) = match stdin {
+                    true => {
+                        let (read, write) = pipe_with(PipeFlags::CLOEXEC)?;
+                        (read, Some(write))
+                    }
+                    false => (OwnedFd::from(std::fs::File::open("/dev/null")?), None),
+                };
+                let (host_out, child_out) = pipe_with(PipeFlags::CLOEXEC)?;
+                let (host_err, child_err) = pipe_with(PipeFlags::CLOEXEC)?;
+                Ok(Self { child: [child_in, child_out, child_err], host_in, host_out: Some(host_out), host_err: Some(host_err) })
+            }
+        }
+    }
+
+    fn childs(&self) -> [BorrowedFd<'_>; 3] {
+        [self.child[0].as_fd(), self.child[1].as_fd(), self.child[2].as_fd()]
     }
 }
 
@@ -325,8 +372,10 @@ mod tests {
             .expect("starts");
         let spawner = Spawner::connect(host, Instant::now() + Duration::from_secs(10)).await.expect("ready");
         let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
-        let mut child =
-            spawner.spawn("sh", &["-c".into(), "echo hi; exit 4".into()], env, "/".into(), false).await.expect("spawned");
+        let mut child = spawner
+            .spawn("sh", &["-c".into(), "echo hi; exit 4".into()], env, "/".into(), Streams::Pipes { stdin: false })
+            .await
+            .expect("spawned");
         let mut out = String::new();
         child.stdout.take().expect("stdout").read_to_string(&mut out).await.expect("read");
         assert_eq!(out, "hi\n");

@@ -54,6 +54,24 @@ pub struct StartRequest {
     /// A name to find the process by later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    /// Run on a pseudo-terminal of this size instead of pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<Pty>,
+}
+
+/// A pseudo-terminal a process runs on (`process.PTY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pty {
+    pub size: PtySize,
+}
+
+/// A terminal's size in character cells; proto3 JSON leaves out zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    #[serde(default)]
+    pub cols: u32,
+    #[serde(default)]
+    pub rows: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,6 +117,9 @@ pub struct DataEvent {
     pub stdout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// What a process on a pseudo-terminal printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<String>,
 }
 
 /// How the process ended; proto3 JSON leaves out zero values.
@@ -200,6 +221,7 @@ impl Envd {
             },
             stdin: false,
             tag: None,
+            pty: None,
         };
         let payload = serde_json::to_vec(&request).map_err(|e| EnvdError::Malformed(e.to_string()))?;
         let mut builder = self

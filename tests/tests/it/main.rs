@@ -67,6 +67,7 @@ mod sandbox_isolation;
 mod sandbox_lifecycle;
 mod sandboxd;
 mod sandboxd_isolation;
+mod sandboxd_terminals;
 mod sandboxd_workers;
 mod schedules;
 mod schemathesis;
