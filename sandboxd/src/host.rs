@@ -20,7 +20,7 @@ use super::metrics::Metrics;
 use super::pool::Pool;
 use super::processes::Processes;
 use super::sync::lock;
-use super::watch_calls::Watchers;
+use super::watchers::Watchers;
 
 /// How long the desktop behind a sandbox may live by the local provider's
 /// own clock: a backstop, since the host's deadline ends it first (and

@@ -38,6 +38,7 @@ mod tls;
 mod tls_tests;
 mod watch;
 mod watch_calls;
+mod watchers;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;

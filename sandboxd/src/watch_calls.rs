@@ -5,12 +5,11 @@
 //! `Connect-Timeout-Ms` passes; `CreateWatcher`, `GetWatcherEvents` and
 //! `RemoveWatcher` are the same watch polled (the Python SDK's
 //! `files.watch_dir`): events gather in the sandbox's table of
-//! [`Watchers`] until they are fetched. A sandbox keeps at most
+//! [`Watchers`](super::watchers::Watchers) until they are fetched. A sandbox keeps at most
 //! [`MAX_WATCHERS`] polled watchers; each holds at most
 //! [`MAX_PENDING`] unread events, and one that overflows answers
 //! `resource_exhausted` from then on. What is watched is [`watch`](super::watch).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +28,7 @@ use super::host::{Entry, Host};
 use super::stream::{self, stream_error, streaming_response};
 use super::sync::lock;
 use super::watch::{DirWatch, FsEvent, WatchError};
+use super::watchers::{Polled, Watcher};
 
 /// The most polled watchers one sandbox keeps.
 pub(crate) const MAX_WATCHERS: usize = 64;
@@ -48,32 +48,6 @@ struct WatchRequest {
 #[serde(rename_all = "camelCase")]
 struct WatcherRequest {
     watcher_id: String,
-}
-
-/// One polled watcher: its events so far, or why it stopped.
-#[derive(Debug, Default)]
-struct Polled {
-    events: Vec<FsEvent>,
-    error: Option<WatchError>,
-}
-
-/// A polled watcher and the task that fills it.
-#[derive(Debug)]
-struct Watcher {
-    state: Arc<Mutex<Polled>>,
-    task: tokio::task::AbortHandle,
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// One sandbox's polled watchers, by id; they stop with the sandbox.
-#[derive(Debug, Default)]
-pub(crate) struct Watchers {
-    by_id: Mutex<HashMap<String, Watcher>>,
 }
 
 /// Why a watch call was refused.
