@@ -100,6 +100,18 @@ impl IntoResponse for Refusal {
 }
 
 /// A unary call's JSON body of type `T`.
+/// A unary call's sandbox, checked as [`route`] checks it, and its parsed
+/// request; or the answer that refuses the call.
+pub(super) async fn unary<T: serde::de::DeserializeOwned>(
+    host: &Host,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(Entry, T), Response> {
+    let sandbox = route(host, headers).await?;
+    let request = parse_unary(body).map_err(IntoResponse::into_response)?;
+    Ok((sandbox, request))
+}
+
 pub(super) fn parse_unary<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
     serde_json::from_slice(body)
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_argument", format!("invalid request: {e}")))

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::calls::{parse_unary as parse, route, Refusal};
+use super::calls::{route, unary, Refusal};
 use super::host::{Entry, Host};
 use super::processes::{Input, InputError};
 use super::terminal::window_size;
@@ -138,13 +138,9 @@ pub(super) async fn list(Shared(host): Shared<Arc<Host>>, headers: HeaderMap) ->
 }
 
 pub(super) async fn send_input(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<SendInputRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: SendInputRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     let pid = match pid_of(&sandbox, &request.process) {
         Ok(pid) => pid,
@@ -162,13 +158,9 @@ pub(super) async fn send_input(Shared(host): Shared<Arc<Host>>, headers: HeaderM
 }
 
 pub(super) async fn update(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<UpdateRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: UpdateRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     let (pid, size) = match pid_of(&sandbox, &request.process).and_then(|pid| Ok((pid, new_size(&request)?))) {
         Ok(found) => found,
@@ -184,13 +176,9 @@ pub(super) async fn update(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, 
 }
 
 pub(super) async fn close_stdin(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<CloseStdinRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: CloseStdinRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     let pid = match pid_of(&sandbox, &request.process) {
         Ok(pid) => pid,
@@ -205,6 +193,7 @@ pub(super) async fn close_stdin(Shared(host): Shared<Arc<Host>>, headers: Header
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calls::parse_unary as parse;
 
     fn update(json: &str) -> Result<Option<(u16, u16)>, String> {
         let request: UpdateRequest = parse(&Bytes::from(json.to_owned())).map_err(|r| format!("{r:?}"))?;

@@ -23,7 +23,7 @@ use flotilla_e2b::connect::{self, ConnectError, EndOfStream, FLAG_END_STREAM, FL
 use serde::Deserialize;
 use serde_json::json;
 
-use super::calls::{parse_unary as parse, route, Refusal};
+use super::calls::{unary, Refusal};
 use super::host::{Entry, Host};
 use super::stream::{self, stream_error, streaming_response};
 use super::sync::lock;
@@ -152,13 +152,9 @@ fn message(value: &serde_json::Value) -> Vec<u8> {
 }
 
 pub(super) async fn create_watcher(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<WatchRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: WatchRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     if lock(&sandbox.watchers.by_id).len() >= MAX_WATCHERS {
         let message = format!("a sandbox keeps at most {MAX_WATCHERS} watchers");
@@ -199,13 +195,9 @@ async fn gather(mut watch: DirWatch, state: Arc<Mutex<Polled>>) {
 }
 
 pub(super) async fn get_watcher_events(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<WatcherRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: WatcherRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     let taken = lock(&sandbox.watchers.by_id).get(&request.watcher_id).map(|watcher| {
         let mut polled = lock(&watcher.state);
@@ -222,13 +214,9 @@ pub(super) async fn get_watcher_events(Shared(host): Shared<Arc<Host>>, headers:
 }
 
 pub(super) async fn remove_watcher(Shared(host): Shared<Arc<Host>>, headers: HeaderMap, body: Bytes) -> Response {
-    let sandbox = match route(&host, &headers).await {
-        Ok(sandbox) => sandbox,
+    let (sandbox, request) = match unary::<WatcherRequest>(&host, &headers, &body).await {
+        Ok(call) => call,
         Err(refused) => return refused,
-    };
-    let request: WatcherRequest = match parse(&body) {
-        Ok(request) => request,
-        Err(refused) => return refused.into_response(),
     };
     let removed = lock(&sandbox.watchers.by_id).remove(&request.watcher_id);
     match removed {
