@@ -100,11 +100,13 @@ async fn provider(config: &Config, kind: SandboxProviderKind) -> anyhow::Result<
         SandboxProviderKind::Local => match &config.sandboxd_client {
             Some(host) => Ok(Arc::new(flotilla_e2b::SandboxHosts::start(host.clone()).await?)),
             None => {
+                let local = local_provider(config).await?;
+                // Said once it works: a worker that cannot start says why in one line.
                 tracing::warn!(
                     "local desktops run under this worker and end with it; a sandbox host (flotilla-sandboxd, \
                      FLOTILLA_SANDBOXD_URL) keeps them through a restart and lets any worker reach them"
                 );
-                Ok(Arc::new(local_provider(config).await?))
+                Ok(Arc::new(local))
             }
         },
         SandboxProviderKind::E2b => {
